@@ -1,0 +1,1 @@
+"""One module per data set; each registers a `BenchmarkSpec` in `benchmarks.registry`."""

@@ -1,0 +1,1 @@
+"""Web search providers, page fetch + extraction, the web cache and the sandbox web."""
