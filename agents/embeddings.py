@@ -47,7 +47,7 @@ class LocalEmbedder:
 
     @property
     def dim(self) -> int:
-        return int(self._model.get_sentence_embedding_dimension())
+        return int(self._model.get_embedding_dimension())
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
