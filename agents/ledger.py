@@ -1,0 +1,116 @@
+"""The ledger: one JSON line per model call, tagged with run, case, node and role.
+
+Tags other than the role come from context: the runner sets the case with `call_tags(case=...)`
+and LangGraph supplies the node name, so graph code never threads ids through by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from pydantic import BaseModel
+
+_tags: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("atelier_call_tags", default={})
+
+
+@contextlib.contextmanager
+def call_tags(**tags: str | None) -> Iterator[None]:
+    """Tag every model call made inside this block (e.g. `case="pdr:en:3"`, `node="judge"`)."""
+    merged = {**_tags.get(), **{k: v for k, v in tags.items() if v is not None}}
+    token = _tags.set(merged)
+    try:
+        yield
+    finally:
+        _tags.reset(token)
+
+
+def current_tags() -> dict[str, str]:
+    tags = dict(_tags.get())
+    if "node" not in tags:
+        node = _langgraph_node()
+        if node:
+            tags["node"] = node
+    return tags
+
+
+def _langgraph_node() -> str | None:
+    try:
+        from langgraph.config import get_config
+
+        return get_config().get("metadata", {}).get("langgraph_node")
+    except RuntimeError:  # not inside a graph run
+        return None
+
+
+class LedgerEntry(BaseModel):
+    ts: float
+    run_id: str
+    case_id: str | None = None
+    node: str | None = None
+    role: str
+    model: str
+    call_id: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    latency_ms: float = 0.0
+    cache_hit: bool = False
+    attempts: int = 0
+    kind: str = "text"  # text | structured | repair
+    status: str = "ok"
+    error: str | None = None
+    dry_run: bool = False
+
+
+class Ledger:
+    """Appends entries to a JSONL file (or keeps them in memory when no path is given)."""
+
+    def __init__(self, path: str | Path | None, run_id: str = "") -> None:
+        self.path = Path(path) if path else None
+        self.run_id = run_id
+        self.entries: list[LedgerEntry] = []
+        self._lock = threading.Lock()
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def record(self, **fields: Any) -> LedgerEntry:
+        tags = current_tags()
+        entry = LedgerEntry(
+            ts=time.time(),
+            run_id=self.run_id,
+            case_id=fields.pop("case_id", None) or tags.get("case"),
+            node=fields.pop("node", None) or tags.get("node"),
+            **fields,
+        )
+        line = entry.model_dump_json() + "\n"
+        with self._lock:
+            self.entries.append(entry)
+            if self.path:
+                with self.path.open("a", encoding="utf-8") as fh:
+                    fh.write(line)
+        return entry
+
+    def totals(self) -> dict[str, Any]:
+        with self._lock:
+            entries = list(self.entries)
+        provider = [e for e in entries if not e.cache_hit and e.status == "ok"]
+        return {
+            "calls": len(entries),
+            "provider_calls": len(provider),
+            "cache_hits": sum(e.cache_hit for e in entries),
+            "errors": sum(e.status != "ok" for e in entries),
+            "prompt_tokens": sum(e.prompt_tokens for e in provider),
+            "completion_tokens": sum(e.completion_tokens for e in provider),
+            "cost_usd": round(sum(e.cost_usd or 0.0 for e in provider), 6),
+        }
+
+
+def read_ledger(path: str | Path) -> list[LedgerEntry]:
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [LedgerEntry.model_validate(json.loads(line)) for line in lines if line.strip()]

@@ -1,0 +1,311 @@
+"""The offline model `scripted`: deterministic, networkless, and a fault injector.
+
+It is a litellm custom provider, so scripted calls travel exactly the path real ones do (cache,
+retries, repair, ledger). Given the same request it always answers the same:
+
+- a structured request (a `response_format` carrying a JSON schema) gets a schema-valid instance
+  whose values are seeded by the hash of the request;
+- any other request gets text composed deterministically from the prompt's own material, headed
+  `DRY RUN`, so nothing it produces can be mistaken for a real model's work.
+
+Parameters ride on the model string, e.g. `scripted?latency_ms=50&error_rate=0.1&seed=3`:
+`latency_ms` (sleep per call), `error_rate` (share of calls failing with 429/500/503, decided per
+attempt so retries can succeed), `malformed_rate` (share of structured answers that are broken
+JSON, to exercise repair), `seed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import re
+import threading
+from collections import Counter
+from typing import Any
+from urllib.parse import parse_qsl
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.prompts import JSON_INSTRUCTIONS_LEAD
+
+DRY_RUN_MARK = "DRY RUN"
+PROVIDER = "scripted"
+
+
+class ScriptedParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    latency_ms: float = Field(default=0.0, ge=0)
+    error_rate: float = Field(default=0.0, ge=0, le=1)
+    malformed_rate: float = Field(default=0.0, ge=0, le=1)
+    seed: int = 0
+
+    def answer_identity(self) -> dict[str, Any]:
+        """The parameters that change what is answered (latency and errors do not)."""
+        return {"malformed_rate": self.malformed_rate, "seed": self.seed}
+
+
+def parse_model_string(model: str) -> ScriptedParams:
+    """`scripted`, `scripted?k=v&...` or `scripted/<name>?k=v` -> its parameters."""
+    _, _, query = model.partition("?")
+    raw = dict(parse_qsl(query, keep_blank_values=False, strict_parsing=False))
+    return ScriptedParams.model_validate(raw)
+
+
+# ----------------------------------------------------------------------------- determinism
+
+
+def _digest(*parts: Any) -> bytes:
+    blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str).encode()
+    return hashlib.sha256(blob).digest()
+
+
+def _rng(*parts: Any) -> random.Random:
+    return random.Random(int.from_bytes(_digest(*parts)[:8], "big"))
+
+
+def _unit(*parts: Any) -> float:
+    return int.from_bytes(_digest(*parts)[:8], "big") / 2**64
+
+
+def request_digest(messages: list[dict[str, Any]], schema: dict[str, Any] | None, seed: int) -> str:
+    return _digest(messages, schema, seed).hex()
+
+
+# ----------------------------------------------------------------------------- prompt material
+
+_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+_WORD = re.compile(r"[^\W\d_][\w'-]{2,}", re.UNICODE)
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    """A message's text without the gateway's JSON-schema instructions (not prompt material)."""
+    content = message.get("content") or ""
+    if isinstance(content, list):  # content parts
+        content = " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return str(content).split(JSON_INSTRUCTIONS_LEAD, 1)[0]
+
+
+def prompt_material(messages: list[dict[str, Any]]) -> list[str]:
+    """Sentences from the non-system messages, in order, de-duplicated; the system message last."""
+    ordered = [m for m in messages if m.get("role") != "system"] + [m for m in messages if m.get("role") == "system"]
+    seen: set[str] = set()
+    out: list[str] = []
+    for message in ordered:
+        for sentence in _SENTENCE.split(_message_text(message)):
+            sentence = sentence.strip(" -*#>`|\t")
+            if len(sentence) >= 12 and sentence not in seen and not sentence.startswith(("{", "}")):
+                seen.add(sentence)
+                out.append(sentence)
+    return out
+
+
+def compose_text(messages: list[dict[str, Any]], seed: int, lead: str = f"{DRY_RUN_MARK}: scripted answer (no model was called).") -> str:
+    """A deterministic answer built from the prompt's own sentences."""
+    material = prompt_material(messages)
+    rng = _rng("text", messages, seed)
+    picked = sorted(rng.sample(range(len(material)), k=min(len(material), 6))) if material else []
+    words = Counter(w.lower() for m in messages for w in _WORD.findall(_message_text(m)))
+    topics = ", ".join(w for w, _ in words.most_common(5))
+    lines = [lead, ""]
+    if topics:
+        lines.append(f"Key terms: {topics}.")
+    lines.extend(f"- {material[i]}" for i in picked)
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- schema instances
+
+
+class _InstanceBuilder:
+    """A JSON-schema instance generator for the schemas pydantic emits."""
+
+    def __init__(self, schema: dict[str, Any], rng: random.Random, words: list[str]) -> None:
+        self.defs = schema.get("$defs", {}) | schema.get("definitions", {})
+        self.rng = rng
+        self.words = words or ["dry", "run", "scripted", "answer"]
+
+    def build(self, node: dict[str, Any], depth: int = 0) -> Any:
+        if "$ref" in node:
+            return self.build(self.defs[node["$ref"].split("/")[-1]], depth)
+        if "const" in node:
+            return node["const"]
+        if "enum" in node:
+            return self.rng.choice(node["enum"])
+        for key in ("anyOf", "oneOf"):
+            if key in node:
+                options = [o for o in node[key] if o.get("type") != "null"] or node[key]
+                return self.build(self.rng.choice(options), depth)
+        if "allOf" in node:
+            merged: dict[str, Any] = {}
+            for part in node["allOf"]:
+                merged.update(self.defs[part["$ref"].split("/")[-1]] if "$ref" in part else part)
+            return self.build(merged, depth)
+        kind = node.get("type")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), "null")
+        if kind == "object" or "properties" in node:
+            return {name: self.build(sub, depth + 1) for name, sub in node.get("properties", {}).items()}
+        if kind == "array":
+            low = node.get("minItems", 1 if depth < 3 else 0)
+            high = max(low, min(node.get("maxItems", low + 3), low + 3))
+            items = node.get("items", {"type": "string"})
+            return [self.build(items, depth + 1) for _ in range(self.rng.randint(low, high))]
+        if kind == "string":
+            return self._string(node)
+        if kind == "integer":
+            low, high = self._bounds(node, 0, 10)
+            return self.rng.randint(int(low), int(high))
+        if kind == "number":
+            low, high = self._bounds(node, 0.0, 1.0)
+            return round(self.rng.uniform(low, high), 3)
+        if kind == "boolean":
+            return self.rng.random() < 0.5
+        if kind == "null":
+            return None
+        return self._string(node)
+
+    @staticmethod
+    def _bounds(node: dict[str, Any], low: float, high: float) -> tuple[float, float]:
+        if "minimum" in node:
+            low = node["minimum"]
+        if "exclusiveMinimum" in node:
+            low = node["exclusiveMinimum"] + (1 if node.get("type") == "integer" else 1e-6)
+        if "maximum" in node:
+            high = node["maximum"]
+        if "exclusiveMaximum" in node:
+            high = node["exclusiveMaximum"] - (1 if node.get("type") == "integer" else 1e-6)
+        if "minimum" in node and "maximum" not in node and "exclusiveMaximum" not in node:
+            high = max(high, low + 10)
+        return low, max(low, high)
+
+    def _string(self, node: dict[str, Any]) -> str:
+        if node.get("format") == "date-time":
+            return "2026-01-01T00:00:00Z"
+        if node.get("format") == "date":
+            return "2026-01-01"
+        low = node.get("minLength", 1)
+        high = node.get("maxLength", 400)
+        n = self.rng.randint(3, 9)
+        text = " ".join(self.rng.choice(self.words) for _ in range(n)).capitalize()
+        text = f"{DRY_RUN_MARK}: {text}" if high >= 40 else text
+        while len(text) < low:
+            text += " " + self.rng.choice(self.words)
+        return text[:high]
+
+
+def schema_instance(schema: dict[str, Any], messages: list[dict[str, Any]], seed: int) -> Any:
+    words = [w for m in messages if m.get("role") != "system" for w in _WORD.findall(_message_text(m))]
+    return _InstanceBuilder(schema, _rng("instance", messages, schema, seed), words[:400]).build(schema)
+
+
+def schema_from_response_format(response_format: Any) -> dict[str, Any] | None:
+    if not isinstance(response_format, dict):
+        return None
+    if response_format.get("type") == "json_schema":
+        return response_format.get("json_schema", {}).get("schema")
+    return response_format.get("schema")
+
+
+# ----------------------------------------------------------------------------- the provider
+
+
+def token_estimate(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def _raw_text(message: dict[str, Any]) -> str:
+    content = message.get("content") or ""
+    return json.dumps(content) if isinstance(content, list) else str(content)
+
+
+class ScriptedLLM:
+    """litellm CustomLLM handler for the `scripted/...` provider."""
+
+    def __init__(self) -> None:
+        self._attempts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _next_attempt(self, key: str) -> int:
+        with self._lock:
+            self._attempts[key] += 1
+            return self._attempts[key]
+
+    def answer(self, messages: list[dict[str, Any]], optional_params: dict[str, Any]) -> tuple[str, ScriptedParams]:
+        params = ScriptedParams.model_validate((optional_params.get("extra_body") or {}).get("scripted", {}))
+        schema = schema_from_response_format(optional_params.get("response_format"))
+        key = request_digest(messages, schema, params.seed)
+        attempt = self._next_attempt(key)
+        if params.error_rate and _unit("error", key, attempt) < params.error_rate:
+            from litellm.llms.custom_llm import CustomLLMError
+
+            status = (429, 500, 503)[int(_unit("status", key, attempt) * 3)]
+            raise CustomLLMError(status_code=status, message=f"scripted fault injection ({status})")
+        if schema is None and not isinstance(optional_params.get("response_format"), dict):
+            return compose_text(messages, params.seed), params
+        instance = schema_instance(schema or {"type": "object"}, messages, params.seed)
+        content = json.dumps(instance, ensure_ascii=False)
+        if params.malformed_rate and _unit("malformed", key) < params.malformed_rate:
+            content = content[: max(1, len(content) // 2)]  # truncated JSON: the repair path must cope
+        return content, params
+
+
+def _make_handler():
+    import litellm
+    from litellm import CustomLLM
+
+    core = ScriptedLLM()
+
+    class _Handler(CustomLLM):
+        def _fill(self, model_response, messages, optional_params):
+            content, params = core.answer(messages, optional_params)
+            prompt_tokens = sum(token_estimate(_raw_text(m)) for m in messages)
+            model_response.choices[0].message.content = content
+            model_response.model = "scripted"
+            model_response.usage = litellm.Usage(
+                prompt_tokens=prompt_tokens,
+                completion_tokens=token_estimate(content),
+                total_tokens=prompt_tokens + token_estimate(content),
+            )
+            return model_response, params
+
+        def completion(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
+                       encoding, api_key, logging_obj, optional_params, *args, **kwargs):
+            response, params = self._fill(model_response, messages, optional_params)
+            if params.latency_ms:
+                import time
+
+                time.sleep(params.latency_ms / 1000)
+            return response
+
+        async def acompletion(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
+                              encoding, api_key, logging_obj, optional_params, *args, **kwargs):
+            response, params = self._fill(model_response, messages, optional_params)
+            if params.latency_ms:
+                await asyncio.sleep(params.latency_ms / 1000)
+            return response
+
+    return _Handler()
+
+
+_registered = False
+_register_lock = threading.Lock()
+
+
+def register_with_litellm() -> None:
+    """Make `scripted/...` a litellm provider (idempotent)."""
+    global _registered
+    with _register_lock:
+        if _registered:
+            return
+        import litellm
+
+        litellm.custom_provider_map = [
+            item for item in litellm.custom_provider_map if item.get("provider") != PROVIDER
+        ] + [{"provider": PROVIDER, "custom_handler": _make_handler()}]
+        from litellm.utils import custom_llm_setup
+
+        custom_llm_setup()
+        _registered = True

@@ -1,0 +1,67 @@
+"""Model settings: one per role, each naming any litellm provider or the offline `scripted` model."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+# The roles every run knows. Later graphs add their own (researcher, writer, ...); a role without
+# its own setting falls back to `system` for systems under test and to `judge` for evaluators.
+ROLES = ("system", "user_sim", "judge")
+ROLE_FALLBACK = {"researcher": "system", "writer": "system", "planner": "system", "memory": "system"}
+
+
+class ModelSettings(BaseModel):
+    """How to call one model. `model` is a litellm provider string (`openai/gpt-4o-mini`,
+    `anthropic/claude-...`, `ollama/llama3`, `hosted_vllm/...`) or `scripted[?k=v&...]`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(default="scripted", min_length=1)
+    api_base: str | None = Field(default=None, description="Any OpenAI-compatible endpoint.")
+    api_key: SecretStr | None = Field(default=None, description="Prefer api_key_env in recipes.")
+    api_key_env: str | None = Field(default=None, description="Environment variable holding the key.")
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    seed: int | None = Field(default=0, description="Sent to providers that accept it; part of the cache key.")
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=4, ge=0, le=20, description="Retries on timeouts, 429 and 5xx.")
+    retry_backoff_s: float = Field(default=1.0, ge=0, description="First backoff; doubles per retry, jittered.")
+    rpm: int | None = Field(default=None, gt=0, description="Requests per minute allowed for this model.")
+    max_concurrency: int = Field(default=8, gt=0, description="Calls in flight at once for this model.")
+    extra: dict[str, Any] = Field(default_factory=dict, description="Passed to litellm as is (top_p, ...).")
+
+    @field_validator("model")
+    @classmethod
+    def _strip(cls, value: str) -> str:
+        return value.strip()
+
+    @property
+    def is_scripted(self) -> bool:
+        return self.model == "scripted" or self.model.startswith(("scripted?", "scripted/"))
+
+    def resolved_api_key(self) -> str | None:
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        if self.api_key_env:
+            return os.environ.get(self.api_key_env)
+        return None
+
+    def merged(self, override: "ModelSettings | dict[str, Any] | None") -> "ModelSettings":
+        """These settings with the fields explicitly set in `override` replaced."""
+        if override is None:
+            return self
+        if isinstance(override, ModelSettings):
+            override = override.model_dump(exclude_unset=True)
+        return self.model_copy(update=override)
+
+
+def settings_for_role(roles: dict[str, ModelSettings], role: str) -> ModelSettings:
+    if role in roles:
+        return roles[role]
+    fallback = ROLE_FALLBACK.get(role)
+    if fallback and fallback in roles:
+        return roles[fallback]
+    return roles.get("system", ModelSettings())
