@@ -90,10 +90,14 @@ def read_json(path: Path) -> Any:
 
 def read_json_array(path: Path, model: type[RecordT]) -> list[RecordT]:
     """A JSON array of records; errors name the record index, e.g. field `[3].turns.0.utterance`."""
-    data = read_json(path)
+    return validate_array(read_json(path), model, file=path)
+
+
+def validate_array(data: Any, model: type[RecordT], *, file: Path) -> list[RecordT]:
+    """Parsed JSON that must be an array of `model` records."""
     if not isinstance(data, list):
-        raise DataError(f"expected a JSON array of records, found {type(data).__name__}", file=path)
-    return [validate(model, item, file=path, prefix=f"[{i}].") for i, item in enumerate(data)]
+        raise DataError(f"expected a JSON array of records, found {type(data).__name__}", file=file)
+    return [validate(model, item, file=file, prefix=f"[{i}].") for i, item in enumerate(data)]
 
 
 def read_json_object(path: Path, model: type[RecordT]) -> dict[str, RecordT]:
