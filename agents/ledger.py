@@ -21,7 +21,7 @@ _tags: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("atelier_
 
 @contextlib.contextmanager
 def call_tags(**tags: str | None) -> Iterator[None]:
-    """Tag every model call made inside this block (e.g. `case="pdr:en:3"`, `node="judge"`)."""
+    """Tag every model call made inside this block (`case=`, `system=`, `node=`)."""
     merged = {**_tags.get(), **{k: v for k, v in tags.items() if v is not None}}
     token = _tags.set(merged)
     try:
@@ -52,6 +52,7 @@ class LedgerEntry(BaseModel):
     ts: float
     run_id: str
     case_id: str | None = None
+    system: str | None = None
     node: str | None = None
     role: str
     model: str
@@ -85,6 +86,7 @@ class Ledger:
             ts=time.time(),
             run_id=self.run_id,
             case_id=fields.pop("case_id", None) or tags.get("case"),
+            system=fields.pop("system", None) or tags.get("system"),
             node=fields.pop("node", None) or tags.get("node"),
             **fields,
         )

@@ -88,15 +88,26 @@ def _message_text(message: dict[str, Any]) -> str:
     return str(content).split(JSON_INSTRUCTIONS_LEAD, 1)[0]
 
 
+_STOPWORDS = frozenset(
+    "the and for that this with from your you are was were have has had not but can will what which who whom "
+    "when where how why their there them they then than into onto about over under more most some such only "
+    "also very just like each other any all its it's our out use used using does did doing been being would "
+    "could should user user's answer question".split()
+)
+
+
 def prompt_material(messages: list[dict[str, Any]]) -> list[str]:
-    """Sentences from the non-system messages, in order, de-duplicated; the system message last."""
-    ordered = [m for m in messages if m.get("role") != "system"] + [m for m in messages if m.get("role") == "system"]
+    """Sentences from the non-system messages, in order, de-duplicated, headings left out."""
     seen: set[str] = set()
     out: list[str] = []
-    for message in ordered:
+    for message in messages:
+        if message.get("role") == "system":
+            continue
         for sentence in _SENTENCE.split(_message_text(message)):
-            sentence = sentence.strip(" -*#>`|\t")
-            if len(sentence) >= 12 and sentence not in seen and not sentence.startswith(("{", "}")):
+            if sentence.lstrip().startswith("#"):
+                continue
+            sentence = sentence.strip(" -*>`|\t")
+            if len(sentence) >= 12 and sentence not in seen and not sentence.startswith(("{", "}", "<")):
                 seen.add(sentence)
                 out.append(sentence)
     return out
@@ -107,7 +118,10 @@ def compose_text(messages: list[dict[str, Any]], seed: int, lead: str = f"{DRY_R
     material = prompt_material(messages)
     rng = _rng("text", messages, seed)
     picked = sorted(rng.sample(range(len(material)), k=min(len(material), 6))) if material else []
-    words = Counter(w.lower() for m in messages for w in _WORD.findall(_message_text(m)))
+    words = Counter(
+        w.lower() for m in messages if m.get("role") != "system" for w in _WORD.findall(_message_text(m))
+        if len(w) > 3 and w.lower() not in _STOPWORDS
+    )
     topics = ", ".join(w for w, _ in words.most_common(5))
     lines = [lead, ""]
     if topics:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.case import Case
+from benchmarks.named_registry import NamedRegistry
 
 
 class NoOptions(BaseModel):
@@ -45,54 +45,31 @@ class BenchmarkSpec:
         return self.default_setting or self.settings[0]
 
 
-_REGISTRY: dict[str, BenchmarkSpec] = {}
-
-# Modules that register loaders when imported. Kept here so `benchmark_names()` is complete
-# without the caller importing every loader first.
-_LOADER_MODULES = (
-    "benchmarks.loaders.sample",
-    "benchmarks.loaders.pdr",
-    "benchmarks.loaders.ikat",
-    "benchmarks.loaders.locomo",
-    "benchmarks.loaders.prefeval",
-    "benchmarks.loaders.lampqa",
-    "benchmarks.loaders.bespoke",
-    "benchmarks.loaders.drb",
+BENCHMARKS: NamedRegistry[BenchmarkSpec] = NamedRegistry(
+    "benchmark",
+    modules=(
+        "benchmarks.loaders.sample",
+        "benchmarks.loaders.pdr",
+        "benchmarks.loaders.ikat",
+        "benchmarks.loaders.locomo",
+        "benchmarks.loaders.prefeval",
+        "benchmarks.loaders.lampqa",
+        "benchmarks.loaders.bespoke",
+        "benchmarks.loaders.drb",
+    ),
 )
-_loaded = False
 
 
 def register_benchmark(spec: BenchmarkSpec) -> BenchmarkSpec:
-    if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
-        raise ValueError(f"benchmark {spec.name!r} is registered twice")
-    _REGISTRY[spec.name] = spec
-    return spec
-
-
-def _load_all() -> None:
-    global _loaded
-    if _loaded:
-        return
-    for module in _LOADER_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:  # a loader that exists but fails to import is a bug: surface it
-                raise
-    _loaded = True
+    return BENCHMARKS.register(spec.name, spec)
 
 
 def benchmark_names() -> list[str]:
-    _load_all()
-    return sorted(_REGISTRY)
+    return BENCHMARKS.names()
 
 
 def get_benchmark(name: str) -> BenchmarkSpec:
-    _load_all()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown benchmark {name!r}; valid: {', '.join(sorted(_REGISTRY))}") from None
+    return BENCHMARKS.get(name)
 
 
 def load_cases(

@@ -1,0 +1,38 @@
+"""`full`: the raw history, most recent first, cut to the budget."""
+
+from __future__ import annotations
+
+from typing import Literal, Sequence
+
+from benchmarks.case import HistoryEvent
+from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext
+from memory.budget import pack, render_event
+from memory.registry import register_backend
+
+
+class FullConfig(MemoryConfig):
+    backend: Literal["full"] = "full"
+
+
+@register_backend
+class FullHistory(MemoryBackend):
+    name = "full"
+    config_model = FullConfig
+
+    def __init__(self, config, env=None) -> None:
+        super().__init__(config, env)
+        self._events: dict[str, dict[str, HistoryEvent]] = {}
+
+    async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
+        async with self.user_lock(user_id):
+            store = self._events.setdefault(user_id, {})
+            for event in events:
+                store.setdefault(event.id, event)
+
+    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        events = list(self._events.get(user_id, {}).values())
+        # most recent first: dated events by date (descending), then undated in reverse arrival order
+        order = {e.id: i for i, e in enumerate(events)}
+        events.sort(key=lambda e: (e.timestamp is not None, e.timestamp or "", order[e.id]), reverse=True)
+        text, ids, tokens = pack(((e.id, render_event(e)) for e in events), self.budget(budget))
+        return UserContext(backend=self.name, form="raw" if ids else "none", text=text, event_ids=ids, tokens=tokens)

@@ -1,0 +1,94 @@
+"""The memory protocol: two verbs, `ingest(user_id, events)` and `context(user_id, query, budget)`.
+
+A backend turns a user's history into the context a system sees. `context` returns a
+`UserContext`: the prompt text, the ids of the history events it drew on (most relevant first, so
+history retrieval can be scored) and its form (raw events, a profile, an explicit persona).
+Backends are async-safe: ingest and recall may run concurrently for different users and cases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Literal, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.gateway import Gateway
+from benchmarks.case import HistoryEvent
+
+ContextForm = Literal["none", "raw", "profile", "persona"]
+
+
+class MemoryQuery(BaseModel):
+    """What the memory is asked about: the query text and, optionally, the conversation so far."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    previous_turns: list[str] = Field(default_factory=list)
+
+
+class UserContext(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str
+    form: ContextForm = "none"
+    text: str = ""
+    event_ids: list[str] = Field(default_factory=list, description="History events used, most relevant first.")
+    scores: dict[str, float] = Field(default_factory=dict, description="Ranking score per event id, if ranked.")
+    tokens: int = 0
+
+
+class MemoryConfig(BaseModel):
+    """Base of every backend's typed config (`backend` names the registered backend)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str
+    budget_tokens: int = Field(default=2000, gt=0, description="Default context budget in tokens.")
+
+
+@dataclass
+class MemoryEnv:
+    """What a backend may use: the gateway for LLM calls (role `memory`), and a directory for
+    persistent stores (one per run and system)."""
+
+    gateway: Gateway = field(default_factory=Gateway)
+    store_dir: Path | None = None
+    role: str = "memory"
+
+
+class MemoryBackend(ABC):
+    name: ClassVar[str]
+    config_model: ClassVar[type[MemoryConfig]]
+
+    def __init__(self, config: MemoryConfig, env: MemoryEnv | None = None) -> None:
+        self.config = config
+        self.env = env or MemoryEnv()
+        self._user_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    def user_lock(self, user_id: str) -> asyncio.Lock:
+        """Serialises ingestion per user (different users proceed in parallel)."""
+        return self._user_locks[user_id]
+
+    @abstractmethod
+    async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
+        """Add events to the user's memory. Events already ingested (same id) are skipped."""
+
+    @abstractmethod
+    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        """The user's context for `query`, at most `budget` tokens (default: the config's)."""
+
+    async def aclose(self) -> None:
+        """Release stores and connections."""
+
+    def budget(self, budget: int | None) -> int:
+        return budget if budget is not None else self.config.budget_tokens
+
+
+def as_query(query: MemoryQuery | str) -> MemoryQuery:
+    return query if isinstance(query, MemoryQuery) else MemoryQuery(text=query)

@@ -1,0 +1,60 @@
+"""Token counting and packing history into a token budget."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Iterable
+
+from benchmarks.case import HistoryEvent
+
+
+@lru_cache(maxsize=1)
+def _encoding():
+    spec = find_spec("litellm")
+    if spec and spec.origin and "TIKTOKEN_CACHE_DIR" not in os.environ:
+        # litellm ships tiktoken's cl100k file; point tiktoken at it so nothing is downloaded
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(Path(spec.origin).parent / "litellm_core_utils" / "tokenizers")
+    import tiktoken
+
+    return tiktoken.get_encoding("cl100k_base")
+
+
+def count_tokens(text: str) -> int:
+    return len(_encoding().encode(text, disallowed_special=()))
+
+
+def truncate_tokens(text: str, budget: int) -> str:
+    tokens = _encoding().encode(text, disallowed_special=())
+    return text if len(tokens) <= budget else _encoding().decode(tokens[:budget])
+
+
+def render_event(event: HistoryEvent) -> str:
+    """How a history event appears in a prompt: `[id] (date) kind: text`."""
+    when = f" ({event.timestamp})" if event.timestamp else ""
+    return f"[{event.id}]{when} {event.kind.replace('_', ' ')}: {event.render()}"
+
+
+def pack(items: Iterable[tuple[str, str]], budget: int) -> tuple[str, list[str], int]:
+    """Join (id, text) items in order while they fit in `budget` tokens.
+
+    Returns the text, the ids included, and its token count. If even the first item does not fit,
+    it is truncated to the budget rather than returning nothing.
+    """
+    lines: list[str] = []
+    ids: list[str] = []
+    used = 0
+    for item_id, text in items:
+        cost = count_tokens(text) + (1 if lines else 0)  # the newline joining it
+        if used + cost > budget:
+            if not lines and budget > 0:
+                lines.append(truncate_tokens(text, budget))
+                ids.append(item_id)
+                used = count_tokens(lines[0])
+            break
+        lines.append(text)
+        ids.append(item_id)
+        used += cost
+    return "\n".join(lines), ids, used

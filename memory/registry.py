@@ -1,0 +1,48 @@
+"""Memory backends by name, each with its typed config (mem0 / BaseStore style registry)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.named_registry import NamedRegistry
+from memory.base import MemoryBackend, MemoryConfig, MemoryEnv
+
+BACKENDS: NamedRegistry[type[MemoryBackend]] = NamedRegistry(
+    "memory backend",
+    modules=(
+        "memory.backends.none",
+        "memory.backends.full",
+        "memory.backends.persona",
+        "memory.backends.profile",
+        "memory.backends.selected",
+        "memory.backends.retrieval",
+        "memory.backends.mem0",
+        "memory.backends.hierarchical",
+        "memory.backends.persona_model",
+    ),
+)
+
+
+def register_backend(cls: type[MemoryBackend]) -> type[MemoryBackend]:
+    """Class decorator: `@register_backend` on a MemoryBackend with `name` and `config_model`."""
+    return BACKENDS.register(cls.name, cls)
+
+
+def backend_names() -> list[str]:
+    return BACKENDS.names()
+
+
+def backend_class(name: str) -> type[MemoryBackend]:
+    return BACKENDS.get(name)
+
+
+def parse_config(data: dict[str, Any] | MemoryConfig) -> MemoryConfig:
+    """Validate a `{backend = ..., ...}` table with that backend's config model."""
+    if isinstance(data, MemoryConfig):
+        return data
+    return backend_class(str(data.get("backend"))).config_model.model_validate(data)
+
+
+def create_backend(config: MemoryConfig | dict[str, Any], env: MemoryEnv | None = None) -> MemoryBackend:
+    config = parse_config(config)
+    return backend_class(config.backend)(config, env)
