@@ -1,0 +1,74 @@
+"""Live objects behind an `EpisodeContext`, built once per distinct context in a process.
+
+All episodes of one system in one run share a gateway (so one ledger and one response cache)
+and one memory backend (so a user's history is ingested once, however many cases they have).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents.cache import ResponseCache
+from agents.gateway import Gateway
+from agents.judges.base import Judge, create_judge
+from agents.ledger import Ledger
+from graphs.context import EpisodeContext
+from memory.base import MemoryBackend, MemoryEnv
+from memory.registry import create_backend
+
+
+@dataclass
+class Resources:
+    context: EpisodeContext
+    gateway: Gateway
+    memory: MemoryBackend
+    judges: list[Judge]
+
+
+_lock = threading.Lock()
+_resources: dict[str, Resources] = {}
+_ledgers: dict[str, Ledger] = {}
+_caches: dict[str, ResponseCache] = {}
+
+
+def _shared_ledger(context: EpisodeContext) -> Ledger:
+    path = str(Path(context.run_dir) / "ledger.jsonl") if context.run_dir else f"memory:{context.run_id}"
+    if path not in _ledgers:
+        _ledgers[path] = Ledger(None if path.startswith("memory:") else path, run_id=context.run_id)
+    return _ledgers[path]
+
+
+def _shared_cache(context: EpisodeContext) -> ResponseCache | None:
+    if not context.cache_dir:
+        return None
+    if context.cache_dir not in _caches:
+        _caches[context.cache_dir] = ResponseCache(context.cache_dir)
+    return _caches[context.cache_dir]
+
+
+def resources_for(context: EpisodeContext | None) -> Resources:
+    context = context or EpisodeContext()
+    key = context.model_dump_json()
+    with _lock:
+        if key not in _resources:
+            gateway = Gateway(context.role_models(), cache=_shared_cache(context), ledger=_shared_ledger(context))
+            store = Path(context.run_dir) / "memory" / context.system.name if context.run_dir else None
+            memory = create_backend(context.system.memory, MemoryEnv(gateway=gateway, store_dir=store))
+            judges = [create_judge(j) for j in context.judges]
+            _resources[key] = Resources(context=context, gateway=gateway, memory=memory, judges=judges)
+        return _resources[key]
+
+
+def ledger_for(context: EpisodeContext) -> Ledger:
+    with _lock:
+        return _shared_ledger(context)
+
+
+async def release(context: EpisodeContext) -> None:
+    """Close the memory backend of a context and forget its resources (end of a run)."""
+    with _lock:
+        resources = _resources.pop(context.model_dump_json(), None)
+    if resources is not None:
+        await resources.memory.aclose()

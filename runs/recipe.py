@@ -1,0 +1,246 @@
+"""Recipes: a TOML file naming benchmark, split, setting, limit, systems, judges, models per role,
+concurrency and seed. Parsed into pydantic models; every mistake is reported with the file, the
+key path (`systems[1].memory.backend`), the line when it can be found, and the valid choices.
+
+    name = "quickstart"
+    seed = 0
+    [benchmark]
+    name = "sample"
+    setting = "context"
+    limit = 8
+    [models.system]
+    model = "scripted"
+    [[systems]]
+    name = "direct-full"
+    pipeline = "direct"
+    memory = { backend = "full", budget_tokens = 1500 }
+    [[judges]]
+    name = "lampqa_aspects"
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
+
+from agents.judges.base import JUDGES
+from agents.settings import ROLE_FALLBACK, ROLES, ModelSettings
+from benchmarks.errors import ConfigError
+from benchmarks.registry import BENCHMARKS, get_benchmark
+from graphs.context import SystemSpec
+from graphs.pipelines import PIPELINES
+from memory.registry import BACKENDS
+
+KNOWN_ROLES = tuple(ROLES) + tuple(ROLE_FALLBACK)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BenchmarkSection(_Strict):
+    name: str
+    split: str | None = None
+    setting: str | None = None
+    limit: int | None = Field(default=None, gt=0)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("split", "setting")
+    @classmethod
+    def _known_to_loader(cls, value: str | None, info: ValidationInfo) -> str | None:
+        name = info.data.get("name")
+        if value is None or name is None:
+            return value
+        choices = getattr(get_benchmark(name), f"{info.field_name}s")
+        if value not in choices:
+            raise ValueError(f"benchmark {name!r} has no {info.field_name} {value!r}; valid: {', '.join(choices)}")
+        return value
+
+    @field_validator("options")
+    @classmethod
+    def _loader_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if info.data.get("name") is not None:
+            get_benchmark(info.data["name"]).options.model_validate(value)
+        return value
+
+
+class RunSection(_Strict):
+    concurrency: int = Field(default=4, gt=0, le=256, description="Episodes in flight at once.")
+    out_dir: str = Field(default="runs/out", description="Run folders are created inside it.")
+
+
+class CacheSection(_Strict):
+    enabled: bool = True
+    dir: str | None = Field(default=None, description="Default: $ATELIER_CACHE_DIR/llm (~/.cache/atelier/llm).")
+
+
+class Recipe(_Strict):
+    """The validated recipe (see module docstring). Systems hold their memory config as a dict
+    already validated against the backend's typed config."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    seed: int = 0
+    benchmark: BenchmarkSection
+    models: dict[str, ModelSettings] = Field(default_factory=dict)
+    systems: list[SystemSpec] = Field(min_length=1)
+    judges: list[dict[str, Any]] = Field(default_factory=list)
+    run: RunSection = Field(default_factory=RunSection)
+    cache: CacheSection = Field(default_factory=CacheSection)
+    source: str | None = Field(default=None, description="The file it was read from.")
+
+    def role_models(self) -> dict[str, ModelSettings]:
+        roles = {role: ModelSettings() for role in ROLES}
+        roles.update(self.models)
+        return roles
+
+    def with_overrides(
+        self,
+        *,
+        model: str | None = None,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        limit: int | None = None,
+        out_dir: str | None = None,
+    ) -> "Recipe":
+        """Command-line overrides: `model`/`api_base`/`api_key` apply to every role and system."""
+        update: dict[str, Any] = {k: v for k, v in (("model", model), ("api_base", api_base), ("api_key", api_key)) if v}
+        data = self.model_dump(mode="python")
+        if update:
+            data["models"] = {role: {**s.model_dump(exclude_unset=True), **update} for role, s in self.role_models().items()}
+            for system in data["systems"]:
+                system["models"] = {role: {**s, **update} for role, s in system["models"].items()}
+        if limit is not None:
+            data["benchmark"]["limit"] = limit
+        if out_dir is not None:
+            data["run"]["out_dir"] = out_dir
+        return Recipe.model_validate(data)
+
+
+# ----------------------------------------------------------------------------- registry-typed parts
+
+
+@lru_cache(maxsize=1)
+def _validator_model() -> type[BaseModel]:
+    """A mirror of `Recipe` whose registry-typed tables are discriminated unions over what is
+    registered, so pydantic itself reports unknown names with the valid choices."""
+    memory_configs = tuple(BACKENDS.get(n).config_model for n in BACKENDS.names())
+    judge_configs = tuple(JUDGES.get(n).config_model for n in JUDGES.names())
+    MemoryUnion = Annotated[Union[memory_configs], Field(discriminator="backend")]  # type: ignore[valid-type]
+    JudgeUnion = Annotated[Union[judge_configs], Field(discriminator="name")]  # type: ignore[valid-type]
+    Pipeline = Literal[tuple(PIPELINES.names())]  # type: ignore[valid-type]
+    Benchmark = Literal[tuple(BENCHMARKS.names())]  # type: ignore[valid-type]
+    Role = Literal[KNOWN_ROLES]  # type: ignore[valid-type]
+
+    system = create_model(
+        "SystemCheck",
+        __base__=SystemSpec,
+        pipeline=(Pipeline, "direct"),
+        memory=(MemoryUnion, ...),
+        models=(dict[Role, ModelSettings], {}),
+    )
+    benchmark = create_model("BenchmarkCheck", __base__=BenchmarkSection, name=(Benchmark, ...))
+    return create_model(
+        "RecipeCheck",
+        __base__=Recipe,
+        benchmark=(benchmark, ...),
+        models=(dict[Role, ModelSettings], {}),
+        systems=(list[system], Field(min_length=1)),
+        judges=(list[JudgeUnion], []),
+    )
+
+
+def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | None = None) -> Recipe:
+    try:
+        checked = _validator_model().model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, source, text)) from None
+    names = [s.name for s in checked.systems]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"{source}: systems: names must be unique; repeated: {', '.join(duplicates)}")
+    resolved = checked.model_dump(mode="python")
+    for system, checked_system in zip(resolved["systems"], checked.systems):
+        system["memory"] = checked_system.memory.model_dump()
+    resolved["judges"] = [j.model_dump() for j in checked.judges]
+    resolved["source"] = source
+    return Recipe.model_validate(resolved)
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read recipe {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_recipe(data, source=str(path), text=text)
+
+
+# ----------------------------------------------------------------------------- error messages
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _line_of(text: str | None, key: str, value: Any) -> int | None:
+    """The line of `key = value` in the TOML text, when exactly one line matches."""
+    if text is None or not key:
+        return None
+    rendered = re.escape(str(value)) if value is not None else ""
+    pattern = re.compile(rf"(^|[\s{{,]){re.escape(key)}\s*=\s*\"?{rendered}\"?\s*($|[,}}#])")
+    hits = [i for i, line in enumerate(text.splitlines(), start=1) if pattern.search(line)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = list(err["loc"])
+        message = err["msg"]
+        value = err.get("input")
+        ctx = err.get("ctx") or {}
+        if err["type"] == "union_tag_invalid":
+            key = ctx.get("discriminator", "").strip("'")
+            loc.append(key)
+            kind = "memory backend" if key == "backend" else "judge"
+            valid = ", ".join(sorted(t.strip("'") for t in str(ctx.get("expected_tags", "")).split(", ")))
+            message = f"unknown {kind} {ctx.get('tag')!r}; valid: {valid}"
+            value = ctx.get("tag")
+        elif err["type"] == "union_tag_not_found":
+            key = ctx.get("discriminator", "").strip("'")
+            loc.append(key)
+            message = f"missing '{key}'"
+        else:
+            # a discriminated union puts the tag in the path (memory.full.budget); drop it
+            loc = [p for i, p in enumerate(loc) if not (i > 0 and loc[i - 1] in ("memory",) and isinstance(p, str)
+                                                         and p in BACKENDS.names())]
+            if len(loc) >= 3 and loc[0] == "judges" and isinstance(loc[1], int) and loc[2] in JUDGES.names():
+                loc.pop(2)
+            if loc and loc[-1] == "[key]":
+                loc.pop()
+                message = "unknown role; " + message.replace("Input should be", "must be one of:")
+            elif err["type"] == "literal_error":
+                message = message.replace("Input should be", "must be one of:")
+            elif err["type"] == "extra_forbidden":
+                message = "unknown key (not allowed here)"
+            elif err["type"] == "value_error":
+                message = message.removeprefix("Value error, ")
+        key = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")
+        line = _line_of(text, key, value if isinstance(value, (str, int, float)) else None)
+        where = f"{source}:{line}" if line else source
+        lines.append(f"{where}: {_key_path(tuple(loc))}: {message}")
+    head = "invalid recipe" if len(lines) == 1 else f"invalid recipe ({len(lines)} problems)"
+    return head + "\n  " + "\n  ".join(lines) if len(lines) > 1 else f"{head}: {lines[0]}"
