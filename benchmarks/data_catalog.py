@@ -48,7 +48,8 @@ PDR_COUNTERS: dict[str, RecordCounter] = {
     "queries250": pdr.count_queries,
 }
 
-# relpath -> (upstream path, commit of the stored version, sha256, counter)
+# relpath -> (upstream path, commit of the stored version, sha256, counter); the subset is the year
+# and split the file belongs to
 IKAT_FILES: dict[str, tuple[str, str, str, RecordCounter]] = {
     "ikat/2023_train_topics.json": (
         "data/2023_train_topics.json",
@@ -183,7 +184,7 @@ LOCAL_DOCUMENTS = {
 
 def _register_pdr() -> None:
     for name, (stored, plain) in PDR_FILES.items():
-        kind = name.rsplit("_", 1)[0]
+        kind, language = name.removesuffix(".jsonl.gz").rsplit("_", 1)
         plain_name = name.removesuffix(".gz")
         register_file(
             DataFile(
@@ -192,10 +193,20 @@ def _register_pdr() -> None:
                 sha256=stored,
                 upstream_sha256=plain,
                 dataset="pdr",
-                description=f"PDR-Bench {kind} ({plain_name.split('_')[-1].split('.')[0]})",
+                description=f"PDR-Bench {kind} ({language})",
                 count_records=PDR_COUNTERS[kind],
+                subset=language,
             )
         )
+
+
+def ikat_subset(relpath: str) -> str:
+    """`ikat/2023_test_topics.json` -> `2023 test`; the relevance files judge 2023 test."""
+    name = relpath.split("/", 1)[1]
+    if name.startswith("ptkb_rel"):
+        return "2023 test"
+    year, split = name.split("_")[:2]
+    return f"{year} {split}"
 
 
 def _register_ikat() -> None:
@@ -208,6 +219,7 @@ def _register_ikat() -> None:
                 dataset="ikat",
                 description=f"TREC iKAT {upstream}",
                 count_records=counter,
+                subset=ikat_subset(relpath),
             )
         )
 
@@ -223,6 +235,7 @@ def _register_prefeval() -> None:
                     dataset="prefeval",
                     description=f"PrefEval {form} preferences, topic {topic}",
                     count_records=prefeval.counter(form),
+                    subset=form,
                 )
             )
 

@@ -39,6 +39,7 @@ class DataFile:
     upstream_sha256: str | None = None  # of the bytes at `url` when they differ from the stored form
     archive_member: str | None = None  # path inside the zip archive at `url`
     count_records: RecordCounter | None = None  # parses every record; returns counts by kind
+    subset: str = ""  # the part of the data set it belongs to (a language, a year), for summaries
 
     @property
     def compress_on_fetch(self) -> bool:
