@@ -10,10 +10,12 @@ import importlib
 import threading
 from typing import Generic, Iterable, TypeVar
 
+from benchmarks.errors import AtelierError
+
 T = TypeVar("T")
 
 
-class UnknownNameError(KeyError):
+class UnknownNameError(AtelierError, KeyError):
     def __init__(self, kind: str, name: str, valid: Iterable[str]) -> None:
         self.kind = kind
         self.name = name

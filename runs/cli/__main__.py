@@ -1,0 +1,3 @@
+from runs.cli import main
+
+main()

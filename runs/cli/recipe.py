@@ -1,0 +1,31 @@
+"""`atelier recipe check FILE`: validate a recipe without running it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+recipe_app = typer.Typer(help="Recipes: check them before running.", no_args_is_help=True)
+
+
+@recipe_app.command("check")
+def check(path: Path = typer.Argument(..., help="A recipe TOML file.")) -> None:
+    """Validate FILE against the registered benchmarks, pipelines, memory backends and judges."""
+    from benchmarks.registry import get_benchmark
+    from runs.recipe import load_recipe
+
+    recipe = load_recipe(path)
+    b = recipe.benchmark
+    spec = get_benchmark(b.name)
+    systems = ", ".join(f"{s.name} [{s.pipeline} + {s.memory['backend']}]" for s in recipe.systems)
+    judges = ", ".join(j["name"] for j in recipe.judges) or "none"
+    limit = f", limit {b.limit}" if b.limit else ""
+    typer.echo(
+        f"ok: {path}: benchmark {b.name} (split {b.split or spec.split_default}, "
+        f"setting {b.setting or spec.setting_default}{limit}); systems: {systems}; judges: {judges}"
+    )
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    app.add_typer(recipe_app, name="recipe")

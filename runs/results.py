@@ -1,0 +1,100 @@
+"""The results file of a run: one JSON line per (case, system), appended atomically.
+
+Each line has an idempotent key `<case id>::<system>`. A resumed run skips keys already
+finished; an episode that failed is recorded with its reason and retried on resume, and when a
+key appears more than once the last line wins — so nothing is lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agents.judges.base import JudgeResult
+from benchmarks.errors import DataError
+
+
+def result_key(case_id: str, system: str) -> str:
+    return f"{case_id}::{system}"
+
+
+class ContextUsed(BaseModel):
+    backend: str
+    form: str
+    event_ids: list[str] = Field(default_factory=list)
+    tokens: int = 0
+
+
+class ResultRecord(BaseModel):
+    key: str
+    run_id: str
+    case_id: str
+    system: str
+    benchmark: str
+    user_id: str
+    setting: str
+    status: str = Field(description="ok | error")
+    error: str | None = None
+    response: str | None = None
+    user_context: ContextUsed | None = None
+    judgments: list[JudgeResult] = Field(default_factory=list)
+    scores: dict[str, float | None] = Field(default_factory=dict, description="Headline score per judge.")
+    latency_s: float = 0.0
+    dry_run: bool = False
+    finished_at: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class ResultsFile:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def load(self, repair: bool = False) -> dict[str, ResultRecord]:
+        """The latest record per key. A torn last line (the process died while writing it) is
+        dropped — with `repair`, also from the file, before the run appends again. Any other bad
+        line is an error naming the line."""
+        records: dict[str, ResultRecord] = {}
+        if not self.path.exists():
+            return records
+        raw = self.path.read_bytes()
+        lines = raw.split(b"\n")
+        offset = 0
+        for number, line in enumerate(lines, start=1):
+            start, offset = offset, offset + len(line) + 1
+            if not line.strip():
+                continue
+            try:
+                record = ResultRecord.model_validate(json.loads(line))
+            except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+                if not any(rest.strip() for rest in lines[number:]):  # the torn tail: redo that episode
+                    if repair:
+                        with self.path.open("r+b") as fh:
+                            fh.truncate(start)
+                    break
+                raise DataError(f"unreadable result line: {exc}", file=self.path, line=number) from None
+            records[record.key] = record
+        return records
+
+    def append(self, record: ResultRecord) -> None:
+        line = record.model_dump_json() + "\n"
+        with self._lock:
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

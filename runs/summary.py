@@ -1,0 +1,56 @@
+"""summary.json: per system and judge, n / mean / 95% bootstrap CI; paired tests between systems."""
+
+from __future__ import annotations
+
+from itertools import combinations
+from typing import Any, Iterable
+
+from benchmarks.metrics.statistics import bootstrap_ci, paired_test
+from runs.results import ResultRecord
+
+
+def _scores(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, float]:
+    return {
+        r.case_id: r.scores[judge]
+        for r in records
+        if r.system == system and r.ok and r.scores.get(judge) is not None
+    }
+
+
+def summarize(
+    records: list[ResultRecord],
+    systems: list[str],
+    judges: list[str],
+    *,
+    seed: int = 0,
+) -> dict[str, Any]:
+    per_system: dict[str, Any] = {}
+    for system in systems:
+        mine = [r for r in records if r.system == system]
+        entry: dict[str, Any] = {
+            "n": sum(r.ok for r in mine),
+            "errors": sum(not r.ok for r in mine),
+            "judges": {},
+        }
+        for judge in judges:
+            values = list(_scores(mine, system, judge).values())
+            low, high = bootstrap_ci(values, seed=seed)
+            failed = sum(1 for r in mine if r.ok and r.scores.get(judge) is None)
+            entry["judges"][judge] = {
+                "n": len(values),
+                "mean": sum(values) / len(values) if values else None,
+                "ci95": [low, high],
+                "failed": failed,
+            }
+        per_system[system] = entry
+
+    comparisons = []
+    for judge in judges:
+        for a, b in combinations(systems, 2):
+            scores_a, scores_b = _scores(records, a, judge), _scores(records, b, judge)
+            shared = sorted(scores_a.keys() & scores_b.keys())
+            if len(shared) < 2:
+                continue
+            test = paired_test([scores_a[c] for c in shared], [scores_b[c] for c in shared], seed=seed)
+            comparisons.append({"judge": judge, "a": a, "b": b, **test.model_dump()})
+    return {"systems": per_system, "comparisons": comparisons}

@@ -1,0 +1,116 @@
+"""The runner end to end on the tiny benchmark with the scripted model: files, resume, failures,
+the gold boundary."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents.gateway import Gateway
+from runs.recipe import parse_recipe
+from runs.results import ResultsFile
+from runs.runner import Runner, run_recipe
+from tests.conftest import GOLD_SENTINEL
+
+
+def recipe(tmp_path, model: str = "scripted", **run):
+    return parse_recipe({
+        "name": "t",
+        "benchmark": {"name": "tiny"},
+        "models": {"system": {"model": model, "retry_backoff_s": 0.001, "max_retries": 1},
+                   "judge": {"model": "scripted"}},
+        "systems": [{"name": "none", "memory": {"backend": "none"}},
+                    {"name": "full", "memory": {"backend": "full"}}],
+        "judges": [{"name": "lampqa_aspects"}],
+        "run": {"out_dir": str(tmp_path / "out"), **run},
+    })
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_a_run_writes_every_output(tmp_path, cache_dir):
+    folder = run_recipe(recipe(tmp_path), progress=False)
+    results = lines(folder.results)
+    assert sorted(r["key"] for r in results) == sorted(f"tiny:{i}::{s}" for i in range(3) for s in ("none", "full"))
+    assert all(r["status"] == "ok" and r["dry_run"] for r in results)
+    full = [r for r in results if r["system"] == "full"]
+    assert all(r["user_context"]["form"] == "raw" and r["user_context"]["event_ids"] for r in full)
+    assert all(0 <= r["scores"]["lampqa_aspects"] <= 1 for r in results)
+
+    summary = json.loads(folder.summary.read_text())
+    assert set(summary["systems"]) == {"none", "full"} and summary["dry_run"] is True
+    for name, entry in summary["systems"].items():
+        stats = entry["judges"]["lampqa_aspects"]
+        scores = [r["scores"]["lampqa_aspects"] for r in results if r["system"] == name]
+        assert stats["n"] == 3 and stats["mean"] == pytest.approx(sum(scores) / 3)
+        assert stats["ci95"][0] <= stats["mean"] <= stats["ci95"][1]
+    assert summary["comparisons"][0]["n"] == 3
+
+    ledger = lines(folder.ledger)
+    # 6 answers + 3 cases x 2 systems x 2 aspects judged
+    assert len(ledger) == 6 + 12 and {e["role"] for e in ledger} == {"system", "judge"}
+    assert all(e["case_id"] and e["system"] and e["node"] in ("answer", "run_judge") for e in ledger)
+
+    config = json.loads(folder.config.read_text())
+    assert config["dry_run"] and config["cases"] == ["tiny:0", "tiny:1", "tiny:2"]
+    html = folder.report.read_text()
+    assert "DRY RUN" in html and "<svg" in html and "tiny:2" in html
+
+
+def test_second_run_is_served_from_the_cache_with_identical_scores(tmp_path, cache_dir):
+    first = run_recipe(recipe(tmp_path), progress=False)
+    second = run_recipe(recipe(tmp_path), progress=False)
+    assert first.path != second.path
+    assert all(e["cache_hit"] for e in lines(second.ledger))
+    scores = lambda f: {r["key"]: r["scores"] for r in lines(f.results)}  # noqa: E731
+    assert scores(first) == scores(second)
+
+
+def test_a_killed_run_resumes_without_losing_or_doubling(tmp_path, cache_dir):
+    folder = run_recipe(recipe(tmp_path), progress=False)
+    complete = lines(folder.results)
+    kept = folder.results.read_text().splitlines()[:2]
+    folder.results.write_text("\n".join(kept) + "\n" + kept[0][:40])  # two results and a torn line
+    folder.ledger.unlink()
+
+    resumed = run_recipe(recipe(tmp_path), folder.path, progress=False)
+    assert resumed.path == folder.path
+    after = lines(resumed.results)
+    assert sorted(r["key"] for r in after) == sorted(r["key"] for r in complete)  # each key exactly once
+    assert {r["key"]: r["scores"] for r in after} == {r["key"]: r["scores"] for r in complete}
+    assert json.loads(resumed.config.read_text())["run_id"] == folder.path.name
+    answered = {e["case_id"] + "::" + e["system"] for e in lines(resumed.ledger) if e["node"] == "answer"}
+    assert answered == {r["key"] for r in complete} - {json.loads(k)["key"] for k in kept}
+
+
+def test_failures_are_recorded_with_their_reason(tmp_path, cache_dir):
+    folder = run_recipe(recipe(tmp_path, model="scripted?error_rate=1"), progress=False)
+    results = lines(folder.results)
+    assert len(results) == 6 and all(r["status"] == "error" for r in results)
+    assert all("ModelCallError" in r["error"] and "after 2 attempts" in r["error"] for r in results)
+    summary = json.loads(folder.summary.read_text())
+    assert summary["systems"]["full"]["errors"] == 3 and summary["systems"]["full"]["judges"]["lampqa_aspects"]["n"] == 0
+    # a resumed run retries the failed episodes; the last line per key wins
+    fixed = recipe(tmp_path)
+    run_recipe(fixed, folder.path, progress=False)
+    assert all(r.ok for r in ResultsFile(folder.results).load().values())
+
+
+def test_systems_never_see_gold(tmp_path, cache_dir, monkeypatch):
+    seen: dict[str, list[str]] = {"system": [], "judge": []}
+    original = Gateway._request
+
+    async def spy(self, role, messages, **kwargs):
+        seen[role].append(json.dumps(messages))
+        return await original(self, role, messages, **kwargs)
+
+    monkeypatch.setattr(Gateway, "_request", spy)
+    runner = Runner(recipe(tmp_path), progress=False)
+    import asyncio
+
+    asyncio.run(runner.run())
+    assert len(seen["system"]) == 6 and not any(GOLD_SENTINEL in m for m in seen["system"])
+    assert all(GOLD_SENTINEL in m for m in seen["judge"])  # judges do see the rubric
