@@ -1,0 +1,15 @@
+"""Pure metric math, no LLM: one module per family, each metric with a pydantic input model.
+
+- `pqr`: PDR-Bench P / Q two-level weighted scores, R from FA and CC, overall.
+- `bespoke`: BESPOKE 1-5 -> 0-100 criteria and gold-information recall.
+- `lampqa`: LaMP-QA per-aspect 0-2 score, normalised and averaged.
+- `aepd`: AEPD personalization (NPP, NPCL, P_score) and diversification (AR, CLU, D_score).
+- `ranking`: nDCG@k, P@k, R@k, MRR with trec_eval conventions.
+- `agreement`: PCA and MARD (PDR-Bench App. C), Pearson and Spearman.
+- `statistics`: `bootstrap_ci` and `paired_test`, the runner's CI and significance test.
+- `registry`: `METRICS`, name -> input model + function + description, used by `atelier metric`.
+"""
+
+from benchmarks.metrics.statistics import ConfidenceInterval, PairedTestResult, bootstrap_ci, paired_test
+
+__all__ = ["ConfidenceInterval", "PairedTestResult", "bootstrap_ci", "paired_test"]
