@@ -1,0 +1,123 @@
+"""Meta-evaluation: how well a judge agrees with human (or another judge's) labels.
+
+PCA and MARD follow PDR-Bench Appendix C. For each query q and criterion c two reports A and B are
+scored by the model (m) and by humans (h):
+    PCA  = (1/N) sum_{q,c} 1[sgn(m^A - m^B) = sgn(h^A - h^B)]      over the N (query, criterion) pairs,
+    MARD = sum_q sum_{r in {A,B}} sum_{c in C_q} |m^r - h^r| / sum_q 2|C_q|,
+so a tie counts as agreement only when both sides tie, and MARD is the mean absolute deviation over
+every (query, report, criterion) score. Pearson and Spearman correlations (scipy.stats) compare two
+paired score lists, as BESPOKE's score alignment does; they are None when undefined (fewer than two
+pairs or a constant list).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from pydantic import Field, FiniteFloat, model_validator
+from scipy import stats
+
+from benchmarks.metrics.models import MetricInput, MetricResult
+
+
+class PairwiseJudgement(MetricInput):
+    """Model and human scores of reports A and B for one (query, criterion) pair."""
+
+    query_id: str = Field(default="", description="Query identifier (informational).")
+    criterion: str = Field(default="", description="Criterion identifier (informational).")
+    model_a: FiniteFloat = Field(description="Model score of report A.")
+    model_b: FiniteFloat = Field(description="Model score of report B.")
+    human_a: FiniteFloat = Field(description="Human score of report A.")
+    human_b: FiniteFloat = Field(description="Human score of report B.")
+
+
+def pairwise_comparison_agreement(judgements: Sequence[PairwiseJudgement]) -> float:
+    """PCA: share of (query, criterion) pairs where model and humans prefer the same report (or both tie)."""
+    if not judgements:
+        raise ValueError("PCA needs at least one (query, criterion) pair")
+    agreeing = sum(
+        1 for j in judgements if np.sign(j.model_a - j.model_b) == np.sign(j.human_a - j.human_b)
+    )
+    return agreeing / len(judgements)
+
+
+def mean_absolute_rating_deviation(judgements: Sequence[PairwiseJudgement]) -> float:
+    """MARD: mean |model - human| over both reports of every (query, criterion) pair."""
+    if not judgements:
+        raise ValueError("MARD needs at least one (query, criterion) pair")
+    deviations = [abs(j.model_a - j.human_a) + abs(j.model_b - j.human_b) for j in judgements]
+    return math.fsum(deviations) / (2 * len(judgements))
+
+
+class Correlation(MetricResult):
+    statistic: float | None = Field(description="Correlation coefficient; None when undefined.")
+    p_value: float | None = Field(description="Two-sided p-value; None when undefined.")
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> Correlation:
+    return _correlation(x, y, stats.pearsonr)
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> Correlation:
+    return _correlation(x, y, stats.spearmanr)
+
+
+def _correlation(x: Sequence[float], y: Sequence[float], test: Callable[..., Any]) -> Correlation:
+    if len(x) != len(y):
+        raise ValueError(f"paired score lists differ in length: {len(x)} vs {len(y)}")
+    # Fewer than two pairs, or a constant side, leaves the coefficient undefined (scipy would warn and give NaN).
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return Correlation(statistic=None, p_value=None)
+    result = test(x, y)
+    return Correlation(statistic=float(result.statistic), p_value=float(result.pvalue))
+
+
+class JudgeAgreementInput(MetricInput):
+    judgements: list[PairwiseJudgement] = Field(
+        min_length=1, description="One entry per (query, criterion) pair of reports A and B."
+    )
+
+
+class JudgeAgreementResult(MetricResult):
+    n_pairs: int = Field(description="N, the number of (query, criterion) pairs.")
+    pca: float = Field(description="Pairwise Comparison Agreement in [0, 1] (higher is better).")
+    mard: float = Field(description="Mean Absolute Rating Deviation (lower is better).")
+    pearson: Correlation = Field(description="Over all 2N (model, human) score pairs.")
+    spearman: Correlation = Field(description="Over all 2N (model, human) score pairs.")
+
+
+def judge_agreement(compared: JudgeAgreementInput) -> JudgeAgreementResult:
+    judgements = compared.judgements
+    model = [score for j in judgements for score in (j.model_a, j.model_b)]
+    human = [score for j in judgements for score in (j.human_a, j.human_b)]
+    return JudgeAgreementResult(
+        n_pairs=len(judgements),
+        pca=pairwise_comparison_agreement(judgements),
+        mard=mean_absolute_rating_deviation(judgements),
+        pearson=pearson(model, human),
+        spearman=spearman(model, human),
+    )
+
+
+class CorrelationInput(MetricInput):
+    x: list[FiniteFloat] = Field(min_length=1, description="First score list, e.g. the judge's scores.")
+    y: list[FiniteFloat] = Field(min_length=1, description="Second score list, paired by position, e.g. human scores.")
+
+    @model_validator(mode="after")
+    def _same_length(self) -> CorrelationInput:
+        if len(self.x) != len(self.y):
+            raise ValueError(f"x and y must be paired: {len(self.x)} vs {len(self.y)} values")
+        return self
+
+
+class CorrelationResult(MetricResult):
+    n: int
+    pearson: Correlation
+    spearman: Correlation
+
+
+def correlations(paired: CorrelationInput) -> CorrelationResult:
+    return CorrelationResult(n=len(paired.x), pearson=pearson(paired.x, paired.y), spearman=spearman(paired.x, paired.y))
