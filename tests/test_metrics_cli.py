@@ -1,0 +1,126 @@
+"""`atelier metric`: every bundled example runs through the CLI; input errors are one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from benchmarks.errors import AtelierError, ConfigError, DataError
+from benchmarks.metrics.registry import EXAMPLES_DIR, METRICS, read_metric_input, run_metric
+from runs.cli import metric as metric_cli
+
+ATELIER = Path(sys.executable).with_name("atelier")
+
+# One headline value per example, computed by hand from the example file.
+EXPECTED = {
+    "pqr": ("overall", (6.4 + 6.75 + (20 / 3 + 7.5) / 2) / 3),
+    "bespoke": ("average", (60 + 60 + 80 + 60 + 50) / 5),
+    "lampqa": ("score", (1 + 0.5 + 0.5 + 0 + 1 + 1 + 0) / 7),
+    "aepd": ("p_score", 0.0),
+    "ranking": ("n_queries", 2),
+    "judge_agreement": ("pca", 0.6),
+    "correlation": ("n", 8),
+    "bootstrap_ci": ("mean", 0.666),
+    "paired_test": ("mean_difference", 0.05),
+}
+
+
+@pytest.fixture
+def cli() -> typer.Typer:
+    app = typer.Typer()
+    metric_cli.register(app, typer.Typer())
+    return app
+
+
+def test_every_metric_has_an_example_and_an_expectation() -> None:
+    examples = {path.stem for path in EXAMPLES_DIR.glob("*.json")}
+    assert examples == set(METRICS) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(METRICS))
+def test_example_runs_through_the_cli(cli: typer.Typer, name: str) -> None:
+    result = CliRunner().invoke(cli, [name, "--input", str(EXAMPLES_DIR / f"{name}.json")])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    key, value = EXPECTED[name]
+    assert printed[key] == pytest.approx(value)
+
+
+def test_example_inputs_document_every_field() -> None:
+    for spec in METRICS.values():
+        schema = spec.input_model.model_json_schema()
+        for definition in [schema, *schema.get("$defs", {}).values()]:
+            for field_name, field in definition.get("properties", {}).items():
+                assert "description" in field, f"{spec.name}: {definition.get('title')}.{field_name} has no description"
+
+
+@pytest.mark.parametrize("args", [["--list"], ["list"]])
+def test_list_names_every_metric(cli: typer.Typer, args: list[str]) -> None:
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0
+    assert [row["name"] for row in json.loads(result.stdout)] == list(METRICS)
+
+
+def test_schema_prints_the_documented_input(cli: typer.Typer) -> None:
+    result = CliRunner().invoke(cli, ["lampqa", "--schema"])
+    schema = json.loads(result.stdout)
+    assert schema["title"] == "LampQAInput"
+    assert "aspects" in schema["required"]
+
+
+def test_input_errors_raise_atelier_errors_naming_the_field(cli: typer.Typer, tmp_path: Path) -> None:
+    payload = json.loads((EXAMPLES_DIR / "pqr.json").read_text())
+    payload["quality"]["LOGC"]["weight"] = 0.5
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(payload))
+    result = CliRunner().invoke(cli, ["pqr", "--input", str(bad)])
+    assert isinstance(result.exception, DataError)
+    assert result.exception.field == "quality"
+    assert "quality dimension weights must sum to 1" in str(result.exception)
+    assert "DEIN=0.4, LOGC=0.5, CLAR=0.3" in str(result.exception)
+    unknown = CliRunner().invoke(cli, ["nope", "--input", str(bad)])
+    assert isinstance(unknown.exception, ConfigError)
+    missing_input = CliRunner().invoke(cli, ["pqr"])
+    assert isinstance(missing_input.exception, ConfigError)
+
+
+def test_bad_json_names_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"values": [1,\n 2,, 3]}')
+    with pytest.raises(DataError) as caught:
+        read_metric_input(bad)
+    assert (caught.value.file, caught.value.line) == (str(bad), 2)
+    with pytest.raises(DataError, match="cannot read"):
+        read_metric_input(tmp_path / "absent.json")
+
+
+def test_input_of_the_wrong_shape_names_the_source(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="valid dictionary") as caught:
+        run_metric("bootstrap_ci", [1, 2, 3], source=tmp_path / "list.json")
+    assert caught.value.file == str(tmp_path / "list.json")
+
+
+def test_missing_field_is_reported_with_its_path() -> None:
+    with pytest.raises(DataError) as caught:
+        run_metric("bespoke", {"ratings": {"need_alignment": 3, "content_depth": 3, "tone": 3}})
+    assert caught.value.field == "ratings.explanation_style"
+    assert "Field required" in str(caught.value)
+    assert isinstance(caught.value, AtelierError)
+
+
+@pytest.mark.skipif(not ATELIER.exists(), reason="the atelier console script is not installed in this environment")
+def test_console_script_prints_one_line_and_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"aspects": [{"aspect": "a", "personalized": True, "words": 3}, {"aspect": "a", "personalized": False}]}))
+    completed = subprocess.run([str(ATELIER), "metric", "aepd", "--input", str(bad)], capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 2
+    assert completed.stdout == ""
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0] == f"error: {bad} field 'aspects': aspect 'a' is listed twice"
