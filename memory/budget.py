@@ -38,10 +38,10 @@ def render_event(event: HistoryEvent) -> str:
 
 
 def pack(items: Iterable[tuple[str, str]], budget: int) -> tuple[str, list[str], int]:
-    """Join (id, text) items in order while they fit in `budget` tokens.
+    """Join (id, text) items in order, one per line, while they fit in `budget` tokens.
 
-    Returns the text, the ids included, and its token count. If even the first item does not fit,
-    it is truncated to the budget rather than returning nothing.
+    Returns the text, the ids included, and its exact token count. If even the first item does
+    not fit, it is truncated to the budget rather than returning nothing.
     """
     lines: list[str] = []
     ids: list[str] = []
@@ -52,9 +52,13 @@ def pack(items: Iterable[tuple[str, str]], budget: int) -> tuple[str, list[str],
             if not lines and budget > 0:
                 lines.append(truncate_tokens(text, budget))
                 ids.append(item_id)
-                used = count_tokens(lines[0])
             break
         lines.append(text)
         ids.append(item_id)
         used += cost
-    return "\n".join(lines), ids, used
+    joined = "\n".join(lines)
+    while lines and count_tokens(joined) > budget:  # merges across lines can only rarely add tokens
+        lines.pop()
+        ids.pop()
+        joined = "\n".join(lines)
+    return joined, ids, count_tokens(joined) if lines else 0
