@@ -13,9 +13,9 @@ A claim citing two sources is two triplets (the paper's extraction prompt, Appen
 The overall score is (S_P + S_Q + S_R) / 3 (Eq. 6).
 
 Edge cases the paper leaves open, resolved here:
-- no cited claims: FA is 0/0, so it is undefined (None) rather than 0. The paper's Table 1 reports
-  GPT-4.1 w/Search with CC 0.10 but FA 6.75, which is only possible if reports without citations are
-  left out of FA instead of counting as 0. CC is then 0.
+- no cited claims: FA is 0/0, so it is undefined (None) rather than 0. CC is then 0. The paper's
+  Table 1 supports this reading: GPT-4.1 w/Search has CC 0.10 (almost nothing cited) yet FA 6.75,
+  which cannot happen if its uncited reports counted as FA = 0.
 - no claims at all: FA and CC are both undefined (None).
 - S_R needs both FA and CC, and the per-case overall needs S_R; otherwise they are None.
 `aggregate_pqr` averages cases the way the paper's tables do: each column is the mean over the cases
@@ -240,10 +240,8 @@ def aggregate_pqr(results: Sequence[PQRResult]) -> PQRSummary:
         raise ValueError("aggregate_pqr needs at least one result")
     p = _mean([r.personalization.score for r in results])
     q = _mean([r.quality.score for r in results])
-    dimensions = {
-        code: _mean([axis.dimensions[code] for r in results for axis in (r.personalization, r.quality) if code in axis.dimensions])
-        for code in PERSONALIZATION_DIMENSIONS + QUALITY_DIMENSIONS
-    }
+    dimensions = {code: _mean([r.personalization.dimensions[code] for r in results]) for code in PERSONALIZATION_DIMENSIONS}
+    dimensions |= {code: _mean([r.quality.dimensions[code] for r in results]) for code in QUALITY_DIMENSIONS}
     fa = _mean_defined([r.reliability.factual_accuracy for r in results])
     cc = _mean_defined([r.reliability.citation_coverage for r in results])
     reliability = (fa + cc) / 2 if fa is not None and cc is not None else None
