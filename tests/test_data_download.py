@@ -8,7 +8,6 @@ import http.server
 import io
 import threading
 import zipfile
-from pathlib import Path
 
 import pytest
 
