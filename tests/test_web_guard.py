@@ -1,0 +1,356 @@
+"""The URL guard and the caps: SSRF refusals (before any connection), redirects, bytes and time."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from benchmarks.errors import ConfigError
+from tools.asgi_server import AsgiServer
+from tools.caps import FetchCaps
+from tools.config import WebConfig
+from tools.errors import CapExceeded, FetchRefused
+from tools.http import GuardedHttp
+from tools.url_guard import AllowList, UrlGuard, address_problem
+from tools.web import build_web
+
+FIFTY_MB = 50 * 1024 * 1024
+CHUNK = 64 * 1024
+
+
+class CountingApp:
+    """A tiny web server for the tests: redirects, a 50 MB body, a page; counts what it served."""
+
+    def __init__(self) -> None:
+        self.hits: list[str] = []
+        self.seen_headers: list[dict[str, str]] = []
+        self.redirect_targets: dict[str, str] = {}
+
+    def app(self) -> Starlette:
+        async def page(request: Request) -> Response:
+            self.hits.append(request.url.path)
+            self.seen_headers.append(dict(request.headers))
+            return PlainTextResponse("hello from the allowed host")
+
+        async def redirect(request: Request) -> Response:
+            self.hits.append(request.url.path)
+            return RedirectResponse(self.redirect_targets[request.path_params["name"]], status_code=302)
+
+        async def loop(request: Request) -> Response:
+            return RedirectResponse("/loop", status_code=302)
+
+        async def huge_declared(request: Request) -> Response:
+            return Response(b"x" * 10, headers={"content-length": str(FIFTY_MB)}, media_type="text/plain")
+
+        async def echo(request: Request) -> Response:
+            self.seen_headers.append(dict(request.headers))
+            return JSONResponse({"ok": True})
+
+        return Starlette(
+            routes=[
+                Route("/page", page),
+                Route("/final", page),
+                Route("/redirect/{name}", redirect),
+                Route("/loop", loop),
+                Route("/huge-declared", huge_declared),
+                Route("/echo", echo, methods=["GET", "POST"]),
+            ]
+        )
+
+
+class RawServer:
+    """A socket server that misbehaves after accepting: says nothing, drips a byte at a time
+    forever, or floods a 50 MB body (counting what the kernel actually took from it)."""
+
+    def __init__(self, behaviour: str) -> None:
+        self.behaviour = behaviour
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        self.accepted = 0
+        self.bytes_sent = 0
+        self.finished = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.1)
+        held = []
+        while not self.stop.is_set():
+            try:
+                connection, _ = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.accepted += 1
+            held.append(connection)
+            if self.behaviour != "silent":
+                threading.Thread(target=self._talk, args=(connection,), daemon=True).start()
+        for connection in held:
+            connection.close()
+
+    def _talk(self, connection: socket.socket) -> None:
+        try:
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+            chunk = b"<" if self.behaviour == "drip" else b"x" * CHUNK
+            while not self.stop.is_set() and self.bytes_sent < FIFTY_MB:
+                connection.sendall(chunk)
+                self.bytes_sent += len(chunk)
+                if self.behaviour == "drip":
+                    time.sleep(0.05)
+        except OSError:  # the client hung up: what we want to see
+            pass
+        finally:
+            self.finished.set()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    counting = CountingApp()
+    with AsgiServer(counting.app()) as running:
+        yield counting, running
+
+
+@pytest.fixture(scope="module")
+def bystander():
+    """A loopback server that is NOT allow-listed: nothing may ever reach it."""
+    counting = CountingApp()
+    with AsgiServer(counting.app()) as running:
+        yield counting, running
+
+
+def web_config(*allow: str, **caps) -> WebConfig:
+    return WebConfig(
+        provider="searxng",
+        provider_options={"base_url": "http://search.invalid"},
+        mode="live",
+        allow_hosts=list(allow),
+        caps=FetchCaps(**caps),
+    )
+
+
+class RecordingTransport(httpx.AsyncBaseTransport):
+    """Stands in for the network: records every request that would have left the process."""
+
+    def __init__(self) -> None:
+        self.requests: list[httpx.Request] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        return httpx.Response(200, text="should never be reached")
+
+
+# ------------------------------------------------------------------------------------ refusals
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://127.0.0.1/", "loopback"),
+        ("http://127.8.9.10:8080/admin", "loopback"),
+        ("http://10.0.0.1/", "private"),
+        ("http://10.255.255.254/internal", "private"),
+        ("http://192.168.1.1/router", "private"),
+        ("http://172.16.0.5/", "private"),
+        ("http://169.254.169.254/latest/meta-data/", "link-local"),
+        ("http://[::1]/", "loopback"),
+        ("http://[::ffff:127.0.0.1]/", "loopback"),
+        ("http://[fe80::1]/", "link-local"),
+        ("http://0.0.0.0/", "unspecified"),
+        ("http://100.64.0.1/", "not globally routable"),
+        ("file:///etc/passwd", "scheme 'file'"),
+        ("ftp://example.org/file", "scheme 'ftp'"),
+        ("gopher://example.org/", "scheme 'gopher'"),
+    ],
+)
+async def test_private_loopback_link_local_and_non_http_urls_are_refused_before_any_request(url, reason):
+    transport = RecordingTransport()
+    async with build_web(web_config(), transport=transport) as web:
+        with pytest.raises(FetchRefused, match=reason):
+            await web.fetch(url)
+    assert transport.requests == []
+
+
+@pytest.mark.parametrize("host", ["localhost", "2130706433"])  # names that resolve to 127.0.0.1
+async def test_host_names_are_resolved_and_every_address_checked(host):
+    transport = RecordingTransport()
+    async with build_web(web_config(), transport=transport) as web:
+        with pytest.raises(FetchRefused, match="loopback"):
+            await web.fetch(f"http://{host}:8080/")
+    assert transport.requests == []
+
+
+async def test_the_refusal_names_the_allow_list_entry_that_would_permit_it():
+    async with build_web(web_config(), transport=RecordingTransport()) as web:
+        with pytest.raises(FetchRefused, match=r'allow_hosts = \["10.1.2.3:8080"\]'):
+            await web.fetch("http://10.1.2.3:8080/x")
+
+
+async def test_allow_listed_loopback_host_is_fetched(server):
+    counting, running = server
+    async with build_web(web_config(running.host_port)) as web:
+        page = await web.fetch(f"{running.base_url}/page")
+    assert page.text == "hello from the allowed host"
+    assert page.content_type == "text/plain"
+
+
+async def test_the_same_host_on_another_port_is_not_allow_listed(server, bystander):
+    _, running = server
+    bystander_app, other = bystander
+    async with build_web(web_config(running.host_port)) as web:
+        with pytest.raises(FetchRefused, match="loopback"):
+            await web.fetch(f"{other.base_url}/page")
+    assert bystander_app.hits == []
+
+
+# ------------------------------------------------------------------------------------ redirects
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [
+        ("http://10.1.2.3/secret", "private"),
+        ("http://169.254.169.254/latest/meta-data/iam", "link-local"),
+        ("http://[::1]:9/", "loopback"),
+        ("file:///etc/passwd", "scheme 'file'"),
+    ],
+)
+async def test_a_redirect_from_an_allowed_host_to_a_private_one_is_refused(server, target, reason):
+    counting, running = server
+    counting.redirect_targets["away"] = target
+    async with build_web(web_config(running.host_port)) as web:
+        with pytest.raises(FetchRefused, match=reason):
+            await web.fetch(f"{running.base_url}/redirect/away")
+
+
+async def test_a_redirect_to_a_loopback_bystander_never_reaches_it(server, bystander):
+    counting, running = server
+    bystander_app, other = bystander
+    counting.redirect_targets["bystander"] = f"{other.base_url}/page"
+    async with build_web(web_config(running.host_port)) as web:
+        with pytest.raises(FetchRefused):
+            await web.fetch(f"{running.base_url}/redirect/bystander")
+    assert bystander_app.hits == []
+
+
+async def test_redirects_within_the_allowed_host_are_followed_and_recorded(server):
+    counting, running = server
+    counting.redirect_targets["home"] = "/final"
+    async with build_web(web_config(running.host_port)) as web:
+        page = await web.fetch(f"{running.base_url}/redirect/home")
+    assert page.final_url == f"{running.base_url}/final"
+    assert page.text == "hello from the allowed host"
+
+
+async def test_redirect_loops_stop_at_the_cap(server):
+    _, running = server
+    async with build_web(web_config(running.host_port, max_redirects=3)) as web:
+        with pytest.raises(CapExceeded, match="more than 3 redirects"):
+            await web.fetch(f"{running.base_url}/loop")
+
+
+async def test_credential_headers_are_not_forwarded_to_another_origin(server, bystander):
+    counting, running = server
+    bystander_app, other = bystander
+    counting.redirect_targets["cross"] = f"{other.base_url}/echo"
+    http = GuardedHttp(UrlGuard(AllowList([running.host_port, other.host_port])), FetchCaps())
+    try:
+        await http.request("GET", f"{running.base_url}/redirect/cross", headers={"X-API-KEY": "secret-key"})
+        await http.request("GET", f"{other.base_url}/echo", headers={"X-API-KEY": "direct"})
+    finally:
+        await http.aclose()
+    assert [headers.get("x-api-key") for headers in bystander_app.seen_headers[-2:]] == [None, "direct"]
+
+
+# ------------------------------------------------------------------------------------ caps
+
+
+async def test_a_50_mb_body_is_cut_off_at_the_byte_cap():
+    flood = RawServer("flood")
+    try:
+        started = time.monotonic()
+        async with build_web(web_config(f"127.0.0.1:{flood.port}", max_bytes=1_000_000)) as web:
+            with pytest.raises(CapExceeded, match="exceeds the cap of 1000000 bytes"):
+                await web.fetch(f"http://127.0.0.1:{flood.port}/")
+        elapsed = time.monotonic() - started
+        assert await asyncio.to_thread(flood.finished.wait, 5)
+    finally:
+        flood.close()
+    assert elapsed < 5
+    # what the kernel took before we hung up: the cap plus socket buffers, far from 50 MB
+    assert flood.bytes_sent < FIFTY_MB // 4
+
+
+async def test_a_declared_50_mb_body_is_refused_without_reading_it(server):
+    _, running = server
+    async with build_web(web_config(running.host_port, max_bytes=1_000_000)) as web:
+        with pytest.raises(CapExceeded, match="body of 52428800 bytes exceeds the cap"):
+            await web.fetch(f"{running.base_url}/huge-declared")
+
+
+@pytest.mark.parametrize("behaviour", ["silent", "drip"], ids=["never-answers", "drips-forever"])
+async def test_a_server_that_never_finishes_is_cut_off_at_the_time_cap(behaviour):
+    silent = RawServer(behaviour)
+    try:
+        started = time.monotonic()
+        async with build_web(web_config(f"127.0.0.1:{silent.port}", timeout_s=0.6)) as web:
+            with pytest.raises(CapExceeded, match="no complete response within 0.6s"):
+                await web.fetch(f"http://127.0.0.1:{silent.port}/")
+        elapsed = time.monotonic() - started
+    finally:
+        silent.close()
+    assert silent.accepted == 1
+    assert 0.5 < elapsed < 2.0
+
+
+# ------------------------------------------------------------------------------------ units
+
+
+@given(
+    st.sampled_from(
+        ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "127.0.0.0/8", "169.254.0.0/16", "fc00::/7", "fe80::/10"]
+    ),
+    st.integers(min_value=0),
+)
+def test_every_address_of_a_private_range_has_a_problem(network, offset):
+    net = ipaddress.ip_network(network)
+    address = net.network_address + offset % net.num_addresses
+    assert address_problem(address) is not None
+
+
+@pytest.mark.parametrize("address", ["8.8.8.8", "1.1.1.1", "93.184.216.34", "2606:4700:4700::1111"])
+def test_public_addresses_pass(address):
+    assert address_problem(ipaddress.ip_address(address)) is None
+
+
+def test_the_peer_actually_connected_to_is_checked_again():
+    guard = UrlGuard(AllowList())
+    with pytest.raises(FetchRefused, match="loopback"):  # a public name whose second DNS answer was 127.0.0.1
+        guard.check_peer(httpx.URL("https://public.example/"), "127.0.0.1")
+    guard.check_peer(httpx.URL("https://public.example/"), "93.184.216.34")
+
+
+def test_allow_list_entries_match_host_and_port():
+    allow = AllowList(["127.0.0.1:8080", "[::1]:9000", "fe80::1", "Intranet.Example"])
+    assert allow.permits("127.0.0.1", 8080) and not allow.permits("127.0.0.1", 8081)
+    assert allow.permits("::1", 9000) and not allow.permits("::1", 80)
+    assert allow.permits("fe80::1", 443)
+    assert allow.permits("intranet.example", 443)
+    with pytest.raises(ConfigError, match="allow_hosts"):
+        AllowList(["http://x.example/path"])

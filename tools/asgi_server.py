@@ -1,0 +1,81 @@
+"""Serve an ASGI app with uvicorn on loopback: blocking (the CLI) or on a daemon thread (tests, runs).
+
+The socket is bound when the server is made, so its base URL (and an ephemeral port) is known
+before it serves.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from benchmarks.errors import AtelierError
+
+STARTUP_TIMEOUT_S = 15.0
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise AtelierError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+class AsgiServer:
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0) -> None:
+        import uvicorn
+
+        self._socket = bind_socket(host, port)
+        self.host = host
+        self.port = int(self._socket.getsockname()[1])
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def host_port(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host_port}"
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until interrupted (Ctrl-C)."""
+        try:
+            self._server.run(sockets=[self._socket])
+        finally:
+            self._socket.close()
+
+    def start(self) -> AsgiServer:
+        """Serve on a daemon thread; returns once the server accepts connections."""
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name=f"asgi-{self.port}", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise AtelierError(f"the server on {self.base_url} did not start")
+            time.sleep(0.005)
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=STARTUP_TIMEOUT_S)
+            self._thread = None
+        self._socket.close()
+
+    def __enter__(self) -> AsgiServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

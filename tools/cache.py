@@ -1,0 +1,147 @@
+"""The web cache: every search answer and fetched response, stored content-addressed with its request.
+
+Layout under the cache root:
+
+    records/<k[:2]>/<k>.json    k = sha256 of the canonical request (kind, provider or reader, query
+                                or URL, params); the record holds the request, when it was recorded
+                                and the response (search results, or the HTTP response's metadata)
+    blobs/<h[:2]>/<h>           response bodies, h = sha256 of the bytes
+
+Modes: `live` neither reads nor writes; `record` answers from the cache when it can and records
+every miss (the first answer to a request is frozen, so a rerun sees the same web); `replay`
+answers only from the cache and raises ReplayMiss otherwise — it never goes to the network.
+Answers that are the web's (any HTTP status, any body) are recorded; transport failures
+(timeouts, refused connections) are not, so a flaky moment is not frozen into every later run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from benchmarks.errors import DataError
+from tools.config import CacheMode
+from tools.errors import ReplayMiss
+
+RequestKind = Literal["search", "fetch"]
+
+
+class CacheRecord(BaseModel):
+    key: str
+    kind: RequestKind
+    request: dict[str, Any]
+    recorded_at: datetime
+    response: dict[str, Any]
+    body_sha256: str | None = None
+
+
+class CachedAnswer(BaseModel):
+    record: CacheRecord
+    body: bytes = b""
+    from_cache: bool
+
+
+LiveCall = Callable[[], Awaitable[tuple[dict[str, Any], bytes | None]]]
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def request_key(request: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+class WebCache:
+    def __init__(self, root: Path, mode: CacheMode) -> None:
+        self.root = Path(root)
+        self.mode = mode
+
+    def _record_path(self, key: str) -> Path:
+        return self.root / "records" / key[:2] / f"{key}.json"
+
+    def _blob_path(self, digest: str) -> Path:
+        return self.root / "blobs" / digest[:2] / digest
+
+    def load(self, key: str) -> CacheRecord | None:
+        path = self._record_path(key)
+        if not path.exists():
+            return None
+        try:
+            return CacheRecord.model_validate_json(path.read_bytes())
+        except ValueError as exc:
+            raise DataError(f"corrupted web cache record: {exc}", file=path) from None
+
+    def body(self, record: CacheRecord) -> bytes:
+        if record.body_sha256 is None:
+            return b""
+        path = self._blob_path(record.body_sha256)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise DataError("web cache body missing for record " + record.key, file=path) from None
+        if hashlib.sha256(data).hexdigest() != record.body_sha256:
+            raise DataError("web cache body does not match its sha256", file=path)
+        return data
+
+    def store(
+        self, kind: RequestKind, request: dict[str, Any], response: dict[str, Any], body: bytes | None
+    ) -> CacheRecord:
+        digest = None
+        if body is not None:
+            digest = hashlib.sha256(body).hexdigest()
+            if not self._blob_path(digest).exists():
+                _write_atomically(self._blob_path(digest), body)
+        record = CacheRecord(
+            key=request_key(request),
+            kind=kind,
+            request=request,
+            recorded_at=datetime.now(UTC),
+            response=response,
+            body_sha256=digest,
+        )
+        _write_atomically(self._record_path(record.key), record.model_dump_json(indent=1).encode("utf-8"))
+        return record
+
+    def records(self) -> Iterator[CacheRecord]:
+        """Every recorded request, e.g. to list what a run searched and fetched."""
+        for path in sorted((self.root / "records").glob("*/*.json")):
+            yield CacheRecord.model_validate_json(path.read_bytes())
+
+    async def answer(self, kind: RequestKind, request: dict[str, Any], live: LiveCall) -> CachedAnswer:
+        """The answer to `request` according to the mode; `live` is awaited only on a permitted miss."""
+        key = request_key(request)
+        if self.mode != "live":
+            record = self.load(key)
+            if record is not None:
+                return CachedAnswer(record=record, body=self.body(record), from_cache=True)
+            if self.mode == "replay":
+                raise ReplayMiss(
+                    f"replay: no recorded {kind} for {canonical_json(request)} in {self.root} (key {key[:16]})"
+                )
+        response, body = await live()
+        if self.mode == "record":
+            record = self.store(kind, request, response, body)
+        else:
+            record = CacheRecord(key=key, kind=kind, request=request, recorded_at=datetime.now(UTC), response=response)
+        return CachedAnswer(record=record, body=body or b"", from_cache=False)

@@ -1,0 +1,1 @@
+"""Page readers: `direct` (httpx + trafilatura, the default) and `jina` (Jina Reader)."""

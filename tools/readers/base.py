@@ -1,0 +1,48 @@
+"""The page-reader interface: download a URL (network) and turn the stored response into a Page (pure).
+
+The two halves are apart so the web cache sits between them: a replayed response goes through
+exactly the same `to_page` as a live one, so a replayed page is the recorded page.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from tools.errors import FetchFailed
+from tools.http import GuardedHttp, HttpResponse
+from tools.page import Page
+from tools.service import WebService
+
+
+class ReaderOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PageReader(WebService, ABC):
+    def __init__(
+        self, options: BaseModel, http: GuardedHttp, *, route: Callable[[str], str] | None = None, origin: str = "web"
+    ) -> None:
+        """`route` maps a URL to the one actually requested (the sandbox mirror); `origin` names the web
+        being read ("web", or "sandbox:<corpus>"), so pages of different webs never share a cache key."""
+        super().__init__(options, http)
+        self.route = route
+        self.origin = origin
+
+    @abstractmethod
+    async def download(self, url: str) -> HttpResponse: ...
+
+    @abstractmethod
+    def to_page(self, url: str, response: HttpResponse, *, fetched_at: datetime, from_cache: bool) -> Page: ...
+
+    def identity(self) -> dict[str, Any]:
+        return {"reader": self.name, "origin": self.origin, "options": self.options_identity()}
+
+
+def require_success(url: str, response: HttpResponse) -> None:
+    if not 200 <= response.status < 300:
+        raise FetchFailed(f"{url}: HTTP {response.status} from {response.final_url}")

@@ -1,0 +1,48 @@
+"""The `direct` reader: GET the page ourselves (guarded httpx) and extract its main text (trafilatura).
+
+With the sandbox web, a document's citable URL (https://en.wikipedia.org/wiki/...) is fetched from
+the sandbox's `/mirror` route on loopback; the page keeps the citable URL and records where it was
+served from in `metadata["served_from"]`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tools.extract import extract_text, parse_content_type
+from tools.http import HttpResponse
+from tools.page import Page
+from tools.readers.base import PageReader, ReaderOptions, require_success
+from tools.readers.registry import register_reader
+
+ACCEPT = "text/html,application/xhtml+xml;q=0.9,text/plain;q=0.8,text/markdown;q=0.8"
+
+
+class DirectOptions(ReaderOptions):
+    pass
+
+
+@register_reader
+class DirectReader(PageReader):
+    name = "direct"
+    Options = DirectOptions
+
+    async def download(self, url: str) -> HttpResponse:
+        target = self.route(url) if self.route else url
+        return await self.http.request("GET", target, headers={"Accept": ACCEPT})
+
+    def to_page(self, url: str, response: HttpResponse, *, fetched_at: datetime, from_cache: bool) -> Page:
+        require_success(url, response)
+        extracted = extract_text(response.body, response.content_type, url)
+        routed = response.url != url
+        return Page(
+            url=url,
+            final_url=url if routed and not response.redirects else response.final_url,
+            status=response.status,
+            content_type=parse_content_type(response.content_type)[0],
+            title=extracted.title,
+            text=extracted.text,
+            metadata={**extracted.metadata, "charset": extracted.charset, "served_from": response.final_url},
+            fetched_at=fetched_at,
+            from_cache=from_cache,
+        )

@@ -1,0 +1,39 @@
+"""Embeddings of a corpus, computed once per (corpus content, embedder) and kept on disk."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from agents.embeddings import Embedder
+from benchmarks.data_files import cache_dir
+from tools.sandbox.corpus import Corpus, Document
+
+MAX_CHARS = 1500  # MiniLM reads 256 word pieces; longer text is wasted work
+
+
+def embedding_text(document: Document) -> str:
+    return f"{document.title}. {document.description}. {document.text}"[:MAX_CHARS]
+
+
+def embeddings_path(corpus: Corpus, embedder: Embedder) -> Path:
+    safe_name = embedder.name.replace("/", "_")
+    return cache_dir() / "sandbox" / "embeddings" / f"{corpus.fingerprint[:24]}-{safe_name}.npy"
+
+
+def corpus_embeddings(corpus: Corpus, embedder: Embedder) -> np.ndarray:
+    path = embeddings_path(corpus, embedder)
+    if path.exists():
+        matrix = np.load(path)
+        if matrix.shape[0] == len(corpus):
+            return matrix
+    matrix = embedder.embed([embedding_text(document) for document in corpus.documents])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".npy")
+    with os.fdopen(handle, "wb") as out:
+        np.save(out, matrix)
+    os.replace(temporary, path)
+    return matrix

@@ -1,0 +1,176 @@
+"""`Web`: one run's search, fetch and web cache wired together. `build_web(config)` makes it.
+
+    async with build_web(WebConfig(sandbox=SandboxConfig(corpus="wiki"))) as web:
+        results = await web.search("Alan Turing")
+        page = await web.fetch(results[0].url)
+
+With the default `searxng` provider and no base_url, the sandbox web is started in-process on
+loopback (and allow-listed); results carry the documents' citable URLs and fetches of those URLs
+are served by the sandbox. In replay mode nothing is started and no request can leave the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, Field
+
+from benchmarks.data_files import cache_dir
+from tools.asgi_server import AsgiServer
+from tools.cache import CachedAnswer, RequestKind, WebCache
+from tools.config import WebConfig
+from tools.errors import FetchFailed, SearchFailed
+from tools.http import GuardedHttp, HttpResponse, OfflineTransport
+from tools.page import Page
+from tools.readers.base import PageReader
+from tools.readers.registry import reader_class, reader_config
+from tools.sandbox.urls import mirror_url
+from tools.search.base import SearchProvider, SearchResult
+from tools.search.registry import provider_class, provider_config
+from tools.service import require_keys
+from tools.url_guard import AllowList, UrlGuard
+from tools.urls import canonical_url
+
+# The sandbox's address in replay mode, where no sandbox runs: `.invalid` never resolves, and the
+# replay transport refuses every request anyway.
+REPLAY_SANDBOX_URL = "http://sandbox.invalid"
+
+
+class WebLogEntry(BaseModel):
+    """One request of this session, so a run folder can list what it searched and fetched."""
+
+    kind: RequestKind
+    key: str
+    request: dict[str, Any]
+    from_cache: bool
+    at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+
+def check_web_config(config: WebConfig) -> None:
+    """Fail before a run starts: unknown names, bad options, or a provider without its API key."""
+    provider_options = provider_config(config.provider, config.provider_options)
+    reader_options = reader_config(config.reader, config.reader_options)
+    if config.mode != "replay":  # a replay never calls the service, so it needs no key
+        require_keys(config.provider, provider_options)
+        require_keys(config.reader, reader_options)
+
+
+class Web:
+    def __init__(
+        self,
+        *,
+        provider: SearchProvider,
+        reader: PageReader,
+        cache: WebCache,
+        http: GuardedHttp,
+        max_results: int = 10,
+        sandbox: AsgiServer | None = None,
+    ) -> None:
+        """Prefer `build_web`. `sandbox` is a started sandbox server this Web owns and stops on close."""
+        self.provider = provider
+        self.reader = reader
+        self.cache = cache
+        self.http = http
+        self.max_results = max_results
+        self.sandbox = sandbox
+        self.log: list[WebLogEntry] = []
+
+    def _note(self, answer: CachedAnswer) -> None:
+        record = answer.record
+        self.log.append(
+            WebLogEntry(kind=record.kind, key=record.key, request=record.request, from_cache=answer.from_cache)
+        )
+
+    async def search(self, query: str, max_results: int | None = None) -> list[SearchResult]:
+        query = query.strip()
+        if not query:
+            raise SearchFailed("empty search query")
+        count = max_results or self.max_results
+        request = {"kind": "search", **self.provider.identity(), "query": query, "max_results": count}
+
+        async def live() -> tuple[dict[str, Any], None]:
+            results = await self.provider.search(query, count)
+            return {"results": [result.model_dump(mode="json") for result in results]}, None
+
+        answer = await self.cache.answer("search", request, live)
+        self._note(answer)
+        return [SearchResult.model_validate(item) for item in answer.record.response["results"]]
+
+    async def fetch(self, url: str) -> Page:
+        try:
+            url = canonical_url(url)
+        except httpx.InvalidURL as exc:
+            raise FetchFailed(f"invalid URL {url!r}: {exc}") from None
+        request = {"kind": "fetch", **self.reader.identity(), "url": url}
+
+        async def live() -> tuple[dict[str, Any], bytes]:
+            response = await self.reader.download(url)
+            return response.model_dump(mode="json"), response.body
+
+        answer = await self.cache.answer("fetch", request, live)
+        self._note(answer)
+        response = HttpResponse.model_validate(answer.record.response).model_copy(update={"body": answer.body})
+        # extraction is CPU work: off the event loop, so other requests keep flowing meanwhile
+        return await asyncio.to_thread(
+            self.reader.to_page, url, response, fetched_at=answer.record.recorded_at, from_cache=answer.from_cache
+        )
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+        if self.sandbox is not None:
+            await asyncio.to_thread(self.sandbox.stop)
+            self.sandbox = None
+
+    async def __aenter__(self) -> Web:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+def build_web(config: WebConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> Web:
+    """The run's web. `transport` replaces the network (tests); replay mode uses one that refuses all."""
+    check_web_config(config)
+    if config.mode == "replay" and transport is None:
+        transport = OfflineTransport()
+    allow = AllowList(config.allow_hosts)
+    http = GuardedHttp(UrlGuard(allow), config.caps, transport=transport)
+    provider_cls, reader_cls = provider_class(config.provider), reader_class(config.reader)
+    provider_options = provider_config(config.provider, config.provider_options)
+    reader_options = reader_config(config.reader, config.reader_options)
+    cache = WebCache(config.cache_dir or cache_dir() / "web", config.mode)
+    if not config.uses_sandbox:
+        return Web(
+            provider=provider_cls(provider_options, http),
+            reader=reader_cls(reader_options, http),
+            cache=cache,
+            http=http,
+            max_results=config.max_results,
+        )
+
+    settings = config.sandbox_settings
+    sandbox = None
+    if config.mode == "replay":
+        base_url = settings.url or REPLAY_SANDBOX_URL
+    elif settings.url:
+        base_url = settings.url
+    else:
+        from tools.sandbox.server import SandboxWeb
+
+        sandbox = SandboxWeb.from_config(settings).start()
+        base_url = sandbox.base_url
+    allow.add_origin(base_url)
+    return Web(
+        provider=provider_cls(
+            provider_options, http, endpoint=base_url, endpoint_label=f"{settings.origin()}:{settings.ranker}"
+        ),
+        reader=reader_cls(reader_options, http, route=partial(mirror_url, base_url), origin=settings.origin()),
+        cache=cache,
+        http=http,
+        max_results=config.max_results,
+        sandbox=sandbox,
+    )
