@@ -451,7 +451,10 @@ async def test_recorded_searches_never_contain_the_api_key(fake, tmp_path):
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"provider": "bing"}, "unknown search provider 'bing'; known: brave, searxng, serper, tavily"),
+        (
+            {"provider": "bing"},
+            r"\[web\] provider: unknown search provider 'bing'; valid: brave, searxng, serper, tavily",
+        ),
         ({"provider": "tavily", "provider_options": {"search_depth": "deep"}}, "field 'search_depth'"),
         ({"provider": "serper", "provider_options": {"colour": "red"}}, "field 'colour'"),
         ({"reader": "curl"}, "unknown page reader 'curl'"),
@@ -462,3 +465,16 @@ async def test_recorded_searches_never_contain_the_api_key(fake, tmp_path):
 def test_bad_web_settings_are_config_errors_naming_the_field(settings, message):
     with pytest.raises(ConfigError, match=message):
         WebConfig(**settings)
+
+
+def test_validate_on_a_built_provider_names_the_missing_key():
+    from tools.caps import FetchCaps
+    from tools.http import GuardedHttp
+    from tools.search import provider_class, provider_config
+    from tools.url_guard import AllowList, UrlGuard
+
+    http = GuardedHttp(UrlGuard(AllowList()), FetchCaps())
+    brave = provider_class("brave")(provider_config("brave", {}), http)
+    with pytest.raises(ConfigError, match="brave needs an API key: set BRAVE_API_KEY"):
+        brave.validate()
+    provider_class("brave")(provider_config("brave", {"api_key": "k"}), http).validate()

@@ -1,13 +1,13 @@
-"""What search providers and page readers share: typed options, an API key check, a name registry."""
+"""What search providers and page readers share: typed options, an API key check, lookup by name."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
 from benchmarks.errors import ConfigError
+from benchmarks.named_registry import NamedRegistry, UnknownNameError
 from tools.api_keys import KeyedServiceConfig
 from tools.http import GuardedHttp
 
@@ -40,39 +40,23 @@ class WebService:
         return self.options.model_dump(mode="json", exclude={"api_key", "base_url"})
 
 
-S = TypeVar("S", bound=type[WebService])
+S = TypeVar("S", bound=WebService)
 
 
-class ServiceRegistry(Generic[S]):
-    """Services by name; the modules listed register their class when imported."""
+def service_class(registry: NamedRegistry[type[S]], name: str, config_field: str) -> type[S]:
+    """The registered class, or ConfigError naming the [web] field that chose it."""
+    try:
+        return registry.get(name)
+    except UnknownNameError as exc:
+        raise ConfigError(f"{config_field}: {exc}") from None
 
-    def __init__(self, kind: str, config_field: str, modules: tuple[str, ...]) -> None:
-        self.kind = kind  # "search provider"
-        self.config_field = config_field  # "[web] provider"
-        self._modules = modules
-        self._classes: dict[str, S] = {}
 
-    def register(self, cls: S) -> S:
-        if self._classes.get(cls.name, cls) is not cls:
-            raise ValueError(f"{self.kind} {cls.name!r} is registered twice")
-        self._classes[cls.name] = cls
-        return cls
+def service_options(
+    registry: NamedRegistry[type[S]], name: str, options: dict[str, Any], config_field: str
+) -> BaseModel:
+    """The service's typed options; a bad one raises ConfigError naming its field."""
+    from tools.config import parse_options
 
-    def _load_all(self) -> None:
-        for module in self._modules:
-            importlib.import_module(module)
-
-    def names(self) -> list[str]:
-        self._load_all()
-        return sorted(self._classes)
-
-    def get(self, name: str) -> S:
-        self._load_all()
-        if name not in self._classes:
-            raise ConfigError(f"{self.config_field}: unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
-        return self._classes[name]
-
-    def parse_options(self, name: str, options: dict[str, Any]) -> BaseModel:
-        from tools.config import parse_options
-
-        return parse_options(self.get(name).Options, options, f"{self.config_field} options of {name}")
+    return parse_options(
+        service_class(registry, name, config_field).Options, options, f"{config_field} options of {name}"
+    )

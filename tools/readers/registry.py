@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
-from tools.readers.base import PageReader
-from tools.service import ServiceRegistry
+from typing import Any
 
-READERS: ServiceRegistry[type[PageReader]] = ServiceRegistry(
-    "page reader", "[web] reader", ("tools.readers.direct", "tools.readers.jina")
+from pydantic import BaseModel
+
+from benchmarks.named_registry import NamedRegistry
+from tools.readers.base import PageReader
+from tools.service import service_class, service_options
+
+READERS: NamedRegistry[type[PageReader]] = NamedRegistry(
+    "page reader", modules=("tools.readers.direct", "tools.readers.jina")
 )
-register_reader = READERS.register
-reader_names = READERS.names
-reader_class = READERS.get
-reader_config = READERS.parse_options
+FIELD = "[web] reader"
+
+
+def register_reader(cls: type[PageReader]) -> type[PageReader]:
+    return READERS.register(cls.name, cls)
+
+
+def reader_names() -> list[str]:
+    return READERS.names()
+
+
+def reader_class(name: str) -> type[PageReader]:
+    return service_class(READERS, name, FIELD)
+
+
+def reader_config(name: str, options: dict[str, Any]) -> BaseModel:
+    return service_options(READERS, name, options, FIELD)

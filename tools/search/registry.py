@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
-from tools.search.base import SearchProvider
-from tools.service import ServiceRegistry
+from typing import Any
 
-PROVIDERS: ServiceRegistry[type[SearchProvider]] = ServiceRegistry(
+from pydantic import BaseModel
+
+from benchmarks.named_registry import NamedRegistry
+from tools.search.base import SearchProvider
+from tools.service import service_class, service_options
+
+PROVIDERS: NamedRegistry[type[SearchProvider]] = NamedRegistry(
     "search provider",
-    "[web] provider",
-    ("tools.search.searxng", "tools.search.tavily", "tools.search.serper", "tools.search.brave"),
+    modules=("tools.search.searxng", "tools.search.tavily", "tools.search.serper", "tools.search.brave"),
 )
-register_provider = PROVIDERS.register
-provider_names = PROVIDERS.names
-provider_class = PROVIDERS.get
-provider_config = PROVIDERS.parse_options
+FIELD = "[web] provider"
+
+
+def register_provider(cls: type[SearchProvider]) -> type[SearchProvider]:
+    return PROVIDERS.register(cls.name, cls)
+
+
+def provider_names() -> list[str]:
+    return PROVIDERS.names()
+
+
+def provider_class(name: str) -> type[SearchProvider]:
+    return service_class(PROVIDERS, name, FIELD)
+
+
+def provider_config(name: str, options: dict[str, Any]) -> BaseModel:
+    return service_options(PROVIDERS, name, options, FIELD)
