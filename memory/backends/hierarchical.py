@@ -1,0 +1,217 @@
+"""`hierarchical`: MemoryOS-style short / mid / long-term memory (PDR-Bench §5.4 "Memory OS").
+
+Ingest streams events through the tiers (see memory/hierarchy.py for the data and the heat):
+each event becomes a short-term page; when the queue is full, its oldest `evict_batch` pages get
+topic summaries (one LLM call) and join mid-term topic sessions; after every event the hottest
+session, if its heat reaches `promotion_heat`, is promoted: its unanalysed pages update the
+long-term profile and add private facts (two LLM calls, run together as in MemoryOS).
+
+Recall makes no LLM call: the query is embedded, mid-term sessions are searched (visits raise
+their heat), long-term facts ranked, and the context combines, in this order and within the
+budget: the long-term profile, the relevant facts, the retrieved mid-term pages, then the short-
+term pages (most recent first). Defaults are MemoryOS's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+from pydantic import Field
+
+from agents.embeddings import Embedder, get_embedder
+from agents.memory_curator import analyze_profile, extract_knowledge, summarize_topics
+from benchmarks.case import HistoryEvent
+from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query
+from memory.budget import pack, render_event
+from memory.hierarchy import Fact, HeatWeights, LongTermMemory, MidTermMemory, Page, TopicSession
+from memory.registry import register_backend
+from memory.steps import memory_step
+from memory.user_events import UserEvents
+
+
+class HierarchicalConfig(MemoryConfig):
+    backend: Literal["hierarchical"] = "hierarchical"
+    short_term_capacity: int = Field(default=10, ge=1, description="Pages in the short-term FIFO queue.")
+    evict_batch: int = Field(
+        default=1, ge=1, description="Pages moved to mid-term together when the queue is full (one LLM call each move)."
+    )
+    mid_term_capacity: int = Field(default=2000, ge=1, description="Topic sessions kept; beyond it the least retrieved goes.")
+    topic_similarity_threshold: float = Field(
+        default=0.6, description="Join an existing session when cosine(summary) + keyword_weight x Jaccard(keywords) >= this."
+    )
+    keyword_weight: float = Field(default=1.0, ge=0, description="Weight of keyword overlap when matching sessions.")
+    heat_alpha: float = Field(default=1.0, ge=0, description="Heat per retrieval visit (N_visit).")
+    heat_beta: float = Field(default=1.0, ge=0, description="Heat per page added since the last promotion (L_interaction).")
+    heat_gamma: float = Field(default=1.0, ge=0, description="Weight of recency exp(-hours / recency_tau_hours).")
+    recency_tau_hours: float = Field(default=24.0, gt=0, description="Recency time scale in hours.")
+    promotion_heat: float = Field(default=5.0, gt=0, description="Heat at which a session is promoted to long-term.")
+    long_term_capacity: int = Field(default=100, ge=1, description="Long-term private facts kept (oldest dropped first).")
+    top_sessions: int = Field(default=5, ge=1, description="Mid-term sessions searched per query.")
+    session_threshold: float = Field(default=0.1, description="Minimum query-summary similarity of a searched session.")
+    page_threshold: float = Field(default=0.1, description="Minimum query-page similarity of a retrieved page.")
+    max_pages: int = Field(default=7, ge=0, description="Mid-term pages retrieved per query (MemoryOS's queue).")
+    max_facts: int = Field(default=20, ge=0, description="Long-term facts retrieved per query.")
+    fact_threshold: float = Field(default=0.01, description="Minimum query-fact similarity.")
+    embedder: str = Field(default="local", description="Embedder for pages, topic summaries, facts and queries.")
+
+
+@dataclass
+class _UserMemory:
+    short_term: deque[Page]
+    mid_term: MidTermMemory
+    long_term: LongTermMemory
+
+
+@register_backend
+class HierarchicalMemory(MemoryBackend):
+    name = "hierarchical"
+    config_model = HierarchicalConfig
+    config: HierarchicalConfig
+
+    def __init__(self, config, env=None) -> None:
+        super().__init__(config, env)
+        self._events = UserEvents()
+        self._users: dict[str, _UserMemory] = {}
+        self._embedder: Embedder | None = None
+        self.weights = HeatWeights(
+            self.config.heat_alpha, self.config.heat_beta, self.config.heat_gamma, self.config.recency_tau_hours
+        )
+        self.clock: Callable[[], float] = time.time  # seconds; tests substitute their own
+
+    # ------------------------------------------------------------------ helpers
+
+    def _user(self, user_id: str) -> _UserMemory:
+        if user_id not in self._users:
+            self._users[user_id] = _UserMemory(
+                short_term=deque(),
+                mid_term=MidTermMemory(self.config.mid_term_capacity, self.weights),
+                long_term=LongTermMemory(self.config.long_term_capacity),
+            )
+        return self._users[user_id]
+
+    def tiers(self, user_id: str) -> _UserMemory | None:
+        return self._users.get(user_id)
+
+    async def _embed(self, texts: list[str]) -> np.ndarray:
+        if self._embedder is None:
+            self._embedder = get_embedder(self.config.embedder)
+        return await asyncio.to_thread(self._embedder.embed, texts)
+
+    # ------------------------------------------------------------------ ingest
+
+    async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
+        async with self.user_lock(user_id):
+            new = self._events.unseen(user_id, events)
+            if not new:
+                return
+            memory = self._user(user_id)
+            with memory_step("ingest"):
+                for event in new:
+                    if len(memory.short_term) >= self.config.short_term_capacity:
+                        await self._move_to_mid_term(user_id, memory)
+                    memory.short_term.append(Page(event.id, render_event(event)))
+                    self._events.add(user_id, [event])
+                    await self._promote_if_hot(user_id, memory)
+
+    async def _move_to_mid_term(self, user_id: str, memory: _UserMemory) -> None:
+        batch = list(memory.short_term)[: self.config.evict_batch]
+        pages_text = "\n".join(p.text for p in batch)
+        topics = await summarize_topics(self.env.gateway, self.env.role, pages_text)
+        summaries = [f"{t.theme}: {t.content}" for t in topics] or [pages_text]
+        keywords = [t.keywords for t in topics] or [[]]
+        vectors = await self._embed([p.text for p in batch] + summaries)
+        for page, vector in zip(batch, vectors):
+            page.vector = vector
+        now = self.clock()
+        for summary, words, vector in zip(summaries, keywords, vectors[len(batch) :]):
+            memory.mid_term.insert(
+                summary, words, vector, batch, now, self.config.topic_similarity_threshold, self.config.keyword_weight
+            )
+        for _ in batch:
+            memory.short_term.popleft()
+
+    async def _promote_if_hot(self, user_id: str, memory: _UserMemory) -> None:
+        session, heat = memory.mid_term.hottest(self.clock())
+        if session is None or heat < self.config.promotion_heat or not session.unanalyzed():
+            return
+        await self._promote(user_id, memory, session)
+
+    async def _promote(self, user_id: str, memory: _UserMemory, session: TopicSession) -> None:
+        pages = session.unanalyzed()
+        page_ids = [p.event_id for p in pages]
+        pages_text = "\n".join(p.text for p in pages)
+        long_term = memory.long_term
+        traits, facts = await asyncio.gather(
+            analyze_profile(self.env.gateway, self.env.role, long_term.traits, pages_text),
+            extract_knowledge(self.env.gateway, self.env.role, pages_text),
+        )
+        for trait in traits:  # a trait may cite any real event of the user (it merges the old profile)
+            trait.event_ids = self._events.known(user_id, trait.event_ids)
+        long_term.traits = traits
+        long_term.add_sources(page_ids)
+        if facts:
+            vectors = await self._embed([f.fact for f in facts])
+            for fact, vector in zip(facts, vectors):
+                cited = [i for i in dict.fromkeys(fact.event_ids) if i in page_ids]
+                long_term.facts.append(Fact(fact.fact.strip(), cited or page_ids, vector))
+        memory.mid_term.mark_promoted(session, self.clock())
+
+    # ------------------------------------------------------------------ recall
+
+    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        memory = self._users.get(user_id)
+        if memory is None or not self._events.ids(user_id):
+            return UserContext(backend=self.name, form="none")
+        async with self.user_lock(user_id):  # a search updates session heat
+            with memory_step("recall"):
+                query_vector = (await self._embed([as_query(query).text]))[0]
+            pages = memory.mid_term.search(
+                query_vector, self.clock(), self.config.top_sessions, self.config.session_threshold,
+                self.config.page_threshold, self.config.max_pages,
+            )
+            facts = memory.long_term.search_facts(query_vector, self.config.max_facts, self.config.fact_threshold)
+        return self._combine(memory, pages, facts, self.budget(budget))
+
+    def _combine(self, memory: _UserMemory, pages, facts, budget: int) -> UserContext:
+        # each item: (key, text, event ids); a section heading rides on its first item
+        sections: list[tuple[str, list[tuple[str, str, list[str]]]]] = []
+        long_term = memory.long_term
+        if long_term.traits:
+            profile = "\n".join(t.render() for t in long_term.traits)
+            sections.append(("User profile", [("profile", profile, list(long_term.profile_sources))]))
+        if facts:
+            sections.append(("Facts about the user", [(f"fact{i}", f"- {m.fact.text}", m.fact.event_ids) for i, m in enumerate(facts)]))
+        if pages:
+            sections.append(("Related memories", [(f"page:{m.page.event_id}", m.page.text, [m.page.event_id]) for m in pages]))
+        recent = list(reversed(memory.short_term))
+        if recent:
+            sections.append(("Recent history", [(f"recent:{p.event_id}", p.text, [p.event_id]) for p in recent]))
+        items: list[tuple[str, str]] = []
+        sources: dict[str, list[str]] = {}
+        for heading, section_items in sections:
+            for i, (key, text, ids) in enumerate(section_items):
+                items.append((key, f"# {heading}\n{text}" if i == 0 else text))
+                sources[key] = ids
+        text, keys, tokens = pack(items, budget)
+        if not keys:
+            return UserContext(backend=self.name, form="none")
+        included = set(keys)
+        page_ids = [m.page.event_id for m in pages if f"page:{m.page.event_id}" in included]
+        # most relevant first: retrieved pages (by similarity), facts, the profile's sources, recent pages
+        rank = {"page": 0, "fact": 1, "profile": 2, "recent": 3}
+        ordered_keys = sorted(keys, key=lambda k: rank[k.split(":")[0].rstrip("0123456789")])
+        ranked = [i for key in ordered_keys for i in sources[key]]
+        long_term_used = any(key == "profile" or key.startswith("fact") for key in keys)
+        return UserContext(
+            backend=self.name,
+            form="profile" if long_term_used else "raw",
+            text=text,
+            event_ids=list(dict.fromkeys(ranked)),
+            scores={m.page.event_id: round(m.score, 6) for m in pages if m.page.event_id in page_ids},
+            tokens=tokens,
+        )

@@ -1,0 +1,51 @@
+"""History rendered for an LLM prompt: `[id] (date) kind: text` lines within a token budget.
+
+Prompts show event ids so the model can cite the events it used; backends then keep only the
+cited ids that are real (`UserEvents.known`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from benchmarks.case import HistoryEvent
+from memory.budget import count_tokens, pack, render_event
+
+
+@dataclass(frozen=True)
+class HistoryText:
+    text: str
+    event_ids: list[str]
+
+
+def history_text(events: Sequence[HistoryEvent], budget_tokens: int) -> HistoryText:
+    """The events in the order given, as many as fit in the budget (the first one always, cut)."""
+    text, ids, _ = pack(((e.id, render_event(e)) for e in events), budget_tokens)
+    return HistoryText(text, ids)
+
+
+def history_chunks(events: Sequence[HistoryEvent], chunk_tokens: int) -> list[HistoryText]:
+    """All events, in order, split into consecutive chunks of at most `chunk_tokens` each.
+
+    An event longer than a whole chunk gets a chunk of its own, cut to the chunk size.
+    """
+    chunks: list[HistoryText] = []
+    lines: list[str] = []
+    ids: list[str] = []
+    used = 0
+    for event in events:
+        line = render_event(event)
+        cost = count_tokens(line) + 1
+        if lines and used + cost > chunk_tokens:
+            chunks.append(HistoryText("\n".join(lines), ids))
+            lines, ids, used = [], [], 0
+        if cost > chunk_tokens:
+            chunks.append(history_text([event], chunk_tokens))
+            continue
+        lines.append(line)
+        ids.append(event.id)
+        used += cost
+    if lines:
+        chunks.append(HistoryText("\n".join(lines), ids))
+    return chunks

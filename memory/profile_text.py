@@ -1,0 +1,31 @@
+"""A profile (text blocks, each citing history events) packed into a context within the budget.
+
+Shared by `profile`, `query_profile` and `selected` (profile form). The context's event ids are
+the real events cited by the blocks that made it into the text, first, then the rest of the
+events the profile was built from: all of them shaped it, the cited ones most directly.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from memory.base import UserContext
+from memory.budget import pack
+
+
+def profile_context(
+    backend: str,
+    blocks: Sequence[tuple[str, Sequence[str]]],
+    built_from: Sequence[str],
+    budget: int,
+) -> UserContext:
+    """`blocks`: (text, cited ids) in order; `built_from`: the events the profile saw, most
+    relevant or recent first. Cited ids outside `built_from` (invented by the model) are dropped."""
+    blocks = [(text, cited) for text, cited in blocks if text.strip()]
+    text, keys, tokens = pack(((str(i), block) for i, (block, _) in enumerate(blocks)), budget)
+    if not keys:
+        return UserContext(backend=backend, form="none")
+    real = set(built_from)
+    cited = [event_id for key in keys for event_id in blocks[int(key)][1] if event_id in real]
+    event_ids = list(dict.fromkeys([*cited, *built_from]))
+    return UserContext(backend=backend, form="profile", text=text, event_ids=event_ids, tokens=tokens)

@@ -1,0 +1,62 @@
+"""Each user's ingested history events, in arrival order, with idempotent adds.
+
+Backends that keep raw events use this rather than their own dicts, so "skip known event ids" and
+"most recent first" mean the same thing in every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from benchmarks.case import HistoryEvent
+
+
+class UserEvents:
+    def __init__(self) -> None:
+        self._by_user: dict[str, dict[str, HistoryEvent]] = {}
+
+    def unseen(self, user_id: str, events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
+        """The events not stored yet (first of each id), in the order given; nothing is stored."""
+        store = self._by_user.get(user_id, {})
+        fresh: dict[str, HistoryEvent] = {}
+        for event in events:
+            if event.id not in store:
+                fresh.setdefault(event.id, event)
+        return list(fresh.values())
+
+    def add(self, user_id: str, events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
+        """Store the events not seen before (by id) and return them, in the order given.
+
+        Backends that derive state from new events store them only once that state is built, so
+        a failed LLM call leaves them unseen and a retried ingest processes them again."""
+        new = self.unseen(user_id, events)
+        store = self._by_user.setdefault(user_id, {})
+        for event in new:
+            store[event.id] = event
+        return new
+
+    def events(self, user_id: str) -> list[HistoryEvent]:
+        return list(self._by_user.get(user_id, {}).values())
+
+    def get(self, user_id: str, event_id: str) -> HistoryEvent | None:
+        return self._by_user.get(user_id, {}).get(event_id)
+
+    def ids(self, user_id: str) -> set[str]:
+        return set(self._by_user.get(user_id, {}))
+
+    def known(self, user_id: str, ids: Iterable[str]) -> list[str]:
+        """`ids` that are real events of this user, de-duplicated, order kept (drops invented ids)."""
+        store = self._by_user.get(user_id, {})
+        seen: set[str] = set()
+        out: list[str] = []
+        for event_id in ids:
+            if event_id in store and event_id not in seen:
+                seen.add(event_id)
+                out.append(event_id)
+        return out
+
+
+def most_recent_first(events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
+    """Dated events by date (descending), then undated ones in reverse arrival order."""
+    order = {e.id: i for i, e in enumerate(events)}
+    return sorted(events, key=lambda e: (e.timestamp is not None, e.timestamp or "", order[e.id]), reverse=True)
