@@ -239,6 +239,9 @@ class Gold(_Model):
     narrative: str | None = Field(default=None, description="The user's own detailed description (LaMP-QA).")
     rubric_aspects: list[RubricAspect] = Field(default_factory=list)
     information_claims: list[str] = Field(default_factory=list, description="Gold information (BESPOKE).")
+    claim_sources: dict[str, list[str]] = Field(
+        default_factory=dict, description="For each gold claim, the ids of the documents that support it."
+    )
     rj_pairs: list[RJPair] = Field(default_factory=list)
     relevant_history_ids: list[str] = Field(default_factory=list)
     relevance: dict[str, int] = Field(

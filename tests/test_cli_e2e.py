@@ -42,7 +42,8 @@ def test_quickstart_twice_second_run_all_cache_hits(tmp_path, env):
     summary = json.loads((first / "summary.json").read_text())
     assert set(summary["systems"]) == {"direct-none", "direct-full"}
     assert (first / "report.html").read_text().startswith("<!doctype html>")
-    assert not any(e["cache_hit"] for e in lines(first / "ledger.jsonl"))
+    # the first run asks the provider (tasks shared by several users may hit within the run)
+    assert sum(not e["cache_hit"] for e in lines(first / "ledger.jsonl")) > len(lines(first / "results.jsonl"))
     ledger = lines(second / "ledger.jsonl")
     assert ledger and all(e["cache_hit"] for e in ledger)  # zero provider calls
     scores = lambda folder: {r["key"]: r["scores"] for r in lines(folder / "results.jsonl")}  # noqa: E731

@@ -101,7 +101,7 @@ def test_every_claim_page_exists_and_no_claim_cites_a_distractor():
     assert DISTRACTOR_PAGES <= set(SUITE.pages)
     cited = set()
     for case in ALL_CASES:
-        sources = sample.claim_pages(case.id)
+        sources = case.gold.claim_sources
         assert list(sources) == case.gold.information_claims
         for claim, page_ids in sources.items():
             assert page_ids and set(page_ids) <= set(SUITE.pages), (case.id, claim)
@@ -312,8 +312,6 @@ def test_loaded_cases_are_independent_copies():
 
 
 def test_judge_accessors_reject_unknown_ids():
-    with pytest.raises(KeyError):
-        sample.claim_pages("q99")
     with pytest.raises(KeyError):
         sample.context_traits("u99")
 

@@ -5,9 +5,9 @@ personas and research tasks, per-user implicit history (memory snippets, dialogu
 sessions), one case per (task, user) pair with BESPOKE/LaMP-QA-style gold, and a page corpus the
 sandbox web serves. Settings follow PDR-Bench; `Case.view` decides what each setting exposes.
 
-Two annotations stay out of `Case` because systems see everything outside `Case.gold`: which pages
-support each gold claim (`claim_pages`) and which persona trait each history item came from
-(`context_traits`). Judges and checks read them through the functions below.
+The pages supporting each gold claim are in `Gold.claim_sources`. Which persona trait each history
+item came from stays out of `Case` (systems see everything outside `Case.gold`); reversibility
+checks read it with `context_traits`.
 """
 
 from __future__ import annotations
@@ -217,6 +217,7 @@ class GoldRecord(_Record):
             information_need=self.information_need,
             rubric_aspects=list(self.rubric_aspects),
             information_claims=[c.claim for c in self.information_claims],
+            claim_sources={c.claim: list(c.pages) for c in self.information_claims},
             relevant_history_ids=list(self.relevant_history_ids),
             rj_pairs=[pair for record in self.rj_pairs for pair in record.to_rj_pairs()],
         )
@@ -384,14 +385,6 @@ def load_suite() -> SampleSuite:
 def sample_pages() -> list[SamplePage]:
     """The page corpus, in file order (what the sandbox web serves)."""
     return list(load_suite().pages.values())
-
-
-def claim_pages(case_id: str) -> dict[str, list[str]]:
-    """For judges: each gold information claim of a case and the ids of the pages supporting it."""
-    for query in load_suite().queries:
-        if query.id == case_id:
-            return {c.claim: list(c.pages) for c in query.gold.information_claims}
-    raise KeyError(f"no sample case {case_id!r}")
 
 
 def context_traits(user_id: str) -> dict[str, str]:
