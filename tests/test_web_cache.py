@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from pathlib import Path
@@ -147,3 +148,31 @@ async def test_replay_mode_builds_a_client_that_cannot_reach_the_network(tmp_pat
     async with build_web(sandbox_config(tmp_path, "replay")) as web:
         with pytest.raises(NetworkDisabled, match="replay mode"):
             await web.http.request("GET", "http://sandbox.invalid/search")
+
+
+async def test_identical_requests_in_flight_together_share_one_live_call(tmp_path):
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from tools.asgi_server import AsgiServer
+
+    calls = []
+
+    async def search(request):
+        calls.append(request.query_params["q"])
+        await asyncio.sleep(0.2)  # long enough for the other callers to arrive
+        return JSONResponse({"query": "q", "results": [{"url": "https://x.example/", "title": "X", "content": ""}]})
+
+    with AsgiServer(Starlette(routes=[Route("/search", search)])) as server:
+        config = WebConfig(
+            provider_options={"base_url": server.base_url, "max_pages": 1},
+            mode="record",
+            cache_dir=tmp_path,
+            allow_hosts=[server.host_port],
+        )
+        async with build_web(config) as web:
+            answers = await asyncio.gather(*(web.search("same question") for _ in range(4)), web.search("other"))
+    assert sorted(calls) == ["other", "same question"]
+    assert all(answer == answers[0] for answer in answers[:4])
+    assert len(list(WebCache(tmp_path, "replay").records())) == 2

@@ -12,10 +12,13 @@ every miss (the first answer to a request is frozen, so a rerun sees the same we
 answers only from the cache and raises ReplayMiss otherwise — it never goes to the network.
 Answers that are the web's (any HTTP status, any body) are recorded; transport failures
 (timeouts, refused connections) are not, so a flaky moment is not frozen into every later run.
+Identical requests made at the same time share one live call (parallel researchers often search
+the same thing).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -76,6 +79,7 @@ class WebCache:
     def __init__(self, root: Path, mode: CacheMode) -> None:
         self.root = Path(root)
         self.mode = mode
+        self._in_flight: dict[str, asyncio.Future[CachedAnswer]] = {}
 
     def _record_path(self, key: str) -> Path:
         return self.root / "records" / key[:2] / f"{key}.json"
@@ -83,14 +87,16 @@ class WebCache:
     def _blob_path(self, digest: str) -> Path:
         return self.root / "blobs" / digest[:2] / digest
 
-    def load(self, key: str) -> CacheRecord | None:
-        path = self._record_path(key)
-        if not path.exists():
-            return None
+    @staticmethod
+    def _read_record(path: Path) -> CacheRecord:
         try:
             return CacheRecord.model_validate_json(path.read_bytes())
         except ValueError as exc:
             raise DataError(f"corrupted web cache record: {exc}", file=path) from None
+
+    def load(self, key: str) -> CacheRecord | None:
+        path = self._record_path(key)
+        return self._read_record(path) if path.exists() else None
 
     def body(self, record: CacheRecord) -> bytes:
         if record.body_sha256 is None:
@@ -126,7 +132,7 @@ class WebCache:
     def records(self) -> Iterator[CacheRecord]:
         """Every recorded request, e.g. to list what a run searched and fetched."""
         for path in sorted((self.root / "records").glob("*/*.json")):
-            yield CacheRecord.model_validate_json(path.read_bytes())
+            yield self._read_record(path)
 
     async def answer(self, kind: RequestKind, request: dict[str, Any], live: LiveCall) -> CachedAnswer:
         """The answer to `request` according to the mode; `live` is awaited only on a permitted miss."""
@@ -139,6 +145,15 @@ class WebCache:
                 raise ReplayMiss(
                     f"replay: no recorded {kind} for {canonical_json(request)} in {self.root} (key {key[:16]})"
                 )
+        running = self._in_flight.get(key)
+        if running is None:
+            running = asyncio.ensure_future(self._go_live(kind, key, request, live))
+            self._in_flight[key] = running
+            running.add_done_callback(lambda _: self._in_flight.pop(key, None))
+        # shielded: one caller giving up must not cancel the call the others are waiting for
+        return await asyncio.shield(running)
+
+    async def _go_live(self, kind: RequestKind, key: str, request: dict[str, Any], live: LiveCall) -> CachedAnswer:
         response, body = await live()
         if self.mode == "record":
             record = self.store(kind, request, response, body)
