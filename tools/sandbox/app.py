@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -147,9 +148,10 @@ def create_app(corpus: Corpus, ranker: Ranker) -> Starlette:
             return _bad_request("pageno must be a positive integer", as_json)
         if not query:
             return _bad_request("q is required", as_json)
+        # ranking off the event loop: a hybrid query embeds with MiniLM, pages keep being served meanwhile
         if not as_json:
-            return HTMLResponse(site.search_page(query, pageno, base_of(request)))
-        results, _ = site.search(query, pageno, base_of(request))
+            return HTMLResponse(await run_in_threadpool(site.search_page, query, pageno, base_of(request)))
+        results, _ = await run_in_threadpool(site.search, query, pageno, base_of(request))
         return JSONResponse(
             {
                 "query": query,
