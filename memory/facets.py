@@ -54,9 +54,9 @@ class FacetRanker:
         if missing:
             self._vectors.update(zip(missing, self._embed(missing)))
         query_vector = self._embed([query])[0]
-        scored = [(f, float(self._vectors[f.render()] @ query_vector)) for f in facets]
-        order = {id(f): i for i, f in enumerate(facets)}
-        return sorted(scored, key=lambda item: (-item[1], order[id(item[0])]))
+        scored = [(i, f, float(self._vectors[f.render()] @ query_vector)) for i, f in enumerate(facets)]
+        scored.sort(key=lambda item: (-item[2], item[0]))
+        return [(f, score) for _, f, score in scored]
 
     async def rank(self, query: str, facets: Sequence[Facet]) -> list[tuple[Facet, float]]:
         """Facets most similar to the query first (ties keep schema order)."""

@@ -38,9 +38,6 @@ class UserEvents:
     def events(self, user_id: str) -> list[HistoryEvent]:
         return list(self._by_user.get(user_id, {}).values())
 
-    def get(self, user_id: str, event_id: str) -> HistoryEvent | None:
-        return self._by_user.get(user_id, {}).get(event_id)
-
     def ids(self, user_id: str) -> set[str]:
         return set(self._by_user.get(user_id, {}))
 

@@ -168,8 +168,7 @@ class HierarchicalMemory(MemoryBackend):
         if memory is None or not self._events.ids(user_id):
             return UserContext(backend=self.name, form="none")
         async with self.user_lock(user_id):  # a search updates session heat
-            with memory_step("recall"):
-                query_vector = (await self._embed([as_query(query).text]))[0]
+            query_vector = (await self._embed([as_query(query).text]))[0]
             pages = memory.mid_term.search(
                 query_vector, self.clock(), self.config.top_sessions, self.config.session_threshold,
                 self.config.page_threshold, self.config.max_pages,

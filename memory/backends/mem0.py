@@ -153,10 +153,9 @@ class Mem0Backend(MemoryBackend):
             return UserContext(backend=self.name, form="none")
         memory = await self._mem0()
         key = mem0_user_key(user_id)
-        with memory_step("recall"):
-            found = await memory.search(
-                query.text, top_k=self.config.top_k, filters={"user_id": key}, threshold=self.config.search_threshold
-            )
+        found = await memory.search(
+            query.text, top_k=self.config.top_k, filters={"user_id": key}, threshold=self.config.search_threshold
+        )
         hits = []
         for hit in found.get("results", []):
             if hit.get("user_id") != key:
