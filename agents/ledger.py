@@ -100,17 +100,21 @@ class Ledger:
 
     def totals(self) -> dict[str, Any]:
         with self._lock:
-            entries = list(self.entries)
-        provider = [e for e in entries if not e.cache_hit and e.status == "ok"]
-        return {
-            "calls": len(entries),
-            "provider_calls": len(provider),
-            "cache_hits": sum(e.cache_hit for e in entries),
-            "errors": sum(e.status != "ok" for e in entries),
-            "prompt_tokens": sum(e.prompt_tokens for e in provider),
-            "completion_tokens": sum(e.completion_tokens for e in provider),
-            "cost_usd": round(sum(e.cost_usd or 0.0 for e in provider), 6),
-        }
+            return ledger_totals(list(self.entries))
+
+
+def ledger_totals(entries: list[LedgerEntry]) -> dict[str, Any]:
+    """Calls, provider calls (not served from the cache), hits, errors, tokens and cost."""
+    provider = [e for e in entries if not e.cache_hit and e.status == "ok"]
+    return {
+        "calls": len(entries),
+        "provider_calls": len(provider),
+        "cache_hits": sum(e.cache_hit for e in entries),
+        "errors": sum(e.status != "ok" for e in entries),
+        "prompt_tokens": sum(e.prompt_tokens for e in provider),
+        "completion_tokens": sum(e.completion_tokens for e in provider),
+        "cost_usd": round(sum(e.cost_usd or 0.0 for e in provider), 6),
+    }
 
 
 def read_ledger(path: str | Path) -> list[LedgerEntry]:

@@ -21,7 +21,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from agents.ledger import call_tags, read_ledger
+from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
 from benchmarks.registry import load_cases
@@ -183,7 +183,6 @@ class Runner:
         judges = [j["name"] for j in self.recipe.judges]
         summary = summarize(records, [s.name for s in self.recipe.systems], judges, seed=self.recipe.seed)
         ledger = read_ledger(self.folder.ledger) if self.folder.ledger.exists() else []
-        provider = [e for e in ledger if not e.cache_hit and e.status == "ok"]
         summary = {
             "run_id": self.run_id,
             "dry_run": config["dry_run"],
@@ -191,15 +190,7 @@ class Runner:
             "n_cases": len(config["cases"]),
             "judges": judges,
             **summary,
-            "ledger": {
-                "calls": len(ledger),
-                "provider_calls": len(provider),
-                "cache_hits": sum(e.cache_hit for e in ledger),
-                "errors": sum(e.status != "ok" for e in ledger),
-                "prompt_tokens": sum(e.prompt_tokens for e in provider),
-                "completion_tokens": sum(e.completion_tokens for e in provider),
-                "cost_usd": round(sum(e.cost_usd or 0.0 for e in provider), 6),
-            },
+            "ledger": ledger_totals(ledger),
         }
         write_json_atomic(self.folder.summary, summary)
         write_report(self.folder.report, config=config, summary=summary, records=records)
