@@ -28,7 +28,7 @@ from agents.memory_curator import analyze_profile, extract_knowledge, summarize_
 from benchmarks.case import HistoryEvent
 from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query
 from memory.budget import pack, render_event
-from memory.hierarchy import Fact, HeatWeights, LongTermMemory, MidTermMemory, Page, TopicSession
+from memory.hierarchy import Fact, FactMatch, HeatWeights, LongTermMemory, MidTermMemory, Page, PageMatch, TopicSession
 from memory.registry import register_backend
 from memory.steps import memory_step
 from memory.user_events import UserEvents
@@ -61,10 +61,26 @@ class HierarchicalConfig(MemoryConfig):
 
 
 @dataclass
-class _UserMemory:
+class UserTiers:
+    """One user's memory: the short-term queue, mid-term topic sessions, long-term profile and facts."""
+
     short_term: deque[Page]
     mid_term: MidTermMemory
     long_term: LongTermMemory
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One piece of a context: its tier, its text and the events behind it."""
+
+    key: str
+    tier: Literal["profile", "fact", "page", "recent"]
+    text: str
+    event_ids: Sequence[str]
+
+
+# event ids, most relevant first: retrieved pages (by similarity), facts, the profile, recent pages
+_TIER_RANK = {"page": 0, "fact": 1, "profile": 2, "recent": 3}
 
 
 @register_backend
@@ -76,7 +92,7 @@ class HierarchicalMemory(MemoryBackend):
     def __init__(self, config, env=None) -> None:
         super().__init__(config, env)
         self._events = UserEvents()
-        self._users: dict[str, _UserMemory] = {}
+        self._users: dict[str, UserTiers] = {}
         self._embedder: Embedder | None = None
         self.weights = HeatWeights(
             self.config.heat_alpha, self.config.heat_beta, self.config.heat_gamma, self.config.recency_tau_hours
@@ -85,16 +101,16 @@ class HierarchicalMemory(MemoryBackend):
 
     # ------------------------------------------------------------------ helpers
 
-    def _user(self, user_id: str) -> _UserMemory:
+    def _user(self, user_id: str) -> UserTiers:
         if user_id not in self._users:
-            self._users[user_id] = _UserMemory(
+            self._users[user_id] = UserTiers(
                 short_term=deque(),
                 mid_term=MidTermMemory(self.config.mid_term_capacity, self.weights),
                 long_term=LongTermMemory(self.config.long_term_capacity),
             )
         return self._users[user_id]
 
-    def tiers(self, user_id: str) -> _UserMemory | None:
+    def tiers(self, user_id: str) -> UserTiers | None:
         return self._users.get(user_id)
 
     async def _embed(self, texts: list[str]) -> np.ndarray:
@@ -113,12 +129,12 @@ class HierarchicalMemory(MemoryBackend):
             with memory_step("ingest"):
                 for event in new:
                     if len(memory.short_term) >= self.config.short_term_capacity:
-                        await self._move_to_mid_term(user_id, memory)
+                        await self._move_to_mid_term(memory)
                     memory.short_term.append(Page(event.id, render_event(event)))
                     self._events.add(user_id, [event])
                     await self._promote_if_hot(user_id, memory)
 
-    async def _move_to_mid_term(self, user_id: str, memory: _UserMemory) -> None:
+    async def _move_to_mid_term(self, memory: UserTiers) -> None:
         batch = list(memory.short_term)[: self.config.evict_batch]
         pages_text = "\n".join(p.text for p in batch)
         topics = await summarize_topics(self.env.gateway, self.env.role, pages_text)
@@ -135,13 +151,13 @@ class HierarchicalMemory(MemoryBackend):
         for _ in batch:
             memory.short_term.popleft()
 
-    async def _promote_if_hot(self, user_id: str, memory: _UserMemory) -> None:
+    async def _promote_if_hot(self, user_id: str, memory: UserTiers) -> None:
         session, heat = memory.mid_term.hottest(self.clock())
         if session is None or heat < self.config.promotion_heat or not session.unanalyzed():
             return
         await self._promote(user_id, memory, session)
 
-    async def _promote(self, user_id: str, memory: _UserMemory, session: TopicSession) -> None:
+    async def _promote(self, user_id: str, memory: UserTiers, session: TopicSession) -> None:
         pages = session.unanalyzed()
         page_ids = [p.event_id for p in pages]
         pages_text = "\n".join(p.text for p in pages)
@@ -176,41 +192,36 @@ class HierarchicalMemory(MemoryBackend):
             facts = memory.long_term.search_facts(query_vector, self.config.max_facts, self.config.fact_threshold)
         return self._combine(memory, pages, facts, self.budget(budget))
 
-    def _combine(self, memory: _UserMemory, pages, facts, budget: int) -> UserContext:
-        # each item: (key, text, event ids); a section heading rides on its first item
-        sections: list[tuple[str, list[tuple[str, str, list[str]]]]] = []
+    def _combine(self, memory: UserTiers, pages: list[PageMatch], facts: list[FactMatch], budget: int) -> UserContext:
         long_term = memory.long_term
+        sections: list[tuple[str, list[_Item]]] = []
         if long_term.traits:
             profile = "\n".join(t.render() for t in long_term.traits)
-            sections.append(("User profile", [("profile", profile, list(long_term.profile_sources))]))
+            sections.append(("User profile", [_Item("profile", "profile", profile, long_term.profile_sources)]))
         if facts:
-            sections.append(("Facts about the user", [(f"fact{i}", f"- {m.fact.text}", m.fact.event_ids) for i, m in enumerate(facts)]))
+            sections.append(("Facts about the user", [
+                _Item(f"fact:{i}", "fact", f"- {m.fact.text}", m.fact.event_ids) for i, m in enumerate(facts)]))
         if pages:
-            sections.append(("Related memories", [(f"page:{m.page.event_id}", m.page.text, [m.page.event_id]) for m in pages]))
-        recent = list(reversed(memory.short_term))
-        if recent:
-            sections.append(("Recent history", [(f"recent:{p.event_id}", p.text, [p.event_id]) for p in recent]))
-        items: list[tuple[str, str]] = []
-        sources: dict[str, list[str]] = {}
-        for heading, section_items in sections:
-            for i, (key, text, ids) in enumerate(section_items):
-                items.append((key, f"# {heading}\n{text}" if i == 0 else text))
-                sources[key] = ids
-        text, keys, tokens = pack(items, budget)
+            sections.append(("Related memories", [
+                _Item(f"page:{m.page.event_id}", "page", m.page.text, [m.page.event_id]) for m in pages]))
+        if memory.short_term:
+            sections.append(("Recent history", [
+                _Item(f"recent:{p.event_id}", "recent", p.text, [p.event_id]) for p in reversed(memory.short_term)]))
+        items = {item.key: item for _, section in sections for item in section}
+        text, keys, tokens = pack(
+            ((item.key, f"# {heading}\n{item.text}" if i == 0 else item.text)  # the heading rides on its first item
+             for heading, section in sections for i, item in enumerate(section)),
+            budget,
+        )
         if not keys:
             return UserContext(backend=self.name, form="none")
-        included = set(keys)
-        page_ids = [m.page.event_id for m in pages if f"page:{m.page.event_id}" in included]
-        # most relevant first: retrieved pages (by similarity), facts, the profile's sources, recent pages
-        rank = {"page": 0, "fact": 1, "profile": 2, "recent": 3}
-        ordered_keys = sorted(keys, key=lambda k: rank[k.split(":")[0].rstrip("0123456789")])
-        ranked = [i for key in ordered_keys for i in sources[key]]
-        long_term_used = any(key == "profile" or key.startswith("fact") for key in keys)
+        included = sorted((items[k] for k in keys), key=lambda item: _TIER_RANK[item.tier])
+        page_scores = {m.page.event_id: round(m.score, 6) for m in pages}
         return UserContext(
             backend=self.name,
-            form="profile" if long_term_used else "raw",
+            form="profile" if any(item.tier in ("profile", "fact") for item in included) else "raw",
             text=text,
-            event_ids=list(dict.fromkeys(ranked)),
-            scores={m.page.event_id: round(m.score, 6) for m in pages if m.page.event_id in page_ids},
+            event_ids=list(dict.fromkeys(i for item in included for i in item.event_ids)),
+            scores={item.event_ids[0]: page_scores[item.event_ids[0]] for item in included if item.tier == "page"},
             tokens=tokens,
         )
