@@ -13,7 +13,7 @@ from benchmarks.data_files import data_dir
 from benchmarks.errors import ConfigError, DataError
 from tools.config import SandboxConfig, WebConfig
 from tools.sandbox.app import PAGE_SIZE
-from tools.sandbox.corpus import load_corpus, wiki_url
+from tools.sandbox.corpus import SAMPLE_PAGES, load_corpus, wiki_url
 from tools.sandbox.ranking import Bm25Ranker, HybridRanker, build_ranker
 from tools.sandbox.server import SandboxWeb
 from tools.sandbox.urls import doc_url, mirror_url
@@ -260,3 +260,27 @@ async def test_a_url_outside_the_sandbox_corpus_fails_with_its_status(tmp_path):
     async with build_web(config) as web:
         with pytest.raises(FetchFailed, match="HTTP 404"):
             await web.fetch("https://not-in-the-corpus.example/page")
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"), [("file:///etc/passwd", "scheme 'file'"), ("http://169.254.169.254/latest/", "link-local")]
+)
+async def test_the_sandbox_web_refuses_what_the_real_web_would(tmp_path, url, reason):
+    from tools.errors import FetchRefused
+
+    config = WebConfig(mode="live", cache_dir=tmp_path, sandbox=SandboxConfig(corpus=str(FIXTURE_CORPUS)))
+    async with build_web(config) as web:
+        with pytest.raises(FetchRefused, match=reason):
+            await web.fetch(url)
+
+
+@pytest.mark.skipif(not SAMPLE_PAGES.exists(), reason="benchmarks/sample/pages.jsonl is not bundled yet")
+async def test_the_bundled_sample_pages_are_served_under_their_own_urls(tmp_path):
+    corpus = load_corpus("sample")
+    assert all(doc.url.startswith("https://") for doc in corpus.documents)
+    first = corpus.documents[0]
+    async with build_web(WebConfig(mode="live", cache_dir=tmp_path)) as web:  # the default: sample sandbox
+        results = await web.search(first.title, 3)
+        page = await web.fetch(first.url)
+    assert results[0].url == first.url
+    assert first.paragraphs()[0][:60] in " ".join(page.text.split())

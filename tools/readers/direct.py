@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import httpx
+
 from tools.extract import extract_text, parse_content_type
 from tools.http import HttpResponse
 from tools.page import Page
@@ -28,8 +30,11 @@ class DirectReader(PageReader):
     Options = DirectOptions
 
     async def download(self, url: str) -> HttpResponse:
-        target = self.route(url) if self.route else url
-        return await self.http.request("GET", target, headers={"Accept": ACCEPT})
+        if self.route is None:
+            return await self.http.request("GET", url, headers={"Accept": ACCEPT})
+        # the sandbox answers for every URL, so refuse here what the real web would refuse
+        self.http.guard.check_static(httpx.URL(url))
+        return await self.http.request("GET", self.route(url), headers={"Accept": ACCEPT})
 
     def to_page(self, url: str, response: HttpResponse, *, fetched_at: datetime, from_cache: bool) -> Page:
         require_success(url, response)

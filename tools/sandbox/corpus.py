@@ -16,18 +16,19 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from importlib.resources import files
 from pathlib import Path
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from benchmarks.data_files import resolve
 from benchmarks.errors import ConfigError, DataError
+from benchmarks.loaders._records import RawRecord, read_jsonl
 from tools.urls import canonical_url
 
-WIKI_FILE = "wiki_summaries/summaries_en.json"
-SAMPLE_PAGES = Path(__file__).resolve().parents[2] / "benchmarks" / "sample" / "pages.jsonl"
+SAMPLE_PAGES = Path(str(files("benchmarks.sample") / "pages.jsonl"))
 BUILTIN_CORPORA = ("sample", "wiki")
 _WIKI_URL_SAFE = "()_,'!:;@$*-.~/"
 
@@ -47,8 +48,8 @@ class Document(BaseModel):
         return [part.strip() for part in re.split(r"\n\s*\n", self.text) if part.strip()]
 
 
-class _JsonlRecord(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class JsonlDocument(RawRecord):
+    """One line of a folder corpus's .jsonl file."""
 
     title: str = Field(min_length=1)
     text: str = Field(min_length=1)
@@ -56,6 +57,19 @@ class _JsonlRecord(BaseModel):
     url: str | None = None
     description: str = ""
     topic: str = ""
+
+    @field_validator("url")
+    @classmethod
+    def _absolute_http(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        try:
+            parsed = httpx.URL(url)
+        except httpx.InvalidURL as exc:
+            raise ValueError(f"invalid URL {url!r} ({exc})") from None
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError(f"url must be an absolute http(s) URL, got {url!r}")
+        return url
 
 
 def wiki_url(title: str) -> str:
@@ -102,44 +116,24 @@ class Corpus:
         return None if index is None else self.documents[index]
 
 
-def _checked_url(url: str, path: Path, line: int | None) -> str:
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        raise DataError(f"invalid URL {url!r} ({exc})", file=path, line=line, field="url") from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise DataError(f"url must be an absolute http(s) URL, got {url!r}", file=path, line=line, field="url")
-    return url
-
-
 def _fallback_url(corpus_name: str, doc_id: str) -> str:
     return f"https://{_slug(corpus_name)}.sandbox.invalid/doc/{quote(doc_id, safe='')}"
 
 
 def read_jsonl_documents(path: Path, corpus_name: str) -> list[Document]:
     documents = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = _JsonlRecord.model_validate_json(line)
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                field_name = ".".join(str(part) for part in first["loc"]) or None
-                raise DataError(first["msg"], file=path, line=number, field=field_name) from None
-            doc_id = record.id or f"{path.stem}-{number}"
-            url = _checked_url(record.url, path, number) if record.url else _fallback_url(corpus_name, doc_id)
-            documents.append(
-                Document(
-                    id=doc_id,
-                    title=record.title,
-                    text=record.text,
-                    url=url,
-                    description=record.description,
-                    topic=record.topic,
-                )
+    for number, record in enumerate(read_jsonl(path, JsonlDocument), start=1):
+        doc_id = record.id or f"{path.stem}-{number}"
+        documents.append(
+            Document(
+                id=doc_id,
+                title=record.title,
+                text=record.text,
+                url=record.url or _fallback_url(corpus_name, doc_id),
+                description=record.description,
+                topic=record.topic,
             )
+        )
     return documents
 
 
@@ -163,29 +157,26 @@ def read_html_document(path: Path, root: Path, corpus_name: str) -> Document:
     )
 
 
-def read_wiki_summaries(path: Path) -> list[Document]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise DataError(f"not JSON: {exc}", file=path) from None
-    if not isinstance(data, dict):
-        raise DataError("expected an object of title -> summary", file=path)
-    documents = []
-    for key, record in data.items():
-        if not isinstance(record, dict) or not record.get("extract"):
-            raise DataError(f"summary {key!r} has no 'extract'", file=path, field=f"{key}.extract")
-        title = str(record.get("title") or key)
-        documents.append(
-            Document(
-                id=title,
-                title=title,
-                text=str(record["extract"]),
-                url=wiki_url(title),
-                description=str(record.get("description") or ""),
-                topic=str(record.get("topic") or ""),
-            )
+def wiki_documents() -> list[Document]:
+    from benchmarks.loaders._wiki_summaries import RELPATH, read_summaries
+
+    return [
+        Document(
+            id=summary.title,
+            title=summary.title,
+            text=summary.extract,
+            url=wiki_url(summary.title),
+            description=summary.description or "",
+            topic=summary.topic or "",
         )
-    return documents
+        for summary in read_summaries(resolve(RELPATH)).values()
+    ]
+
+
+def sample_documents() -> list[Document]:
+    from benchmarks.loaders.sample import sample_pages
+
+    return [Document(**page.model_dump(include=set(Document.model_fields))) for page in sample_pages()]
 
 
 def read_folder(root: Path) -> list[Document]:
@@ -203,11 +194,9 @@ def read_folder(root: Path) -> list[Document]:
 def load_corpus(spec: str) -> Corpus:
     """'sample', 'wiki', or a path to a folder or a .jsonl file."""
     if spec == "sample":
-        if not SAMPLE_PAGES.exists():
-            raise DataError("the bundled sample pages are missing", file=SAMPLE_PAGES)
-        return Corpus("sample", read_jsonl_documents(SAMPLE_PAGES, "sample"))
+        return Corpus("sample", sample_documents())
     if spec == "wiki":
-        return Corpus("wiki", read_wiki_summaries(resolve(WIKI_FILE)))
+        return Corpus("wiki", wiki_documents())
     path = Path(spec).expanduser()
     if path.is_dir():
         return Corpus(path.name, read_folder(path))
