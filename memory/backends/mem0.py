@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -42,6 +43,14 @@ class Mem0Config(MemoryConfig):
     top_k: int = Field(default=20, ge=1, description="Memories retrieved per query.")
     search_threshold: float = Field(default=0.1, ge=0, description="mem0's minimum memory score.")
     embedder: str = Field(default="local", description="`local` (MiniLM) or a litellm embedding model.")
+
+
+@dataclass(frozen=True)
+class _Hit:
+    memory_id: str
+    text: str
+    event_ids: list[str]
+    score: float
 
 
 def mem0_user_key(user_id: str) -> str:
@@ -156,24 +165,24 @@ class Mem0Backend(MemoryBackend):
         found = await memory.search(
             query.text, top_k=self.config.top_k, filters={"user_id": key}, threshold=self.config.search_threshold
         )
-        hits = []
+        hits: list[_Hit] = []
         for hit in found.get("results", []):
-            if hit.get("user_id") != key:
+            if hit.get("user_id") != key or not hit.get("memory"):
                 continue
             cited = json.loads((hit.get("metadata") or {}).get(EVENT_IDS_KEY, "[]"))
             event_ids = [i for i in cited if i in known]
-            if event_ids and hit.get("memory"):
-                hits.append((hit["id"], f"- {hit['memory']}", event_ids, float(hit.get("score") or 0.0)))
-        by_id = {h[0]: h for h in hits}
-        text, included, tokens = pack(((h[0], h[1]) for h in hits), self.budget(budget))
+            if event_ids:
+                hits.append(_Hit(hit["id"], f"- {hit['memory']}", event_ids, float(hit.get("score") or 0.0)))
+        by_id = {h.memory_id: h for h in hits}
+        text, included, tokens = pack(((h.memory_id, h.text) for h in hits), self.budget(budget))
         if not included:
             return UserContext(backend=self.name, form="none")
-        event_ids = list(dict.fromkeys(i for memory_id in included for i in by_id[memory_id][2]))
+        shown = [by_id[memory_id] for memory_id in included]
         scores: dict[str, float] = {}
-        for memory_id in included:
-            _, _, ids, score = by_id[memory_id]
-            for event_id in ids:
-                scores[event_id] = max(scores.get(event_id, float("-inf")), round(score, 6))
+        for hit in shown:  # an event scores as its best memory
+            for event_id in hit.event_ids:
+                scores[event_id] = max(scores.get(event_id, float("-inf")), round(hit.score, 6))
+        event_ids = list(dict.fromkeys(i for hit in shown for i in hit.event_ids))
         return UserContext(backend=self.name, form="profile", text=text, event_ids=event_ids, scores=scores, tokens=tokens)
 
     async def aclose(self) -> None:
