@@ -478,3 +478,11 @@ def test_validate_on_a_built_provider_names_the_missing_key():
     with pytest.raises(ConfigError, match="brave needs an API key: set BRAVE_API_KEY"):
         brave.validate()
     provider_class("brave")(provider_config("brave", {"api_key": "k"}), http).validate()
+
+
+def test_a_dumped_web_config_never_contains_the_api_key():
+    config = WebConfig(provider="tavily", provider_options={"api_key": "tvly-secret", "search_depth": "advanced"})
+    dumped = config.model_dump_json()
+    assert "tvly-secret" not in dumped
+    assert WebConfig.model_validate_json(dumped).provider_options == {"search_depth": "advanced"}
+    assert config.provider_options["api_key"] == "tvly-secret"  # the live config still has it

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, model_validator
 
 from benchmarks.errors import ConfigError
 from tools.caps import FetchCaps
@@ -86,6 +86,12 @@ class WebConfig(BaseModel):
                 f"[web] reader {self.reader!r} cannot read the sandbox web (it lives on loopback); use 'direct'"
             )
         return self
+
+    @field_serializer("provider_options", "reader_options")
+    def _without_secrets(self, options: dict[str, Any]) -> dict[str, Any]:
+        # a dumped config lands in run folders (config.json): keys stay out, and a reloaded config
+        # falls back to the environment variable instead of carrying a secret around
+        return {name: value for name, value in options.items() if name != "api_key"}
 
     @property
     def uses_sandbox(self) -> bool:
