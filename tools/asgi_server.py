@@ -34,7 +34,8 @@ class AsgiServer:
         self._socket = bind_socket(host, port)
         self.host = host
         self.port = int(self._socket.getsockname()[1])
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        # log_config=None: leave the process's logging set-up alone (uvicorn would install its own)
+        config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
