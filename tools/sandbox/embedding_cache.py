@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -13,6 +14,8 @@ from benchmarks.data_files import cache_dir
 from tools.sandbox.corpus import Corpus, Document
 
 MAX_CHARS = 1500  # MiniLM reads 256 word pieces; longer text is wasted work
+
+logger = logging.getLogger(__name__)
 
 
 def embedding_text(document: Document) -> str:
@@ -30,6 +33,10 @@ def corpus_embeddings(corpus: Corpus, embedder: Embedder) -> np.ndarray:
         matrix = np.load(path)
         if matrix.shape[0] == len(corpus):
             return matrix
+    # a warning, not info: on two cores the 10k wiki corpus takes minutes, and only the first time
+    logger.warning(
+        "embedding %d documents of corpus %r with %s once; cached at %s", len(corpus), corpus.name, embedder.name, path
+    )
     matrix = embedder.embed([embedding_text(document) for document in corpus.documents])
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".npy")
