@@ -8,6 +8,7 @@ from benchmarks.case import HistoryEvent
 from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext
 from memory.budget import pack, render_event
 from memory.registry import register_backend
+from memory.user_events import UserEvents, most_recent_first
 
 
 class FullConfig(MemoryConfig):
@@ -21,18 +22,13 @@ class FullHistory(MemoryBackend):
 
     def __init__(self, config, env=None) -> None:
         super().__init__(config, env)
-        self._events: dict[str, dict[str, HistoryEvent]] = {}
+        self._events = UserEvents()
 
     async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
         async with self.user_lock(user_id):
-            store = self._events.setdefault(user_id, {})
-            for event in events:
-                store.setdefault(event.id, event)
+            self._events.add(user_id, events)
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
-        events = list(self._events.get(user_id, {}).values())
-        # most recent first: dated events by date (descending), then undated in reverse arrival order
-        order = {e.id: i for i, e in enumerate(events)}
-        events.sort(key=lambda e: (e.timestamp is not None, e.timestamp or "", order[e.id]), reverse=True)
+        events = most_recent_first(self._events.events(user_id))
         text, ids, tokens = pack(((e.id, render_event(e)) for e in events), self.budget(budget))
         return UserContext(backend=self.name, form="raw" if ids else "none", text=text, event_ids=ids, tokens=tokens)
