@@ -460,6 +460,7 @@ async def test_recorded_searches_never_contain_the_api_key(fake, tmp_path):
         ({"reader": "curl"}, "unknown page reader 'curl'"),
         ({"provider": "tavily", "sandbox": SandboxConfig()}, r"\[web.sandbox\] is set but provider 'tavily'"),
         ({"reader": "jina"}, "cannot read the sandbox web"),
+        ({"allow_hosts": ["http://intranet.example/admin"]}, "allow_hosts: 'http://intranet.example/admin'"),
     ],
 )
 def test_bad_web_settings_are_config_errors_naming_the_field(settings, message):

@@ -18,10 +18,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from benchmarks.errors import ConfigError
 from tools.caps import FetchCaps
+from tools.url_guard import HostEntry
 
 CacheMode = Literal["live", "record", "replay"]
 RankerName = Literal["bm25", "hybrid"]
@@ -67,6 +76,13 @@ class WebConfig(BaseModel):
         default_factory=list,
         description="host or host:port entries the URL guard lets through even when private or loopback.",
     )
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _parse_hosts(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            HostEntry.parse(entry)  # ConfigError naming a malformed entry
+        return entries
 
     @model_validator(mode="after")
     def _check_names_and_options(self) -> WebConfig:
