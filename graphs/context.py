@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.settings import ModelSettings
+from tools.config import WebConfig
 
 
 def _default_models() -> dict[str, ModelSettings]:
@@ -38,6 +39,7 @@ class EpisodeContext(BaseModel):
     models: dict[str, ModelSettings] = Field(default_factory=_default_models)
     system: SystemSpec = Field(default_factory=lambda: SystemSpec(name="direct-full", memory={"backend": "full"}))
     judges: list[dict[str, Any]] = Field(default_factory=lambda: [{"name": "lampqa_aspects"}])
+    web: WebConfig = Field(default_factory=WebConfig, description="Search, fetch and the web cache.")
 
     def role_models(self) -> dict[str, ModelSettings]:
         return {**self.models, **self.system.models}

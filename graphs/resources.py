@@ -2,6 +2,7 @@
 
 All episodes of one system in one run share a gateway (so one ledger and one response cache)
 and one memory backend (so a user's history is ingested once, however many cases they have).
+All systems of a run share one web (one sandbox, one web cache), started on first use.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from agents.ledger import Ledger
 from graphs.context import EpisodeContext
 from memory.base import MemoryBackend, MemoryEnv
 from memory.registry import create_backend
+from tools.web import Web, build_web
 
 
 @dataclass
@@ -26,11 +28,24 @@ class Resources:
     memory: MemoryBackend
     judges: list[Judge]
 
+    def web(self) -> Web:
+        """The run's web (search + fetch + cache); the sandbox starts on the first call."""
+        with _lock:
+            key = _web_key(self.context)
+            if key not in _webs:
+                _webs[key] = build_web(self.context.web)
+            return _webs[key]
+
 
 _lock = threading.Lock()
 _resources: dict[str, Resources] = {}
 _ledgers: dict[str, Ledger] = {}
 _caches: dict[str, ResponseCache] = {}
+_webs: dict[str, Web] = {}
+
+
+def _web_key(context: EpisodeContext) -> str:
+    return f"{context.run_id}:{context.web.model_dump_json()}"
 
 
 def _shared_ledger(context: EpisodeContext) -> Ledger:
@@ -67,8 +82,15 @@ def ledger_for(context: EpisodeContext) -> Ledger:
 
 
 async def release(context: EpisodeContext) -> None:
-    """Close the memory backend of a context and forget its resources (end of a run)."""
+    """Close what a context opened (memory stores, the web) and forget it (end of a run). What the
+    web searched and fetched is listed in `<run_dir>/web_log.jsonl`."""
     with _lock:
         resources = _resources.pop(context.model_dump_json(), None)
+        web = _webs.pop(_web_key(context), None)
     if resources is not None:
         await resources.memory.aclose()
+    if web is not None:
+        if context.run_dir and web.log:
+            with (Path(context.run_dir) / "web_log.jsonl").open("a", encoding="utf-8") as fh:
+                fh.writelines(entry.model_dump_json() + "\n" for entry in web.log)
+        await web.aclose()

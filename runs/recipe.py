@@ -35,6 +35,7 @@ from benchmarks.registry import BENCHMARKS, get_benchmark
 from graphs.context import SystemSpec
 from graphs.pipelines import PIPELINES
 from memory.registry import BACKENDS
+from tools.config import WebConfig
 
 KNOWN_ROLES = tuple(ROLES) + tuple(ROLE_FALLBACK)
 
@@ -92,6 +93,7 @@ class Recipe(_Strict):
     judges: list[dict[str, Any]] = Field(default_factory=list)
     run: RunSection = Field(default_factory=RunSection)
     cache: CacheSection = Field(default_factory=CacheSection)
+    web: WebConfig = Field(default_factory=WebConfig, description="The [web] table: provider, cache mode, caps.")
     source: str | None = Field(default=None, description="The file it was read from.")
 
     def role_models(self) -> dict[str, ModelSettings]:
@@ -160,6 +162,8 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
         checked = _validator_model().model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, source, text)) from None
+    except ConfigError as exc:  # raised as is by validators that know their own field ([web])
+        raise ConfigError(f"invalid recipe: {source}: {exc}") from None
     names = [s.name for s in checked.systems]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

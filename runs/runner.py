@@ -32,6 +32,8 @@ from runs.recipe import Recipe
 from runs.report import write_report
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
 from runs.summary import summarize
+from tools.config import WebConfig
+from tools.web import check_web_config
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,13 @@ class Runner:
         self.progress = progress
         self.cache_dir = (recipe.cache.dir or str(cache_dir() / "llm")) if recipe.cache.enabled else None
 
+    @property
+    def web(self) -> WebConfig:
+        """The recipe's web; unless it names a cache, recorded in the run folder so the run's
+        searches and pages can be replayed offline (`[web] mode = "replay"`, `cache_dir` = that folder)."""
+        web = self.recipe.web
+        return web if web.cache_dir else web.model_copy(update={"cache_dir": self.folder.path / "web"})
+
     def context_for(self, system: SystemSpec) -> EpisodeContext:
         return EpisodeContext(
             run_id=self.run_id,
@@ -95,6 +104,7 @@ class Runner:
             models=self.recipe.role_models(),
             system=system,
             judges=self.recipe.judges,
+            web=self.web,
         )
 
     async def run(self) -> RunFolder:
@@ -102,6 +112,7 @@ class Runner:
 
         recipe = self.recipe
         b = recipe.benchmark
+        check_web_config(self.web)  # a provider without its API key fails here, before any episode
         cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
         self.folder.path.mkdir(parents=True, exist_ok=True)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}

@@ -110,3 +110,15 @@ def test_command_line_overrides_apply_to_every_role_and_system(tmp_path):
     assert roles["judge"].resolved_api_key() == "sk-1"
     assert recipe.systems[1].models["system"].api_base == "http://x/v1"
     assert recipe.benchmark.limit == 1
+
+
+def test_web_table_is_validated_and_keys_are_checked_before_a_run(tmp_path, monkeypatch):
+    from tools.web import check_web_config
+
+    monkeypatch.delenv("TAVILY_API_KEY", raising=False)
+    recipe = load_recipe(write(tmp_path, GOOD + '\n[web]\nprovider = "tavily"\n'))
+    with pytest.raises(ConfigError, match="TAVILY_API_KEY"):
+        check_web_config(recipe.web)
+    with pytest.raises(ConfigError, match=r"recipe.toml: .*nosuch"):
+        load_recipe(write(tmp_path, GOOD + '\n[web]\nprovider = "nosuch"\n'))
+    assert load_recipe(write(tmp_path, GOOD)).web.uses_sandbox  # the default: the sandbox web

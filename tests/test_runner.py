@@ -114,3 +114,33 @@ def test_systems_never_see_gold(tmp_path, cache_dir, monkeypatch):
     asyncio.run(runner.run())
     assert len(seen["system"]) == 6 and not any(GOLD_SENTINEL in m for m in seen["system"])
     assert all(GOLD_SENTINEL in m for m in seen["judge"])  # judges do see the rubric
+
+
+def test_a_web_provider_without_its_key_stops_the_run_before_any_episode(tmp_path, cache_dir, monkeypatch):
+    from benchmarks.errors import ConfigError
+
+    monkeypatch.delenv("SERPER_API_KEY", raising=False)
+    data = recipe(tmp_path).model_dump(mode="python")
+    data["web"] = {"provider": "serper"}
+    with pytest.raises(ConfigError, match="SERPER_API_KEY"):
+        run_recipe(parse_recipe(data), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "results.jsonl").exists()
+
+
+async def test_the_runs_web_is_shared_recorded_in_the_run_folder_and_logged(tmp_path):
+    from graphs.context import EpisodeContext, SystemSpec
+    from graphs.resources import release, resources_for
+    from tools.config import WebConfig
+
+    web = WebConfig(cache_dir=tmp_path / "run" / "web")
+    contexts = [EpisodeContext(run_id="r", run_dir=str(tmp_path / "run"), system=SystemSpec(name=n), web=web)
+                for n in ("a", "b")]
+    first, second = (resources_for(c).web() for c in contexts)
+    assert first is second  # one sandbox and one web cache per run
+    results = await first.search("Lisbon Porto train fares")
+    assert results and results[0].url.startswith("https://")
+    for context in contexts:
+        await release(context)
+    log = lines(tmp_path / "run" / "web_log.jsonl")
+    assert [entry["kind"] for entry in log] == ["search"]
+    assert any((tmp_path / "run" / "web").rglob("*"))  # recorded for replay

@@ -11,11 +11,15 @@ recipe_app = typer.Typer(help="Recipes: check them before running.", no_args_is_
 
 @recipe_app.command("check")
 def check(path: Path = typer.Argument(..., help="A recipe TOML file.")) -> None:
-    """Validate FILE against the registered benchmarks, pipelines, memory backends and judges."""
+    """Validate FILE against the registered benchmarks, pipelines, memory backends, judges and web providers
+    (including their API keys)."""
     from benchmarks.registry import get_benchmark
     from runs.recipe import load_recipe
 
+    from tools.web import check_web_config
+
     recipe = load_recipe(path)
+    check_web_config(recipe.web)
     b = recipe.benchmark
     spec = get_benchmark(b.name)
     systems = ", ".join(f"{s.name} [{s.pipeline} + {s.memory['backend']}]" for s in recipe.systems)
