@@ -1,0 +1,166 @@
+"""History-retrieval evaluation: how well a memory backend's `event_ids` rank the gold relevant events.
+
+Every backend can be evaluated: a ranking backend's order is its ranking; any other backend is
+scored on the order of the event ids it returns (a profile's cited events first, ...). Each user's
+history is ingested once (the union over that user's cases, as the system's `CaseView` shows it),
+then every case with gold relevant history is recalled and scored with trec_eval's conventions
+(`benchmarks.metrics.ranking`): graded gains when the data grades relevance (`Gold.relevance`, e.g.
+iKAT NIST judgments), else binary (`Gold.relevant_history_ids`: iKAT provenance, LoCoMo evidence).
+
+Query modes: `raw` (the utterance as the user typed it), `resolved` (the manual rewrite, iKAT;
+cases without one fall back to the raw text and are counted), `context` (the raw utterance and the
+conversation's previous user utterances, as the episode graph passes them), `dialogue` (as
+`context`, each previous turn with the system's response to it — TREC iKAT gives participants
+the canonical responses of earlier turns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Literal, Sequence, get_args
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from benchmarks.case import Case, CaseView, Gold, HistoryEvent
+from benchmarks.metrics.ranking import query_ranking_scores
+from memory.base import MemoryBackend, MemoryQuery
+
+QueryMode = Literal["raw", "resolved", "context", "dialogue"]
+QUERY_MODES: tuple[str, ...] = get_args(QueryMode)
+CUTOFFS = (3, 10)
+
+
+def memory_query(view: CaseView, mode: QueryMode) -> MemoryQuery:
+    query = view.query
+    if mode == "raw":
+        return MemoryQuery(text=query.text)
+    if mode == "resolved":
+        return MemoryQuery(text=query.resolved or query.text)
+    if mode == "context":
+        return MemoryQuery(text=query.text, previous_turns=[t.utterance for t in query.previous_turns])
+    return MemoryQuery(
+        text=query.text,
+        previous_turns=[f"{t.utterance}\n{t.response}" if t.response else t.utterance for t in query.previous_turns],
+    )
+
+
+def gold_qrels(gold: Gold) -> dict[str, int]:
+    """Graded judgments when the data has them, else every relevant id with grade 1."""
+    if gold.relevance:
+        return dict(gold.relevance)
+    return {event_id: 1 for event_id in gold.relevant_history_ids}
+
+
+def user_histories(views: Sequence[CaseView]) -> dict[str, list[HistoryEvent]]:
+    """Each user's history: the union of their cases' histories, first occurrence of each id, in order."""
+    histories: dict[str, dict[str, HistoryEvent]] = {}
+    for view in views:
+        events = histories.setdefault(view.user_id, {})
+        for event in view.history:
+            events.setdefault(event.id, event)
+    return {user: list(events.values()) for user, events in histories.items()}
+
+
+class QueryResult(BaseModel):
+    case_id: str
+    ranking: list[str]
+    relevant: list[str]
+    ndcg_3: float
+    ndcg_10: float
+    p_3: float
+    r_3: float
+    rr: float
+    latency_ms: float
+
+
+class RetrievalEvaluation(BaseModel):
+    """The means over judged cases; `n` counts them."""
+
+    ndcg_3: float = Field(serialization_alias="nDCG@3")
+    ndcg_10: float = Field(serialization_alias="nDCG@10")
+    p_3: float = Field(serialization_alias="P@3")
+    r_3: float = Field(serialization_alias="R@3")
+    mrr: float = Field(serialization_alias="MRR")
+    n: int
+    skipped_without_gold: int = Field(description="Cases with no positively judged history event (not scored).")
+    resolved_missing: int = Field(default=0, description="`resolved` mode: cases without a rewrite (raw text used).")
+    users: int
+    history_events: int
+    ingest_seconds: float
+    latency_ms_p50: float
+    latency_ms_p95: float
+    per_query: list[QueryResult] = Field(default_factory=list, exclude=True)
+
+    def summary(self) -> dict:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else 0.0
+
+
+async def evaluate_retrieval(
+    backend: MemoryBackend,
+    cases: Sequence[Case],
+    query_mode: QueryMode = "raw",
+    budget: int | None = None,
+    concurrency: int = 1,
+) -> RetrievalEvaluation:
+    """Ingest each user once, recall every case with gold relevant history, score the rankings."""
+    if query_mode not in QUERY_MODES:
+        raise ValueError(f"query mode {query_mode!r}; valid: {', '.join(QUERY_MODES)}")
+    views = [case.view() for case in cases]
+    histories = user_histories(views)
+    started = time.perf_counter()
+    for user_id, events in histories.items():
+        await backend.ingest(user_id, events)
+    ingest_seconds = time.perf_counter() - started
+
+    judged = [(case, view) for case, view in zip(cases, views) if any(g > 0 for g in gold_qrels(case.gold).values())]
+    gate = asyncio.Semaphore(concurrency)
+
+    async def recall(case: Case, view: CaseView) -> QueryResult:
+        query = memory_query(view, query_mode)
+        async with gate:
+            start = time.perf_counter()
+            context = await backend.context(view.user_id, query, budget)
+            latency_ms = (time.perf_counter() - start) * 1000
+        qrels = gold_qrels(case.gold)
+        scores = query_ranking_scores(context.event_ids, qrels, CUTOFFS)
+        return QueryResult(
+            case_id=case.id,
+            ranking=context.event_ids,
+            relevant=sorted(i for i, g in qrels.items() if g > 0),
+            ndcg_3=scores.ndcg[3],
+            ndcg_10=scores.ndcg[10],
+            p_3=scores.precision[3],
+            r_3=scores.recall[3],
+            rr=scores.reciprocal_rank,
+            latency_ms=latency_ms,
+        )
+
+    results = await asyncio.gather(*(recall(case, view) for case, view in judged))
+
+    def mean(field: str) -> float:
+        return math.fsum(getattr(r, field) for r in results) / len(results) if results else 0.0
+
+    latencies = [r.latency_ms for r in results]
+    return RetrievalEvaluation(
+        ndcg_3=mean("ndcg_3"),
+        ndcg_10=mean("ndcg_10"),
+        p_3=mean("p_3"),
+        r_3=mean("r_3"),
+        mrr=mean("rr"),
+        n=len(results),
+        skipped_without_gold=len(cases) - len(judged),
+        resolved_missing=sum(1 for _, view in judged if view.query.resolved is None) if query_mode == "resolved" else 0,
+        users=len(histories),
+        history_events=sum(len(events) for events in histories.values()),
+        ingest_seconds=ingest_seconds,
+        latency_ms_p50=_percentile(latencies, 50),
+        latency_ms_p95=_percentile(latencies, 95),
+        per_query=list(results),
+    )

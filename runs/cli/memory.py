@@ -1,0 +1,192 @@
+"""`atelier memory eval` (history-retrieval quality of a backend on a benchmark) and `atelier bench
+memory` (ingest throughput, recall latency, peak RSS at scale). Both print JSON.
+
+`--param key=value` sets a field of the backend's typed config (dotted keys reach nested tables,
+e.g. `conversation.turns=3`); values are read as JSON when they parse (numbers, true/false, null,
+lists), else as strings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from pydantic import BaseModel, ValidationError
+
+from benchmarks.errors import ConfigError
+from runs.cli._common import print_json
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_assignments(items: list[str], flag: str) -> dict[str, Any]:
+    """`key=value` strings -> a nested dict (dotted keys make nested tables)."""
+    data: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{flag} {item!r} is not key=value")
+        *parents, leaf = key.strip().split(".")
+        table = data
+        for part in parents:
+            table = table.setdefault(part, {})
+            if not isinstance(table, dict):
+                raise ConfigError(f"{flag} {key!r}: {part!r} is set to a value and used as a table")
+        table[leaf] = _value(value)
+    return data
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
+    """The (nested) config model that the error location points into."""
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            break
+        model = annotation
+    return model
+
+
+def backend_config(backend: str, params: list[str]):
+    """The backend's typed config from `--param` values; one ConfigError naming the bad key."""
+    from memory.registry import backend_class
+
+    model = backend_class(backend).config_model
+    data = {**parse_assignments(params, "--param"), "backend": backend}
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        loc = tuple(error["loc"])
+        key = ".".join(str(p) for p in loc) or "(config)"
+        fields = ", ".join(f for f in _fields_at(model, loc).model_fields if f != "backend")
+        raise ConfigError(f"--param {key}: {error['msg']} (backend {backend!r} fields: {fields})") from None
+
+
+def _gateway(model: str, api_base: Optional[str]):
+    from agents.gateway import Gateway
+    from agents.settings import ModelSettings
+
+    settings = ModelSettings(model=model, api_base=api_base)
+    return Gateway({"system": settings, "memory": settings})
+
+
+def _llm_summary(gateway) -> dict[str, Any]:
+    totals = gateway.ledger.totals()
+    return {**totals, "dry_run": bool(totals["calls"]) and gateway.dry_run}
+
+
+def memory_eval(
+    benchmark: str = typer.Option(..., "--benchmark", help="Benchmark with relevant history ids (ikat, locomo, sample, ...)."),
+    backend: str = typer.Option(..., "--backend", help="Memory backend name."),
+    split: Optional[str] = typer.Option(None, "--split", help="Benchmark split (default: the benchmark's)."),
+    setting: Optional[str] = typer.Option(None, "--setting", help="Benchmark setting (default: the benchmark's)."),
+    param: list[str] = typer.Option([], "--param", help="Backend config field, key=value (repeatable)."),
+    option: list[str] = typer.Option([], "--option", help="Benchmark loader option, key=value (e.g. qrels=nist for ikat)."),
+    query: str = typer.Option("raw", "--query", help="raw | resolved | context | dialogue (see memory.evaluation)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Evaluate at most N cases (a seeded subset)."),
+    model: str = typer.Option("scripted", "--model", help="Model for LLM-using backends (litellm string or scripted)."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
+    budget: Optional[int] = typer.Option(None, "--budget", min=1, help="Context budget in tokens (default: the config's)."),
+    concurrency: int = typer.Option(1, "--concurrency", min=1, help="Recalls in flight at once."),
+    per_query: Optional[Path] = typer.Option(None, "--per-query", help="Also write each case's ranking and scores (JSONL)."),
+) -> None:
+    """Score a backend's history retrieval (nDCG@3/10, P@3, R@3, MRR, recall latency) on a benchmark."""
+    from benchmarks.registry import get_benchmark, load_cases
+    from memory.base import MemoryEnv
+    from memory.evaluation import QUERY_MODES, evaluate_retrieval
+    from memory.registry import create_backend
+
+    if query not in QUERY_MODES:
+        raise ConfigError(f"--query {query!r}; valid: {', '.join(QUERY_MODES)}")
+    config = backend_config(backend, param)
+    options = parse_assignments(option, "--option")
+    split = split or get_benchmark(benchmark).split_default
+    try:
+        cases = load_cases(benchmark, split=split, setting=setting, limit=limit, options=options)
+    except ValueError as exc:  # a bad split or setting, or loader options that do not validate
+        raise ConfigError(f"--benchmark {benchmark}: {str(exc).splitlines()[0]}") from None
+    gateway = _gateway(model, api_base)
+
+    async def run():
+        with tempfile.TemporaryDirectory(prefix="atelier-memory-eval-") as store:
+            memory = create_backend(config, MemoryEnv(gateway=gateway, store_dir=Path(store)))
+            try:
+                return await evaluate_retrieval(memory, cases, query, budget, concurrency)
+            finally:
+                await memory.aclose()
+
+    evaluation = asyncio.run(run())
+    if per_query is not None:
+        per_query.write_text("".join(r.model_dump_json() + "\n" for r in evaluation.per_query), encoding="utf-8")
+    print_json(
+        {
+            "benchmark": benchmark,
+            "split": split,
+            "options": options,
+            "query": query,
+            "limit": limit,
+            **evaluation.summary(),
+            "backend": config.model_dump(mode="json"),
+            "model": model,
+            "llm": _llm_summary(gateway),
+        }
+    )
+
+
+def bench_memory(
+    backend: str = typer.Option(..., "--backend", help="Memory backend name."),
+    items: int = typer.Option(..., "--items", min=1, help="Synthetic history events in total."),
+    queries: int = typer.Option(1000, "--queries", min=1, help="Recalls timed."),
+    events_per_user: int = typer.Option(500, "--events-per-user", min=1, help="History events per synthetic user."),
+    param: list[str] = typer.Option([], "--param", help="Backend config field, key=value (repeatable)."),
+    model: str = typer.Option("scripted", "--model", help="Model for LLM-using backends."),
+    store_dir: Optional[Path] = typer.Option(None, "--store-dir", help="Backend store (default: a temporary directory)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic history and queries."),
+) -> None:
+    """Ingest N synthetic events, time recalls; print ingest items/s, recall p50/p95 ms, peak RSS MB."""
+    from memory.base import MemoryEnv
+    from memory.bench import peak_rss_mb, run_bench
+    from memory.registry import create_backend
+
+    config = backend_config(backend, param)
+    gateway = _gateway(model, None)
+
+    async def run(store: Path):
+        memory = create_backend(config, MemoryEnv(gateway=gateway, store_dir=store))
+        try:
+            return await run_bench(memory, items, queries, events_per_user, seed=seed)
+        finally:
+            await memory.aclose()
+
+    rss_before = peak_rss_mb()
+    if store_dir is not None:
+        result = asyncio.run(run(store_dir))
+    else:
+        with tempfile.TemporaryDirectory(prefix="atelier-bench-memory-") as store:
+            result = asyncio.run(run(Path(store)))
+    print_json(
+        {
+            "benchmark": "memory",
+            **result.summary(),
+            "peak_rss_mb_before_backend": round(rss_before, 1),
+            "backend": config.model_dump(mode="json"),
+            "llm": _llm_summary(gateway),
+        }
+    )
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    memory_app = typer.Typer(help="Memory backends: evaluate history retrieval.", no_args_is_help=True)
+    memory_app.command("eval")(memory_eval)
+    app.add_typer(memory_app, name="memory")
+    bench_app.command("memory")(bench_memory)
