@@ -49,14 +49,6 @@ class ModelSettings(BaseModel):
             return os.environ.get(self.api_key_env)
         return None
 
-    def merged(self, override: "ModelSettings | dict[str, Any] | None") -> "ModelSettings":
-        """These settings with the fields explicitly set in `override` replaced."""
-        if override is None:
-            return self
-        if isinstance(override, ModelSettings):
-            override = override.model_dump(exclude_unset=True)
-        return self.model_copy(update=override)
-
 
 def settings_for_role(roles: dict[str, ModelSettings], role: str) -> ModelSettings:
     if role in roles:

@@ -7,9 +7,9 @@ subgraph receives the full `Case`.
 
 from __future__ import annotations
 
+import operator
 from functools import lru_cache
 from typing import Annotated, Literal, TypedDict
-import operator
 
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime

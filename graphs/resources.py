@@ -76,11 +76,6 @@ def resources_for(context: EpisodeContext | None) -> Resources:
         return _resources[key]
 
 
-def ledger_for(context: EpisodeContext) -> Ledger:
-    with _lock:
-        return _shared_ledger(context)
-
-
 async def release(context: EpisodeContext) -> None:
     """Close what a context opened (memory stores, the web) and forget it (end of a run). What the
     web searched and fetched is listed in `<run_dir>/web_log.jsonl`."""
