@@ -5,8 +5,11 @@
 - `expansion`: the query alone, or followed by an LLM expansion (BESPOKE §4.4: `cot` aspects or a
   `pseudo_history` entry, HyDE-style), one gateway call per recall.
 - `conversation`: previous turns of the conversation join the query, either concatenated into
-  one query or — the default mode — searched one by one and mixed (`turn_mixture`): the current
-  query weighs 1, the previous turn `weight`, each turn further back `decay` times less.
+  one query or — the default mode — searched one by one and fused with turn weights (the query
+  weighs 1, the previous turn `weight`, each turn further back `decay` times less): BM25 scores
+  are summed with those weights (one query whose terms carry their turn's weight); dense
+  similarities become per-turn softmax distributions that are mixed (`turn_mixture`), so a vague
+  turn counts little. `hybrid` fuses the turns within each method, then the methods by RRF.
 - `form`: the top `k` events as raw history packed into the budget in rank order, or a query-aware
   profile of them written by one LLM call (BESPOKE Table 23, as the `selected` backend does).
 
@@ -32,7 +35,7 @@ from memory.profile_text import profile_context
 from memory.registry import register_backend
 from memory.retrieval.dense import DenseIndex
 from memory.retrieval.event_store import EventStore
-from memory.retrieval.fusion import Ranking, reciprocal_rank_fusion, relative_to_best, turn_mixture
+from memory.retrieval.fusion import Ranking, reciprocal_rank_fusion, turn_mixture, weighted_sum
 from memory.retrieval.lexical import LexicalIndex, Stemming, StopWords
 from memory.steps import memory_step
 
@@ -50,10 +53,7 @@ class ConversationConfig(BaseModel):
     weight: float = Field(default=0.5, ge=0, description="fusion: weight of the previous turn (the query weighs 1).")
     decay: float = Field(default=0.5, gt=0, le=1, description="fusion: weight multiplier per turn further back.")
     temperature: float = Field(
-        default=0.05,
-        gt=0,
-        description="fusion: softmax temperature over each turn's scores (cosine similarity for dense; "
-        "score relative to the turn's best for bm25 and hybrid).",
+        default=0.05, gt=0, description="fusion, dense: softmax temperature over each turn's cosine similarities."
     )
 
 
@@ -162,25 +162,18 @@ class RetrievalMemory(MemoryBackend):
 
     def rank(self, user_id: str, texts: Sequence[str]) -> Ranking:
         """The user's events ranked for the query texts (the query first, then earlier turns)."""
-        per_text = self.search(user_id, texts)
-        if len(per_text) == 1:
-            return per_text[0]
         conversation = self.config.conversation
         weights = [1.0] + [conversation.weight * conversation.decay**back for back in range(len(texts) - 1)]
-        if self.config.method != "dense":
-            per_text = [relative_to_best(r) for r in per_text]
-        return turn_mixture(per_text, weights, conversation.temperature)
-
-    def search(self, user_id: str, texts: Sequence[str]) -> list[Ranking]:
-        """One ranking per text, by the configured method."""
         depth = self.config.candidates
-        lexical = self.lexical.search(user_id, texts, depth) if self.lexical is not None else []
-        dense = self.dense.search(user_id, texts, depth) if self.dense is not None else []
-        if self.config.method == "bm25":
-            return lexical
-        if self.config.method == "dense":
-            return dense
-        return [reciprocal_rank_fusion([lex, den], k=self.config.rrf_k) for lex, den in zip(lexical, dense)]
+        rankings = []
+        if self.lexical is not None:
+            rankings.append(weighted_sum(self.lexical.search(user_id, texts, depth), weights))
+        if self.dense is not None:
+            per_text = self.dense.search(user_id, texts, depth)
+            rankings.append(per_text[0] if len(texts) == 1 else turn_mixture(per_text, weights, conversation.temperature))
+        if len(rankings) == 1:
+            return rankings[0]
+        return reciprocal_rank_fusion(rankings, k=self.config.rrf_k)
 
     async def aclose(self) -> None:
         if self.dense is not None:

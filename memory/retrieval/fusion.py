@@ -1,4 +1,4 @@
-"""Fusing rankings: reciprocal-rank fusion of methods, and a weighted mixture over conversation turns.
+"""Fusing rankings: reciprocal-rank fusion of methods; weighted sums and mixtures over conversation turns.
 
 A ranking here is `dict[event id, score]` with the best first.
 """
@@ -26,10 +26,13 @@ def reciprocal_rank_fusion(rankings: Sequence[Ranking], k: int = 60, weights: Se
     return ordered(fused)
 
 
-def relative_to_best(ranking: Ranking) -> Ranking:
-    """Scores divided by the top score (so 1 for the best); used for scores without a fixed scale."""
-    best = max(ranking.values(), default=0.0)
-    return {i: s / best for i, s in ranking.items()} if best > 0 else dict(ranking)
+def weighted_sum(rankings: Sequence[Ranking], weights: Sequence[float]) -> Ranking:
+    """sum_t weight_t * score_t(d): for BM25 this is one query whose terms carry their turn's weight."""
+    summed: dict[str, float] = {}
+    for ranking, weight in zip(rankings, weights):
+        for event_id, score in ranking.items():
+            summed[event_id] = summed.get(event_id, 0.0) + weight * score
+    return ordered(summed)
 
 
 def turn_mixture(rankings: Sequence[Ranking], weights: Sequence[float], temperature: float) -> Ranking:
