@@ -80,12 +80,15 @@ class DenseIndex:
         first: dict[str, HistoryEvent] = {}
         for event in events:
             first.setdefault(event.id, event)
-        present = set(collection.get(ids=list(first), include=[])["ids"])
+        step = self._client.get_max_batch_size()
+        ids = list(first)
+        present: set[str] = set()
+        for start in range(0, len(ids), step):
+            present.update(collection.get(ids=ids[start : start + step], include=[])["ids"])
         new = [e for e in first.values() if e.id not in present]
         if not new:
             return 0
         vectors = self.embedder.embed_documents([e.render() for e in new])
-        step = self._client.get_max_batch_size()
         for start in range(0, len(new), step):
             chunk = new[start : start + step]
             collection.add(ids=[e.id for e in chunk], embeddings=vectors[start : start + step])
