@@ -7,7 +7,7 @@ context stands in for their past posts; with no context it is the non-personalis
 from __future__ import annotations
 
 from agents.gateway import Gateway
-from agents.prompts import Section, build_messages
+from agents.prompts import Section, build_messages, conversation_section
 from agents.response import SystemResponse
 from benchmarks.case import CaseView
 
@@ -28,10 +28,7 @@ def answer_messages(view: CaseView, context_text: str) -> list[dict[str, str]]:
     if context_text:
         sections.append(Section("What you know about the user", context_text, untrusted=True))
     if view.query.previous_turns:
-        turns = "\n".join(
-            f"user: {t.utterance}" + (f"\nassistant: {t.response}" if t.response else "") for t in view.query.previous_turns
-        )
-        sections.append(Section("The conversation so far", turns, untrusted=True))
+        sections.append(conversation_section(view.query.previous_turns))
     sections.append(Section("The user's current question", view.query.text))
     return build_messages(ROLE, sections, TASK_PERSONALIZED if context_text else TASK_PLAIN)
 

@@ -17,7 +17,8 @@ from typing import Sequence
 from pydantic import BaseModel, Field
 
 from agents.gateway import Gateway
-from agents.prompts import Section, build_messages
+from agents.prompts import Section, build_messages, conversation_section
+from benchmarks.case import ConversationTurn
 
 # --------------------------------------------------------------------------- general profile
 
@@ -159,10 +160,10 @@ class QueryProfile(BaseModel):
 
 
 async def build_query_profile(
-    gateway: Gateway, role: str, query: str, history: str, previous_turns: Sequence[str] = ()
+    gateway: Gateway, role: str, query: str, history: str, previous_turns: Sequence[ConversationTurn] = ()
 ) -> QueryProfile:
     sections = [Section("Query", query)]
     if previous_turns:
-        sections.append(Section("Conversation so far", "\n".join(f"user: {t}" for t in previous_turns), untrusted=True))
+        sections.append(conversation_section(previous_turns))
     sections.append(Section("The user's search and chat history", history, untrusted=True))
     return await gateway.structured(role, build_messages(QUERY_PROFILE_ROLE, sections, QUERY_PROFILE_TASK), QueryProfile)

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Literal, Sequence
 
 from agents.gateway import Gateway
-from agents.prompts import Section, build_messages
+from agents.prompts import Section, build_messages, conversation_section
+from benchmarks.case import ConversationTurn
 
 ExpansionKind = Literal["cot", "pseudo_history"]
 
@@ -38,16 +39,18 @@ TASKS: dict[ExpansionKind, str] = {
 }
 
 
-def expansion_messages(kind: ExpansionKind, query: str, previous_turns: Sequence[str] = ()) -> list[dict[str, str]]:
+def expansion_messages(
+    kind: ExpansionKind, query: str, previous_turns: Sequence[ConversationTurn] = ()
+) -> list[dict[str, str]]:
     sections = []
     if previous_turns:
-        sections.append(Section("Conversation so far", "\n".join(previous_turns), untrusted=True))
+        sections.append(conversation_section(previous_turns))
     sections.append(Section("Query", query, untrusted=True))
     return build_messages(ROLE, sections, TASKS[kind])
 
 
 async def expand_query(
-    gateway: Gateway, role: str, kind: ExpansionKind, query: str, previous_turns: Sequence[str] = ()
+    gateway: Gateway, role: str, kind: ExpansionKind, query: str, previous_turns: Sequence[ConversationTurn] = ()
 ) -> str:
     """The expansion text (CoT aspects or a pseudo history entry) for `query`."""
     return (await gateway.text(role, expansion_messages(kind, query, previous_turns))).strip()

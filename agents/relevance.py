@@ -15,7 +15,8 @@ from typing import Literal, Sequence
 from pydantic import BaseModel, Field, create_model
 
 from agents.gateway import Gateway
-from agents.prompts import Section, build_messages
+from agents.prompts import Section, build_messages, conversation_section
+from benchmarks.case import ConversationTurn
 
 ROLE = (
     "You are a strict reviewer selecting history sessions that help personalize the response to THIS query."
@@ -79,22 +80,22 @@ def _batch_schema(size: int) -> type[BatchJudgment]:
     return create_model(f"BatchJudgmentOf{size}", __base__=BatchJudgment, verdicts=(list[verdict], ...))
 
 
-def _query_sections(query: str, previous_turns: Sequence[str]) -> list[Section]:
+def _query_sections(query: str, previous_turns: Sequence[ConversationTurn]) -> list[Section]:
     sections = [Section("Query", query)]
     if previous_turns:
-        sections.append(Section("Conversation so far", "\n".join(f"user: {t}" for t in previous_turns), untrusted=True))
+        sections.append(conversation_section(previous_turns))
     return sections
 
 
 async def judge_session(
-    gateway: Gateway, role: str, query: str, session: str, previous_turns: Sequence[str] = ()
+    gateway: Gateway, role: str, query: str, session: str, previous_turns: Sequence[ConversationTurn] = ()
 ) -> SessionJudgment:
     sections = [*_query_sections(query, previous_turns), Section("History Session", session, untrusted=True)]
     return await gateway.structured(role, build_messages(ROLE, sections, TASK_ONE), SessionJudgment)
 
 
 async def judge_sessions_batch(
-    gateway: Gateway, role: str, query: str, sessions: Sequence[tuple[str, str]], previous_turns: Sequence[str] = ()
+    gateway: Gateway, role: str, query: str, sessions: Sequence[tuple[str, str]], previous_turns: Sequence[ConversationTurn] = ()
 ) -> dict[str, SessionJudgment]:
     """Verdicts by session id for `sessions` = (id, text). The prompt labels sessions S1, S2, ...
     (short labels the model can copy exactly); verdicts for labels not asked about are dropped,
@@ -117,7 +118,7 @@ async def judge_sessions(
     query: str,
     sessions: Sequence[tuple[str, str]],
     batch_size: int = 1,
-    previous_turns: Sequence[str] = (),
+    previous_turns: Sequence[ConversationTurn] = (),
 ) -> dict[str, SessionJudgment]:
     """Judge every session, one call per session (batch_size 1, as BESPOKE) or per batch; calls
     run concurrently (the gateway bounds how many reach a model at once)."""

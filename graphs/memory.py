@@ -15,7 +15,7 @@ from langgraph.types import Command
 from benchmarks.case import CaseView
 from graphs.context import EpisodeContext
 from graphs.resources import resources_for
-from memory.base import MemoryQuery, UserContext
+from memory.base import UserContext, memory_query
 
 
 class MemoryInput(TypedDict):
@@ -28,13 +28,6 @@ class MemoryOutput(TypedDict):
 
 class MemoryState(MemoryInput, MemoryOutput, total=False):
     pass
-
-
-def memory_query(view: CaseView) -> MemoryQuery:
-    return MemoryQuery(
-        text=view.query.text,
-        previous_turns=[t.utterance for t in view.query.previous_turns],
-    )
 
 
 async def ingest(state: MemoryState, runtime: Runtime[EpisodeContext]) -> Command[Literal["recall"]]:

@@ -13,23 +13,52 @@ from abc import ABC, abstractmethod
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal, Sequence
+from typing import Any, ClassVar, Literal, Sequence, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.gateway import Gateway
-from benchmarks.case import HistoryEvent
+from benchmarks.case import CaseView, ConversationTurn, HistoryEvent
 
 ContextForm = Literal["none", "raw", "profile", "persona"]
 
 
 class MemoryQuery(BaseModel):
-    """What the memory is asked about: the query text and, optionally, the conversation so far."""
+    """What the memory is asked about: the query text and, optionally, the conversation so far
+    (each previous turn's utterance and the system's response to it, when known)."""
 
     model_config = ConfigDict(extra="forbid")
 
     text: str
-    previous_turns: list[str] = Field(default_factory=list)
+    previous_turns: list[ConversationTurn] = Field(default_factory=list)
+
+    @field_validator("previous_turns", mode="before")
+    @classmethod
+    def _utterances(cls, turns: Any) -> Any:
+        """Plain strings are utterances with no recorded response."""
+        if isinstance(turns, (list, tuple)):
+            return [ConversationTurn(utterance=t) if isinstance(t, str) else t for t in turns]
+        return turns
+
+    def turn_texts(self, responses: bool = False) -> list[str]:
+        """Each previous turn as one text: its utterance, followed by the response if asked for."""
+        return [f"{t.utterance}\n{t.response}" if responses and t.response else t.utterance for t in self.previous_turns]
+
+
+QueryMode = Literal["raw", "resolved", "context"]
+QUERY_MODES: tuple[str, ...] = get_args(QueryMode)
+
+
+def memory_query(view: CaseView, mode: QueryMode = "context") -> MemoryQuery:
+    """How a case asks memory: `raw` (the utterance as typed), `resolved` (the manual rewrite when
+    the data has one, e.g. iKAT; else the raw text), `context` (the raw utterance with the
+    conversation so far — what the episode graph passes; backends choose whether to use it)."""
+    query = view.query
+    if mode == "raw":
+        return MemoryQuery(text=query.text)
+    if mode == "resolved":
+        return MemoryQuery(text=query.resolved or query.text)
+    return MemoryQuery(text=query.text, previous_turns=list(query.previous_turns))
 
 
 class UserContext(BaseModel):

@@ -7,11 +7,11 @@ then every case with gold relevant history is recalled and scored with trec_eval
 (`benchmarks.metrics.ranking`): graded gains when the data grades relevance (`Gold.relevance`, e.g.
 iKAT NIST judgments), else binary (`Gold.relevant_history_ids`: iKAT provenance, LoCoMo evidence).
 
-Query modes: `raw` (the utterance as the user typed it), `resolved` (the manual rewrite, iKAT;
-cases without one fall back to the raw text and are counted), `context` (the raw utterance and the
-conversation's previous user utterances, as the episode graph passes them), `dialogue` (as
-`context`, each previous turn with the system's response to it — TREC iKAT gives participants
-the canonical responses of earlier turns).
+Query modes (`memory.base.memory_query`): `raw` (the utterance as the user typed it), `resolved`
+(the manual rewrite, iKAT; cases without one fall back to the raw text and are counted),
+`context` (the raw utterance with the conversation so far, as the episode graph passes it; each
+previous turn carries the system's response when the data has it — TREC iKAT gives participants
+the canonical responses of earlier turns — and the backend's config says what it uses).
 """
 
 from __future__ import annotations
@@ -19,32 +19,16 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import Literal, Sequence, get_args
+from typing import Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from benchmarks.case import Case, CaseView, Gold, HistoryEvent
 from benchmarks.metrics.ranking import query_ranking_scores
-from memory.base import MemoryBackend, MemoryQuery
+from memory.base import QUERY_MODES, MemoryBackend, QueryMode, memory_query
 
-QueryMode = Literal["raw", "resolved", "context", "dialogue"]
-QUERY_MODES: tuple[str, ...] = get_args(QueryMode)
 CUTOFFS = (3, 10)
-
-
-def memory_query(view: CaseView, mode: QueryMode) -> MemoryQuery:
-    query = view.query
-    if mode == "raw":
-        return MemoryQuery(text=query.text)
-    if mode == "resolved":
-        return MemoryQuery(text=query.resolved or query.text)
-    if mode == "context":
-        return MemoryQuery(text=query.text, previous_turns=[t.utterance for t in query.previous_turns])
-    return MemoryQuery(
-        text=query.text,
-        previous_turns=[f"{t.utterance}\n{t.response}" if t.response else t.utterance for t in query.previous_turns],
-    )
 
 
 def gold_qrels(gold: Gold) -> dict[str, int]:

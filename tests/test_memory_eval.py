@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from benchmarks.case import Case, ConversationTurn, Gold, HistoryEvent, MemorySnippet, Query
 from benchmarks.errors import ConfigError
 from benchmarks.registry import load_cases
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query
+from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, memory_query
 from memory.bench import synthetic_histories, synthetic_queries
-from memory.evaluation import evaluate_retrieval, gold_qrels, memory_query, user_histories
+from memory.evaluation import evaluate_retrieval, gold_qrels, user_histories
 from runs.cli import memory as memory_cli
 from runs.cli.memory import backend_config, parse_assignments
 
@@ -74,8 +74,9 @@ def test_query_modes():
     view = c.view()
     assert memory_query(view, "raw") == MemoryQuery(text="And the second?")
     assert memory_query(view, "resolved").text == "And the second? (resolved)"
-    assert memory_query(view, "context").previous_turns == ["Cheap cars?"]
-    assert memory_query(view, "dialogue").previous_turns == ["Cheap cars?\nA Dacia or a Kia."]
+    query = memory_query(view, "context")
+    assert query.turn_texts() == ["Cheap cars?"]
+    assert query.turn_texts(responses=True) == ["Cheap cars?\nA Dacia or a Kia."]
     assert gold_qrels(Gold(relevant_history_ids=["a"], relevance={"b": 2})) == {"b": 2}
     assert list(user_histories([view, view])) == ["u"]
 
@@ -124,7 +125,7 @@ def test_memory_eval_labels_llm_backends_on_scripted_as_dry_runs(cli, tmp_path):
         (["methd=bm25"], "--param methd: Extra inputs are not permitted (backend 'retrieval' fields: budget_tokens, method"),
         (["method=tfidf"], "--param method: Input should be 'bm25', 'dense' or 'hybrid'"),
         (["k=ten"], "--param k: Input should be a valid integer"),
-        (["conversation.turn=2"], "--param conversation.turn: Extra inputs are not permitted (backend 'retrieval' fields: turns, mode"),
+        (["conversation.turn=2"], "--param conversation.turn: Extra inputs are not permitted (backend 'retrieval' fields: turns, responses, mode"),
         (["k"], "--param 'k' is not key=value"),
     ],
 )
@@ -144,7 +145,7 @@ def test_params_are_parsed_as_json_when_they_parse():
 
 def test_memory_eval_rejects_an_unknown_query_mode(cli):
     result = CliRunner().invoke(cli, ["memory", "eval", "--benchmark", "ikat", "--backend", "none", "--query", "magic"])
-    assert isinstance(result.exception, ConfigError) and "raw, resolved, context, dialogue" in str(result.exception)
+    assert isinstance(result.exception, ConfigError) and "raw, resolved, context" in str(result.exception)
 
 
 def test_bench_memory_reports_throughput_latency_and_memory(cli):

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from agents.gateway import Gateway
 from agents.query_expansion import expansion_messages
 from agents.settings import ModelSettings
-from benchmarks.case import ChatMessage, ChatSession, MemorySnippet, PTKBStatement, SearchQueryRecord, SearchSession
+from benchmarks.case import ConversationTurn, ChatMessage, ChatSession, MemorySnippet, PTKBStatement, SearchQueryRecord, SearchSession
 from benchmarks.errors import DataError
 from memory.base import MemoryEnv, MemoryQuery
 from memory.budget import count_tokens
@@ -184,9 +184,9 @@ def test_expansion_prompts_follow_bespoke_and_fence_the_query():
     cot = expansion_messages("cot", "Which marathons?")
     assert "think step by step to infer the key aspects" in cot[1]["content"]
     assert "<data>\nWhich marathons?\n</data>" in cot[1]["content"]
-    pseudo = expansion_messages("pseudo_history", "Which marathons?", ["I like running"])
+    pseudo = expansion_messages("pseudo_history", "Which marathons?", [ConversationTurn(utterance="I like running")])
     assert "Output ONLY the history text." in pseudo[1]["content"]
-    assert "# Conversation so far" in pseudo[1]["content"]
+    assert "# The conversation so far\n<data>\nuser: I like running\n</data>" in pseudo[1]["content"]
 
 
 async def test_profile_form_summarises_the_retrieved_events_in_one_call(backends):

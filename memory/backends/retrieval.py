@@ -46,6 +46,9 @@ class ConversationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     turns: int = Field(default=0, ge=0, description="Previous turns used, most recent first (0 = the query alone).")
+    responses: bool = Field(
+        default=False, description="Each previous turn with the system's response to it, when the data has it."
+    )
     mode: Literal["fusion", "concat"] = Field(
         default="fusion",
         description="fusion: search each turn and mix the rankings; concat: one query of the turns, then the query.",
@@ -155,7 +158,7 @@ class RetrievalMemory(MemoryBackend):
             )
             current = f"{query.text}\n{expansion}" if expansion else query.text
         conversation = self.config.conversation
-        previous = query.previous_turns[-conversation.turns :] if conversation.turns else []
+        previous = query.turn_texts(conversation.responses)[-conversation.turns :] if conversation.turns else []
         if conversation.mode == "concat":
             return ["\n".join([*previous, current])]
         return [current, *reversed(previous)]

@@ -92,7 +92,7 @@ def memory_eval(
     setting: Optional[str] = typer.Option(None, "--setting", help="Benchmark setting (default: the benchmark's)."),
     param: list[str] = typer.Option([], "--param", help="Backend config field, key=value (repeatable)."),
     option: list[str] = typer.Option([], "--option", help="Benchmark loader option, key=value (e.g. qrels=nist for ikat)."),
-    query: str = typer.Option("raw", "--query", help="raw | resolved | context | dialogue (see memory.evaluation)."),
+    query: str = typer.Option("raw", "--query", help="raw | resolved | context (see memory.base.memory_query)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Evaluate at most N cases (a seeded subset)."),
     model: str = typer.Option("scripted", "--model", help="Model for LLM-using backends (litellm string or scripted)."),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
@@ -102,8 +102,8 @@ def memory_eval(
 ) -> None:
     """Score a backend's history retrieval (nDCG@3/10, P@3, R@3, MRR, recall latency) on a benchmark."""
     from benchmarks.registry import get_benchmark, load_cases
-    from memory.base import MemoryEnv
-    from memory.evaluation import QUERY_MODES, evaluate_retrieval
+    from memory.base import QUERY_MODES, MemoryEnv
+    from memory.evaluation import evaluate_retrieval
     from memory.registry import create_backend
 
     if query not in QUERY_MODES:
