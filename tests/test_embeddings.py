@@ -1,0 +1,26 @@
+"""The local embedder: normalised MiniLM vectors, the same model in float32 and bfloat16."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agents.embeddings import get_embedder
+
+TEXTS = ["I am vegetarian and allergic to soy.", "Cheap train tickets from Lisbon to Porto.", "我喜欢喝乌龙茶"]
+
+
+def test_local_embedder_gives_unit_vectors_that_separate_topics():
+    embedder = get_embedder("local")
+    vectors = embedder.embed(TEXTS)
+    assert vectors.shape == (3, 384) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    query = embedder.embed(["a vegan diet without soy"])[0]
+    assert int(np.argmax(vectors @ query)) == 0
+    assert get_embedder("local") is embedder  # one model per process
+    assert embedder.embed([]).shape == (0, 384)
+
+
+def test_bfloat16_embedder_is_the_same_model():
+    full, half = get_embedder("local").embed(TEXTS), get_embedder("local-bf16").embed(TEXTS)
+    assert half.dtype == np.float32 and np.allclose(np.linalg.norm(half, axis=1), 1.0, atol=1e-5)
+    assert np.min(np.sum(full * half, axis=1)) > 0.99
