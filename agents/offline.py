@@ -22,6 +22,7 @@ DEFAULTS = {
     "TRANSFORMERS_OFFLINE": "1",
     "ANONYMIZED_TELEMETRY": "False",  # chromadb
     "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # transformers' "Loading weights" bar on every model load
 }
 
 
