@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from benchmarks.case import HistoryEvent
+from memory.base import MemoryBackend
 
 
 class UserEvents:
@@ -57,3 +58,16 @@ def most_recent_first(events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
     """Dated events by date (descending), then undated ones in reverse arrival order."""
     order = {e.id: i for i, e in enumerate(events)}
     return sorted(events, key=lambda e: (e.timestamp is not None, e.timestamp or "", order[e.id]), reverse=True)
+
+
+class RawHistoryBackend(MemoryBackend):
+    """A backend whose ingest only keeps the raw events (per user, idempotent); its work happens
+    at recall (`full`, `query_profile`, `selected`)."""
+
+    def __init__(self, config, env=None) -> None:
+        super().__init__(config, env)
+        self._events = UserEvents()
+
+    async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
+        async with self.user_lock(user_id):
+            self._events.add(user_id, events)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from typing import Literal
 
-from benchmarks.case import HistoryEvent
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext
+from memory.base import MemoryConfig, MemoryQuery, UserContext
 from memory.budget import pack, render_event
 from memory.registry import register_backend
-from memory.user_events import UserEvents, most_recent_first
+from memory.user_events import RawHistoryBackend, most_recent_first
 
 
 class FullConfig(MemoryConfig):
@@ -16,17 +15,9 @@ class FullConfig(MemoryConfig):
 
 
 @register_backend
-class FullHistory(MemoryBackend):
+class FullHistory(RawHistoryBackend):
     name = "full"
     config_model = FullConfig
-
-    def __init__(self, config, env=None) -> None:
-        super().__init__(config, env)
-        self._events = UserEvents()
-
-    async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
-        async with self.user_lock(user_id):
-            self._events.add(user_id, events)
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
         events = most_recent_first(self._events.events(user_id))

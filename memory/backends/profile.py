@@ -24,7 +24,7 @@ from memory.history_text import history_chunks, history_text
 from memory.profile_text import profile_context
 from memory.registry import register_backend
 from memory.steps import memory_step
-from memory.user_events import UserEvents, most_recent_first
+from memory.user_events import RawHistoryBackend, UserEvents, most_recent_first
 
 
 class ProfileConfig(MemoryConfig):
@@ -77,18 +77,10 @@ class QueryProfileConfig(MemoryConfig):
 
 
 @register_backend
-class QueryAwareProfile(MemoryBackend):
+class QueryAwareProfile(RawHistoryBackend):
     name = "query_profile"
     config_model = QueryProfileConfig
     config: QueryProfileConfig
-
-    def __init__(self, config, env=None) -> None:
-        super().__init__(config, env)
-        self._events = UserEvents()
-
-    async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
-        async with self.user_lock(user_id):
-            self._events.add(user_id, events)
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
         events = self._events.events(user_id)

@@ -12,20 +12,20 @@ dialogue turns of the same conversation session (LoCoMo) are judged together. Th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 from pydantic import Field
 
 from agents.profiler import build_query_profile
 from agents.relevance import judge_sessions
 from benchmarks.case import DialogueTurn, HistoryEvent
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query
+from memory.base import MemoryConfig, MemoryQuery, UserContext, as_query
 from memory.budget import pack, render_event
 from memory.history_text import history_text
 from memory.profile_text import profile_context
 from memory.registry import register_backend
 from memory.steps import memory_step
-from memory.user_events import UserEvents, most_recent_first
+from memory.user_events import RawHistoryBackend, most_recent_first
 
 
 class SelectedConfig(MemoryConfig):
@@ -54,18 +54,10 @@ class _Session:
 
 
 @register_backend
-class SelectedHistory(MemoryBackend):
+class SelectedHistory(RawHistoryBackend):
     name = "selected"
     config_model = SelectedConfig
     config: SelectedConfig
-
-    def __init__(self, config, env=None) -> None:
-        super().__init__(config, env)
-        self._events = UserEvents()
-
-    async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
-        async with self.user_lock(user_id):
-            self._events.add(user_id, events)
 
     def _session_key(self, event: HistoryEvent) -> str:
         if self.config.group_dialogue_turns and isinstance(event, DialogueTurn) and event.session:
