@@ -24,6 +24,7 @@ from typing import Any
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
+from benchmarks.errors import ConfigError
 from benchmarks.registry import load_cases
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
@@ -113,6 +114,7 @@ class Runner:
         recipe = self.recipe
         b = recipe.benchmark
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
+        self._check_resumable()
         cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
         self.folder.path.mkdir(parents=True, exist_ok=True)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
@@ -175,6 +177,23 @@ class Runner:
             latency_s=round(time.perf_counter() - started, 4),
             finished_at=time.time(),
         )
+
+    # what must not change between a run and its resumption: it decides what an episode computes
+    _RESUME_KEYS = ("seed", "models", "systems", "judges", "web")
+
+    def _check_resumable(self) -> None:
+        previous = (_read_json(self.folder.config) or {}).get("recipe")
+        if previous is None:
+            return
+        current = self.recipe.model_dump(mode="json")
+        changed = [k for k in self._RESUME_KEYS if previous.get(k) != current.get(k)]
+        benchmark = ("name", "split", "setting", "options")
+        changed += [f"benchmark.{k}" for k in benchmark if previous["benchmark"].get(k) != current["benchmark"].get(k)]
+        if changed:
+            raise ConfigError(
+                f"{self.folder.path} holds a run of a different recipe ({', '.join(changed)} changed); "
+                "resume it with the recipe it was started with, or choose a new --out folder"
+            )
 
     def _config(self, cases: list[Case], dry_run: bool) -> dict[str, Any]:
         previous = _read_json(self.folder.config)

@@ -93,10 +93,23 @@ def test_failures_are_recorded_with_their_reason(tmp_path, cache_dir):
     assert all("ModelCallError" in r["error"] and "after 2 attempts" in r["error"] for r in results)
     summary = json.loads(folder.summary.read_text())
     assert summary["systems"]["full"]["errors"] == 3 and summary["systems"]["full"]["judges"]["lampqa_aspects"]["n"] == 0
-    # a resumed run retries the failed episodes; the last line per key wins
-    fixed = recipe(tmp_path)
-    run_recipe(fixed, folder.path, progress=False)
-    assert all(r.ok for r in ResultsFile(folder.results).load().values())
+
+
+def test_a_resumed_run_redoes_failed_episodes_and_the_last_line_wins(tmp_path, cache_dir, monkeypatch):
+    import graphs.direct
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("the writer fell over")
+
+    monkeypatch.setattr(graphs.direct, "answer", broken)
+    folder = run_recipe(recipe(tmp_path), progress=False)
+    assert {r["error"] for r in lines(folder.results)} == {"RuntimeError: the writer fell over"}
+    monkeypatch.undo()
+    run_recipe(recipe(tmp_path), folder.path, progress=False)
+    assert len(lines(folder.results)) == 12  # six failures, then six successes appended
+    latest = ResultsFile(folder.results).load()
+    assert len(latest) == 6 and all(r.ok for r in latest.values())
+    assert json.loads(folder.summary.read_text())["systems"]["full"]["errors"] == 0
 
 
 def test_systems_never_see_gold(tmp_path, cache_dir, monkeypatch):
@@ -144,3 +157,14 @@ async def test_the_runs_web_is_shared_recorded_in_the_run_folder_and_logged(tmp_
     log = lines(tmp_path / "run" / "web_log.jsonl")
     assert [entry["kind"] for entry in log] == ["search"]
     assert any((tmp_path / "run" / "web").rglob("*"))  # recorded for replay
+
+
+def test_a_run_folder_only_resumes_the_recipe_that_made_it(tmp_path, cache_dir):
+    from benchmarks.errors import ConfigError
+
+    folder = run_recipe(recipe(tmp_path), progress=False)
+    changed = recipe(tmp_path, model="scripted?seed=9")
+    with pytest.raises(ConfigError, match=r"different recipe \(models changed\)"):
+        run_recipe(changed, folder.path, progress=False)
+    more = recipe(tmp_path).with_overrides(limit=2)  # a different limit is still the same run
+    run_recipe(more, folder.path, progress=False)
