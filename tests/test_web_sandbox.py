@@ -284,3 +284,19 @@ async def test_the_bundled_sample_pages_are_served_under_their_own_urls(tmp_path
         page = await web.fetch(first.url)
     assert results[0].url == first.url
     assert first.paragraphs()[0][:60] in " ".join(page.text.split())
+
+
+async def test_extraction_in_worker_processes_gives_the_same_page_as_in_a_thread(tmp_path):
+    from tools.extraction_pool import _pool
+
+    pages = []
+    for workers in (0, 2):
+        config = WebConfig(mode="live", cache_dir=tmp_path / str(workers),
+                           reader_options={"extract_workers": workers},
+                           sandbox=SandboxConfig(corpus=str(FIXTURE_CORPUS)))
+        async with build_web(config) as web:
+            [hit, *_] = await web.search("jupiter moons")
+            pages.append(await web.fetch(hit.url))
+    threaded, pooled = pages
+    assert pooled.text == threaded.text and pooled.title == threaded.title and "Skip to main content" not in pooled.text
+    assert _pool(2) is _pool(2)  # one pool per process, shared by every web

@@ -114,9 +114,8 @@ class Web:
         answer = await self.cache.answer("fetch", request, live)
         self._note(answer)
         response = HttpResponse.model_validate(answer.record.response).model_copy(update={"body": answer.body})
-        # extraction is CPU work: off the event loop, so other requests keep flowing meanwhile
-        return await asyncio.to_thread(
-            self.reader.to_page, url, response, fetched_at=answer.record.recorded_at, from_cache=answer.from_cache
+        return await self.reader.read_page(
+            url, response, fetched_at=answer.record.recorded_at, from_cache=answer.from_cache
         )
 
     async def aclose(self) -> None:

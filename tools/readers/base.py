@@ -1,7 +1,7 @@
-"""The page-reader interface: download a URL (network) and turn the stored response into a Page (pure).
+"""The page-reader interface: download a URL (network) and turn the stored response into a Page.
 
 The two halves are apart so the web cache sits between them: a replayed response goes through
-exactly the same `to_page` as a live one, so a replayed page is the recorded page.
+exactly the same `read_page` as a live one, so a replayed page is the recorded page.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ class PageReader(WebService, ABC):
     async def download(self, url: str) -> HttpResponse: ...
 
     @abstractmethod
-    def to_page(self, url: str, response: HttpResponse, *, fetched_at: datetime, from_cache: bool) -> Page: ...
+    async def read_page(self, url: str, response: HttpResponse, *, fetched_at: datetime, from_cache: bool) -> Page:
+        """The page in a downloaded response; depends on nothing but its arguments."""
 
     def identity(self) -> dict[str, Any]:
         return {"reader": self.name, "origin": self.origin, "options": self.options_identity()}

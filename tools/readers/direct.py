@@ -8,10 +8,13 @@ served from in `metadata["served_from"]`.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import httpx
+from pydantic import Field
 
-from tools.extract import extract_text, parse_content_type
+from tools.extract import parse_content_type
+from tools.extraction_pool import default_workers, extract_text_async
 from tools.http import HttpResponse
 from tools.page import Page
 from tools.readers.base import PageReader, ReaderOptions, require_success
@@ -21,13 +24,19 @@ ACCEPT = "text/html,application/xhtml+xml;q=0.9,text/plain;q=0.8,text/markdown;q
 
 
 class DirectOptions(ReaderOptions):
-    pass
+    extract_workers: int | None = Field(
+        default=None, ge=0,
+        description="Processes extracting main text in parallel (0: a thread; unset: one per core when there are several).",
+    )
 
 
 @register_reader
 class DirectReader(PageReader):
     name = "direct"
     Options = DirectOptions
+
+    def options_identity(self) -> dict[str, Any]:
+        return {k: v for k, v in super().options_identity().items() if k != "extract_workers"}  # speed, not answers
 
     async def download(self, url: str) -> HttpResponse:
         if self.route is None:
@@ -36,9 +45,12 @@ class DirectReader(PageReader):
         self.http.guard.check_static(httpx.URL(url))
         return await self.http.request("GET", self.route(url), headers={"Accept": ACCEPT})
 
-    def to_page(self, url: str, response: HttpResponse, *, fetched_at: datetime, from_cache: bool) -> Page:
+    async def read_page(self, url: str, response: HttpResponse, *, fetched_at: datetime, from_cache: bool) -> Page:
         require_success(url, response)
-        extracted = extract_text(response.body, response.content_type, url)
+        workers = self.options.extract_workers
+        extracted = await extract_text_async(
+            response.body, response.content_type, url, default_workers() if workers is None else workers
+        )
         routed = response.url != url
         return Page(
             url=url,

@@ -44,7 +44,7 @@ class JinaReader(PageReader):
         }
         return await self.http.request("GET", f"{self.options.base_url.rstrip('/')}/{url}", headers=headers)
 
-    def to_page(self, url: str, response: HttpResponse, *, fetched_at: datetime, from_cache: bool) -> Page:
+    async def read_page(self, url: str, response: HttpResponse, *, fetched_at: datetime, from_cache: bool) -> Page:
         require_success(url, response)
         try:
             data = json.loads(response.body)["data"]
