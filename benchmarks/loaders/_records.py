@@ -16,7 +16,7 @@ from typing import Any, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from benchmarks.errors import DataError
+from benchmarks.errors import ConfigError, DataError
 
 RecordT = TypeVar("RecordT", bound=BaseModel)
 ItemT = TypeVar("ItemT")
@@ -137,3 +137,12 @@ def deterministic_subset(items: Sequence[ItemT], limit: int | None, *, seed: int
     chosen = sorted(random.Random(f"{salt}:{seed}").sample(range(len(items)), limit))
     return [items[i] for i in chosen]
 
+
+
+def existing_path(path: Path, option: str, *, directory: bool = False) -> Path:
+    """A path the user gave as loader option `option`, checked to exist (a file, or a directory)."""
+    if directory and not path.is_dir():
+        raise ConfigError(f"option {option}={path} is not a directory")
+    if not directory and not path.is_file():
+        raise ConfigError(f"option {option}={path} does not exist or is not a file")
+    return path

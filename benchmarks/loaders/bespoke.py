@@ -41,7 +41,14 @@ from benchmarks.case import (
     SearchSession,
 )
 from benchmarks.errors import ConfigError, DataError
-from benchmarks.loaders._records import RawRecord, deterministic_subset, index_unique, read_jsonl, validate
+from benchmarks.loaders._records import (
+    RawRecord,
+    deterministic_subset,
+    existing_path,
+    index_unique,
+    read_jsonl,
+    validate,
+)
 from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 
 NAME = "bespoke"
@@ -262,9 +269,7 @@ def load(request: LoadRequest) -> list[Case]:
             "bespoke data is not in the data directory; download yonsei-dli/BESPOKE and pass the option "
             "data_dir=<its folder, with queries/query_table.jsonl|parquet and the other tables>"
         )
-    if not options.data_dir.is_dir():
-        raise ConfigError(f"bespoke data_dir {options.data_dir} is not a directory")
-    tables = read_tables(options.data_dir)
+    tables = read_tables(existing_path(options.data_dir, "data_dir", directory=True))
     cases = [
         Case(
             id=f"{NAME}:{q.query_id}",

@@ -29,6 +29,7 @@ from benchmarks.errors import ConfigError, DataError
 from benchmarks.loaders._records import (
     RawRecord,
     deterministic_subset,
+    existing_path,
     index_unique,
     read_json,
     read_jsonl,
@@ -291,9 +292,7 @@ def topic_cases(topic: TopicData, split: str, setting: str, judged: dict[tuple[s
 
 def _topics_path(split: str, options: IkatOptions) -> Path:
     if options.topics_file is not None:
-        if not options.topics_file.is_file():
-            raise ConfigError(f"topics_file {options.topics_file} does not exist")
-        return options.topics_file
+        return existing_path(options.topics_file, "topics_file")
     relpath = TOPIC_FILES[split]
     if relpath is None:
         raise ConfigError(

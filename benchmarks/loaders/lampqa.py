@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.case import Case, Gold, PastQuestion, Query, RubricAspect
 from benchmarks.errors import ConfigError
-from benchmarks.loaders._records import RawRecord, deterministic_subset, index_unique, read_json_or_jsonl
+from benchmarks.loaders._records import RawRecord, deterministic_subset, existing_path, index_unique, read_json_or_jsonl
 from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 
 NAME = "lampqa"
@@ -82,9 +82,8 @@ def load(request: LoadRequest) -> list[Case]:
             "lampqa data is not in the data directory; download a split of alireza7/LaMP-QA and pass "
             "the option data_file=<path to the .json/.jsonl file>"
         )
-    if not options.data_file.is_file():
-        raise ConfigError(f"lampqa data_file {options.data_file} does not exist")
-    cases = [record_case(r, request.setting) for r in read_records(options.data_file)]
+    records = read_records(existing_path(options.data_file, "data_file"))
+    cases = [record_case(r, request.setting) for r in records]
     return deterministic_subset(cases, request.limit, seed=request.seed, salt=NAME)
 
 

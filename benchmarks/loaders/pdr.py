@@ -36,6 +36,7 @@ from benchmarks.errors import ConfigError, DataError
 from benchmarks.loaders._records import (
     RawRecord,
     deterministic_subset,
+    existing_path,
     index_unique,
     read_jsonl,
     validation_error,
@@ -187,9 +188,7 @@ def count_queries(path: Path) -> dict[str, int]:
 
 
 def read_contexts(path: Path) -> dict[str, ContextRecord]:
-    if not path.is_file():
-        raise ConfigError(f"contexts_file {path} does not exist")
-    records = read_jsonl(path, ContextRecord)
+    records = read_jsonl(existing_path(path, "contexts_file"), ContextRecord)
     return index_unique(records, lambda r: r.userid, file=path, field="userid")
 
 
