@@ -158,6 +158,9 @@ def test_bench_memory_reports_throughput_latency_and_memory(cli):
     assert printed["ingest_items_per_s"] > 0
     assert 0 < printed["recall_ms_p50"] <= printed["recall_ms_p95"] <= printed["recall_ms_max"]
     assert printed["peak_rss_mb"] > 0
+    machine = printed["machine"]
+    assert machine["cores"] >= 1 and machine["cpu"]
+    assert set(machine["isa"]) <= {"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "avx_vnni"}
 
 
 def test_synthetic_history_is_seeded_and_spread_over_users():

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from runs.cli._common import print_json
+from runs.cli._common import machine_facts, print_json
 
 # Splits a plain `data check` cannot load: their data is not in the data directory.
 _NEEDS_OPTIONS = {"lampqa": "option data_file", "bespoke": "option data_dir"}
@@ -185,6 +185,7 @@ def bench_data(repeat: int = typer.Option(3, min=1, help="Timed repetitions (eac
             "total_seconds_median": statistics.median(totals),
             "target_seconds": 2.0,
             "within_target": max(totals) < 2.0,
+            "machine": machine_facts(),
         }
     )
 

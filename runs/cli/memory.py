@@ -18,7 +18,7 @@ import typer
 from pydantic import BaseModel, ValidationError
 
 from benchmarks.errors import ConfigError
-from runs.cli._common import print_json
+from runs.cli._common import machine_facts, print_json
 
 
 def _value(text: str) -> Any:
@@ -181,6 +181,7 @@ def bench_memory(
             "peak_rss_mb_before_backend": round(rss_before, 1),
             "backend": config.model_dump(mode="json"),
             "llm": _llm_summary(gateway),
+            "machine": machine_facts(),
         }
     )
 

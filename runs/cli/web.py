@@ -7,7 +7,7 @@ from enum import Enum
 
 import typer
 
-from runs.cli._common import print_json
+from runs.cli._common import machine_facts, print_json
 
 
 class RankerChoice(str, Enum):
@@ -76,7 +76,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         settings = WebBenchmarkSettings(
             corpus=corpus, ranker=ranker.value, queries=queries, pages=pages, concurrency=concurrency, seed=seed
         )
-        print_json(asyncio.run(run_web_benchmark(settings)))
+        print_json({**asyncio.run(run_web_benchmark(settings)), "machine": machine_facts()})
 
 
 async def _search(config, query: str, max_results: int):
