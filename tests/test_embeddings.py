@@ -1,4 +1,4 @@
-"""The local embedder: normalised MiniLM vectors, the same model in float32 and bfloat16."""
+"""The local embedder: normalised MiniLM vectors, the same model in float32, bfloat16 and int8."""
 
 from __future__ import annotations
 
@@ -24,3 +24,13 @@ def test_bfloat16_embedder_is_the_same_model():
     full, half = get_embedder("local").embed(TEXTS), get_embedder("local-bf16").embed(TEXTS)
     assert half.dtype == np.float32 and np.allclose(np.linalg.norm(half, axis=1), 1.0, atol=1e-5)
     assert np.min(np.sum(full * half, axis=1)) > 0.99
+
+
+def test_int8_embedder_is_the_same_model_under_its_own_name():
+    full, int8 = get_embedder("local"), get_embedder("local-int8")
+    assert int8.name != full.name  # a store keyed on the name never mixes their vectors
+    a, b = full.embed(TEXTS), int8.embed(TEXTS)
+    assert b.dtype == np.float32 and np.allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
+    assert np.min(np.sum(a * b, axis=1)) > 0.9
+    query = int8.embed(["a vegan diet without soy"])[0]
+    assert int(np.argmax(b @ query)) == 0
