@@ -17,6 +17,7 @@ from benchmarks.errors import DataError
 from memory.base import MemoryEnv, MemoryQuery
 from memory.budget import count_tokens
 from memory.registry import create_backend
+from memory.retrieval.dense import passages
 from memory.retrieval.event_store import EventStore, user_key
 from memory.retrieval.fusion import reciprocal_rank_fusion, turn_mixture, weighted_sum
 
@@ -153,6 +154,55 @@ async def test_a_second_instance_on_the_store_recalls_without_re_embedding(backe
     await second.ingest("u", history("u") + [MemorySnippet(id="u:new", text="I started learning Portuguese.")])
     assert second.dense.embedder.documents_embedded == 1  # only the new event
     assert (await second.context("u", "learning Portuguese", 2000)).event_ids[0] == "u:new"
+
+
+def test_passages_are_overlapping_windows_that_cover_the_text():
+    text = " ".join(f"w{i}" for i in range(25))
+    assert passages("short text", 10, 2) == ["short text"]
+    windows = passages(text, 10, 2)
+    assert [w.split()[0] for w in windows] == ["w0", "w8", "w16"]
+    assert windows[-1].split()[-1] == "w24" and all(len(w.split()) <= 10 for w in windows)
+    assert windows[0].split()[-2:] == windows[1].split()[:2]  # consecutive windows share `overlap` words
+    assert passages(" ".join(f"w{i}" for i in range(18)), 10, 2) == [
+        " ".join(f"w{i}" for i in range(10)), " ".join(f"w{i}" for i in range(8, 18))
+    ]
+
+
+def long_chat(user: str) -> ChatSession:
+    """A chat whose one mention of sourdough comes after ~200 words of something else."""
+    filler = " ".join(["We talked about tax forms, invoices and the deadlines of the quarterly VAT return."] * 14)
+    return ChatSession(id=f"{user}:long", timestamp="2025-04-01", messages=[
+        ChatMessage(role="user", content=filler),
+        ChatMessage(role="assistant", content="Also: your sourdough starter needs feeding twice a day with rye flour."),
+    ])
+
+
+async def test_a_long_event_is_found_by_a_passage_beyond_the_models_window(backends, tmp_path):
+    events = history("u") + [long_chat("u")]
+    passaged = backends("dense", store=tmp_path / "p", k=3)
+    truncated = backends("dense", store=tmp_path / "t", k=3, passage_words=100000, passage_overlap=0)
+    for backend in (passaged, truncated):
+        await backend.ingest("u", events)
+    query = "How often should I feed my sourdough starter?"
+    found = await passaged.context("u", query, 4000)
+    assert found.event_ids[0] == "u:long" and len(found.event_ids) == len(set(found.event_ids)) == 3
+    assert "u:long" not in (await truncated.context("u", query, 4000)).event_ids[:1]  # MiniLM never reads the end
+    assert passaged.dense.embedder.documents_embedded == 6 + 2
+    again = backends("dense", store=tmp_path / "p", k=3)
+    await again.ingest("u", events)  # every event, long or not, is already whole in the store
+    assert again.dense.embedder.documents_embedded == 0
+    assert (await again.context("u", query, 4000)).event_ids == found.event_ids
+
+
+def test_passage_settings_are_checked():
+    with pytest.raises(ValidationError, match="passage_overlap"):
+        make("dense", passage_words=50, passage_overlap=50)
+
+
+async def test_an_event_id_with_the_passage_separator_is_refused(backends):
+    backend = backends("dense")
+    with pytest.raises(DataError, match="x1f"):
+        await backend.ingest("u", [MemorySnippet(id="u:bad\x1fid", text="text")])
 
 
 def test_the_event_store_names_a_corrupted_file_and_line(tmp_path):

@@ -1,7 +1,9 @@
 """`retrieval`: rank the user's history events for the query by BM25, dense similarity, or both.
 
 - `method`: `bm25` (bm25s, per-user index), `dense` (our embedder's vectors in chromadb, one
-  collection per user; the local MiniLM by default), `hybrid` (reciprocal-rank fusion of the two).
+  collection per user; the local MiniLM by default; an event longer than `passage_words` words is
+  embedded as overlapping passages and scores as its best one), `hybrid` (reciprocal-rank fusion
+  of the two).
 - `expansion`: the query alone, or followed by an LLM expansion (BESPOKE §4.4: `cot` aspects or a
   `pseudo_history` entry, HyDE-style), one gateway call per recall.
 - `conversation`: previous turns of the conversation join the query, either concatenated into
@@ -80,6 +82,10 @@ class RetrievalConfig(MemoryConfig):
     embedder_api_base: str | None = Field(default=None, description="Endpoint of the embedding model, if not local.")
     embedder_api_key_env: str | None = Field(default=None, description="Environment variable holding its API key.")
     embed_batch_size: int = Field(default=256, gt=0, description="Texts per embedding call at ingest.")
+    passage_words: int = Field(
+        default=150, gt=0, description="dense: events longer than this many words are embedded as passages this long."
+    )
+    passage_overlap: int = Field(default=30, ge=0, description="dense: words shared by consecutive passages.")
     stemmer: Stemming = Field(default="english", description="bm25: Snowball stemmer (PyStemmer) or none.")
     stopwords: StopWords = Field(default="english", description="bm25: stop words removed from events and queries.")
 
@@ -87,6 +93,8 @@ class RetrievalConfig(MemoryConfig):
     def _enough_candidates(self) -> "RetrievalConfig":
         if self.candidates < self.k:
             raise ValueError(f"candidates ({self.candidates}) must be at least k ({self.k})")
+        if self.passage_overlap >= self.passage_words:
+            raise ValueError(f"passage_overlap ({self.passage_overlap}) must be below passage_words ({self.passage_words})")
         return self
 
 
@@ -113,7 +121,12 @@ class RetrievalMemory(MemoryBackend):
                 self.config.embedder_api_key_env,
                 self.config.embed_batch_size,
             )
-            self.dense = DenseIndex(embedder, store / "retrieval" / "chroma" if store else None)
+            self.dense = DenseIndex(
+                embedder,
+                store / "retrieval" / "chroma" if store else None,
+                self.config.passage_words,
+                self.config.passage_overlap,
+            )
 
     async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
         async with self.user_lock(user_id):

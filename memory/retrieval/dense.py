@@ -7,6 +7,12 @@ finds the vectors and embeds nothing again; without one it is in memory (`Epheme
 state chromadb shares across the process, so each index instance prefixes its collections with
 a namespace of its own and drops them on close). Vectors are always computed by our embedder and
 passed in: chromadb's default embedding function would download a model.
+
+An event longer than `passage_words` words is embedded as overlapping passages of that length
+(MiniLM reads only its first 256 word pieces, about 190 words) and scores as its best passage.
+The first passage is stored under the event's id, passage i > 0 under `<event id>\\x1f<i>` (the
+ASCII unit separator, which event ids may not hold), and the first is written last, so an event
+whose first passage is in the store is there whole.
 """
 
 from __future__ import annotations
@@ -23,13 +29,33 @@ from memory.embedders import CachingEmbedder
 from memory.retrieval.event_store import user_key
 
 
+def passages(text: str, words: int, overlap: int) -> list[str]:
+    """`text` as windows of `words` words, each starting `words - overlap` words after the last;
+    a text of at most `words` words is its own single passage."""
+    tokens = text.split()
+    if len(tokens) <= words:
+        return [text]
+    step = words - overlap
+    starts = range(0, len(tokens) - overlap, step)
+    return [" ".join(tokens[start : start + words]) for start in starts]
+
+
+PASSAGE_SEPARATOR = "\x1f"
+
+
 class DenseIndex:
-    def __init__(self, embedder: CachingEmbedder, store_dir: Path | None) -> None:
+    def __init__(
+        self, embedder: CachingEmbedder, store_dir: Path | None, passage_words: int = 150, passage_overlap: int = 30
+    ) -> None:
         import chromadb
         from chromadb.config import Settings
 
+        if not 0 <= passage_overlap < passage_words:
+            raise ValueError(f"passage_overlap ({passage_overlap}) must be below passage_words ({passage_words})")
         self.embedder = embedder
         self.store_dir = store_dir
+        self.passage_words = passage_words
+        self.passage_overlap = passage_overlap
         settings = Settings(anonymized_telemetry=False, allow_reset=False)
         if store_dir is not None:
             store_dir.mkdir(parents=True, exist_ok=True)
@@ -43,8 +69,8 @@ class DenseIndex:
         self._lock = threading.Lock()
 
     def _name(self, user_id: str) -> str:
-        model = hashlib.sha256(self.embedder.name.encode("utf-8")).hexdigest()[:8]
-        return f"{self._namespace}u{user_key(user_id)}-{model}"
+        scheme = f"{self.embedder.name}|passages:{self.passage_words}/{self.passage_overlap}"
+        return f"{self._namespace}u{user_key(user_id)}-{hashlib.sha256(scheme.encode('utf-8')).hexdigest()[:8]}"
 
     def _collection(self, user_id: str, create: bool):
         with self._lock:
@@ -88,10 +114,17 @@ class DenseIndex:
         new = [e for e in first.values() if e.id not in present]
         if not new:
             return 0
-        vectors = self.embedder.embed_documents([e.render() for e in new])
-        for start in range(0, len(new), step):
-            chunk = new[start : start + step]
-            collection.add(ids=[e.id for e in chunk], embeddings=vectors[start : start + step])
+        ids, texts = [], []
+        for event in new:
+            if PASSAGE_SEPARATOR in event.id:
+                raise DataError(f"history event id {event.id!r} holds the character \\x1f, which dense retrieval reserves")
+            parts = passages(event.render(), self.passage_words, self.passage_overlap)
+            for index in [*range(1, len(parts)), 0]:  # the passage under the event's own id last
+                ids.append(f"{event.id}{PASSAGE_SEPARATOR}{index}" if index else event.id)
+                texts.append(parts[index])
+        vectors = self.embedder.embed_documents(texts)
+        for start in range(0, len(ids), step):
+            collection.upsert(ids=ids[start : start + step], embeddings=vectors[start : start + step])
         with self._lock:
             self._counts[user_id] = collection.count()
         return len(new)
@@ -103,11 +136,16 @@ class DenseIndex:
         if collection is None or count == 0:
             return [{} for _ in queries]
         vectors = self.embedder.embed_queries(queries)
-        result = collection.query(query_embeddings=vectors, n_results=min(top_n, count), include=["distances"])
-        return [
-            {event_id: 1.0 - float(distance) for event_id, distance in zip(ids, distances)}
-            for ids, distances in zip(result["ids"], result["distances"])
-        ]
+        # passages of one event can fill several of the nearest places: look deeper than top_n
+        result = collection.query(query_embeddings=vectors, n_results=min(2 * top_n, count), include=["distances"])
+        rankings = []
+        for ids, distances in zip(result["ids"], result["distances"]):
+            best: dict[str, float] = {}
+            for passage_id, distance in zip(ids, distances):
+                event_id = passage_id.partition(PASSAGE_SEPARATOR)[0]
+                best.setdefault(event_id, 1.0 - float(distance))  # nearest first: an event's first is its best
+            rankings.append(dict(list(best.items())[:top_n]))
+        return rankings
 
     def close(self) -> None:
         """Forget the collections; an in-memory index also drops them from the shared client."""
