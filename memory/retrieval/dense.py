@@ -50,8 +50,6 @@ class DenseIndex:
         import chromadb
         from chromadb.config import Settings
 
-        if not 0 <= passage_overlap < passage_words:
-            raise ValueError(f"passage_overlap ({passage_overlap}) must be below passage_words ({passage_words})")
         self.embedder = embedder
         self.store_dir = store_dir
         self.passage_words = passage_words
