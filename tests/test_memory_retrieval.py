@@ -194,6 +194,17 @@ async def test_a_long_event_is_found_by_a_passage_beyond_the_models_window(backe
     assert (await again.context("u", query, 4000)).event_ids == found.event_ids
 
 
+async def test_recall_looks_deeper_when_one_events_passages_fill_the_nearest_places(backends):
+    sourdough = MemorySnippet(id="u:bread", text=" ".join(
+        ["My sourdough starter smells sour and my sourdough loaves come out flat and dense."] * 4
+    ))
+    backend = backends("dense", k=2, candidates=2, passage_words=14, passage_overlap=0)
+    await backend.ingest("u", history("u") + [sourdough])
+    ranking = backend.dense.search("u", ["why are my sourdough loaves flat?"], 2)[0]
+    assert len(ranking) == 2 and next(iter(ranking)) == "u:bread"
+    assert (await backend.context("u", "why are my sourdough loaves flat?", 4000)).event_ids[0] == "u:bread"
+
+
 def test_passage_settings_are_checked():
     with pytest.raises(ValidationError, match="passage_overlap"):
         make("dense", passage_words=50, passage_overlap=50)

@@ -43,6 +43,16 @@ def passages(text: str, words: int, overlap: int) -> list[str]:
 PASSAGE_SEPARATOR = "\x1f"
 
 
+def _best_per_event(passage_ids: Sequence[str], distances: Sequence[float], top_n: int) -> dict[str, float]:
+    """The first `top_n` events of a nearest-first passage list: event id -> its best cosine similarity."""
+    best: dict[str, float] = {}
+    for passage_id, distance in zip(passage_ids, distances):
+        best.setdefault(passage_id.partition(PASSAGE_SEPARATOR)[0], 1.0 - float(distance))
+        if len(best) == top_n:
+            break
+    return best
+
+
 class DenseIndex:
     def __init__(
         self, embedder: CachingEmbedder, store_dir: Path | None, passage_words: int = 150, passage_overlap: int = 30
@@ -134,16 +144,13 @@ class DenseIndex:
         if collection is None or count == 0:
             return [{} for _ in queries]
         vectors = self.embedder.embed_queries(queries)
-        # passages of one event can fill several of the nearest places: look deeper than top_n
-        result = collection.query(query_embeddings=vectors, n_results=min(2 * top_n, count), include=["distances"])
-        rankings = []
-        for ids, distances in zip(result["ids"], result["distances"]):
-            best: dict[str, float] = {}
-            for passage_id, distance in zip(ids, distances):
-                event_id = passage_id.partition(PASSAGE_SEPARATOR)[0]
-                best.setdefault(event_id, 1.0 - float(distance))  # nearest first: an event's first is its best
-            rankings.append(dict(list(best.items())[:top_n]))
-        return rankings
+        depth = top_n
+        while True:  # passages of one event can take several of the nearest places: then look deeper
+            result = collection.query(query_embeddings=vectors, n_results=min(depth, count), include=["distances"])
+            rankings = [_best_per_event(ids, distances, top_n) for ids, distances in zip(result["ids"], result["distances"])]
+            if depth >= count or all(len(ranking) == top_n for ranking in rankings):
+                return rankings
+            depth *= 2
 
     def close(self) -> None:
         """Forget the collections; an in-memory index also drops them from the shared client."""
