@@ -29,6 +29,9 @@ from memory.embedders import CachingEmbedder
 from memory.retrieval.event_store import user_key
 
 
+PASSAGE_SEPARATOR = "\x1f"
+
+
 def passages(text: str, words: int, overlap: int) -> list[str]:
     """`text` as windows of `words` words, each starting `words - overlap` words after the last;
     a text of at most `words` words is its own single passage."""
@@ -38,9 +41,6 @@ def passages(text: str, words: int, overlap: int) -> list[str]:
     step = words - overlap
     starts = range(0, len(tokens) - overlap, step)
     return [" ".join(tokens[start : start + words]) for start in starts]
-
-
-PASSAGE_SEPARATOR = "\x1f"
 
 
 def _best_per_event(passage_ids: Sequence[str], distances: Sequence[float], top_n: int) -> dict[str, float]:
