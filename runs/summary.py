@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import combinations
 from typing import Any, Iterable
 
@@ -36,11 +37,16 @@ def summarize(
             values = list(_scores(mine, system, judge).values())
             low, high = bootstrap_ci(values, seed=seed)
             failed = sum(1 for r in mine if r.ok and r.scores.get(judge) is None)
+            judged = [j for r in mine if r.ok for j in r.judgments if j.judge == judge]
+            spreads = [j.std for j in judged if j.std is not None]
             entry["judges"][judge] = {
                 "n": len(values),
                 "mean": sum(values) / len(values) if values else None,
                 "ci95": [low, high],
                 "failed": failed,
+                # conditions judges report (no_cited_claims, order_flip, empty_gold, ...): how many responses
+                "flags": dict(sorted(Counter(flag for j in judged for flag in j.flags).items())),
+                "mean_repeat_std": sum(spreads) / len(spreads) if spreads else None,
             }
         per_system[system] = entry
 
