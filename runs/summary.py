@@ -36,8 +36,10 @@ def summarize(
         for judge in judges:
             values = list(_scores(mine, system, judge).values())
             low, high = bootstrap_ci(values, seed=seed)
-            failed = sum(1 for r in mine if r.ok and r.scores.get(judge) is None)
             judged = [j for r in mine if r.ok for j in r.judgments if j.judge == judge]
+            # no score: failed, or undefined (e.g. PQR excluding a report with no cited claim); a response
+            # the judge does not apply to (a pairwise judge's baseline) has no judgment and is not counted
+            failed = sum(1 for j in judged if j.score is None)
             spreads = [j.std for j in judged if j.std is not None]
             entry["judges"][judge] = {
                 "n": len(values),

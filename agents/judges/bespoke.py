@@ -248,3 +248,31 @@ class BespokeJudge(Judge):
             },
             flags=["empty_gold"] if scores.empty_gold else [],
         )
+
+
+# --------------------------------------------------------------------------- feedback meta-evaluation (Table 20)
+
+
+class FeedbackVerdict(BaseModel):
+    decision: Literal["O", "X"] = Field(description="O: the generated feedback reasonably emulates the human's; X: not.")
+
+
+def feedback_messages(criterion: str, case: Case, response: str, rubric: str, human: str,
+                      generated: str) -> list[dict[str, str]]:
+    """The meta-judge of `atelier meta-eval --feedback` (role `meta_judge`)."""
+    title = CRITERION_TITLES.get(criterion, criterion).lower()
+    return build_messages(
+        f"You decide whether a generated feedback evaluates a response's {title} the way the author of a human "
+        "feedback would.",
+        [Section("Query", case.query.text, untrusted=True),
+         Section("Gold information need", case.gold.information_need or "", untrusted=True),
+         response_section(response, "Response"),
+         Section("Rubric", rubric, untrusted=True),
+         Section("Human feedback (the reference)", human, untrusted=True),
+         Section("Generated feedback (to judge)", generated, untrusted=True)],
+        "Judge human-likeness: does the generated feedback reflect the human's perspective (main priorities, "
+        "focus, overall severity or leniency), keep the key issues and praise the human stressed (minor "
+        "differences or extra nuance are fine if they do not distort the human's intent), and stay accurate and "
+        "grounded in the query, need and response? Answer O when it reasonably emulates the human evaluator "
+        "overall, X otherwise.",
+    )
