@@ -218,15 +218,16 @@ class Runner:
     def finish(self, config: dict[str, Any]) -> None:
         """Write summary.json and report.html from what results.jsonl and ledger.jsonl hold."""
         records = list(ResultsFile(self.folder.results).load().values())
-        judges = [j.get("label") or j["name"] for j in self.recipe.judges]
-        summary = summarize(records, [s.name for s in self.recipe.systems], judges, seed=self.recipe.seed)
+        judges = [create_judge(j) for j in self.recipe.judges]
+        summary = summarize(records, [s.name for s in self.recipe.systems], [j.key for j in judges],
+                            seed=self.recipe.seed, aggregates={j.key: j.aggregate for j in judges})
         ledger = read_ledger(self.folder.ledger) if self.folder.ledger.exists() else []
         summary = {
             "run_id": self.run_id,
             "dry_run": config["dry_run"],
             "benchmark": self.recipe.benchmark.model_dump(),
             "n_cases": len(config["cases"]),
-            "judges": judges,
+            "judges": [j.key for j in judges],
             **summary,
             "ledger": ledger_totals(ledger),
         }

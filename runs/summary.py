@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import combinations
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
+from agents.judges.base import JudgeResult
 from benchmarks.metrics.statistics import bootstrap_ci, paired_test
 from runs.results import ResultRecord
 
@@ -24,7 +25,10 @@ def summarize(
     judges: list[str],
     *,
     seed: int = 0,
+    aggregates: dict[str, Callable[[list[JudgeResult]], dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
+    """`aggregates`: per judge key, the judge's own system-level figures (criterion means, PQR's pooled
+    FA and CC, ...) from its judgments."""
     per_system: dict[str, Any] = {}
     for system in systems:
         mine = [r for r in records if r.system == system]
@@ -50,6 +54,8 @@ def summarize(
                 "flags": dict(sorted(Counter(flag for j in judged for flag in j.flags).items())),
                 "mean_repeat_std": sum(spreads) / len(spreads) if spreads else None,
             }
+            if aggregates and judge in aggregates:
+                entry["judges"][judge].update(aggregates[judge]([j for j in judged if not j.failed]))
         per_system[system] = entry
 
     comparisons = []

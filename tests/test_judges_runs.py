@@ -71,6 +71,10 @@ def test_every_judge_scores_the_sample_suite_within_its_range(tmp_path, cache_di
     pairwise = summary["systems"]["full"]["judges"]["lampqa_pairwise"]
     assert pairwise["n"] == 3 and summary["systems"]["none"]["judges"]["lampqa_pairwise"] == {
         **summary["systems"]["none"]["judges"]["lampqa_pairwise"], "n": 0, "failed": 0}
+    pqr = summary["systems"]["full"]["judges"]["pqr"]
+    assert pqr["reliability"]["reports"] == 3 and set(pqr["criteria"]) >= {"P", "GOAL", "Q", "DEIN", "R", "FA", "CC"}
+    scores = [r["scores"]["pqr"] for r in results if r["system"] == "full"]
+    assert pqr["criteria"]["overall"] == pytest.approx(sum(scores) / 3) == pytest.approx(pqr["mean"])
     roles = {e["role"] for e in lines(folder.ledger)}
     assert roles - {"system"} <= set(JUDGE_ROLES) and "judge" not in roles
 

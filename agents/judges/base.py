@@ -147,6 +147,12 @@ class Judge(ABC):
             return self.failure(f"case {case.id} lacks {', '.join(missing)}")
         return await self.repeated(lambda repeat_env: self.judge_once(case, response, repeat_env), env)
 
+    def aggregate(self, results: list[JudgeResult]) -> dict[str, Any]:
+        """System-level figures beyond the headline's mean, from this judge's judgments of one system:
+        each criterion's mean over the responses where it is defined."""
+        names = list(dict.fromkeys(name for r in results for name in r.criteria))
+        return {"criteria": {name: _mean([r.criteria.get(name) for r in results]) for name in names}}
+
     async def repeated(self, once: Callable[[JudgeEnv], Awaitable[JudgeResult]], env: JudgeEnv) -> JudgeResult:
         results: list[JudgeResult] = []
         errors: list[str] = []

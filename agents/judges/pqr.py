@@ -42,8 +42,10 @@ from benchmarks.metrics.pqr import (
     QUALITY_DIMENSIONS,
     AxisScore,
     DimensionJudgement,
+    FactualReliability,
     overall_score,
     personalization_score,
+    pooled_reliability,
     quality_score,
 )
 from benchmarks.metrics.weights import normalize_weights
@@ -460,3 +462,13 @@ class PQRJudge(Judge):
         if any(s is None for a, s in axis_scores.items() if a in ("P", "Q")):
             raise JudgeFailed("no criterion of an axis was scored")
         return self.result(headline, criteria=flat, details=details, flags=flags)
+
+    def aggregate(self, results: list[JudgeResult]) -> dict[str, Any]:
+        """Criterion means (the paper's table columns), plus FACT's pooled FA and CC over every triplet of
+        every report, and how many reports cited no claim."""
+        figures = super().aggregate(results)
+        reliability = [FactualReliability.model_validate({k: d["R"][k] for k in FactualReliability.model_fields})
+                       for r in results for d in (r.details.get("repeats") or [r.details]) if "R" in d]
+        if reliability:
+            figures["reliability"] = pooled_reliability(reliability).model_dump()
+        return figures

@@ -320,8 +320,7 @@ def aggregate_pqr(results: Sequence[PQRResult]) -> PQRSummary:
     fa = _mean_defined([r.factual_accuracy for r in reliabilities])
     cc = _mean_defined([r.citation_coverage for r in reliabilities])
     reliability = (fa + cc) / 2 if fa is not None and cc is not None else None
-    cited = sum(r.n_cited for r in reliabilities)
-    total = sum(r.n_total for r in reliabilities)
+    pooled = pooled_reliability(reliabilities)
     return PQRSummary(
         n_cases=len(results),
         personalization=p,
@@ -331,9 +330,28 @@ def aggregate_pqr(results: Sequence[PQRResult]) -> PQRSummary:
         citation_coverage=cc,
         reliability=reliability,
         overall=overall_score(p, q, reliability),
-        pooled_factual_accuracy=MAX_SCORE * sum(r.n_supported for r in reliabilities) / cited if cited else None,
-        pooled_citation_coverage=MAX_SCORE * cited / total if total else None,
+        pooled_factual_accuracy=pooled.factual_accuracy,
+        pooled_citation_coverage=pooled.citation_coverage,
+        no_cited_claims=pooled.no_cited_claims,
+    )
+
+
+class PooledReliability(MetricResult):
+    factual_accuracy: float | None = Field(description="10 x all supported / all cited triplets of all reports.")
+    citation_coverage: float | None = Field(description="10 x all cited / all triplets of all reports.")
+    no_cited_claims: int = Field(description="Reports that cite no claim.")
+    reports: int
+
+
+def pooled_reliability(reliabilities: Sequence[FactualReliability]) -> PooledReliability:
+    """FA and CC over every triplet of every report (DeepResearch Bench's FACT convention)."""
+    cited = sum(r.n_cited for r in reliabilities)
+    total = sum(r.n_total for r in reliabilities)
+    return PooledReliability(
+        factual_accuracy=MAX_SCORE * sum(r.n_supported for r in reliabilities) / cited if cited else None,
+        citation_coverage=MAX_SCORE * cited / total if total else None,
         no_cited_claims=sum(r.no_cited_claims for r in reliabilities),
+        reports=len(reliabilities),
     )
 
 
