@@ -64,7 +64,8 @@ def annotation_messages(case: Case, response: SystemResponse, statements: list[t
     sections = [Section("The user's personal profile", numbered([text for _, text in statements]), untrusted=True)]
     if case.query.previous_turns:
         sections.append(conversation_section(case.query.previous_turns))
-    sections += [Section("The user's utterance", case.query.text, untrusted=True), response_section(response, "The system's response")]
+    sections += [Section("The user's utterance", case.query.text, untrusted=True),
+                 response_section(response, "The system's response")]
     return build_messages(
         "You annotate conversational search turns for an aspect-based evaluation of personalization and "
         "diversification.",
@@ -90,7 +91,7 @@ class AEPDJudge(Judge):
     def requirements(self) -> list[Requirement]:
         return [has("a personal profile (PTKB statements, preferences or a persona)", profile_statements)]
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
+    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
         statements = profile_statements(case)
         annotation = await env.gateway.structured(
             self.role, annotation_messages(case, response, statements),

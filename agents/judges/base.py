@@ -136,16 +136,34 @@ class Judge(ABC):
         """Problems with this judge's settings given the recipe's systems (e.g. a name it refers to)."""
         return []
 
+    preparation: ClassVar[str] = "preparation"  # what `prepare` does, for failure messages
+
+    async def prepare(self, case: Case, env: JudgeEnv) -> Any:
+        """What every repeat and every system judged on this case share, made once (PQR's criteria, a
+        BESPOKE rubric). Nothing by default."""
+        return None
+
     @abstractmethod
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
+    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
         """One judgment. Raise JudgeFailed (or let ModelCallError through) when it cannot be made."""
 
     async def judge(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
         """`repeats` judgments, aggregated; failures become a failed result with the reason."""
+        prepared = await self.prepared(case, env)
+        if isinstance(prepared, JudgeResult):
+            return prepared
+        return await self.repeated(lambda repeat_env: self.judge_once(case, response, repeat_env, prepared), env)
+
+    async def prepared(self, case: Case, env: JudgeEnv) -> Any:
+        """`prepare`'s result, or a failed JudgeResult when the case lacks what the judge needs or
+        the preparation failed."""
         missing = self.missing(case)
         if missing:
             return self.failure(f"case {case.id} lacks {', '.join(missing)}")
-        return await self.repeated(lambda repeat_env: self.judge_once(case, response, repeat_env), env)
+        try:
+            return await self.prepare(case, env)
+        except (ModelCallError, JudgeFailed) as exc:
+            return self.failure(f"{self.preparation} failed: {exc}")
 
     def aggregate(self, results: list[JudgeResult]) -> dict[str, Any]:
         """System-level figures beyond the headline's mean, from this judge's judgments of one system:
@@ -189,12 +207,12 @@ class ComparativeJudge(Judge):
 
     async def judge_pair(self, case: Case, response: SystemResponse, other: SystemResponse,
                          env: JudgeEnv) -> JudgeResult:
-        missing = self.missing(case)
-        if missing:
-            return self.failure(f"case {case.id} lacks {', '.join(missing)}")
+        prepared = await self.prepared(case, env)
+        if isinstance(prepared, JudgeResult):
+            return prepared
         return await self.repeated(lambda repeat_env: self.judge_pair_once(case, response, other, repeat_env), env)
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
+    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
         raise JudgeFailed(f"{self.name} compares two systems' responses; it runs after the episodes")
 
     def recipe_problems(self, systems: Sequence[str]) -> list[str]:

@@ -20,7 +20,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.gateway import ModelCallError
 from agents.judges.base import Judge, JudgeConfig, JudgeEnv, JudgeResult, Requirement, has, register_judge
 from agents.judges.material import response_section
 from agents.prompts import Section, build_messages
@@ -186,7 +185,8 @@ class BespokeJudge(Judge):
                              lambda c: c.gold.rubric_aspects))
         return needs
 
-    async def rubric(self, case: Case, grouped: list[tuple[str, list[RJPair]]], env: JudgeEnv) -> tuple[dict[str, Any], str | None]:
+    async def rubric(self, case: Case, grouped: list[tuple[str, list[RJPair]]],
+                     env: JudgeEnv) -> tuple[dict[str, Any], str | None]:
         if self.config.rubric == "shipped":
             return shipped_rubric(case), None
         messages = rubric_messages(case, grouped, self.config.feedback_in_shots)
@@ -201,20 +201,17 @@ class BespokeJudge(Judge):
         artifact, key, _ = await env.store.get_or_create("bespoke_rubric", identity, create)
         return artifact, key
 
-    async def judge(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
-        missing = self.missing(case)
-        if missing:
-            return self.failure(f"case {case.id} lacks {', '.join(missing)}")
-        grouped = shots(case.gold.rj_pairs, self.config.shots)
-        try:  # one rubric per query, shared by every repeat and every system
-            rubric = await self.rubric(case, grouped, env)
-        except ModelCallError as exc:
-            return self.failure(f"rubric generation failed: {exc}")
-        return await self.repeated(lambda repeat_env: self.evaluate(case, response, grouped, rubric, repeat_env), env)
+    preparation = "rubric generation"
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
+    async def prepare(self, case: Case, env: JudgeEnv) -> tuple[dict[str, Any], str | None]:
+        """One rubric per query, shared by every repeat and every system."""
+        return await self.rubric(case, shots(case.gold.rj_pairs, self.config.shots), env)
+
+    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv,
+                         prepared: tuple[dict[str, Any], str | None] | None = None) -> JudgeResult:
         grouped = shots(case.gold.rj_pairs, self.config.shots)
-        return await self.evaluate(case, response, grouped, await self.rubric(case, grouped, env), env)
+        rubric = prepared if prepared is not None else await self.prepare(case, env)
+        return await self.evaluate(case, response, grouped, rubric, env)
 
     async def evaluate(self, case: Case, response: SystemResponse, grouped: list[tuple[str, list[RJPair]]],
                        rubric: tuple[dict[str, Any], str | None], env: JudgeEnv) -> JudgeResult:

@@ -14,7 +14,7 @@ for benchmarks that have no narrative. Model role: `lampqa_judge` (falls back to
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -113,7 +113,7 @@ class LampQAAspectJudge(Judge):
     def requirements(self) -> list[Requirement]:
         return [has("rubric aspects (gold.rubric_aspects)", lambda case: case.gold.rubric_aspects)]
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
+    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
         aspects = case.gold.rubric_aspects
         matches = await asyncio.gather(*(
             env.gateway.structured(self.role, aspect_messages(case, self.config.details, response, a), AspectMatch)
@@ -167,7 +167,7 @@ class LampQADirectJudge(Judge):
     def requirements(self) -> list[Requirement]:
         return [details_requirement(self.config.details)]
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
+    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
         answer = await env.gateway.structured(self.role, direct_messages(case, self.config.details, response), DirectScore)
         score = check_direct_level(float(answer.score))
         return self.result(score, criteria={"direct": score})

@@ -13,7 +13,7 @@ Model role: `locomo_judge`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -85,7 +85,7 @@ class LocomoJudge(Judge):
                 has("a reference answer (gold.answer), or for category 5 the adversarial answer",
                     lambda c: c.gold.adversarial_answer if category(c) == ADVERSARIAL else (c.gold.answer or "").strip())]
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
+    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
         kind = category(case)
         f1 = locomo_f1(response.text, case.gold.answer or "", kind)
         if kind == ADVERSARIAL:

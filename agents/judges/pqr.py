@@ -21,7 +21,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
-from agents.gateway import ModelCallError
 from agents.judges.base import (
     Judge,
     JudgeConfig,
@@ -387,22 +386,16 @@ class PQRJudge(Judge):
         artifact, key, _ = await env.store.get_or_create(f"pqr_criteria_{axis}", identity, create)
         return artifact, key
 
-    async def all_criteria(self, case: Case, env: JudgeEnv) -> dict[str, tuple[dict[str, Any], str | None]]:
+    preparation = "criteria generation"
+
+    async def prepare(self, case: Case, env: JudgeEnv) -> dict[str, tuple[dict[str, Any], str | None]]:
+        """The criteria of the judged axes: fixed for the pair, shared by every repeat and system."""
         axes = [a for a in self.config.axes if a in ("P", "Q")]
         return dict(zip(axes, await asyncio.gather(*(self.criteria(case, axis, env) for axis in axes))))
 
-    async def judge(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
-        missing = self.missing(case)
-        if missing:
-            return self.failure(f"case {case.id} lacks {', '.join(missing)}")
-        try:  # the criteria are fixed for the pair: every repeat scores against the same ones
-            criteria = await self.all_criteria(case, env)
-        except (ModelCallError, JudgeFailed) as exc:
-            return self.failure(f"criteria generation failed: {exc}")
-        return await self.repeated(lambda repeat_env: self.score(case, response, criteria, repeat_env), env)
-
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
-        return await self.score(case, response, await self.all_criteria(case, env), env)
+    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv,
+                         prepared: dict[str, tuple[dict[str, Any], str | None]] | None = None) -> JudgeResult:
+        return await self.score(case, response, prepared if prepared is not None else await self.prepare(case, env), env)
 
     async def score(self, case: Case, response: SystemResponse, criteria: dict[str, tuple[dict[str, Any], str | None]],
                     env: JudgeEnv) -> JudgeResult:

@@ -72,11 +72,11 @@ states no facts."""
 
 
 def _extraction_model(citations: int) -> type[BaseModel]:
-    allowed = tuple(["", "0"] + [str(i) for i in range(1, citations + 1)])
+    allowed = Literal[tuple(["", "0"] + [str(i) for i in range(1, citations + 1)])]  # type: ignore[valid-type]
     claim = create_model(
         "ExtractedClaim",
         fact=(str, Field(min_length=1, description="The factual statement, as a complete sentence.")),
-        ref_idx=(Literal[allowed], Field(description="Cited reference number; '0' inline link; '' uncited.")),  # type: ignore[valid-type]
+        ref_idx=(allowed, Field(description="Cited reference number; '0' inline link; '' uncited.")),
         url=(str, Field(description="The cited reference's URL; '' when uncited.")),
     )
     return create_model("ExtractedClaims", claims=(list[claim], Field(description="One item per (fact, reference).")))
@@ -125,9 +125,9 @@ DEDUPE_ROLE = "You compare factual statements and find those that state the same
 def _dedupe_model(count: int) -> type[BaseModel]:
     fields: dict[str, Any] = {"c1": (Literal["new"], Field(description="The first statement is always new."))}
     for i in range(2, count + 1):
-        options = tuple(["new"] + [str(k) for k in range(1, i)])
-        fields[f"c{i}"] = (Literal[options], Field(description=f"'new', or the number of an earlier statement "  # type: ignore[valid-type]
-                                                             f"that states the same fact as statement {i}."))
+        options = Literal[tuple(["new"] + [str(k) for k in range(1, i)])]  # type: ignore[valid-type]
+        fields[f"c{i}"] = (options, Field(description=f"'new', or the number of an earlier statement that states "
+                                                      f"the same fact as statement {i}."))
     return create_model("Duplicates", **fields)
 
 

@@ -12,7 +12,7 @@ followed, so a system's mean is its preference-following accuracy. Model role: `
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -91,7 +91,7 @@ class PrefEvalJudge(Judge):
     def requirements(self) -> list[Requirement]:
         return [has("a stated preference (gold.preference)", lambda c: (c.gold.preference or "").strip())]
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
+    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
         ask = env.gateway.structured
         acknowledged, violation, helpfulness = await asyncio.gather(
             ask(self.role, acknowledgement_messages(case, response), Acknowledgement),
