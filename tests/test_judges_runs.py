@@ -71,6 +71,11 @@ def test_every_judge_scores_the_sample_suite_within_its_range(tmp_path, cache_di
     pairwise = summary["systems"]["full"]["judges"]["lampqa_pairwise"]
     assert pairwise["n"] == 3 and summary["systems"]["none"]["judges"]["lampqa_pairwise"] == {
         **summary["systems"]["none"]["judges"]["lampqa_pairwise"], "n": 0, "failed": 0}
+    assert pairwise["pairwise"]["n"] == 3 and pairwise["pairwise"]["flip_rate"] == pairwise["flags"].get("order_flip", 0) / 3
+    assert pairwise["pairwise"]["win_rate"] == pytest.approx(pairwise["mean"])
+    table = summary["systems"]["none"]["judges"]["bespoke"]["table"]
+    assert set(table) == {"need_alignment", "content_depth", "tone", "explanation_style", "recall", "average"}
+    assert table["average"] == pytest.approx(summary["systems"]["none"]["judges"]["bespoke"]["mean"])
     pqr = summary["systems"]["full"]["judges"]["pqr"]
     assert pqr["reliability"]["reports"] == 3 and set(pqr["criteria"]) >= {"P", "GOAL", "Q", "DEIN", "R", "FA", "CC"}
     scores = [r["scores"]["pqr"] for r in results if r["system"] == "full"]
@@ -91,6 +96,11 @@ def test_benchmarks_are_scored_by_the_judges_that_fit_them(tmp_path, cache_dir, 
     results = assert_scored_within_range(folder, [j["name"] for j in judges])
     if benchmark["name"] == "drb":  # Q on DeepResearch Bench's own criteria
         assert all(j["details"]["Q"]["criteria_source"] == "shipped" for r in results for j in r["judgments"])
+    figures = json.loads(folder.summary.read_text())["systems"]["none"]["judges"][judges[0]["name"]]
+    if benchmark["name"] == "locomo":  # LoCoMo's per-category table
+        assert sum(c["n"] for c in figures["per_category"].values()) == 2
+    if benchmark["name"] == "prefeval":  # accuracy with PrefEval's error types
+        assert figures["prefeval"]["n"] == 2 and figures["prefeval"]["accuracy"] == pytest.approx(figures["mean"])
 
 
 @pytest.mark.parametrize(("benchmark", "judge", "lacking"), [

@@ -249,6 +249,11 @@ def _mean(values: list[float | None]) -> float | None:
     return math.fsum(defined) / len(defined) if defined else None
 
 
+def each_details(results: Sequence[JudgeResult]) -> list[dict[str, Any]]:
+    """The details of every judgment, one per repeat (a repeated judgment nests them)."""
+    return [d for r in results for d in (r.details.get("repeats") or [r.details])]
+
+
 def has(what: str, present: Callable[[Case], Any]) -> Requirement:
     return Requirement(what, lambda case: bool(present(case)))
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.judges.base import Judge, JudgeConfig, JudgeEnv, JudgeResult, Requirement, has, register_judge
+from agents.judges.base import Judge, JudgeConfig, JudgeEnv, JudgeResult, Requirement, each_details, has, register_judge
 from agents.judges.material import response_section
 from agents.prompts import Section, build_messages
 from agents.response import SystemResponse
@@ -245,6 +245,21 @@ class BespokeJudge(Judge):
             },
             flags=["empty_gold"] if scores.empty_gold else [],
         )
+
+
+    def aggregate(self, results: list[JudgeResult]) -> dict[str, Any]:
+        """Table 4's columns: each criterion on 0-100, recall in percent, and their average."""
+        figures = super().aggregate(results)
+        details = each_details(results)
+        if details:
+            columns = {c: sum(d["scaled"][c] for d in details) / len(details) for c in BESPOKE_CRITERIA}
+            recalls = [d["recall"] for d in details if d["recall"] is not None]
+            if recalls:
+                columns["recall"] = 100 * sum(recalls) / len(recalls)
+            columns["average"] = sum(columns.values()) / len(columns)
+            figures["table"] = columns
+            figures["empty_gold"] = sum(d["empty_gold"] for d in details)
+        return figures
 
 
 # --------------------------------------------------------------------------- feedback meta-evaluation (Table 20)

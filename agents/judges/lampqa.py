@@ -25,6 +25,7 @@ from agents.judges.base import (
     JudgeEnv,
     JudgeResult,
     Requirement,
+    each_details,
     has,
     register_judge,
 )
@@ -32,7 +33,7 @@ from agents.judges.material import response_section
 from agents.prompts import Section, build_messages
 from agents.response import SystemResponse
 from benchmarks.case import Case, RubricAspect
-from benchmarks.metrics.lampqa import check_direct_level, lampqa_score, pairwise_outcome
+from benchmarks.metrics.lampqa import PairwiseInput, check_direct_level, lampqa_score, pairwise_outcome, pairwise_summary
 
 ROLE = "lampqa_judge"
 JUDGE_ROLE = "You are a fair and insightful judge with exceptional reasoning and analytical abilities."
@@ -228,3 +229,11 @@ class LampQAPairwiseJudge(ComparativeJudge):
                      "swapped_order": swapped.selected_response, **outcome.model_dump()},
             flags=["order_flip"] if outcome.flipped else [],
         )
+
+    def aggregate(self, results: list[JudgeResult]) -> dict[str, Any]:
+        """The win rate against the baseline and how often swapping the order flipped the verdict."""
+        pairs = [{"first": d["first_order"], "swapped": d["swapped_order"]} for d in each_details(results)]
+        figures = super().aggregate(results)
+        if pairs:
+            figures["pairwise"] = pairwise_summary(PairwiseInput(pairs=pairs)).model_dump()
+        return figures

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agents.judges.base import Judge, JudgeConfig, JudgeEnv, JudgeResult, Requirement, has, register_judge
+from agents.judges.base import Judge, JudgeConfig, JudgeEnv, JudgeResult, Requirement, each_details, has, register_judge
 from agents.judges.material import response_section
 from agents.prompts import Section, build_messages
 from agents.response import SystemResponse
@@ -99,3 +99,16 @@ class LocomoJudge(Judge):
             criteria={"llm_correct": float(correct), "f1": f1},
             details={"category": kind, "verdict": verdict.verdict, "reasoning": verdict.reasoning, "f1": f1},
         )
+
+    def aggregate(self, results: list[JudgeResult]) -> dict[str, Any]:
+        """LLM-judged accuracy and LoCoMo's F1 per category, as LoCoMo's tables report them."""
+        figures = super().aggregate(results)
+        by_category: dict[str, list[dict[str, Any]]] = {}
+        for d in each_details(results):
+            by_category.setdefault(str(d["category"]), []).append(d)
+        figures["per_category"] = {
+            category: {"n": len(items), "f1": sum(d["f1"] for d in items) / len(items),
+                       "llm_accuracy": sum(d["verdict"] in ("CORRECT", "REFUSED") for d in items) / len(items)}
+            for category, items in sorted(by_category.items())
+        }
+        return figures

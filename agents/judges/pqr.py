@@ -28,6 +28,7 @@ from agents.judges.base import (
     JudgeFailed,
     JudgeResult,
     Requirement,
+    each_details,
     has,
     register_judge,
 )
@@ -461,7 +462,7 @@ class PQRJudge(Judge):
         every report, and how many reports cited no claim."""
         figures = super().aggregate(results)
         reliability = [FactualReliability.model_validate({k: d["R"][k] for k in FactualReliability.model_fields})
-                       for r in results for d in (r.details.get("repeats") or [r.details]) if "R" in d]
+                       for d in each_details(results) if "R" in d]
         if reliability:
             figures["reliability"] = pooled_reliability(reliability).model_dump()
         return figures

@@ -16,12 +16,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agents.judges.base import Judge, JudgeConfig, JudgeEnv, JudgeResult, Requirement, has, register_judge
+from agents.judges.base import Judge, JudgeConfig, JudgeEnv, JudgeResult, Requirement, each_details, has, register_judge
 from agents.judges.material import response_section
 from agents.prompts import Section, build_messages
-from benchmarks.case import Case
 from agents.response import SystemResponse
-from benchmarks.metrics.prefeval import PreferenceChecks, preference_verdict
+from benchmarks.case import Case
+from benchmarks.metrics.prefeval import PrefEvalInput, PreferenceChecks, preference_verdict, prefeval_scores
 
 ROLE = "prefeval_judge"
 ANALYST = "You analyse a conversation between a user and an assistant, strictly and meticulously."
@@ -113,3 +113,11 @@ class PrefEvalJudge(Judge):
                                       "hallucination": hallucination.explanation if hallucination else None}},
             flags=[verdict.error] if verdict.error else [],
         )
+
+    def aggregate(self, results: list[JudgeResult]) -> dict[str, Any]:
+        """Preference-following accuracy with PrefEval's error-type breakdown."""
+        figures = super().aggregate(results)
+        checks = [PreferenceChecks(**{k: d[k] for k in PreferenceChecks.model_fields}) for d in each_details(results)]
+        if checks:
+            figures["prefeval"] = prefeval_scores(PrefEvalInput(items=checks)).model_dump()
+        return figures
