@@ -334,3 +334,12 @@ def test_plain_citations_without_a_hash_are_read_and_not_counted_as_mismatches(t
     env = JudgeEnv(gateway=HandWritten(pqr_answers(claims=claims)), web=lambda: FakeWeb({"https://a.example/oslo": PAGE_A}))
     result = run(create_judge({"name": "pqr", "axes": ["R"]}), pdr_case(), response, env)
     assert result.score == pytest.approx((10 + 10) / 2) and result.details["R"]["source_text_mismatches"] == 0
+
+
+def test_every_judge_role_is_a_known_role_falling_back_to_judge() -> None:
+    from agents.judges.base import JUDGES
+    from agents.settings import JUDGE_ROLES, ROLE_FALLBACK
+
+    roles = {role for _, cls in JUDGES.items() for role in cls.roles}
+    assert roles <= set(JUDGE_ROLES) and all(ROLE_FALLBACK[role] == "judge" for role in JUDGE_ROLES)
+    assert len(JUDGES.names()) == 8

@@ -55,7 +55,7 @@ class JudgeResult(BaseModel):
     flags: list[str] = Field(
         default_factory=list, description="Conditions a summary counts (no_cited_claims, order_flip, empty_gold, ...)."
     )
-    repeats: int = Field(default=1, description="Repeats that produced a score.")
+    repeats: int = Field(default=1, description="Repeats that succeeded (a failed one is in details).")
     std: float | None = Field(default=None, description="Sample standard deviation of the score over repeats.")
     error: str | None = None
 
@@ -113,6 +113,7 @@ class Judge(ABC):
     roles: ClassVar[tuple[str, ...]] = ("judge",)  # model roles it calls; the first is its main role
     scale: ClassVar[str] = "0-1"
     comparative: ClassVar[bool] = False  # judges a response against another system's (see ComparativeJudge)
+    preparation: ClassVar[str] = "preparation"  # what `prepare` does, for failure messages
 
     def __init__(self, config: JudgeConfig) -> None:
         self.config = config
@@ -136,8 +137,6 @@ class Judge(ABC):
         """Problems with this judge's settings given the recipe's systems (e.g. a name it refers to)."""
         return []
 
-    preparation: ClassVar[str] = "preparation"  # what `prepare` does, for failure messages
-
     async def prepare(self, case: Case, env: JudgeEnv) -> Any:
         """What every repeat and every system judged on this case share, made once (PQR's criteria, a
         BESPOKE rubric). Nothing by default."""
@@ -149,12 +148,12 @@ class Judge(ABC):
 
     async def judge(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
         """`repeats` judgments, aggregated; failures become a failed result with the reason."""
-        prepared = await self.prepared(case, env)
+        prepared = await self.prepare_or_fail(case, env)
         if isinstance(prepared, JudgeResult):
             return prepared
         return await self.repeated(lambda repeat_env: self.judge_once(case, response, repeat_env, prepared), env)
 
-    async def prepared(self, case: Case, env: JudgeEnv) -> Any:
+    async def prepare_or_fail(self, case: Case, env: JudgeEnv) -> Any:
         """`prepare`'s result, or a failed JudgeResult when the case lacks what the judge needs or
         the preparation failed."""
         missing = self.missing(case)
@@ -207,7 +206,7 @@ class ComparativeJudge(Judge):
 
     async def judge_pair(self, case: Case, response: SystemResponse, other: SystemResponse,
                          env: JudgeEnv) -> JudgeResult:
-        prepared = await self.prepared(case, env)
+        prepared = await self.prepare_or_fail(case, env)
         if isinstance(prepared, JudgeResult):
             return prepared
         return await self.repeated(lambda repeat_env: self.judge_pair_once(case, response, other, repeat_env), env)
@@ -282,11 +281,6 @@ def create_judge(config: JudgeConfig | dict[str, Any]) -> Judge:
     if isinstance(config, dict):
         config = JUDGES.get(str(config.get("name"))).config_model.model_validate(config)
     return JUDGES.get(config.name)(config)
-
-
-def judge_roles() -> list[str]:
-    """Every model role a registered judge calls."""
-    return sorted({role for _, cls in JUDGES.items() for role in cls.roles})
 
 
 def check_judge_fit(judges: Sequence[Judge], cases: Sequence[Case], benchmark: str,

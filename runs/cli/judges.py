@@ -69,7 +69,7 @@ def rescore(
 ) -> None:
     """Judge RUN_DIR's stored responses again with other judges or judge models, without running any
     system; write a new run folder pointing to the original, and print its path last."""
-    from agents.judges.base import judge_roles
+    from agents.settings import JUDGE_ROLES
     from runs.cli.run import _print_summary
     from runs.rescore import rescore_run
 
@@ -80,7 +80,7 @@ def rescore(
     if judges_file is not None:
         more, models = read_judges_file(judges_file)
         judges += more
-    settings = judge_models(models, model, api_base, api_key, judge_roles())
+    settings = judge_models(models, model, api_base, api_key, list(JUDGE_ROLES))
     folder = rescore_run(run_dir, judges, models=settings, out=out, web_mode=web, progress=progress)
     _print_summary(folder.summary)
     typer.echo(str(folder.path))
