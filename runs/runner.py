@@ -30,9 +30,9 @@ from benchmarks.registry import load_cases
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
 from graphs.resources import release, resources_for
+from runs.judging import judge_comparisons
 from runs.recipe import Recipe
 from runs.report import write_report
-from runs.judging import judge_comparisons
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
 from runs.summary import summarize
 from tools.config import WebConfig

@@ -173,6 +173,8 @@ async def read_source(triplet: Triplet, env: JudgeEnv) -> tuple[str | None, str,
     """(text or None, reason when unreadable, text matches the citation's sha256 (None: no hash))."""
     if not triplet.url:
         return None, "the cited reference has no URL to read", None
+    if not triplet.url.lower().startswith(("http://", "https://")):
+        return None, f"the cited source {triplet.url[:80]!r} is not a web address", None
     if env.web is None:
         return None, "no web to read the source from", None
     try:
