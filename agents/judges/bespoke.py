@@ -175,6 +175,7 @@ class BespokeJudge(Judge):
     config_model = BespokeJudgeConfig
     roles = (ROLE_EVALUATOR, ROLE_RUBRIC, ROLE_RECALL)
     scale = "0-100"
+    preparation = "rubric generation"
     config: BespokeJudgeConfig
 
     def requirements(self) -> list[Requirement]:
@@ -200,8 +201,6 @@ class BespokeJudge(Judge):
         identity = {"version": PROMPT_VERSION, "messages": messages, "model": env.model_identity(ROLE_RUBRIC)}
         artifact, key, _ = await env.store.get_or_create("bespoke_rubric", identity, create)
         return artifact, key
-
-    preparation = "rubric generation"
 
     async def prepare(self, case: Case, env: JudgeEnv) -> tuple[dict[str, Any], str | None]:
         """One rubric per query, shared by every repeat and every system."""

@@ -358,6 +358,7 @@ class PQRJudge(Judge):
     config_model = PQRJudgeConfig
     roles = (ROLE_SCORER, ROLE_CRITERIA, ROLE_FACTS)
     scale = "0-10"
+    preparation = "criteria generation"
     config: PQRJudgeConfig
 
     def requirements(self) -> list[Requirement]:
@@ -386,8 +387,6 @@ class PQRJudge(Judge):
                     "max_criteria": self.config.max_criteria, "model": env.model_identity(ROLE_CRITERIA)}
         artifact, key, _ = await env.store.get_or_create(f"pqr_criteria_{axis}", identity, create)
         return artifact, key
-
-    preparation = "criteria generation"
 
     async def prepare(self, case: Case, env: JudgeEnv) -> dict[str, tuple[dict[str, Any], str | None]]:
         """The criteria of the judged axes: fixed for the pair, shared by every repeat and system."""

@@ -67,8 +67,9 @@ def rescore(
     web: str = typer.Option("replay", "--web", help="How judges read cited sources: replay (the original run's recorded web), record or live."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
-    """Judge RUN_DIR's stored responses again with other judges or judge models, without running any
-    system; write a new run folder pointing to the original, and print its path last."""
+    """Judge a finished run's responses again (other judges or judge models); no system runs.
+
+    Writes a new run folder beside RUN_DIR (config.json names the original) and prints its path last."""
     from agents.settings import JUDGE_ROLES
     from runs.cli.run import _print_summary
     from runs.rescore import rescore_run
@@ -99,8 +100,9 @@ def meta_eval(
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY"),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the JSON here."),
 ) -> None:
-    """Agreement of a judge's scores with labels (human, or another judge's run): PCA, MARD, Pearson and
-    Spearman per criterion and pooled; with --feedback, BESPOKE's feedback accuracy. Prints JSON."""
+    """Agreement of a judge's scores with labels (human, or another judge's run); prints JSON.
+
+    PCA, MARD, Pearson and Spearman per criterion and pooled; with --feedback, BESPOKE's feedback accuracy."""
     import asyncio
 
     from runs.meta_eval import agreement, feedback_agreement, judge_records, labels_from_run, read_labels
