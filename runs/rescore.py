@@ -99,7 +99,9 @@ class Rescore:
                     for s in recipe.systems}
         judge_dry = any(resources_for(c).gateway.dry_run for c in contexts.values())
         config = runner._config([cases[i] for i in sorted(cases)], bool(self.original_config.get("dry_run")) or judge_dry)
-        config["rescore_of"] = {"run_id": self.original_config.get("run_id"), "path": str(self.original_dir.resolve())}
+        config["rescore_of"] = {"run_id": self.original_config.get("run_id"), "path": str(self.original_dir.resolve()),
+                                # failed episodes have no response to judge: they are left out
+                                "episodes": len(stored), "failed_episodes_left_out": len(self.records) - len(stored)}
         write_json_atomic(self.folder.config, config)
 
         results = ResultsFile(self.folder.results)

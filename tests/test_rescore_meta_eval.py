@@ -52,7 +52,8 @@ def test_rescore_a_quickstart_run_with_other_judges_calls_no_system(tmp_path) ->
     assert folder.parent == original.parent and folder.name.startswith("quickstart-rescore-")
 
     config = json.loads((folder / "config.json").read_text())
-    assert config["rescore_of"] == {"run_id": "quickstart", "path": str(original.resolve())}
+    assert config["rescore_of"] == {"run_id": "quickstart", "path": str(original.resolve()), "episodes": 4,
+                                    "failed_episodes_left_out": 0}
     assert [j["name"] for j in config["recipe"]["judges"]] == ["bespoke", "lampqa_pairwise"]
     assert config["recipe"]["models"]["judge"]["model"] == "scripted?seed=3"
     ledger = lines(folder / "ledger.jsonl")
