@@ -87,6 +87,15 @@ class JudgeEnv:
         settings = self.gateway.settings(role)
         return settings.model_dump(mode="json", include={"model", "api_base", "temperature", "seed", "max_tokens", "extra"})
 
+    async def generated_once(self, kind: str, identity: dict[str, Any], create: Callable[[], Awaitable[dict[str, Any]]],
+                             reuse: bool = True) -> tuple[dict[str, Any], str | None]:
+        """An artifact from the store (made by `create` the first time), with its key; made afresh,
+        with no key, when reuse is off or there is no store."""
+        if not reuse or self.store is None:
+            return await create(), None
+        artifact, key, _ = await self.store.get_or_create(kind, identity, create)
+        return artifact, key
+
     def for_repeat(self, index: int, roles: Sequence[str]) -> JudgeEnv:
         """The same environment with the seeds of `roles` moved by `index`: a new sample per repeat
         (and a new cache key), identical to this one for the first repeat."""

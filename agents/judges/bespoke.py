@@ -196,11 +196,8 @@ class BespokeJudge(Judge):
             generated = await env.gateway.structured(ROLE_RUBRIC, messages, _Rubric)
             return {**generated.model_dump(), "source": "generated"}
 
-        if not self.config.reuse_rubric or env.store is None:
-            return await create(), None
         identity = {"version": PROMPT_VERSION, "messages": messages, "model": env.model_identity(ROLE_RUBRIC)}
-        artifact, key, _ = await env.store.get_or_create("bespoke_rubric", identity, create)
-        return artifact, key
+        return await env.generated_once("bespoke_rubric", identity, create, self.config.reuse_rubric)
 
     async def prepare(self, case: Case, env: JudgeEnv) -> tuple[dict[str, Any], str | None]:
         """One rubric per query, shared by every repeat and every system."""

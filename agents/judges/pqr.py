@@ -380,13 +380,10 @@ class PQRJudge(Judge):
         async def create() -> dict[str, Any]:
             return await generate_criteria(env, axis, task, persona, self.config.max_criteria)
 
-        if not self.config.reuse_criteria or env.store is None:
-            return await create(), None
         identity = {"version": PROMPT_VERSION, "axis": axis, "task": task, "language": case.query.language,
                     "persona": case.persona.attributes if axis == "P" and case.persona else None,
                     "max_criteria": self.config.max_criteria, "model": env.model_identity(ROLE_CRITERIA)}
-        artifact, key, _ = await env.store.get_or_create(f"pqr_criteria_{axis}", identity, create)
-        return artifact, key
+        return await env.generated_once(f"pqr_criteria_{axis}", identity, create, self.config.reuse_criteria)
 
     async def prepare(self, case: Case, env: JudgeEnv) -> dict[str, tuple[dict[str, Any], str | None]]:
         """The criteria of the judged axes: fixed for the pair, shared by every repeat and system."""
