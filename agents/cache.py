@@ -2,7 +2,9 @@
 
 The key is the sha256 of everything that changes the answer (model identity, endpoint, messages,
 output schema, temperature, seed, max tokens, extra provider parameters); see `request_key`.
-Storage is diskcache (SQLite underneath): safe across threads and processes.
+Storage is diskcache (SQLite underneath): safe across threads and processes on one machine. For
+a cluster, `redis://host:port/db` in place of a directory keeps one cache for every node
+(`RedisResponseCache`), so a request answered on one node is never paid for again on another.
 """
 
 from __future__ import annotations
@@ -40,3 +42,44 @@ class ResponseCache:
 
     def close(self) -> None:
         self._store.close()
+
+
+class RedisResponseCache:
+    """The same cache in a Redis server shared by every node of a cluster (redis-py). Entries are
+    JSON under `<namespace>:<key>`; nothing expires (a response cache is a record, not a buffer)."""
+
+    def __init__(self, url: str, namespace: str = "atelier:llm") -> None:
+        import redis
+
+        self.url = url
+        self.namespace = namespace
+        self._client = redis.Redis.from_url(url, socket_connect_timeout=5)
+
+    def _name(self, key: str) -> str:
+        return f"{self.namespace}:{key}"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        raw = self._client.get(self._name(key))
+        return json.loads(raw) if raw is not None else None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self._client.set(self._name(key), json.dumps(value, ensure_ascii=False))
+
+    def discard(self, key: str) -> None:
+        self._client.delete(self._name(key))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._client.scan_iter(match=f"{self.namespace}:*", count=1000))
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def is_redis_url(location: str) -> bool:
+    return location.startswith(("redis://", "rediss://", "unix://"))
+
+
+def open_response_cache(location: str | Path) -> ResponseCache | RedisResponseCache:
+    """The response cache at `location`: a Redis URL (shared by a cluster) or a directory."""
+    location = str(location)
+    return RedisResponseCache(location) if is_redis_url(location) else ResponseCache(location)

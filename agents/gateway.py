@@ -144,6 +144,15 @@ class _ModelLimits:
 _LIMITS = _ModelLimits()
 
 
+def set_model_limits(limits) -> object:
+    """Replace the process's model limits (what `_LIMITS` is asked for a model's semaphore and rate
+    limiter) and return the previous ones. The Ray executor's workers install cluster-wide limits
+    here (`runs.executors.limits`), so every process of a run shares one bound per model."""
+    global _LIMITS
+    previous, _LIMITS = _LIMITS, limits
+    return previous
+
+
 class Gateway:
     def __init__(
         self,

@@ -17,6 +17,8 @@ from typing import Any, Iterator
 from pydantic import BaseModel
 
 _tags: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("atelier_call_tags", default={})
+_captured: contextvars.ContextVar[list["LedgerEntry"] | None] = contextvars.ContextVar("atelier_ledger_capture",
+                                                                                      default=None)
 
 
 @contextlib.contextmanager
@@ -28,6 +30,19 @@ def call_tags(**tags: str | None) -> Iterator[None]:
         yield
     finally:
         _tags.reset(token)
+
+
+@contextlib.contextmanager
+def capture_calls() -> Iterator[list["LedgerEntry"]]:
+    """Collect every entry any ledger records inside this block (tasks it starts included): a
+    remote worker ships one episode's calls back to the driver this way, whose ledger alone writes
+    the run folder's file (`Ledger.append`)."""
+    entries: list[LedgerEntry] = []
+    token = _captured.set(entries)
+    try:
+        yield entries
+    finally:
+        _captured.reset(token)
 
 
 def current_tags() -> dict[str, str]:
@@ -90,13 +105,20 @@ class Ledger:
             node=fields.pop("node", None) or tags.get("node"),
             **fields,
         )
-        line = entry.model_dump_json() + "\n"
-        with self._lock:
-            self.entries.append(entry)
-            if self.path:
-                with self.path.open("a", encoding="utf-8") as fh:
-                    fh.write(line)
+        self.append([entry])
+        captured = _captured.get()
+        if captured is not None:
+            captured.append(entry)
         return entry
+
+    def append(self, entries: list[LedgerEntry]) -> None:
+        """Add entries recorded elsewhere (a remote worker's calls) as they are."""
+        text = "".join(entry.model_dump_json() + "\n" for entry in entries)
+        with self._lock:
+            self.entries.extend(entries)
+            if self.path and text:
+                with self.path.open("a", encoding="utf-8") as fh:
+                    fh.write(text)
 
     def totals(self) -> dict[str, Any]:
         with self._lock:

@@ -35,7 +35,7 @@ class EpisodeContext(BaseModel):
 
     run_id: str = "studio"
     run_dir: str | None = Field(default=None, description="Where the ledger and memory stores go.")
-    cache_dir: str | None = Field(default=None, description="The LLM response cache; none disables it.")
+    cache_dir: str | None = Field(default=None, description="The LLM response cache: a directory or a redis:// URL; none disables it.")
     models: dict[str, ModelSettings] = Field(default_factory=_default_models)
     system: SystemSpec = Field(default_factory=lambda: SystemSpec(name="direct-full", memory={"backend": "full"}))
     judges: list[dict[str, Any]] = Field(default_factory=lambda: [{"name": "lampqa_aspects"}])

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.cache import ResponseCache
+from agents.cache import RedisResponseCache, ResponseCache, open_response_cache
 from agents.gateway import Gateway
 from agents.judges.base import Judge, create_judge
 from agents.ledger import Ledger
@@ -40,7 +40,7 @@ class Resources:
 _lock = threading.Lock()
 _resources: dict[str, Resources] = {}
 _ledgers: dict[str, Ledger] = {}
-_caches: dict[str, ResponseCache] = {}
+_caches: dict[str, ResponseCache | RedisResponseCache] = {}
 _webs: dict[str, Web] = {}
 
 
@@ -55,11 +55,11 @@ def _shared_ledger(context: EpisodeContext) -> Ledger:
     return _ledgers[path]
 
 
-def _shared_cache(context: EpisodeContext) -> ResponseCache | None:
+def _shared_cache(context: EpisodeContext) -> ResponseCache | RedisResponseCache | None:
     if not context.cache_dir:
         return None
     if context.cache_dir not in _caches:
-        _caches[context.cache_dir] = ResponseCache(context.cache_dir)
+        _caches[context.cache_dir] = open_response_cache(context.cache_dir)
     return _caches[context.cache_dir]
 
 

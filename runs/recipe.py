@@ -70,14 +70,43 @@ class BenchmarkSection(_Strict):
         return value
 
 
+class RaySection(_Strict):
+    """`[run.ray]`: where and how episodes run when `executor = "ray"` (see runs/executors/ray.py)."""
+
+    address: str | None = Field(default=None, description="The cluster (`host:port` of `ray start --head`, or "
+                                "'auto'); unset: $RAY_ADDRESS, else a cluster started for this run alone.")
+    workers: int | None = Field(default=None, gt=0, le=1024,
+                                description="Episode workers (actors) across the cluster; unset: one per node.")
+    cpus_per_worker: float = Field(default=1.0, ge=0, description="CPUs each worker reserves on its node.")
+    max_retries: int = Field(default=3, ge=0, le=100,
+                             description="Times an episode is retried when its worker or node dies.")
+    scratch_dir: str | None = Field(default=None, description="Node-local folder for workers' memory stores and "
+                                    "web records before they reach the driver; unset: the system's temp folder.")
+
+
 class RunSection(_Strict):
     concurrency: int = Field(default=4, gt=0, le=256, description="Episodes in flight at once.")
     out_dir: str = Field(default="runs/out", description="Run folders are created inside it.")
+    executor: Literal["local", "ray"] = Field(default="local", description="local: asyncio in this process; "
+                                              "ray: episodes on a Ray cluster's nodes.")
+    ray: RaySection = Field(default_factory=RaySection)
 
 
 class CacheSection(_Strict):
     enabled: bool = True
     dir: str | None = Field(default=None, description="Default: $ATELIER_CACHE_DIR/llm (~/.cache/atelier/llm).")
+    url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://",
+                            description="A Redis server holding the cache instead of `dir`: one cache for every "
+                            "node of a cluster.")
+
+    @property
+    def location(self) -> str | None:
+        """Where the response cache lives (a Redis URL or a directory), or None when disabled."""
+        if not self.enabled:
+            return None
+        from benchmarks.data_files import cache_dir
+
+        return self.url or self.dir or str(cache_dir() / "llm")
 
 
 class Recipe(_Strict):
@@ -109,6 +138,8 @@ class Recipe(_Strict):
         api_key: str | None = None,
         limit: int | None = None,
         out_dir: str | None = None,
+        executor: str | None = None,
+        ray_address: str | None = None,
     ) -> "Recipe":
         """Command-line overrides: `model`/`api_base`/`api_key` apply to every role and system."""
         update: dict[str, Any] = {k: v for k, v in (("model", model), ("api_base", api_base), ("api_key", api_key)) if v}
@@ -121,6 +152,10 @@ class Recipe(_Strict):
             data["benchmark"]["limit"] = limit
         if out_dir is not None:
             data["run"]["out_dir"] = out_dir
+        if executor is not None:
+            data["run"]["executor"] = executor
+        if ray_address is not None:
+            data["run"]["ray"]["address"] = ray_address
         return Recipe.model_validate(data)
 
 

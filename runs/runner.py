@@ -1,7 +1,7 @@
 """The experiment runner: expand a recipe into (case x system) episodes and run them.
 
-Episodes run concurrently (asyncio, bounded by `run.concurrency`; each model further bounded by
-its own settings). Each episode's graph is checkpointed in SQLite, each finished result appended
+Episodes run concurrently (bounded by `run.concurrency`; each model further bounded by its own
+settings) on the recipe's executor: asyncio in this process, or a Ray cluster (`runs/executors/`). Each episode's graph is checkpointed in SQLite, each finished result appended
 atomically with an idempotent key, so a killed run resumed with the same `--out` folder loses
 nothing and counts nothing twice. Failures are recorded with their reason.
 
@@ -24,13 +24,13 @@ from typing import Any
 from agents.judges.base import check_judge_fit, create_judge
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
-from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError
 from benchmarks.registry import load_cases
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
 from graphs.resources import release, resources_for
 from runs.judging import judge_comparisons
+from runs.executors import Episode, open_executor
 from runs.recipe import Recipe
 from runs.report import write_report
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
@@ -90,7 +90,7 @@ class Runner:
         self.run_id = _read_run_id(folder) if existing else (folder.name if folder else new_run_id(recipe))
         self.folder = RunFolder(folder or Path(recipe.run.out_dir) / self.run_id)
         self.progress = progress
-        self.cache_dir = (recipe.cache.dir or str(cache_dir() / "llm")) if recipe.cache.enabled else None
+        self.cache_dir = recipe.cache.location
 
     @property
     def web(self) -> WebConfig:
@@ -137,15 +137,17 @@ class Runner:
 
             async def one(case: Case, system: SystemSpec) -> ResultRecord:
                 async with limit:
-                    record = await self._episode(graphs[system.pipeline], case, system, contexts[system.name])
+                    record = await executor.run(Episode(case, system, contexts[system.name]))
                 results.append(record)
                 return record
 
-            with _progress(self.progress, total=len(cases) * len(recipe.systems), done=len(done)) as bar:
-                tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
-                for finished in asyncio.as_completed(tasks):
-                    record = await finished
-                    bar.advance(record.ok)
+            async with open_executor(recipe, self._episode, graphs, run_id=self.run_id, run_dir=self.folder.path,
+                                     progress=self.progress) as executor:
+                with _progress(self.progress, total=len(cases) * len(recipe.systems), done=len(done)) as bar:
+                    tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
+                    for finished in asyncio.as_completed(tasks):
+                        record = await finished
+                        bar.advance(record.ok)
         # judges comparing two systems' responses (LaMP-QA pairwise) run once both exist
         by_id = {c.id: c for c in cases}
         for record in await judge_comparisons(results.load(), by_id, contexts, recipe.run.concurrency):
@@ -155,11 +157,12 @@ class Runner:
         self.finish(config)
         return self.folder
 
-    async def _episode(self, graph, case: Case, system: SystemSpec, context: EpisodeContext) -> ResultRecord:
+    @staticmethod  # what every executor runs, in this process or on a cluster's worker
+    async def _episode(graph, case: Case, system: SystemSpec, context: EpisodeContext) -> ResultRecord:
         key = result_key(case.id, system.name)
         config = {"configurable": {"thread_id": key}}
         started = time.perf_counter()
-        base = dict(key=key, run_id=self.run_id, case_id=case.id, system=system.name, benchmark=case.benchmark,
+        base = dict(key=key, run_id=context.run_id, case_id=case.id, system=system.name, benchmark=case.benchmark,
                     user_id=case.user_id, setting=system.setting or case.setting,
                     dry_run=resources_for(context).gateway.dry_run)
         try:

@@ -12,6 +12,9 @@ are served by the sandbox. In replay mode nothing is started and no request can 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -50,6 +53,22 @@ class WebLogEntry(BaseModel):
     at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
 
+_captured: contextvars.ContextVar[list[WebLogEntry] | None] = contextvars.ContextVar("atelier_web_capture",
+                                                                                    default=None)
+
+
+@contextlib.contextmanager
+def capture_web_log() -> Iterator[list[WebLogEntry]]:
+    """Collect the web log entries of every request made inside this block (tasks it starts
+    included): a remote worker ships one episode's entries back to the driver this way."""
+    entries: list[WebLogEntry] = []
+    token = _captured.set(entries)
+    try:
+        yield entries
+    finally:
+        _captured.reset(token)
+
+
 def check_web_config(config: WebConfig) -> None:
     """Fail before a run starts: unknown names, bad options, or a provider without its API key."""
     provider_options = provider_config(config.provider, config.provider_options)
@@ -81,9 +100,11 @@ class Web:
 
     def _note(self, answer: CachedAnswer) -> None:
         record = answer.record
-        self.log.append(
-            WebLogEntry(kind=record.kind, key=record.key, request=record.request, from_cache=answer.from_cache)
-        )
+        entry = WebLogEntry(kind=record.kind, key=record.key, request=record.request, from_cache=answer.from_cache)
+        self.log.append(entry)
+        captured = _captured.get()
+        if captured is not None:
+            captured.append(entry)
 
     async def search(self, query: str, max_results: int | None = None) -> list[SearchResult]:
         query = query.strip()

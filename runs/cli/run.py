@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
+
+
+class ExecutorName(str, Enum):
+    local = "local"
+    ray = "ray"
 
 
 def run(
@@ -16,12 +22,22 @@ def run(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Run at most N cases."),
     out: Optional[Path] = typer.Option(None, "--out", help="The run folder (an existing one is resumed)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    executor: Optional[ExecutorName] = typer.Option(None, "--executor", help="Where episodes run: local (this "
+                                                    "process) or ray (a cluster); default: the recipe's [run] executor."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="The Ray cluster (host:port of its head, "
+                                              "or 'auto'); implies --executor ray."),
 ) -> None:
     """Run every (case x system) episode of RECIPE; print the run folder's path last."""
+    from benchmarks.errors import ConfigError
     from runs.recipe import load_recipe
     from runs.runner import run_recipe
 
-    loaded = load_recipe(recipe).with_overrides(model=model, api_base=api_base, api_key=api_key, limit=limit)
+    if ray_address and executor is ExecutorName.local:
+        raise ConfigError("--ray-address names a Ray cluster, but --executor is local")
+    chosen = executor.value if executor else ("ray" if ray_address else None)
+    loaded = load_recipe(recipe).with_overrides(model=model, api_base=api_base, api_key=api_key, limit=limit,
+                                                executor=chosen,
+                                                ray_address=ray_address)
     folder = run_recipe(loaded, out, progress=progress)
     _print_summary(folder.summary)
     typer.echo(str(folder.path))

@@ -1,0 +1,34 @@
+"""Where a run's episodes execute: `local` (asyncio in this process, the default) or `ray` (a Ray
+cluster's nodes). The runner only opens one and hands it episodes (`base.Executor`)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from runs.executors.base import Episode, EpisodeFn, Executor
+from runs.executors.local import LocalExecutor
+
+__all__ = ["Episode", "EpisodeFn", "Executor", "open_executor"]
+
+
+@contextlib.asynccontextmanager
+async def open_executor(recipe, episode_fn: EpisodeFn, graphs: dict[str, Any], *, run_id: str, run_dir: Path,
+                        progress: bool = True) -> AsyncIterator[Executor]:
+    """The recipe's executor (`[run] executor`), closed (its workers stopped) when the block ends."""
+    if recipe.run.executor == "local":
+        executor: Executor = LocalExecutor(episode_fn, graphs)
+    else:
+        from runs.executors.ray import RayExecutor, forwarded_env
+
+        key_envs = [s.api_key_env for s in recipe.role_models().values()]
+        key_envs += [s.api_key_env for system in recipe.systems for s in system.models.values()]
+        executor = await RayExecutor(
+            episode_fn, graphs, settings=recipe.run.ray, concurrency=recipe.run.concurrency, run_id=run_id,
+            run_dir=run_dir, env=forwarded_env(key_envs), progress=progress,
+        ).start()
+    try:
+        yield executor
+    finally:
+        await executor.aclose()

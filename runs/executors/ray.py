@@ -1,0 +1,349 @@
+"""`ray`: episodes run on a Ray cluster's nodes, in episode-worker actors that hold a run's resources.
+
+    atelier run RECIPE --executor ray --ray-address 127.0.0.1:6379
+
+The driver (the `atelier run` process) connects to the cluster, starts one `EpisodeWorker` actor
+per node (or `[run.ray] workers`) and one `ModelLimitsActor` on its own node, and hands each
+episode to a worker — the one that already serves the episode's (system, user) when it has room,
+so a user's history is ingested on few nodes. A worker runs the runner's own episode function on
+its own event loop, many episodes at once, and returns with the record everything the episode
+produced; the driver alone writes the run folder:
+
+- ledger lines and web log entries (captured per episode) are appended by the driver;
+- files the episode wrote under the run folder (judge artifacts, web cache records, ...) are
+  written in a node-local scratch folder and copied to the run folder by the driver;
+- checkpoints are taken in memory and written into the run folder's checkpoint database.
+
+Memory backends' stores (chromadb, mem0) live in the worker's scratch folder: each worker ingests
+the users it serves, so two nodes serving one user each hold that user's whole history and never
+share a store. A worker or node that dies takes its in-flight episodes with it: Ray restarts the
+actor (elsewhere when the node is gone) and runs them again (`[run.ray] max_retries`); what the lost
+attempt did never reached the driver, so nothing is counted twice — its model calls were made,
+though, and only the responses kept in the shared cache (`[cache] url`) spare the retry paying again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import os
+import shutil
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.ledger import LedgerEntry
+from runs.executors.base import Episode, EpisodeFn
+from runs.results import ResultRecord
+
+# files the driver writes itself from what episodes return, and node-local stores that stay put
+_NOT_COPIED = ("ledger.jsonl", "web_log.jsonl", "memory")
+# passed on to the workers when set in the driver's environment (plus every role's api_key_env)
+_FORWARDED_ENV = ("ATELIER_CACHE_DIR", "ATELIER_STATE_DIR", "ATELIER_DATA_DIR", "HF_HOME")
+
+
+@dataclass
+class EpisodeOutput:
+    """What a worker returns for one episode."""
+
+    record: ResultRecord
+    calls: list[LedgerEntry] = field(default_factory=list)
+    web_log: list[str] = field(default_factory=list)  # web_log.jsonl lines
+    files: dict[str, bytes] = field(default_factory=dict)  # run-folder relative path -> content
+    checkpoints: list[Any] = field(default_factory=list)  # CheckpointTuples of the episode's thread
+    node: str = ""
+
+
+class _NewFiles:
+    """Files written under a folder since the last call. Only folders whose listing changed are
+    read again, so a large web cache costs one stat per folder; atomic writers' dot-files are left out."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._folders: dict[Path, tuple[int | None, list[Path]]] = {}  # folder -> (mtime when settled, subfolders)
+        self._seen: dict[str, tuple[int, int]] = {}
+
+    def collect(self) -> dict[str, bytes]:
+        import time
+
+        out: dict[str, bytes] = {}
+        stack = [self.root]
+        while stack:
+            folder = stack.pop()
+            try:
+                mtime = folder.stat().st_mtime_ns
+            except FileNotFoundError:
+                continue
+            known = self._folders.get(folder)
+            if known is None or known[0] != mtime:
+                entries = list(os.scandir(folder))
+                subfolders = [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)
+                              and not (folder == self.root and e.name in _NOT_COPIED)]
+                # a listing changed within the last second may change again within the same mtime tick
+                settled = mtime if time.time_ns() - mtime > 1_000_000_000 else None
+                self._folders[folder] = (settled, subfolders)
+                for entry in entries:
+                    if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
+                        continue
+                    relative = Path(entry.path).relative_to(self.root).as_posix()
+                    if folder == self.root and entry.name in _NOT_COPIED:
+                        continue
+                    stat = entry.stat()
+                    if self._seen.get(relative) != (stat.st_size, stat.st_mtime_ns):
+                        self._seen[relative] = (stat.st_size, stat.st_mtime_ns)
+                        out[relative] = Path(entry.path).read_bytes()
+            stack += self._folders[folder][1]
+        return out
+
+
+class EpisodeWorker:
+    """The actor's body (wrapped by `ray.remote` in `RayExecutor`): one per node, many episodes at
+    once on one event loop, its resources (gateway, memory stores, web) kept across episodes."""
+
+    def __init__(self, run_id: str, run_dir: str, scratch_root: str | None, env: dict[str, str]) -> None:
+        for name, value in env.items():
+            os.environ[name] = value
+        import ray
+
+        import runs  # noqa: F401  (the offline defaults, before litellm or chromadb load)
+        from agents.gateway import set_model_limits
+        from runs.executors.limits import ClusterLimits
+
+        set_model_limits(ClusterLimits(run_id))
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.node = ray.get_runtime_context().get_node_id()
+        root = Path(scratch_root or Path(tempfile.gettempdir()) / "atelier-ray")
+        self.scratch = root / run_id / f"{self.node[:12]}-{os.getpid()}"
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        self.new_files = _NewFiles(self.scratch)
+        self.contexts: dict[str, Any] = {}
+        self.graphs: dict[str, Any] = {}
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        self.saver = InMemorySaver()
+
+    async def ready(self) -> str:
+        return self.node
+
+    def _here(self, context):
+        """The episode's context with the run folder replaced by this worker's scratch folder (and
+        the run folder's web cache by the scratch one's): the driver alone writes the run folder."""
+        key = context.model_dump_json()
+        if key not in self.contexts:
+            update: dict[str, Any] = {"run_dir": str(self.scratch)}
+            web = context.web
+            if web.cache_dir is not None and Path(web.cache_dir) == Path(self.run_dir) / "web":
+                update["web"] = web.model_copy(update={"cache_dir": self.scratch / "web"})
+            self.contexts[key] = context.model_copy(update=update)
+        return self.contexts[key]
+
+    def _graph(self, pipeline: str):
+        from graphs.episode import build_episode_graph
+
+        if pipeline not in self.graphs:
+            self.graphs[pipeline] = build_episode_graph(pipeline, checkpointer=self.saver)
+        return self.graphs[pipeline]
+
+    async def run(self, episode_fn: EpisodeFn, episode: Episode, checkpoints: list[Any]) -> EpisodeOutput:
+        from agents.ledger import capture_calls
+        from tools.web import capture_web_log
+
+        context = self._here(episode.context)
+        thread = {"configurable": {"thread_id": episode.key}}
+        await self.saver.adelete_thread(episode.key)  # a retried attempt starts from what the driver had
+        await copy_checkpoints(checkpoints, self.saver)
+        with capture_calls() as calls, capture_web_log() as web_log:
+            record = await episode_fn(self._graph(episode.system.pipeline), episode.case, episode.system, context)
+        taken = [t async for t in self.saver.alist(thread)]
+        await self.saver.adelete_thread(episode.key)
+        return EpisodeOutput(record=record, calls=list(calls), web_log=[e.model_dump_json() for e in web_log],
+                             files=self.new_files.collect(), checkpoints=taken, node=self.node)
+
+    async def shutdown(self) -> None:
+        """Close what the worker's contexts opened and remove its scratch folder."""
+        from graphs.resources import release
+
+        for context in self.contexts.values():
+            await release(context)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+async def copy_checkpoints(tuples: list[Any], saver) -> None:
+    """Write checkpoint tuples (one thread's, any namespace) into another checkpointer."""
+    for t in sorted(tuples, key=lambda t: t.checkpoint["id"]):
+        parent = t.parent_config or {"configurable": {k: v for k, v in t.config["configurable"].items()
+                                                      if k != "checkpoint_id"}}
+        await saver.aput(parent, t.checkpoint, t.metadata, t.checkpoint.get("channel_versions", {}))
+        writes: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+        for task_id, channel, value in t.pending_writes or []:
+            writes[task_id].append((channel, value))
+        for task_id, pairs in writes.items():
+            await saver.aput_writes(t.config, pairs, task_id)
+
+
+async def thread_checkpoints(saver, thread_id: str) -> list[Any]:
+    return [t async for t in saver.alist({"configurable": {"thread_id": thread_id}})]
+
+
+class RayExecutor:
+    name = "ray"
+
+    def __init__(self, episode_fn: EpisodeFn, graphs: dict[str, Any], *, settings, concurrency: int,
+                 run_id: str, run_dir: Path, env: dict[str, str], progress: bool = True) -> None:
+        self.episode_fn = episode_fn
+        self.saver = next(iter(graphs.values())).checkpointer if graphs else None
+        self.settings = settings
+        self.concurrency = concurrency
+        self.run_id = run_id
+        self.run_dir = Path(run_dir)
+        self.env = env
+        self.progress = progress
+        self.workers: list[Any] = []
+        self.in_flight: list[int] = []
+        self.limits = None
+        self._connected_here = False
+        self._files_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ start and stop
+
+    async def start(self) -> "RayExecutor":
+        from benchmarks.errors import ConfigError
+
+        address = self.settings.address or os.environ.get("RAY_ADDRESS")
+        if address is None and "ray" not in sys.modules:
+            # a one-machine cluster for this run alone: Ray then keeps every address on loopback
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        import ray
+
+        if not ray.is_initialized():
+            import logging
+
+            options: dict[str, Any] = {}
+            if address is None:
+                options = {"include_dashboard": False}
+            try:
+                ray.init(address=address, namespace="atelier", log_to_driver=False, logging_level=logging.WARNING,
+                         **options)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise ConfigError(f"[run.ray] address {address!r}: cannot connect to a Ray cluster: {exc}") from None
+            self._connected_here = True
+        from runs.executors.limits import start_limits_actor
+
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        driver_node = ray.get_runtime_context().get_node_id()
+        self.limits = start_limits_actor(self.run_id, driver_node)
+        count = self.settings.workers or len(nodes)
+        per_worker = max(1, math.ceil(self.concurrency / count))
+        worker = ray.remote(EpisodeWorker).options(
+            num_cpus=self.settings.cpus_per_worker, max_concurrency=per_worker,
+            max_restarts=self.settings.max_retries, max_task_retries=self.settings.max_retries,
+            scheduling_strategy="SPREAD",
+        )
+        scratch = self.settings.scratch_dir
+        self.workers = [worker.remote(self.run_id, str(self.run_dir), scratch, self.env) for _ in range(count)]
+        self.in_flight = [0] * count
+        ready = [w.ready.remote() for w in self.workers]
+        cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
+        done, pending = await asyncio.to_thread(ray.wait, ready, num_returns=len(ready), timeout=300)
+        if pending:
+            await self.aclose()
+            raise ConfigError(
+                f"[run.ray]: {len(pending)} of {count} episode workers could not start within 300 s (the cluster has "
+                f"{len(nodes)} node(s) with {cpus:g} CPUs; each worker reserves cpus_per_worker = "
+                f"{self.settings.cpus_per_worker:g})"
+            )
+        placed = await asyncio.gather(*ready)
+        if self.progress:
+            print(f"ray: {len(nodes)} node(s), {cpus:g} CPUs; {count} episode workers on {len(set(placed))} node(s), "
+                  f"up to {per_worker} episodes each", file=sys.stderr)
+        return self
+
+    async def aclose(self) -> None:
+        import ray
+
+        if self.workers:
+            stops = [w.shutdown.remote() for w in self.workers]
+            await asyncio.to_thread(ray.wait, stops, num_returns=len(stops), timeout=60)
+            for w in self.workers:
+                ray.kill(w)
+            self.workers = []
+        if self.limits is not None:
+            ray.kill(self.limits)
+            self.limits = None
+        if self._connected_here:
+            ray.shutdown()
+            self._connected_here = False
+
+    # ------------------------------------------------------------------ episodes
+
+    def _choose(self, episode: Episode) -> int:
+        """The worker that serves this (system, user), unless it is full: then the least busy one."""
+        identity = f"{episode.system.name}\0{episode.case.user_id}".encode()
+        preferred = int(hashlib.sha256(identity).hexdigest(), 16) % len(self.workers)
+        room = math.ceil(self.concurrency / len(self.workers))
+        if self.in_flight[preferred] < room:
+            return preferred
+        return min(range(len(self.workers)), key=self.in_flight.__getitem__)
+
+    async def run(self, episode: Episode) -> ResultRecord:
+        import ray
+
+        index = self._choose(episode)
+        self.in_flight[index] += 1
+        try:
+            before = await thread_checkpoints(self.saver, episode.key) if self.saver else []
+            output: EpisodeOutput = await self.workers[index].run.remote(self.episode_fn, episode, before)
+        except (ray.exceptions.RayError, ConnectionError) as exc:  # the worker died more often than retried
+            return _lost(episode, exc)
+        finally:
+            self.in_flight[index] -= 1
+        await self._deliver(episode, output)
+        return output.record
+
+    async def _deliver(self, episode: Episode, output: EpisodeOutput) -> None:
+        """Write what the episode produced into the run folder: ledger, web log, files, checkpoints."""
+        from graphs.resources import resources_for
+
+        if output.calls:
+            resources_for(episode.context).gateway.ledger.append(output.calls)
+        async with self._files_lock:
+            if output.web_log:
+                with (self.run_dir / "web_log.jsonl").open("a", encoding="utf-8") as fh:
+                    fh.writelines(line + "\n" for line in output.web_log)
+            for relative, content in output.files.items():
+                _write_if_absent(self.run_dir / relative, content)
+        if self.saver is not None and output.checkpoints:
+            await copy_checkpoints(output.checkpoints, self.saver)
+
+
+def _write_if_absent(path: Path, content: bytes) -> None:
+    """Content-addressed and write-once files: the first copy to arrive is kept."""
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(handle, "wb") as out:
+        out.write(content)
+    os.replace(temporary, path)
+
+
+def _lost(episode: Episode, exc: BaseException) -> ResultRecord:
+    import time
+
+    first_line = (str(exc).strip().splitlines() or [""])[0][:300]
+    return ResultRecord(
+        key=episode.key, run_id=episode.context.run_id, case_id=episode.case.id, system=episode.system.name,
+        benchmark=episode.case.benchmark, user_id=episode.case.user_id,
+        setting=episode.system.setting or episode.case.setting, status="error",
+        error=f"worker lost: {type(exc).__name__}: {first_line}", finished_at=time.time(),
+    )
+
+
+def forwarded_env(api_key_envs: list[str]) -> dict[str, str]:
+    names = list(_FORWARDED_ENV) + [n for n in api_key_envs if n]
+    return {name: os.environ[name] for name in names if name in os.environ}
