@@ -55,7 +55,8 @@ class EpisodeOutput:
     web_log: list[str] = field(default_factory=list)  # web_log.jsonl lines
     files: dict[str, bytes] = field(default_factory=dict)  # run-folder relative path -> content
     checkpoints: list[Any] = field(default_factory=list)  # CheckpointTuples of the episode's thread
-    node: str = ""
+    node: str = ""  # where it ran
+    restarted_worker: bool = False  # on a worker Ray restarted (its node or process died)
 
 
 class _NewFiles:
@@ -117,6 +118,7 @@ class EpisodeWorker:
         self.run_id = run_id
         self.run_dir = run_dir
         self.node = ray.get_runtime_context().get_node_id()
+        self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
         root = Path(scratch_root or Path(tempfile.gettempdir()) / "atelier-ray")
         self.scratch = root / run_id / f"{self.node[:12]}-{os.getpid()}"
         self.scratch.mkdir(parents=True, exist_ok=True)
@@ -162,7 +164,8 @@ class EpisodeWorker:
         taken = [t async for t in self.saver.alist(thread)]
         await self.saver.adelete_thread(episode.key)
         return EpisodeOutput(record=record, calls=list(calls), web_log=[e.model_dump_json() for e in web_log],
-                             files=self.new_files.collect(), checkpoints=taken, node=self.node)
+                             files=self.new_files.collect(), checkpoints=taken, node=self.node,
+                             restarted_worker=self.restarted)
 
     async def shutdown(self) -> None:
         """Close what the worker's contexts opened and remove its scratch folder."""
@@ -208,6 +211,10 @@ class RayExecutor:
         self.limits = None
         self._connected_here = False
         self._files_lock = asyncio.Lock()
+        self.node_names: dict[str, str] = {}  # node id -> address
+        self.placed: dict[str, int] = defaultdict(int)  # episodes finished per node address
+        self.on_restarted = 0
+        self.lost = 0
 
     # ------------------------------------------------------------------ start and stop
 
@@ -235,6 +242,7 @@ class RayExecutor:
         from runs.executors.limits import start_limits_actor
 
         nodes = [n for n in ray.nodes() if n.get("Alive")]
+        self.address = address or ray.get_runtime_context().gcs_address
         driver_node = ray.get_runtime_context().get_node_id()
         self.limits = start_limits_actor(self.run_id, driver_node)
         count = self.settings.workers or len(nodes)
@@ -266,6 +274,8 @@ class RayExecutor:
     async def aclose(self) -> None:
         import ray
 
+        if self.placed or self.lost:
+            self._write_placement()
         if self.workers:
             stops = [w.shutdown.remote() for w in self.workers]
             await asyncio.to_thread(ray.wait, stops, num_returns=len(stops), timeout=60)
@@ -299,11 +309,34 @@ class RayExecutor:
             before = await thread_checkpoints(self.saver, episode.key) if self.saver else []
             output: EpisodeOutput = await self.workers[index].run.remote(self.episode_fn, episode, before)
         except (ray.exceptions.RayError, ConnectionError) as exc:  # the worker died more often than retried
+            self.lost += 1
             return _lost(episode, exc)
         finally:
             self.in_flight[index] -= 1
         await self._deliver(episode, output)
+        self.placed[self._node_name(output.node)] += 1
+        self.on_restarted += output.restarted_worker
         return output.record
+
+    def _node_name(self, node_id: str) -> str:
+        if node_id not in self.node_names:
+            import ray
+
+            found = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+            self.node_names[node_id] = f"{found.get(node_id, '?')} ({node_id[:8]})"
+        return self.node_names[node_id]
+
+    def _write_placement(self) -> None:
+        """`executor.json` in the run folder: where this session's episodes ran (one entry per session)."""
+        import json
+        import time
+
+        path = self.run_dir / "executor.json"
+        sessions = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+        sessions.append({"executor": "ray", "address": self.address, "finished_at": time.time(),
+                         "workers": len(self.workers), "episodes_per_node": dict(self.placed),
+                         "episodes_on_restarted_workers": self.on_restarted, "episodes_lost": self.lost})
+        path.write_text(json.dumps(sessions, indent=2) + "\n", encoding="utf-8")
 
     async def _deliver(self, episode: Episode, output: EpisodeOutput) -> None:
         """Write what the episode produced into the run folder: ledger, web log, files, checkpoints."""

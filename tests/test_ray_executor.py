@@ -1,0 +1,236 @@
+"""The Ray executor on a real two-node cluster (a head and a worker, separate process trees on
+loopback): the quickstart gives the local executor's scores, a model's max_concurrency holds across
+the cluster (counted at the stub server), the shared Redis cache serves every node, a resumed run
+works, and a worker node killed midway loses and doubles nothing.
+
+One cluster serves the module (Ray starts slowly); the node-killing test runs last.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from runs.recipe import load_recipe
+from runs.runner import run_recipe
+from tests.openai_stub import OpenAIStub
+from tests.ray_cluster import LocalRayCluster, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "runs" / "recipes" / "quickstart.toml"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    cluster = LocalRayCluster(cpus_per_node=2)
+    try:
+        cluster.start_head()
+        cluster.add_worker()
+        cluster.wait_for(nodes=2)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def scores(folder: Path) -> dict[str, dict]:
+    return {r["key"]: r["scores"] for r in lines(folder / "results.jsonl")}
+
+
+def calls_per_episode(folder: Path) -> collections.Counter:
+    return collections.Counter((e["case_id"], e["system"]) for e in lines(folder / "ledger.jsonl"))
+
+
+def placement(folder: Path) -> dict:
+    return json.loads((folder / "executor.json").read_text())[-1]
+
+
+def test_quickstart_on_two_nodes_scores_like_the_local_executor(cluster, tmp_path, cache_dir):
+    local = run_recipe(load_recipe(QUICKSTART), tmp_path / "local", progress=False).path
+    shutil.rmtree(cache_dir)  # the cluster computes every answer itself
+    on_ray = load_recipe(QUICKSTART).with_overrides(executor="ray", ray_address=cluster.address)
+    remote = run_recipe(on_ray, tmp_path / "ray", progress=False).path
+
+    assert len(scores(remote)) == 16 and all(r["status"] == "ok" for r in lines(remote / "results.jsonl"))
+    assert scores(remote) == scores(local)
+    responses = lambda f: {r["key"]: r["response"]["text"] for r in lines(f / "results.jsonl")}  # noqa: E731
+    assert responses(remote) == responses(local)
+    # the driver wrote every episode's calls once, tagged as the local run's are
+    assert calls_per_episode(remote) == calls_per_episode(local)
+    assert {e["node"] for e in lines(remote / "ledger.jsonl")} == {e["node"] for e in lines(local / "ledger.jsonl")}
+    assert json.loads((remote / "summary.json").read_text())["systems"].keys() == {"direct-none", "direct-full"}
+    where = placement(remote)
+    assert len(where["episodes_per_node"]) == 2 and sum(where["episodes_per_node"].values()) == 16
+    assert {a.split()[0] for a in where["episodes_per_node"]} == {"127.0.0.2", "127.0.0.3"}
+    # checkpoints reached the driver's database: every episode's thread is there, finished
+    import sqlite3
+
+    with sqlite3.connect(remote / "checkpoints.sqlite") as db:
+        threads = {row[0] for row in db.execute("select distinct thread_id from checkpoints")}
+    assert threads == set(scores(remote))
+    # nothing of the run folder was written on the nodes' side but through the driver
+    assert not list(remote.glob("memory"))
+
+
+class CountingStub(OpenAIStub):
+    """The stub server, counting requests in flight (from request to response) and holding each
+    for `latency_s`, so concurrent calls overlap."""
+
+    def __init__(self, latency_s: float) -> None:
+        self.latency_s = latency_s
+        self.in_flight = 0
+        self.peak = 0
+        self.count_lock = threading.Lock()
+        super().__init__(port=0)
+
+    def _handler_class(self):
+        stub = self
+        base = super()._handler_class()
+
+        class Counting(base):
+            def do_POST(self) -> None:
+                with stub.count_lock:
+                    stub.in_flight += 1
+                    stub.peak = max(stub.peak, stub.in_flight)
+                self._counted = True
+                time.sleep(stub.latency_s)
+                super().do_POST()
+
+            def _send(self, *args, **kwargs) -> None:
+                if getattr(self, "_counted", False):  # the answer leaves: the call is no longer in flight
+                    self._counted = False
+                    with stub.count_lock:
+                        stub.in_flight -= 1
+                super()._send(*args, **kwargs)
+
+        return Counting
+
+
+def test_max_concurrency_holds_across_the_cluster(cluster, tmp_path, cache_dir):
+    with CountingStub(latency_s=0.25) as stub:
+        recipe = load_recipe(QUICKSTART).with_overrides(executor="ray", ray_address=cluster.address, limit=6)
+        data = recipe.model_dump(mode="python")
+        limited = {"model": "openai/stub", "api_base": stub.base_url, "api_key": "sk-test", "max_concurrency": 2,
+                   "max_retries": 0}
+        data["models"]["system"] = limited
+        data["models"]["judge"] = limited
+        data["run"]["concurrency"] = 8
+        from runs.recipe import Recipe
+
+        folder = run_recipe(Recipe.model_validate(data), tmp_path / "limited", progress=False).path
+    results = lines(folder / "results.jsonl")
+    assert len(results) == 12 and all(r["status"] == "ok" for r in results), [r["error"] for r in results]
+    assert len(stub.requests) == len(lines(folder / "ledger.jsonl")) > 12
+    assert stub.peak == 2  # calls did overlap, and never more than two at once, though both nodes called
+    assert len(placement(folder)["episodes_per_node"]) == 2
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    port = free_port()
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"atelier-redis-{port}"
+    folder.mkdir(exist_ok=True)
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(folder)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.kill()
+        server.wait(30)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_redis_cache_is_shared_by_every_node(cluster, tmp_path, cache_dir, redis_url):
+    import redis
+
+    def run(name: str) -> Path:
+        recipe = load_recipe(QUICKSTART).with_overrides(executor="ray", ray_address=cluster.address, limit=4)
+        data = recipe.model_dump(mode="python")
+        data["cache"] = {"url": redis_url}
+        from runs.recipe import Recipe
+
+        return run_recipe(Recipe.model_validate(data), tmp_path / name, progress=False).path
+
+    first = run("first")
+    assert not any(e["cache_hit"] for e in lines(first / "ledger.jsonl"))
+    stored = redis.Redis.from_url(redis_url).keys("atelier:llm:*")
+    assert len(stored) == len(lines(first / "ledger.jsonl"))
+    second = run("second")  # new workers, episodes placed anew: every answer comes from Redis
+    assert all(e["cache_hit"] for e in lines(second / "ledger.jsonl"))
+    assert scores(second) == scores(first)
+    assert not (cache_dir / "llm").exists()  # no node fell back to a disk cache
+
+
+def test_resume_on_the_cluster_runs_only_what_is_missing(cluster, tmp_path, cache_dir):
+    recipe = load_recipe(QUICKSTART).with_overrides(executor="ray", ray_address=cluster.address, limit=3)
+    folder = run_recipe(recipe, tmp_path / "run", progress=False).path
+    complete = lines(folder / "results.jsonl")
+    (folder / "results.jsonl").write_text("\n".join(json.dumps(r) for r in complete[:4]) + "\n")
+    calls_before = len(lines(folder / "ledger.jsonl"))
+
+    run_recipe(recipe, folder, progress=False)
+    again = lines(folder / "results.jsonl")
+    assert sorted(r["key"] for r in again) == sorted(r["key"] for r in complete)  # each once
+    assert {r["key"]: r["scores"] for r in again} == {r["key"]: r["scores"] for r in complete}
+    added = lines(folder / "ledger.jsonl")[calls_before:]
+    assert {(e["case_id"], e["system"]) for e in added} == {(r["case_id"], r["system"]) for r in complete[4:]}
+    assert [s["episodes_per_node"] for s in json.loads((folder / "executor.json").read_text())][1] \
+        and sum(json.loads((folder / "executor.json").read_text())[1]["episodes_per_node"].values()) == 2
+
+
+def test_a_worker_node_killed_midway_loses_and_doubles_nothing(cluster, tmp_path, cache_dir):
+    """Last in the module: it takes the worker node down for good."""
+    local = run_recipe(load_recipe(QUICKSTART), tmp_path / "local", progress=False).path
+    shutil.rmtree(cache_dir)
+    out = tmp_path / "killed"
+    env = {**os.environ, "ATELIER_CACHE_DIR": str(cache_dir)}
+    # every call takes 0.3 s: the run lasts long enough to lose a node in the middle of it
+    command = [sys.executable, "-m", "runs.cli", "run", str(QUICKSTART), "--model", "scripted?latency_ms=300",
+               "--ray-address", cluster.address, "--no-progress", "--out", str(out)]
+    driver = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and driver.poll() is None:
+            done = len(lines(out / "results.jsonl")) if (out / "results.jsonl").exists() else 0
+            if done >= 3:
+                break
+            time.sleep(0.2)
+        assert driver.poll() is None, driver.communicate()
+        assert 3 <= done < 16
+        cluster.kill(cluster.nodes[1])
+        stdout, stderr = driver.communicate(timeout=600)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 0, stderr
+    results = lines(out / "results.jsonl")
+    assert collections.Counter(r["key"] for r in results) == collections.Counter(scores(local).keys())  # each once
+    assert all(r["status"] == "ok" for r in results)
+    assert scores(out) == scores(local)
+    # the calls of attempts lost with the node never reached the ledger; the retries' did, once
+    assert calls_per_episode(out) == calls_per_episode(local)
+    where = placement(out)
+    # the killed node's worker was restarted on the head and ran what the node had taken on
+    assert where["episodes_lost"] == 0 and where["episodes_on_restarted_workers"] > 0
+    assert set(where["episodes_per_node"]) == {a for a in where["episodes_per_node"] if a.startswith("127.0.0.2")}
