@@ -233,4 +233,3 @@ def test_a_worker_node_killed_midway_loses_and_doubles_nothing(cluster, tmp_path
     where = placement(out)
     # the killed node's worker was restarted on the head and ran what the node had taken on
     assert where["episodes_lost"] == 0 and where["episodes_on_restarted_workers"] > 0
-    assert set(where["episodes_per_node"]) == {a for a in where["episodes_per_node"] if a.startswith("127.0.0.2")}
