@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from agents.scripted import parse_model_string
+
 # The roles every run knows. Later graphs add their own (researcher, writer, ...); a role without
 # its own setting falls back to `system` for systems under test and to `judge` for evaluators.
 ROLES = ("system", "user_sim", "judge")
@@ -36,11 +38,14 @@ class ModelSettings(BaseModel):
     @field_validator("model")
     @classmethod
     def _strip(cls, value: str) -> str:
-        return value.strip()
+        value = value.strip()
+        if _is_scripted(value):
+            parse_model_string(value)  # its parameters are checked now, not at the first call
+        return value
 
     @property
     def is_scripted(self) -> bool:
-        return self.model == "scripted" or self.model.startswith(("scripted?", "scripted/"))
+        return _is_scripted(self.model)
 
     def resolved_api_key(self) -> str | None:
         if self.api_key is not None:
@@ -48,6 +53,10 @@ class ModelSettings(BaseModel):
         if self.api_key_env:
             return os.environ.get(self.api_key_env)
         return None
+
+
+def _is_scripted(model: str) -> bool:
+    return model == "scripted" or model.startswith(("scripted?", "scripted/"))
 
 
 def settings_for_role(roles: dict[str, ModelSettings], role: str) -> ModelSettings:

@@ -20,6 +20,7 @@ key path (`systems[1].memory.backend`), the line when it can be found, and the v
 
 from __future__ import annotations
 
+import datetime
 import re
 import tomllib
 from functools import lru_cache
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from agents.judges.base import JUDGES
 from agents.settings import ROLE_FALLBACK, ROLES, ModelSettings
 from benchmarks.errors import ConfigError
+from benchmarks.json_input import validate_strictly
 from benchmarks.registry import BENCHMARKS, get_benchmark
 from graphs.context import SystemSpec
 from graphs.pipelines import PIPELINES
@@ -66,7 +68,12 @@ class BenchmarkSection(_Strict):
     @classmethod
     def _loader_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         if info.data.get("name") is not None:
-            get_benchmark(info.data["name"]).options.model_validate(value)
+            try:
+                validate_strictly(get_benchmark(info.data["name"]).options, value)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                key = ".".join(str(part) for part in first["loc"])
+                raise ValueError(f"{key}: {first['msg']}" if key else first["msg"]) from None
         return value
 
 
@@ -112,6 +119,12 @@ class Recipe(_Strict):
     ) -> "Recipe":
         """Command-line overrides: `model`/`api_base`/`api_key` apply to every role and system."""
         update: dict[str, Any] = {k: v for k, v in (("model", model), ("api_base", api_base), ("api_key", api_key)) if v}
+        try:
+            ModelSettings.model_validate(update)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            flag = "--" + str(first["loc"][0]).replace("_", "-")
+            raise ConfigError(f"{flag}: {first['msg'].removeprefix('Value error, ')}") from None
         data = self.model_dump(mode="python")
         if update:
             data["models"] = {role: {**s.model_dump(exclude_unset=True), **update} for role, s in self.role_models().items()}
@@ -121,7 +134,10 @@ class Recipe(_Strict):
             data["benchmark"]["limit"] = limit
         if out_dir is not None:
             data["run"]["out_dir"] = out_dir
-        return Recipe.model_validate(data)
+        try:
+            return Recipe.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(_format_errors(exc, "command line", None)) from None
 
 
 # ----------------------------------------------------------------------------- registry-typed parts
@@ -158,8 +174,10 @@ def _validator_model() -> type[BaseModel]:
 
 
 def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | None = None) -> Recipe:
+    """Validate recipe data strictly, as TOML spells it (`concurrency = true` is not a number)."""
+    _refuse_dates(data, source)
     try:
-        checked = _validator_model().model_validate(data)
+        checked = validate_strictly(_validator_model(), data)
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, source, text)) from None
     except ConfigError as exc:  # raised as is by validators that know their own field ([web])
@@ -176,16 +194,37 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
     return Recipe.model_validate(resolved)
 
 
+def _refuse_dates(data: dict[str, Any], source: str) -> None:
+    """TOML has date and time values; no recipe setting is one."""
+    pending: list[tuple[tuple[Any, ...], Any]] = [((), data)]
+    while pending:
+        loc, value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend((loc + (key,), item) for key, item in value.items())
+        elif isinstance(value, list):
+            pending.extend((loc + (i,), item) for i, item in enumerate(value))
+        elif isinstance(value, (datetime.date, datetime.time)):
+            raise ConfigError(f"invalid recipe: {source}: {_key_path(loc)}: a TOML date or time is not a valid value "
+                              "here (quote it if it is meant as text)")
+
+
 def load_recipe(path: str | Path) -> Recipe:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read recipe {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}:{line}: not valid UTF-8 (byte {exc.start}); save the recipe as UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply to parse") from None
     return parse_recipe(data, source=str(path), text=text)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import platform
 import secrets
+import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -24,7 +25,8 @@ from typing import Any
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
-from benchmarks.errors import ConfigError
+from benchmarks.errors import ConfigError, DataError
+from benchmarks.json_input import read_appended_jsonl, read_json_file
 from benchmarks.registry import load_cases
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
@@ -84,6 +86,8 @@ def _versions() -> dict[str, str]:
 class Runner:
     def __init__(self, recipe: Recipe, folder: Path | None = None, *, progress: bool = True) -> None:
         self.recipe = recipe
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise ConfigError(f"{folder} is a file, not a run folder: give --out a new or existing run folder")
         existing = folder is not None and (folder / "config.json").exists()
         self.run_id = _read_run_id(folder) if existing else (folder.name if folder else new_run_id(recipe))
         self.folder = RunFolder(folder or Path(recipe.run.out_dir) / self.run_id)
@@ -122,8 +126,11 @@ class Runner:
         config = self._config(cases, dry_run)
         write_json_atomic(self.folder.config, config)
 
+        for path, consequence in ((self.folder.results, "its episode is run again"),
+                                  (self.folder.ledger, "that call is missing from the ledger")):
+            _mend_torn_line(path, consequence)
         results = ResultsFile(self.folder.results)
-        done = {k for k, r in results.load(repair=True).items() if r.ok}
+        done = {k for k, r in results.load().items() if r.ok}
         todo = [(case, system) for system in recipe.systems for case in cases
                 if result_key(case.id, system.name) not in done]
 
@@ -227,9 +234,24 @@ class Runner:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    import json
+    if not path.exists():
+        return None
+    try:
+        data = read_json_file(path)
+    except DataError as exc:
+        raise DataError(f"{exc.detail}; the run folder's {path.name} is damaged: restore it, or choose a new "
+                        "--out folder", file=path, line=exc.line) from None
+    if not isinstance(data, dict):
+        raise DataError(f"expected a JSON object, found {type(data).__name__}", file=path)
+    return data
 
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+def _mend_torn_line(path: Path, consequence: str) -> None:
+    """Cut a line the previous process died writing, so appending goes on from a clean end."""
+    torn = read_appended_jsonl(path, repair=True).torn_line
+    if torn is not None:
+        print(f"note: {path}:{torn}: dropped a torn last line (the run stopped while writing it); {consequence}",
+              file=sys.stderr)
 
 
 def _read_run_id(folder: Path) -> str:
