@@ -1,7 +1,13 @@
-"""summary.json: per system and judge, n / mean / 95% bootstrap CI; paired tests between systems."""
+"""summary.json: per system and judge, n / mean / 95% bootstrap CI; paired tests between systems.
+
+Scores are put in case-id order before anything is computed from them, so the same results give
+the same summary byte for byte, whatever the order of the lines in results.jsonl (a resumed run
+appends in the order episodes finish).
+"""
 
 from __future__ import annotations
 
+import math
 from itertools import combinations
 from typing import Any, Iterable
 
@@ -10,11 +16,13 @@ from runs.results import ResultRecord
 
 
 def _scores(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, float]:
-    return {
+    """Case id -> score, in case-id order."""
+    scores = {
         r.case_id: r.scores[judge]
         for r in records
         if r.system == system and r.ok and r.scores.get(judge) is not None
     }
+    return dict(sorted(scores.items()))
 
 
 def summarize(
@@ -38,7 +46,7 @@ def summarize(
             failed = sum(1 for r in mine if r.ok and r.scores.get(judge) is None)
             entry["judges"][judge] = {
                 "n": len(values),
-                "mean": sum(values) / len(values) if values else None,
+                "mean": math.fsum(values) / len(values) if values else None,
                 "ci95": [low, high],
                 "failed": failed,
             }

@@ -168,3 +168,19 @@ def test_a_run_folder_only_resumes_the_recipe_that_made_it(tmp_path, cache_dir):
         run_recipe(changed, folder.path, progress=False)
     more = recipe(tmp_path).with_overrides(limit=2)  # a different limit is still the same run
     run_recipe(more, folder.path, progress=False)
+
+
+def test_the_summary_does_not_depend_on_the_order_of_result_lines(tmp_path, cache_dir):
+    import random
+
+    data = recipe(tmp_path).model_dump(mode="python")
+    data["benchmark"] = {"name": "sample", "setting": "context", "limit": 12}
+    sample = parse_recipe(data)
+    folder = run_recipe(sample, progress=False)
+    summary = folder.summary.read_bytes()
+    results = folder.results.read_text().splitlines()
+    for seed in (1, 2):
+        random.Random(seed).shuffle(results)
+        folder.results.write_text("\n".join(results) + "\n")
+        run_recipe(sample, folder.path, progress=False)  # resumes: nothing left to run
+        assert folder.summary.read_bytes() == summary
