@@ -47,6 +47,17 @@ class ModelSettings(BaseModel):
     def is_scripted(self) -> bool:
         return _is_scripted(self.model)
 
+    def answer_identity(self) -> dict[str, Any]:
+        """What decides this model's answers (what the response cache keys on, besides the request):
+        the model — for `scripted`, only its parameters that change an answer — endpoint,
+        temperature, seed, max tokens and extra parameters. Timeouts, retries, rate limits, keys
+        and the scripted model's latency and fault injection are not part of it."""
+        model: Any = self.model
+        if self.is_scripted:
+            model = {"scripted": parse_model_string(self.model).answer_identity()}
+        return {"model": model, "api_base": self.api_base, "temperature": self.temperature, "seed": self.seed,
+                "max_tokens": self.max_tokens, "extra": self.extra}
+
     def resolved_api_key(self) -> str | None:
         if self.api_key is not None:
             return self.api_key.get_secret_value()

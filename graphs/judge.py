@@ -1,9 +1,10 @@
-"""The judge subgraph: every configured judge runs as a parallel branch (one `Send` each)."""
+"""The judge subgraph: every configured judge runs as a parallel branch (one `Send` each), or only
+those named in `judge_names` (judging a stored response again: `runs.judging`)."""
 
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal, NotRequired, TypedDict
 
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
@@ -20,6 +21,7 @@ from graphs.resources import resources_for
 class JudgeInput(TypedDict):
     case: Case
     response: SystemResponse
+    judge_names: NotRequired[list[str]]  # absent: every configured judge
 
 
 class JudgeOutput(TypedDict):
@@ -38,8 +40,9 @@ class JudgeTask(TypedDict):
 
 def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_judge"]]:
     judges = resources_for(runtime.context).judges
+    names = state.get("judge_names")
     tasks = [Send("run_judge", JudgeTask(judge_index=i, case=state["case"], response=state["response"]))
-             for i in range(len(judges))]
+             for i, judge in enumerate(judges) if names is None or judge.name in names]
     return Command(goto=tasks)
 
 

@@ -13,9 +13,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from agents.judges.base import JudgeResult
+from agents.response import SystemResponse
 from benchmarks.json_input import read_appended_jsonl, validation_error
 
 
@@ -40,13 +41,20 @@ class ResultRecord(BaseModel):
     setting: str
     status: str = Field(description="ok | error")
     error: str | None = None
-    response: str | None = None
+    response: SystemResponse | None = Field(
+        default=None, description="The whole response (text, citations, meta): enough to judge it again."
+    )
     user_context: ContextUsed | None = None
     judgments: list[JudgeResult] = Field(default_factory=list)
     scores: dict[str, float | None] = Field(default_factory=dict, description="Headline score per judge.")
     latency_s: float = 0.0
     dry_run: bool = False
     finished_at: float = 0.0
+
+    @field_validator("response", mode="before")
+    @classmethod
+    def _text_only(cls, value: Any) -> Any:
+        return {"text": value} if isinstance(value, str) else value  # lines written before responses were kept whole
 
     @property
     def ok(self) -> bool:

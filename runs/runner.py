@@ -31,8 +31,11 @@ from benchmarks.registry import load_cases
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
 from graphs.resources import release, resources_for
+from graphs.serde import sqlite_checkpointer
+from runs.judging import judge_again, judgments_to_redo
 from runs.recipe import Recipe
 from runs.report import write_report
+from runs.resume import check_resume
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
 from runs.summary import summarize
 from tools.config import WebConfig
@@ -113,12 +116,10 @@ class Runner:
         )
 
     async def run(self) -> RunFolder:
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
         recipe = self.recipe
         b = recipe.benchmark
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
-        self._check_resumable()
+        judgments_changed = self._check_resumable()
         cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
         self.folder.path.mkdir(parents=True, exist_ok=True)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
@@ -130,11 +131,13 @@ class Runner:
                                   (self.folder.ledger, "that call is missing from the ledger")):
             _mend_torn_line(path, consequence)
         results = ResultsFile(self.folder.results)
-        done = {k for k, r in results.load().items() if r.ok}
+        latest = results.load()
+        done = {k for k, r in latest.items() if r.ok}
         todo = [(case, system) for system in recipe.systems for case in cases
                 if result_key(case.id, system.name) not in done]
+        rejudge = self._to_rejudge(latest, cases, judgments_changed)
 
-        async with AsyncSqliteSaver.from_conn_string(str(self.folder.checkpoints)) as saver:
+        async with sqlite_checkpointer(self.folder.checkpoints) as saver:
             graphs = {p: build_episode_graph(p, checkpointer=saver) for p in {s.pipeline for s in recipe.systems}}
             limit = asyncio.Semaphore(recipe.run.concurrency)
 
@@ -144,11 +147,22 @@ class Runner:
                 results.append(record)
                 return record
 
-            with _progress(self.progress, total=len(cases) * len(recipe.systems), done=len(done)) as bar:
+            async def judged_again(stored: ResultRecord, case: Case) -> ResultRecord:
+                judges = [j["name"] for j in recipe.judges] if judgments_changed else None  # None: the failed ones
+                async with limit:
+                    record = await judge_again(stored, case, contexts[stored.system], judges)
+                results.append(record)
+                return record
+
+            with _progress(self.progress, total=len(cases) * len(recipe.systems), done=len(done) - len(rejudge)) as bar:
                 tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
+                tasks += [asyncio.create_task(judged_again(stored, case)) for stored, case in rejudge]
                 for finished in asyncio.as_completed(tasks):
                     record = await finished
                     bar.advance(record.ok)
+        if rejudge:
+            print(f"note: judged {len(rejudge)} stored response{'s' * (len(rejudge) != 1)} again "
+                  "(their systems did not run again)", file=sys.stderr)
         for context in contexts.values():
             await release(context)
         self.finish(config)
@@ -176,7 +190,7 @@ class Runner:
         return ResultRecord(
             **base,
             status="ok",
-            response=out["response"].text,
+            response=out["response"],
             user_context=ContextUsed(**user_context.model_dump(include={"backend", "form", "event_ids", "tokens"}))
             if user_context else None,
             judgments=judgments,
@@ -185,22 +199,29 @@ class Runner:
             finished_at=time.time(),
         )
 
-    # what must not change between a run and its resumption: it decides what an episode computes
-    _RESUME_KEYS = ("seed", "models", "systems", "judges", "web")
-
-    def _check_resumable(self) -> None:
+    def _check_resumable(self) -> bool:
+        """Refuses a folder whose outputs another recipe made (see `runs.resume`). True when the
+        judges changed since: every stored response is then judged again."""
         previous = (_read_json(self.folder.config) or {}).get("recipe")
         if previous is None:
-            return
-        current = self.recipe.model_dump(mode="json")
-        changed = [k for k in self._RESUME_KEYS if previous.get(k) != current.get(k)]
-        benchmark = ("name", "split", "setting", "options")
-        changed += [f"benchmark.{k}" for k in benchmark if previous["benchmark"].get(k) != current["benchmark"].get(k)]
-        if changed:
+            return False
+        check = check_resume(previous, self.recipe.model_dump(mode="json"))
+        if check.refused:
             raise ConfigError(
-                f"{self.folder.path} holds a run of a different recipe ({', '.join(changed)} changed); "
+                f"{self.folder.path} holds a run of a different recipe ({', '.join(check.refused)} changed); "
                 "resume it with the recipe it was started with, or choose a new --out folder"
             )
+        return check.judgments_changed
+
+    def _to_rejudge(self, latest: dict[str, ResultRecord], cases: list[Case],
+                    judgments_changed: bool) -> list[tuple[ResultRecord, Case]]:
+        """Stored responses to judge again: every one when the judges changed, else those with a
+        missing or failed judgment."""
+        by_id = {case.id: case for case in cases}
+        names = [j["name"] for j in self.recipe.judges]
+        return [(record, by_id[record.case_id]) for record in latest.values()
+                if record.ok and record.case_id in by_id
+                and (judgments_changed or judgments_to_redo(record, names))]
 
     def _config(self, cases: list[Case], dry_run: bool) -> dict[str, Any]:
         previous = _read_json(self.folder.config)
