@@ -175,7 +175,7 @@ def _validator_model() -> type[BaseModel]:
 
 def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | None = None) -> Recipe:
     """Validate recipe data strictly, as TOML spells it (`concurrency = true` is not a number)."""
-    _refuse_dates(data, source)
+    _check_values(data, source)
     try:
         checked = validate_strictly(_validator_model(), data)
     except ValidationError as exc:
@@ -194,11 +194,18 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
     return Recipe.model_validate(resolved)
 
 
-def _refuse_dates(data: dict[str, Any], source: str) -> None:
-    """TOML has date and time values; no recipe setting is one."""
+MAX_DEPTH = 16  # tables and arrays within each other; a recipe needs a handful
+
+
+def _check_values(data: dict[str, Any], source: str) -> None:
+    """What TOML can hold but no recipe setting is: dates and times, and nesting deep enough to
+    trip a parser (the strict validation reads the recipe as JSON)."""
     pending: list[tuple[tuple[Any, ...], Any]] = [((), data)]
     while pending:
         loc, value = pending.pop()
+        if len(loc) > MAX_DEPTH:
+            raise ConfigError(f"invalid recipe: {source}: {_key_path(loc[:MAX_DEPTH])}: nested more than "
+                              f"{MAX_DEPTH} levels deep")
         if isinstance(value, dict):
             pending.extend((loc + (key,), item) for key, item in value.items())
         elif isinstance(value, list):
