@@ -19,6 +19,7 @@ cannot reach: there LangGraph may log the warning, and nothing breaks.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -29,6 +30,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
+from benchmarks.errors import DataError
 from benchmarks.case import Case, CaseView
 from memory.base import UserContext
 
@@ -48,6 +50,13 @@ def serializer() -> JsonPlusSerializer:
 
 @asynccontextmanager
 async def sqlite_checkpointer(path: str | Path) -> AsyncIterator[AsyncSqliteSaver]:
-    """An AsyncSqliteSaver on the file at `path`, using `serializer()`."""
+    """An AsyncSqliteSaver on the file at `path`, using `serializer()`. A file that is not a
+    checkpoint database is a DataError naming it, before any graph runs."""
     async with aiosqlite.connect(str(path)) as connection:
-        yield AsyncSqliteSaver(connection, serde=serializer())
+        saver = AsyncSqliteSaver(connection, serde=serializer())
+        try:
+            await saver.setup()
+        except sqlite3.DatabaseError as exc:
+            raise DataError(f"not a readable checkpoint database ({exc}); delete it to go on (episodes that were "
+                            "cut short then start again from their beginning)", file=path) from None
+        yield saver

@@ -198,8 +198,8 @@ MAX_DEPTH = 16  # tables and arrays within each other; a recipe needs a handful
 
 
 def _check_values(data: dict[str, Any], source: str) -> None:
-    """What TOML can hold but no recipe setting is: dates and times, and nesting deep enough to
-    trip a parser (the strict validation reads the recipe as JSON)."""
+    """What TOML can hold but no recipe setting is: dates and times, NUL characters, and nesting
+    deep enough to trip a parser (the strict validation reads the recipe as JSON)."""
     pending: list[tuple[tuple[Any, ...], Any]] = [((), data)]
     while pending:
         loc, value = pending.pop()
@@ -210,6 +210,8 @@ def _check_values(data: dict[str, Any], source: str) -> None:
             pending.extend((loc + (key,), item) for key, item in value.items())
         elif isinstance(value, list):
             pending.extend((loc + (i,), item) for i, item in enumerate(value))
+        elif isinstance(value, str) and "\x00" in value:
+            raise ConfigError(f"invalid recipe: {source}: {_key_path(loc)}: a NUL character is not valid in a value")
         elif isinstance(value, (datetime.date, datetime.time)):
             raise ConfigError(f"invalid recipe: {source}: {_key_path(loc)}: a TOML date or time is not a valid value "
                               "here (quote it if it is meant as text)")

@@ -22,11 +22,13 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError, DataError
-from benchmarks.json_input import read_appended_jsonl, read_json_file
+from benchmarks.json_input import read_appended_jsonl, read_json_file, validation_error
 from benchmarks.registry import load_cases
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
@@ -92,7 +94,8 @@ class Runner:
         if folder is not None and folder.exists() and not folder.is_dir():
             raise ConfigError(f"{folder} is a file, not a run folder: give --out a new or existing run folder")
         existing = folder is not None and (folder / "config.json").exists()
-        self.run_id = _read_run_id(folder) if existing else (folder.name if folder else new_run_id(recipe))
+        stored = _stored_config(folder / "config.json") if existing else None
+        self.run_id = (stored and stored.run_id) or (folder.name if folder else new_run_id(recipe))
         self.folder = RunFolder(folder or Path(recipe.run.out_dir) / self.run_id)
         self.progress = progress
         self.cache_dir = (recipe.cache.dir or str(cache_dir() / "llm")) if recipe.cache.enabled else None
@@ -130,6 +133,7 @@ class Runner:
         for path, consequence in ((self.folder.results, "its episode is run again"),
                                   (self.folder.ledger, "that call is missing from the ledger")):
             _mend_torn_line(path, consequence)
+        read_ledger(self.folder.ledger)  # a bad line is reported now, not after every episode has run
         results = ResultsFile(self.folder.results)
         latest = results.load()
         done = {k for k, r in latest.items() if r.ok}
@@ -202,10 +206,14 @@ class Runner:
     def _check_resumable(self) -> bool:
         """Refuses a folder whose outputs another recipe made (see `runs.resume`). True when the
         judges changed since: every stored response is then judged again."""
-        previous = (_read_json(self.folder.config) or {}).get("recipe")
-        if previous is None:
+        stored = _stored_config(self.folder.config)
+        if stored is None or stored.recipe is None:
             return False
-        check = check_resume(previous, self.recipe.model_dump(mode="json"))
+        try:
+            check = check_resume(stored.recipe, self.recipe.model_dump(mode="json"))
+        except (ValidationError, ValueError, TypeError, AttributeError) as exc:  # edited by hand, or another version
+            raise DataError(f"its recipe cannot be read back ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+                            "restore it, or choose a new --out folder", file=self.folder.config) from None
         if check.refused:
             raise ConfigError(
                 f"{self.folder.path} holds a run of a different recipe ({', '.join(check.refused)} changed); "
@@ -224,10 +232,10 @@ class Runner:
                 and (judgments_changed or judgments_to_redo(record, names))]
 
     def _config(self, cases: list[Case], dry_run: bool) -> dict[str, Any]:
-        previous = _read_json(self.folder.config)
+        previous = _stored_config(self.folder.config)
         return {
             "run_id": self.run_id,
-            "started_at": (previous or {}).get("started_at") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "started_at": (previous and previous.started_at) or datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "dry_run": dry_run,
             "recipe": self.recipe.model_dump(mode="json"),
             "cache_dir": self.cache_dir,
@@ -240,7 +248,7 @@ class Runner:
         records = list(ResultsFile(self.folder.results).load().values())
         judges = [j["name"] for j in self.recipe.judges]
         summary = summarize(records, [s.name for s in self.recipe.systems], judges, seed=self.recipe.seed)
-        ledger = read_ledger(self.folder.ledger) if self.folder.ledger.exists() else []
+        ledger = read_ledger(self.folder.ledger)
         summary = {
             "run_id": self.run_id,
             "dry_run": config["dry_run"],
@@ -254,17 +262,28 @@ class Runner:
         write_report(self.folder.report, config=config, summary=summary, records=records)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+class _StoredConfig(BaseModel):
+    """What a resumed run reads back from its folder's config.json."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_id: str | None = None
+    started_at: str | None = None
+    recipe: dict[str, Any] | None = None
+
+
+def _stored_config(path: Path) -> _StoredConfig | None:
     if not path.exists():
         return None
     try:
-        data = read_json_file(path)
+        return _StoredConfig.model_validate(read_json_file(path))
     except DataError as exc:
-        raise DataError(f"{exc.detail}; the run folder's {path.name} is damaged: restore it, or choose a new "
-                        "--out folder", file=path, line=exc.line) from None
-    if not isinstance(data, dict):
-        raise DataError(f"expected a JSON object, found {type(data).__name__}", file=path)
-    return data
+        problem, line = exc.detail, exc.line
+    except ValidationError as exc:
+        error = validation_error(exc, file=path)
+        problem, line = f"field '{error.field}': {error.detail}", None
+    raise DataError(f"{problem}; the run folder's {path.name} is damaged: restore it, or choose a new --out folder",
+                    file=path, line=line)
 
 
 def _mend_torn_line(path: Path, consequence: str) -> None:
@@ -273,10 +292,6 @@ def _mend_torn_line(path: Path, consequence: str) -> None:
     if torn is not None:
         print(f"note: {path}:{torn}: dropped a torn last line (the run stopped while writing it); {consequence}",
               file=sys.stderr)
-
-
-def _read_run_id(folder: Path) -> str:
-    return (_read_json(folder / "config.json") or {}).get("run_id") or folder.name
 
 
 class _progress:

@@ -6,7 +6,7 @@ so `atelier --help` stays fast.
 Errors end a command with one line on stderr, never a bare traceback:
 - exit 2: the input is at fault — a recipe, data file, run folder or flag (`AtelierError`, whose
   message names the file, line or key), a file the command cannot read or write (`OSError`), or
-  a command line click refuses;
+  a command line click refuses (an unknown flag, a value of the wrong type);
 - exit 1: anything else, i.e. a bug: the line names the exception and the file holding its full
   traceback (`$ATELIER_CACHE_DIR/errors/`, default `~/.cache/atelier/errors/`).
 """
@@ -84,7 +84,15 @@ def main() -> None:
     import runs  # noqa: F401  (applies the offline defaults)
 
     try:
-        app()
+        code = app(standalone_mode=False)  # errors come here, to be told in one line
+    except typer.TyperException as exc:  # click's errors (typer vendors click): a flag or argument refused
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `atelier` or `atelier bench` alone: the help
+            exc.show()
+            sys.exit(0)
+        where = f" (see `{exc.ctx.command_path} --help`)" if getattr(exc, "ctx", None) else ""
+        _fail(" ".join(exc.format_message().split()) + where, exc.exit_code)
+    except typer.Abort:
+        _fail("aborted", 130)
     except AtelierError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
     except OSError as exc:  # a path given on the command line or in a recipe that cannot be used
@@ -94,3 +102,4 @@ def main() -> None:
         trace = _write_traceback(exc)
         summary = " ".join(str(exc).split())[:300]
         _fail(f"unexpected {type(exc).__name__}: {summary} (a bug; full traceback in {trace})", EXIT_BUG)
+    sys.exit(code or 0)
