@@ -72,7 +72,8 @@ class CountingApp:
 
 class RawServer:
     """A socket server that misbehaves after accepting: says nothing, drips a byte at a time
-    forever, or floods a 50 MB body (counting what the kernel actually took from it)."""
+    forever, or floods a 50 MB body (counting what the kernel actually took from it) — or only
+    listens, counting the bytes it receives ("count")."""
 
     def __init__(self, behaviour: str) -> None:
         self.behaviour = behaviour
@@ -83,6 +84,7 @@ class RawServer:
         self.stop = threading.Event()
         self.accepted = 0
         self.bytes_sent = 0
+        self.received = 0
         self.finished = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -97,9 +99,17 @@ class RawServer:
             self.accepted += 1
             held.append(connection)
             if self.behaviour != "silent":
-                threading.Thread(target=self._talk, args=(connection,), daemon=True).start()
+                talk = self._listen if self.behaviour == "count" else self._talk
+                threading.Thread(target=talk, args=(connection,), daemon=True).start()
         for connection in held:
             connection.close()
+
+    def _listen(self, connection: socket.socket) -> None:
+        try:
+            while chunk := connection.recv(65536):
+                self.received += len(chunk)
+        except OSError:
+            pass
 
     def _talk(self, connection: socket.socket) -> None:
         try:
@@ -353,41 +363,6 @@ def test_allow_list_entries_match_host_and_port():
 # ------------------------------------------------------------------------------------ DNS rebinding
 
 
-class ListeningCounter:
-    """A loopback socket server that counts the connections it accepts and the bytes it receives."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self.received = 0
-        self.stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        self.sock.settimeout(0.05)
-        while not self.stop.is_set():
-            try:
-                connection, _ = self.sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            self.accepted += 1
-            connection.settimeout(0.5)
-            try:
-                while chunk := connection.recv(65536):
-                    self.received += len(chunk)
-            except OSError:
-                pass
-            finally:
-                connection.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
-
-
 PUBLIC_ADDRESS = "93.184.216.34"
 
 
@@ -445,7 +420,7 @@ def no_internet(monkeypatch):
 async def test_a_name_that_rebinds_to_loopback_gets_not_one_byte(fake_dns, no_internet):
     answers, lookups = fake_dns
     answers["rebind.example"] = [PUBLIC_ADDRESS, "127.0.0.1"]  # public when checked, loopback after
-    target = ListeningCounter()
+    target = RawServer("count")
     try:
         async with build_web(web_config(connect_timeout_s=1, timeout_s=3)) as web:
             with pytest.raises(FetchFailed):
@@ -461,7 +436,7 @@ async def test_a_name_that_rebinds_to_loopback_gets_not_one_byte(fake_dns, no_in
 async def test_a_name_resolving_to_loopback_is_refused_before_connecting(fake_dns, no_internet):
     answers, _ = fake_dns
     answers["inside.example"] = ["127.0.0.1"]
-    target = ListeningCounter()
+    target = RawServer("count")
     try:
         async with build_web(web_config()) as web:
             with pytest.raises(FetchRefused, match=r"inside.example is at 127.0.0.1, a loopback address"):
