@@ -247,14 +247,49 @@ def _key_path(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-def _line_of(text: str | None, key: str, value: Any) -> int | None:
-    """The line of `key = value` in the TOML text, when exactly one line matches."""
-    if text is None or not key:
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]")
+
+
+def _table_paths(lines: list[str]) -> list[tuple[Any, ...]]:
+    """The table each line belongs to, as a key path with array indices, e.g. for the lines under
+    the second `[[systems]]`'s `[systems.models.system]`: ("systems", 1, "models", "system")."""
+    counts: dict[tuple[Any, ...], int] = {}
+    current: tuple[Any, ...] = ()
+    paths = []
+    for line in lines:
+        header = _HEADER.match(line)
+        if header:
+            current = ()
+            for part in (p.strip().strip('"') for p in header.group(2).split(".")):
+                current += (part,)
+                if current in counts:  # an array of tables: its latest element
+                    current += (counts[current] - 1,)
+            if header.group(1) == "[[":
+                array = current[:-1] if current[:-1] in counts else current
+                counts[array] = counts.get(array, 0) + 1
+                current = array + (counts[array] - 1,)
+        paths.append(current)
+    return paths
+
+
+def _line_of(text: str | None, loc: tuple[Any, ...], value: Any) -> int | None:
+    """The line that sets the key at `loc` (to `value`, when given), when it can be told apart:
+    looked for within the key's own table first, then in the whole file."""
+    keys = [part for part in loc if isinstance(part, str)]
+    if text is None or not keys:
         return None
-    rendered = re.escape(str(value)) if value is not None else ""
-    pattern = re.compile(rf"(^|[\s{{,]){re.escape(key)}\s*=\s*\"?{rendered}\"?\s*($|[,}}#])")
-    hits = [i for i, line in enumerate(text.splitlines(), start=1) if pattern.search(line)]
-    return hits[0] if len(hits) == 1 else None
+    rendered = str(value).lower() if isinstance(value, bool) else str(value) if value is not None else None
+    shown = rf"\s*\"?{re.escape(rendered)}\"?\s*($|[,}}#])" if rendered is not None else ""
+    pattern = re.compile(rf"(^|[\s{{,]){re.escape(keys[-1])}\s*={shown}")
+    lines = text.splitlines()
+    paths = _table_paths(lines)
+    tables = [loc[:n] for n in range(len(loc) - 1, -1, -1) if loc[:n] in set(paths)]
+    for table in tables[:1] + [None]:  # the innermost table that has lines, then anywhere
+        hits = [i for i, line in enumerate(lines, start=1)
+                if (table is None or paths[i - 1] == table) and pattern.search(line)]
+        if len(hits) == 1:
+            return hits[0]
+    return None
 
 
 def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
@@ -290,8 +325,7 @@ def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
                 message = "unknown key (not allowed here)"
             elif err["type"] == "value_error":
                 message = message.removeprefix("Value error, ")
-        key = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")
-        line = _line_of(text, key, value if isinstance(value, (str, int, float)) else None)
+        line = _line_of(text, tuple(loc), value if isinstance(value, (str, int, float)) else None)
         where = f"{source}:{line}" if line else source
         lines.append(f"{where}: {_key_path(tuple(loc))}: {message}")
     head = "invalid recipe" if len(lines) == 1 else f"invalid recipe ({len(lines)} problems)"
