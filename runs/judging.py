@@ -1,55 +1,74 @@
-"""Judging a stored response again, without running its system again.
+"""Judging responses already produced: a stored response judged again (`atelier rescore`, and a
+resumed run's failed judgments), and the judges that compare two systems' responses to the same
+case, which a run applies once every episode has finished.
 
-A resumed run uses it for judgments that failed (429s after every retry, a judge model that was
-down) or that a changed judge configuration made stale; `atelier rescore` re-judges a whole run
-with it. The judges run through the judge graph, so each call is tagged with its graph node in
-the ledger like any other.
+Nothing here runs a system: the only model calls are the judges' own roles.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
-from functools import lru_cache
+import asyncio
+from typing import Iterable
 
+from agents.judges.base import ComparativeJudge, Judge, JudgeResult
 from agents.ledger import call_tags
 from benchmarks.case import Case
 from graphs.context import EpisodeContext
-from graphs.judge import build_judge_graph
+from graphs.judge import judge_env
+from graphs.resources import resources_for
 from runs.results import ResultRecord
 
 
-def judgments_to_redo(record: ResultRecord, judges: Sequence[str]) -> list[str]:
-    """The judges (by name) whose judgment of this record is missing or failed."""
-    scored = {j.judge for j in record.judgments if j.error is None}
-    return [name for name in judges if name not in scored]
+async def judge_again(case: Case, record: ResultRecord, context: EpisodeContext,
+                      judges: Iterable[Judge] | None = None) -> list[JudgeResult]:
+    """`context`'s judges (or `judges` among them) on `record`'s stored response; comparative judges excepted."""
+    resources = resources_for(context)
+    chosen = [j for j in (judges if judges is not None else resources.judges) if not j.comparative]
+    env = judge_env(resources)
+    with call_tags(case=case.id, system=record.system, node="judge_again"):
+        return list(await asyncio.gather(*(j.judge(case, record.response, env) for j in chosen)))
 
 
-@lru_cache(maxsize=1)
-def _judge_graph():
-    return build_judge_graph()
+def judgments_due(record: ResultRecord, judges: Iterable[Judge]) -> list[Judge]:
+    """The judges whose judgment of `record` is missing or failed (comparative ones aside: see
+    `comparisons_due`); a resumed run redoes them from the stored response."""
+    done = {j.judge for j in record.judgments if not j.failed}
+    return [judge for judge in judges if not judge.comparative and judge.key not in done]
 
 
-async def judge_again(
-    record: ResultRecord, case: Case, context: EpisodeContext, judges: Sequence[str] | None = None
-) -> ResultRecord:
-    """`record` with the named judges' judgments made anew from its stored response (default: the
-    judges of `context` whose judgment is missing or failed). Other judgments are kept."""
-    if not record.ok or record.response is None:
-        raise ValueError(f"{record.key} has no response to judge (status {record.status})")
-    configured = [j["name"] for j in context.judges]
-    names = list(judges) if judges is not None else judgments_to_redo(record, configured)
-    if not names:
-        return record
-    with call_tags(case=record.case_id, system=record.system):
-        out = await _judge_graph().ainvoke(
-            {"case": case, "response": record.response, "judge_names": names}, context=context
-        )
-    fresh = {j.judge: j for j in out["judgments"]}
-    kept = {j.judge: j for j in record.judgments if j.judge not in fresh and j.judge in configured}
-    judgments = [fresh.get(name) or kept[name] for name in configured if name in fresh or name in kept]
-    return record.model_copy(update={
-        "judgments": judgments,
-        "scores": {j.judge: j.score for j in judgments},
-        "finished_at": time.time(),
-    })
+def comparisons_due(records: dict[str, ResultRecord], judge: ComparativeJudge) -> list[tuple[ResultRecord, ResultRecord]]:
+    """(record, baseline record) pairs this judge has not yet judged successfully."""
+    baseline = {r.case_id: r for r in records.values() if r.system == judge.baseline and r.ok}
+    due = []
+    for record in records.values():
+        if not record.ok or record.system == judge.baseline or record.case_id not in baseline:
+            continue
+        done = next((j for j in record.judgments if j.judge == judge.key), None)
+        if done is None or done.failed:
+            due.append((record, baseline[record.case_id]))
+    return due
+
+
+async def judge_comparisons(records: dict[str, ResultRecord], cases: dict[str, Case],
+                            contexts: dict[str, EpisodeContext], concurrency: int = 4) -> list[ResultRecord]:
+    """Every comparative judge on every (system, baseline) pair of responses to the same case, where it
+    is not already done. Returns the updated records (to append: the last line of a key wins)."""
+    updated: dict[str, ResultRecord] = {}
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(judge: ComparativeJudge, record: ResultRecord, other: ResultRecord) -> tuple[str, JudgeResult]:
+        resources = resources_for(contexts[record.system])
+        async with limit:
+            with call_tags(case=record.case_id, system=record.system, node="compare"):
+                result = await judge.judge_pair(cases[record.case_id], record.response, other.response,
+                                                judge_env(resources))
+        return record.key, result
+
+    tasks = []
+    for system, context in contexts.items():
+        for judge in resources_for(context).judges:
+            if isinstance(judge, ComparativeJudge):
+                tasks += [one(judge, r, other) for r, other in comparisons_due(records, judge) if r.system == system]
+    for key, result in await asyncio.gather(*tasks):
+        updated[key] = (updated.get(key) or records[key]).with_judgments([result])
+    return list(updated.values())

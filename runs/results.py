@@ -42,7 +42,7 @@ class ResultRecord(BaseModel):
     status: str = Field(description="ok | error")
     error: str | None = None
     response: SystemResponse | None = Field(
-        default=None, description="The whole response (text, citations, meta): enough to judge it again."
+        default=None, description="The whole response (text, citations, meta), so it can be judged again."
     )
     user_context: ContextUsed | None = None
     judgments: list[JudgeResult] = Field(default_factory=list)
@@ -51,14 +51,21 @@ class ResultRecord(BaseModel):
     dry_run: bool = False
     finished_at: float = 0.0
 
-    @field_validator("response", mode="before")
-    @classmethod
-    def _text_only(cls, value: Any) -> Any:
-        return {"text": value} if isinstance(value, str) else value  # lines written before responses were kept whole
-
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @field_validator("response", mode="before")
+    @classmethod
+    def _text_only(cls, value: object) -> object:
+        """Result files written before responses were kept whole hold the text alone."""
+        return {"text": value} if isinstance(value, str) else value
+
+    def with_judgments(self, judgments: list[JudgeResult]) -> "ResultRecord":
+        """This record with `judgments` added, replacing earlier ones of the same judges."""
+        keys = {j.judge for j in judgments}
+        kept = [j for j in self.judgments if j.judge not in keys] + judgments
+        return self.model_copy(update={"judgments": kept, "scores": {j.judge: j.score for j in kept}})
 
 
 class ResultsFile:

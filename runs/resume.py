@@ -27,8 +27,9 @@ from pydantic import ValidationError
 
 from agents.settings import ROLE_FALLBACK, ROLES, ModelSettings, settings_for_role
 
-JUDGE_ROLES = ("judge", *sorted(role for role, fallback in ROLE_FALLBACK.items() if fallback == "judge"))
-SYSTEM_ROLES = tuple(role for role in (*ROLES, *sorted(ROLE_FALLBACK)) if role not in JUDGE_ROLES)
+# every role on one side: the judge's, with the judges' own roles falling back to it; the rest
+JUDGE_SIDE = ("judge", *sorted(role for role, fallback in ROLE_FALLBACK.items() if fallback == "judge"))
+SYSTEM_SIDE = tuple(role for role in (*ROLES, *sorted(ROLE_FALLBACK)) if role not in JUDGE_SIDE)
 _BENCHMARK_KEYS = ("name", "split", "setting", "options")
 
 
@@ -54,14 +55,14 @@ def system_identity(recipe: dict[str, Any]) -> dict[str, Any]:
         "web": recipe.get("web"),
         "systems": [{k: v for k, v in s.items() if k != "models"} for s in systems],
         **{f"models.{role}": {s.get("name"): _role_identities(recipe, s, (role,))[role] for s in systems}
-           for role in SYSTEM_ROLES},
+           for role in SYSTEM_SIDE},
     }
 
 
 def judgment_identity(recipe: dict[str, Any]) -> dict[str, Any]:
     return {
         "judges": recipe.get("judges"),
-        "models": {s.get("name"): _role_identities(recipe, s, JUDGE_ROLES) for s in recipe.get("systems") or []},
+        "models": {s.get("name"): _role_identities(recipe, s, JUDGE_SIDE) for s in recipe.get("systems") or []},
     }
 
 

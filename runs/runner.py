@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agents.judges.base import Judge, check_judge_fit, create_judge
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
@@ -34,7 +35,7 @@ from graphs.context import EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
 from graphs.resources import release, resources_for
 from graphs.serde import sqlite_checkpointer
-from runs.judging import judge_again, judgments_to_redo
+from runs.judging import judge_again, judge_comparisons, judgments_due
 from runs.recipe import Recipe
 from runs.report import write_report
 from runs.resume import check_resume
@@ -124,6 +125,8 @@ class Runner:
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         judgments_changed = self._check_resumable()
         cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
+        # a judge the cases cannot feed is refused here, before any episode
+        check_judge_fit([create_judge(j) for j in recipe.judges], cases, b.name, [s.name for s in recipe.systems])
         self.folder.path.mkdir(parents=True, exist_ok=True)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
         dry_run = any(resources_for(c).gateway.dry_run for c in contexts.values())
@@ -139,7 +142,7 @@ class Runner:
         done = {k for k, r in latest.items() if r.ok}
         todo = [(case, system) for system in recipe.systems for case in cases
                 if result_key(case.id, system.name) not in done]
-        rejudge = self._to_rejudge(latest, cases, judgments_changed)
+        rejudge = self._to_rejudge(latest, cases, contexts, judgments_changed)
 
         async with sqlite_checkpointer(self.folder.checkpoints) as saver:
             graphs = {p: build_episode_graph(p, checkpointer=saver) for p in {s.pipeline for s in recipe.systems}}
@@ -151,22 +154,27 @@ class Runner:
                 results.append(record)
                 return record
 
-            async def judged_again(stored: ResultRecord, case: Case) -> ResultRecord:
-                judges = [j["name"] for j in recipe.judges] if judgments_changed else None  # None: the failed ones
+            async def judged_again(stored: ResultRecord, case: Case, judges: list[Judge]) -> ResultRecord:
+                # judges that changed leave no judgment standing: the old ones are dropped, not mixed in
+                kept = stored.model_copy(update={"judgments": [], "scores": {}}) if judgments_changed else stored
                 async with limit:
-                    record = await judge_again(stored, case, contexts[stored.system], judges)
+                    record = kept.with_judgments(await judge_again(case, stored, contexts[stored.system], judges))
                 results.append(record)
                 return record
 
             with _progress(self.progress, total=len(cases) * len(recipe.systems), done=len(done) - len(rejudge)) as bar:
                 tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
-                tasks += [asyncio.create_task(judged_again(stored, case)) for stored, case in rejudge]
+                tasks += [asyncio.create_task(judged_again(stored, case, judges)) for stored, case, judges in rejudge]
                 for finished in asyncio.as_completed(tasks):
                     record = await finished
                     bar.advance(record.ok)
         if rejudge:
             print(f"note: judged {len(rejudge)} stored response{'s' * (len(rejudge) != 1)} again "
                   "(their systems did not run again)", file=sys.stderr)
+        # judges comparing two systems' responses (LaMP-QA pairwise) run once both exist
+        by_id = {c.id: c for c in cases}
+        for record in await judge_comparisons(results.load(), by_id, contexts, recipe.run.concurrency):
+            results.append(record)
         for context in contexts.values():
             await release(context)
         self.finish(config)
@@ -221,15 +229,20 @@ class Runner:
             )
         return check.judgments_changed
 
-    def _to_rejudge(self, latest: dict[str, ResultRecord], cases: list[Case],
-                    judgments_changed: bool) -> list[tuple[ResultRecord, Case]]:
-        """Stored responses to judge again: every one when the judges changed, else those with a
-        missing or failed judgment."""
+    def _to_rejudge(self, latest: dict[str, ResultRecord], cases: list[Case], contexts: dict[str, EpisodeContext],
+                    judgments_changed: bool) -> list[tuple[ResultRecord, Case, list[Judge]]]:
+        """Stored responses to judge again, with the judges to do it: every judge when the judges
+        changed, else those whose judgment is missing or failed (comparative judges are left to
+        `judge_comparisons`, which redoes theirs the same way)."""
         by_id = {case.id: case for case in cases}
-        names = [j["name"] for j in self.recipe.judges]
-        return [(record, by_id[record.case_id]) for record in latest.values()
-                if record.ok and record.case_id in by_id
-                and (judgments_changed or judgments_to_redo(record, names))]
+        out = []
+        for record in latest.values():
+            if record.ok and record.case_id in by_id:
+                judges = resources_for(contexts[record.system]).judges
+                due = [j for j in judges if not j.comparative] if judgments_changed else judgments_due(record, judges)
+                if due or judgments_changed:
+                    out.append((record, by_id[record.case_id], due))
+        return out
 
     def _config(self, cases: list[Case], dry_run: bool) -> dict[str, Any]:
         previous = _stored_config(self.folder.config)
@@ -246,15 +259,16 @@ class Runner:
     def finish(self, config: dict[str, Any]) -> None:
         """Write summary.json and report.html from what results.jsonl and ledger.jsonl hold."""
         records = list(ResultsFile(self.folder.results).load().values())
-        judges = [j["name"] for j in self.recipe.judges]
-        summary = summarize(records, [s.name for s in self.recipe.systems], judges, seed=self.recipe.seed)
+        judges = [create_judge(j) for j in self.recipe.judges]
+        summary = summarize(records, [s.name for s in self.recipe.systems], [j.key for j in judges],
+                            seed=self.recipe.seed, aggregates={j.key: j.aggregate for j in judges})
         ledger = read_ledger(self.folder.ledger)
         summary = {
             "run_id": self.run_id,
             "dry_run": config["dry_run"],
             "benchmark": self.recipe.benchmark.model_dump(),
             "n_cases": len(config["cases"]),
-            "judges": judges,
+            "judges": [j.key for j in judges],
             **summary,
             "ledger": ledger_totals(ledger),
         }

@@ -9,7 +9,7 @@ from agents.cache import ResponseCache
 from agents.gateway import Gateway
 from agents.ledger import Ledger
 from agents.settings import ModelSettings
-from runs.resume import JUDGE_ROLES, SYSTEM_ROLES, check_resume
+from runs.resume import JUDGE_SIDE, SYSTEM_SIDE, check_resume
 
 BASE = {
     "seed": 0,
@@ -34,8 +34,9 @@ def changed(**edits) -> dict:
 
 
 def test_every_role_is_on_exactly_one_side():
-    assert set(SYSTEM_ROLES).isdisjoint(JUDGE_ROLES)
-    assert {"system", "user_sim", "researcher", "writer"} <= set(SYSTEM_ROLES) and "judge" in JUDGE_ROLES
+    assert set(SYSTEM_SIDE).isdisjoint(JUDGE_SIDE)
+    assert {"system", "user_sim", "researcher", "writer"} <= set(SYSTEM_SIDE)
+    assert {"judge", "pqr_judge", "lampqa_judge", "meta_judge"} <= set(JUDGE_SIDE)
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,7 @@ def test_a_run_writes_every_output(tmp_path, cache_dir):
 
     ledger = lines(folder.ledger)
     # 6 answers + 3 cases x 2 systems x 2 aspects judged
-    assert len(ledger) == 6 + 12 and {e["role"] for e in ledger} == {"system", "judge"}
+    assert len(ledger) == 6 + 12 and {e["role"] for e in ledger} == {"system", "lampqa_judge"}
     assert all(e["case_id"] and e["system"] and e["node"] in ("answer", "run_judge") for e in ledger)
 
     config = json.loads(folder.config.read_text())
@@ -198,7 +198,7 @@ def test_a_changed_judge_model_rejudges_every_stored_response_without_running_sy
     latest = ResultsFile(folder.results).load()
     assert len(latest) == 6 and all(r.ok and r.judgments[0].error is None for r in latest.values())
     assert {k: [j.model_dump() for j in r.judgments] for k, r in latest.items()} != judged  # another judge's view
-    assert sum(e["role"] == "judge" for e in lines(folder.ledger)) == 2 * 12
+    assert sum(e["role"] == "lampqa_judge" for e in lines(folder.ledger)) == 2 * 12
 
 
 def test_failed_judgments_are_redone_on_resume_and_no_system_call_is_repeated(tmp_path, cache_dir):
@@ -221,9 +221,10 @@ def test_failed_judgments_are_redone_on_resume_and_no_system_call_is_repeated(tm
                for r in latest.values())
     assert {k: r.response for k, r in latest.items()} == {k: r.response for k, r in first.items()}
     assert [(e["case_id"], e["system"]) for e in lines(folder.ledger) if e["role"] == "system"] == answered
-    rejudged = {(e["case_id"], e["system"]) for e in lines(folder.ledger)[len(answered) :] if e["role"] == "judge"}
+    rejudged = {(e["case_id"], e["system"]) for e in lines(folder.ledger) if e["node"] == "judge_again"}
     assert rejudged >= {(r.case_id, r.system) for r in failed}
-    assert all(e["node"] == "run_judge" for e in lines(folder.ledger) if e["role"] == "judge")
+    judge_nodes = {e["node"] for e in lines(folder.ledger) if e["role"] == "lampqa_judge"}
+    assert judge_nodes == {"run_judge", "judge_again"}  # in the episode, then on resume
     summary = json.loads(folder.summary.read_text())
     assert all(s["judges"]["lampqa_aspects"] == {**s["judges"]["lampqa_aspects"], "n": 3, "failed": 0}
                for s in summary["systems"].values())

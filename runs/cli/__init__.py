@@ -42,6 +42,7 @@ _COMMAND_MODULES = (
     "runs.cli.metric",
     "runs.cli.memory",
     "runs.cli.web",
+    "runs.cli.judges",
 )
 for _name in _COMMAND_MODULES:
     try:
