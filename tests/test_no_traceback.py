@@ -140,6 +140,9 @@ def files(tmp_path):
     (tmp_path / "notes.txt").write_text("notes")
     (tmp_path / "deep.json").write_text(DEEP)
     (tmp_path / "nan.json").write_text('{"values": [1, NaN]}')
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "config.json").write_text('{"run_id": "x", "recipe": {"name": ')
+    (tmp_path / "damaged" / "results.jsonl").write_text("")
     return tmp_path
 
 
@@ -167,6 +170,9 @@ FLAG_CASES = [
     (["data", "check", "nope"], "nope"),
     (["web", "serve", "--corpus", "{tmp}/missing-corpus"], "missing-corpus"),
     (["web", "search", "x", "--max-results", "many"], "--max-results"),
+    (["rescore", "{tmp}", "--judge", "lampqa_aspects"], "{tmp}"),
+    (["rescore", "{tmp}/damaged", "--judge", "lampqa_aspects"], "config.json"),
+    (["rescore", "{tmp}/damaged", "--judge", "{not json"], "--judge"),
 ]
 
 
