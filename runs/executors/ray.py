@@ -127,7 +127,9 @@ class EpisodeWorker:
         self.graphs: dict[str, Any] = {}
         from langgraph.checkpoint.memory import InMemorySaver
 
-        self.saver = InMemorySaver()
+        from graphs.serde import serializer
+
+        self.saver = InMemorySaver(serde=serializer())
 
     async def ready(self) -> str:
         return self.node
