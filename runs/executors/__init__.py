@@ -24,6 +24,7 @@ async def open_executor(recipe, episode_fn: EpisodeFn, graphs: dict[str, Any], *
 
         key_envs = [s.api_key_env for s in recipe.role_models().values()]
         key_envs += [s.api_key_env for system in recipe.systems for s in system.models.values()]
+        key_envs += web_key_envs(recipe.web)
         executor = await RayExecutor(
             episode_fn, graphs, settings=recipe.run.ray, concurrency=recipe.run.concurrency, run_id=run_id,
             run_dir=run_dir, env=forwarded_env(key_envs), progress=progress,
@@ -32,3 +33,12 @@ async def open_executor(recipe, episode_fn: EpisodeFn, graphs: dict[str, Any], *
         yield executor
     finally:
         await executor.aclose()
+
+
+def web_key_envs(web) -> list[str]:
+    """The variables the web's search provider and page reader read their API keys from."""
+    from tools.readers.registry import reader_config
+    from tools.search.registry import provider_config
+
+    options = (provider_config(web.provider, web.provider_options), reader_config(web.reader, web.reader_options))
+    return [name for o in options if (name := getattr(type(o), "api_key_env", None))]
