@@ -278,6 +278,10 @@ class RayExecutor:
 
         if self.placed or self.lost:
             self._write_placement()
+            if self.progress:
+                where = ", ".join(f"{node}: {n}" for node, n in sorted(self.placed.items()))
+                print(f"ray: episodes per node {where}; {self.on_restarted} on restarted workers, {self.lost} lost",
+                      file=sys.stderr)
         if self.workers:
             stops = [w.shutdown.remote() for w in self.workers]
             await asyncio.to_thread(ray.wait, stops, num_returns=len(stops), timeout=60)
