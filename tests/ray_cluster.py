@@ -27,6 +27,12 @@ FAST_FAILURE_DETECTION = {
 }
 
 
+# for the cluster and every driver of it: no usage reports; no token authentication on this loopback-only
+# cluster (Ray turns it on when a token file exists, e.g. after a one-machine `ray.init()`, and then a
+# worker node started without the token cannot join)
+DRIVER_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -51,7 +57,7 @@ class LocalRayCluster:
     def __init__(self, cpus_per_node: int = 2) -> None:
         self.cpus = cpus_per_node
         self.temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # Ray's socket paths must stay short
-        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **FAST_FAILURE_DETECTION}
+        self.env = {**os.environ, **DRIVER_ENV, **FAST_FAILURE_DETECTION}
         self.nodes: list[Node] = []
         self.port = 0
 
