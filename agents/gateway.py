@@ -27,6 +27,7 @@ from agents.ledger import Ledger
 from agents.prompts import json_instructions, repair_instructions
 from agents.scripted import parse_model_string, register_with_litellm
 from agents.settings import ModelSettings, settings_for_role
+from agents.trace import traced_request
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -204,6 +205,7 @@ class Gateway:
 
     # ------------------------------------------------------------------ one provider request
 
+    @traced_request  # each request shows up in graph traces (prompt and answer)
     async def _request(
         self, role: str, messages: list[dict[str, Any]], *, response_format: dict[str, Any] | None, kind: str
     ) -> tuple[str, str | None]:

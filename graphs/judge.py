@@ -1,23 +1,28 @@
-"""The judge subgraph: every configured judge runs as a parallel branch (one `Send` each)."""
+"""The judge subgraph: every configured judge runs as a parallel branch (one `Send` each).
+
+Alone (e.g. in Studio) it takes the case by reference: `{"benchmark", "case_id", "response": {"text": ...}}`.
+"""
 
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal
 
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
+from typing_extensions import TypedDict
 
 from agents.gateway import ModelCallError
 from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
 from benchmarks.case import Case
 from graphs.context import EpisodeContext
+from graphs.inputs import CaseReference, GraphInputError, case_from_input
 from graphs.resources import resources_for
 
 
-class JudgeInput(TypedDict):
+class JudgeInput(CaseReference, total=False):
     case: Case
     response: SystemResponse
 
@@ -37,9 +42,13 @@ class JudgeTask(TypedDict):
 
 
 def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_judge"]]:
+    case = case_from_input(state, runtime.context or EpisodeContext())
+    response = state.get("response")
+    if response is None:
+        raise GraphInputError('give the response to judge: {"response": {"text": "..."}} next to the case')
+    response = SystemResponse.model_validate(response)
     judges = resources_for(runtime.context).judges
-    tasks = [Send("run_judge", JudgeTask(judge_index=i, case=state["case"], response=state["response"]))
-             for i in range(len(judges))]
+    tasks = [Send("run_judge", JudgeTask(judge_index=i, case=case, response=response)) for i in range(len(judges))]
     return Command(goto=tasks)
 
 

@@ -16,6 +16,7 @@ from agents.gateway import Gateway
 from agents.judges.base import Judge, create_judge
 from agents.ledger import Ledger
 from graphs.context import EpisodeContext
+from graphs.sources import SourceStore
 from memory.base import MemoryBackend, MemoryEnv
 from memory.registry import create_backend
 from tools.web import Web, build_web
@@ -27,6 +28,7 @@ class Resources:
     gateway: Gateway
     memory: MemoryBackend
     judges: list[Judge]
+    sources: SourceStore  # the texts systems read, by sha256
 
     def web(self) -> Web:
         """The run's web (search + fetch + cache); the sandbox starts on the first call."""
@@ -72,7 +74,8 @@ def resources_for(context: EpisodeContext | None) -> Resources:
             store = Path(context.run_dir) / "memory" / context.system.name if context.run_dir else None
             memory = create_backend(context.system.memory, MemoryEnv(gateway=gateway, store_dir=store))
             judges = [create_judge(j) for j in context.judges]
-            _resources[key] = Resources(context=context, gateway=gateway, memory=memory, judges=judges)
+            _resources[key] = Resources(context=context, gateway=gateway, memory=memory, judges=judges,
+                                        sources=SourceStore.for_run(context.run_dir))
         return _resources[key]
 
 

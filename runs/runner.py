@@ -21,12 +21,15 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from langgraph.types import Command
+
+from agents.clarify import ClarifyAnswers, ClarifyRequest
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError
 from benchmarks.registry import load_cases
-from graphs.context import EpisodeContext, SystemSpec
+from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
 from graphs.resources import release, resources_for
 from runs.recipe import Recipe
@@ -106,6 +109,10 @@ class Runner:
             system=system,
             judges=self.recipe.judges,
             web=self.web,
+            seed=self.recipe.seed,
+            benchmark=BenchmarkRef(name=self.recipe.benchmark.name, split=self.recipe.benchmark.split,
+                                   options=self.recipe.benchmark.options),
+            clarify_answerer="none",  # no simulated user answers clarifying questions yet: skipped, recorded
         )
 
     async def run(self) -> RunFolder:
@@ -128,12 +135,12 @@ class Runner:
                 if result_key(case.id, system.name) not in done]
 
         async with AsyncSqliteSaver.from_conn_string(str(self.folder.checkpoints)) as saver:
-            graphs = {p: build_episode_graph(p, checkpointer=saver) for p in {s.pipeline for s in recipe.systems}}
+            graph = build_episode_graph(sorted({s.pipeline for s in recipe.systems}), checkpointer=saver)
             limit = asyncio.Semaphore(recipe.run.concurrency)
 
             async def one(case: Case, system: SystemSpec) -> ResultRecord:
                 async with limit:
-                    record = await self._episode(graphs[system.pipeline], case, system, contexts[system.name])
+                    record = await self._episode(graph, case, system, contexts[system.name])
                 results.append(record)
                 return record
 
@@ -161,6 +168,10 @@ class Runner:
                     out = await graph.ainvoke(None, config, context=context)
                 else:
                     out = await graph.ainvoke({"case": case}, config, context=context)
+                while out.get("__interrupt__"):  # a system asked the user something
+                    [pending] = out["__interrupt__"]
+                    answers = await answer_clarification(ClarifyRequest.model_validate(pending.value), case, context)
+                    out = await graph.ainvoke(Command(resume=answers), config, context=context)
         except Exception as exc:  # noqa: BLE001 - one failed episode is recorded and the run goes on
             return ResultRecord(**base, status="error", error=f"{type(exc).__name__}: {exc}",
                                 latency_s=time.perf_counter() - started, finished_at=time.time())
@@ -224,6 +235,16 @@ class Runner:
         }
         write_json_atomic(self.folder.summary, summary)
         write_report(self.folder.report, config=config, summary=summary, records=records)
+
+
+async def answer_clarification(request: ClarifyRequest, case: Case, context: EpisodeContext) -> ClarifyAnswers:
+    """The one place a run answers a system's clarifying questions (deep_research's clarify
+    interrupt): the simulated user, grounded on the case, plugs in here. Until one exists, runs set
+    `clarify_answerer = "none"` and systems skip the step (recorded in `response.meta["clarify"]`)."""
+    raise ConfigError(
+        f"system {context.system.name!r} asked the user {len(request.questions)} clarifying question(s) on case "
+        f"{case.id!r}, but this run has no simulated user to answer them"
+    )
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

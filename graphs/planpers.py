@@ -1,0 +1,70 @@
+"""`planpers` (LaMP-QA §4, Plan-RAG Personalization): the user's profile items retrieved through
+the configured memory backend (k items: the backend's own setting, e.g. `retrieval`'s `k`), a
+plan of the aspects this user expects, then an answer that follows the plan.
+
+    start -> plan -> answer
+
+`random_profile = true` gives it another user's context (seeded): the paper's control.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langgraph.graph import START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+from pydantic import Field
+
+from agents.answerer import answer
+from agents.planner import plan_aspects
+from graphs.context import EpisodeContext
+from graphs.inputs import PipelineInput, PipelineOutput, input_meta
+from graphs.pipelines import PipelineOptions, PipelineSpec, register_pipeline
+from graphs.start import pipeline_options_of, pipeline_resources, start_inputs
+
+PIPELINE = "planpers"
+
+
+class PlanPersOptions(PipelineOptions):
+    max_aspects: int = Field(default=5, ge=1, le=20, description="Aspects the plan may hold.")
+    answer_tokens: int | None = Field(default=None, ge=50, le=32_000, description="Most tokens the answer may take.")
+
+    def output_tokens(self) -> dict[str, int]:
+        return {"writer": self.answer_tokens} if self.answer_tokens else {}
+
+
+class PlanPersState(PipelineInput, PipelineOutput, total=False):
+    plan: list[str]
+
+
+async def start(state: PlanPersState, runtime: Runtime[EpisodeContext]) -> Command[Literal["plan"]]:
+    return Command(goto="plan", update=await start_inputs(state, runtime, PIPELINE))
+
+
+async def plan(state: PlanPersState, runtime: Runtime[EpisodeContext]) -> Command[Literal["answer"]]:
+    options = pipeline_options_of(runtime, PIPELINE, PlanPersOptions)
+    gateway = pipeline_resources(runtime, PIPELINE).gateway
+    aspects = await plan_aspects(gateway, state["view"].query, state["user_context"].text, options.max_aspects)
+    return Command(goto="answer", update={"plan": aspects})
+
+
+async def write_answer(state: PlanPersState, runtime: Runtime[EpisodeContext]) -> PipelineOutput:
+    gateway = pipeline_resources(runtime, PIPELINE).gateway
+    response = await answer(gateway, state["view"], state["user_context"].text, role="writer", plan=state["plan"])
+    response.meta.update(input_meta(state) | {"plan": state["plan"], "critical_path_calls": 2})
+    return {"response": response}
+
+
+def build_planpers_graph():
+    graph = StateGraph(PlanPersState, context_schema=EpisodeContext, input_schema=PipelineInput,
+                       output_schema=PipelineOutput)
+    graph.add_node("start", start)
+    graph.add_node("plan", plan)
+    graph.add_node("answer", write_answer)
+    graph.add_edge(START, "start")
+    return graph.compile(name=PIPELINE)
+
+
+register_pipeline(PipelineSpec(PIPELINE, "LaMP-QA PlanPers: plan the aspects this user expects, then answer",
+                               build_planpers_graph, PlanPersOptions))

@@ -1,0 +1,113 @@
+"""`rag`: one round of web search, then an answer with numbered citations checked in code.
+
+    start -> plan_queries -> search -> read -> answer
+    start -> read -> answer                          (gold_context: the case's gold information
+                                                      replaces search, BESPOKE Table 6)
+
+The queries come from the question *and* what the memory knows about the user; every search and
+fetch goes through the run's web (cache, replay, `web_log.jsonl`); page texts are kept in the
+source store and state holds only references.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langgraph.graph import START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+from pydantic import Field
+
+from agents.citations import SourceRef
+from agents.planner import search_queries
+from agents.response import SystemResponse
+from agents.writer import write_answer
+from graphs.context import EpisodeContext
+from graphs.inputs import PipelineInput, PipelineOutput, input_meta
+from graphs.pipelines import GoldContextOptions, PipelineSpec, register_pipeline
+from graphs.sources import WebHit, read_web_sources, search_web
+from graphs.start import pipeline_options_of, pipeline_resources, start_inputs
+
+PIPELINE = "rag"
+
+
+class RagOptions(GoldContextOptions):
+    max_queries: int = Field(default=3, ge=1, le=10, description="Search queries written for the question.")
+    results_per_query: int = Field(default=5, ge=1, le=20, description="Results asked of each search.")
+    max_pages: int = Field(default=4, ge=1, le=20, description="Pages fetched and read (best-ranked first).")
+    page_chars: int = Field(default=3000, ge=200, le=50_000, description="Characters of each page the writer sees.")
+    answer_tokens: int | None = Field(default=None, ge=50, le=32_000, description="Most tokens the answer may take.")
+
+    def output_tokens(self) -> dict[str, int]:
+        return {"writer": self.answer_tokens} if self.answer_tokens else {}
+
+
+class RagState(PipelineInput, PipelineOutput, total=False):
+    queries: list[str]
+    hits: list[WebHit]
+    sources: list[SourceRef]
+    failures: list[str]
+
+
+def _options(runtime: Runtime[EpisodeContext]) -> RagOptions:
+    return pipeline_options_of(runtime, PIPELINE, RagOptions)
+
+
+async def start(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["plan_queries", "read"]]:
+    update = await start_inputs(state, runtime, PIPELINE)
+    gold = update.get("gold_context", state.get("gold_context"))
+    return Command(goto="read" if gold is not None else "plan_queries", update=update)
+
+
+async def plan_queries(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["search"]]:
+    options = _options(runtime)
+    gateway = pipeline_resources(runtime, PIPELINE).gateway
+    queries = await search_queries(gateway, state["view"].query, state["user_context"].text, options.max_queries)
+    return Command(goto="search", update={"queries": queries})
+
+
+async def search(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["read"]]:
+    options = _options(runtime)
+    web = pipeline_resources(runtime, PIPELINE).web()
+    hits, failures = await search_web(web, state["queries"], options.results_per_query, options.max_pages)
+    return Command(goto="read", update={"hits": hits, "failures": failures})
+
+
+async def read(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["answer"]]:
+    gold = state.get("gold_context")
+    if gold is not None:
+        return Command(goto="answer", update={"sources": gold.sources[: _options(runtime).max_pages]})
+    resources = pipeline_resources(runtime, PIPELINE)
+    sources, failures = await read_web_sources(resources.web(), resources.sources, state.get("hits", []))
+    return Command(goto="answer", update={"sources": sources, "failures": state.get("failures", []) + failures})
+
+
+async def answer(state: RagState, runtime: Runtime[EpisodeContext]) -> PipelineOutput:
+    options = _options(runtime)
+    resources = pipeline_resources(runtime, PIPELINE)
+    sources = state.get("sources", [])
+    texts = [resources.sources.get(s.sha256)[: options.page_chars] for s in sources]
+    report = await write_answer(resources.gateway, state["view"].query, state["user_context"].text, sources, texts,
+                                options.answer_tokens)
+    meta = input_meta(state) | {
+        "citations": report.stats,
+        "queries": state.get("queries", []),
+        "failures": state.get("failures", []),
+        "critical_path_calls": 1 if state.get("gold_context") is not None else 2,
+    }
+    return {"response": SystemResponse(text=report.text, citations=report.citations, meta=meta)}
+
+
+def build_rag_graph():
+    graph = StateGraph(RagState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput)
+    graph.add_node("start", start)
+    graph.add_node("plan_queries", plan_queries)
+    graph.add_node("search", search)
+    graph.add_node("read", read)
+    graph.add_node("answer", answer)
+    graph.add_edge(START, "start")
+    return graph.compile(name=PIPELINE)
+
+
+register_pipeline(PipelineSpec(PIPELINE, "one round of web search, answer with checked citations", build_rag_graph,
+                               RagOptions))

@@ -1,0 +1,54 @@
+"""The first step of every pipeline graph.
+
+Inside an episode the system's inputs are ready (the episode prepared them and ran the memory
+subgraph). Run alone — in Studio, or from a test — a pipeline is given `{"benchmark", "case_id"}`
+and this step prepares the same inputs itself: the view, what the system's options add, and the
+user's context from the configured memory backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, TypeVar
+
+from langgraph.runtime import Runtime
+
+from graphs.context import EpisodeContext
+from graphs.inputs import case_from_input, options_for, system_inputs
+from graphs.memory import ingest_history, recall_context
+from graphs.pipelines import PipelineOptions
+from graphs.resources import Resources, resources_for
+
+O = TypeVar("O", bound=PipelineOptions)
+
+
+def pipeline_context(runtime: Runtime[EpisodeContext], pipeline: str) -> EpisodeContext:
+    """The runtime context, as seen by `pipeline` (a graph run alone runs as the context's system)."""
+    context = runtime.context or EpisodeContext()
+    if context.system.pipeline == pipeline:
+        return context
+    return context.model_copy(update={"system": context.system.model_copy(update={"pipeline": pipeline})})
+
+
+def pipeline_options_of(runtime: Runtime[EpisodeContext], pipeline: str, model: type[O]) -> O:
+    options = options_for(pipeline_context(runtime, pipeline), pipeline)
+    assert isinstance(options, model), f"{pipeline} options are {type(options).__name__}, not {model.__name__}"
+    return options
+
+
+def pipeline_resources(runtime: Runtime[EpisodeContext], pipeline: str) -> Resources:
+    return resources_for(pipeline_context(runtime, pipeline))
+
+
+async def start_inputs(state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str) -> dict[str, Any]:
+    """The state updates that make a pipeline's inputs complete (none inside an episode)."""
+    context = pipeline_context(runtime, pipeline)
+    resources = resources_for(context)
+    update: dict[str, Any] = {}
+    if state.get("view") is None:
+        update = system_inputs(case_from_input(state, context), context, pipeline, resources.sources)
+    if state.get("user_context") is None:
+        view = update.get("view") or state["view"]
+        memory_view = update.get("memory_view", state.get("memory_view"))
+        await ingest_history(resources, memory_view or view)
+        update["user_context"] = await recall_context(resources, view, memory_view)
+    return update
