@@ -4,11 +4,8 @@ random-profile control with `random_profile = true`)."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
-from langgraph.types import Command
 
 from agents.answerer import answer
 from graphs.context import EpisodeContext
@@ -23,22 +20,18 @@ class DirectState(PipelineInput, PipelineOutput, total=False):
     pass
 
 
-async def start(state: DirectState, runtime: Runtime[EpisodeContext]) -> Command[Literal["answer"]]:
-    return Command(goto="answer", update=await start_inputs(state, runtime, PIPELINE))
-
-
 async def write_answer(state: DirectState, runtime: Runtime[EpisodeContext]) -> PipelineOutput:
+    state, update = await start_inputs(state, runtime, PIPELINE)
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     response = await answer(gateway, state["view"], state["user_context"].text)
     response.meta.update(input_meta(state) | {"critical_path_calls": 1})
-    return {"response": response}
+    return {**update, "response": response}  # type: ignore[typeddict-item]
 
 
 def build_direct_graph():
     graph = StateGraph(DirectState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput)
-    graph.add_node("start", start)
     graph.add_node("answer", write_answer)
-    graph.add_edge(START, "start")
+    graph.add_edge(START, "answer")
     return graph.compile(name=PIPELINE)
 
 

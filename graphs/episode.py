@@ -2,9 +2,10 @@
 prepare the system's inputs -> memory (ingest, recall) -> the system's pipeline -> judges.
 
 The system's subgraphs only ever receive the `CaseView` (no gold fields exist on it) and what
-their options explicitly add (`graphs.inputs`); the judge subgraph receives the full `Case`.
-The graph holds one branch per pipeline and takes the one the runtime context's system names,
-so Studio can run an episode with any pipeline.
+their options explicitly add (`graphs.inputs`); the judge subgraph looks the full `Case` up by its
+reference (`benchmark`, `case_id`), which is all the state keeps of it. The graph holds one branch
+per pipeline and takes the one the runtime context's system names, so Studio can run an episode
+with any pipeline.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
 from benchmarks.case import Case, CaseView
 from graphs.context import EpisodeContext
-from graphs.inputs import CaseReference, GoldContext, GraphInputError, case_from_input, system_inputs
+from graphs.inputs import CaseReference, GoldContext, GraphInputError, case_from_input, remember_cases, system_inputs
 from graphs.judge import build_judge_graph
 from graphs.memory import build_memory_graph
 from graphs.pipelines import PIPELINES
@@ -34,7 +35,6 @@ class EpisodeInput(CaseReference, total=False):
 
 
 class EpisodeOutput(TypedDict, total=False):
-    case: Case
     view: CaseView
     user_context: UserContext
     response: SystemResponse
@@ -49,28 +49,29 @@ class EpisodeState(EpisodeInput, EpisodeOutput, total=False):
 def prepare(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["memory"]]:
     context = runtime.context or EpisodeContext()
     case = case_from_input(state, context)
+    remember_cases(context.run_id, [case])  # the judges look it up by reference
     inputs = system_inputs(case, context, context.system.pipeline, resources_for(context).sources)
-    return Command(goto="memory", update={"case": case, **inputs})
+    return Command(goto="memory", update={"benchmark": case.benchmark, "case_id": case.id, **inputs})
 
 
 def build_episode_graph(pipelines: str | Sequence[str] | None = None, checkpointer=None):
     """An episode graph with a branch for each of `pipelines` (default: every registered one)."""
     names = [pipelines] if isinstance(pipelines, str) else list(pipelines or PIPELINES.names())
 
-    def system(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> Command:
+    def system(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> str:
+        """The branch of the system's pipeline."""
         pipeline = (runtime.context or EpisodeContext()).system.pipeline
         if pipeline not in names:
             raise GraphInputError(f"this episode graph has no pipeline {pipeline!r}; it has: {', '.join(names)}")
-        return Command(goto=pipeline)
+        return pipeline
 
     graph = StateGraph(EpisodeState, context_schema=EpisodeContext, input_schema=EpisodeInput, output_schema=EpisodeOutput)
     graph.add_node("prepare", prepare)
     graph.add_node("memory", build_memory_graph())
-    graph.add_node("system", system, destinations=tuple(names))
     for name in names:
         graph.add_node(name, PIPELINES.get(name).build())
         graph.add_edge(name, "judge")
     graph.add_node("judge", build_judge_graph())
     graph.add_edge(START, "prepare")
-    graph.add_edge("memory", "system")
+    graph.add_conditional_edges("memory", system, names)
     return graph.compile(checkpointer=checkpointer, name="episode")

@@ -62,6 +62,20 @@ class PipelineOutput(TypedDict):
 
 # ----------------------------------------------------------------------------- cases by reference
 
+# The cases a run loaded, by (run id, benchmark, case id): episodes carry only the reference in
+# their state (a case with its history and gold is the largest thing a checkpoint would hold).
+_remembered: dict[tuple[str, str, str], Case] = {}
+
+
+def remember_cases(run_id: str, cases: list[Case]) -> None:
+    for case in cases:
+        _remembered[(run_id, case.benchmark, case.id)] = case
+
+
+def forget_cases(run_id: str) -> None:
+    for key in [k for k in _remembered if k[0] == run_id]:
+        del _remembered[key]
+
 
 @lru_cache(maxsize=16)
 def _cases(name: str, split: str | None, options_json: str) -> dict[str, Case]:
@@ -85,7 +99,8 @@ def _ref_for(benchmark: str, context: EpisodeContext) -> BenchmarkRef:
 
 
 def case_from_input(state: Mapping[str, Any], context: EpisodeContext) -> Case:
-    """The case a graph's input names: `case` itself, or `{"benchmark", "case_id"}`."""
+    """The case a graph's input names: `case` itself, or `{"benchmark", "case_id"}` (a case the run
+    remembered, else loaded from the benchmark)."""
     case = state.get("case")
     if case is not None:
         return case if isinstance(case, Case) else Case.model_validate(case)
@@ -94,6 +109,9 @@ def case_from_input(state: Mapping[str, Any], context: EpisodeContext) -> Case:
         raise GraphInputError(
             'give the case: {"benchmark": "sample", "case_id": "q01"} (or a whole case under "case")'
         )
+    remembered = _remembered.get((context.run_id, benchmark, case_id))
+    if remembered is not None:
+        return remembered
     cases = benchmark_cases(_ref_for(benchmark, context))
     if case_id not in cases:
         some = ", ".join(list(cases)[:5])

@@ -35,10 +35,6 @@ class MemoryState(MemoryInput, MemoryOutput, total=False):
     pass
 
 
-def _memory_view(state: MemoryState) -> CaseView:
-    return state.get("memory_view") or state["view"]
-
-
 async def ingest_history(resources: Resources, view: CaseView) -> None:
     await resources.memory.ingest(view.user_id, view.history)
 
@@ -48,17 +44,13 @@ async def recall_context(resources: Resources, view: CaseView, memory_view: Case
     return await resources.memory.context((memory_view or view).user_id, memory_query(view))
 
 
-def prepare(state: MemoryState, runtime: Runtime[EpisodeContext]) -> Command[Literal["ingest"]]:
-    if state.get("view") is not None:
-        return Command(goto="ingest")
-    context = runtime.context or EpisodeContext()
-    case = case_from_input(state, context)
-    return Command(goto="ingest", update={"view": case.view(context.system.setting)})
-
-
 async def ingest(state: MemoryState, runtime: Runtime[EpisodeContext]) -> Command[Literal["recall"]]:
-    await ingest_history(resources_for(runtime.context), _memory_view(state))
-    return Command(goto="recall")
+    update = {}
+    if state.get("view") is None:  # run alone: the case by reference
+        context = runtime.context or EpisodeContext()
+        update["view"] = case_from_input(state, context).view(context.system.setting)
+    await ingest_history(resources_for(runtime.context), state.get("memory_view") or update.get("view") or state["view"])
+    return Command(goto="recall", update=update)
 
 
 async def recall(state: MemoryState, runtime: Runtime[EpisodeContext]) -> MemoryOutput:
@@ -68,8 +60,7 @@ async def recall(state: MemoryState, runtime: Runtime[EpisodeContext]) -> Memory
 
 def build_memory_graph():
     graph = StateGraph(MemoryState, context_schema=EpisodeContext, input_schema=MemoryInput, output_schema=MemoryOutput)
-    graph.add_node("prepare", prepare)
     graph.add_node("ingest", ingest)
     graph.add_node("recall", recall)
-    graph.add_edge(START, "prepare")
+    graph.add_edge(START, "ingest")
     return graph.compile(name="memory")

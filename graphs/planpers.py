@@ -2,7 +2,7 @@
 the configured memory backend (k items: the backend's own setting, e.g. `retrieval`'s `k`), a
 plan of the aspects this user expects, then an answer that follows the plan.
 
-    start -> plan -> answer
+    plan -> answer
 
 `random_profile = true` gives it another user's context (seeded): the paper's control.
 """
@@ -38,15 +38,12 @@ class PlanPersState(PipelineInput, PipelineOutput, total=False):
     plan: list[str]
 
 
-async def start(state: PlanPersState, runtime: Runtime[EpisodeContext]) -> Command[Literal["plan"]]:
-    return Command(goto="plan", update=await start_inputs(state, runtime, PIPELINE))
-
-
 async def plan(state: PlanPersState, runtime: Runtime[EpisodeContext]) -> Command[Literal["answer"]]:
+    state, update = await start_inputs(state, runtime, PIPELINE)
     options = pipeline_options_of(runtime, PIPELINE, PlanPersOptions)
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     aspects = await plan_aspects(gateway, state["view"].query, state["user_context"].text, options.max_aspects)
-    return Command(goto="answer", update={"plan": aspects})
+    return Command(goto="answer", update={**update, "plan": aspects})
 
 
 async def write_answer(state: PlanPersState, runtime: Runtime[EpisodeContext]) -> PipelineOutput:
@@ -59,10 +56,9 @@ async def write_answer(state: PlanPersState, runtime: Runtime[EpisodeContext]) -
 def build_planpers_graph():
     graph = StateGraph(PlanPersState, context_schema=EpisodeContext, input_schema=PipelineInput,
                        output_schema=PipelineOutput)
-    graph.add_node("start", start)
     graph.add_node("plan", plan)
     graph.add_node("answer", write_answer)
-    graph.add_edge(START, "start")
+    graph.add_edge(START, "plan")
     return graph.compile(name=PIPELINE)
 
 

@@ -1,8 +1,8 @@
 """`rag`: one round of web search, then an answer with numbered citations checked in code.
 
-    start -> plan_queries -> search -> read -> answer
-    start -> read -> answer                          (gold_context: the case's gold information
-                                                      replaces search, BESPOKE Table 6)
+    plan_queries -> search -> read -> answer
+    plan_queries -> read -> answer          (gold_context: the case's gold information replaces
+                                             search, BESPOKE Table 6; no queries are written)
 
 The queries come from the question *and* what the memory knows about the user; every search and
 fetch goes through the run's web (cache, replay, `web_log.jsonl`); page texts are kept in the
@@ -53,17 +53,14 @@ def _options(runtime: Runtime[EpisodeContext]) -> RagOptions:
     return pipeline_options_of(runtime, PIPELINE, RagOptions)
 
 
-async def start(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["plan_queries", "read"]]:
-    update = await start_inputs(state, runtime, PIPELINE)
-    gold = update.get("gold_context", state.get("gold_context"))
-    return Command(goto="read" if gold is not None else "plan_queries", update=update)
-
-
-async def plan_queries(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["search"]]:
+async def plan_queries(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["search", "read"]]:
+    state, update = await start_inputs(state, runtime, PIPELINE)
+    if state.get("gold_context") is not None:
+        return Command(goto="read", update=update)
     options = _options(runtime)
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     queries = await search_queries(gateway, state["view"].query, state["user_context"].text, options.max_queries)
-    return Command(goto="search", update={"queries": queries})
+    return Command(goto="search", update={**update, "queries": queries})
 
 
 async def search(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["read"]]:
@@ -100,12 +97,11 @@ async def answer(state: RagState, runtime: Runtime[EpisodeContext]) -> PipelineO
 
 def build_rag_graph():
     graph = StateGraph(RagState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput)
-    graph.add_node("start", start)
     graph.add_node("plan_queries", plan_queries)
     graph.add_node("search", search)
     graph.add_node("read", read)
     graph.add_node("answer", answer)
-    graph.add_edge(START, "start")
+    graph.add_edge(START, "plan_queries")
     return graph.compile(name=PIPELINE)
 
 

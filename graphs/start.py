@@ -1,9 +1,9 @@
-"""The first step of every pipeline graph.
+"""What the first node of every pipeline graph does before its own work.
 
 Inside an episode the system's inputs are ready (the episode prepared them and ran the memory
 subgraph). Run alone — in Studio, or from a test — a pipeline is given `{"benchmark", "case_id"}`
-and this step prepares the same inputs itself: the view, what the system's options add, and the
-user's context from the configured memory backend.
+and its first node prepares the same inputs itself (`start_inputs`): the view, what the system's
+options add, and the user's context from the configured memory backend.
 """
 
 from __future__ import annotations
@@ -39,8 +39,10 @@ def pipeline_resources(runtime: Runtime[EpisodeContext], pipeline: str) -> Resou
     return resources_for(pipeline_context(runtime, pipeline))
 
 
-async def start_inputs(state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str) -> dict[str, Any]:
-    """The state updates that make a pipeline's inputs complete (none inside an episode)."""
+async def start_inputs(
+    state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The pipeline's complete inputs, and the state update that completes them (empty inside an episode)."""
     context = pipeline_context(runtime, pipeline)
     resources = resources_for(context)
     update: dict[str, Any] = {}
@@ -51,4 +53,4 @@ async def start_inputs(state: Mapping[str, Any], runtime: Runtime[EpisodeContext
         memory_view = update.get("memory_view", state.get("memory_view"))
         await ingest_history(resources, memory_view or view)
         update["user_context"] = await recall_context(resources, view, memory_view)
-    return update
+    return {**state, **update}, update

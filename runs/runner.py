@@ -31,6 +31,7 @@ from benchmarks.errors import ConfigError
 from benchmarks.registry import load_cases
 from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
+from graphs.inputs import forget_cases, remember_cases
 from graphs.resources import release, resources_for
 from runs.recipe import Recipe
 from runs.report import write_report
@@ -129,6 +130,7 @@ class Runner:
         config = self._config(cases, dry_run)
         write_json_atomic(self.folder.config, config)
 
+        remember_cases(self.run_id, cases)  # episodes' state holds only (benchmark, case id)
         results = ResultsFile(self.folder.results)
         done = {k for k, r in results.load(repair=True).items() if r.ok}
         todo = [(case, system) for system in recipe.systems for case in cases
@@ -151,6 +153,7 @@ class Runner:
                     bar.advance(record.ok)
         for context in contexts.values():
             await release(context)
+        forget_cases(self.run_id)
         self.finish(config)
         return self.folder
 
@@ -167,7 +170,7 @@ class Runner:
                 if snapshot.next:  # interrupted earlier: continue from the last checkpoint
                     out = await graph.ainvoke(None, config, context=context)
                 else:
-                    out = await graph.ainvoke({"case": case}, config, context=context)
+                    out = await graph.ainvoke({"benchmark": case.benchmark, "case_id": case.id}, config, context=context)
                 while out.get("__interrupt__"):  # a system asked the user something
                     [pending] = out["__interrupt__"]
                     answers = await answer_clarification(ClarifyRequest.model_validate(pending.value), case, context)

@@ -1,6 +1,6 @@
 """`deep_research`: a graph a newcomer can read in Studio.
 
-    start -> clarify -> [ask_user: interrupt] -> write_brief -> plan
+    clarify -> [ask_user: interrupt] -> write_brief -> plan
           -> researcher x N in parallel (Send; a subgraph: search -> read -> take_notes -> assess)
           -> reflect -> (researcher x M -> reflect)* -> write_report
 
@@ -40,7 +40,6 @@ def build_researcher_graph():
 def build_deep_research_graph():
     graph = StateGraph(DeepResearchState, context_schema=EpisodeContext, input_schema=PipelineInput,
                        output_schema=PipelineOutput)
-    graph.add_node("start", nodes.start)
     graph.add_node("clarify", nodes.clarify)
     graph.add_node("ask_user", nodes.ask_user)
     graph.add_node("write_brief", nodes.write_brief)
@@ -48,7 +47,7 @@ def build_deep_research_graph():
     graph.add_node("researcher", build_researcher_graph())
     graph.add_node("reflect", nodes.reflect)
     graph.add_node("write_report", nodes.write_report)
-    graph.add_edge(START, "start")
+    graph.add_edge(START, "clarify")
     graph.add_edge("researcher", "reflect")
     return graph.compile(name=PIPELINE)
 

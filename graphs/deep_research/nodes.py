@@ -1,6 +1,6 @@
 """deep_research's nodes. Each returns a typed `Command`, so Studio draws every edge.
 
-Top graph:   start -> clarify -> [ask_user] -> write_brief -> plan -> researcher x N (Send)
+Top graph:   clarify -> [ask_user] -> write_brief -> plan -> researcher x N (Send)
              -> reflect -> (researcher x M (Send) -> reflect)* -> write_report
 Researcher:  search -> read -> take_notes -> assess -> (search | end)
 
@@ -76,27 +76,23 @@ def _context_text(state: DeepResearchState) -> str:
 # ----------------------------------------------------------------------------- top graph
 
 
-async def start(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> Command[Literal["clarify"]]:
-    return Command(goto="clarify", update=await start_inputs(state, runtime, PIPELINE) | {"depth": 0})
-
-
 async def clarify(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> Command[Literal["ask_user", "write_brief"]]:
     """Decide what to ask the user. Skipped (and recorded) when the run has no one to answer."""
+    state, update = await start_inputs(state, runtime, PIPELINE)
     options = _options(runtime)
     if options.clarify == "never":
-        return Command(goto="write_brief", update={"clarification": Clarification(status="off")})
+        return Command(goto="write_brief", update={**update, "clarification": Clarification(status="off")})
     if pipeline_context(runtime, PIPELINE).clarify_answerer == "none":
         skipped = Clarification(status="skipped", reason="no one to answer clarifying questions in this run "
                                                           "(no simulated user is configured)")
-        return Command(goto="write_brief", update={"clarification": skipped})
+        return Command(goto="write_brief", update={**update, "clarification": skipped})
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     questions = await decide_clarification(gateway, state["view"].query, _context_text(state), options.max_questions,
                                            always=options.clarify == "always")
-    depth = state.get("depth", 0) + 1
+    update["depth"] = 1
     if not questions:
-        return Command(goto="write_brief", update={"clarification": Clarification(status="not_needed"), "depth": depth})
-    asked = Clarification(status="answered", questions=questions)
-    return Command(goto="ask_user", update={"clarification": asked, "depth": depth})
+        return Command(goto="write_brief", update={**update, "clarification": Clarification(status="not_needed")})
+    return Command(goto="ask_user", update={**update, "clarification": Clarification(status="answered", questions=questions)})
 
 
 def _parse_answers(value: Any) -> ClarifyAnswers:
