@@ -20,7 +20,7 @@ ROLE = (
 
 class ClarifyDecision(BaseModel):
     need_clarification: bool = Field(description="True only when an answer would change the research or the report.")
-    questions: list[str] = Field(default_factory=list, description="Short, specific questions; empty when none is needed.")
+    questions: list[str] = Field(default_factory=list, description="Short, specific questions; empty if none is needed.")
 
 
 _ASK_WHAT = (
@@ -29,13 +29,16 @@ _ASK_WHAT = (
 )
 
 
-def clarify_messages(query: Query, context_text: str, max_questions: int, *, always: bool = False) -> list[dict[str, str]]:
+def clarify_messages(
+    query: Query, context_text: str, max_questions: int, *, always: bool = False
+) -> list[dict[str, str]]:
     if always:
         task = (f"Ask the user between 1 and {max_questions} clarifying question(s) before researching, "
                 f"the ones whose answers would improve the report most. {_ASK_WHAT} Set need_clarification to true.")
     else:
         task = (f"Decide whether to ask the user up to {max_questions} clarifying question(s) before researching. "
-                f"{_ASK_WHAT} If the task is clear enough, set need_clarification to false and leave the questions empty.")
+                f"{_ASK_WHAT} If the task is clear enough, set need_clarification to false and leave the "
+                "questions empty.")
     return build_messages(ROLE, user_sections(query, context_text), task)
 
 

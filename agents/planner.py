@@ -111,7 +111,8 @@ async def write_brief(
         "they write and what they asked for before. Use only what you were told about the user; invent nothing."
     )
     brief = await gateway.structured(role, build_messages(ROLE, sections, task), ResearchBrief)
-    return brief.model_copy(update={"user_facts": _clean(brief.user_facts, 10), "must_cover": _clean(brief.must_cover, 8)})
+    return brief.model_copy(update={"user_facts": _clean(brief.user_facts, 10),
+                                    "must_cover": _clean(brief.must_cover, 8)})
 
 
 async def plan_research(

@@ -53,7 +53,7 @@ class EpisodeContext(BaseModel):
     system: SystemSpec = Field(default_factory=lambda: SystemSpec(name="direct-full", memory={"backend": "full"}))
     judges: list[dict[str, Any]] = Field(default_factory=lambda: [{"name": "lampqa_aspects"}])
     web: WebConfig = Field(default_factory=WebConfig, description="Search, fetch and the web cache.")
-    seed: int = Field(default=0, description="The run's seed (random profile, gold noise) unless a system sets its own.")
+    seed: int = Field(default=0, description="The run's seed (random profile, gold noise), unless a system has one.")
     benchmark: BenchmarkRef | None = Field(
         default=None, description="Where other cases come from; unset: the case's benchmark with its defaults."
     )

@@ -9,9 +9,9 @@ from langgraph.runtime import Runtime
 
 from agents.answerer import answer
 from graphs.context import EpisodeContext
-from graphs.inputs import PipelineInput, PipelineOutput, input_meta
+from graphs.inputs import PipelineInput, PipelineOutput
 from graphs.pipelines import PipelineOptions, PipelineSpec, register_pipeline
-from graphs.start import pipeline_resources, start_inputs
+from graphs.start import meta_of, pipeline_resources, start_inputs, view_of
 
 PIPELINE = "direct"
 
@@ -23,16 +23,18 @@ class DirectState(PipelineInput, PipelineOutput, total=False):
 async def write_answer(state: DirectState, runtime: Runtime[EpisodeContext]) -> PipelineOutput:
     state, update = await start_inputs(state, runtime, PIPELINE)
     gateway = pipeline_resources(runtime, PIPELINE).gateway
-    response = await answer(gateway, state["view"], state["user_context"].text)
-    response.meta.update(input_meta(state) | {"critical_path_calls": 1})
+    response = await answer(gateway, view_of(state, runtime, PIPELINE), state["user_context"].text)
+    response.meta.update(meta_of(state, runtime, PIPELINE) | {"critical_path_calls": 1})
     return {**update, "response": response}  # type: ignore[typeddict-item]
 
 
 def build_direct_graph():
-    graph = StateGraph(DirectState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput)
+    graph = StateGraph(DirectState, context_schema=EpisodeContext, input_schema=PipelineInput,
+                       output_schema=PipelineOutput)
     graph.add_node("answer", write_answer)
     graph.add_edge(START, "answer")
     return graph.compile(name=PIPELINE)
 
 
-register_pipeline(PipelineSpec(PIPELINE, "answer from the user's context, no search", build_direct_graph, PipelineOptions))
+register_pipeline(PipelineSpec(PIPELINE, "answer from the user's context, no search", build_direct_graph,
+                               PipelineOptions))

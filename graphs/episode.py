@@ -20,7 +20,7 @@ from typing_extensions import TypedDict
 
 from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
-from benchmarks.case import Case, CaseView
+from benchmarks.case import Case
 from graphs.context import EpisodeContext
 from graphs.inputs import CaseReference, GoldContext, GraphInputError, case_from_input, remember_cases, system_inputs
 from graphs.judge import build_judge_graph
@@ -35,14 +35,13 @@ class EpisodeInput(CaseReference, total=False):
 
 
 class EpisodeOutput(TypedDict, total=False):
-    view: CaseView
     user_context: UserContext
     response: SystemResponse
     judgments: Annotated[list[JudgeResult], operator.add]
 
 
 class EpisodeState(EpisodeInput, EpisodeOutput, total=False):
-    memory_view: CaseView
+    profile_case_id: str
     gold_context: GoldContext
 
 
@@ -51,7 +50,7 @@ def prepare(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> Command[Li
     case = case_from_input(state, context)
     remember_cases(context.run_id, [case])  # the judges look it up by reference
     inputs = system_inputs(case, context, context.system.pipeline, resources_for(context).sources)
-    return Command(goto="memory", update={"benchmark": case.benchmark, "case_id": case.id, **inputs})
+    return Command(goto="memory", update=inputs)
 
 
 def build_episode_graph(pipelines: str | Sequence[str] | None = None, checkpointer=None):

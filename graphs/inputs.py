@@ -1,12 +1,16 @@
 """What a system's graph receives, and how it is prepared from a case.
 
-Every pipeline graph takes `PipelineInput`: the system's `CaseView` and the memory's
-`UserContext` (inside an episode), or just `{"benchmark", "case_id"}` (alone, e.g. in Studio), in
-which case its first node loads the case and asks the memory backend itself. Two options change
-what a system is given, both prepared here from the full case so the pipeline never touches gold:
+Every pipeline graph takes `PipelineInput`: the case by reference (`benchmark`, `case_id`) and,
+inside an episode, the memory's `UserContext`; alone (e.g. in Studio) its first node asks the
+memory backend itself. The system's `CaseView` is derived from the reference when a node needs it
+(`case_view`), so checkpoints never carry the user's history; a caller that builds its own view
+(a simulated conversation's next turn) may pass it inline as `view`.
 
-- `random_profile` (LaMP-QA's control): `memory_view` is the same query over another user's
-  history, drawn with the seed from the benchmark's other users;
+Two options change what a system is given, both prepared here from the full case so the pipeline
+never touches gold:
+
+- `random_profile` (LaMP-QA's control): `profile_case_id` names a case of another user, drawn with
+  the seed; the memory reads that user's history for the asker's query (`memory_view`);
 - `gold_context` (BESPOKE Table 6): the case's gold information items, a seeded `noise_ratio` of
   them replaced by items of other users' unrelated cases, become the sources instead of search.
 """
@@ -14,6 +18,7 @@ what a system is given, both prepared here from the full case so the pipeline ne
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -50,9 +55,9 @@ class CaseReference(TypedDict, total=False):
 
 
 class PipelineInput(CaseReference, total=False):
-    view: CaseView
+    view: CaseView  # inline (a caller's own view); else derived from the case reference
     user_context: UserContext
-    memory_view: CaseView  # with random_profile: another user's history, asked the same query
+    profile_case_id: str  # random_profile: the memory reads this other case's user history
     gold_context: GoldContext
 
 
@@ -119,6 +124,34 @@ def case_from_input(state: Mapping[str, Any], context: EpisodeContext) -> Case:
     return cases[case_id]
 
 
+_views: OrderedDict[tuple[str, str, str, str | None], CaseView] = OrderedDict()
+
+
+def case_view(state: Mapping[str, Any], context: EpisodeContext) -> CaseView:
+    """The system's view: the inline `view`, else the referenced case under the system's setting."""
+    view = state.get("view")
+    if view is not None:
+        return view if isinstance(view, CaseView) else CaseView.model_validate(view)
+    case = case_from_input(state, context)
+    key = (context.run_id, case.benchmark, case.id, context.system.setting)
+    if key not in _views:
+        _views[key] = case.view(context.system.setting)
+        while len(_views) > 256:
+            _views.popitem(last=False)
+    return _views[key]
+
+
+def memory_view(state: Mapping[str, Any], context: EpisodeContext) -> CaseView:
+    """Whose history the memory reads — the asker's, or with `random_profile` another user's —
+    asked the asker's query."""
+    view = case_view(state, context)
+    donor_id = state.get("profile_case_id")
+    if not donor_id:
+        return view
+    donor = case_from_input({"benchmark": view.benchmark, "case_id": donor_id}, context)
+    return view.model_copy(update={"user_id": donor.user_id, "history": donor.view(view.setting).history})
+
+
 # ----------------------------------------------------------------------------- system options
 
 
@@ -139,12 +172,12 @@ def _other_cases(case: Case, context: EpisodeContext) -> list[Case]:
     return [c for c in pool.values() if c.user_id != case.user_id]
 
 
-def random_profile_view(case: Case, view: CaseView, context: EpisodeContext, seed: int) -> CaseView:
+def random_profile_donor(case: Case, context: EpisodeContext, seed: int) -> Case:
+    """A case of another user (one per user, drawn with the seed), whose history stands in."""
     donors = sorted({c.user_id: c for c in _other_cases(case, context)}.values(), key=lambda c: c.user_id)
     if not donors:
         raise GraphInputError(f"random_profile: benchmark {case.benchmark!r} has no user other than {case.user_id!r}")
-    donor = random.Random(f"{seed}:{case.id}:random-profile").choice(donors)
-    return view.model_copy(update={"user_id": donor.user_id, "history": donor.view(view.setting).history})
+    return random.Random(f"{seed}:{case.id}:random-profile").choice(donors)
 
 
 def gold_context(case: Case, context: EpisodeContext, noise_ratio: float, seed: int, store: SourceStore) -> GoldContext:
@@ -171,23 +204,21 @@ def gold_context(case: Case, context: EpisodeContext, noise_ratio: float, seed: 
 
 
 def system_inputs(case: Case, context: EpisodeContext, pipeline: str, store: SourceStore) -> dict[str, Any]:
-    """The state a system starts from: its view, and what its options add (see module docstring)."""
+    """The state a system starts from: the case reference, and what its options add."""
     options = options_for(context, pipeline)
-    view = case.view(context.system.setting)
-    update: dict[str, Any] = {"view": view}
+    update: dict[str, Any] = {"benchmark": case.benchmark, "case_id": case.id}
     if options.random_profile:
-        update["memory_view"] = random_profile_view(case, view, context, _seed(options, context))
+        update["profile_case_id"] = random_profile_donor(case, context, _seed(options, context)).id
     if isinstance(options, GoldContextOptions) and options.gold_context:
         update["gold_context"] = gold_context(case, context, options.noise_ratio, _seed(options, context), store)
     return update
 
 
-def input_meta(state: Mapping[str, Any]) -> dict[str, Any]:
+def input_meta(state: Mapping[str, Any], context: EpisodeContext) -> dict[str, Any]:
     """What a response's meta records about its inputs (the random profile used, gold noise)."""
     meta: dict[str, Any] = {}
-    memory_view = state.get("memory_view")
-    if memory_view is not None:
-        meta["random_profile"] = {"user_id": memory_view.user_id}
+    if state.get("profile_case_id"):
+        meta["random_profile"] = {"case_id": state["profile_case_id"], "user_id": memory_view(state, context).user_id}
     gold = state.get("gold_context")
     if gold is not None:
         meta["gold_context"] = {"items": len(gold.sources), "noise": gold.noise, "noise_ratio": gold.noise_ratio}

@@ -1,9 +1,9 @@
 """The memory subgraph: ingest the user's history, then recall the context for the query.
 
 Both steps are nodes so Studio shows extraction and retrieval separately; the backend doing the
-work comes from the runtime context (`system.memory`). With `memory_view` set (a system's
-`random_profile` option), the memory reads that view's history — another user's — for the
-asker's query. Alone (e.g. in Studio) it takes `{"benchmark", "case_id"}` too.
+work comes from the runtime context (`system.memory`). It takes the case by reference
+(`{"benchmark", "case_id"}`); with `profile_case_id` set (a system's `random_profile` option) the
+memory reads that case's user history — another user's — for the asker's query.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing_extensions import TypedDict
 
 from benchmarks.case import CaseView
 from graphs.context import EpisodeContext
-from graphs.inputs import CaseReference, case_from_input
+from graphs.inputs import CaseReference, case_view, memory_view
 from graphs.resources import Resources, resources_for
 from memory.base import UserContext, memory_query
 
 
 class MemoryInput(CaseReference, total=False):
     view: CaseView
-    memory_view: CaseView
+    profile_case_id: str
 
 
 class MemoryOutput(TypedDict):
@@ -39,23 +39,21 @@ async def ingest_history(resources: Resources, view: CaseView) -> None:
     await resources.memory.ingest(view.user_id, view.history)
 
 
-async def recall_context(resources: Resources, view: CaseView, memory_view: CaseView | None = None) -> UserContext:
-    """What the memory holds about `memory_view`'s user (default: the asker) for the asker's query."""
-    return await resources.memory.context((memory_view or view).user_id, memory_query(view))
+async def recall_context(resources: Resources, view: CaseView, owner: CaseView | None = None) -> UserContext:
+    """What the memory holds about `owner`'s user (default: the asker) for the asker's query."""
+    return await resources.memory.context((owner or view).user_id, memory_query(view))
 
 
 async def ingest(state: MemoryState, runtime: Runtime[EpisodeContext]) -> Command[Literal["recall"]]:
-    update = {}
-    if state.get("view") is None:  # run alone: the case by reference
-        context = runtime.context or EpisodeContext()
-        update["view"] = case_from_input(state, context).view(context.system.setting)
-    await ingest_history(resources_for(runtime.context), state.get("memory_view") or update.get("view") or state["view"])
-    return Command(goto="recall", update=update)
+    context = runtime.context or EpisodeContext()
+    await ingest_history(resources_for(context), memory_view(state, context))
+    return Command(goto="recall")
 
 
 async def recall(state: MemoryState, runtime: Runtime[EpisodeContext]) -> MemoryOutput:
-    context = await recall_context(resources_for(runtime.context), state["view"], state.get("memory_view"))
-    return {"user_context": context}
+    context = runtime.context or EpisodeContext()
+    user_context = await recall_context(resources_for(context), case_view(state, context), memory_view(state, context))
+    return {"user_context": user_context}
 
 
 def build_memory_graph():

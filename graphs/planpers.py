@@ -19,9 +19,9 @@ from pydantic import Field
 from agents.answerer import answer
 from agents.planner import plan_aspects
 from graphs.context import EpisodeContext
-from graphs.inputs import PipelineInput, PipelineOutput, input_meta
+from graphs.inputs import PipelineInput, PipelineOutput
 from graphs.pipelines import PipelineOptions, PipelineSpec, register_pipeline
-from graphs.start import pipeline_options_of, pipeline_resources, start_inputs
+from graphs.start import meta_of, pipeline_options_of, pipeline_resources, start_inputs, view_of
 
 PIPELINE = "planpers"
 
@@ -42,14 +42,16 @@ async def plan(state: PlanPersState, runtime: Runtime[EpisodeContext]) -> Comman
     state, update = await start_inputs(state, runtime, PIPELINE)
     options = pipeline_options_of(runtime, PIPELINE, PlanPersOptions)
     gateway = pipeline_resources(runtime, PIPELINE).gateway
-    aspects = await plan_aspects(gateway, state["view"].query, state["user_context"].text, options.max_aspects)
+    query = view_of(state, runtime, PIPELINE).query
+    aspects = await plan_aspects(gateway, query, state["user_context"].text, options.max_aspects)
     return Command(goto="answer", update={**update, "plan": aspects})
 
 
 async def write_answer(state: PlanPersState, runtime: Runtime[EpisodeContext]) -> PipelineOutput:
     gateway = pipeline_resources(runtime, PIPELINE).gateway
-    response = await answer(gateway, state["view"], state["user_context"].text, role="writer", plan=state["plan"])
-    response.meta.update(input_meta(state) | {"plan": state["plan"], "critical_path_calls": 2})
+    view = view_of(state, runtime, PIPELINE)
+    response = await answer(gateway, view, state["user_context"].text, role="writer", plan=state["plan"])
+    response.meta.update(meta_of(state, runtime, PIPELINE) | {"plan": state["plan"], "critical_path_calls": 2})
     return {"response": response}
 
 

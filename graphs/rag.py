@@ -23,10 +23,10 @@ from agents.planner import search_queries
 from agents.response import SystemResponse
 from agents.writer import write_answer
 from graphs.context import EpisodeContext
-from graphs.inputs import PipelineInput, PipelineOutput, input_meta
+from graphs.inputs import PipelineInput, PipelineOutput
 from graphs.pipelines import GoldContextOptions, PipelineSpec, register_pipeline
 from graphs.sources import WebHit, read_web_sources, search_web
-from graphs.start import pipeline_options_of, pipeline_resources, start_inputs
+from graphs.start import meta_of, pipeline_options_of, pipeline_resources, start_inputs, view_of
 
 PIPELINE = "rag"
 
@@ -59,7 +59,8 @@ async def plan_queries(state: RagState, runtime: Runtime[EpisodeContext]) -> Com
         return Command(goto="read", update=update)
     options = _options(runtime)
     gateway = pipeline_resources(runtime, PIPELINE).gateway
-    queries = await search_queries(gateway, state["view"].query, state["user_context"].text, options.max_queries)
+    query = view_of(state, runtime, PIPELINE).query
+    queries = await search_queries(gateway, query, state["user_context"].text, options.max_queries)
     return Command(goto="search", update={**update, "queries": queries})
 
 
@@ -84,9 +85,10 @@ async def answer(state: RagState, runtime: Runtime[EpisodeContext]) -> PipelineO
     resources = pipeline_resources(runtime, PIPELINE)
     sources = state.get("sources", [])
     texts = [resources.sources.get(s.sha256)[: options.page_chars] for s in sources]
-    report = await write_answer(resources.gateway, state["view"].query, state["user_context"].text, sources, texts,
+    query = view_of(state, runtime, PIPELINE).query
+    report = await write_answer(resources.gateway, query, state["user_context"].text, sources, texts,
                                 options.answer_tokens)
-    meta = input_meta(state) | {
+    meta = meta_of(state, runtime, PIPELINE) | {
         "citations": report.stats,
         "queries": state.get("queries", []),
         "failures": state.get("failures", []),
@@ -96,7 +98,8 @@ async def answer(state: RagState, runtime: Runtime[EpisodeContext]) -> PipelineO
 
 
 def build_rag_graph():
-    graph = StateGraph(RagState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput)
+    graph = StateGraph(RagState, context_schema=EpisodeContext, input_schema=PipelineInput,
+                       output_schema=PipelineOutput)
     graph.add_node("plan_queries", plan_queries)
     graph.add_node("search", search)
     graph.add_node("read", read)

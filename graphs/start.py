@@ -13,7 +13,8 @@ from typing import Any, Mapping, TypeVar
 from langgraph.runtime import Runtime
 
 from graphs.context import EpisodeContext
-from graphs.inputs import case_from_input, options_for, system_inputs
+from benchmarks.case import CaseView
+from graphs.inputs import case_from_input, case_view, input_meta, memory_view, options_for, system_inputs
 from graphs.memory import ingest_history, recall_context
 from graphs.pipelines import PipelineOptions
 from graphs.resources import Resources, resources_for
@@ -43,14 +44,23 @@ async def start_inputs(
     state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The pipeline's complete inputs, and the state update that completes them (empty inside an episode)."""
+    if state.get("user_context") is not None:
+        return dict(state), {}
     context = pipeline_context(runtime, pipeline)
     resources = resources_for(context)
     update: dict[str, Any] = {}
     if state.get("view") is None:
         update = system_inputs(case_from_input(state, context), context, pipeline, resources.sources)
-    if state.get("user_context") is None:
-        view = update.get("view") or state["view"]
-        memory_view = update.get("memory_view", state.get("memory_view"))
-        await ingest_history(resources, memory_view or view)
-        update["user_context"] = await recall_context(resources, view, memory_view)
-    return {**state, **update}, update
+    merged = {**state, **update}
+    owner = memory_view(merged, context)
+    await ingest_history(resources, owner)
+    update["user_context"] = await recall_context(resources, case_view(merged, context), owner)
+    return {**merged, "user_context": update["user_context"]}, update
+
+
+def view_of(state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str) -> CaseView:
+    return case_view(state, pipeline_context(runtime, pipeline))
+
+
+def meta_of(state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str) -> dict[str, Any]:
+    return input_meta(state, pipeline_context(runtime, pipeline))

@@ -170,7 +170,8 @@ class Runner:
                 if snapshot.next:  # interrupted earlier: continue from the last checkpoint
                     out = await graph.ainvoke(None, config, context=context)
                 else:
-                    out = await graph.ainvoke({"benchmark": case.benchmark, "case_id": case.id}, config, context=context)
+                    reference = {"benchmark": case.benchmark, "case_id": case.id}
+                    out = await graph.ainvoke(reference, config, context=context)
                 while out.get("__interrupt__"):  # a system asked the user something
                     [pending] = out["__interrupt__"]
                     answers = await answer_clarification(ClarifyRequest.model_validate(pending.value), case, context)

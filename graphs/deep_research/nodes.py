@@ -36,10 +36,17 @@ from graphs.deep_research.state import (
     ResearcherState,
     ResearchTask,
 )
-from graphs.inputs import GraphInputError, PipelineOutput, input_meta
+from graphs.inputs import GraphInputError, PipelineOutput
 from graphs.pipelines import GoldContextOptions
 from graphs.sources import read_web_sources, search_web
-from graphs.start import pipeline_context, pipeline_options_of, pipeline_resources, start_inputs
+from graphs.start import (
+    meta_of,
+    pipeline_context,
+    pipeline_options_of,
+    pipeline_resources,
+    start_inputs,
+    view_of,
+)
 
 PIPELINE = "deep_research"
 
@@ -76,7 +83,9 @@ def _context_text(state: DeepResearchState) -> str:
 # ----------------------------------------------------------------------------- top graph
 
 
-async def clarify(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> Command[Literal["ask_user", "write_brief"]]:
+async def clarify(
+    state: DeepResearchState, runtime: Runtime[EpisodeContext]
+) -> Command[Literal["ask_user", "write_brief"]]:
     """Decide what to ask the user. Skipped (and recorded) when the run has no one to answer."""
     state, update = await start_inputs(state, runtime, PIPELINE)
     options = _options(runtime)
@@ -87,12 +96,14 @@ async def clarify(state: DeepResearchState, runtime: Runtime[EpisodeContext]) ->
                                                           "(no simulated user is configured)")
         return Command(goto="write_brief", update={**update, "clarification": skipped})
     gateway = pipeline_resources(runtime, PIPELINE).gateway
-    questions = await decide_clarification(gateway, state["view"].query, _context_text(state), options.max_questions,
+    query = view_of(state, runtime, PIPELINE).query
+    questions = await decide_clarification(gateway, query, _context_text(state), options.max_questions,
                                            always=options.clarify == "always")
     update["depth"] = 1
     if not questions:
         return Command(goto="write_brief", update={**update, "clarification": Clarification(status="not_needed")})
-    return Command(goto="ask_user", update={**update, "clarification": Clarification(status="answered", questions=questions)})
+    asked = Clarification(status="answered", questions=questions)
+    return Command(goto="ask_user", update={**update, "clarification": asked})
 
 
 def _parse_answers(value: Any) -> ClarifyAnswers:
@@ -105,7 +116,8 @@ def _parse_answers(value: Any) -> ClarifyAnswers:
     try:
         return ClarifyAnswers.model_validate(value)
     except ValidationError as exc:
-        raise GraphInputError(f'resume the clarify step with {{"answers": ["...", ...]}}: {exc.errors()[0]["msg"]}') from None
+        problem = exc.errors()[0]["msg"]
+        raise GraphInputError(f'resume the clarify step with {{"answers": ["...", ...]}}: {problem}') from None
 
 
 def ask_user(state: DeepResearchState) -> Command[Literal["write_brief"]]:
@@ -124,8 +136,8 @@ def ask_user(state: DeepResearchState) -> Command[Literal["write_brief"]]:
 async def write_brief(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> Command[Literal["plan"]]:
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     clarification = state.get("clarification")
-    brief = await brief_for_user(gateway, state["view"].query, _context_text(state),
-                                 clarification.pairs() if clarification else [])
+    query = view_of(state, runtime, PIPELINE).query
+    brief = await brief_for_user(gateway, query, _context_text(state), clarification.pairs() if clarification else [])
     return Command(goto="plan", update={"brief": brief, "depth": state.get("depth", 0) + 1})
 
 
@@ -159,7 +171,9 @@ def _findings_digest(findings: list[Findings]) -> str:
     return "\n".join(lines)
 
 
-async def reflect(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> Command[Literal["researcher", "write_report"]]:
+async def reflect(
+    state: DeepResearchState, runtime: Runtime[EpisodeContext]
+) -> Command[Literal["researcher", "write_report"]]:
     """After a round: add its longest researcher chain to the critical path; fill gaps if rounds are left."""
     options = _options(runtime)
     round_ = state["round"]
@@ -195,9 +209,10 @@ async def write_report(state: DeepResearchState, runtime: Runtime[EpisodeContext
     findings = _sorted_findings(state)
     sources, notes = _report_material(findings, options.report_sources)
     clarification = state.get("clarification")
-    report = await write_cited_report(gateway, state["view"].query, _context_text(state), state["brief"], sources,
-                                      notes, clarification.pairs() if clarification else [], options.report_tokens)
-    meta = input_meta(state) | {
+    query = view_of(state, runtime, PIPELINE).query
+    report = await write_cited_report(gateway, query, _context_text(state), state["brief"], sources, notes,
+                                      clarification.pairs() if clarification else [], options.report_tokens)
+    meta = meta_of(state, runtime, PIPELINE) | {
         "clarify": clarification.model_dump() if clarification else None,
         "citations": report.stats,
         "rounds": state.get("round", 0),
