@@ -10,12 +10,14 @@ handler listens (a plain `ainvoke` in a run), this costs one context-variable lo
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any, Awaitable, Callable, TypeVar
 
 R = TypeVar("R")
+log = logging.getLogger(__name__)
 
 
-def _listening_manager():
+def _listening_manager(model: str, role: str):
     """The current node's async callback manager when something is listening, else None."""
     from langchain_core.runnables.config import var_child_runnable_config
 
@@ -31,7 +33,25 @@ def _listening_manager():
         inheritable_callbacks=callbacks,
         inheritable_tags=config.get("tags"),
         inheritable_metadata=config.get("metadata"),
+        local_metadata={"ls_model_name": model, "atelier_role": role},
     )
+
+
+async def _start(self: Any, role: str, messages: list[dict[str, Any]], kwargs: dict[str, Any]):
+    from langchain_core.messages import convert_to_messages
+
+    settings = self.settings(role)
+    manager = _listening_manager(settings.model, role)
+    if manager is None:
+        return None
+    [run] = await manager.on_chat_model_start(
+        {"name": f"atelier.{role}", "id": ["atelier", "gateway", role]},
+        [convert_to_messages(messages)],
+        name=f"{role}:{kwargs.get('kind', 'text')}",
+        invocation_params={"model": settings.model, "role": role, "kind": kwargs.get("kind"),
+                           "response_format": kwargs.get("response_format")},
+    )
+    return run
 
 
 def traced_request(request: Callable[..., Awaitable[tuple[str, R]]]) -> Callable[..., Awaitable[tuple[str, R]]]:
@@ -39,21 +59,16 @@ def traced_request(request: Callable[..., Awaitable[tuple[str, R]]]) -> Callable
 
     @functools.wraps(request)
     async def wrapper(self: Any, role: str, messages: list[dict[str, Any]], **kwargs: Any) -> tuple[str, R]:
-        manager = _listening_manager()
-        if manager is None:
+        try:
+            run = await _start(self, role, messages, kwargs)
+        except Exception:  # noqa: BLE001 - a trace that cannot start must not fail the model call
+            log.warning("could not trace a %s model call; the call goes on untraced", role, exc_info=True)
+            run = None
+        if run is None:
             return await request(self, role, messages, **kwargs)
-        from langchain_core.messages import AIMessage, convert_to_messages
+        from langchain_core.messages import AIMessage
         from langchain_core.outputs import ChatGeneration, LLMResult
 
-        settings = self.settings(role)
-        [run] = await manager.on_chat_model_start(
-            {"name": f"atelier.{role}", "id": ["atelier", "gateway", role]},
-            [convert_to_messages(messages)],
-            name=f"{role}:{kwargs.get('kind', 'text')}",
-            invocation_params={"model": settings.model, "role": role, "kind": kwargs.get("kind"),
-                               "response_format": kwargs.get("response_format")},
-            metadata={"ls_model_name": settings.model, "atelier_role": role},
-        )
         try:
             content, extra = await request(self, role, messages, **kwargs)
         except BaseException as exc:

@@ -145,7 +145,7 @@ def _tasks(state: DeepResearchState, subtopics: list[Subtopic], round_: int) -> 
     read_before = sorted({s.url for f in state.get("findings", []) for s in f.sources if s.url})
     gold = state.get("gold_context")
     return [
-        Send("researcher", ResearchTask(index=i, round=round_, topic=t.title, focus=t.why_for_user,
+        Send("researcher", ResearchTask(index=i, research_round=round_, topic=t.title, focus=t.why_for_user,
                                         queries=t.queries, skip_urls=read_before,
                                         gold_sources=gold.sources if gold is not None else []))
         for i, t in enumerate(subtopics)
@@ -299,13 +299,13 @@ async def take_source_notes(state: ResearcherState, runtime: Runtime[EpisodeCont
     return Command(goto="assess", update={
         "notes": state.get("notes", []) + taken,
         "steps": state.get("steps", 0) + 1,
-        "depth": state.get("depth", 0) + (1 if new else 0),
+        "chain_calls": state.get("chain_calls", 0) + (1 if new else 0),
     })
 
 
 def _findings(state: ResearcherState, covered: bool, depth: int) -> Findings:
     return Findings(
-        index=state["index"], round=state["round"], topic=state["topic"], sources=state.get("sources", []),
+        index=state["index"], round=state["research_round"], topic=state["topic"], sources=state.get("sources", []),
         notes=state.get("notes", []), searches=state.get("searches", 0), fetches=state.get("fetches", 0),
         steps=state.get("steps", 0), covered=covered, critical_path_calls=depth, failures=state.get("failures", []),
     )
@@ -314,7 +314,7 @@ def _findings(state: ResearcherState, covered: bool, depth: int) -> Findings:
 async def assess(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Command[Literal["search", "__end__"]]:
     """Another step if the notes do not cover the sub-topic and the budgets allow it."""
     options = _options(runtime)
-    depth = state.get("depth", 0)
+    depth = state.get("chain_calls", 0)
     pages_left = options.max_pages - len(state.get("sources", []))
     calls_left = options.max_tool_calls - state.get("searches", 0) - state.get("fetches", 0)
     can_go_on = state.get("steps", 0) < options.max_steps and pages_left > 0
@@ -331,4 +331,4 @@ async def assess(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Co
     depth += 1
     if coverage.covered or not coverage.follow_up_queries:
         return Command(goto=END, update={"findings": [_findings(state, coverage.covered, depth)]})
-    return Command(goto="search", update={"pending_queries": coverage.follow_up_queries, "depth": depth})
+    return Command(goto="search", update={"pending_queries": coverage.follow_up_queries, "chain_calls": depth})

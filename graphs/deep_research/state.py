@@ -53,10 +53,11 @@ class Findings(BaseModel):
 
 
 class ResearchTask(TypedDict):
-    """A researcher's input: one sub-topic, its queries and what not to read again."""
+    """A researcher's input: one sub-topic, its queries and what not to read again. (Its keys
+    differ from the top graph's but for `findings`, the one value a researcher hands back.)"""
 
     index: int
-    round: int
+    research_round: int
     topic: str
     focus: str  # why the sub-topic matters to this user
     queries: list[str]
@@ -77,7 +78,7 @@ class ResearcherState(ResearchTask, ResearcherOutput, total=False):
     searches: int
     fetches: int
     steps: int
-    depth: int
+    chain_calls: int  # dependent LLM calls so far in this researcher
     failures: list[str]
 
 
