@@ -13,6 +13,7 @@ Roles (`system`, `user_sim`, `judge`, ...) each have their own `ModelSettings`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import threading
@@ -173,7 +174,7 @@ class Gateway:
 
     async def structured(self, role: str, messages: list[dict[str, Any]], schema: type[T]) -> T:
         """Ask for an instance of `schema`; validate; repair once; raise StructuredOutputError."""
-        json_schema = schema.model_json_schema()
+        json_schema = _json_schema(schema)
         response_format = {
             "type": "json_schema",
             "json_schema": {"name": schema.__name__, "schema": json_schema, "strict": False},
@@ -311,6 +312,16 @@ class Gateway:
             if settings.rpm:
                 await _LIMITS.limiter(settings.model, settings.rpm).acquire()
             return await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=settings.timeout_s)
+
+
+@functools.lru_cache(maxsize=512)
+def _json_schema_text(schema: type[BaseModel]) -> str:
+    return json.dumps(schema.model_json_schema())
+
+
+def _json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    """A model's JSON schema (a fresh copy), generated once per class: generating it costs milliseconds."""
+    return json.loads(_json_schema_text(schema))
 
 
 def _with_json_instructions(messages: list[dict[str, Any]], json_schema: dict[str, Any]) -> list[dict[str, Any]]:

@@ -155,12 +155,22 @@ def memory_view(state: Mapping[str, Any], context: EpisodeContext) -> CaseView:
 # ----------------------------------------------------------------------------- system options
 
 
+_options: dict[tuple[int, str], tuple[EpisodeContext, PipelineOptions]] = {}
+
+
 def options_for(context: EpisodeContext, pipeline: str) -> PipelineOptions:
     """The options of `pipeline` in this context (a graph run alone takes the context's options)."""
+    known = _options.get((id(context), pipeline))
+    if known is not None and known[0] is context:
+        return known[1]
     try:
-        return pipeline_options(pipeline, context.system.pipeline_options)
+        options = pipeline_options(pipeline, context.system.pipeline_options)
     except AtelierError as exc:
         raise GraphInputError(str(exc)) from None
+    if len(_options) > 4096:
+        _options.clear()
+    _options[(id(context), pipeline)] = (context, options)
+    return options
 
 
 def _seed(options: PipelineOptions, context: EpisodeContext) -> int:

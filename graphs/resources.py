@@ -8,7 +8,7 @@ All systems of a run share one web (one sandbox, one web cache), started on firs
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.cache import ResponseCache
@@ -29,14 +29,18 @@ class Resources:
     memory: MemoryBackend
     judges: list[Judge]
     sources: SourceStore  # the texts systems read, by sha256
+    _web: Web | None = field(default=None, repr=False)
 
     def web(self) -> Web:
         """The run's web (search + fetch + cache); the sandbox starts on the first call."""
+        if self._web is not None:
+            return self._web
         with _lock:
             key = _web_key(self.context)
             if key not in _webs:
                 _webs[key] = build_web(self.context.web)
-            return _webs[key]
+            self._web = _webs[key]
+            return self._web
 
 
 _lock = threading.Lock()
@@ -44,6 +48,9 @@ _resources: dict[str, Resources] = {}
 _ledgers: dict[str, Ledger] = {}
 _caches: dict[str, ResponseCache] = {}
 _webs: dict[str, Web] = {}
+# The context objects already seen: a node looks its resources up by identity first (contexts are
+# settings, never changed once made), which spares serialising the context on every model call.
+_seen: dict[int, tuple[EpisodeContext, str]] = {}
 
 
 def _web_key(context: EpisodeContext) -> str:
@@ -65,9 +72,24 @@ def _shared_cache(context: EpisodeContext) -> ResponseCache | None:
     return _caches[context.cache_dir]
 
 
+def context_key(context: EpisodeContext) -> str:
+    """The context's identity as a string: equal settings, equal key."""
+    seen = _seen.get(id(context))
+    if seen is not None and seen[0] is context:
+        return seen[1]
+    key = context.model_dump_json()
+    if len(_seen) > 4096:
+        _seen.clear()
+    _seen[id(context)] = (context, key)
+    return key
+
+
 def resources_for(context: EpisodeContext | None) -> Resources:
     context = context or EpisodeContext()
-    key = context.model_dump_json()
+    key = context_key(context)
+    resources = _resources.get(key)
+    if resources is not None:
+        return resources
     with _lock:
         if key not in _resources:
             gateway = Gateway(context.role_models(), cache=_shared_cache(context), ledger=_shared_ledger(context))
@@ -83,7 +105,7 @@ async def release(context: EpisodeContext) -> None:
     """Close what a context opened (memory stores, the web) and forget it (end of a run). What the
     web searched and fetched is listed in `<run_dir>/web_log.jsonl`."""
     with _lock:
-        resources = _resources.pop(context.model_dump_json(), None)
+        resources = _resources.pop(context_key(context), None)
         web = _webs.pop(_web_key(context), None)
     if resources is not None:
         await resources.memory.aclose()
