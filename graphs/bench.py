@@ -101,12 +101,13 @@ async def _checkpointer(kind: str, path: Path):
         yield None
 
 
-async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, benchmark: str = "sample",
-                      memory: str = "none", options: dict[str, Any] | None = None,
+async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, case_ids: list[str] | None = None,
+                      benchmark: str = "sample", memory: str = "none", options: dict[str, Any] | None = None,
                       checkpointer: str = "sqlite") -> dict[str, Any]:
-    """`checkpointer`: "sqlite" (what runs use), "memory" or "none" (to see what checkpoints cost)."""
+    """Times `cases` cases of `benchmark` (or those named by `case_ids`). `checkpointer`: "sqlite"
+    (what runs use), "memory" or "none" (to see what checkpoints cost)."""
     options = pipeline_options(pipeline, options or {}).model_dump(exclude_defaults=True)
-    case_ids = [c.id for c in load_cases(benchmark, limit=cases)]
+    case_ids = case_ids or [c.id for c in load_cases(benchmark, limit=cases)]
     with tempfile.TemporaryDirectory(prefix="atelier-bench-graph-") as tmp:
         root = Path(tmp)
         web = WebConfig(cache_dir=root / "web", mode="record")
