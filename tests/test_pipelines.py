@@ -286,3 +286,26 @@ def test_pipeline_options_are_typed_and_a_typo_is_refused_with_its_key_path():
     ]:
         with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
             parse_recipe(system(pipeline, options))
+
+
+async def test_every_type_in_deep_research_state_is_listed_for_the_checkpoint_serializer(tmp_path, caplog):
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from agents.planner import ResearchBrief
+    from graphs.deep_research.state import Findings
+    from graphs.state_types import STATE_TYPES
+
+    serde = JsonPlusSerializer(allowed_msgpack_modules=[(t.__module__, t.__name__) for t in STATE_TYPES])
+    ctx = context(tmp_path, "deep_research", memory="full", answerer="person", clarify="always", **SMALL)
+    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver(serde=serde)})
+    config = {"configurable": {"thread_id": "serde"}}
+    try:
+        await graph.ainvoke({"benchmark": "sample", "case_id": "q01"}, config, context=ctx)
+        await graph.ainvoke(Command(resume=ClarifyAnswers(answers=["May"])), config, context=ctx)
+        values = (await graph.aget_state(config)).values
+        history = [s async for s in graph.aget_state_history(config)]
+    finally:
+        await release(ctx)
+    assert isinstance(values["brief"], ResearchBrief) and all(isinstance(f, Findings) for f in values["findings"])
+    assert len(history) > 5
+    assert not [r for r in caplog.records if "Blocked deserialization" in r.getMessage()]

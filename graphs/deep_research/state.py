@@ -90,4 +90,3 @@ class DeepResearchState(PipelineInput, PipelineOutput, total=False):
     depth: int  # dependent LLM calls so far on the critical path (rounds finished)
 
 
-STATE_TYPES = (Clarification, Note, Findings, ResearchBrief)
