@@ -5,8 +5,9 @@ in a recipe's `[[systems]]`, validated against that model, so a typo is refused 
 Every pipeline graph takes `graphs.inputs.PipelineInput` and returns `PipelineOutput`.
 
 Options shared by several pipelines are base classes here: `PipelineOptions` (every pipeline:
-LaMP-QA's random-profile control) and `GoldContextOptions` (BESPOKE's gold information with noise,
-for pipelines that would otherwise search).
+LaMP-QA's random-profile control), `AnswerBudgetOptions` (a cap on the writer's answer) and
+`GoldContextOptions` (BESPOKE's gold information with noise, for pipelines that would otherwise
+search).
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ class PipelineOptions(BaseModel):
     def output_tokens(self) -> dict[str, int]:
         """Per role, the most tokens one answer may take (the budget on the text a pipeline writes)."""
         return {}
+
+
+class AnswerBudgetOptions(PipelineOptions):
+    answer_tokens: int | None = Field(default=None, ge=50, le=32_000, description="Most tokens the answer may take.")
+
+    def output_tokens(self) -> dict[str, int]:
+        return {"writer": self.answer_tokens} if self.answer_tokens else {}
 
 
 class GoldContextOptions(PipelineOptions):

@@ -20,18 +20,14 @@ from agents.answerer import answer
 from agents.planner import plan_aspects
 from graphs.context import EpisodeContext
 from graphs.inputs import PipelineInput, PipelineOutput
-from graphs.pipelines import PipelineOptions, PipelineSpec, register_pipeline
+from graphs.pipelines import AnswerBudgetOptions, PipelineSpec, register_pipeline
 from graphs.start import meta_of, pipeline_options_of, pipeline_resources, start_inputs, view_of
 
 PIPELINE = "planpers"
 
 
-class PlanPersOptions(PipelineOptions):
+class PlanPersOptions(AnswerBudgetOptions):
     max_aspects: int = Field(default=5, ge=1, le=20, description="Aspects the plan may hold.")
-    answer_tokens: int | None = Field(default=None, ge=50, le=32_000, description="Most tokens the answer may take.")
-
-    def output_tokens(self) -> dict[str, int]:
-        return {"writer": self.answer_tokens} if self.answer_tokens else {}
 
 
 class PlanPersState(PipelineInput, PipelineOutput, total=False):

@@ -24,22 +24,18 @@ from agents.response import SystemResponse
 from agents.writer import write_answer
 from graphs.context import EpisodeContext
 from graphs.inputs import PipelineInput, PipelineOutput
-from graphs.pipelines import GoldContextOptions, PipelineSpec, register_pipeline
+from graphs.pipelines import AnswerBudgetOptions, GoldContextOptions, PipelineSpec, register_pipeline
 from graphs.sources import WebHit, read_web_sources, search_web
 from graphs.start import meta_of, pipeline_options_of, pipeline_resources, start_inputs, view_of
 
 PIPELINE = "rag"
 
 
-class RagOptions(GoldContextOptions):
+class RagOptions(GoldContextOptions, AnswerBudgetOptions):
     max_queries: int = Field(default=3, ge=1, le=10, description="Search queries written for the question.")
     results_per_query: int = Field(default=5, ge=1, le=20, description="Results asked of each search.")
     max_pages: int = Field(default=4, ge=1, le=20, description="Pages fetched and read (best-ranked first).")
     page_chars: int = Field(default=3000, ge=200, le=50_000, description="Characters of each page the writer sees.")
-    answer_tokens: int | None = Field(default=None, ge=50, le=32_000, description="Most tokens the answer may take.")
-
-    def output_tokens(self) -> dict[str, int]:
-        return {"writer": self.answer_tokens} if self.answer_tokens else {}
 
 
 class RagState(PipelineInput, PipelineOutput, total=False):
