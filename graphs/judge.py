@@ -1,11 +1,17 @@
 """The judge subgraph: every configured judge runs as a parallel branch (one `Send` each).
 
+A judge gets the run's gateway (its own model roles), the run's web (to read cited sources through
+the web cache) and the artifact store (criteria and rubrics generated once and reused). Judges that
+compare two systems' responses (LaMP-QA pairwise) are not run here: the runner runs them once both
+responses exist (`runs.judging`).
+
 Alone (e.g. in Studio) it takes the case by reference: `{"benchmark", "case_id", "response": {"text": ...}}`.
 """
 
 from __future__ import annotations
 
 import operator
+from pathlib import Path
 from typing import Annotated, Literal
 
 from langgraph.graph import START, StateGraph
@@ -13,13 +19,16 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 from typing_extensions import TypedDict
 
-from agents.gateway import ModelCallError
-from agents.judges.base import JudgeResult
+from agents.judges.base import JudgeEnv, JudgeResult
+from agents.judges.store import ArtifactStore
 from agents.response import SystemResponse
 from benchmarks.case import Case
+from benchmarks.data_files import cache_dir
 from graphs.context import EpisodeContext
 from graphs.inputs import CaseReference, GraphInputError, case_from_input
-from graphs.resources import resources_for
+from graphs.resources import Resources, resources_for
+
+ARTIFACTS_DIR = "judge_artifacts"  # in the run folder and in Atelier's cache
 
 
 class JudgeInput(CaseReference, total=False):
@@ -41,6 +50,16 @@ class JudgeTask(TypedDict):
     response: SystemResponse
 
 
+def artifact_store(context: EpisodeContext) -> ArtifactStore:
+    """The run folder's store (so the run is self-contained) backed by the cache's (so later runs reuse)."""
+    directories = [Path(context.run_dir) / ARTIFACTS_DIR] if context.run_dir else []
+    return ArtifactStore([*directories, cache_dir() / ARTIFACTS_DIR])
+
+
+def judge_env(resources: Resources) -> JudgeEnv:
+    return JudgeEnv(gateway=resources.gateway, web=resources.web, store=artifact_store(resources.context))
+
+
 def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_judge"]]:
     case = case_from_input(state, runtime.context or EpisodeContext())
     response = state.get("response")
@@ -48,18 +67,15 @@ def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Lit
         raise GraphInputError('give the response to judge: {"response": {"text": "..."}} next to the case')
     response = SystemResponse.model_validate(response)
     judges = resources_for(runtime.context).judges
-    tasks = [Send("run_judge", JudgeTask(judge_index=i, case=case, response=response)) for i in range(len(judges))]
+    tasks = [Send("run_judge", JudgeTask(judge_index=i, case=case, response=response))
+             for i, judge in enumerate(judges) if not judge.comparative]
     return Command(goto=tasks)
 
 
 async def run_judge(task: JudgeTask, runtime: Runtime[EpisodeContext]) -> JudgeOutput:
     resources = resources_for(runtime.context)
     judge = resources.judges[task["judge_index"]]
-    try:
-        result = await judge.judge(task["case"], task["response"], resources.gateway)
-    except ModelCallError as exc:  # the response stands; this judgment is recorded as failed
-        result = JudgeResult(judge=judge.name, error=str(exc))
-    return {"judgments": [result]}
+    return {"judgments": [await judge.judge(task["case"], task["response"], judge_env(resources))]}
 
 
 def build_judge_graph():

@@ -50,9 +50,13 @@ def _grid_ok(folder: Path, dry_run: bool) -> list[dict]:
     fetched = {json.loads(line)["request"]["url"] for line in (folder / "web_log.jsonl").read_text().splitlines()
                if json.loads(line)["kind"] == "fetch"}
     for r in results:
-        if r["system"].startswith(("rag-", "deep_research-")) and "## Sources" in r["response"]:
-            listed = r["response"].split("## Sources\n", 1)[1].splitlines()
-            assert all(line.rsplit(" ", 1)[-1] in fetched for line in listed)  # cited pages were fetched
+        response = r["response"]
+        if r["system"].startswith(("rag-", "deep_research-")):
+            assert "citations" in response["meta"]
+            assert {c["url"] for c in response["citations"]} <= fetched  # cited pages were fetched
+            if response["citations"]:
+                listed = response["text"].split("## Sources\n", 1)[1].splitlines()
+                assert len(listed) == len(response["citations"])
     return results
 
 
@@ -69,7 +73,7 @@ def test_every_pipeline_with_every_backend_runs_through_the_openai_compatible_st
         assert done.returncode == 0, done.stderr[-3000:]
         assert len(stub.requests) > 100
     results = _grid_ok(tmp_path / "grid", dry_run=False)
-    assert all(not r["response"].startswith("DRY RUN") for r in results)
+    assert all(not r["response"]["text"].startswith("DRY RUN") for r in results)
     assert {e["model"] for e in lines(tmp_path / "grid" / "ledger.jsonl")} == {"openai/stub-model"}
 
 
@@ -95,8 +99,9 @@ def test_replaying_a_runs_recorded_web_gives_byte_identical_responses(tmp_path, 
     )
     first, second = lines(recorded.results), lines(replayed.results)
     assert all(r["status"] == "ok" for r in first + second)
-    by_key = lambda rs: {r["key"]: r["response"].encode("utf-8") for r in rs}  # noqa: E731
-    assert by_key(first) == by_key(second) and len(by_key(first)) == 4
+    by_key = lambda rs: {r["key"]: json.dumps(r["response"], ensure_ascii=False).encode() for r in rs}  # noqa: E731
+    assert by_key(first) == by_key(second) and len(by_key(first)) == 4  # text, citations (with sha256s), meta
+    assert any(json.loads(v)["citations"] for v in by_key(first).values())
     log = lines(replayed.path / "web_log.jsonl")
     assert log and all(e["from_cache"] for e in log) and {e["kind"] for e in log} == {"search", "fetch"}
 
