@@ -15,7 +15,9 @@ from agents.cache import ResponseCache
 from agents.gateway import Gateway
 from agents.judges.base import Judge, create_judge
 from agents.ledger import Ledger
+from benchmarks.errors import ConfigError
 from graphs.context import EpisodeContext
+from graphs.inputs import GraphInputError
 from graphs.sources import SourceStore
 from memory.base import MemoryBackend, MemoryEnv
 from memory.registry import create_backend
@@ -92,7 +94,11 @@ def resources_for(context: EpisodeContext | None) -> Resources:
         return resources
     with _lock:
         if key not in _resources:
-            gateway = Gateway(context.role_models(), cache=_shared_cache(context), ledger=_shared_ledger(context))
+            try:
+                roles = context.role_models()
+            except ConfigError as exc:  # a context set by hand (Studio) naming an unknown pipeline or option
+                raise GraphInputError(f"runtime context: {exc}") from None
+            gateway = Gateway(roles, cache=_shared_cache(context), ledger=_shared_ledger(context))
             store = Path(context.run_dir) / "memory" / context.system.name if context.run_dir else None
             memory = create_backend(context.system.memory, MemoryEnv(gateway=gateway, store_dir=store))
             judges = [create_judge(j) for j in context.judges]

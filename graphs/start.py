@@ -12,8 +12,8 @@ from typing import Any, Mapping, TypeVar
 
 from langgraph.runtime import Runtime
 
-from graphs.context import EpisodeContext
 from benchmarks.case import CaseView
+from graphs.context import EpisodeContext
 from graphs.inputs import case_from_input, case_view, input_meta, memory_view, options_for, system_inputs
 from graphs.memory import ingest_history, recall_context
 from graphs.pipelines import PipelineOptions
@@ -22,12 +22,21 @@ from graphs.resources import Resources, resources_for
 O = TypeVar("O", bound=PipelineOptions)
 
 
+_as_pipeline: dict[tuple[int, str], tuple[EpisodeContext, EpisodeContext]] = {}
+
+
 def pipeline_context(runtime: Runtime[EpisodeContext], pipeline: str) -> EpisodeContext:
-    """The runtime context, as seen by `pipeline` (a graph run alone runs as the context's system)."""
+    """The runtime context with `pipeline` as its system's pipeline: a pipeline graph run alone (in
+    Studio) under a context written for another pipeline runs as this one, with the same options."""
     context = runtime.context or EpisodeContext()
     if context.system.pipeline == pipeline:
         return context
-    return context.model_copy(update={"system": context.system.model_copy(update={"pipeline": pipeline})})
+    known = _as_pipeline.get((id(context), pipeline))
+    if known is None or known[0] is not context:
+        system = context.system.model_copy(update={"pipeline": pipeline})
+        known = (context, context.model_copy(update={"system": system}))
+        _as_pipeline[(id(context), pipeline)] = known
+    return known[1]
 
 
 def pipeline_options_of(runtime: Runtime[EpisodeContext], pipeline: str, model: type[O]) -> O:

@@ -113,16 +113,18 @@ async def test_every_served_graph_runs_alone_from_a_case_reference(studio):
     assert "citations" in rag_episode["response"]["meta"]  # the episode runs the pipeline its context names
 
 
-@pytest.mark.parametrize(("graph", "run_input", "message"), [
-    ("episode", {"benchmark": "sample", "case_id": "nope"}, "no case 'nope' in benchmark 'sample'"),
-    ("direct", {"benchmark": "nowhere", "case_id": "q01"}, "cannot load benchmark 'nowhere'"),
-    ("memory", {"benchmark": "sample"}, 'give the case: {"benchmark": "sample", "case_id": "q01"}'),
-    ("judge", CASE, "give the response to judge"),
+@pytest.mark.parametrize(("graph", "run_input", "context", "message"), [
+    ("episode", {"benchmark": "sample", "case_id": "nope"}, None, "no case 'nope' in benchmark 'sample'"),
+    ("direct", {"benchmark": "nowhere", "case_id": "q01"}, None, "cannot load benchmark 'nowhere'"),
+    ("memory", {"benchmark": "sample"}, None, 'give the case: {"benchmark": "sample", "case_id": "q01"}'),
+    ("judge", CASE, None, "give the response to judge"),
+    ("rag", CASE, {"system": {"name": "r", "pipeline": "rag", "pipeline_options": {"max_pagess": 2}}},
+     "pipeline_options.max_pagess: Extra inputs are not permitted"),
 ])
-async def test_bad_input_reaches_the_client_with_its_real_message(studio, graph, run_input, message):
+async def test_bad_input_reaches_the_client_with_its_real_message(studio, graph, run_input, context, message):
     client = _client(studio)
     with pytest.raises(Exception) as info:
-        await _run(client, graph, run_input)
+        await _run(client, graph, run_input, context)
     assert message in str(info.value) and "internal error" not in str(info.value)
 
 
