@@ -70,7 +70,7 @@ async def search(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[L
 async def read(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["answer"]]:
     gold = state.get("gold_context")
     if gold is not None:
-        return Command(goto="answer", update={"sources": gold.sources[: _options(runtime).max_pages]})
+        return Command(goto="answer", update={"sources": gold.sources})  # all of it: it replaces search
     resources = pipeline_resources(runtime, PIPELINE)
     sources, failures = await read_web_sources(resources.web(), resources.sources, state.get("hits", []))
     return Command(goto="answer", update={"sources": sources, "failures": state.get("failures", []) + failures})

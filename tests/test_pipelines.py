@@ -309,3 +309,26 @@ async def test_every_type_in_deep_research_state_is_listed_for_the_checkpoint_se
     assert isinstance(values["brief"], ResearchBrief) and all(isinstance(f, Findings) for f in values["findings"])
     assert len(history) > 5
     assert not [r for r in caplog.records if "Blocked deserialization" in r.getMessage()]
+
+
+async def test_deep_research_with_gold_context_reads_the_gold_information_and_never_the_web(tmp_path, prompts):
+    [case] = [c for c in load_cases("sample") if c.id == "q14"]
+    ctx = context(tmp_path, "deep_research", gold_context=True, noise_ratio=0.4, **SMALL)
+    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver()})
+    config = {"configurable": {"thread_id": "gold"}}
+    try:
+        out = await graph.ainvoke({"benchmark": "sample", "case_id": "q14"}, config, context=ctx)
+        findings = (await graph.aget_state(config)).values["findings"]
+        store = resources_for(ctx).sources
+    finally:
+        await release(ctx)
+    gold = out["response"].meta["gold_context"]
+    assert gold["items"] == len(case.gold.information_claims) and gold["noise"] == round(0.4 * gold["items"])
+    assert out["response"].meta["searches"] == 0 and out["response"].meta["fetches"] == 0
+    read = {s.id: store.get(s.sha256) for f in findings for s in f.sources}
+    assert len(read) == gold["items"] and all(s.kind == "gold" for f in findings for s in f.sources)
+    kept = [text for text in read.values() if text in case.gold.information_claims]
+    assert len(kept) == gold["items"] - gold["noise"]
+    assert all(c.source_id in read and c.url is None for c in out["response"].citations)
+    notes_prompts = [m for node, _, m in prompts if node == "take_notes"]
+    assert all(any(text in m for m in notes_prompts) for text in read.values())

@@ -12,7 +12,6 @@ steps, notes per source, sources in the report, report tokens.
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any, Literal
 
 from langgraph.graph import END
@@ -229,32 +228,14 @@ async def write_report(state: DeepResearchState, runtime: Runtime[EpisodeContext
 
 # ----------------------------------------------------------------------------- one researcher
 
-_WORD = re.compile(r"\w{3,}")
-
-
-def _words(text: str) -> set[str]:
-    return {w.lower() for w in _WORD.findall(text)}
-
-
-def _rank_gold(sources: list[SourceRef], texts: list[str], queries: list[str], topic: str) -> list[SourceRef]:
-    """Gold items by word overlap with the sub-topic and its queries (stable for ties)."""
-    wanted = _words(" ".join(queries + [topic]))
-    scored = sorted(enumerate(sources), key=lambda item: (-len(_words(texts[item[0]]) & wanted), item[0]))
-    return [source for _, source in scored]
-
-
 async def search(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Command[Literal["read"]]:
     options = _options(runtime)
     resources = pipeline_resources(runtime, PIPELINE)
     read = state.get("sources", [])
+    if state["gold_sources"]:  # gold_context: all of the gold information replaces search (no web budget)
+        return Command(goto="read", update={"hits": [], "new_sources": state["gold_sources"]})
     room = options.max_pages - len(read)
     queries = state.get("pending_queries", state["queries"])
-    if state["gold_sources"]:
-        seen = {s.id for s in read}
-        unread = [s for s in state["gold_sources"] if s.id not in seen]
-        texts = [resources.sources.get(s.sha256) for s in unread]
-        picked = _rank_gold(unread, texts, queries, state["topic"])[:room]
-        return Command(goto="read", update={"hits": [], "new_sources": picked})
     used = state.get("searches", 0) + state.get("fetches", 0)
     queries = queries[: max(0, options.max_tool_calls - used - 1)]  # keep a call for at least one fetch
     skip = list(state["skip_urls"]) + [s.url for s in read if s.url]
@@ -317,13 +298,8 @@ async def assess(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Co
     depth = state.get("chain_calls", 0)
     pages_left = options.max_pages - len(state.get("sources", []))
     calls_left = options.max_tool_calls - state.get("searches", 0) - state.get("fetches", 0)
-    can_go_on = state.get("steps", 0) < options.max_steps and pages_left > 0
-    if not state["gold_sources"]:
-        can_go_on = can_go_on and calls_left >= 2  # a search and a fetch
-    else:
-        read = {s.id for s in state.get("sources", [])}
-        can_go_on = can_go_on and any(s.id not in read for s in state["gold_sources"])
-    if not can_go_on:
+    can_go_on = state.get("steps", 0) < options.max_steps and pages_left > 0 and calls_left >= 2  # search + fetch
+    if state["gold_sources"] or not can_go_on:  # gold_context: everything was read in one step
         return Command(goto=END, update={"findings": [_findings(state, False, depth)]})
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     coverage = await assess_coverage(gateway, state["topic"], state["focus"], [n.text for n in state.get("notes", [])],
