@@ -332,3 +332,28 @@ async def test_deep_research_with_gold_context_reads_the_gold_information_and_ne
     assert all(c.source_id in read and c.url is None for c in out["response"].citations)
     notes_prompts = [m for node, _, m in prompts if node == "take_notes"]
     assert all(any(text in m for m in notes_prompts) for text in read.values())
+
+
+async def test_a_failed_note_taking_call_is_recorded_and_the_report_still_written(tmp_path, monkeypatch):
+    from agents.gateway import StructuredOutputError
+    from agents.researcher import SourceNotes
+
+    original = Gateway.structured
+    failed = []
+
+    async def flaky(self, role, messages, schema):
+        if schema is SourceNotes and not failed:
+            failed.append(True)
+            raise StructuredOutputError("no valid SourceNotes after one repair", role=role, model="m", attempts=2,
+                                        raw="{")
+        return await original(self, role, messages, schema)
+
+    monkeypatch.setattr(Gateway, "structured", flaky)
+    ctx = context(tmp_path, "deep_research", **SMALL)
+    try:
+        out = await build_deep_research_graph().ainvoke({"benchmark": "sample", "case_id": "q14"}, context=ctx)
+    finally:
+        await release(ctx)
+    failures = out["response"].meta["failures"]
+    assert len(failures) == 1 and failures[0].startswith("notes from https://")
+    assert "no valid SourceNotes" in failures[0] and out["response"].citations

@@ -22,6 +22,7 @@ from pydantic import Field, ValidationError
 from agents.citations import SourceRef
 from agents.clarifier import decide_clarification
 from agents.clarify import ClarifyAnswers, ClarifyRequest
+from agents.gateway import ModelCallError
 from agents.planner import Subtopic, plan_research, reflect as reflect_on_gaps, write_brief as brief_for_user
 from agents.researcher import assess_coverage, take_notes
 from agents.response import SystemResponse
@@ -181,8 +182,12 @@ async def reflect(
     if round_ >= options.max_rounds:
         return Command(goto="write_report", update={"depth": depth})
     gateway = pipeline_resources(runtime, PIPELINE).gateway
-    gaps = await reflect_on_gaps(gateway, state["brief"], _findings_digest(_sorted_findings(state)),
-                                 options.max_researchers, options.queries_per_topic)
+    try:
+        gaps = await reflect_on_gaps(gateway, state["brief"], _findings_digest(_sorted_findings(state)),
+                                     options.max_researchers, options.queries_per_topic)
+    except ModelCallError as exc:  # the report is written from the rounds done
+        errors = state.get("errors", []) + [f"reflect after round {round_}: {exc}"]
+        return Command(goto="write_report", update={"depth": depth + 1, "errors": errors})
     depth += 1
     if not gaps:
         return Command(goto="write_report", update={"depth": depth})
@@ -220,7 +225,7 @@ async def write_report(state: DeepResearchState, runtime: Runtime[EpisodeContext
         "fetches": sum(f.fetches for f in findings),
         "sources_read": len({s.id for f in findings for s in f.sources}),
         "notes": sum(len(f.notes) for f in findings),
-        "failures": [line for f in findings for line in f.failures],
+        "failures": state.get("errors", []) + [line for f in findings for line in f.failures],
         "critical_path_calls": state.get("depth", 0) + 1,
     }
     return {"response": SystemResponse(text=report.text, citations=report.citations, meta=meta)}
@@ -270,15 +275,20 @@ async def take_source_notes(state: ResearcherState, runtime: Runtime[EpisodeCont
     resources = pipeline_resources(runtime, PIPELINE)
     new = state.get("new_sources", [])
 
-    async def one(source: SourceRef) -> list[Note]:
+    async def one(source: SourceRef) -> list[Note] | str:
         text = resources.sources.get(source.sha256)[: options.page_chars]
-        taken = await take_notes(resources.gateway, state["topic"], state["focus"], source.title, text,
-                                 options.notes_per_source)
+        try:
+            taken = await take_notes(resources.gateway, state["topic"], state["focus"], source.title, text,
+                                     options.notes_per_source)
+        except ModelCallError as exc:  # the other sources' notes stand; this one is recorded as failed
+            return f"notes from {source.url or source.title}: {exc}"
         return [Note(source_id=source.id, text=t) for t in taken]
 
-    taken = [n for batch in await asyncio.gather(*(one(s) for s in new)) for n in batch]
+    outcomes = await asyncio.gather(*(one(s) for s in new))
+    taken = [n for batch in outcomes if not isinstance(batch, str) for n in batch]
     return Command(goto="assess", update={
         "notes": state.get("notes", []) + taken,
+        "failures": state.get("failures", []) + [o for o in outcomes if isinstance(o, str)],
         "steps": state.get("steps", 0) + 1,
         "chain_calls": state.get("chain_calls", 0) + (1 if new else 0),
     })
@@ -302,8 +312,12 @@ async def assess(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Co
     if state["gold_sources"] or not can_go_on:  # gold_context: everything was read in one step
         return Command(goto=END, update={"findings": [_findings(state, False, depth)]})
     gateway = pipeline_resources(runtime, PIPELINE).gateway
-    coverage = await assess_coverage(gateway, state["topic"], state["focus"], [n.text for n in state.get("notes", [])],
-                                     options.queries_per_topic)
+    try:
+        coverage = await assess_coverage(gateway, state["topic"], state["focus"],
+                                         [n.text for n in state.get("notes", [])], options.queries_per_topic)
+    except ModelCallError as exc:  # the notes taken stand; the researcher stops here
+        failed = {**state, "failures": state.get("failures", []) + [f"assess {state['topic']!r}: {exc}"]}
+        return Command(goto=END, update={"findings": [_findings(failed, False, depth + 1)]})
     depth += 1
     if coverage.covered or not coverage.follow_up_queries:
         return Command(goto=END, update={"findings": [_findings(state, coverage.covered, depth)]})

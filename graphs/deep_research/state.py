@@ -88,5 +88,6 @@ class DeepResearchState(PipelineInput, PipelineOutput, total=False):
     round: int
     findings: Annotated[list[Findings], operator.add]
     depth: int  # dependent LLM calls so far on the critical path (rounds finished)
+    errors: list[str]  # steps that failed and were worked around (in response.meta["failures"])
 
 
