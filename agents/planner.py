@@ -42,6 +42,12 @@ class ResearchBrief(BaseModel):
     must_cover: list[str] = Field(description="What the report must answer for this user.")
     form: ReportForm
 
+    @classmethod
+    def plain(cls, query: Query) -> "ResearchBrief":
+        """The brief when none could be written: the question as asked, nothing known of the user."""
+        form = ReportForm(length="medium", structure="clear sections", tone="neutral", expertise="unknown")
+        return cls(question=query.text, user_facts=[], must_cover=[], form=form)
+
     def render(self) -> str:
         lines = [f"Research question: {self.question}"]
         if self.user_facts:
@@ -64,6 +70,11 @@ class Subtopic(BaseModel):
 
 class ResearchPlan(BaseModel):
     subtopics: list[Subtopic] = Field(min_length=1)
+
+
+def whole_question(brief: ResearchBrief) -> list[Subtopic]:
+    """The plan when none could be made: research the question as one sub-topic."""
+    return [Subtopic(title=brief.question, why_for_user="", queries=[brief.question[:300]])]
 
 
 class Reflection(BaseModel):

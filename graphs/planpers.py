@@ -17,6 +17,7 @@ from langgraph.types import Command
 from pydantic import Field
 
 from agents.answerer import answer
+from agents.gateway import ModelCallError
 from agents.planner import plan_aspects
 from graphs.context import EpisodeContext
 from graphs.inputs import PipelineInput, PipelineOutput
@@ -32,6 +33,7 @@ class PlanPersOptions(AnswerBudgetOptions):
 
 class PlanPersState(PipelineInput, PipelineOutput, total=False):
     plan: list[str]
+    failures: list[str]
 
 
 async def plan(state: PlanPersState, runtime: Runtime[EpisodeContext]) -> Command[Literal["answer"]]:
@@ -39,7 +41,10 @@ async def plan(state: PlanPersState, runtime: Runtime[EpisodeContext]) -> Comman
     options = pipeline_options_of(runtime, PIPELINE, PlanPersOptions)
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     query = view_of(state, runtime, PIPELINE).query
-    aspects = await plan_aspects(gateway, query, state["user_context"].text, options.max_aspects)
+    try:
+        aspects = await plan_aspects(gateway, query, state["user_context"].text, options.max_aspects)
+    except ModelCallError as exc:  # answer without a plan, and say so
+        aspects, update = [], {**update, "failures": [f"plan (answered without one): {exc}"]}
     return Command(goto="answer", update={**update, "plan": aspects})
 
 
@@ -47,7 +52,8 @@ async def write_answer(state: PlanPersState, runtime: Runtime[EpisodeContext]) -
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     view = view_of(state, runtime, PIPELINE)
     response = await answer(gateway, view, state["user_context"].text, role="writer", plan=state["plan"])
-    response.meta.update(meta_of(state, runtime, PIPELINE) | {"plan": state["plan"], "critical_path_calls": 2})
+    response.meta.update(meta_of(state, runtime, PIPELINE)
+                         | {"plan": state["plan"], "failures": state.get("failures", []), "critical_path_calls": 2})
     return {"response": response}
 
 

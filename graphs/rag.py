@@ -19,6 +19,7 @@ from langgraph.types import Command
 from pydantic import Field
 
 from agents.citations import SourceRef
+from agents.gateway import ModelCallError
 from agents.planner import search_queries
 from agents.response import SystemResponse
 from agents.writer import write_answer
@@ -56,7 +57,11 @@ async def plan_queries(state: RagState, runtime: Runtime[EpisodeContext]) -> Com
     options = _options(runtime)
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     query = view_of(state, runtime, PIPELINE).query
-    queries = await search_queries(gateway, query, state["user_context"].text, options.max_queries)
+    try:
+        queries = await search_queries(gateway, query, state["user_context"].text, options.max_queries)
+    except ModelCallError as exc:  # search the question as asked, and say so
+        queries = [query.text[:300]]
+        update["failures"] = [f"plan_queries (searching the question as asked): {exc}"]
     return Command(goto="search", update={**update, "queries": queries})
 
 
@@ -64,7 +69,7 @@ async def search(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[L
     options = _options(runtime)
     web = pipeline_resources(runtime, PIPELINE).web()
     hits, failures = await search_web(web, state["queries"], options.results_per_query, options.max_pages)
-    return Command(goto="read", update={"hits": hits, "failures": failures})
+    return Command(goto="read", update={"hits": hits, "failures": state.get("failures", []) + failures})
 
 
 async def read(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["answer"]]:

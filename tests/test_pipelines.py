@@ -357,3 +357,32 @@ async def test_a_failed_note_taking_call_is_recorded_and_the_report_still_writte
     failures = out["response"].meta["failures"]
     assert len(failures) == 1 and failures[0].startswith("notes from https://")
     assert "no valid SourceNotes" in failures[0] and out["response"].citations
+
+
+@pytest.mark.parametrize(("pipeline", "broken", "recorded"), [
+    ("deep_research", "ResearchBrief", "write_brief (researching the question as asked)"),
+    ("deep_research", "ResearchPlan", "plan (one sub-topic: the whole question)"),
+    ("rag", "SearchQueries", "plan_queries (searching the question as asked)"),
+    ("planpers", "Aspects", "plan (answered without one)"),
+])
+async def test_a_planning_step_a_model_cannot_do_falls_back_and_is_recorded(tmp_path, monkeypatch, pipeline, broken,
+                                                                            recorded):
+    """A weak model that cannot fill a plan's schema still gets an answer, and the fallback is recorded."""
+    from agents.gateway import StructuredOutputError
+
+    original = Gateway.structured
+
+    async def weak(self, role, messages, schema):
+        if schema.__name__ == broken:
+            raise StructuredOutputError(f"no valid {broken} after one repair", role=role, model="m", attempts=2, raw="{")
+        return await original(self, role, messages, schema)
+
+    monkeypatch.setattr(Gateway, "structured", weak)
+    ctx = context(tmp_path, pipeline, **(SMALL if pipeline == "deep_research" else {}))
+    graph = {"deep_research": build_deep_research_graph, "rag": build_rag_graph, "planpers": build_planpers_graph}
+    try:
+        out = await graph[pipeline]().ainvoke({"benchmark": "sample", "case_id": "q01"}, context=ctx)
+    finally:
+        await release(ctx)
+    assert out["response"].text.startswith("DRY RUN")
+    assert any(line.startswith(recorded) and f"no valid {broken}" in line for line in out["response"].meta["failures"])

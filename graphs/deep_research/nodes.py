@@ -23,7 +23,9 @@ from agents.citations import SourceRef
 from agents.clarifier import decide_clarification
 from agents.clarify import ClarifyAnswers, ClarifyRequest
 from agents.gateway import ModelCallError
-from agents.planner import Subtopic, plan_research, reflect as reflect_on_gaps, write_brief as brief_for_user
+from agents.planner import ResearchBrief, Subtopic, plan_research, whole_question
+from agents.planner import reflect as reflect_on_gaps
+from agents.planner import write_brief as brief_for_user
 from agents.researcher import assess_coverage, take_notes
 from agents.response import SystemResponse
 from agents.writer import write_report as write_cited_report
@@ -97,9 +99,13 @@ async def clarify(
         return Command(goto="write_brief", update={**update, "clarification": skipped})
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     query = view_of(state, runtime, PIPELINE).query
-    questions = await decide_clarification(gateway, query, _context_text(state), options.max_questions,
-                                           always=options.clarify == "always")
     update["depth"] = 1
+    try:
+        questions = await decide_clarification(gateway, query, _context_text(state), options.max_questions,
+                                               always=options.clarify == "always")
+    except ModelCallError as exc:  # research goes on without asking
+        return Command(goto="write_brief", update={**update, "clarification": Clarification(status="failed",
+                                                                                             reason=str(exc))})
     if not questions:
         return Command(goto="write_brief", update={**update, "clarification": Clarification(status="not_needed")})
     asked = Clarification(status="answered", questions=questions)
@@ -137,8 +143,14 @@ async def write_brief(state: DeepResearchState, runtime: Runtime[EpisodeContext]
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     clarification = state.get("clarification")
     query = view_of(state, runtime, PIPELINE).query
-    brief = await brief_for_user(gateway, query, _context_text(state), clarification.pairs() if clarification else [])
-    return Command(goto="plan", update={"brief": brief, "depth": state.get("depth", 0) + 1})
+    update: dict[str, Any] = {"depth": state.get("depth", 0) + 1}
+    try:
+        update["brief"] = await brief_for_user(gateway, query, _context_text(state),
+                                               clarification.pairs() if clarification else [])
+    except ModelCallError as exc:  # research the question as asked, and say so
+        update["brief"] = ResearchBrief.plain(query)
+        update["errors"] = state.get("errors", []) + [f"write_brief (researching the question as asked): {exc}"]
+    return Command(goto="plan", update=update)
 
 
 def _tasks(state: DeepResearchState, subtopics: list[Subtopic], round_: int) -> list[Send]:
@@ -155,8 +167,13 @@ def _tasks(state: DeepResearchState, subtopics: list[Subtopic], round_: int) -> 
 async def plan(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> Command[Literal["researcher"]]:
     options = _options(runtime)
     gateway = pipeline_resources(runtime, PIPELINE).gateway
-    subtopics = await plan_research(gateway, state["brief"], options.max_researchers, options.queries_per_topic)
-    return Command(goto=_tasks(state, subtopics, 1), update={"round": 1, "depth": state.get("depth", 0) + 1})
+    update: dict[str, Any] = {"round": 1, "depth": state.get("depth", 0) + 1}
+    try:
+        subtopics = await plan_research(gateway, state["brief"], options.max_researchers, options.queries_per_topic)
+    except ModelCallError as exc:  # one researcher on the whole question, and say so
+        subtopics = whole_question(state["brief"])
+        update["errors"] = state.get("errors", []) + [f"plan (one sub-topic: the whole question): {exc}"]
+    return Command(goto=_tasks(state, subtopics, 1), update=update)
 
 
 def _sorted_findings(state: DeepResearchState) -> list[Findings]:

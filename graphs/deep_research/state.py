@@ -22,7 +22,7 @@ from graphs.sources import WebHit
 class Clarification(BaseModel):
     """What happened at the clarify step (recorded in `response.meta["clarify"]`)."""
 
-    status: Literal["answered", "not_needed", "skipped", "off"]
+    status: Literal["answered", "not_needed", "skipped", "off", "failed"]
     reason: str = ""
     questions: list[str] = Field(default_factory=list)
     answers: list[str] = Field(default_factory=list)
