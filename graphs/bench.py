@@ -88,15 +88,15 @@ async def _episodes(graph, context: EpisodeContext, case_ids: list[str], benchma
 
 @contextlib.asynccontextmanager
 async def _checkpointer(kind: str, path: Path):
-    if kind == "sqlite":
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    from graphs.serde import serializer, sqlite_checkpointer
 
-        async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+    if kind == "sqlite":
+        async with sqlite_checkpointer(path) as saver:
             yield saver
     elif kind == "memory":
         from langgraph.checkpoint.memory import InMemorySaver
 
-        yield InMemorySaver()
+        yield InMemorySaver(serde=serializer())
     else:
         yield None
 

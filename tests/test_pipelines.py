@@ -21,6 +21,7 @@ from graphs.inputs import GraphInputError, gold_context
 from graphs.planpers import build_planpers_graph
 from graphs.rag import build_rag_graph
 from graphs.resources import release, resources_for
+from graphs.serde import serializer
 from graphs.sources import SourceStore, text_sha256
 from tools.config import WebConfig
 
@@ -103,7 +104,7 @@ async def test_a_citation_of_a_source_never_fetched_is_removed_and_counted(tmp_p
 async def test_budgets_bound_researchers_rounds_pages_and_tool_calls(tmp_path):
     ctx = context(tmp_path, "deep_research", max_researchers=2, max_rounds=2, max_pages=2, max_tool_calls=3,
                   report_tokens=300)
-    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver()})
+    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver(serde=serializer())})
     config = {"configurable": {"thread_id": "budgets"}}
     try:
         await graph.ainvoke({"benchmark": "sample", "case_id": "q05"}, config, context=ctx)
@@ -140,7 +141,7 @@ async def test_every_llm_call_is_tagged_with_its_node_and_every_page_comes_throu
 
 async def test_the_users_context_shapes_the_brief_and_the_brief_shapes_plan_and_report(tmp_path, prompts):
     ctx = context(tmp_path, "deep_research", memory="full", **SMALL)
-    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver()})
+    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver(serde=serializer())})
     config = {"configurable": {"thread_id": "personal"}}
     try:
         await graph.ainvoke({"benchmark": "sample", "case_id": "q01"}, config, context=ctx)
@@ -160,7 +161,7 @@ async def test_the_users_context_shapes_the_brief_and_the_brief_shapes_plan_and_
 
 async def test_clarify_interrupts_with_typed_questions_and_resumes_with_typed_answers(tmp_path, prompts):
     ctx = context(tmp_path, "deep_research", answerer="person", clarify="always", max_questions=2, **SMALL)
-    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver()})
+    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver(serde=serializer())})
     config = {"configurable": {"thread_id": "clarify"}}
     try:
         first = await graph.ainvoke({"benchmark": "sample", "case_id": "q01"}, config, context=ctx)
@@ -182,7 +183,7 @@ async def test_clarify_interrupts_with_typed_questions_and_resumes_with_typed_an
 
 async def test_more_answers_than_questions_is_refused_naming_both_counts(tmp_path):
     ctx = context(tmp_path, "deep_research", answerer="person", clarify="always", max_questions=1, **SMALL)
-    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver()})
+    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver(serde=serializer())})
     config = {"configurable": {"thread_id": "too-many"}}
     try:
         await graph.ainvoke({"benchmark": "sample", "case_id": "q01"}, config, context=ctx)
@@ -249,7 +250,7 @@ def test_a_case_without_gold_information_fails_that_system_with_a_clear_reason(t
 async def test_random_profile_answers_with_another_users_context_chosen_by_the_seed(tmp_path, prompts):
     cases = {c.id: c for c in load_cases("sample")}
     ctx = context(tmp_path, "planpers", memory="full", random_profile=True, seed=3)
-    graph = build_planpers_graph().copy(update={"checkpointer": InMemorySaver()})
+    graph = build_planpers_graph().copy(update={"checkpointer": InMemorySaver(serde=serializer())})
     config = {"configurable": {"thread_id": "random"}}
     try:
         out = await graph.ainvoke({"benchmark": "sample", "case_id": "q01"}, config, context=ctx)
@@ -288,16 +289,12 @@ def test_pipeline_options_are_typed_and_a_typo_is_refused_with_its_key_path():
             parse_recipe(system(pipeline, options))
 
 
-async def test_every_type_in_deep_research_state_is_listed_for_the_checkpoint_serializer(tmp_path, caplog):
-    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-
+async def test_every_type_in_deep_research_state_is_registered_with_the_checkpoint_serializer(tmp_path, caplog):
     from agents.planner import ResearchBrief
     from graphs.deep_research.state import Findings
-    from graphs.state_types import STATE_TYPES
 
-    serde = JsonPlusSerializer(allowed_msgpack_modules=[(t.__module__, t.__name__) for t in STATE_TYPES])
     ctx = context(tmp_path, "deep_research", memory="full", answerer="person", clarify="always", **SMALL)
-    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver(serde=serde)})
+    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver(serde=serializer())})
     config = {"configurable": {"thread_id": "serde"}}
     try:
         await graph.ainvoke({"benchmark": "sample", "case_id": "q01"}, config, context=ctx)
@@ -314,7 +311,7 @@ async def test_every_type_in_deep_research_state_is_listed_for_the_checkpoint_se
 async def test_deep_research_with_gold_context_reads_the_gold_information_and_never_the_web(tmp_path, prompts):
     [case] = [c for c in load_cases("sample") if c.id == "q14"]
     ctx = context(tmp_path, "deep_research", gold_context=True, noise_ratio=0.4, **SMALL)
-    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver()})
+    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver(serde=serializer())})
     config = {"configurable": {"thread_id": "gold"}}
     try:
         out = await graph.ainvoke({"benchmark": "sample", "case_id": "q14"}, config, context=ctx)
