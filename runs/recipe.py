@@ -166,6 +166,7 @@ def _validator_model() -> type[BaseModel]:
         __base__=SystemSpec,
         __validators__={"_typed_pipeline_options": field_validator("pipeline_options")(typed_pipeline_options)},
         pipeline=(Pipeline, "direct"),
+        pipeline_options=(dict[str, Any], Field(default_factory=dict, validate_default=True)),  # defaults resolved
         memory=(MemoryUnion, ...),
         models=(dict[Role, ModelSettings], {}),
     )

@@ -278,6 +278,9 @@ def test_pipeline_options_are_typed_and_a_typo_is_refused_with_its_key_path():
     recipe = parse_recipe(system("deep_research", {"max_rounds": 3, "gold_context": True, "noise_ratio": 0.25}))
     options = recipe.systems[0].pipeline_options
     assert options["max_rounds"] == 3 and options["noise_ratio"] == 0.25 and options["max_researchers"] == 3
+    unset = parse_recipe({**base, "systems": [{"name": "a", "pipeline": "rag", "memory": {"backend": "none"}}]})
+    assert unset.systems[0].pipeline_options["max_pages"] == 4  # defaults resolved, as config.json records them
+    assert parse_recipe(unset.model_dump(mode="python")).systems == unset.systems  # stable when read back
     for pipeline, options, message in [
         ("rag", {"max_pagess": 2}, "systems[0].pipeline_options.max_pagess: unknown key"),
         ("deep_research", {"max_rounds": 0}, "systems[0].pipeline_options.max_rounds: Input should be greater"),
