@@ -116,7 +116,7 @@ async def test_budgets_bound_researchers_rounds_pages_and_tool_calls(tmp_path):
     for round_ in {f.round for f in findings}:
         assert len([f for f in findings if f.round == round_]) <= 2
     for f in findings:
-        assert f.searches + f.fetches <= 3 and len(f.sources) <= 2 and f.steps <= 3
+        assert f.searches + f.fetches <= 3 and len(f.sources) <= 2 and f.steps <= 2
         assert {n.source_id for n in f.notes} <= {s.id for s in f.sources}  # notes tied to sources read
 
 
