@@ -22,16 +22,19 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agents.clarify import ClarifyAnswers, ClarifyRequest
 from agents.judges.base import Judge, check_judge_fit, create_judge
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.errors import ConfigError, DataError
 from benchmarks.json_input import read_appended_jsonl, read_json_file, validation_error
 from benchmarks.registry import load_cases
-from graphs.context import EpisodeContext, SystemSpec
+from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
+from graphs.inputs import forget_cases, remember_cases
 from graphs.resources import release, resources_for
 from graphs.serde import sqlite_checkpointer
 from runs.executors import Episode, open_executor
@@ -117,6 +120,10 @@ class Runner:
             system=system,
             judges=self.recipe.judges,
             web=self.web,
+            seed=self.recipe.seed,
+            benchmark=BenchmarkRef(name=self.recipe.benchmark.name, split=self.recipe.benchmark.split,
+                                   options=self.recipe.benchmark.options),
+            clarify_answerer="none",  # no simulated user answers clarifying questions yet: skipped, recorded
         )
 
     async def run(self) -> RunFolder:
@@ -137,6 +144,7 @@ class Runner:
                                   (self.folder.ledger, "that call is missing from the ledger")):
             _mend_torn_line(path, consequence)
         read_ledger(self.folder.ledger)  # a bad line is reported now, not after every episode has run
+        remember_cases(self.run_id, cases)  # episodes' state holds only (benchmark, case id)
         results = ResultsFile(self.folder.results)
         latest = results.load()
         done = {k for k, r in latest.items() if r.ok}
@@ -145,7 +153,7 @@ class Runner:
         rejudge = self._to_rejudge(latest, cases, contexts, judgments_changed)
 
         async with sqlite_checkpointer(self.folder.checkpoints) as saver:
-            graphs = {p: build_episode_graph(p, checkpointer=saver) for p in {s.pipeline for s in recipe.systems}}
+            graph = build_episode_graph(sorted({s.pipeline for s in recipe.systems}), checkpointer=saver)
             limit = asyncio.Semaphore(recipe.run.concurrency)
 
             async def one(case: Case, system: SystemSpec) -> ResultRecord:
@@ -162,7 +170,7 @@ class Runner:
                 results.append(record)
                 return record
 
-            async with open_executor(recipe, self._episode, graphs, run_id=self.run_id, run_dir=self.folder.path,
+            async with open_executor(recipe, self._episode, graph, run_id=self.run_id, run_dir=self.folder.path,
                                      progress=self.progress) as executor:
                 with _progress(self.progress, total=len(cases) * len(recipe.systems), done=len(done) - len(rejudge)) as bar:
                     tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
@@ -179,6 +187,7 @@ class Runner:
             results.append(record)
         for context in contexts.values():
             await release(context)
+        forget_cases(self.run_id)
         self.finish(config)
         return self.folder
 
@@ -196,7 +205,12 @@ class Runner:
                 if snapshot.next:  # interrupted earlier: continue from the last checkpoint
                     out = await graph.ainvoke(None, config, context=context)
                 else:
-                    out = await graph.ainvoke({"case": case}, config, context=context)
+                    reference = {"benchmark": case.benchmark, "case_id": case.id}
+                    out = await graph.ainvoke(reference, config, context=context)
+                while out.get("__interrupt__"):  # a system asked the user something
+                    [pending] = out["__interrupt__"]
+                    answers = await answer_clarification(ClarifyRequest.model_validate(pending.value), case, context)
+                    out = await graph.ainvoke(Command(resume=answers), config, context=context)
         except Exception as exc:  # noqa: BLE001 - one failed episode is recorded and the run goes on
             return ResultRecord(**base, status="error", error=f"{type(exc).__name__}: {exc}",
                                 latency_s=time.perf_counter() - started, finished_at=time.time())
@@ -277,6 +291,16 @@ class Runner:
         }
         write_json_atomic(self.folder.summary, summary)
         write_report(self.folder.report, config=config, summary=summary, records=records)
+
+
+async def answer_clarification(request: ClarifyRequest, case: Case, context: EpisodeContext) -> ClarifyAnswers:
+    """The one place a run answers a system's clarifying questions (deep_research's clarify
+    interrupt): the simulated user, grounded on the case, plugs in here. Until one exists, runs set
+    `clarify_answerer = "none"` and systems skip the step (recorded in `response.meta["clarify"]`)."""
+    raise ConfigError(
+        f"system {context.system.name!r} asked the user {len(request.questions)} clarifying question(s) on case "
+        f"{case.id!r}, but this run has no simulated user to answer them"
+    )
 
 
 class _StoredConfig(BaseModel):

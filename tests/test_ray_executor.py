@@ -190,6 +190,32 @@ def test_redis_cache_is_shared_by_every_node(cluster, tmp_path, cache_dir, redis
     assert not (cache_dir / "llm").exists()  # no node fell back to a disk cache
 
 
+def test_a_searching_pipeline_leaves_its_web_in_the_run_folder_for_replay(cluster, tmp_path, cache_dir):
+    """rag searches and reads the sandbox web on the nodes; the records reach the run folder, and a
+    local replay from that folder alone (no network, no sandbox) gives the same answers."""
+    from runs.recipe import parse_recipe
+
+    def recipe(name: str, **extra):
+        return parse_recipe({
+            "name": name, "benchmark": {"name": "sample", "split": "all", "setting": "context", "limit": 3},
+            "systems": [{"name": "rag", "pipeline": "rag", "memory": {"backend": "none"}}],
+            "judges": [{"name": "lampqa_aspects"}], "run": {"out_dir": str(tmp_path)}, **extra,
+        })
+
+    remote = run_recipe(recipe("remote", run={"out_dir": str(tmp_path), "executor": "ray",
+                                              "ray": {"address": cluster.address}}),
+                        tmp_path / "remote", progress=False).path
+    assert all(r["status"] == "ok" for r in lines(remote / "results.jsonl"))
+    logged = lines(remote / "web_log.jsonl")
+    assert {e["kind"] for e in logged} >= {"search"}
+    assert all(list((remote / "web" / "records").glob(f"*/{e['key']}.json")) for e in logged)
+    shutil.rmtree(cache_dir)
+    replayed = run_recipe(recipe("replay", web={"mode": "replay", "cache_dir": str(remote / "web")}),
+                          tmp_path / "replay", progress=False).path
+    text = lambda f: {r["key"]: r["response"]["text"] for r in lines(f / "results.jsonl")}  # noqa: E731
+    assert all(r["status"] == "ok" for r in lines(replayed / "results.jsonl")) and text(replayed) == text(remote)
+
+
 def test_resume_on_the_cluster_runs_only_what_is_missing(cluster, tmp_path, cache_dir):
     recipe = load_recipe(QUICKSTART).with_overrides(executor="ray", ray_address=cluster.address, limit=3)
     folder = run_recipe(recipe, tmp_path / "run", progress=False).path

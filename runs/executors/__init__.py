@@ -14,11 +14,11 @@ __all__ = ["Episode", "EpisodeFn", "Executor", "open_executor"]
 
 
 @contextlib.asynccontextmanager
-async def open_executor(recipe, episode_fn: EpisodeFn, graphs: dict[str, Any], *, run_id: str, run_dir: Path,
+async def open_executor(recipe, episode_fn: EpisodeFn, graph: Any, *, run_id: str, run_dir: Path,
                         progress: bool = True) -> AsyncIterator[Executor]:
     """The recipe's executor (`[run] executor`), closed (its workers stopped) when the block ends."""
     if recipe.run.executor == "local":
-        executor: Executor = LocalExecutor(episode_fn, graphs)
+        executor: Executor = LocalExecutor(episode_fn, graph)
     else:
         from runs.executors.ray import RayExecutor, forwarded_env
 
@@ -26,8 +26,9 @@ async def open_executor(recipe, episode_fn: EpisodeFn, graphs: dict[str, Any], *
         key_envs += [s.api_key_env for system in recipe.systems for s in system.models.values()]
         key_envs += web_key_envs(recipe.web)
         executor = await RayExecutor(
-            episode_fn, graphs, settings=recipe.run.ray, concurrency=recipe.run.concurrency, run_id=run_id,
-            run_dir=run_dir, env=forwarded_env(key_envs), progress=progress,
+            episode_fn, graph, pipelines=sorted({s.pipeline for s in recipe.systems}), settings=recipe.run.ray,
+            concurrency=recipe.run.concurrency, run_id=run_id, run_dir=run_dir, env=forwarded_env(key_envs),
+            progress=progress,
         ).start()
     try:
         yield executor

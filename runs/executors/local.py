@@ -11,13 +11,12 @@ from runs.results import ResultRecord
 class LocalExecutor:
     name = "local"
 
-    def __init__(self, episode_fn: EpisodeFn, graphs: dict[str, Any]) -> None:
+    def __init__(self, episode_fn: EpisodeFn, graph: Any) -> None:
         self.episode_fn = episode_fn
-        self.graphs = graphs  # per pipeline, checkpointed in the run folder
+        self.graph = graph  # the episode graph, checkpointed in the run folder
 
     async def run(self, episode: Episode) -> ResultRecord:
-        graph = self.graphs[episode.system.pipeline]
-        return await self.episode_fn(graph, episode.case, episode.system, episode.context)
+        return await self.episode_fn(self.graph, episode.case, episode.system, episode.context)
 
     async def aclose(self) -> None:
         return None

@@ -105,7 +105,8 @@ class EpisodeWorker:
     """The actor's body (wrapped by `ray.remote` in `RayExecutor`): one per node, many episodes at
     once on one event loop, its resources (gateway, memory stores, web) kept across episodes."""
 
-    def __init__(self, run_id: str, run_dir: str, scratch_root: str | None, env: dict[str, str]) -> None:
+    def __init__(self, run_id: str, run_dir: str, scratch_root: str | None, env: dict[str, str],
+                 pipelines: list[str], cases: list[Any]) -> None:
         for name, value in env.items():
             os.environ[name] = value
         import ray
@@ -114,7 +115,10 @@ class EpisodeWorker:
         from agents.gateway import set_model_limits
         from runs.executors.limits import ClusterLimits
 
+        from graphs.inputs import remember_cases
+
         set_model_limits(ClusterLimits(run_id))
+        remember_cases(run_id, cases)  # as the driver did: episodes' state holds only a case reference
         self.run_id = run_id
         self.run_dir = run_dir
         self.node = ray.get_runtime_context().get_node_id()
@@ -124,12 +128,13 @@ class EpisodeWorker:
         self.scratch.mkdir(parents=True, exist_ok=True)
         self.new_files = _NewFiles(self.scratch)
         self.contexts: dict[str, Any] = {}
-        self.graphs: dict[str, Any] = {}
         from langgraph.checkpoint.memory import InMemorySaver
 
+        from graphs.episode import build_episode_graph
         from graphs.serde import serializer
 
         self.saver = InMemorySaver(serde=serializer())
+        self.graph = build_episode_graph(pipelines, checkpointer=self.saver)  # the driver's graph, here
 
     async def ready(self) -> str:
         return self.node
@@ -146,13 +151,6 @@ class EpisodeWorker:
             self.contexts[key] = context.model_copy(update=update)
         return self.contexts[key]
 
-    def _graph(self, pipeline: str):
-        from graphs.episode import build_episode_graph
-
-        if pipeline not in self.graphs:
-            self.graphs[pipeline] = build_episode_graph(pipeline, checkpointer=self.saver)
-        return self.graphs[pipeline]
-
     async def run(self, episode_fn: EpisodeFn, episode: Episode, checkpoints: list[Any]) -> EpisodeOutput:
         from agents.ledger import capture_calls
         from tools.web import capture_web_log
@@ -162,7 +160,7 @@ class EpisodeWorker:
         await self.saver.adelete_thread(episode.key)  # a retried attempt starts from what the driver had
         await copy_checkpoints(checkpoints, self.saver)
         with capture_calls() as calls, capture_web_log() as web_log:
-            record = await episode_fn(self._graph(episode.system.pipeline), episode.case, episode.system, context)
+            record = await episode_fn(self.graph, episode.case, episode.system, context)
         taken = [t async for t in self.saver.alist(thread)]
         await self.saver.adelete_thread(episode.key)
         return EpisodeOutput(record=record, calls=list(calls), web_log=[e.model_dump_json() for e in web_log],
@@ -171,10 +169,12 @@ class EpisodeWorker:
 
     async def shutdown(self) -> None:
         """Close what the worker's contexts opened and remove its scratch folder."""
+        from graphs.inputs import forget_cases
         from graphs.resources import release
 
         for context in self.contexts.values():
             await release(context)
+        forget_cases(self.run_id)
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
@@ -198,10 +198,11 @@ async def thread_checkpoints(saver, thread_id: str) -> list[Any]:
 class RayExecutor:
     name = "ray"
 
-    def __init__(self, episode_fn: EpisodeFn, graphs: dict[str, Any], *, settings, concurrency: int,
+    def __init__(self, episode_fn: EpisodeFn, graph: Any, *, pipelines: list[str], settings, concurrency: int,
                  run_id: str, run_dir: Path, env: dict[str, str], progress: bool = True) -> None:
         self.episode_fn = episode_fn
-        self.saver = next(iter(graphs.values())).checkpointer if graphs else None
+        self.saver = graph.checkpointer
+        self.pipelines = pipelines
         self.settings = settings
         self.concurrency = concurrency
         self.run_id = run_id
@@ -254,8 +255,12 @@ class RayExecutor:
             max_restarts=self.settings.max_retries, max_task_retries=self.settings.max_retries,
             scheduling_strategy="SPREAD",
         )
+        from graphs.inputs import remembered_cases
+
         scratch = self.settings.scratch_dir
-        self.workers = [worker.remote(self.run_id, str(self.run_dir), scratch, self.env) for _ in range(count)]
+        cases = ray.put(remembered_cases(self.run_id))  # once in the object store, for every worker
+        self.workers = [worker.remote(self.run_id, str(self.run_dir), scratch, self.env, self.pipelines, cases)
+                        for _ in range(count)]
         self.in_flight = [0] * count
         ready = [w.ready.remote() for w in self.workers]
         cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
