@@ -260,7 +260,7 @@ def test_a_worker_node_killed_midway_loses_and_doubles_nothing(cluster, tmp_path
     assert driver.returncode == 0, stderr
     results = lines(out / "results.jsonl")
     assert collections.Counter(r["key"] for r in results) == collections.Counter(scores(local).keys())  # each once
-    assert all(r["status"] == "ok" for r in results)
+    assert all(r["status"] == "ok" for r in results), [r["error"] for r in results if r["error"]]
     assert scores(out) == scores(local)
     # the calls of attempts lost with the node never reached the ledger; the retries' did, once
     assert calls_per_episode(out) == calls_per_episode(local)

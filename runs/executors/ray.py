@@ -212,6 +212,7 @@ class RayExecutor:
         self.workers: list[Any] = []
         self.in_flight: list[int] = []
         self.limits = None
+        self._cases = None
         self._connected_here = False
         self._files_lock = asyncio.Lock()
         self.node_names: dict[str, str] = {}  # node id -> address
@@ -258,8 +259,10 @@ class RayExecutor:
         from graphs.inputs import remembered_cases
 
         scratch = self.settings.scratch_dir
-        cases = ray.put(remembered_cases(self.run_id))  # once in the object store, for every worker
-        self.workers = [worker.remote(self.run_id, str(self.run_dir), scratch, self.env, self.pipelines, cases)
+        # once in the object store for every worker, and held until the run ends: a worker Ray restarts
+        # after its node died is built again from these very arguments
+        self._cases = ray.put(remembered_cases(self.run_id))
+        self.workers = [worker.remote(self.run_id, str(self.run_dir), scratch, self.env, self.pipelines, self._cases)
                         for _ in range(count)]
         self.in_flight = [0] * count
         ready = [w.ready.remote() for w in self.workers]
