@@ -38,12 +38,8 @@ def capture_calls() -> Iterator[list["LedgerEntry"]]:
     """Collect every entry any ledger records inside this block (tasks it starts included): a
     remote worker ships one episode's calls back to the driver this way, whose ledger alone writes
     the run folder's file (`Ledger.append`)."""
-    entries: list[LedgerEntry] = []
-    token = _captured.set(entries)
-    try:
+    with collecting(_captured) as entries:
         yield entries
-    finally:
-        _captured.reset(token)
 
 
 def current_tags() -> dict[str, str]:

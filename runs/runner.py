@@ -1,9 +1,10 @@
 """The experiment runner: expand a recipe into (case x system) episodes and run them.
 
 Episodes run concurrently (bounded by `run.concurrency`; each model further bounded by its own
-settings) on the recipe's executor: asyncio in this process, or a Ray cluster (`runs/executors/`). Each episode's graph is checkpointed in SQLite, each finished result appended
-atomically with an idempotent key, so a killed run resumed with the same `--out` folder loses
-nothing and counts nothing twice. Failures are recorded with their reason.
+settings) on the recipe's executor: asyncio in this process, or a Ray cluster (`runs/executors/`).
+Each episode's graph is checkpointed in SQLite, each finished result appended atomically with an
+idempotent key, so a killed run resumed with the same `--out` folder loses nothing and counts
+nothing twice. Failures are recorded with their reason.
 
 A run folder holds config.json, results.jsonl, summary.json, ledger.jsonl, report.html and
 checkpoints.sqlite.

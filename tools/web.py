@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field
 
+from agents.collect import collecting
 from benchmarks.data_files import cache_dir
 from tools.asgi_server import AsgiServer
 from tools.cache import CachedAnswer, RequestKind, WebCache
@@ -61,12 +62,8 @@ _captured: contextvars.ContextVar[list[WebLogEntry] | None] = contextvars.Contex
 def capture_web_log() -> Iterator[list[WebLogEntry]]:
     """Collect the web log entries of every request made inside this block (tasks it starts
     included): a remote worker ships one episode's entries back to the driver this way."""
-    entries: list[WebLogEntry] = []
-    token = _captured.set(entries)
-    try:
+    with collecting(_captured) as entries:
         yield entries
-    finally:
-        _captured.reset(token)
 
 
 def check_web_config(config: WebConfig) -> None:

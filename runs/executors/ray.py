@@ -212,6 +212,7 @@ class RayExecutor:
         self.workers: list[Any] = []
         self.in_flight: list[int] = []
         self.limits = None
+        self.address: str | None = None
         self._cases = None
         self._connected_here = False
         self._files_lock = asyncio.Lock()
