@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 # The roles every run knows. Later graphs add their own (researcher, writer, ...); a role without
 # its own setting falls back to `system` for systems under test and to `judge` for evaluators.
 ROLES = ("system", "user_sim", "judge")
-ROLE_FALLBACK = {"researcher": "system", "writer": "system", "planner": "system", "memory": "system"}
+ROLE_FALLBACK = {"researcher": "system", "writer": "system", "planner": "system", "memory": "system",
+                 "history_writer": "user_sim", "history_checker": "user_sim"}
 
 
 class ModelSettings(BaseModel):
