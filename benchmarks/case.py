@@ -298,6 +298,13 @@ class ViewAblation(_Model):
     def hides_facet(self, path: str) -> bool:
         return any(facet_matches(pattern, path) for pattern in self.facets)
 
+    def unmatched_facets(self, cases: "list[Case]") -> list[str]:
+        """The facet patterns that match no persona facet and no history trait of any of `cases`
+        (most likely typos: they would silently hide nothing)."""
+        paths = {p for c in cases for p in [*(f for f, _ in (c.persona.facets() if c.persona else [])),
+                                             *c.history_traits.values()]}
+        return [pattern for pattern in self.facets if not any(facet_matches(pattern, p) for p in paths)]
+
 
 def facet_matches(pattern: str, path: str) -> bool:
     """Whether a `ViewAblation` facet pattern covers the facet `path` (case-insensitive)."""

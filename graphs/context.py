@@ -11,6 +11,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.settings import ModelSettings
+from agents.user_sim.conversation import ConversationOptions
+from benchmarks.case import Case, ViewAblation
+from benchmarks.errors import ConfigError
 from tools.config import WebConfig
 
 
@@ -28,6 +31,12 @@ class SystemSpec(BaseModel):
     memory: dict[str, Any] = Field(default_factory=lambda: {"backend": "none"})
     setting: str | None = Field(default=None, description="Overrides the benchmark setting for this system.")
     models: dict[str, ModelSettings] = Field(default_factory=dict, description="Per-role overrides.")
+    hide: ViewAblation = Field(
+        default_factory=ViewAblation, description="Persona facets and history kinds hidden from this system (ablation)."
+    )
+    conversation: ConversationOptions | None = Field(
+        default=None, description="Talk with the simulated user for several turns (graphs/simulate.py)."
+    )
 
 
 class EpisodeContext(BaseModel):
@@ -43,3 +52,15 @@ class EpisodeContext(BaseModel):
 
     def role_models(self) -> dict[str, ModelSettings]:
         return {**self.models, **self.system.models}
+
+
+def check_hidden_facets(cases: list[Case], systems: list[SystemSpec]) -> None:
+    """Refuse a `hide.facets` pattern that matches nothing in the loaded cases (a typo would hide nothing)."""
+    for i, system in enumerate(systems):
+        unmatched = system.hide.unmatched_facets(cases)
+        if unmatched:
+            raise ConfigError(
+                f"systems[{i}].hide.facets: {unmatched[0]!r} matches no persona facet or history trait of the "
+                f"loaded cases (a pattern is a facet path prefix such as 'Preferences and Interests > Diet', or one "
+                f"path component such as 'Diet')"
+            )

@@ -24,6 +24,7 @@ from graphs.context import EpisodeContext
 from graphs.judge import build_judge_graph
 from graphs.memory import build_memory_graph
 from graphs.pipelines import PIPELINES
+from graphs.simulate import build_conversation_graph
 from memory.base import UserContext
 
 
@@ -58,17 +59,20 @@ def prepare(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> Command[Li
         if case_id not in cases:
             raise ConfigError(f"no case {case_id!r} in benchmark {benchmark!r} (it has {len(cases)} cases)")
         case = cases[case_id]
-    setting = (runtime.context or EpisodeContext()).system.setting
-    return Command(goto="memory", update={"case": case, "view": case.view(setting)})
+    system = (runtime.context or EpisodeContext()).system
+    return Command(goto="memory", update={"case": case, "view": case.view(system.setting, hide=system.hide)})
 
 
-def build_episode_graph(pipeline: str = "direct", checkpointer=None):
+def build_episode_graph(pipeline: str = "direct", checkpointer=None, conversation: bool = False):
+    """`conversation`: the system talks with the simulated user for several turns (graphs/simulate.py)
+    and the judges see the transcript."""
     graph = StateGraph(EpisodeState, context_schema=EpisodeContext, input_schema=EpisodeInput, output_schema=EpisodeOutput)
     graph.add_node("prepare", prepare)
     graph.add_node("memory", build_memory_graph())
-    graph.add_node("system", PIPELINES.get(pipeline).build())
+    graph.add_node("system", build_conversation_graph(pipeline) if conversation else PIPELINES.get(pipeline).build())
     graph.add_node("judge", build_judge_graph())
     graph.add_edge(START, "prepare")
     graph.add_edge("memory", "system")
     graph.add_edge("system", "judge")
-    return graph.compile(checkpointer=checkpointer, name=f"episode[{pipeline}]")
+    name = f"episode[{pipeline}{', conversation' if conversation else ''}]"
+    return graph.compile(checkpointer=checkpointer, name=name)

@@ -26,9 +26,10 @@ from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError
 from benchmarks.registry import load_cases
-from graphs.context import EpisodeContext, SystemSpec
+from graphs.context import EpisodeContext, SystemSpec, check_hidden_facets
 from graphs.episode import build_episode_graph
 from graphs.resources import release, resources_for
+from graphs.simulate import run_with_simulated_user
 from runs.recipe import Recipe
 from runs.report import write_report
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
@@ -116,6 +117,7 @@ class Runner:
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         self._check_resumable()
         cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
+        check_hidden_facets(cases, recipe.systems)
         self.folder.path.mkdir(parents=True, exist_ok=True)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
         dry_run = any(resources_for(c).gateway.dry_run for c in contexts.values())
@@ -128,12 +130,13 @@ class Runner:
                 if result_key(case.id, system.name) not in done]
 
         async with AsyncSqliteSaver.from_conn_string(str(self.folder.checkpoints)) as saver:
-            graphs = {p: build_episode_graph(p, checkpointer=saver) for p in {s.pipeline for s in recipe.systems}}
+            graphs = {key: build_episode_graph(key[0], checkpointer=saver, conversation=key[1])
+                      for key in {_graph_key(s) for s in recipe.systems}}
             limit = asyncio.Semaphore(recipe.run.concurrency)
 
             async def one(case: Case, system: SystemSpec) -> ResultRecord:
                 async with limit:
-                    record = await self._episode(graphs[system.pipeline], case, system, contexts[system.name])
+                    record = await self._episode(graphs[_graph_key(system)], case, system, contexts[system.name])
                 results.append(record)
                 return record
 
@@ -156,11 +159,7 @@ class Runner:
                     dry_run=resources_for(context).gateway.dry_run)
         try:
             with call_tags(case=case.id, system=system.name):
-                snapshot = await graph.aget_state(config)
-                if snapshot.next:  # interrupted earlier: continue from the last checkpoint
-                    out = await graph.ainvoke(None, config, context=context)
-                else:
-                    out = await graph.ainvoke({"case": case}, config, context=context)
+                out = await run_with_simulated_user(graph, case, config, context)
         except Exception as exc:  # noqa: BLE001 - one failed episode is recorded and the run goes on
             return ResultRecord(**base, status="error", error=f"{type(exc).__name__}: {exc}",
                                 latency_s=time.perf_counter() - started, finished_at=time.time())
@@ -224,6 +223,11 @@ class Runner:
         }
         write_json_atomic(self.folder.summary, summary)
         write_report(self.folder.report, config=config, summary=summary, records=records)
+
+
+def _graph_key(system: SystemSpec) -> tuple[str, bool]:
+    """Systems share an episode graph when they share a pipeline and whether they converse."""
+    return system.pipeline, system.conversation is not None
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
