@@ -11,7 +11,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.settings import ModelSettings
-from agents.user_sim.conversation import ConversationOptions
 from benchmarks.case import Case, ViewAblation
 from benchmarks.errors import ConfigError
 from tools.config import WebConfig
@@ -19,6 +18,14 @@ from tools.config import WebConfig
 
 def _default_models() -> dict[str, ModelSettings]:
     return {"system": ModelSettings(), "judge": ModelSettings(), "user_sim": ModelSettings()}
+
+
+class ConversationOptions(BaseModel):
+    """A system's conversation with the simulated user (`conversation = { max_turns = 3 }`; graphs/simulate.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(default=3, ge=1, le=20, description="User turns at most, the opening query included.")
 
 
 class SystemSpec(BaseModel):

@@ -30,10 +30,9 @@ from agents.clarify import ClarifyRequest
 from agents.ledger import call_tags
 from agents.response import Citation, SystemResponse
 from agents.user_sim import GoldGuard, answer_clarification, next_user_turn
-from agents.user_sim.conversation import ConversationOptions
 from agents.user_sim.grounding import STOP_TOKEN
 from benchmarks.case import Case, CaseView, ConversationTurn
-from graphs.context import EpisodeContext
+from graphs.context import ConversationOptions, EpisodeContext
 from graphs.pipelines import PIPELINES
 from graphs.resources import resources_for
 from memory.base import UserContext, memory_query

@@ -50,6 +50,9 @@ class BenchmarkSection(_Strict):
     setting: str | None = None
     limit: int | None = Field(default=None, gt=0)
     options: dict[str, Any] = Field(default_factory=dict)
+    rj_pairs_file: Path | None = Field(
+        default=None, description="Response-judgment pairs added to the cases' gold (`atelier simulate feedback`)."
+    )
 
     @field_validator("split", "setting")
     @classmethod

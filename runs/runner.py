@@ -26,6 +26,7 @@ from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError
 from benchmarks.registry import load_cases
+from benchmarks.rj_pairs import with_rj_pairs
 from graphs.context import EpisodeContext, SystemSpec, check_hidden_facets
 from graphs.episode import build_episode_graph
 from graphs.resources import release, resources_for
@@ -117,6 +118,8 @@ class Runner:
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         self._check_resumable()
         cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
+        if b.rj_pairs_file is not None:
+            cases = with_rj_pairs(cases, b.rj_pairs_file)
         check_hidden_facets(cases, recipe.systems)
         self.folder.path.mkdir(parents=True, exist_ok=True)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
@@ -186,7 +189,7 @@ class Runner:
             return
         current = self.recipe.model_dump(mode="json")
         changed = [k for k in self._RESUME_KEYS if previous.get(k) != current.get(k)]
-        benchmark = ("name", "split", "setting", "options")
+        benchmark = ("name", "split", "setting", "options", "rj_pairs_file")
         changed += [f"benchmark.{k}" for k in benchmark if previous["benchmark"].get(k) != current["benchmark"].get(k)]
         if changed:
             raise ConfigError(

@@ -30,8 +30,8 @@ from agents.ledger import Ledger, call_tags
 from agents.settings import ModelSettings
 from agents.user_sim import HistoryOptions, check_protocol, check_reversibility, synthesize_history
 from benchmarks.data_files import cache_dir
-from benchmarks.errors import ConfigError
-from benchmarks.loaders.pdr import ContextRecord, context_history, read_language
+from benchmarks.errors import ConfigError, DataError
+from benchmarks.loaders.pdr import ContextRecord, context_history, read_contexts, read_language
 from runs.results import write_json_atomic
 
 ROLES = ("history_writer", "history_checker")
@@ -72,16 +72,23 @@ class UserOutcome:
     error: str | None = None
 
 
+async def record_figures(gateway: Gateway, attributes: dict[str, Any], record: ContextRecord,
+                         reversibility: bool) -> dict[str, Any]:
+    """The protocol figures of one user's record and, if asked, its reversibility verdicts."""
+    figures: dict[str, Any] = {"protocol": check_protocol(attributes, record).model_dump()}
+    if reversibility:
+        with call_tags(node="reversibility"):
+            report = await check_reversibility(gateway, attributes, context_history(record))
+        figures["reversibility"] = report.model_dump()
+    return figures
+
+
 async def _one_user(gateway: Gateway, job: HistoryJob, user_id: str, attributes: dict[str, Any]) -> UserOutcome:
     with call_tags(case=user_id):
         try:
             with call_tags(node="write_history"):
                 history = await synthesize_history(gateway, user_id, attributes, job.options)
-            figures: dict[str, Any] = {"protocol": check_protocol(attributes, history.record).model_dump()}
-            if job.check:
-                with call_tags(node="reversibility"):
-                    report = await check_reversibility(gateway, attributes, context_history(history.record))
-                figures["reversibility"] = report.model_dump()
+            figures = await record_figures(gateway, attributes, history.record, job.check)
         except ModelCallError as exc:  # this user is left out and named; the others go on
             return UserOutcome(user_id, error=str(exc))
     return UserOutcome(user_id, record=history.record, figures=figures)
@@ -163,6 +170,34 @@ async def synthesize_contexts(job: HistoryJob, out_dir: Path, *, cache: bool = T
     }
     write_json_atomic(out_dir / "manifest.json", manifest)
     return manifest
+
+
+async def check_contexts(path: Path, language: str, checker: ModelSettings | None, *, cache: bool = True) -> dict[str, Any]:
+    """Protocol figures (and, with a `checker` model, reversibility) of an existing contexts file."""
+    personas = pdr_personas(language)
+    records = read_contexts(path)
+    unknown = [u for u in records if u not in personas]
+    if unknown:
+        raise DataError(f"user {unknown[0]!r} has no {language} persona", file=path, field="userid")
+    gateway = Gateway({"history_checker": checker or ModelSettings()},
+                      cache=ResponseCache(cache_dir() / "llm") if cache else None)
+    outcomes = []
+    for user_id, record in records.items():
+        with call_tags(case=user_id):
+            try:
+                figures = await record_figures(gateway, personas[user_id], record, checker is not None)
+                outcomes.append(UserOutcome(user_id, record=record, figures=figures))
+            except ModelCallError as exc:
+                outcomes.append(UserOutcome(user_id, error=str(exc)))
+    return {
+        "contexts_file": str(path),
+        "language": language,
+        "overall": pooled_figures(outcomes),
+        "per_user": {o.user_id: o.figures for o in outcomes if o.record is not None},
+        "failed": {o.user_id: o.error for o in outcomes if o.error},
+        "dry_run": checker is not None and gateway.dry_run,
+        "ledger": gateway.ledger.totals(),
+    }
 
 
 def run_history_job(job: HistoryJob, out_dir: Path, *, cache: bool = True) -> dict[str, Any]:

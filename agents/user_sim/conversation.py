@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from agents.gateway import Gateway
 from agents.prompts import build_messages, conversation_section
@@ -25,14 +25,6 @@ TASK = (
     f"- if the response gives you what you need, or nothing is left to ask, set satisfied to true and write "
     f"exactly {STOP_TOKEN} as the message."
 )
-
-
-class ConversationOptions(BaseModel):
-    """A system's conversation with the simulated user (recipe: `conversation = { max_turns = 3 }`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_turns: int = Field(default=3, ge=1, le=20, description="User turns at most, the opening query included.")
 
 
 class UserMessage(BaseModel):

@@ -54,7 +54,9 @@ def check_protocol(attributes: dict[str, Any], record: ContextRecord,
     traits = persona_traits(attributes)
     paths = {t.path for t in traits}
     items = [*record.memories, *record.dialogues, *record.searches]
-    ids = [item.id or f"#{i}" for i, item in enumerate(items)]
+    ids = [item.id or f"{kind}-{i}"  # as the pdr loader names items without an id
+           for kind, group in (("memory", record.memories), ("dialogue", record.dialogues), ("search", record.searches))
+           for i, item in enumerate(group)]
     linked = Counter(item.trait for item in items if item.trait in paths)
     unlinked = [i for i, item in zip(ids, items) if item.trait not in paths]
     tags = {t.path: linked.get(t.path, 0) for t in preference_tags(traits)}

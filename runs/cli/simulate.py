@@ -86,6 +86,48 @@ def history(
         raise typer.Exit(1)
 
 
+def check(
+    contexts: Path = typer.Option(..., "--contexts", help="A contexts file in the pdr loader's format."),
+    language: str = typer.Option("en", "--language", help="Which pdr personas it belongs to (en | zh)."),
+    reversibility: bool = typer.Option(False, "--reversibility/--no-reversibility",
+                                       help="Also run the inverse pass (needs --model)."),
+    model: str = typer.Option("scripted", "--model", help="Checker model for --reversibility."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Variable holding the API key."),
+) -> None:
+    """Check a contexts file against PDR's annotation protocol (per user and overall); exit 1 on a violation."""
+    import asyncio
+
+    from runs.simulate_history import check_contexts
+
+    checker = _settings(model, api_base, api_key_env, None, 0) if reversibility else None
+    report = asyncio.run(check_contexts(contexts, language, checker))
+    print_json(report)
+    if report["failed"] or not report["overall"]["protocol_ok"]:
+        raise typer.Exit(1)
+
+
+def feedback(
+    run: Path = typer.Option(..., "--run", help="A run folder (runs/out/<run_id>)."),
+    out: Path = typer.Option(..., "--out", help="The R-J pairs file to write (JSON Lines)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Simulated user's model (default: the run's user_sim)."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Variable holding the API key."),
+    concurrency: int = typer.Option(4, "--concurrency", min=1, help="Ratings in flight at once."),
+    cache: bool = typer.Option(True, "--cache/--no-cache", help="Use the response cache ($ATELIER_CACHE_DIR/llm)."),
+) -> None:
+    """Rate a run's responses as their users would (BESPOKE's four criteria, 1-5 + feedback) into R-J pairs."""
+    import asyncio
+
+    from runs.simulate_feedback import rate_run
+
+    settings = _settings(model, api_base, api_key_env, None, 0) if model else None
+    report = asyncio.run(rate_run(run, out, settings, concurrency=concurrency, cache=cache))
+    print_json(report)
+    if report["failed"]:
+        raise typer.Exit(1)
+
+
 def _first_error(exc: Exception) -> str:
     errors = getattr(exc, "errors", None)
     if callable(errors):
@@ -97,4 +139,6 @@ def _first_error(exc: Exception) -> str:
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     simulate_app = typer.Typer(help="The simulated user: histories, protocol checks, feedback.", no_args_is_help=True)
     simulate_app.command("history")(history)
+    simulate_app.command("check")(check)
+    simulate_app.command("feedback")(feedback)
     app.add_typer(simulate_app, name="simulate")
