@@ -53,7 +53,7 @@ class ConversationOutput(TypedDict):
 class ConversationState(ConversationInput, ConversationOutput, total=False):
     opening: list[ConversationTurn]  # turns the case itself came with (iKAT), before the simulation
     turns: list[ConversationTurn]  # simulated turns so far: the user's message and the system's response
-    responses: list[SystemResponse]  # the system's full response per simulated turn
+    responses: list[SystemResponse]  # per simulated turn, the system's citations and meta (its text is in `turns`)
     stop_reason: str
     redacted: int  # gold spans the guard cut from the user's messages
 
@@ -78,7 +78,7 @@ async def simulated_user(state: ConversationState, runtime: Runtime[EpisodeConte
     """Record the turn just answered, then let the user follow up or stop (within the turn budget)."""
     turn = ConversationTurn(utterance=state["view"].query.text, response=state["response"].text)
     turns = [*state["turns"], turn]
-    responses = [*state["responses"], state["response"]]
+    responses = [*state["responses"], state["response"].model_copy(update={"text": ""})]
     update: dict[str, Any] = {"turns": turns, "responses": responses}
     if len(turns) >= _options(runtime).max_turns:
         return Command(goto="close", update={**update, "stop_reason": "turn_budget"})

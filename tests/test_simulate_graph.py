@@ -176,3 +176,13 @@ def test_a_simulator_copying_the_gold_need_is_stopped_at_the_boundary(tmp_path, 
     assert len(system_messages["system"]) == 3
     assert not any(GOLD_SENTINEL in m for m in system_messages["system"])
     assert all("… need …" in m and "just …" in m for m in system_messages["system"])  # what was left of it
+
+
+async def test_studio_serves_the_simulate_graph_on_the_embedded_defaults(cache_dir):
+    from graphs import studio
+
+    out = await studio.simulate.ainvoke({"benchmark": "sample", "case_id": "q01"})
+    assert out["response"].text.startswith("## Turn 1\n\n**User:** ")
+    conversation = out["response"].meta["conversation"]
+    assert 1 <= conversation["user_turns"] <= 3 and conversation["stop_reason"] in ("stop_token", "turn_budget")
+    assert out["judgments"] and out["judgments"][0].judge == "lampqa_aspects"

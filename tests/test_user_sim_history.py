@@ -175,3 +175,22 @@ def test_the_same_seed_gives_the_same_history_from_the_cache_and_another_seed_an
     assert again["ledger"]["cache_hits"] == again["ledger"]["calls"] == first["ledger"]["calls"]
     assert other["ledger"]["provider_calls"] > 0
     assert first["overall"]["protocol_ok"] and first["dry_run"] is True
+
+
+async def test_synthesis_and_its_checks_run_over_litellms_http_path():
+    from agents.settings import ModelSettings
+    from tests.openai_stub import OpenAIStub
+
+    attributes = load_suite().personas["u4"].attributes()
+    tags = preference_tags(persona_traits(attributes))
+    with OpenAIStub() as stub:
+        settings = ModelSettings(model="openai/stub", api_base=stub.base_url, api_key="sk-test", max_retries=0)
+        gateway = Gateway({"history_writer": settings, "history_checker": settings})
+        history = await synthesize_history(gateway, "u4", attributes, HistoryOptions(items_per_trait=0, style="mixed"))
+        writes = len(stub.requests)
+        report = await check_reversibility(gateway, attributes, context_history(history.record))
+    assert writes == len(tags) and len(history.plan) == 5 * len(tags)
+    assert check_protocol(attributes, history.record).ok
+    assert report.traits == len(persona_traits(attributes)) and sum(report.counts.values()) == report.traits
+    assert {e.role for e in gateway.ledger.entries} == {"history_writer", "history_checker"}
+    assert not any(e.dry_run for e in gateway.ledger.entries)

@@ -86,6 +86,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
         "asking an AI assistant to explain a topic in depth",
     ),
 }
+LANGUAGE_NAMES = {"en": "English", "zh": "Simplified Chinese"}
 ID_PREFIX = {"memory": "m", "dialogue": "d", "chat": "c", "search": "s"}
 
 
@@ -176,13 +177,12 @@ DRAFT_TYPES: dict[str, type[BaseModel]] = {
 }
 FIELD_NAMES = {"memory": "memories", "dialogue": "dialogues", "chat": "chats", "search": "searches"}
 FORMAT_GUIDE = {
-    "memory": "memories: memory snippets — short first-person records with a clear title, each standing for the "
-              "source named",
-    "dialogue": "dialogues: short everyday exchanges with the phone assistant (1-4 turns), the user speaking in "
-                "their own voice and habits",
-    "chat": "chats: titled information-seeking conversations with an AI assistant (1-4 turns)",
-    "search": "searches: web-search sessions — 1-4 queries typed the way this person types, with the titles (and "
-              "a one-line snippet) of the results they opened",
+    "memory": "memory snippets — short first-person records with a clear title, each standing for the source named",
+    "dialogue": "short everyday exchanges with the phone assistant (1-4 turns), the user speaking in their own "
+                "voice and habits",
+    "chat": "titled information-seeking conversations with an AI assistant (1-4 turns)",
+    "search": "web-search sessions — 1-4 queries typed the way this person types, with the titles (and a one-line "
+              "snippet) of the results they opened",
 }
 
 ROLE = (
@@ -216,14 +216,14 @@ def trait_messages(attributes: dict[str, Any], trait: Trait, planned: list[Plann
     for fmt in FIELD_NAMES:
         mine = [p for p in planned if p.format == fmt]
         if mine:
-            lines.append(f"{FIELD_NAMES[fmt]} ({len(mine)}) — {FORMAT_GUIDE[fmt]}:")
+            lines.append(f"{FIELD_NAMES[fmt]} ({len(mine)}): {FORMAT_GUIDE[fmt]}")
             lines += [f"  {i}. dated {p.date.isoformat()}: {p.source}" for i, p in enumerate(mine, start=1)]
     sections = [
         Section("The persona", render_persona(attributes)),
         Section("The trait these items must reflect", trait.render()),
         Section("Items to write", "\n".join(lines)),
     ]
-    return build_messages(ROLE, sections, TASK.format(language=language))
+    return build_messages(ROLE, sections, TASK.format(language=LANGUAGE_NAMES.get(language, language)))
 
 
 async def write_trait_items(
