@@ -4,10 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,22 +12,7 @@ from benchmarks.registry import load_cases
 from benchmarks.rj_pairs import with_rj_pairs
 from runs.recipe import parse_recipe
 from runs.runner import run_recipe
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def atelier(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runs.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
-
-
-@pytest.fixture
-def env(tmp_path):
-    return {**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")}
-
-
-def lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+from tests.test_cli_e2e import atelier, env, lines  # noqa: F401 (env: the CLI tests' fixture)
 
 
 def test_synthesized_contexts_make_the_pdr_context_settings_runnable(tmp_path, env):
