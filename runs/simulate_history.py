@@ -121,7 +121,41 @@ def pooled_figures(outcomes: list[UserOutcome]) -> dict[str, Any]:
     return out
 
 
-async def synthesize_contexts(job: HistoryJob, out_dir: Path, *, cache: bool = True) -> dict[str, Any]:
+def _write_contexts(path: Path, outcomes: list[UserOutcome]) -> None:
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(o.record.model_dump(exclude_none=True), ensure_ascii=False) + "\n"
+                           for o in outcomes if o.record is not None), encoding="utf-8")
+    tmp.replace(path)
+
+
+class _UserProgress:
+    """A rich progress bar over users (done / failed) on stderr, or nothing when disabled."""
+
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.enabled, self.total, self.failed = enabled, total, 0
+
+    def __enter__(self) -> "_UserProgress":
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("users"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn())
+            self._bar.start()
+            self._task = self._bar.add_task("history", total=self.total, failed=0)
+        return self
+
+    def advance(self, outcome: UserOutcome) -> None:
+        self.failed += outcome.error is not None
+        if self.enabled:
+            self._bar.update(self._task, advance=1, failed=self.failed)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self._bar.stop()
+
+
+async def synthesize_contexts(job: HistoryJob, out_dir: Path, *, cache: bool = True,
+                              progress: bool = False) -> dict[str, Any]:
     """Run the job; write the contexts file, the manifest and the ledger into `out_dir`; return the manifest."""
     personas = pdr_personas(job.options.language)
     for user in job.users:
@@ -135,18 +169,22 @@ async def synthesize_contexts(job: HistoryJob, out_dir: Path, *, cache: bool = T
         ledger=Ledger(ledger_path, run_id=f"history-{out_dir.name}"),
     )
     limit = asyncio.Semaphore(job.concurrency)
-
-    async def bounded(user_id: str) -> UserOutcome:
-        async with limit:
-            return await _one_user(gateway, job, user_id, personas[user_id])
-
-    outcomes = await asyncio.gather(*(bounded(u) for u in job.users))
     contexts_name = f"contexts_{job.options.language}.jsonl"
     contexts_path = out_dir / contexts_name
-    tmp = contexts_path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(o.record.model_dump(exclude_none=True), ensure_ascii=False) + "\n"
-                           for o in outcomes if o.record is not None), encoding="utf-8")
-    tmp.replace(contexts_path)
+    finished: dict[str, UserOutcome] = {}
+
+    with _UserProgress(progress, len(job.users)) as bar:
+
+        async def bounded(user_id: str) -> UserOutcome:
+            async with limit:
+                outcome = await _one_user(gateway, job, user_id, personas[user_id])
+            finished[user_id] = outcome  # each finished user is on disk at once, in the requested order
+            _write_contexts(contexts_path, [finished[u] for u in job.users if u in finished])
+            bar.advance(outcome)
+            return outcome
+
+        outcomes = await asyncio.gather(*(bounded(u) for u in job.users))
+    _write_contexts(contexts_path, outcomes)
     written = [o.user_id for o in outcomes if o.record is not None]
     manifest = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -200,5 +238,5 @@ async def check_contexts(path: Path, language: str, checker: ModelSettings | Non
     }
 
 
-def run_history_job(job: HistoryJob, out_dir: Path, *, cache: bool = True) -> dict[str, Any]:
-    return asyncio.run(synthesize_contexts(job, out_dir, cache=cache))
+def run_history_job(job: HistoryJob, out_dir: Path, *, cache: bool = True, progress: bool = False) -> dict[str, Any]:
+    return asyncio.run(synthesize_contexts(job, out_dir, cache=cache, progress=progress))

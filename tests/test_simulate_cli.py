@@ -75,7 +75,7 @@ def test_check_names_the_protocol_violations_of_a_contexts_file(env):
     assert report["overall"]["users"] == 25 and not report["overall"]["protocol_ok"]
     problems = report["per_user"]["User1"]["protocol"]["problems"]
     assert any("not linked to a trait" in p and "memory-1" in p for p in problems)
-    assert any("19 preference tag(s) with fewer than 5 items" in p for p in problems)
+    assert any("20 preference tag(s) with fewer than 5 items" in p for p in problems)
 
 
 def test_feedback_turns_a_runs_responses_into_rj_pairs_for_later_runs(tmp_path, env, cache_dir):

@@ -30,7 +30,7 @@ def test_the_plan_meets_the_protocol_whatever_the_seed(user1, style, seed):
     plan = plan_history("User1", user1, options)
     per_trait = Counter(p.trait.path for p in plan)
     tags = preference_tags(persona_traits(user1))
-    assert len(tags) == 19 and all(per_trait[t.path] == 5 for t in tags)
+    assert len(tags) == 20 and all(per_trait[t.path] == 5 for t in tags)
     assert all(per_trait[t.path] == 1 for t in persona_traits(user1) if not t.is_preference)
     share = sum(p.format in ("dialogue", "chat") for p in plan) / len(plan)
     assert 0.2 <= share <= 0.5
@@ -57,7 +57,7 @@ async def test_a_synthesized_history_passes_the_protocol_and_the_loader_reads_it
     record = history.record
     figures = check_protocol(user1, record)
     assert figures.ok, figures.problems
-    assert figures.items == len(history.plan) == 19 * 5 + (len(persona_traits(user1)) - 19)
+    assert figures.items == len(history.plan) == 20 * 5 + (len(persona_traits(user1)) - 20)
     assert min(figures.items_per_tag.values()) == 5 and not figures.tags_below_minimum
     assert 0.2 <= figures.conversational_share <= 0.5 and figures.dialogues > 0 and figures.memories > 0
     assert not figures.unlinked_items and figures.traits_covered == figures.traits_total
@@ -87,11 +87,11 @@ def test_the_protocol_check_names_each_violation(user1):
     )
     figures = check_protocol(user1, record)
     assert not figures.ok
-    assert figures.items_per_tag[tag] == 4 and len(figures.tags_below_minimum) == 19
+    assert figures.items_per_tag[tag] == 4 and len(figures.tags_below_minimum) == 20
     assert figures.conversational_share == 0.6
     assert figures.unlinked_items == ["m2"]
     problems = " | ".join(figures.problems)
-    assert "19 preference tag(s) with fewer than 5 items" in problems
+    assert "20 preference tag(s) with fewer than 5 items" in problems
     assert "conversational share 60% is outside 20%-50%" in problems
     assert "1 item(s) not linked to a trait of this persona: m2" in problems
 

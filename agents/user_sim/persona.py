@@ -2,9 +2,10 @@
 
 A trait is one facet of a PDR-schema persona (`Section > Subsection > Field: value`). The PDR
 annotation protocol (appendix H) asks for at least five history items per *preference tag*; here a
-preference tag is a facet whose path names a preference or an interest (`Preferences and
-Interests > ...`, `Environment > Time > Time Preference`, `Personality Traits > Shopping
-Preference`, ...), in English or Chinese persona files alike.
+preference tag is a facet whose path names a preference, an interest or an appetite (`Preferences
+and Interests > ...`, `Environment > Time > Time Preference`, `Personality Traits > Shopping
+Preference`, `... > Risk Appetite`), with the same tags found in the English and Chinese persona
+files (`偏好`, `兴趣`, `购物倾向`, ...).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from benchmarks.case import persona_facets
 
-PREFERENCE_MARKERS = ("preference", "interest", "偏好", "兴趣", "喜好", "爱好")
+PREFERENCE_MARKERS = ("preference", "interest", "appetite", "偏好", "兴趣", "喜好", "爱好", "倾向")
 
 
 @dataclass(frozen=True)

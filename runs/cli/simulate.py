@@ -49,6 +49,7 @@ def history(
     check: bool = typer.Option(True, "--check/--no-check", help="Run the reversibility check."),
     concurrency: int = typer.Option(2, "--concurrency", min=1, help="Users synthesized at once."),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Use the response cache ($ATELIER_CACHE_DIR/llm)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar over users."),
 ) -> None:
     """Synthesize users' implicit histories under PDR-Bench's annotation protocol; print the manifest's figures."""
     from pydantic import ValidationError
@@ -73,7 +74,7 @@ def history(
     chosen = choose_users(pdr_personas(language), users.split(",") if users else None, limit)
     job = HistoryJob(benchmark=benchmark, users=chosen, options=options, check=check, concurrency=concurrency,
                      models={"history_writer": writer, "history_checker": checker})
-    manifest = run_history_job(job, out, cache=cache)
+    manifest = run_history_job(job, out, cache=cache, progress=progress)
     print_json({
         "out": str(out),
         "contexts_file": str(out / manifest["contexts_file"]),
