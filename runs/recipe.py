@@ -31,7 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from agents.judges.base import JUDGES
 from agents.settings import ROLE_FALLBACK, ROLES, ModelSettings
 from benchmarks.errors import ConfigError
-from benchmarks.registry import BENCHMARKS, get_benchmark
+from benchmarks.case import Case
+from benchmarks.registry import BENCHMARKS, get_benchmark, load_cases
+from benchmarks.rj_pairs import with_rj_pairs
 from graphs.context import SystemSpec
 from graphs.pipelines import PIPELINES
 from memory.registry import BACKENDS
@@ -98,6 +100,13 @@ class Recipe(_Strict):
     cache: CacheSection = Field(default_factory=CacheSection)
     web: WebConfig = Field(default_factory=WebConfig, description="The [web] table: provider, cache mode, caps.")
     source: str | None = Field(default=None, description="The file it was read from.")
+
+    def cases(self, *, limited: bool = True) -> list[Case]:
+        """The benchmark's cases for this recipe (split, setting, options, seed; its limit unless
+        `limited` is false), with the R-J pairs of `rj_pairs_file` added to their gold."""
+        b = self.benchmark
+        cases = load_cases(b.name, b.split, b.setting, b.limit if limited else None, b.options, seed=self.seed)
+        return with_rj_pairs(cases, b.rj_pairs_file) if b.rj_pairs_file is not None else cases
 
     def role_models(self) -> dict[str, ModelSettings]:
         roles = {role: ModelSettings() for role in ROLES}

@@ -21,16 +21,16 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from agents.judges.base import check_judge_fit, create_judge
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError
-from benchmarks.registry import load_cases
-from benchmarks.rj_pairs import with_rj_pairs
 from graphs.context import EpisodeContext, SystemSpec, check_hidden_facets
 from graphs.episode import build_episode_graph
 from graphs.resources import release, resources_for
 from graphs.simulate import run_with_simulated_user
+from runs.judging import judge_comparisons
 from runs.recipe import Recipe
 from runs.report import write_report
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
@@ -117,10 +117,10 @@ class Runner:
         b = recipe.benchmark
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         self._check_resumable()
-        cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
-        if b.rj_pairs_file is not None:
-            cases = with_rj_pairs(cases, b.rj_pairs_file)
+        cases = recipe.cases()
         check_hidden_facets(cases, recipe.systems)
+        # a judge the cases cannot feed is refused here, before any episode
+        check_judge_fit([create_judge(j) for j in recipe.judges], cases, b.name, [s.name for s in recipe.systems])
         self.folder.path.mkdir(parents=True, exist_ok=True)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
         dry_run = any(resources_for(c).gateway.dry_run for c in contexts.values())
@@ -148,6 +148,10 @@ class Runner:
                 for finished in asyncio.as_completed(tasks):
                     record = await finished
                     bar.advance(record.ok)
+        # judges comparing two systems' responses (LaMP-QA pairwise) run once both exist
+        by_id = {c.id: c for c in cases}
+        for record in await judge_comparisons(results.load(), by_id, contexts, recipe.run.concurrency):
+            results.append(record)
         for context in contexts.values():
             await release(context)
         self.finish(config)
@@ -171,7 +175,7 @@ class Runner:
         return ResultRecord(
             **base,
             status="ok",
-            response=out["response"].text,
+            response=out["response"],
             user_context=ContextUsed(**user_context.model_dump(include={"backend", "form", "event_ids", "tokens"}))
             if user_context else None,
             judgments=judgments,
@@ -212,15 +216,16 @@ class Runner:
     def finish(self, config: dict[str, Any]) -> None:
         """Write summary.json and report.html from what results.jsonl and ledger.jsonl hold."""
         records = list(ResultsFile(self.folder.results).load().values())
-        judges = [j["name"] for j in self.recipe.judges]
-        summary = summarize(records, [s.name for s in self.recipe.systems], judges, seed=self.recipe.seed)
+        judges = [create_judge(j) for j in self.recipe.judges]
+        summary = summarize(records, [s.name for s in self.recipe.systems], [j.key for j in judges],
+                            seed=self.recipe.seed, aggregates={j.key: j.aggregate for j in judges})
         ledger = read_ledger(self.folder.ledger) if self.folder.ledger.exists() else []
         summary = {
             "run_id": self.run_id,
             "dry_run": config["dry_run"],
             "benchmark": self.recipe.benchmark.model_dump(),
             "n_cases": len(config["cases"]),
-            "judges": judges,
+            "judges": [j.key for j in judges],
             **summary,
             "ledger": ledger_totals(ledger),
         }

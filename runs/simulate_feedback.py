@@ -21,7 +21,6 @@ from agents.settings import ModelSettings
 from agents.user_sim import rate_response
 from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError
-from benchmarks.registry import load_cases
 from runs.recipe import Recipe
 from runs.results import ResultsFile
 
@@ -37,9 +36,8 @@ async def rate_run(run_dir: Path, out: Path, user_sim: ModelSettings | None = No
                    cache: bool = True) -> dict[str, Any]:
     """Rate every ok result of the run in `run_dir`; write R-J pairs to `out`; return counts."""
     recipe = _run_recipe(run_dir)
-    b = recipe.benchmark
-    cases = {c.id: c for c in load_cases(b.name, b.split, b.setting, None, b.options, seed=recipe.seed)}
-    results = [r for r in ResultsFile(run_dir / "results.jsonl").load().values() if r.ok and r.response]
+    cases = {c.id: c for c in recipe.cases(limited=False)}
+    results = [r for r in ResultsFile(run_dir / "results.jsonl").load().values() if r.ok and r.response and r.response.text.strip()]
     if not results:
         raise ConfigError(f"--run {run_dir}: no finished responses to rate")
     settings = user_sim or recipe.role_models()["user_sim"]
@@ -54,14 +52,14 @@ async def rate_run(run_dir: Path, out: Path, user_sim: ModelSettings | None = No
         async with limit:
             with call_tags(case=result.case_id, system=result.system, node="feedback"):
                 try:
-                    feedback = await rate_response(gateway, case, result.response)
+                    feedback = await rate_response(gateway, case, result.response.text)
                 except ModelCallError as exc:
                     return {"case_id": result.case_id, "system": result.system, "error": str(exc)}
         return {
             "case_id": result.case_id,
             "system": result.system,
             "scores": {name: j.score for name, j in feedback.judgments().items()},
-            "rj_pairs": [p.model_dump() for p in feedback.rj_pairs(result.response)],
+            "rj_pairs": [p.model_dump() for p in feedback.rj_pairs(result.response.text)],
         }
 
     rated = await asyncio.gather(*(one(r) for r in results))

@@ -80,7 +80,8 @@ def test_a_conversation_runs_within_its_turn_budget_and_judges_see_the_transcrip
     assert {e["node"] for e in ledger if e["role"] == "user_sim"} == {"simulated_user"}
     stops = set()
     for case_id, result in results.items():
-        text = result["response"]
+        text = result["response"]["text"]
+        assert result["response"]["meta"]["conversation"]["user_turns"] == text.count("## Turn ")
         turns = text.count("## Turn ")
         assert 1 <= turns <= 3 and text.startswith("## Turn 1\n\n**User:** ")
         assert answers[case_id] == turns  # one system answer per turn
@@ -99,7 +100,7 @@ def test_a_conversation_runs_within_its_turn_budget_and_judges_see_the_transcrip
 def test_a_one_turn_budget_never_asks_the_user(tmp_path, cache_dir):
     folder = run_recipe(conversation_recipe(tmp_path, max_turns=1), progress=False)
     assert not [e for e in lines(folder.ledger) if e["role"] == "user_sim"]
-    assert all(r["response"].count("## Turn ") == 1 for r in lines(folder.results))
+    assert all(r["response"]["text"].count("## Turn ") == 1 for r in lines(folder.results))
 
 
 # ----------------------------------------------------------------------------- clarify interrupts
