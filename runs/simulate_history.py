@@ -136,10 +136,12 @@ class _UserProgress:
 
     def __enter__(self) -> "_UserProgress":
         if self.enabled:
+            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._bar = Progress(TextColumn("users"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn())
+                                 TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
+                                 console=Console(stderr=True))  # stdout carries the JSON
             self._bar.start()
             self._task = self._bar.add_task("history", total=self.total, failed=0)
         return self
