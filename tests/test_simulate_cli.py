@@ -97,3 +97,29 @@ def test_feedback_turns_a_runs_responses_into_rj_pairs_for_later_runs(tmp_path, 
     assert after == {i: n + 4 for i, n in before.items()}
     with pytest.raises(DataError, match="no R-J pairs for any of the"):
         with_rj_pairs(load_cases("tiny"), pairs)
+
+
+def test_simulated_rj_pairs_let_the_bespoke_judge_score_a_benchmark_without_them(tmp_path, cache_dir):
+    import asyncio
+
+    from benchmarks.errors import ConfigError
+    from runs.simulate_feedback import rate_run
+
+    lampqa = {"name": "lampqa", "limit": 2,
+              "options": {"data_file": "tests/fixtures/lampqa/Lifestyle_and_Personal_Development_test.jsonl"}}
+    systems = [{"name": "direct", "memory": {"backend": "full"}}]
+    first = run_recipe(parse_recipe({"name": "a", "benchmark": lampqa, "systems": systems}), tmp_path / "a",
+                       progress=False)
+    bespoke = [{"name": "bespoke", "recall": False}]
+    with pytest.raises(ConfigError, match="response-judgment pairs"):
+        run_recipe(parse_recipe({"name": "b", "benchmark": lampqa, "systems": systems, "judges": bespoke}),
+                   tmp_path / "refused", progress=False)
+
+    report = asyncio.run(rate_run(first.path, tmp_path / "pairs.jsonl"))
+    assert report["rated"] == 2 and not report["failed"]
+    recipe = parse_recipe({"name": "c", "benchmark": {**lampqa, "rj_pairs_file": str(tmp_path / "pairs.jsonl")},
+                           "systems": systems, "judges": bespoke})
+    judged = run_recipe(recipe, tmp_path / "c", progress=False)
+    results = lines(judged.results)
+    assert len(results) == 2 and all(r["status"] == "ok" for r in results)
+    assert all(r["scores"]["bespoke"] is not None and 20 <= r["scores"]["bespoke"] <= 100 for r in results)
