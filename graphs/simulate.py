@@ -32,6 +32,7 @@ from agents.response import Citation, SystemResponse
 from agents.user_sim import GoldGuard, answer_clarification, next_user_turn
 from agents.user_sim.grounding import STOP_TOKEN
 from benchmarks.case import Case, CaseView, ConversationTurn
+from benchmarks.errors import ConfigError
 from graphs.context import ConversationOptions, EpisodeContext
 from graphs.pipelines import PIPELINES
 from graphs.resources import resources_for
@@ -158,8 +159,10 @@ def as_clarify_request(value: Any) -> ClarifyRequest | None:
         return None
 
 
-async def run_with_simulated_user(graph, case: Case, config: dict[str, Any], context: EpisodeContext) -> dict[str, Any]:
-    """Run (or continue) one episode; answer each clarify interrupt with the simulated user and resume."""
+async def run_with_simulated_user(graph, case: Case, config: dict[str, Any], context: EpisodeContext, *,
+                                  clarify: bool = True) -> dict[str, Any]:
+    """Run (or continue) one episode; answer each clarify interrupt with the simulated user and resume
+    (with `clarify` off, a system that asks anyway is an error naming it)."""
     snapshot = await graph.aget_state(config)
     payload: Any = None if snapshot.next else {"case": case}  # interrupted earlier: continue from the checkpoint
     gateway = resources_for(context).gateway
@@ -175,6 +178,10 @@ async def run_with_simulated_user(graph, case: Case, config: dict[str, Any], con
             if request is None:
                 raise RuntimeError(f"the episode stopped at an interrupt the simulated user cannot answer: "
                                    f"{pending_interrupt.value!r}")
+            if not clarify:
+                raise ConfigError(f"system {context.system.name!r} asked the user {len(request.questions)} clarifying "
+                                  f"question(s) on case {case.id!r}, but this run's simulated user does not answer "
+                                  "them (set [user_sim] clarify = true)")
             with call_tags(node=_interrupting_node(tasks, pending_interrupt.id) or "interrupt"):
                 simulated = await answer_clarification(gateway, case, request)
             resume[pending_interrupt.id] = simulated.answers

@@ -85,6 +85,16 @@ class CacheSection(_Strict):
     dir: str | None = Field(default=None, description="Default: $ATELIER_CACHE_DIR/llm (~/.cache/atelier/llm).")
 
 
+class UserSimSection(_Strict):
+    """The simulated user in runs (`[user_sim]`; its model is `[models.user_sim]`)."""
+
+    clarify: bool = Field(
+        default=False,
+        description="Answer systems' clarifying questions (deep_research's clarify interrupt) with the simulated user; "
+                    "off: systems skip the step and record it as skipped.",
+    )
+
+
 class Recipe(_Strict):
     """The validated recipe (see module docstring). Systems hold their memory config as a dict
     already validated against the backend's typed config."""
@@ -98,6 +108,7 @@ class Recipe(_Strict):
     judges: list[dict[str, Any]] = Field(default_factory=list)
     run: RunSection = Field(default_factory=RunSection)
     cache: CacheSection = Field(default_factory=CacheSection)
+    user_sim: UserSimSection = Field(default_factory=UserSimSection, description="The [user_sim] table.")
     web: WebConfig = Field(default_factory=WebConfig, description="The [web] table: provider, cache mode, caps.")
     source: str | None = Field(default=None, description="The file it was read from.")
 

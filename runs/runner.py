@@ -166,7 +166,7 @@ class Runner:
                     dry_run=resources_for(context).gateway.dry_run)
         try:
             with call_tags(case=case.id, system=system.name):
-                out = await run_with_simulated_user(graph, case, config, context)
+                out = await run_with_simulated_user(graph, case, config, context, clarify=self.recipe.user_sim.clarify)
         except Exception as exc:  # noqa: BLE001 - one failed episode is recorded and the run goes on
             return ResultRecord(**base, status="error", error=f"{type(exc).__name__}: {exc}",
                                 latency_s=time.perf_counter() - started, finished_at=time.time())
@@ -185,7 +185,7 @@ class Runner:
         )
 
     # what must not change between a run and its resumption: it decides what an episode computes
-    _RESUME_KEYS = ("seed", "models", "systems", "judges", "web")
+    _RESUME_KEYS = ("seed", "models", "systems", "judges", "web", "user_sim")
 
     def _check_resumable(self) -> None:
         previous = (_read_json(self.folder.config) or {}).get("recipe")

@@ -138,12 +138,21 @@ def asking_pipeline(monkeypatch):
     monkeypatch.setitem(PIPELINES._entries, "asking", PipelineSpec("asking", "asks first", build))
 
 
-def asking_recipe(tmp_path) -> Recipe:  # built unchecked: the test pipeline is not in the recipe checker's list
+def asking_recipe(tmp_path, clarify: bool = True) -> Recipe:  # unchecked: the test pipeline is not in the checker's list
     return Recipe.model_validate({
         "name": "asks", "benchmark": {"name": "tiny"},
         "systems": [{"name": "asks", "pipeline": "asking", "memory": {"backend": "none"}}],
-        "judges": [], "run": {"out_dir": str(tmp_path / "out")},
+        "judges": [], "run": {"out_dir": str(tmp_path / "out")}, "user_sim": {"clarify": clarify},
     })
+
+
+def test_without_a_simulated_user_for_clarifications_the_episode_fails_naming_why(tmp_path, cache_dir,
+                                                                                   asking_pipeline):
+    folder = run_recipe(asking_recipe(tmp_path, clarify=False), progress=False)
+    errors = [r["error"] for r in lines(folder.results)]
+    assert len(errors) == 3 and all("asked the user 2 clarifying question(s)" in e and "[user_sim] clarify = true" in e
+                                    for e in errors)
+    assert not folder.ledger.exists()  # no model was called: the system asks before it answers
 
 
 def test_runs_answer_clarify_interrupts_with_the_simulated_user(tmp_path, cache_dir, asking_pipeline, system_messages):
