@@ -3,6 +3,7 @@ interrupts answered by the simulator; the gold boundary over every message the s
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter, defaultdict
 
@@ -196,3 +197,34 @@ async def test_studio_serves_the_simulate_graph_on_the_embedded_defaults(cache_d
     conversation = out["response"].meta["conversation"]
     assert 1 <= conversation["user_turns"] <= 3 and conversation["stop_reason"] in ("stop_token", "turn_budget")
     assert out["judgments"] and out["judgments"][0].judge == "lampqa_aspects"
+
+
+def test_an_episode_left_at_its_clarify_interrupt_resumes_there(tmp_path, cache_dir, asking_pipeline):
+    broken = asking_recipe(tmp_path).model_copy(deep=True)
+    broken.models["user_sim"] = broken.role_models()["user_sim"].model_copy(
+        update={"model": "scripted?error_rate=1", "max_retries": 0})
+    folder = run_recipe(broken, tmp_path / "run", progress=False)
+    assert all(r["status"] == "error" and "user_sim model" in r["error"] for r in lines(folder.results))
+    assert asyncio.run(stored_interrupt(folder.checkpoints, "tiny:0::asks")) == ClarifyRequest(questions=QUESTIONS)
+
+    fixed = asking_recipe(tmp_path)
+    fixed.models["user_sim"] = broken.models["user_sim"].model_copy(update={"model": "scripted?error_rate=0"})
+    run_recipe(fixed, folder.path, progress=False)  # same answer identity: the folder resumes
+    latest = {r["key"]: r for r in lines(folder.results)}
+    assert len(latest) == 3 and all(r["status"] == "ok" for r in latest.values())
+    # each episode went on from its stored interrupt (read back from checkpoints.sqlite): asked once, answered once
+    ledger = [e for e in lines(folder.ledger) if e["status"] == "ok"]
+    assert sorted(e["case_id"] for e in ledger if e["role"] == "user_sim") == ["tiny:0", "tiny:1", "tiny:2"]
+    assert sorted(e["case_id"] for e in ledger if e["role"] == "system") == ["tiny:0", "tiny:1", "tiny:2"]
+
+
+async def stored_interrupt(checkpoints, thread_id):
+    """The clarify request an episode's checkpoint is waiting on, read back through the run's serializer."""
+    from graphs.episode import build_episode_graph
+    from graphs.serde import sqlite_checkpointer
+
+    async with sqlite_checkpointer(checkpoints) as saver:
+        graph = build_episode_graph("asking", checkpointer=saver)
+        snapshot = await graph.aget_state({"configurable": {"thread_id": thread_id}})
+    [task] = snapshot.tasks
+    return task.interrupts[0].value
