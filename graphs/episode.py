@@ -1,78 +1,90 @@
 """`episode`: the unit a run executes per case and system —
-prepare the system's view -> memory (ingest, recall) -> system pipeline -> judges.
+prepare the system's inputs -> memory (ingest, recall) -> the system's pipeline -> judges.
 
-The system's subgraphs only ever receive the `CaseView` (no gold fields exist on it); the judge
-subgraph receives the full `Case`.
+The system's subgraphs only ever receive the `CaseView` (no gold fields exist on it) and what
+their options explicitly add (`graphs.inputs`); the judge subgraph looks the full `Case` up by its
+reference (`benchmark`, `case_id`), which is all the state keeps of it. The graph holds one branch
+per pipeline and takes the one the runtime context's system names, so Studio can run an episode
+with any pipeline; a system with `conversation` options takes its pipeline's conversation branch,
+where it talks with the simulated user for several turns (graphs/simulate.py).
 """
 
 from __future__ import annotations
 
 import operator
-from functools import lru_cache
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal, Sequence
 
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
+from typing_extensions import TypedDict
 
 from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
-from benchmarks.case import Case, CaseView
-from benchmarks.errors import ConfigError
-from benchmarks.registry import load_cases
+from benchmarks.case import Case
 from graphs.context import EpisodeContext
+from graphs.inputs import CaseReference, GoldContext, GraphInputError, case_from_input, remember_cases, system_inputs
 from graphs.judge import build_judge_graph
 from graphs.memory import build_memory_graph
 from graphs.pipelines import PIPELINES
-from graphs.simulate import build_conversation_graph
+from graphs.resources import resources_for
+from graphs.simulate import build_conversation_graph, conversation_branch
 from memory.base import UserContext
 
 
-class EpisodeInput(TypedDict, total=False):
-    case: Case
-    benchmark: str  # with case_id: load the case by reference (handy in Studio)
-    case_id: str
+class EpisodeInput(CaseReference, total=False):
+    case: Case  # or {"benchmark", "case_id"}: the case by reference (handy in Studio)
 
 
 class EpisodeOutput(TypedDict, total=False):
-    case: Case
-    view: CaseView
     user_context: UserContext
     response: SystemResponse
     judgments: Annotated[list[JudgeResult], operator.add]
 
 
 class EpisodeState(EpisodeInput, EpisodeOutput, total=False):
-    pass
-
-
-@lru_cache(maxsize=64)
-def _benchmark_cases(name: str) -> dict[str, Case]:
-    return {c.id: c for c in load_cases(name)}
+    profile_case_id: str
+    gold_context: GoldContext
 
 
 def prepare(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["memory"]]:
-    case = state.get("case")
-    if case is None:
-        benchmark, case_id = state.get("benchmark", "sample"), state.get("case_id")
-        cases = _benchmark_cases(benchmark)
-        if case_id not in cases:
-            raise ConfigError(f"no case {case_id!r} in benchmark {benchmark!r} (it has {len(cases)} cases)")
-        case = cases[case_id]
-    system = (runtime.context or EpisodeContext()).system
-    return Command(goto="memory", update={"case": case, "view": case.view(system.setting, hide=system.hide)})
+    context = runtime.context or EpisodeContext()
+    case = case_from_input(state, context)
+    remember_cases(context.run_id, [case])  # the judges look it up by reference
+    inputs = system_inputs(case, context, context.system.pipeline, resources_for(context).sources)
+    return Command(goto="memory", update=inputs)
 
 
-def build_episode_graph(pipeline: str = "direct", checkpointer=None, conversation: bool = False):
-    """`conversation`: the system talks with the simulated user for several turns (graphs/simulate.py)
-    and the judges see the transcript."""
+def build_episode_graph(pipelines: str | Sequence[str] | None = None, checkpointer=None,
+                        conversations: Sequence[str] = ()):
+    """An episode graph with a branch for each of `pipelines` (default: every registered one), and
+    for each of `conversations` a branch where that pipeline talks with the simulated user for
+    several turns (`<pipeline>_conversation`, graphs/simulate.py), taken by systems with
+    `conversation` options (and by every system when the graph has no plain branch for it)."""
+    names = [pipelines] if isinstance(pipelines, str) else list(PIPELINES.names() if pipelines is None else pipelines)
+    talks = list(conversations)
+
+    def system(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> str:
+        """The branch of the system's pipeline (plain, or in conversation with the simulated user)."""
+        spec = (runtime.context or EpisodeContext()).system
+        if spec.pipeline in talks and (spec.conversation is not None or spec.pipeline not in names):
+            return conversation_branch(spec.pipeline)
+        if spec.pipeline in names and spec.conversation is None:
+            return spec.pipeline
+        kind = "conversation branch" if spec.conversation is not None else "pipeline"
+        raise GraphInputError(f"this episode graph has no {kind} for pipeline {spec.pipeline!r}; it has: "
+                              f"{', '.join([*names, *map(conversation_branch, talks)])}")
+
     graph = StateGraph(EpisodeState, context_schema=EpisodeContext, input_schema=EpisodeInput, output_schema=EpisodeOutput)
     graph.add_node("prepare", prepare)
     graph.add_node("memory", build_memory_graph())
-    graph.add_node("system", build_conversation_graph(pipeline) if conversation else PIPELINES.get(pipeline).build())
+    for name in names:
+        graph.add_node(name, PIPELINES.get(name).build())
+        graph.add_edge(name, "judge")
+    for name in talks:
+        graph.add_node(conversation_branch(name), build_conversation_graph(name))
+        graph.add_edge(conversation_branch(name), "judge")
     graph.add_node("judge", build_judge_graph())
     graph.add_edge(START, "prepare")
-    graph.add_edge("memory", "system")
-    graph.add_edge("system", "judge")
-    name = f"episode[{pipeline}{', conversation' if conversation else ''}]"
-    return graph.compile(checkpointer=checkpointer, name=name)
+    graph.add_conditional_edges("memory", system, [*names, *map(conversation_branch, talks)])
+    return graph.compile(checkpointer=checkpointer, name="episode")

@@ -28,11 +28,16 @@ import aiosqlite
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from agents.citations import SourceRef
 from agents.clarify import ClarifyAnswers, ClarifyRequest
 from agents.judges.base import JudgeResult
-from agents.response import SystemResponse
+from agents.planner import ReportForm, ResearchBrief
+from agents.response import Citation, SystemResponse
+from benchmarks.case import Case, CaseView, ConversationTurn, Query
 from benchmarks.errors import DataError
-from benchmarks.case import Case, CaseView, ConversationTurn
+from graphs.deep_research.state import Clarification, Findings, Note
+from graphs.inputs import GoldContext
+from graphs.sources import WebHit
 from memory.base import UserContext
 
 STATE_TYPES: tuple[type, ...] = (
@@ -40,10 +45,22 @@ STATE_TYPES: tuple[type, ...] = (
     CaseView,
     UserContext,
     SystemResponse,
+    Citation,
     JudgeResult,
-    ConversationTurn,  # graphs/simulate.py: the conversation so far
-    ClarifyRequest,  # a clarify interrupt's payload, kept with the interrupted checkpoint
-    ClarifyAnswers,  # its resume value
+    # the pipelines' inputs and what they read
+    GoldContext,
+    SourceRef,
+    WebHit,
+    # deep_research, its clarify interrupt and resume value included
+    Clarification,
+    Note,
+    Findings,
+    ResearchBrief,
+    ReportForm,
+    ClarifyRequest,
+    ClarifyAnswers,
+    ConversationTurn,  # graphs/simulate.py: the conversation so far,
+    Query,  # and a later turn's query
 )
 
 

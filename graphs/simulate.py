@@ -24,34 +24,29 @@ from typing import Any, Literal
 from langgraph.graph import StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
-from typing_extensions import TypedDict
 
 from agents.clarify import ClarifyRequest
 from agents.ledger import call_tags
 from agents.response import Citation, SystemResponse
 from agents.user_sim import GoldGuard, answer_clarification, next_user_turn
 from agents.user_sim.grounding import STOP_TOKEN
-from benchmarks.case import Case, CaseView, ConversationTurn
+from benchmarks.case import Case, ConversationTurn, Query
 from benchmarks.errors import ConfigError
 from graphs.context import ConversationOptions, EpisodeContext
+from graphs.inputs import PipelineInput, PipelineOutput, case_from_input, case_view, memory_view
+from graphs.memory import recall_context
 from graphs.pipelines import PIPELINES
 from graphs.resources import resources_for
-from memory.base import UserContext, memory_query
 
 MAX_INTERRUPTS = 8  # clarify rounds one episode may ask for
 
 
-class ConversationInput(TypedDict):
-    case: Case
-    view: CaseView
-    user_context: UserContext
+def conversation_branch(pipeline: str) -> str:
+    """The episode node where `pipeline` talks with the simulated user."""
+    return f"{pipeline}_conversation"
 
 
-class ConversationOutput(TypedDict):
-    response: SystemResponse
-
-
-class ConversationState(ConversationInput, ConversationOutput, total=False):
+class ConversationState(PipelineInput, PipelineOutput, total=False):
     opening: list[ConversationTurn]  # turns the case itself came with (iKAT), before the simulation
     turns: list[ConversationTurn]  # simulated turns so far: the user's message and the system's response
     responses: list[SystemResponse]  # per simulated turn, the system's citations and meta (its text is in `turns`)
@@ -59,43 +54,44 @@ class ConversationState(ConversationInput, ConversationOutput, total=False):
     redacted: int  # gold spans the guard cut from the user's messages
 
 
+def _context(runtime: Runtime[EpisodeContext]) -> EpisodeContext:
+    return runtime.context or EpisodeContext()
+
+
 def _options(runtime: Runtime[EpisodeContext]) -> ConversationOptions:
-    return (runtime.context or EpisodeContext()).system.conversation or ConversationOptions()
+    return _context(runtime).system.conversation or ConversationOptions()
 
 
-def _turn_view(view: CaseView, opening: list[ConversationTurn], turns: list[ConversationTurn], text: str) -> CaseView:
-    query = view.query.model_copy(update={"text": text, "resolved": None, "previous_turns": [*opening, *turns]})
-    return view.model_copy(update={"query": query})
-
-
-def open_conversation(state: ConversationState) -> Command[Literal["system"]]:
+def open_conversation(state: ConversationState, runtime: Runtime[EpisodeContext]) -> Command[Literal["system"]]:
     """The user's first message is the case's query, as the system already sees it."""
-    return Command(goto="system", update={
-        "opening": list(state["view"].query.previous_turns), "turns": [], "responses": [], "redacted": 0,
-    })
+    opening = list(case_view(state, _context(runtime)).query.previous_turns)
+    return Command(goto="system", update={"opening": opening, "turns": [], "responses": [], "redacted": 0})
 
 
 async def simulated_user(state: ConversationState, runtime: Runtime[EpisodeContext]) -> Command[Literal["recall", "close"]]:
     """Record the turn just answered, then let the user follow up or stop (within the turn budget)."""
-    turn = ConversationTurn(utterance=state["view"].query.text, response=state["response"].text)
-    turns = [*state["turns"], turn]
+    context = _context(runtime)
+    asked = case_view(state, context).query
+    turns = [*state["turns"], ConversationTurn(utterance=asked.text, response=state["response"].text)]
     responses = [*state["responses"], state["response"].model_copy(update={"text": ""})]
     update: dict[str, Any] = {"turns": turns, "responses": responses}
     if len(turns) >= _options(runtime).max_turns:
         return Command(goto="close", update={**update, "stop_reason": "turn_budget"})
-    gateway = resources_for(runtime.context).gateway
-    reply = await next_user_turn(gateway, state["case"], [*state["opening"], *turns], guard=GoldGuard(state["case"]))
+    case = case_from_input(state, context)
+    so_far = [*state["opening"], *turns]
+    reply = await next_user_turn(resources_for(context).gateway, case, so_far, guard=GoldGuard(case))
     update["redacted"] = state["redacted"] + reply.redacted
     if reply.stop:
         return Command(goto="close", update={**update, "stop_reason": "stop_token"})
-    return Command(goto="recall", update={**update, "view": _turn_view(state["view"], state["opening"], turns, reply.text)})
+    query = Query(text=reply.text, previous_turns=so_far, language=asked.language)
+    return Command(goto="recall", update={**update, "query": query})
 
 
 async def recall(state: ConversationState, runtime: Runtime[EpisodeContext]) -> Command[Literal["system"]]:
     """The system's memory, asked again with the user's new message and the conversation so far."""
-    view = state["view"]
-    context = await resources_for(runtime.context).memory.context(view.user_id, memory_query(view))
-    return Command(goto="system", update={"user_context": context})
+    context = _context(runtime)
+    user_context = await recall_context(resources_for(context), case_view(state, context), memory_view(state, context))
+    return Command(goto="system", update={"user_context": user_context})
 
 
 def transcript(turns: list[ConversationTurn], responses: list[SystemResponse], stop_reason: str) -> SystemResponse:
@@ -118,15 +114,15 @@ def transcript(turns: list[ConversationTurn], responses: list[SystemResponse], s
     return SystemResponse(text="\n\n".join(blocks), citations=list(citations.values()), meta=meta)
 
 
-def close(state: ConversationState) -> ConversationOutput:
+def close(state: ConversationState) -> PipelineOutput:
     response = transcript(state["turns"], state["responses"], state["stop_reason"])
     response.meta["conversation"]["redacted_gold_spans"] = state["redacted"]
     return {"response": response}
 
 
 def build_conversation_graph(pipeline: str = "direct"):
-    graph = StateGraph(ConversationState, context_schema=EpisodeContext, input_schema=ConversationInput,
-                       output_schema=ConversationOutput)
+    graph = StateGraph(ConversationState, context_schema=EpisodeContext, input_schema=PipelineInput,
+                       output_schema=PipelineOutput)
     graph.add_node("open", open_conversation)
     graph.add_node("system", PIPELINES.get(pipeline).build())
     graph.add_node("simulated_user", simulated_user)
@@ -135,7 +131,7 @@ def build_conversation_graph(pipeline: str = "direct"):
     graph.set_entry_point("open")
     graph.add_edge("system", "simulated_user")
     graph.set_finish_point("close")
-    return graph.compile(name=f"simulate[{pipeline}]")
+    return graph.compile(name=conversation_branch(pipeline))
 
 
 # --------------------------------------------------------------------------- answering interrupts in runs
@@ -145,8 +141,8 @@ def _interrupting_node(tasks: Any, interrupt_id: str) -> str | None:
     """The innermost graph node that raised the interrupt (walks subgraph snapshots)."""
     for task in tasks:
         if any(i.id == interrupt_id for i in task.interrupts):
-            inner = _interrupting_node(task.state.tasks, interrupt_id) if task.state is not None and hasattr(task.state, "tasks") else None
-            return inner or task.name
+            inner = getattr(task.state, "tasks", None)  # a subgraph's snapshot, when the task is one
+            return (_interrupting_node(inner, interrupt_id) if inner else None) or task.name
     return None
 
 
@@ -159,12 +155,13 @@ def as_clarify_request(value: Any) -> ClarifyRequest | None:
         return None
 
 
-async def run_with_simulated_user(graph, case: Case, config: dict[str, Any], context: EpisodeContext, *,
-                                  clarify: bool = True) -> dict[str, Any]:
-    """Run (or continue) one episode; answer each clarify interrupt with the simulated user and resume
-    (with `clarify` off, a system that asks anyway is an error naming it)."""
+async def run_with_simulated_user(graph, case: Case, config: dict[str, Any], context: EpisodeContext) -> dict[str, Any]:
+    """Run (or continue) one episode of a run; answer each clarify interrupt with the simulated user
+    (`clarify_answerer = "simulated_user"`) and resume. A system that asks when no simulated user
+    answers is an error naming it."""
     snapshot = await graph.aget_state(config)
-    payload: Any = None if snapshot.next else {"case": case}  # interrupted earlier: continue from the checkpoint
+    # interrupted earlier: continue from the checkpoint; else start from the case's reference
+    payload: Any = None if snapshot.next else {"benchmark": case.benchmark, "case_id": case.id}
     gateway = resources_for(context).gateway
     for _ in range(MAX_INTERRUPTS + 1):
         out = await graph.ainvoke(payload, config, context=context)
@@ -178,7 +175,7 @@ async def run_with_simulated_user(graph, case: Case, config: dict[str, Any], con
             if request is None:
                 raise RuntimeError(f"the episode stopped at an interrupt the simulated user cannot answer: "
                                    f"{pending_interrupt.value!r}")
-            if not clarify:
+            if context.clarify_answerer != "simulated_user":
                 raise ConfigError(f"system {context.system.name!r} asked the user {len(request.questions)} clarifying "
                                   f"question(s) on case {case.id!r}, but this run's simulated user does not answer "
                                   "them (set [user_sim] clarify = true)")

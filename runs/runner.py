@@ -30,8 +30,9 @@ from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError, DataError
 from benchmarks.json_input import read_appended_jsonl, read_json_file, validation_error
-from graphs.context import EpisodeContext, SystemSpec, check_hidden_facets
+from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
 from graphs.episode import build_episode_graph
+from graphs.inputs import forget_cases, remember_cases
 from graphs.resources import release, resources_for
 from graphs.serde import sqlite_checkpointer
 from graphs.simulate import run_with_simulated_user
@@ -117,6 +118,11 @@ class Runner:
             system=system,
             judges=self.recipe.judges,
             web=self.web,
+            seed=self.recipe.seed,
+            benchmark=BenchmarkRef(name=self.recipe.benchmark.name, split=self.recipe.benchmark.split,
+                                   options=self.recipe.benchmark.options),
+            # [user_sim] clarify: systems ask and the simulated user answers (graphs/simulate.py); else they skip it
+            clarify_answerer="simulated_user" if self.recipe.user_sim.clarify else "none",
         )
 
     async def run(self) -> RunFolder:
@@ -138,6 +144,7 @@ class Runner:
                                   (self.folder.ledger, "that call is missing from the ledger")):
             _mend_torn_line(path, consequence)
         read_ledger(self.folder.ledger)  # a bad line is reported now, not after every episode has run
+        remember_cases(self.run_id, cases)  # episodes' state holds only (benchmark, case id)
         results = ResultsFile(self.folder.results)
         latest = results.load()
         done = {k for k, r in latest.items() if r.ok}
@@ -146,13 +153,14 @@ class Runner:
         rejudge = self._to_rejudge(latest, cases, contexts, judgments_changed)
 
         async with sqlite_checkpointer(self.folder.checkpoints) as saver:
-            graphs = {key: build_episode_graph(key[0], checkpointer=saver, conversation=key[1])
-                      for key in {_graph_key(s) for s in recipe.systems}}
+            graph = build_episode_graph(sorted({s.pipeline for s in recipe.systems if s.conversation is None}),
+                                        checkpointer=saver,
+                                        conversations=sorted({s.pipeline for s in recipe.systems if s.conversation}))
             limit = asyncio.Semaphore(recipe.run.concurrency)
 
             async def one(case: Case, system: SystemSpec) -> ResultRecord:
                 async with limit:
-                    record = await self._episode(graphs[_graph_key(system)], case, system, contexts[system.name])
+                    record = await self._episode(graph, case, system, contexts[system.name])
                 results.append(record)
                 return record
 
@@ -179,6 +187,7 @@ class Runner:
             results.append(record)
         for context in contexts.values():
             await release(context)
+        forget_cases(self.run_id)
         self.finish(config)
         return self.folder
 
@@ -191,7 +200,7 @@ class Runner:
                     dry_run=resources_for(context).gateway.dry_run)
         try:
             with call_tags(case=case.id, system=system.name):
-                out = await run_with_simulated_user(graph, case, config, context, clarify=self.recipe.user_sim.clarify)
+                out = await run_with_simulated_user(graph, case, config, context)
         except Exception as exc:  # noqa: BLE001 - one failed episode is recorded and the run goes on
             return ResultRecord(**base, status="error", error=f"{type(exc).__name__}: {exc}",
                                 latency_s=time.perf_counter() - started, finished_at=time.time())
@@ -274,9 +283,6 @@ class Runner:
         write_report(self.folder.report, config=config, summary=summary, records=records)
 
 
-def _graph_key(system: SystemSpec) -> tuple[str, bool]:
-    """Systems share an episode graph when they share a pipeline and whether they converse."""
-    return system.pipeline, system.conversation is not None
 
 
 class _StoredConfig(BaseModel):

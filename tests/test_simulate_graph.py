@@ -18,7 +18,7 @@ from agents.response import Citation, SystemResponse
 from agents.user_sim import STOP_TOKEN
 from benchmarks.case import ConversationTurn
 from graphs.context import EpisodeContext
-from graphs.direct import PipelineInput, PipelineOutput
+from graphs.inputs import PipelineInput, PipelineOutput, case_view
 from graphs.pipelines import PIPELINES, PipelineSpec
 from graphs.resources import resources_for
 from graphs.simulate import transcript
@@ -119,8 +119,9 @@ async def ask_then_answer(state: AskingState, runtime: Runtime[EpisodeContext]) 
     answers = reply if isinstance(reply, ClarifyAnswers) else ClarifyAnswers.model_validate(reply)
     told = "\n".join(f"{q} {a}" for q, a in zip(QUESTIONS, answers.answers))
     gateway = resources_for(runtime.context).gateway
+    view = case_view(state, runtime.context)
     messages = build_messages("You are a helpful assistant.", [Section("The user told you", told, untrusted=True)],
-                              state["view"].query.text)
+                              view.query.text)
     text = await gateway.text("system", messages)
     return {"response": SystemResponse(text=text, meta={"clarify": {"answers": answers.answers}})}
 

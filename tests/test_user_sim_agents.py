@@ -63,12 +63,6 @@ async def test_an_answer_copying_gold_is_scrubbed_before_the_system_gets_it():
     assert reply.answers.answers == ["Honestly: … need ….", DONT_KNOW] and reply.redacted == 3
 
 
-async def test_no_questions_no_call():
-    gateway = ScriptedAnswers({})
-    reply = await answer_clarification(gateway, tiny_case(), ClarifyRequest(questions=[]))
-    assert reply.answers.answers == [] and not gateway.requests
-
-
 async def test_scripted_model_answers_through_the_gateway_with_the_user_sim_role():
     gateway = Gateway()
     reply = await answer_clarification(gateway, tiny_case(), ClarifyRequest(questions=QUESTIONS))

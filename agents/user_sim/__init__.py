@@ -13,7 +13,8 @@ from agents.user_sim.answers import SimulatedAnswers, answer_clarification
 from agents.user_sim.conversation import UserTurn, next_user_turn
 from agents.user_sim.disclosure import GoldGuard
 from agents.user_sim.feedback import UserFeedback, rate_response
-from agents.user_sim.grounding import DONT_KNOW, STOP_TOKEN
+from agents.clarify import DONT_KNOW
+from agents.user_sim.grounding import STOP_TOKEN
 from agents.user_sim.history import HistoryOptions, SynthesizedHistory, plan_history, synthesize_history
 from agents.user_sim.protocol import ProtocolFigures, check_protocol
 from agents.user_sim.reversibility import ReversibilityReport, check_reversibility

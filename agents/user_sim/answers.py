@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from agents.clarify import ClarifyAnswers, ClarifyRequest
+from agents.clarify import DONT_KNOW, ClarifyAnswers, ClarifyRequest
 from agents.gateway import Gateway
 from agents.prompts import Section, build_messages
 from agents.user_sim.disclosure import GoldGuard
-from agents.user_sim.grounding import DONT_KNOW, SIMULATOR_ROLE, STOP_TOKEN, user_sections
+from agents.user_sim.grounding import SIMULATOR_ROLE, STOP_TOKEN, user_sections
 from benchmarks.case import Case
 
 TASK = (
@@ -63,8 +63,6 @@ async def answer_clarification(
     gateway: Gateway, case: Case, request: ClarifyRequest, role: str = "user_sim", guard: GoldGuard | None = None
 ) -> SimulatedAnswers:
     questions = [q.strip() for q in request.questions]
-    if not questions:
-        return SimulatedAnswers(ClarifyAnswers(answers=[]), unknown=0, redacted=0)
     reply = await gateway.structured(role, clarify_messages(case, questions), ClarifyReply)
     guard = guard or GoldGuard(case)
     by_number: dict[int, QuestionAnswer] = {}

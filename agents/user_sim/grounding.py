@@ -8,12 +8,11 @@ its own words. The same grounding serves clarification answers, conversation tur
 
 from __future__ import annotations
 
-from benchmarks.case import Case, ExplicitPersona, MemorySnippet, PreferenceStatement, PTKBStatement
 from agents.prompts import Section
 from agents.user_sim.persona import render_persona
+from benchmarks.case import Case, ExplicitPersona, MemorySnippet, PreferenceStatement, PTKBStatement
 
 STOP_TOKEN = "###STOP###"
-DONT_KNOW = "I don't know"
 SELF_STATEMENT_LIMIT = 60  # without a persona: at most this many statements from the history
 
 SIMULATOR_ROLE = (
