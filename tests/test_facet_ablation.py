@@ -97,3 +97,17 @@ def test_the_hidden_system_never_sees_the_facet_or_its_items(tmp_path, cache_dir
     assert diet_items
     assert any(diet in m for m in seen["all"]) and any(diet_items[0] in m for m in seen["all"])
     assert seen["no-diet"] and not any(diet in m or any(i in m for i in diet_items) for m in seen["no-diet"])
+
+
+def test_the_simulated_users_recipe_is_valid_and_its_ablations_match():
+    from agents.judges.base import check_judge_fit, create_judge
+    from graphs.context import check_hidden_facets
+    from runs.recipe import load_recipe
+
+    recipe = load_recipe("runs/recipes/simulated_users.toml")
+    cases = recipe.cases()
+    check_hidden_facets(cases, recipe.systems)
+    check_judge_fit([create_judge(j) for j in recipe.judges], cases, recipe.benchmark.name,
+                    [s.name for s in recipe.systems])
+    assert recipe.user_sim.clarify and any(s.conversation for s in recipe.systems)
+    assert any(s.hide.active for s in recipe.systems)
