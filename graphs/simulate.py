@@ -68,7 +68,9 @@ def open_conversation(state: ConversationState, runtime: Runtime[EpisodeContext]
     return Command(goto="system", update={"opening": opening, "turns": [], "responses": [], "redacted": 0})
 
 
-async def simulated_user(state: ConversationState, runtime: Runtime[EpisodeContext]) -> Command[Literal["recall", "close"]]:
+async def simulated_user(
+    state: ConversationState, runtime: Runtime[EpisodeContext]
+) -> Command[Literal["recall", "close"]]:
     """Record the turn just answered, then let the user follow up or stop (within the turn budget)."""
     context = _context(runtime)
     asked = case_view(state, context).query

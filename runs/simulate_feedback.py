@@ -37,7 +37,8 @@ async def rate_run(run_dir: Path, out: Path, user_sim: ModelSettings | None = No
     """Rate every ok result of the run in `run_dir`; write R-J pairs to `out`; return counts."""
     recipe = _run_recipe(run_dir)
     cases = {c.id: c for c in recipe.cases(limited=False)}
-    results = [r for r in ResultsFile(run_dir / "results.jsonl").load().values() if r.ok and r.response and r.response.text.strip()]
+    results = [r for r in ResultsFile(run_dir / "results.jsonl").load().values()
+               if r.ok and r.response is not None and r.response.text.strip()]
     if not results:
         raise ConfigError(f"--run {run_dir}: no finished responses to rate")
     settings = user_sim or recipe.role_models()["user_sim"]

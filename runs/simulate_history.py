@@ -212,7 +212,8 @@ async def synthesize_contexts(job: HistoryJob, out_dir: Path, *, cache: bool = T
     return manifest
 
 
-async def check_contexts(path: Path, language: str, checker: ModelSettings | None, *, cache: bool = True) -> dict[str, Any]:
+async def check_contexts(path: Path, language: str, checker: ModelSettings | None, *,
+                         cache: bool = True) -> dict[str, Any]:
     """Protocol figures (and, with a `checker` model, reversibility) of an existing contexts file."""
     personas = pdr_personas(language)
     records = read_contexts(path)

@@ -63,7 +63,8 @@ def check_protocol(attributes: dict[str, Any], record: ContextRecord,
     below = [path for path, n in tags.items() if n < min_items_per_tag]
     share = len(record.dialogues) / len(items) if items else 0.0
     value_grams = {g for t in traits for g in ngrams(word_tokens(t.value), SPAN)}
-    verbatim = [i for i, item in zip(ids, items) if any(g in value_grams for g in ngrams(word_tokens(_item_text(item)), SPAN))]
+    verbatim = [i for i, item in zip(ids, items)
+                if any(g in value_grams for g in ngrams(word_tokens(_item_text(item)), SPAN))]
 
     problems = []
     if not items:

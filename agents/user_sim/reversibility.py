@@ -94,7 +94,8 @@ async def infer_traits(
     chunks = [events[i : i + chunk_items] for i in range(0, len(events), chunk_items)]
 
     async def read(chunk: list[HistoryEvent]):
-        sections = [Section("Profile facets", "\n".join(paths)), Section("Personal data", render_items(chunk), untrusted=True)]
+        sections = [Section("Profile facets", "\n".join(paths)),
+                    Section("Personal data", render_items(chunk), untrusted=True)]
         return await gateway.structured(role, build_messages(INVERSE_ROLE, sections, INVERSE_TASK), schema)
 
     out: dict[str, list[str]] = {}
