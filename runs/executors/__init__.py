@@ -26,7 +26,7 @@ async def open_executor(recipe, episode_fn: EpisodeFn, graph: Any, *, run_id: st
         key_envs += [s.api_key_env for system in recipe.systems for s in system.models.values()]
         key_envs += web_key_envs(recipe.web)
         executor = await RayExecutor(
-            episode_fn, graph, pipelines=sorted({s.pipeline for s in recipe.systems}), settings=recipe.run.ray,
+            episode_fn, graph, systems=recipe.systems, settings=recipe.run.ray,
             concurrency=recipe.run.concurrency, run_id=run_id, run_dir=run_dir, env=forwarded_env(key_envs),
             progress=progress,
         ).start()

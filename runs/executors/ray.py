@@ -106,7 +106,7 @@ class EpisodeWorker:
     once on one event loop, its resources (gateway, memory stores, web) kept across episodes."""
 
     def __init__(self, run_id: str, run_dir: str, scratch_root: str | None, env: dict[str, str],
-                 pipelines: list[str], cases: list[Any]) -> None:
+                 systems: list[Any], cases: list[Any]) -> None:
         for name, value in env.items():
             os.environ[name] = value
         import ray
@@ -130,11 +130,11 @@ class EpisodeWorker:
         self.contexts: dict[str, Any] = {}
         from langgraph.checkpoint.memory import InMemorySaver
 
-        from graphs.episode import build_episode_graph
+        from graphs.episode import episode_graph_for
         from graphs.serde import serializer
 
         self.saver = InMemorySaver(serde=serializer())
-        self.graph = build_episode_graph(pipelines, checkpointer=self.saver)  # the driver's graph, here
+        self.graph = episode_graph_for(systems, checkpointer=self.saver)  # the driver's graph, here
 
     async def ready(self) -> str:
         return self.node
@@ -198,11 +198,11 @@ async def thread_checkpoints(saver, thread_id: str) -> list[Any]:
 class RayExecutor:
     name = "ray"
 
-    def __init__(self, episode_fn: EpisodeFn, graph: Any, *, pipelines: list[str], settings, concurrency: int,
+    def __init__(self, episode_fn: EpisodeFn, graph: Any, *, systems: list[Any], settings, concurrency: int,
                  run_id: str, run_dir: Path, env: dict[str, str], progress: bool = True) -> None:
         self.episode_fn = episode_fn
         self.saver = graph.checkpointer
-        self.pipelines = pipelines
+        self.systems = list(systems)
         self.settings = settings
         self.concurrency = concurrency
         self.run_id = run_id
@@ -263,7 +263,7 @@ class RayExecutor:
         # once in the object store for every worker, and held until the run ends: a worker Ray restarts
         # after its node died is built again from these very arguments
         self._cases = ray.put(remembered_cases(self.run_id))
-        self.workers = [worker.remote(self.run_id, str(self.run_dir), scratch, self.env, self.pipelines, self._cases)
+        self.workers = [worker.remote(self.run_id, str(self.run_dir), scratch, self.env, self.systems, self._cases)
                         for _ in range(count)]
         self.in_flight = [0] * count
         ready = [w.ready.remote() for w in self.workers]
