@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel, ValidationError
 
+from agents.collect import collecting
 from benchmarks.json_input import read_appended_jsonl, validation_error
 
 _tags: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("atelier_call_tags", default={})
