@@ -91,7 +91,8 @@ class RaySection(_Strict):
                                 description="Episode workers (actors) across the cluster; unset: one per node.")
     cpus_per_worker: float = Field(default=1.0, ge=0, description="CPUs each worker reserves on its node.")
     max_retries: int = Field(default=3, ge=0, le=100,
-                             description="Times an episode is retried when its worker or node dies.")
+                             description="Times an episode worker is restarted when it or its node dies "
+                             "(its episodes in flight run again each time).")
     scratch_dir: str | None = Field(default=None, description="Node-local folder for workers' memory stores and "
                                     "web records before they reach the driver; unset: the system's temp folder.")
 

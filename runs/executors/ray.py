@@ -17,7 +17,7 @@ produced; the driver alone writes the run folder:
 Memory backends' stores (chromadb, mem0) live in the worker's scratch folder: each worker ingests
 the users it serves, so two nodes serving one user each hold that user's whole history and never
 share a store. A worker or node that dies takes its in-flight episodes with it: Ray restarts the
-actor (elsewhere when the node is gone) and runs them again (`[run.ray] max_retries`); what the lost
+actor (elsewhere when the node is gone, up to `[run.ray] max_retries` times) and runs them again; what the lost
 attempt did never reached the driver, so nothing is counted twice — its model calls were made,
 though, and only the responses kept in the shared cache (`[cache] url`) spare the retry paying again.
 """
@@ -211,6 +211,7 @@ class RayExecutor:
         self.progress = progress
         self.workers: list[Any] = []
         self.in_flight: list[int] = []
+        self.gone: set[int] = set()  # workers Ray will not restart again
         self.limits = None
         self.address: str | None = None
         self._cases = None
@@ -254,7 +255,10 @@ class RayExecutor:
         per_worker = max(1, math.ceil(self.concurrency / count))
         worker = ray.remote(EpisodeWorker).options(
             num_cpus=self.settings.cpus_per_worker, max_concurrency=per_worker,
-            max_restarts=self.settings.max_retries, max_task_retries=self.settings.max_retries,
+            # a worker is restarted up to max_retries times; its episodes in flight are retried on each
+            # restart (-1: however long the dead node takes to be noticed; a bounded count could be spent
+            # on "connection refused" before the restart)
+            max_restarts=self.settings.max_retries, max_task_retries=-1,
             scheduling_strategy="SPREAD",
         )
         from graphs.inputs import remembered_cases
@@ -306,26 +310,38 @@ class RayExecutor:
 
     # ------------------------------------------------------------------ episodes
 
-    def _choose(self, episode: Episode) -> int:
-        """The worker that serves this (system, user), unless it is full: then the least busy one."""
+    def _choose(self, episode: Episode) -> int | None:
+        """The worker that serves this (system, user), unless it is full or gone: then the least busy
+        one still alive; None when every worker is gone."""
+        alive = [i for i in range(len(self.workers)) if i not in self.gone]
+        if not alive:
+            return None
         identity = f"{episode.system.name}\0{episode.case.user_id}".encode()
         preferred = int(hashlib.sha256(identity).hexdigest(), 16) % len(self.workers)
         room = math.ceil(self.concurrency / len(self.workers))
-        if self.in_flight[preferred] < room:
+        if preferred in alive and self.in_flight[preferred] < room:
             return preferred
-        return min(range(len(self.workers)), key=self.in_flight.__getitem__)
+        return min(alive, key=self.in_flight.__getitem__)
 
     async def run(self, episode: Episode) -> ResultRecord:
         import ray
 
         index = self._choose(episode)
+        if index is None:
+            self.lost += 1
+            return _lost(episode, "every episode worker died more often than [run.ray] max_retries")
         self.in_flight[index] += 1
         try:
             before = await thread_checkpoints(self.saver, episode.key) if self.saver else []
+            # Ray runs the episode again on the worker it restarts (elsewhere when the node is gone)
             output: EpisodeOutput = await self.workers[index].run.remote(self.episode_fn, episode, before)
-        except (ray.exceptions.RayError, ConnectionError) as exc:  # the worker died more often than retried
+        except ray.exceptions.ActorDiedError as exc:  # restarted max_retries times already: gone for good
+            self.gone.add(index)
             self.lost += 1
-            return _lost(episode, exc)
+            return _lost(episode, f"{type(exc).__name__}: {exc}")
+        except (ray.exceptions.RayError, ConnectionError) as exc:
+            self.lost += 1
+            return _lost(episode, f"{type(exc).__name__}: {exc}")
         finally:
             self.in_flight[index] -= 1
         await self._deliver(episode, output)
@@ -380,15 +396,15 @@ def _write_if_absent(path: Path, content: bytes) -> None:
     os.replace(temporary, path)
 
 
-def _lost(episode: Episode, exc: BaseException) -> ResultRecord:
+def _lost(episode: Episode, reason: str) -> ResultRecord:
     import time
 
-    first_line = (str(exc).strip().splitlines() or [""])[0][:300]
+    first_line = (reason.strip().splitlines() or [""])[0][:300]
     return ResultRecord(
         key=episode.key, run_id=episode.context.run_id, case_id=episode.case.id, system=episode.system.name,
         benchmark=episode.case.benchmark, user_id=episode.case.user_id,
         setting=episode.system.setting or episode.case.setting, status="error",
-        error=f"worker lost: {type(exc).__name__}: {first_line}", finished_at=time.time(),
+        error=f"worker lost: {first_line}", finished_at=time.time(),
     )
 
 
