@@ -65,9 +65,17 @@ def placement(folder: Path) -> dict:
     return json.loads((folder / "executor.json").read_text())[-1]
 
 
-def test_quickstart_on_two_nodes_scores_like_the_local_executor(cluster, tmp_path, cache_dir):
-    local = run_recipe(load_recipe(QUICKSTART), tmp_path / "local", progress=False).path
-    shutil.rmtree(cache_dir)  # the cluster computes every answer itself
+@pytest.fixture(scope="module")
+def local_quickstart(tmp_path_factory):
+    """The quickstart run by the local executor, with a cache of its own: what the cluster must match."""
+    folder = tmp_path_factory.mktemp("local")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ATELIER_CACHE_DIR", str(folder / "cache"))
+        return run_recipe(load_recipe(QUICKSTART), folder / "run", progress=False).path
+
+
+def test_quickstart_on_two_nodes_scores_like_the_local_executor(cluster, local_quickstart, tmp_path, cache_dir):
+    local = local_quickstart  # the cluster computes every answer itself (cache_dir is empty)
     on_ray = load_recipe(QUICKSTART).with_overrides(executor="ray", ray_address=cluster.address)
     remote = run_recipe(on_ray, tmp_path / "ray", progress=False).path
 
@@ -169,27 +177,6 @@ def redis_url():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_redis_cache_is_shared_by_every_node(cluster, tmp_path, cache_dir, redis_url):
-    import redis
-
-    def run(name: str) -> Path:
-        recipe = load_recipe(QUICKSTART).with_overrides(executor="ray", ray_address=cluster.address, limit=4)
-        data = recipe.model_dump(mode="python")
-        data["cache"] = {"url": redis_url}
-        from runs.recipe import Recipe
-
-        return run_recipe(Recipe.model_validate(data), tmp_path / name, progress=False).path
-
-    first = run("first")
-    assert not any(e["cache_hit"] for e in lines(first / "ledger.jsonl"))
-    stored = redis.Redis.from_url(redis_url).keys("atelier:llm:*")
-    assert len(stored) == len(lines(first / "ledger.jsonl"))
-    second = run("second")  # new workers, episodes placed anew: every answer comes from Redis
-    assert all(e["cache_hit"] for e in lines(second / "ledger.jsonl"))
-    assert scores(second) == scores(first)
-    assert not (cache_dir / "llm").exists()  # no node fell back to a disk cache
-
-
 def test_a_searching_pipeline_leaves_its_web_in_the_run_folder_for_replay(cluster, tmp_path, cache_dir):
     """rag searches and reads the sandbox web on the nodes; the records reach the run folder, and a
     local replay from that folder alone (no network, no sandbox) gives the same answers."""
@@ -216,27 +203,38 @@ def test_a_searching_pipeline_leaves_its_web_in_the_run_folder_for_replay(cluste
     assert all(r["status"] == "ok" for r in lines(replayed / "results.jsonl")) and text(replayed) == text(remote)
 
 
-def test_resume_on_the_cluster_runs_only_what_is_missing(cluster, tmp_path, cache_dir):
-    recipe = load_recipe(QUICKSTART).with_overrides(executor="ray", ray_address=cluster.address, limit=3)
+def test_resume_on_the_cluster_runs_only_what_is_missing_and_redis_serves_every_worker(
+        cluster, tmp_path, cache_dir, redis_url):
+    import redis
+
+    from runs.recipe import Recipe
+
+    data = load_recipe(QUICKSTART).with_overrides(executor="ray", ray_address=cluster.address, limit=3) \
+        .model_dump(mode="python")
+    data["cache"] = {"url": redis_url}
+    recipe = Recipe.model_validate(data)
     folder = run_recipe(recipe, tmp_path / "run", progress=False).path
     complete = lines(folder / "results.jsonl")
+    first_calls = lines(folder / "ledger.jsonl")
+    assert not any(e["cache_hit"] for e in first_calls)
+    assert len(redis.Redis.from_url(redis_url).keys("atelier:llm:*")) == len(first_calls)  # every answer stored
     (folder / "results.jsonl").write_text("\n".join(json.dumps(r) for r in complete[:4]) + "\n")
-    calls_before = len(lines(folder / "ledger.jsonl"))
 
-    run_recipe(recipe, folder, progress=False)
+    run_recipe(recipe, folder, progress=False)  # new workers: what they ask was answered by the first ones
     again = lines(folder / "results.jsonl")
     assert sorted(r["key"] for r in again) == sorted(r["key"] for r in complete)  # each once
     assert {r["key"]: r["scores"] for r in again} == {r["key"]: r["scores"] for r in complete}
-    added = lines(folder / "ledger.jsonl")[calls_before:]
+    added = lines(folder / "ledger.jsonl")[len(first_calls):]
     assert {(e["case_id"], e["system"]) for e in added} == {(r["case_id"], r["system"]) for r in complete[4:]}
-    assert [s["episodes_per_node"] for s in json.loads((folder / "executor.json").read_text())][1] \
-        and sum(json.loads((folder / "executor.json").read_text())[1]["episodes_per_node"].values()) == 2
+    assert added and all(e["cache_hit"] for e in added)  # from Redis: no node keeps a disk cache
+    assert not (cache_dir / "llm").exists()
+    sessions = json.loads((folder / "executor.json").read_text())
+    assert len(sessions) == 2 and sum(sessions[1]["episodes_per_node"].values()) == 2
 
 
-def test_a_worker_node_killed_midway_loses_and_doubles_nothing(cluster, tmp_path, cache_dir):
+def test_a_worker_node_killed_midway_loses_and_doubles_nothing(cluster, local_quickstart, tmp_path, cache_dir):
     """Last in the module: it takes the worker node down for good."""
-    local = run_recipe(load_recipe(QUICKSTART), tmp_path / "local", progress=False).path
-    shutil.rmtree(cache_dir)
+    local = local_quickstart
     out = tmp_path / "killed"
     env = {**os.environ, "ATELIER_CACHE_DIR": str(cache_dir)}
     # every call takes 0.3 s: the run lasts long enough to lose a node in the middle of it

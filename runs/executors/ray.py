@@ -107,6 +107,8 @@ class EpisodeWorker:
 
     def __init__(self, run_id: str, run_dir: str, scratch_root: str | None, env: dict[str, str],
                  systems: list[Any], cases: list[Any]) -> None:
+        """`cases` holds one object reference (to the run's cases): wrapped, so Ray hands it over as is
+        and a restarted worker fetches it again from the driver, which holds it until the run ends."""
         for name, value in env.items():
             os.environ[name] = value
         import ray
@@ -118,7 +120,7 @@ class EpisodeWorker:
         from graphs.inputs import remember_cases
 
         set_model_limits(ClusterLimits(run_id))
-        remember_cases(run_id, cases)  # as the driver did: episodes' state holds only a case reference
+        remember_cases(run_id, ray.get(cases[0]))  # as the driver did: episodes' state holds only a case reference
         self.run_id = run_id
         self.run_dir = run_dir
         self.node = ray.get_runtime_context().get_node_id()
@@ -265,9 +267,9 @@ class RayExecutor:
 
         scratch = self.settings.scratch_dir
         # once in the object store for every worker, and held until the run ends: a worker Ray restarts
-        # after its node died is built again from these very arguments
+        # after its node died fetches them again
         self._cases = ray.put(remembered_cases(self.run_id))
-        self.workers = [worker.remote(self.run_id, str(self.run_dir), scratch, self.env, self.systems, self._cases)
+        self.workers = [worker.remote(self.run_id, str(self.run_dir), scratch, self.env, self.systems, [self._cases])
                         for _ in range(count)]
         self.in_flight = [0] * count
         ready = [w.ready.remote() for w in self.workers]
