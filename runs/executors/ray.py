@@ -106,9 +106,7 @@ class EpisodeWorker:
     once on one event loop, its resources (gateway, memory stores, web) kept across episodes."""
 
     def __init__(self, run_id: str, run_dir: str, scratch_root: str | None, env: dict[str, str],
-                 systems: list[Any], cases: list[Any]) -> None:
-        """`cases` holds one object reference (to the run's cases): wrapped, so Ray hands it over as is
-        and a restarted worker fetches it again from the driver, which holds it until the run ends."""
+                 systems: list[Any]) -> None:
         for name, value in env.items():
             os.environ[name] = value
         import ray
@@ -117,10 +115,9 @@ class EpisodeWorker:
         from agents.gateway import set_model_limits
         from runs.executors.limits import ClusterLimits
 
-        from graphs.inputs import remember_cases
-
         set_model_limits(ClusterLimits(run_id))
-        remember_cases(run_id, ray.get(cases[0]))  # as the driver did: episodes' state holds only a case reference
+        self._cases_known = asyncio.Lock()
+        self._has_cases = False
         self.run_id = run_id
         self.run_dir = run_dir
         self.node = ray.get_runtime_context().get_node_id()
@@ -153,10 +150,23 @@ class EpisodeWorker:
             self.contexts[key] = context.model_copy(update=update)
         return self.contexts[key]
 
-    async def run(self, episode_fn: EpisodeFn, episode: Episode, checkpoints: list[Any]) -> EpisodeOutput:
+    async def _remember_cases(self, cases: list[Any]) -> None:
+        """Remember the run's cases as the driver did (episodes' state holds only a case reference; a
+        system's `random_profile` reads another case). `cases` wraps one object reference, so Ray
+        hands it over as is and only a new (or restarted) worker fetches them, once."""
+        async with self._cases_known:
+            if not self._has_cases:
+                from graphs.inputs import remember_cases
+
+                remember_cases(self.run_id, await cases[0])
+                self._has_cases = True
+
+    async def run(self, episode_fn: EpisodeFn, episode: Episode, checkpoints: list[Any],
+                  cases: list[Any]) -> EpisodeOutput:
         from agents.ledger import capture_calls
         from tools.web import capture_web_log
 
+        await self._remember_cases(cases)
         context = self._here(episode.context)
         thread = {"configurable": {"thread_id": episode.key}}
         await self.saver.adelete_thread(episode.key)  # a retried attempt starts from what the driver had
@@ -266,10 +276,11 @@ class RayExecutor:
         from graphs.inputs import remembered_cases
 
         scratch = self.settings.scratch_dir
-        # once in the object store for every worker, and held until the run ends: a worker Ray restarts
-        # after its node died fetches them again
+        # once in the object store for every worker, held until the run ends: a worker Ray restarts after
+        # its node died fetches them again (by the reference each episode carries, not by a constructor
+        # argument, which Ray would have to keep for restarts)
         self._cases = ray.put(remembered_cases(self.run_id))
-        self.workers = [worker.remote(self.run_id, str(self.run_dir), scratch, self.env, self.systems, [self._cases])
+        self.workers = [worker.remote(self.run_id, str(self.run_dir), scratch, self.env, self.systems)
                         for _ in range(count)]
         self.in_flight = [0] * count
         ready = [w.ready.remote() for w in self.workers]
@@ -336,7 +347,7 @@ class RayExecutor:
         try:
             before = await thread_checkpoints(self.saver, episode.key) if self.saver else []
             # Ray runs the episode again on the worker it restarts (elsewhere when the node is gone)
-            output: EpisodeOutput = await self.workers[index].run.remote(self.episode_fn, episode, before)
+            output: EpisodeOutput = await self.workers[index].run.remote(self.episode_fn, episode, before, [self._cases])
         except ray.exceptions.ActorDiedError as exc:  # restarted max_retries times already: gone for good
             self.gone.add(index)
             self.lost += 1
