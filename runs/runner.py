@@ -171,8 +171,7 @@ class Runner:
                 results.append(record)
                 return record
 
-            async with open_executor(recipe, self._episode, graph, run_id=self.run_id, run_dir=self.folder.path,
-                                     progress=self.progress) as executor:
+            async with self._executor(graph) as executor:
                 with _progress(self.progress, total=len(cases) * len(recipe.systems), done=len(done) - len(rejudge)) as bar:
                     tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
                     tasks += [asyncio.create_task(judged_again(stored, case, judges)) for stored, case, judges in rejudge]
@@ -191,6 +190,11 @@ class Runner:
         forget_cases(self.run_id)
         self.finish(config)
         return self.folder
+
+    def _executor(self, graph):
+        """Where this run's episodes execute (the recipe's `[run] executor`), open for the block."""
+        return open_executor(self.recipe, self._episode, graph, run_id=self.run_id, run_dir=self.folder.path,
+                             progress=self.progress)
 
     @staticmethod  # what every executor runs, in this process or on a cluster's worker
     async def _episode(graph, case: Case, system: SystemSpec, context: EpisodeContext) -> ResultRecord:

@@ -25,12 +25,14 @@ though, and only the responses kept in the shared cache (`[cache] url`) spare th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import math
 import os
 import shutil
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,8 +71,6 @@ class _NewFiles:
         self._seen: dict[str, tuple[int, int]] = {}
 
     def collect(self) -> dict[str, bytes]:
-        import time
-
         out: dict[str, bytes] = {}
         stack = [self.root]
         while stack:
@@ -179,8 +179,11 @@ class EpisodeWorker:
                              files=self.new_files.collect(), checkpoints=taken, node=self.node,
                              restarted_worker=self.restarted)
 
-    async def shutdown(self) -> None:
-        """Close what the worker's contexts opened and remove its scratch folder."""
+    async def shutdown(self) -> dict[str, Any]:
+        """Close what the worker's contexts opened and remove its scratch folder; return what the
+        worker's process used (CPU seconds since it started, peak RSS)."""
+        import resource
+
         from graphs.inputs import forget_cases
         from graphs.resources import release
 
@@ -188,6 +191,8 @@ class EpisodeWorker:
             await release(context)
         forget_cases(self.run_id)
         shutil.rmtree(self.scratch, ignore_errors=True)
+        return {"node": self.node, "cpu_s": time.process_time(),
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 async def copy_checkpoints(tuples: list[Any], saver) -> None:
@@ -224,6 +229,7 @@ class RayExecutor:
         self.workers: list[Any] = []
         self.in_flight: list[int] = []
         self.gone: set[int] = set()  # workers Ray will not restart again
+        self.worker_usage: list[dict[str, Any]] = []  # what each worker's process used (at aclose)
         self.limits = None
         self.address: str | None = None
         self._cases = None
@@ -310,7 +316,10 @@ class RayExecutor:
                       file=sys.stderr)
         if self.workers:
             stops = [w.shutdown.remote() for w in self.workers]
-            await asyncio.to_thread(ray.wait, stops, num_returns=len(stops), timeout=60)
+            stopped, _ = await asyncio.to_thread(ray.wait, stops, num_returns=len(stops), timeout=60)
+            for ref in stopped:
+                with contextlib.suppress(ray.exceptions.RayError):
+                    self.worker_usage.append(ray.get(ref))
             for w in self.workers:
                 ray.kill(w)
             self.workers = []
@@ -373,7 +382,6 @@ class RayExecutor:
     def _write_placement(self) -> None:
         """`executor.json` in the run folder: where this session's episodes ran (one entry per session)."""
         import json
-        import time
 
         path = self.run_dir / "executor.json"
         sessions = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
@@ -410,8 +418,6 @@ def _write_if_absent(path: Path, content: bytes) -> None:
 
 
 def _lost(episode: Episode, reason: str) -> ResultRecord:
-    import time
-
     first_line = (reason.strip().splitlines() or [""])[0][:300]
     return ResultRecord(
         key=episode.key, run_id=episode.context.run_id, case_id=episode.case.id, system=episode.system.name,
