@@ -28,10 +28,24 @@ from tools.web import Web, build_web
 class Resources:
     context: EpisodeContext
     gateway: Gateway
-    memory: MemoryBackend
     judges: list[Judge]
     sources: SourceStore  # the texts systems read, by sha256
     _web: Web | None = field(default=None, repr=False)
+    _memory: MemoryBackend | None = field(default=None, repr=False)
+    _memory_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def memory(self) -> MemoryBackend:
+        """The system's memory backend, made on first use: a process that only judges, or a Ray
+        run's driver (its episodes run on the workers), opens no store in the run folder."""
+        if self._memory is None:
+            with self._memory_lock:
+                if self._memory is None:
+                    context = self.context
+                    store = Path(context.run_dir) / "memory" / context.system.name if context.run_dir else None
+                    self._memory = create_backend(context.system.memory,
+                                                  MemoryEnv(gateway=self.gateway, store_dir=store))
+        return self._memory
 
     def web(self) -> Web:
         """The run's web (search + fetch + cache); the sandbox starts on the first call."""
@@ -99,10 +113,8 @@ def resources_for(context: EpisodeContext | None) -> Resources:
             except ConfigError as exc:  # a context set by hand (Studio) naming an unknown pipeline or option
                 raise GraphInputError(f"runtime context: {exc}") from None
             gateway = Gateway(roles, cache=_shared_cache(context), ledger=_shared_ledger(context))
-            store = Path(context.run_dir) / "memory" / context.system.name if context.run_dir else None
-            memory = create_backend(context.system.memory, MemoryEnv(gateway=gateway, store_dir=store))
             judges = [create_judge(j) for j in context.judges]
-            _resources[key] = Resources(context=context, gateway=gateway, memory=memory, judges=judges,
+            _resources[key] = Resources(context=context, gateway=gateway, judges=judges,
                                         sources=SourceStore.for_run(context.run_dir))
         return _resources[key]
 
@@ -113,8 +125,8 @@ async def release(context: EpisodeContext) -> None:
     with _lock:
         resources = _resources.pop(context_key(context), None)
         web = _webs.pop(_web_key(context), None)
-    if resources is not None:
-        await resources.memory.aclose()
+    if resources is not None and resources._memory is not None:
+        await resources._memory.aclose()
     if web is not None:
         if context.run_dir and web.log:
             with (Path(context.run_dir) / "web_log.jsonl").open("a", encoding="utf-8") as fh:

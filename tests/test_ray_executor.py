@@ -178,14 +178,16 @@ def redis_url():
 
 
 def test_a_searching_pipeline_leaves_its_web_in_the_run_folder_for_replay(cluster, tmp_path, cache_dir):
-    """rag searches and reads the sandbox web on the nodes; the records reach the run folder, and a
-    local replay from that folder alone (no network, no sandbox) gives the same answers."""
+    """rag with dense retrieval over the user's history (chromadb) searches and reads the sandbox
+    web on the nodes; the records reach the run folder, and a local replay from that folder alone
+    (no network, no sandbox) recalls the same history and gives the same answers."""
     from runs.recipe import parse_recipe
 
     def recipe(name: str, **extra):
         return parse_recipe({
-            "name": name, "benchmark": {"name": "sample", "split": "all", "setting": "context", "limit": 3},
-            "systems": [{"name": "rag", "pipeline": "rag", "memory": {"backend": "none"}}],
+            "name": name, "benchmark": {"name": "sample", "split": "all", "setting": "context", "limit": 6},
+            "systems": [{"name": "rag", "pipeline": "rag",
+                         "memory": {"backend": "retrieval", "method": "dense", "k": 3}}],
             "judges": [{"name": "lampqa_aspects"}], "run": {"out_dir": str(tmp_path)}, **extra,
         })
 
@@ -201,6 +203,9 @@ def test_a_searching_pipeline_leaves_its_web_in_the_run_folder_for_replay(cluste
                           tmp_path / "replay", progress=False).path
     text = lambda f: {r["key"]: r["response"]["text"] for r in lines(f / "results.jsonl")}  # noqa: E731
     assert all(r["status"] == "ok" for r in lines(replayed / "results.jsonl")) and text(replayed) == text(remote)
+    recalled = lambda f: {r["key"]: r["user_context"]["event_ids"] for r in lines(f / "results.jsonl")}  # noqa: E731
+    assert recalled(remote) == recalled(replayed) and all(recalled(remote).values())
+    assert not (remote / "memory").exists()  # the workers' chromadb stores stayed on their nodes
 
 
 def test_resume_on_the_cluster_runs_only_what_is_missing_and_redis_serves_every_worker(
