@@ -37,6 +37,7 @@ from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agents.loopback import bind_socket
 from benchmarks.errors import AtelierError
 
 PREFIX = "local"
@@ -173,24 +174,13 @@ def serve_on_socket(spec: LocalModelSpec, sock: socket.socket) -> None:
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def bind(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise LocalModelError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    return sock
-
-
 class LlamaServer:
     """One llama-cpp-python server in a child process. The parent binds the socket (so the port
     is known, and free, before the child starts) and hands it over."""
 
     def __init__(self, spec: LocalModelSpec, host: str = "127.0.0.1", port: int = 0) -> None:
         self.spec = spec
-        self._socket = bind(host, port)
+        self._socket = bind_socket(host, port)
         self.host, self.port = self._socket.getsockname()[:2]
         self._process: subprocess.Popen | None = None
         handle, log = tempfile.mkstemp(prefix=f"atelier-llama-{spec.alias}-", suffix=".log")

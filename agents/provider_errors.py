@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, Literal
+from typing import Literal
 
 Verdict = Literal["retry", "refused", "fatal"]
 
@@ -75,7 +75,3 @@ def classify(exc: BaseException) -> Verdict:
 def _looks_like_validation(exc: BaseException) -> bool:
     return bool(_VALIDATION.search(server_message(exc)))
 
-
-def describe(exc: BaseException) -> dict[str, Any]:
-    """For ledgers and reports: the verdict, the status and the server's message."""
-    return {"verdict": classify(exc), "status": status_of(exc), "message": server_message(exc)}

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
-
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 

@@ -34,12 +34,13 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         threads: Optional[int] = typer.Option(None, "--threads", help="llama.cpp threads (default: half the usable cores)."),
     ) -> None:
         """Serve a local GGUF model with an OpenAI-compatible API (llama-cpp-python) until Ctrl-C."""
-        from agents.local_model import bind, parse_local_model, serve_on_socket
+        from agents.local_model import parse_local_model, serve_on_socket
+        from agents.loopback import bind_socket
 
         model = f"local?gguf={gguf}" if gguf else "local/smollm2"
         spec = parse_local_model(model)
         spec = spec.model_copy(update={"n_ctx": n_ctx, **({"threads": threads} if threads else {})})
-        sock = bind(host, port)
+        sock = bind_socket(host, port)
         base = f"http://{host}:{sock.getsockname()[1]}/v1"
         typer.echo(f"serving {spec.gguf} as {spec.alias!r} (n_ctx {spec.n_ctx}, {spec.threads} threads) at {base}", err=True)
         typer.echo(f'in a recipe: model = "openai/{spec.alias}", api_base = "{base}"', err=True)
