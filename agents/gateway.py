@@ -354,12 +354,11 @@ class Gateway:
             base_url = self._local.get(spec)
         if base_url is None:
             server = await asyncio.to_thread(SERVERS.acquire, spec)
-            with self._local_lock:
-                if spec in self._local:  # another call of this gateway got there first
-                    await asyncio.to_thread(SERVERS.release, spec)
-                else:
-                    self._local[spec] = server.base_url
-                base_url = self._local[spec]
+            with self._local_lock:  # never held across an await: other calls on this loop take it
+                counted_twice = spec in self._local  # another call of this gateway got there first
+                base_url = self._local.setdefault(spec, server.base_url)
+            if counted_twice:
+                await asyncio.to_thread(SERVERS.release, spec)
         # llama.cpp's server answers one request at a time: queue here, so timeouts time the answer
         return settings.model_copy(update={"model": f"openai/{spec.alias}", "api_base": base_url,
                                            "api_key": SecretStr("sk-local"), "max_concurrency": 1})

@@ -61,3 +61,57 @@ def test_the_endpoint_identity_ignores_a_local_servers_port(monkeypatch):
     assert ModelSettings(model="local/smollm2", api_base="http://127.0.0.1:1234/v1").endpoint == "local/smollm2"
     remote = ModelSettings(model="openai/x", api_base="http://h:8000/v1/")
     assert remote.endpoint == "openai/x@http://h:8000/v1"
+
+
+def test_concurrent_first_calls_share_one_server_and_release_it(tmp_path, monkeypatch):
+    """The gateway starts a local model's server on first use; racing first calls neither deadlock
+    nor leak a reference (served here by the stub in the server's place)."""
+    import asyncio
+    import threading
+    import time
+
+    from agents.gateway import Gateway
+    from agents.local_model import LocalModelSpec
+    from tests.openai_stub import OpenAIStub
+
+    gguf = tmp_path / "fake.gguf"
+    gguf.write_bytes(b"GGUF")
+    spec = LocalModelSpec(gguf=str(gguf), alias="fake")
+    monkeypatch.setattr("agents.settings.parse_local_model", lambda model: spec)
+    users = {"acquired": 0, "released": 0}
+    lock = threading.Lock()
+
+    with OpenAIStub() as stub:
+        class Server:
+            base_url = stub.base_url
+
+        def acquire(wanted):
+            time.sleep(0.3)  # a server takes a while to start: every first call is in flight by now
+            with lock:
+                users["acquired"] += 1
+            return Server()
+
+        def release(wanted):
+            with lock:
+                users["released"] += 1
+
+        monkeypatch.setattr(local_model.SERVERS, "acquire", acquire)
+        monkeypatch.setattr(local_model.SERVERS, "release", release)
+        gateway = Gateway({"system": ModelSettings(model="local/fake", timeout_s=20)})
+        answers: list[str] = []
+
+        async def first_calls() -> None:
+            answers.extend(await asyncio.gather(
+                *(gateway.text("system", [{"role": "user", "content": f"question {i}"}]) for i in range(5))))
+
+        # on its own thread: a deadlocked event loop cannot time itself out
+        worker = threading.Thread(target=asyncio.run, args=(first_calls(),), daemon=True)
+        worker.start()
+        worker.join(timeout=90)
+        assert not worker.is_alive(), "concurrent first calls to a local model deadlocked"
+        assert len(answers) == 5 and all(a.startswith("Stub model answer.") for a in answers)
+        assert users["acquired"] - users["released"] == 1  # one reference held for the gateway
+        assert {r["body"]["model"] for r in stub.requests} == {"fake"}
+        asyncio.run(gateway.aclose())
+    assert users["acquired"] == users["released"]
+    assert {e.model for e in gateway.ledger.entries} == {"local/fake"}

@@ -42,7 +42,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         spec = spec.model_copy(update={"n_ctx": n_ctx, **({"threads": threads} if threads else {})})
         sock = bind_socket(host, port)
         base = f"http://{host}:{sock.getsockname()[1]}/v1"
-        typer.echo(f"serving {spec.gguf} as {spec.alias!r} (n_ctx {spec.n_ctx}, {spec.threads} threads) at {base}", err=True)
+        threads_note = f"{spec.threads} thread{'s' * (spec.threads != 1)}"
+        typer.echo(f"serving {spec.gguf} as {spec.alias!r} (n_ctx {spec.n_ctx}, {threads_note}) at {base}", err=True)
         typer.echo(f'in a recipe: model = "openai/{spec.alias}", api_base = "{base}"', err=True)
         typer.echo(base)
         serve_on_socket(spec, sock)
