@@ -244,8 +244,7 @@ class Gateway:
     async def stream_timing(self, role: str, messages: list[dict[str, Any]]) -> StreamTiming:
         """Stream one text answer (never cached): time to the first token and in all (benchmarks)."""
         settings = self.settings(role)
-        kwargs = await self._provider_kwargs(role, settings, messages, mode=None, schema=None)
-        served: ModelSettings = kwargs.pop("_served")
+        kwargs, served = await self._provider_kwargs(role, settings, messages, mode=None, schema=None)
         kwargs.update(stream=True, stream_options={"include_usage": True})
         litellm = _litellm()
         first: float | None = None
@@ -371,7 +370,9 @@ class Gateway:
         *,
         mode: StructuredMode | None,
         schema: _Schema | None,
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], ModelSettings]:
+        """litellm's arguments for one request, and the settings it is served with (a local
+        model's point at its running server)."""
         try:
             served = await self._served(settings)
         except LocalModelError as exc:
@@ -399,8 +400,7 @@ class Gateway:
             kwargs["_skip_mcp_handler"] = True
         if scripted:
             kwargs["extra_body"] = {"scripted": parse_model_string(settings.model).model_dump()}
-        kwargs["_served"] = served
-        return kwargs
+        return kwargs, served
 
     async def _request(
         self,
@@ -448,8 +448,7 @@ class Gateway:
 
         attempts = 0
         try:
-            kwargs = await self._provider_kwargs(role, settings, messages, mode=mode, schema=schema)
-            served: ModelSettings = kwargs.pop("_served")
+            kwargs, served = await self._provider_kwargs(role, settings, messages, mode=mode, schema=schema)
             started = time.perf_counter()  # a local server's start-up is not this call's latency
             from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
