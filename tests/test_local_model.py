@@ -55,7 +55,7 @@ def check_real_run(folder: Path, n_results: int) -> list[dict]:
     assert all(r["status"] == "ok" and not r["dry_run"] for r in results), [r.get("error") for r in results]
     for record in results:
         assert record["judgments"] and all(j["error"] is None and j["score"] is not None for j in record["judgments"])
-        assert record["response"].strip()
+        assert record["response"]["text"].strip()
     ledger = lines(folder / "ledger.jsonl")
     structured = [e for e in ledger if e["kind"] in ("structured", "repair")]
     assert structured and all(e["status"] in ("ok", "refused") for e in ledger)
