@@ -17,6 +17,7 @@ Roles (`system`, `user_sim`, `judge`, ...) each have their own `ModelSettings`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import threading
@@ -35,6 +36,7 @@ from agents.provider_errors import Verdict, classify, server_message, status_of
 from agents.scripted import parse_model_string, register_with_litellm
 from agents.settings import ModelSettings, settings_for_role
 from agents.structured_output import MODES, ModeMemory, StructuredMode, answer_text, mode_params, supported_modes
+from agents.trace import traced_request
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -214,7 +216,7 @@ class Gateway:
     async def structured(self, role: str, messages: list[dict[str, Any]], schema: type[T]) -> T:
         """Ask for an instance of `schema` in the strongest mode the endpoint accepts; validate;
         repair once; raise StructuredOutputError."""
-        wanted = _Schema(schema.__name__, schema.model_json_schema())
+        wanted = _Schema(schema.__name__, _json_schema(schema))
         messages = _with_json_instructions(messages, wanted.schema)
         content, key, mode = await self._structured_request(role, messages, wanted)
         try:
@@ -402,6 +404,7 @@ class Gateway:
             kwargs["extra_body"] = {"scripted": parse_model_string(settings.model).model_dump()}
         return kwargs, served
 
+    @traced_request  # each request shows up in graph traces (prompt and answer)
     async def _request(
         self,
         role: str,
@@ -524,6 +527,16 @@ def _provider_ms(response: Any) -> float | None:
     if not isinstance(total, (int, float)):
         return None
     return round(float(total) - float(overhead or 0.0), 3)
+
+
+@functools.lru_cache(maxsize=512)
+def _json_schema_text(schema: type[BaseModel]) -> str:
+    return json.dumps(schema.model_json_schema())
+
+
+def _json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    """A model's JSON schema (a fresh copy), generated once per class: generating it costs milliseconds."""
+    return json.loads(_json_schema_text(schema))
 
 
 def _with_json_instructions(messages: list[dict[str, Any]], json_schema: dict[str, Any]) -> list[dict[str, Any]]:

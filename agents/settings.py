@@ -8,12 +8,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from agents.local_model import LocalModelError, LocalModelSpec, is_local, parse_local_model
+from agents.scripted import parse_model_string
 from agents.structured_output import StructuredMode
 
 # The roles every run knows. Later graphs add their own (researcher, writer, ...); a role without
 # its own setting falls back to `system` for systems under test and to `judge` for evaluators.
 ROLES = ("system", "user_sim", "judge")
-ROLE_FALLBACK = {"researcher": "system", "writer": "system", "planner": "system", "memory": "system"}
+ROLE_FALLBACK = {"researcher": "system", "writer": "system", "planner": "system", "memory": "system",
+                 "clarifier": "system"}
 # Each judge's own roles (agents/judges/*), and the meta-evaluator of `atelier meta-eval`.
 JUDGE_ROLES = ("pqr_criteria", "pqr_judge", "pqr_fact_checker", "bespoke_rubric", "bespoke_judge",
                "bespoke_recall", "lampqa_judge", "aepd_judge", "locomo_judge", "prefeval_judge", "meta_judge")
@@ -52,9 +54,11 @@ class ModelSettings(BaseModel):
     @classmethod
     def _known_model(cls, value: str) -> str:
         value = value.strip()
-        if is_local(value):
+        if _is_scripted(value):
+            parse_model_string(value)  # its parameters are checked now, not at the first call
+        elif is_local(value):
             try:
-                parse_local_model(value)
+                parse_local_model(value)  # the GGUF file and the local extra, likewise
             except LocalModelError as exc:
                 raise ValueError(str(exc)) from None
         return value
@@ -67,7 +71,19 @@ class ModelSettings(BaseModel):
 
     @property
     def is_scripted(self) -> bool:
-        return self.model == "scripted" or self.model.startswith(("scripted?", "scripted/"))
+        return _is_scripted(self.model)
+
+    def answer_identity(self) -> dict[str, Any]:
+        """What decides this model's answers (what the response cache keys on, besides the request):
+        the model — for `scripted`, only its parameters that change an answer — endpoint,
+        temperature, seed, max tokens, extra parameters and a pinned structured mode. Timeouts,
+        retries, rate limits, keys and the scripted model's latency and fault injection are not
+        part of it."""
+        model: Any = self.model
+        if self.is_scripted:
+            model = {"scripted": parse_model_string(self.model).answer_identity()}
+        return {"model": model, "api_base": self.api_base, "temperature": self.temperature, "seed": self.seed,
+                "max_tokens": self.max_tokens, "extra": self.extra, "structured_mode": self.structured_mode}
 
     @property
     def is_local(self) -> bool:
@@ -88,6 +104,10 @@ class ModelSettings(BaseModel):
         if self.api_key_env:
             return os.environ.get(self.api_key_env)
         return None
+
+
+def _is_scripted(model: str) -> bool:
+    return model == "scripted" or model.startswith(("scripted?", "scripted/"))
 
 
 def settings_for_role(roles: dict[str, ModelSettings], role: str) -> ModelSettings:
