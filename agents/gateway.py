@@ -87,6 +87,14 @@ class _Request(BaseModel):
 
 
 @dataclass(frozen=True)
+class _Answered:
+    """About one answer: its cache key, and whether it was cut at max_tokens (finish_reason "length")."""
+
+    key: str | None
+    cut: bool = False
+
+
+@dataclass(frozen=True)
 class _Schema:
     name: str
     schema: dict[str, Any]
@@ -136,7 +144,9 @@ def extract_json(text: str) -> Any:
     error: json.JSONDecodeError | None = None
     for candidate in candidates:
         try:
-            return json.loads(candidate)
+            # strict=False: raw control characters (a newline) inside strings are kept, not refused;
+            # llama.cpp's schema grammars let a model write them
+            return json.loads(candidate, strict=False)
         except json.JSONDecodeError as exc:
             error = error or exc
     raise ValueError(f"not valid JSON ({error.msg} at char {error.pos})" if error else "empty answer")
@@ -218,7 +228,7 @@ class Gateway:
         repair once; raise StructuredOutputError."""
         wanted = _Schema(schema.__name__, _json_schema(schema))
         messages = _with_json_instructions(messages, wanted.schema)
-        content, key, mode = await self._structured_request(role, messages, wanted)
+        content, first, mode = await self._structured_request(role, messages, wanted)
         try:
             return _validate(schema, content)
         except ValueError as first_error:
@@ -226,17 +236,19 @@ class Gateway:
                 {"role": "assistant", "content": content},
                 {"role": "user", "content": repair_instructions(str(first_error))},
             ]
-            fixed, repair_key = await self._request(role, repair, mode=mode, schema=wanted, kind="repair")
+            fixed, second = await self._request(role, repair, mode=mode, schema=wanted, kind="repair")
             try:
                 return _validate(schema, fixed)
             except ValueError as second_error:
-                for k in (key, repair_key):  # a rerun should ask again, not replay the failure
-                    if self.cache and k:
-                        self.cache.discard(k)
+                for answered in (first, second):  # a rerun should ask again, not replay the failure
+                    if self.cache and answered.key:
+                        self.cache.discard(answered.key)
                 settings = self.settings(role)
+                cut = (f"; the answer was cut at max_tokens = {settings.max_tokens} before it was complete: raise "
+                       f"max_tokens for the {role} role" if second.cut else "")
                 raise StructuredOutputError(
                     f"{role} model {settings.model} gave no valid {schema.__name__} after one repair "
-                    f"({mode} mode): {second_error}",
+                    f"({mode} mode): {second_error}{cut}",
                     role=role,
                     model=settings.model,
                     attempts=2,
@@ -282,12 +294,12 @@ class Gateway:
 
     async def _structured_request(
         self, role: str, messages: list[dict[str, Any]], schema: _Schema
-    ) -> tuple[str, str | None, StructuredMode]:
+    ) -> tuple[str, _Answered, StructuredMode]:
         settings = self.settings(role)
         if settings.structured_mode != "auto":
-            content, key = await self._request(role, messages, mode=settings.structured_mode, schema=schema,
-                                               kind="structured")
-            return content, key, settings.structured_mode
+            content, answered = await self._request(role, messages, mode=settings.structured_mode, schema=schema,
+                                                    kind="structured")
+            return content, answered, settings.structured_mode
         known = self.modes.known(settings.endpoint)
         if known is not None:
             return await self._first_accepted(role, settings, messages, schema, start=known, learn=False)
@@ -304,7 +316,7 @@ class Gateway:
         *,
         start: StructuredMode | None,
         learn: bool,
-    ) -> tuple[str, str | None, StructuredMode]:
+    ) -> tuple[str, _Answered, StructuredMode]:
         """Ask in `start` (default: the strongest mode) and weaker modes until one is accepted."""
         served_model = "openai/local" if settings.is_local else settings.model
         supported = MODES if settings.is_scripted else supported_modes(served_model)
@@ -312,8 +324,8 @@ class Gateway:
         refusals: list[str] = []
         for mode in candidates:
             try:
-                content, key = await self._request(role, messages, mode=mode, schema=schema, kind="structured",
-                                                   may_fall_back=mode != candidates[-1])
+                content, answered = await self._request(role, messages, mode=mode, schema=schema, kind="structured",
+                                                        may_fall_back=mode != candidates[-1])
             except ModelCallError as exc:
                 if exc.verdict != "refused" or mode == candidates[-1]:
                     if refusals and exc.verdict == "refused":
@@ -328,7 +340,7 @@ class Gateway:
                 continue
             if learn or mode == start:  # also records a mode the process knew in this run's folder
                 self.modes.learn(settings.endpoint, mode)
-            return content, key, mode
+            return content, answered, mode
         raise AssertionError("unreachable: the last mode either answers or raises")
 
     # ------------------------------------------------------------------ one provider request
@@ -414,7 +426,7 @@ class Gateway:
         schema: _Schema | None,
         kind: str,
         may_fall_back: bool = False,
-    ) -> tuple[str, str | None]:
+    ) -> tuple[str, _Answered]:
         """One request (with its retries). `may_fall_back`: a refusal is not final, the caller
         will ask in a weaker structured mode; the ledger marks it `refused` rather than `error`."""
         settings = self.settings(role)
@@ -445,9 +457,10 @@ class Gateway:
                 cost_usd=0.0,
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),
                 cache_hit=True,
+                finish_reason=cached.get("finish_reason"),
                 status="ok",
             )
-            return cached["content"], key
+            return cached["content"], _Answered(key, cached.get("finish_reason") == "length")
 
         attempts = 0
         try:
@@ -491,13 +504,14 @@ class Gateway:
 
         choice = response.choices[0]
         content = answer_text(choice.message, mode)
+        finish_reason = getattr(choice, "finish_reason", None)
         usage = getattr(response, "usage", None)
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
         hidden = getattr(response, "_hidden_params", None) or {}
         cost = hidden.get("response_cost")
         if self.cache is not None:
-            self.cache.put(key, {"content": content, "prompt_tokens": prompt_tokens,
+            self.cache.put(key, {"content": content, "prompt_tokens": prompt_tokens, "finish_reason": finish_reason,
                                  "completion_tokens": completion_tokens, "model": settings.model})
         self.ledger.record(
             **common,
@@ -506,11 +520,11 @@ class Gateway:
             cost_usd=float(cost) if cost is not None else None,
             latency_ms=round((time.perf_counter() - started) * 1000, 3),
             provider_ms=_provider_ms(response),
-            finish_reason=getattr(choice, "finish_reason", None),
+            finish_reason=finish_reason,
             attempts=attempts,
             status="ok",
         )
-        return content, key
+        return content, _Answered(key, finish_reason == "length")
 
     async def _provider_call(self, litellm, settings: ModelSettings, kwargs: dict[str, Any]):
         async with _LIMITS.semaphore(settings.endpoint, settings.max_concurrency):

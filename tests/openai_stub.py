@@ -8,6 +8,7 @@ It exercises litellm's real HTTP path. Each request consumes the next scripted b
     500 / 503  server error
     timeout    accept, then answer only after `hang_s` seconds
     malformed  200, but the message content is truncated JSON
+    cut        200, truncated JSON with finish_reason "length" (the answer hit max_tokens)
     garbage    200 with a body that is not JSON at all
     400        bad request (a refusal no retry can fix)
     invalid500 a request-validation error under status 500 (as llama-cpp-python's server sends them)
@@ -43,7 +44,7 @@ from typing import Any
 
 from agents.scripted import compose_text, requested_schema, schema_instance
 
-BEHAVIOURS = ("ok", "429", "500", "503", "timeout", "malformed", "garbage", "400", "invalid500")
+BEHAVIOURS = ("ok", "429", "500", "503", "timeout", "malformed", "cut", "garbage", "400", "invalid500")
 # kind -> the structured modes it accepts, and how it refuses the others (status, message)
 SERVER_KINDS: dict[str, tuple[frozenset[str], int, str]] = {
     "openai": (frozenset({"json_schema", "json_object", "tool"}), 400, ""),
@@ -222,9 +223,12 @@ class OpenAIStub:
                 elif behaviour == "garbage":
                     self._send(200, b"<html>this is not json")
                 elif body.get("stream"):
-                    self._stream(stub.completion(body, broken=behaviour == "malformed"))
+                    self._stream(stub.completion(body, broken=behaviour in ("malformed", "cut")))
                 else:
-                    self._send(200, json.dumps(stub.completion(body, broken=behaviour == "malformed")).encode())
+                    completion = stub.completion(body, broken=behaviour in ("malformed", "cut"))
+                    if behaviour == "cut":
+                        completion["choices"][0]["finish_reason"] = "length"
+                    self._send(200, json.dumps(completion).encode())
 
             def _stream(self, completion: dict[str, Any]) -> None:
                 """Server-sent events: one word per chunk, then the usage, then [DONE]."""

@@ -14,7 +14,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel
 
-from agents.gateway import Gateway, ModelCallError
+from agents.gateway import Gateway, ModelCallError, extract_json
 from agents.ledger import Ledger, read_ledger
 from agents.provider_errors import server_message
 from agents.settings import ModelSettings
@@ -133,6 +133,16 @@ async def test_scripted_auto_mode_is_json_schema_and_deterministic():
     assert first == pinned  # the same instance whichever mode asked for it
 
 
+async def test_an_answer_cut_at_max_tokens_says_so(tmp_path):
+    with OpenAIStub() as stub:
+        stub.script(["cut", "cut"])
+        gw = _gateway(stub, tmp_path, max_tokens=40)
+        with pytest.raises(ModelCallError, match="cut at max_tokens = 40 before it was complete: raise max_tokens "
+                                                 "for the judge role"):
+            await gw.structured("judge", MESSAGES, Verdict)
+    assert [e.finish_reason for e in read_ledger(tmp_path / "ledger.jsonl")] == ["length", "length"]
+
+
 # ------------------------------------------------------------------ errors no retry can fix
 
 
@@ -213,3 +223,8 @@ def test_server_message_drops_litellm_prefixes():
         message = "litellm.NotFoundError: NotFoundError: OpenAIException - The model `x` does not exist."
 
     assert server_message(Raised()) == "The model `x` does not exist."
+
+
+def test_a_raw_newline_inside_a_json_string_is_accepted():
+    """llama.cpp's schema grammars allow raw control characters in strings; strict JSON refuses them."""
+    assert extract_json('{"aspects": ["cost\nand time"]}') == {"aspects": ["cost\nand time"]}
