@@ -115,3 +115,19 @@ async def test_ledger_capture_collects_an_episodes_calls_tasks_included(tmp_path
     elsewhere = Ledger(tmp_path / "driver.jsonl", run_id="r")
     elsewhere.append(calls)
     assert (tmp_path / "driver.jsonl").read_text().count("\n") == 2
+
+
+def test_workers_structured_modes_merge_into_the_run_folder_latest_first(tmp_path):
+    import json
+
+    from runs.executors.ray import _merge_modes
+
+    path = tmp_path / "structured_modes.json"
+    _merge_modes(path, json.dumps({"a@x": {"mode": "json_schema", "learned_at": "2026-01-01T00:00:02+00:00"}}).encode())
+    _merge_modes(path, json.dumps({"a@x": {"mode": "tools", "learned_at": "2026-01-01T00:00:01+00:00"},
+                                   "b@y": {"mode": "json_object", "learned_at": "2026-01-01T00:00:01+00:00"}}).encode())
+    _merge_modes(path, b"not json")
+    assert json.loads(path.read_text()) == {
+        "a@x": {"mode": "json_schema", "learned_at": "2026-01-01T00:00:02+00:00"},  # an older copy does not win
+        "b@y": {"mode": "json_object", "learned_at": "2026-01-01T00:00:01+00:00"},
+    }

@@ -152,6 +152,9 @@ def test_max_concurrency_holds_across_the_cluster(cluster, tmp_path, cache_dir):
     assert len(stub.requests) == len(paid) > 12  # every call the ledger says reached the server, did
     assert stub.peak == 2  # calls did overlap, and never more than two at once, though both nodes called
     assert len(placement(folder)["episodes_per_node"]) == 2
+    # the structured-output mode the workers learned for the endpoint reached the run folder (a resume reuses it)
+    modes = json.loads((folder / "structured_modes.json").read_text())
+    assert list(modes) == [f"openai/stub@{stub.base_url.rstrip('/')}"]
 
 
 @pytest.fixture(scope="module")

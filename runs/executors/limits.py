@@ -6,7 +6,9 @@ process (`agents.gateway._ModelLimits`); `ClusterLimits` answers with objects of
 whose waiting happens in the actor, so adding nodes never adds calls in flight or per minute.
 
 A slot is a lease: released when the call ends, reclaimed when the node holding it dies (a killed
-worker never releases), and, as a last resort, when it outlives `LEASE_TTL_S`.
+worker never releases), and, as a last resort, when it outlives `LEASE_TTL_S`. A local model
+(`local/...`, a llama.cpp server each worker starts for itself) is bounded per node instead: it is
+the node's CPU it spends, not a provider's quota.
 """
 
 from __future__ import annotations
@@ -129,10 +131,21 @@ class ClusterLimits:
         return self._actor
 
     def semaphore(self, model: str, bound: int) -> "_Slot":
-        return _Slot(self.actor(), model, bound)
+        return _Slot(self.actor(), _per_node(model), bound)
 
     def limiter(self, model: str, rpm: int) -> "_Rate":
         return _Rate(self.actor(), model, rpm)
+
+
+def _per_node(model: str) -> str:
+    """A local model (`local/...`) is served by each node's own server: its bound holds per node."""
+    from agents.local_model import is_local
+
+    if not is_local(model):
+        return model
+    import ray
+
+    return f"{model}@node:{ray.get_runtime_context().get_node_id()}"
 
 
 class _Slot:

@@ -39,11 +39,15 @@ from pathlib import Path
 from typing import Any
 
 from agents.ledger import LedgerEntry
+from agents.structured_output import MODES_FILE
 from runs.executors.base import Episode, EpisodeFn
 from runs.results import ResultRecord
 
 # files the driver writes itself from what episodes return, and node-local stores that stay put
 _NOT_COPIED = ("ledger.jsonl", "web_log.jsonl", "memory")
+# run-folder files a worker starts from and the driver merges back (not write-once): the structured-
+# output mode each endpoint accepted, so every worker and a resumed run ask in the same mode
+_SHARED_STATE = (MODES_FILE,)
 # passed on to the workers when set in the driver's environment (plus every role's api_key_env)
 _FORWARDED_ENV = ("ATELIER_CACHE_DIR", "ATELIER_STATE_DIR", "ATELIER_DATA_DIR", "HF_HOME")
 
@@ -88,7 +92,8 @@ class _NewFiles:
                 settled = mtime if time.time_ns() - mtime > 1_000_000_000 else None
                 self._folders[folder] = (settled, subfolders)
                 for entry in entries:
-                    if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
+                    if entry.name.startswith(".") or entry.name.endswith(".tmp") or not entry.is_file(
+                            follow_symlinks=False):
                         continue
                     relative = Path(entry.path).relative_to(self.root).as_posix()
                     if folder == self.root and entry.name in _NOT_COPIED:
@@ -106,7 +111,7 @@ class EpisodeWorker:
     once on one event loop, its resources (gateway, memory stores, web) kept across episodes."""
 
     def __init__(self, run_id: str, run_dir: str, scratch_root: str | None, env: dict[str, str],
-                 systems: list[Any]) -> None:
+                 systems: list[Any], shared_state: dict[str, bytes]) -> None:
         for name, value in env.items():
             os.environ[name] = value
         import ray
@@ -125,7 +130,10 @@ class EpisodeWorker:
         root = Path(scratch_root or Path(tempfile.gettempdir()) / "atelier-ray")
         self.scratch = root / run_id / f"{self.node[:12]}-{os.getpid()}"
         self.scratch.mkdir(parents=True, exist_ok=True)
+        for name, content in shared_state.items():  # what the run folder holds of them, as the driver read it
+            (self.scratch / name).write_bytes(content)
         self.new_files = _NewFiles(self.scratch)
+        self.new_files.collect()  # ... is not new
         self.contexts: dict[str, Any] = {}
         from langgraph.checkpoint.memory import InMemorySaver
 
@@ -286,7 +294,8 @@ class RayExecutor:
         # its node died fetches them again (by the reference each episode carries, not by a constructor
         # argument, which Ray would have to keep for restarts)
         self._cases = ray.put(remembered_cases(self.run_id))
-        self.workers = [worker.remote(self.run_id, str(self.run_dir), scratch, self.env, self.systems)
+        shared = {name: (self.run_dir / name).read_bytes() for name in _SHARED_STATE if (self.run_dir / name).exists()}
+        self.workers = [worker.remote(self.run_id, str(self.run_dir), scratch, self.env, self.systems, shared)
                         for _ in range(count)]
         self.in_flight = [0] * count
         ready = [w.ready.remote() for w in self.workers]
@@ -401,15 +410,42 @@ class RayExecutor:
                 with (self.run_dir / "web_log.jsonl").open("a", encoding="utf-8") as fh:
                     fh.writelines(line + "\n" for line in output.web_log)
             for relative, content in output.files.items():
-                _write_if_absent(self.run_dir / relative, content)
+                if relative in _SHARED_STATE:
+                    _merge_modes(self.run_dir / relative, content)
+                else:
+                    _write_if_absent(self.run_dir / relative, content)
         if self.saver is not None and output.checkpoints:
             await copy_checkpoints(output.checkpoints, self.saver)
 
 
+def _merge_modes(path: Path, content: bytes) -> None:
+    """A worker's structured-modes file merged into the run folder's: per endpoint, the latest learned."""
+    import json
+
+    def read(raw: bytes) -> dict[str, Any]:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    merged = read(path.read_bytes()) if path.exists() else {}
+    for endpoint, entry in read(content).items():
+        known = merged.get(endpoint)
+        if not isinstance(entry, dict):
+            continue
+        if not isinstance(known, dict) or str(entry.get("learned_at", "")) >= str(known.get("learned_at", "")):
+            merged[endpoint] = entry
+    _replace(path, (json.dumps(merged, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+
+
 def _write_if_absent(path: Path, content: bytes) -> None:
     """Content-addressed and write-once files: the first copy to arrive is kept."""
-    if path.exists():
-        return
+    if not path.exists():
+        _replace(path, content)
+
+
+def _replace(path: Path, content: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     with os.fdopen(handle, "wb") as out:
