@@ -117,11 +117,13 @@ class EpisodeWorker:
         import ray
 
         import runs  # noqa: F401  (the offline defaults, before litellm or chromadb load)
+        import litellm  # noqa: F401  (seconds to import: paid while the worker starts, not by its first episode)
         from agents.gateway import set_model_limits
         from runs.executors.limits import ClusterLimits
 
         set_model_limits(ClusterLimits(run_id))
         self._cases_known = asyncio.Lock()
+        self._cpu_at_first: float | None = None  # CPU time when the first episode came
         self._has_cases = False
         self.run_id = run_id
         self.run_dir = run_dir
@@ -174,6 +176,8 @@ class EpisodeWorker:
         from agents.ledger import capture_calls
         from tools.web import capture_web_log
 
+        if self._cpu_at_first is None:
+            self._cpu_at_first = time.process_time()
         await self._remember_cases(cases)
         context = self._here(episode.context)
         thread = {"configurable": {"thread_id": episode.key}}
@@ -189,7 +193,7 @@ class EpisodeWorker:
 
     async def shutdown(self) -> dict[str, Any]:
         """Close what the worker's contexts opened and remove its scratch folder; return what the
-        worker's process used (CPU seconds since it started, peak RSS)."""
+        worker's process used: CPU seconds from its first episode on, peak RSS."""
         import resource
 
         from graphs.inputs import forget_cases
@@ -199,7 +203,8 @@ class EpisodeWorker:
             await release(context)
         forget_cases(self.run_id)
         shutil.rmtree(self.scratch, ignore_errors=True)
-        return {"node": self.node, "cpu_s": time.process_time(),
+        cpu = time.process_time() - self._cpu_at_first if self._cpu_at_first is not None else 0.0
+        return {"node": self.node, "episodes_cpu_s": cpu,
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
