@@ -224,7 +224,8 @@ class Gateway:
         key = request_key(request.model_dump())
         call_id = uuid.uuid4().hex[:12]
         started = time.perf_counter()
-        common = {"role": role, "model": settings.model, "call_id": call_id, "kind": kind, "dry_run": scripted}
+        common = {"role": role, "model": settings.model, "call_id": call_id, "kind": kind, "dry_run": scripted,
+                  "request_key": key}
         cached = self.cache.get(key) if self.cache else None
         if cached is not None:
             self.ledger.record(
@@ -292,12 +293,13 @@ class Gateway:
         cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
         if self.cache is not None:
             self.cache.put(key, {"content": content, "prompt_tokens": prompt_tokens,
-                                 "completion_tokens": completion_tokens, "model": settings.model})
+                                 "completion_tokens": completion_tokens, "model": settings.model,
+                                 "messages": messages})  # the prompt, for `atelier trace`
         self.ledger.record(
             **common,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
-            cost_usd=float(cost) if cost is not None else None,
+            cost_usd=0.0 if scripted else (float(cost) if cost is not None else None),  # None: litellm has no price
             latency_ms=round((time.perf_counter() - started) * 1000, 3),
             attempts=attempts,
             status="ok",

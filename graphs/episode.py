@@ -1,14 +1,15 @@
 """`episode`: the unit a run executes per case and system —
 prepare the system's view -> memory (ingest, recall) -> system pipeline -> judges.
 
-The system's subgraphs only ever receive the `CaseView` (no gold fields exist on it); the judge
-subgraph receives the full `Case`.
+The system's subgraphs only ever receive the `CaseView` (no gold fields exist on it), and without
+its history events: a system sees the history only through its memory backend's `user_context`,
+which is what makes memory ablations mean something. The full `Case` stays in the graph's store
+(`graphs.case_store`); state carries its `case_key`, so checkpoints stay small.
 """
 
 from __future__ import annotations
 
 import operator
-from functools import lru_cache
 from typing import Annotated, Literal, TypedDict
 
 from langgraph.graph import START, StateGraph
@@ -17,9 +18,8 @@ from langgraph.types import Command
 
 from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
-from benchmarks.case import Case, CaseView
-from benchmarks.errors import ConfigError
-from benchmarks.registry import load_cases
+from benchmarks.case import CaseView
+from graphs.case_store import resolve_case, store_of
 from graphs.context import EpisodeContext
 from graphs.judge import build_judge_graph
 from graphs.memory import build_memory_graph
@@ -28,14 +28,14 @@ from memory.base import UserContext
 
 
 class EpisodeInput(TypedDict, total=False):
-    case: Case
-    benchmark: str  # with case_id: load the case by reference (handy in Studio)
+    case_key: str  # the case, kept in the graph's store (graphs.case_store.put_case)
+    benchmark: str  # or: benchmark + case_id, loaded with the benchmark's defaults (handy in Studio)
     case_id: str
 
 
 class EpisodeOutput(TypedDict, total=False):
-    case: Case
-    view: CaseView
+    case_key: str
+    view: CaseView  # without history events (see the module docstring)
     user_context: UserContext
     response: SystemResponse
     judgments: Annotated[list[JudgeResult], operator.add]
@@ -45,24 +45,14 @@ class EpisodeState(EpisodeInput, EpisodeOutput, total=False):
     pass
 
 
-@lru_cache(maxsize=64)
-def _benchmark_cases(name: str) -> dict[str, Case]:
-    return {c.id: c for c in load_cases(name)}
-
-
-def prepare(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["memory"]]:
-    case = state.get("case")
-    if case is None:
-        benchmark, case_id = state.get("benchmark", "sample"), state.get("case_id")
-        cases = _benchmark_cases(benchmark)
-        if case_id not in cases:
-            raise ConfigError(f"no case {case_id!r} in benchmark {benchmark!r} (it has {len(cases)} cases)")
-        case = cases[case_id]
+async def prepare(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["memory"]]:
+    key, case = await resolve_case(state, store_of(runtime))
     setting = (runtime.context or EpisodeContext()).system.setting
-    return Command(goto="memory", update={"case": case, "view": case.view(setting)})
+    view = case.view(setting).model_copy(update={"history": []})
+    return Command(goto="memory", update={"case_key": key, "view": view})
 
 
-def build_episode_graph(pipeline: str = "direct", checkpointer=None):
+def build_episode_graph(pipeline: str = "direct", checkpointer=None, store=None):
     graph = StateGraph(EpisodeState, context_schema=EpisodeContext, input_schema=EpisodeInput, output_schema=EpisodeOutput)
     graph.add_node("prepare", prepare)
     graph.add_node("memory", build_memory_graph())
@@ -71,4 +61,4 @@ def build_episode_graph(pipeline: str = "direct", checkpointer=None):
     graph.add_edge(START, "prepare")
     graph.add_edge("memory", "system")
     graph.add_edge("system", "judge")
-    return graph.compile(checkpointer=checkpointer, name=f"episode[{pipeline}]")
+    return graph.compile(checkpointer=checkpointer, store=store, name=f"episode[{pipeline}]")

@@ -1,9 +1,13 @@
-"""The judge subgraph: every configured judge runs as a parallel branch (one `Send` each)."""
+"""The judge subgraph: every configured judge runs as a parallel branch (one `Send` each).
+
+Judges see the full `Case` (gold included), read from the graph's store by `case_key`
+(`graphs.case_store`); standalone (Studio), `benchmark` + `case_id` name it instead.
+"""
 
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal, NotRequired, TypedDict
 
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
@@ -12,13 +16,15 @@ from langgraph.types import Command, Send
 from agents.gateway import ModelCallError
 from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
-from benchmarks.case import Case
+from graphs.case_store import get_case, resolve_case, store_of
 from graphs.context import EpisodeContext
 from graphs.resources import resources_for
 
 
 class JudgeInput(TypedDict):
-    case: Case
+    case_key: NotRequired[str]
+    benchmark: NotRequired[str]
+    case_id: NotRequired[str]
     response: SystemResponse
 
 
@@ -32,13 +38,14 @@ class JudgeState(JudgeInput, JudgeOutput, total=False):
 
 class JudgeTask(TypedDict):
     judge_index: int
-    case: Case
+    case_key: str
     response: SystemResponse
 
 
-def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_judge"]]:
+async def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_judge"]]:
     judges = resources_for(runtime.context).judges
-    tasks = [Send("run_judge", JudgeTask(judge_index=i, case=state["case"], response=state["response"]))
+    key, _ = await resolve_case(state, store_of(runtime))
+    tasks = [Send("run_judge", JudgeTask(judge_index=i, case_key=key, response=state["response"]))
              for i in range(len(judges))]
     return Command(goto=tasks)
 
@@ -47,7 +54,8 @@ async def run_judge(task: JudgeTask, runtime: Runtime[EpisodeContext]) -> JudgeO
     resources = resources_for(runtime.context)
     judge = resources.judges[task["judge_index"]]
     try:
-        result = await judge.judge(task["case"], task["response"], resources.gateway)
+        case = await get_case(store_of(runtime), task["case_key"])
+        result = await judge.judge(case, task["response"], resources.gateway)
     except ModelCallError as exc:  # the response stands; this judgment is recorded as failed
         result = JudgeResult(judge=judge.name, error=str(exc))
     return {"judgments": [result]}

@@ -1,18 +1,21 @@
 """The memory subgraph: ingest the user's history, then recall the context for the query.
 
 Both steps are nodes so Studio shows extraction and retrieval separately; the backend doing the
-work comes from the runtime context (`system.memory`).
+work comes from the runtime context (`system.memory`). In an episode the view carries no history
+events: they are read, under the view's setting, from the case in the graph's store (`case_key`);
+given a view alone (Studio), its own history is ingested.
 """
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from benchmarks.case import CaseView
+from benchmarks.case import CaseView, HistoryEvent
+from graphs.case_store import get_case, store_of
 from graphs.context import EpisodeContext
 from graphs.resources import resources_for
 from memory.base import UserContext, memory_query
@@ -20,6 +23,7 @@ from memory.base import UserContext, memory_query
 
 class MemoryInput(TypedDict):
     view: CaseView
+    case_key: NotRequired[str]
 
 
 class MemoryOutput(TypedDict):
@@ -30,9 +34,16 @@ class MemoryState(MemoryInput, MemoryOutput, total=False):
     pass
 
 
-async def ingest(state: MemoryState, runtime: Runtime[EpisodeContext]) -> Command[Literal["recall"]]:
+async def _history(state: MemoryState, runtime: Runtime[EpisodeContext]) -> list[HistoryEvent]:
     view = state["view"]
-    await resources_for(runtime.context).memory.ingest(view.user_id, view.history)
+    if state.get("case_key"):
+        case = await get_case(store_of(runtime), state["case_key"])
+        return case.view(view.setting).history
+    return view.history
+
+
+async def ingest(state: MemoryState, runtime: Runtime[EpisodeContext]) -> Command[Literal["recall"]]:
+    await resources_for(runtime.context).memory.ingest(state["view"].user_id, await _history(state, runtime))
     return Command(goto="recall")
 
 

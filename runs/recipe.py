@@ -109,8 +109,12 @@ class Recipe(_Strict):
         api_key: str | None = None,
         limit: int | None = None,
         out_dir: str | None = None,
+        concurrency: int | None = None,
+        seed: int | None = None,
+        systems: list[str] | None = None,
     ) -> "Recipe":
-        """Command-line overrides: `model`/`api_base`/`api_key` apply to every role and system."""
+        """Command-line overrides: `model`/`api_base`/`api_key` apply to every role and system;
+        `systems` keeps only the named systems (in the recipe's order)."""
         update: dict[str, Any] = {k: v for k, v in (("model", model), ("api_base", api_base), ("api_key", api_key)) if v}
         data = self.model_dump(mode="python")
         if update:
@@ -121,6 +125,17 @@ class Recipe(_Strict):
             data["benchmark"]["limit"] = limit
         if out_dir is not None:
             data["run"]["out_dir"] = out_dir
+        if concurrency is not None:
+            data["run"]["concurrency"] = concurrency
+        if seed is not None:
+            data["seed"] = seed
+        if systems:
+            known = [s["name"] for s in data["systems"]]
+            unknown = [name for name in systems if name not in known]
+            if unknown:
+                raise ConfigError(f"--systems: no system {', '.join(map(repr, unknown))} in recipe {self.name!r}; "
+                                  f"valid: {', '.join(known)}")
+            data["systems"] = [s for s in data["systems"] if s["name"] in systems]
         return Recipe.model_validate(data)
 
 

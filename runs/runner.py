@@ -5,8 +5,8 @@ its own settings). Each episode's graph is checkpointed in SQLite, each finished
 atomically with an idempotent key, so a killed run resumed with the same `--out` folder loses
 nothing and counts nothing twice. Failures are recorded with their reason.
 
-A run folder holds config.json, results.jsonl, summary.json, ledger.jsonl, report.html and
-checkpoints.sqlite.
+A run folder holds config.json, results.jsonl, summary.json, ledger.jsonl, report.html,
+checkpoints.sqlite and store.sqlite (each case once; checkpoints refer to it by key).
 """
 
 from __future__ import annotations
@@ -19,20 +19,24 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError
 from benchmarks.registry import load_cases
+from graphs.case_store import put_case
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
+from graphs.persistence import run_persistence
 from graphs.resources import release, resources_for
+from runs.outcome import RunOutcome, outcome_of
 from runs.recipe import Recipe
 from runs.report import write_report
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
 from runs.summary import summarize
+from runs.usage import system_usage
 from tools.config import WebConfig
 from tools.web import check_web_config
 
@@ -65,6 +69,10 @@ class RunFolder:
     def checkpoints(self) -> Path:
         return self.path / "checkpoints.sqlite"
 
+    @property
+    def store(self) -> Path:
+        return self.path / "store.sqlite"
+
 
 def new_run_id(recipe: Recipe) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -81,14 +89,30 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def expected_keys(case_ids: list[str], systems: list[str]) -> list[str]:
+    """The episodes of a recipe: every (case, system), systems outermost."""
+    return [result_key(case_id, system) for system in systems for case_id in case_ids]
+
+
 class Runner:
-    def __init__(self, recipe: Recipe, folder: Path | None = None, *, progress: bool = True) -> None:
+    def __init__(
+        self,
+        recipe: Recipe,
+        folder: Path | None = None,
+        *,
+        progress: bool = True,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.recipe = recipe
         existing = folder is not None and (folder / "config.json").exists()
         self.run_id = _read_run_id(folder) if existing else (folder.name if folder else new_run_id(recipe))
         self.folder = RunFolder(folder or Path(recipe.run.out_dir) / self.run_id)
         self.progress = progress
+        self.say = say or (lambda message: None)
         self.cache_dir = (recipe.cache.dir or str(cache_dir() / "llm")) if recipe.cache.enabled else None
+        self.outcome: RunOutcome | None = None
+        self.expected = 0  # episodes of the current recipe, known once the cases are loaded
+        self.already_done = 0  # of those, finished in an earlier session of this run folder
 
     @property
     def web(self) -> WebConfig:
@@ -108,14 +132,15 @@ class Runner:
             web=self.web,
         )
 
-    async def run(self) -> RunFolder:
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    def load_cases(self) -> list[Case]:
+        b = self.recipe.benchmark
+        return load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=self.recipe.seed)
 
+    async def run(self) -> RunFolder:
         recipe = self.recipe
-        b = recipe.benchmark
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         self._check_resumable()
-        cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
+        cases = self.load_cases()
         self.folder.path.mkdir(parents=True, exist_ok=True)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
         dry_run = any(resources_for(c).gateway.dry_run for c in contexts.values())
@@ -123,31 +148,43 @@ class Runner:
         write_json_atomic(self.folder.config, config)
 
         results = ResultsFile(self.folder.results)
-        done = {k for k, r in results.load(repair=True).items() if r.ok}
+        keys = set(expected_keys([c.id for c in cases], [s.name for s in recipe.systems]))
+        done = {k for k, r in results.load(repair=True).items() if r.ok and k in keys}
         todo = [(case, system) for system in recipe.systems for case in cases
                 if result_key(case.id, system.name) not in done]
+        self.expected, self.already_done = len(keys), len(done)
+        if done:
+            self.say(f"resuming {self.folder.path}: {len(done)} of {len(keys)} episodes already done, "
+                     f"{len(todo)} to run")
 
-        async with AsyncSqliteSaver.from_conn_string(str(self.folder.checkpoints)) as saver:
-            graphs = {p: build_episode_graph(p, checkpointer=saver) for p in {s.pipeline for s in recipe.systems}}
-            limit = asyncio.Semaphore(recipe.run.concurrency)
+        try:
+            async with run_persistence(self.folder.path) as (saver, store):
+                case_keys = {case.id: await put_case(store, case) for case in cases}
+                graphs = {p: build_episode_graph(p, checkpointer=saver, store=store)
+                          for p in {s.pipeline for s in recipe.systems}}
+                limit = asyncio.Semaphore(recipe.run.concurrency)
 
-            async def one(case: Case, system: SystemSpec) -> ResultRecord:
-                async with limit:
-                    record = await self._episode(graphs[system.pipeline], case, system, contexts[system.name])
-                results.append(record)
-                return record
+                async def one(case: Case, system: SystemSpec) -> ResultRecord:
+                    async with limit:
+                        record = await self._episode(graphs[system.pipeline], case, case_keys[case.id], system,
+                                                     contexts[system.name])
+                    results.append(record)
+                    return record
 
-            with _progress(self.progress, total=len(cases) * len(recipe.systems), done=len(done)) as bar:
-                tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
-                for finished in asyncio.as_completed(tasks):
-                    record = await finished
-                    bar.advance(record.ok)
-        for context in contexts.values():
-            await release(context)
+                with _progress(self.progress, total=len(keys), done=len(done)) as bar:
+                    tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
+                    for finished in asyncio.as_completed(tasks):
+                        record = await finished
+                        bar.advance(record.ok)
+        finally:
+            for context in contexts.values():
+                await release(context)
         self.finish(config)
         return self.folder
 
-    async def _episode(self, graph, case: Case, system: SystemSpec, context: EpisodeContext) -> ResultRecord:
+    async def _episode(
+        self, graph, case: Case, case_key: str, system: SystemSpec, context: EpisodeContext
+    ) -> ResultRecord:
         key = result_key(case.id, system.name)
         config = {"configurable": {"thread_id": key}}
         started = time.perf_counter()
@@ -160,7 +197,7 @@ class Runner:
                 if snapshot.next:  # interrupted earlier: continue from the last checkpoint
                     out = await graph.ainvoke(None, config, context=context)
                 else:
-                    out = await graph.ainvoke({"case": case}, config, context=context)
+                    out = await graph.ainvoke({"case_key": case_key}, config, context=context)
         except Exception as exc:  # noqa: BLE001 - one failed episode is recorded and the run goes on
             return ResultRecord(**base, status="error", error=f"{type(exc).__name__}: {exc}",
                                 latency_s=time.perf_counter() - started, finished_at=time.time())
@@ -178,8 +215,9 @@ class Runner:
             finished_at=time.time(),
         )
 
-    # what must not change between a run and its resumption: it decides what an episode computes
-    _RESUME_KEYS = ("seed", "models", "systems", "judges", "web")
+    # what must not change between a run and its resumption: it decides what an episode computes.
+    # Systems may be added or left out (`--systems`); one kept under its name must be unchanged.
+    _RESUME_KEYS = ("seed", "models", "judges", "web")
 
     def _check_resumable(self) -> None:
         previous = (_read_json(self.folder.config) or {}).get("recipe")
@@ -187,6 +225,8 @@ class Runner:
             return
         current = self.recipe.model_dump(mode="json")
         changed = [k for k in self._RESUME_KEYS if previous.get(k) != current.get(k)]
+        before = {s["name"]: s for s in previous.get("systems", [])}
+        changed += [f"systems.{s['name']}" for s in current["systems"] if s["name"] in before and before[s["name"]] != s]
         benchmark = ("name", "split", "setting", "options")
         changed += [f"benchmark.{k}" for k in benchmark if previous["benchmark"].get(k) != current["benchmark"].get(k)]
         if changed:
@@ -207,23 +247,38 @@ class Runner:
             "versions": _versions(),
         }
 
-    def finish(self, config: dict[str, Any]) -> None:
-        """Write summary.json and report.html from what results.jsonl and ledger.jsonl hold."""
-        records = list(ResultsFile(self.folder.results).load().values())
-        judges = [j["name"] for j in self.recipe.judges]
-        summary = summarize(records, [s.name for s in self.recipe.systems], judges, seed=self.recipe.seed)
-        ledger = read_ledger(self.folder.ledger) if self.folder.ledger.exists() else []
-        summary = {
-            "run_id": self.run_id,
-            "dry_run": config["dry_run"],
-            "benchmark": self.recipe.benchmark.model_dump(),
-            "n_cases": len(config["cases"]),
-            "judges": judges,
-            **summary,
-            "ledger": ledger_totals(ledger),
-        }
-        write_json_atomic(self.folder.summary, summary)
-        write_report(self.folder.report, config=config, summary=summary, records=records)
+    def finish(self, config: dict[str, Any]) -> RunOutcome:
+        self.outcome = finish_run(self.folder, config)
+        return self.outcome
+
+
+def finish_run(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
+    """Write summary.json and report.html for exactly the episodes of the recipe in `config` (its
+    cases x systems), from what results.jsonl and ledger.jsonl hold; return how the run ended."""
+    recipe = config["recipe"]
+    systems = [s["name"] for s in recipe["systems"]]
+    judges = [j["name"] for j in recipe["judges"]]
+    keys = expected_keys(config["cases"], systems)
+    wanted = set(keys)
+    records = [r for k, r in ResultsFile(folder.results).load().items() if k in wanted]
+    outcome = outcome_of(records, keys, judges)
+    ledger = read_ledger(folder.ledger) if folder.ledger.exists() else []
+    summary = summarize(records, systems, judges, seed=recipe.get("seed", 0))
+    for name, usage in system_usage(records, ledger, systems, config["cases"]).items():
+        summary["systems"][name]["usage"] = usage
+    summary = {
+        "run_id": config["run_id"],
+        "dry_run": config["dry_run"],
+        "benchmark": recipe["benchmark"],
+        "n_cases": len(config["cases"]),
+        "judges": judges,
+        "episodes": outcome.as_dict(),
+        **summary,
+        "ledger": ledger_totals([e for e in ledger if e.case_id in set(config["cases"]) and e.system in systems]),
+    }
+    write_json_atomic(folder.summary, summary)
+    write_report(folder.report, config=config, summary=summary, records=records)
+    return outcome
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -265,3 +320,11 @@ class _progress:
 
 def run_recipe(recipe: Recipe, folder: Path | None = None, *, progress: bool = True) -> RunFolder:
     return asyncio.run(Runner(recipe, folder, progress=progress).run())
+
+
+def load_run_config(path: Path) -> dict[str, Any]:
+    """A run folder's config.json, or a clear error naming the folder."""
+    config = _read_json(Path(path) / "config.json")
+    if config is None:
+        raise ConfigError(f"{path} is not a run folder (no config.json)")
+    return config
