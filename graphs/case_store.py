@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Mapping
 
 from langgraph.store.base import BaseStore
@@ -81,3 +82,18 @@ async def resolve_case(state: Mapping[str, Any], store: BaseStore) -> tuple[str,
         raise ConfigError(f"no case {case_id!r} in benchmark {benchmark!r} (it has {len(cases)} cases)")
     case = cases[case_id]
     return await put_case(store, case), case
+
+
+def read_cases(store_path: str | Path) -> dict[str, Case]:
+    """Every case in a run folder's `store.sqlite`, by case id (for reports and `atelier trace`)."""
+    import sqlite3
+
+    from langgraph.store.sqlite import SqliteStore
+
+    path = Path(store_path)
+    if not path.exists():
+        return {}
+    with sqlite3.connect(str(path), check_same_thread=False) as conn:
+        items = SqliteStore(conn).search(NAMESPACE, limit=1_000_000)
+    items.sort(key=lambda item: item.updated_at)
+    return {item.value["id"]: Case.model_validate(item.value) for item in items}

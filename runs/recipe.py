@@ -75,6 +75,27 @@ class RunSection(_Strict):
     out_dir: str = Field(default="runs/out", description="Run folders are created inside it.")
 
 
+class PaperRow(_Strict):
+    """One row of the paper table a recipe reproduces: the paper's numbers for one of its systems,
+    set beside ours in the report."""
+
+    row: str = Field(min_length=1, description="The paper's label of the row, e.g. 'OpenAI Deep Research'.")
+    system: str = Field(description="Our system that stands for it (a name in [[systems]]).")
+    judge: str = Field(description="The judge whose numbers these are (a name in [[judges]]).")
+    values: dict[str, float] = Field(
+        min_length=1,
+        description="Metric -> the paper's value. `score` is the judge's headline score; any other name is a "
+        "key path into the judgment's details (`P`, `dimensions.GOAL`, ...), averaged over our cases.",
+    )
+
+
+class ReportSection(_Strict):
+    baseline: str | None = Field(default=None, description="The system others are compared against (default: the first).")
+    reproduces: str | None = Field(default=None, description="The paper table this recipe reproduces, as a citation.")
+    note: str = Field(default="", description="How our setting differs from the paper's, shown with its numbers.")
+    paper: list[PaperRow] = Field(default_factory=list)
+
+
 class CacheSection(_Strict):
     enabled: bool = True
     dir: str | None = Field(default=None, description="Default: $ATELIER_CACHE_DIR/llm (~/.cache/atelier/llm).")
@@ -93,6 +114,7 @@ class Recipe(_Strict):
     judges: list[dict[str, Any]] = Field(default_factory=list)
     run: RunSection = Field(default_factory=RunSection)
     cache: CacheSection = Field(default_factory=CacheSection)
+    report: ReportSection = Field(default_factory=ReportSection, description="The [report] table: baseline, paper numbers.")
     web: WebConfig = Field(default_factory=WebConfig, description="The [web] table: provider, cache mode, caps.")
     source: str | None = Field(default=None, description="The file it was read from.")
 
@@ -183,12 +205,26 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(f"{source}: systems: names must be unique; repeated: {', '.join(duplicates)}")
+    _check_report(checked.report, names, [j.name for j in checked.judges], source)
     resolved = checked.model_dump(mode="python")
     for system, checked_system in zip(resolved["systems"], checked.systems):
         system["memory"] = checked_system.memory.model_dump()
     resolved["judges"] = [j.model_dump() for j in checked.judges]
     resolved["source"] = source
     return Recipe.model_validate(resolved)
+
+
+def _check_report(report: ReportSection, systems: list[str], judges: list[str], source: str) -> None:
+    problems = []
+    if report.baseline is not None and report.baseline not in systems:
+        problems.append(f"report.baseline: no system {report.baseline!r}; valid: {', '.join(systems)}")
+    for i, row in enumerate(report.paper):
+        if row.system not in systems:
+            problems.append(f"report.paper[{i}].system: no system {row.system!r}; valid: {', '.join(systems)}")
+        if row.judge not in judges:
+            problems.append(f"report.paper[{i}].judge: no judge {row.judge!r} in [[judges]]; valid: {', '.join(judges) or 'none'}")
+    if problems:
+        raise ConfigError(f"invalid recipe: {source}: " + "; ".join(problems))
 
 
 def load_recipe(path: str | Path) -> Recipe:

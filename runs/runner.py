@@ -26,11 +26,12 @@ from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError
 from benchmarks.registry import load_cases
-from graphs.case_store import put_case
+from graphs.case_store import put_case, read_cases
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
 from graphs.persistence import run_persistence
 from graphs.resources import release, resources_for
+from runs.comparisons import versus_baseline, versus_paper
 from runs.outcome import RunOutcome, outcome_of
 from runs.recipe import Recipe
 from runs.report import write_report
@@ -207,7 +208,7 @@ class Runner:
             **base,
             status="ok",
             response=out["response"].text,
-            user_context=ContextUsed(**user_context.model_dump(include={"backend", "form", "event_ids", "tokens"}))
+            user_context=ContextUsed(**user_context.model_dump(include={"backend", "form", "event_ids", "tokens", "text"}))
             if user_context else None,
             judgments=judgments,
             scores={j.judge: j.score for j in judgments},
@@ -266,6 +267,10 @@ def finish_run(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
     summary = summarize(records, systems, judges, seed=recipe.get("seed", 0))
     for name, usage in system_usage(records, ledger, systems, config["cases"]).items():
         summary["systems"][name]["usage"] = usage
+    report = recipe.get("report") or {}
+    summary["versus_baseline"] = versus_baseline(records, systems, judges, report.get("baseline"),
+                                                 seed=recipe.get("seed", 0))
+    summary["paper"] = versus_paper(records, report.get("paper") or [])
     summary = {
         "run_id": config["run_id"],
         "dry_run": config["dry_run"],
@@ -277,7 +282,7 @@ def finish_run(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
         "ledger": ledger_totals([e for e in ledger if e.case_id in set(config["cases"]) and e.system in systems]),
     }
     write_json_atomic(folder.summary, summary)
-    write_report(folder.report, config=config, summary=summary, records=records)
+    write_report(folder.report, config=config, summary=summary, records=records, cases=read_cases(folder.store))
     return outcome
 
 
