@@ -32,6 +32,7 @@ _COMMAND_MODULES = (
     "runs.cli.memory",
     "runs.cli.web",
     "runs.cli.runs",
+    "runs.cli.catalog",
 )
 for _name in _COMMAND_MODULES:
     try:

@@ -42,6 +42,7 @@ def trace(
     system: Optional[str] = typer.Option(None, "--system", help="Which system's episode (needed when the run has several)."),
     step: Optional[int] = typer.Option(None, "--step", help="Start at this step (1-based)."),
     interactive: Optional[bool] = typer.Option(None, "--interactive/--all", help="Step with keys (default on a terminal) or print every step."),
+    full: bool = typer.Option(False, "--full", help="Show prompts, answers and state values whole (default: cut at 600 characters)."),
 ) -> None:
     """Step through one episode's checkpoints: node, what changed in the state, each LLM call with its
     prompt, response, tokens and latency. Keys: n/→/space next, p/← previous, g first, G last, q quit."""
@@ -52,7 +53,7 @@ def trace(
     steps = load_trace(run_dir, case_id, system)
     if interactive is None:
         interactive = sys.stdin.isatty() and sys.stdout.isatty()
-    step_through(steps, start=(step or 1) - 1, interactive=interactive)
+    step_through(steps, start=(step or 1) - 1, interactive=interactive, width=10**9 if full else 600)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
