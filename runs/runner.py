@@ -169,7 +169,7 @@ class Runner:
                     async with limit:
                         record = await self._episode(graphs[system.pipeline], case, case_keys[case.id], system,
                                                      contexts[system.name])
-                    results.append(record)
+                    await asyncio.to_thread(results.append, record)  # its fsync must not stall other episodes
                     return record
 
                 with _progress(self.progress, total=len(keys), done=len(done)) as bar:

@@ -56,7 +56,27 @@ def trace(
     step_through(steps, start=(step or 1) - 1, interactive=interactive, width=10**9 if full else 600)
 
 
+def bench_runner(
+    cases: int = typer.Option(250, "--cases", min=1, help="Episodes (sample-suite cases, repeated under new ids)."),
+    latency_ms: float = typer.Option(100.0, "--latency-ms", min=0, help="Latency of every model call (scripted)."),
+    concurrency: int = typer.Option(32, "--concurrency", min=1, max=256, help="Episodes in flight."),
+    pipeline: str = typer.Option("direct", "--pipeline", help="The system's pipeline."),
+    memory: str = typer.Option("none", "--memory", help="The system's memory backend."),
+    judge: list[str] = typer.Option([], "--judge", help="A judge to run in each episode (repeatable; none by default)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Keep the run folder here (default: a temporary one)."),
+) -> None:
+    """Runner efficiency against the ideal wall time, framework ms per LLM call, peak RSS and checkpoint
+    bytes per episode (JSON)."""
+    from runs.bench_runner import RunnerBenchSettings, run_runner_benchmark
+    from runs.cli._common import machine_facts, print_json
+
+    settings = RunnerBenchSettings(cases=cases, latency_ms=latency_ms, concurrency=concurrency, pipeline=pipeline,
+                                   memory=memory, judges=judge, out_dir=out)
+    print_json({**run_runner_benchmark(settings), "machine": machine_facts()})
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    bench_app.command("runner")(bench_runner)
     app.command("report")(report)
     app.command("compare")(compare)
     app.command("trace")(trace)
