@@ -31,12 +31,10 @@ from graphs.context import EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
 from graphs.persistence import run_persistence
 from graphs.resources import release, resources_for
-from runs.comparisons import versus_baseline, versus_paper
 from runs.outcome import RunOutcome, outcome_of
+from runs.preflight import preflight
 from runs.recipe import Recipe
-from runs.report import write_report
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
-from runs.summary import summarize
 from runs.usage import system_usage
 from tools.config import WebConfig
 from tools.web import check_web_config
@@ -103,6 +101,7 @@ class Runner:
         *,
         progress: bool = True,
         say: Callable[[str], None] | None = None,
+        preflight: bool = True,
     ) -> None:
         self.recipe = recipe
         existing = folder is not None and (folder / "config.json").exists()
@@ -110,6 +109,7 @@ class Runner:
         self.folder = RunFolder(folder or Path(recipe.run.out_dir) / self.run_id)
         self.progress = progress
         self.say = say or (lambda message: None)
+        self.preflight = preflight
         self.cache_dir = (recipe.cache.dir or str(cache_dir() / "llm")) if recipe.cache.enabled else None
         self.outcome: RunOutcome | None = None
         self.expected = 0  # episodes of the current recipe, known once the cases are loaded
@@ -142,6 +142,8 @@ class Runner:
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         self._check_resumable()
         cases = self.load_cases()
+        if self.preflight:  # models answer, keys, data, judge fit, the web: or nothing starts
+            self.say(f"preflight ok ({await preflight(recipe, cases):.1f} s)")
         self.folder.path.mkdir(parents=True, exist_ok=True)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
         dry_run = any(resources_for(c).gateway.dry_run for c in contexts.values())
@@ -256,6 +258,10 @@ class Runner:
 def finish_run(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
     """Write summary.json and report.html for exactly the episodes of the recipe in `config` (its
     cases x systems), from what results.jsonl and ledger.jsonl hold; return how the run ended."""
+    from runs.comparisons import versus_baseline, versus_paper  # scipy and matplotlib: only once there is
+    from runs.report import write_report  # something to summarize (a failed preflight exits sooner)
+    from runs.summary import summarize
+
     recipe = config["recipe"]
     systems = [s["name"] for s in recipe["systems"]]
     judges = [j["name"] for j in recipe["judges"]]

@@ -10,7 +10,11 @@ recipe_app = typer.Typer(help="Recipes: check them before running.", no_args_is_
 
 
 @recipe_app.command("check")
-def check(path: Path = typer.Argument(..., help="A recipe TOML file.")) -> None:
+def check(
+    path: Path = typer.Argument(..., help="A recipe TOML file."),
+    preflight: bool = typer.Option(False, "--preflight", help="Also run the run's preflight: probe every model, "
+                                   "check keys, data checksums, judge fit and the web."),
+) -> None:
     """Validate FILE against the registered benchmarks, pipelines, memory backends, judges and web providers
     (including their API keys)."""
     from benchmarks.registry import get_benchmark
@@ -25,6 +29,15 @@ def check(path: Path = typer.Argument(..., help="A recipe TOML file.")) -> None:
     systems = ", ".join(f"{s.name} [{s.pipeline} + {s.memory['backend']}]" for s in recipe.systems)
     judges = ", ".join(j["name"] for j in recipe.judges) or "none"
     limit = f", limit {b.limit}" if b.limit else ""
+    if preflight:
+        import asyncio
+
+        from benchmarks.registry import load_cases
+        from runs.preflight import preflight as run_preflight
+
+        cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
+        seconds = asyncio.run(run_preflight(recipe, cases))
+        typer.echo(f"preflight ok ({seconds:.1f} s)", err=True)
     typer.echo(
         f"ok: {path}: benchmark {b.name} (split {b.split or spec.split_default}, "
         f"setting {b.setting or spec.setting_default}{limit}); systems: {systems}; judges: {judges}"

@@ -25,6 +25,7 @@ def run(
     seed: Optional[int] = typer.Option(None, "--seed", help="The run's seed (case subset, bootstrap); overrides the recipe's."),
     out: Optional[Path] = typer.Option(None, "--out", help="The run folder (an existing one is resumed)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    preflight: bool = typer.Option(True, "--preflight/--no-preflight", help="Probe models, keys, data, judge fit and the web before any episode."),
 ) -> None:
     """Run every (case x system) episode of RECIPE; print the run folder's path last."""
     import asyncio
@@ -36,7 +37,8 @@ def run(
     names = [n.strip() for n in systems.split(",") if n.strip()] if systems else None
     loaded = load_recipe(recipe).with_overrides(model=model, api_base=api_base, api_key=api_key, limit=limit,
                                                concurrency=concurrency, seed=seed, systems=names)
-    runner = Runner(loaded, out, progress=progress, say=lambda message: typer.echo(message, err=True))
+    runner = Runner(loaded, out, progress=progress, say=lambda message: typer.echo(message, err=True),
+                    preflight=preflight)
     try:
         folder = asyncio.run(runner.run())
     except KeyboardInterrupt:
