@@ -9,6 +9,7 @@ rate); `significant` reads the adjusted value at ALPHA.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Mapping
 
 from benchmarks.metrics.statistics import paired_test
@@ -72,22 +73,72 @@ def detail_value(details: Mapping[str, Any], path: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def versus_paper(records: list[ResultRecord], paper_rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """For each number a paper reports (`[[report.paper]]`), ours: the mean over our scored cases of
-    the same metric of the same judge, on the system that stands for the paper's row."""
+_HISTORY = re.compile(r"^history\.(ndcg|recall|precision)@(\d+)$")
+_TRADE_OFF = re.compile(r"^(kendall_tau|n_both_positive)\((\w+),(\w+)\)$")
+
+
+def judgment_value(judgment: Any, metric: str) -> float | None:
+    """`score` (the headline), a per-criterion score the judge reports (`criteria`), or a key path
+    into its details."""
+    if metric == "score":
+        return judgment.score
+    criteria = getattr(judgment, "criteria", None) or {}
+    if metric in criteria:
+        return criteria[metric]
+    return detail_value(judgment.details, metric)
+
+
+def _history_values(records: list[ResultRecord], cases: Mapping[str, Any], kind: str, k: int) -> list[float]:
+    """Each scored episode's history retrieval against the case's gold relevant events."""
+    from benchmarks.metrics.ranking import query_ranking_scores
+
+    values = []
+    for record in records:
+        case = cases.get(record.case_id)
+        if case is None or record.user_context is None:
+            continue
+        qrels = dict(case.gold.relevance) or {event: 1 for event in case.gold.relevant_history_ids}
+        if not any(grade > 0 for grade in qrels.values()):
+            continue
+        scores = query_ranking_scores(record.user_context.event_ids, qrels, [k])
+        values.append(getattr(scores, kind)[k])
+    return values
+
+
+def _trade_off(judgments: list[Any], kind: str, a: str, b: str) -> tuple[float | None, int]:
+    """Kendall's tau between two criteria over the cases where both are positive (AEPD's pilot)."""
+    from scipy.stats import kendalltau
+
+    pairs = [(judgment_value(j, a), judgment_value(j, b)) for j in judgments]
+    pairs = [(x, y) for x, y in pairs if x is not None and y is not None and x > 0 and y > 0]
+    if kind == "n_both_positive":
+        return float(len(pairs)), len(pairs)
+    if len(pairs) < 3:
+        return None, len(pairs)
+    return float(kendalltau([x for x, _ in pairs], [y for _, y in pairs]).statistic), len(pairs)
+
+
+def versus_paper(records: list[ResultRecord], paper_rows: list[Mapping[str, Any]],
+                 cases: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """For each number a paper reports (`[[report.paper]]`), ours on the system that stands for the
+    paper's row: the mean over our scored cases of the judge's metric (`score`, a criterion, a details
+    path); `history.ndcg@K` / `history.recall@K` / `history.precision@K`, the memory's ranking of the
+    user's history against the gold relevant events; or `kendall_tau(a,b)` / `n_both_positive(a,b)`
+    between two criteria over the cases where both are positive."""
     out = []
     for row in paper_rows:
+        mine = [r for r in records if r.system == row["system"] and r.ok]
+        judgments = [j for r in mine for j in r.judgments if j.judge == row.get("judge") and not j.error]
         for metric, paper_value in row["values"].items():
-            ours = []
-            for record in records:
-                if record.system != row["system"] or not record.ok:
-                    continue
-                for judgment in record.judgments:
-                    if judgment.judge != row["judge"] or judgment.error:
-                        continue
-                    value = judgment.score if metric == "score" else detail_value(judgment.details, metric)
-                    if value is not None:
-                        ours.append(value)
-            out.append({"row": row["row"], "system": row["system"], "judge": row["judge"], "metric": metric,
-                        "paper": paper_value, "ours": sum(ours) / len(ours) if ours else None, "n": len(ours)})
+            history, trade_off = _HISTORY.match(metric), _TRADE_OFF.match(metric)
+            if history:
+                values = _history_values(mine, cases or {}, history.group(1), int(history.group(2)))
+                ours, n = (sum(values) / len(values) if values else None), len(values)
+            elif trade_off:
+                ours, n = _trade_off(judgments, *trade_off.groups())
+            else:
+                values = [v for v in (judgment_value(j, metric) for j in judgments) if v is not None]
+                ours, n = (sum(values) / len(values) if values else None), len(values)
+            out.append({"row": row["row"], "system": row["system"], "judge": row.get("judge"), "metric": metric,
+                        "paper": paper_value, "ours": ours, "n": n})
     return out

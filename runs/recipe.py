@@ -81,11 +81,14 @@ class PaperRow(_Strict):
 
     row: str = Field(min_length=1, description="The paper's label of the row, e.g. 'OpenAI Deep Research'.")
     system: str = Field(description="Our system that stands for it (a name in [[systems]]).")
-    judge: str = Field(description="The judge whose numbers these are (a name in [[judges]]).")
+    judge: str | None = Field(default=None, description="The judge whose numbers these are (a name in [[judges]]); "
+                              "none for history-retrieval metrics.")
     values: dict[str, float] = Field(
         min_length=1,
-        description="Metric -> the paper's value. `score` is the judge's headline score; any other name is a "
-        "key path into the judgment's details (`P`, `dimensions.GOAL`, ...), averaged over our cases.",
+        description="Metric -> the paper's value. `score` is the judge's headline score; a criterion the judge "
+        "reports (`GOAL`, `need_alignment`) or a key path into its details (`scaled.tone`), averaged over our cases; "
+        "`history.ndcg@10` ranks the recalled history against the gold; `kendall_tau(a,b)` relates two criteria "
+        "(see runs.comparisons.versus_paper).",
     )
 
 
@@ -221,7 +224,8 @@ def _check_report(report: ReportSection, systems: list[str], judges: list[str], 
     for i, row in enumerate(report.paper):
         if row.system not in systems:
             problems.append(f"report.paper[{i}].system: no system {row.system!r}; valid: {', '.join(systems)}")
-        if row.judge not in judges:
+        only_history = all(metric.startswith("history.") for metric in row.values)
+        if (row.judge is None and not only_history) or (row.judge is not None and row.judge not in judges):
             problems.append(f"report.paper[{i}].judge: no judge {row.judge!r} in [[judges]]; valid: {', '.join(judges) or 'none'}")
     if problems:
         raise ConfigError(f"invalid recipe: {source}: " + "; ".join(problems))

@@ -276,7 +276,8 @@ def finish_run(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
     report = recipe.get("report") or {}
     summary["versus_baseline"] = versus_baseline(records, systems, judges, report.get("baseline"),
                                                  seed=recipe.get("seed", 0))
-    summary["paper"] = versus_paper(records, report.get("paper") or [])
+    cases = read_cases(folder.store)
+    summary["paper"] = versus_paper(records, report.get("paper") or [], cases)
     summary = {
         "run_id": config["run_id"],
         "dry_run": config["dry_run"],
@@ -288,7 +289,7 @@ def finish_run(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
         "ledger": ledger_totals([e for e in ledger if e.case_id in set(config["cases"]) and e.system in systems]),
     }
     write_json_atomic(folder.summary, summary)
-    write_report(folder.report, config=config, summary=summary, records=records, cases=read_cases(folder.store))
+    write_report(folder.report, config=config, summary=summary, records=records, cases=cases)
     return outcome
 
 

@@ -166,3 +166,28 @@ def test_paper_metrics_read_headline_scores_or_detail_paths():
                         [{"row": "paper", "system": "s", "judge": "pqr", "values": {"score": 0.9, "P.overall": 7.1}}])
     assert [(r["metric"], r["paper"], r["ours"], r["n"]) for r in rows] == [
         ("score", 0.9, pytest.approx(0.6), 2), ("P.overall", 7.1, 5.0, 2)]
+
+
+def test_paper_metrics_for_history_retrieval_and_trade_offs():
+    from agents.judges.base import JudgeResult
+    from benchmarks.case import Case, Gold, Query
+    from runs.results import ContextUsed, ResultRecord
+
+    def record(case, ranking, p, d):
+        return ResultRecord(key=f"{case}::s", run_id="r", case_id=case, system="s", benchmark="b", user_id="u",
+                            setting="x", status="ok", user_context=ContextUsed(backend="retrieval", form="raw",
+                                                                              event_ids=ranking),
+                            judgments=[JudgeResult(judge="aepd", score=p, details={"p": p, "d": d})])
+
+    cases = {c: Case(id=c, benchmark="b", user_id="u", query=Query(text="q"), gold=Gold(relevant_history_ids=["e1"]))
+             for c in "abcd"}
+    records = [record("a", ["e1", "e2"], 0.9, 0.1), record("b", ["e2", "e1"], 0.5, 0.4),
+               record("c", ["e3"], 0.2, 0.8), record("d", ["e1"], 0.0, 0.5)]
+    rows = versus_paper(records, [{"row": "paper", "system": "s", "judge": "aepd",
+                                   "values": {"history.ndcg@1": 0.1, "history.recall@2": 0.2,
+                                              "kendall_tau(p,d)": -0.3, "n_both_positive(p,d)": 59}}], cases)
+    got = {r["metric"]: (r["ours"], r["n"]) for r in rows}
+    assert got["history.ndcg@1"] == (pytest.approx(0.5), 4)  # e1 first in a and d
+    assert got["history.recall@2"] == (pytest.approx(0.75), 4)
+    assert got["kendall_tau(p,d)"] == (pytest.approx(-1.0), 3)  # d (0.0) is left out: both must be positive
+    assert got["n_both_positive(p,d)"] == (3.0, 3)
