@@ -204,6 +204,8 @@ async def web_problem(recipe: Recipe, timeout_s: float = PROBE_TIMEOUT_S) -> str
 async def preflight_problems(recipe: Recipe, cases: Sequence[Case]) -> list[str]:
     problems: list[str] = []
     uses = list(model_uses(recipe).values())
+    if any(not settings.is_scripted for settings, _ in uses):
+        import litellm  # noqa: F401 - before the probes' clocks start: importing it takes seconds, once
     for settings, where in uses:
         problems += [f"{', '.join(where)} ({settings.model}): {p}" for p in key_problems(settings)]
     problems += data_problems(recipe.benchmark.name)

@@ -16,20 +16,7 @@ from runs.recipe import parse_recipe
 from runs.results import ResultsFile
 from runs.runner import Runner, run_recipe
 from tests.openai_stub import OpenAIStub
-
-
-def recipe(tmp_path, model: str = "scripted", **extra):
-    return parse_recipe({
-        "name": "t",
-        "benchmark": {"name": "tiny"},
-        "models": {"system": {"model": model, "retry_backoff_s": 0.001, "max_retries": 1},
-                   "judge": {"model": "scripted"}},
-        "systems": [{"name": "none", "memory": {"backend": "none"}},
-                    {"name": "full", "memory": {"backend": "full"}}],
-        "judges": [{"name": "lampqa_aspects"}],
-        "run": {"out_dir": str(tmp_path / "out")},
-        **extra,
-    })
+from tests.test_runner import recipe
 
 
 def toml_recipe(tmp_path, model: str, max_retries: int = 1, benchmark: str = "tiny", limit: int | None = None) -> str:
