@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from pydantic import BaseModel
 
+from agents.ledger import Ledger, LedgerEntry, call_tags
 from agents.settings import ModelSettings
 from benchmarks.case import Case
 from benchmarks.errors import AtelierError
@@ -83,15 +85,17 @@ def key_problems(settings: ModelSettings) -> list[str]:
     return [f"needs {', '.join(missing)} (set it, or api_key_env / api_key in the recipe)"] if missing else []
 
 
-async def probe_model(settings: ModelSettings, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when the model answers a text and a structured request; else why not, in one line."""
+async def probe_model(settings: ModelSettings, ledger: Ledger | None = None,
+                      timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """None when the model answers a text and a structured request; else why not, in one line. The
+    calls are recorded in `ledger` (they cost what any call costs)."""
     if settings.is_scripted:
         return None
     from agents.gateway import Gateway
 
     quick = settings.model_copy(update={"max_retries": 0, "timeout_s": min(settings.timeout_s, timeout_s),
                                         "max_tokens": settings.max_tokens or 32})
-    gateway = Gateway({"probe": quick})  # no response cache: a cached answer would prove nothing
+    gateway = Gateway({"probe": quick}, ledger=ledger)  # no response cache: a cached answer would prove nothing
     try:
         await asyncio.wait_for(gateway.text("probe", PROBE_MESSAGES), timeout_s)
         await asyncio.wait_for(gateway.structured("probe", PROBE_MESSAGES, ProbeAnswer), timeout_s)
@@ -201,7 +205,7 @@ async def web_problem(recipe: Recipe, timeout_s: float = PROBE_TIMEOUT_S) -> str
 # ----------------------------------------------------------------------------- all together
 
 
-async def preflight_problems(recipe: Recipe, cases: Sequence[Case]) -> list[str]:
+async def preflight_problems(recipe: Recipe, cases: Sequence[Case], ledger: Ledger | None = None) -> list[str]:
     problems: list[str] = []
     uses = list(model_uses(recipe).values())
     if any(not settings.is_scripted for settings, _ in uses):
@@ -210,7 +214,7 @@ async def preflight_problems(recipe: Recipe, cases: Sequence[Case]) -> list[str]
         problems += [f"{', '.join(where)} ({settings.model}): {p}" for p in key_problems(settings)]
     problems += data_problems(recipe.benchmark.name)
     problems += judge_problems(recipe, cases)
-    probed = await asyncio.gather(*(probe_model(settings) for settings, _ in uses), web_problem(recipe))
+    probed = await asyncio.gather(*(probe_model(settings, ledger) for settings, _ in uses), web_problem(recipe))
     for (settings, where), problem in zip(uses, probed[:-1]):
         if problem:
             base = f" at {settings.api_base}" if settings.api_base else ""
@@ -220,11 +224,19 @@ async def preflight_problems(recipe: Recipe, cases: Sequence[Case]) -> list[str]
     return problems
 
 
-async def preflight(recipe: Recipe, cases: Sequence[Case]) -> float:
-    """Raise PreflightError listing every problem; return the seconds it took."""
+@dataclass
+class Preflight:
+    seconds: float
+    calls: list[LedgerEntry]  # the probes' model calls, for the run's ledger (node `preflight`)
+
+
+async def preflight(recipe: Recipe, cases: Sequence[Case]) -> Preflight:
+    """Raise PreflightError listing every problem; else say how long it took and what it called."""
     started = time.perf_counter()
-    problems = await preflight_problems(recipe, cases)
+    ledger = Ledger(None)
+    with call_tags(node="preflight"):
+        problems = await preflight_problems(recipe, cases, ledger)
     if problems:
         raise PreflightError(problems)
-    return time.perf_counter() - started
+    return Preflight(time.perf_counter() - started, list(ledger.entries))
 

@@ -142,9 +142,13 @@ class Runner:
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         self._check_resumable()
         cases = self.load_cases()
-        if self.preflight:  # models answer, keys, data, judge fit, the web: or nothing starts
-            self.say(f"preflight ok ({await preflight(recipe, cases):.1f} s)")
+        passed = await preflight(recipe, cases) if self.preflight else None  # or nothing starts
         self.folder.path.mkdir(parents=True, exist_ok=True)
+        if passed is not None:
+            self.say(f"preflight ok ({passed.seconds:.1f} s)")
+            with self.folder.ledger.open("a", encoding="utf-8") as fh:  # the probes cost what calls cost
+                fh.writelines(e.model_copy(update={"run_id": self.run_id}).model_dump_json() + "\n"
+                              for e in passed.calls)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
         dry_run = any(resources_for(c).gateway.dry_run for c in contexts.values())
         config = self._config(cases, dry_run)
@@ -286,7 +290,9 @@ def finish_run(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
         "judges": judges,
         "episodes": outcome.as_dict(),
         **summary,
-        "ledger": ledger_totals([e for e in ledger if e.case_id in set(config["cases"]) and e.system in systems]),
+        # the run's calls: its episodes' and its own (preflight), not those of systems or cases left out since
+        "ledger": ledger_totals([e for e in ledger if (e.case_id is None or e.case_id in set(config["cases"]))
+                                 and (e.system is None or e.system in systems)]),
     }
     write_json_atomic(folder.summary, summary)
     write_report(folder.report, config=config, summary=summary, records=records, cases=cases)

@@ -36,8 +36,8 @@ def check(
         from runs.preflight import preflight as run_preflight
 
         cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
-        seconds = asyncio.run(run_preflight(recipe, cases))
-        typer.echo(f"preflight ok ({seconds:.1f} s)", err=True)
+        passed = asyncio.run(run_preflight(recipe, cases))
+        typer.echo(f"preflight ok ({passed.seconds:.1f} s, {len(passed.calls)} probe calls)", err=True)
     typer.echo(
         f"ok: {path}: benchmark {b.name} (split {b.split or spec.split_default}, "
         f"setting {b.setting or spec.setting_default}{limit}); systems: {systems}; judges: {judges}"
