@@ -110,3 +110,19 @@ def test_list_shows_every_kind_with_typed_options():
     assert tiny["settings"] == ["context", "task_only", "persona", "persona+context"] and tiny["default_split"] == "all"
     table = CliRunner().invoke(app, ["list", "benchmarks"])
     assert table.exit_code == 0 and "ikat" in table.stdout and "pipelines" not in table.stdout
+
+
+def test_bench_runner_measures_efficiency_overhead_memory_and_checkpoints(tmp_path, cache_dir):
+    from runs.bench_runner import RunnerBenchSettings, _critical_steps, run_runner_benchmark
+
+    assert _critical_steps([(0, 1), (0.5, 1.5), (2, 3)]) == 2  # two overlapping calls, then one more
+    result = run_runner_benchmark(RunnerBenchSettings(cases=30, latency_ms=50, concurrency=8,
+                                                      judges=["lampqa_aspects"], out_dir=tmp_path))
+    assert result["episodes"] == {"scored": 30, "failed": 0, "unscored": 0}
+    assert result["critical_path_calls"] == 2  # the answer, then the aspects judged in parallel
+    assert result["ideal_wall_s"] == pytest.approx(2 * 0.05 * 30 / 8, rel=0.01)
+    assert 0 < result["efficiency"] <= 1 and result["wall_s"] >= result["ideal_wall_s"]
+    assert result["llm_calls"] > 30 and result["framework_ms_per_call"] > 0
+    assert result["peak_rss_mb"] > 50 and 1_000 < result["checkpoint_bytes_per_episode"] < 100_000
+    kept = tmp_path / "run" / "results.jsonl"  # the run folder is kept where --out says
+    assert len(kept.read_text().splitlines()) == 30
