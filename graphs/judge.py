@@ -1,5 +1,10 @@
 """The judge subgraph: every configured judge runs as a parallel branch (one `Send` each).
 
+A judge gets the run's gateway (its own model roles), the run's web (to read cited sources through
+the web cache) and the artifact store (criteria and rubrics generated once and reused). Judges that
+compare two systems' responses (LaMP-QA pairwise) are not run here: the runner runs them once both
+responses exist (`runs.judging`).
+
 Judges see the full `Case` (gold included), read from the graph's store by `case_key`
 (`graphs.case_store`); standalone (Studio), `benchmark` + `case_id` name it instead.
 """
@@ -7,18 +12,22 @@ Judges see the full `Case` (gold included), read from the graph's store by `case
 from __future__ import annotations
 
 import operator
+from pathlib import Path
 from typing import Annotated, Literal, NotRequired, TypedDict
 
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 
-from agents.gateway import ModelCallError
-from agents.judges.base import JudgeResult
+from agents.judges.base import JudgeEnv, JudgeResult
+from agents.judges.store import ArtifactStore
 from agents.response import SystemResponse
+from benchmarks.data_files import cache_dir
 from graphs.case_store import get_case, resolve_case, store_of
 from graphs.context import EpisodeContext
-from graphs.resources import resources_for
+from graphs.resources import Resources, resources_for
+
+ARTIFACTS_DIR = "judge_artifacts"  # in the run folder and in Atelier's cache
 
 
 class JudgeInput(TypedDict):
@@ -42,23 +51,29 @@ class JudgeTask(TypedDict):
     response: SystemResponse
 
 
+def artifact_store(context: EpisodeContext) -> ArtifactStore:
+    """The run folder's store (so the run is self-contained) backed by the cache's (so later runs reuse)."""
+    directories = [Path(context.run_dir) / ARTIFACTS_DIR] if context.run_dir else []
+    return ArtifactStore([*directories, cache_dir() / ARTIFACTS_DIR])
+
+
+def judge_env(resources: Resources) -> JudgeEnv:
+    return JudgeEnv(gateway=resources.gateway, web=resources.web, store=artifact_store(resources.context))
+
+
 async def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_judge"]]:
     judges = resources_for(runtime.context).judges
     key, _ = await resolve_case(state, store_of(runtime))
     tasks = [Send("run_judge", JudgeTask(judge_index=i, case_key=key, response=state["response"]))
-             for i in range(len(judges))]
+             for i, judge in enumerate(judges) if not judge.comparative]
     return Command(goto=tasks)
 
 
 async def run_judge(task: JudgeTask, runtime: Runtime[EpisodeContext]) -> JudgeOutput:
     resources = resources_for(runtime.context)
     judge = resources.judges[task["judge_index"]]
-    try:
-        case = await get_case(store_of(runtime), task["case_key"])
-        result = await judge.judge(case, task["response"], resources.gateway)
-    except ModelCallError as exc:  # the response stands; this judgment is recorded as failed
-        result = JudgeResult(judge=judge.name, error=str(exc))
-    return {"judgments": [result]}
+    case = await get_case(store_of(runtime), task["case_key"])
+    return {"judgments": [await judge.judge(case, task["response"], judge_env(resources))]}
 
 
 def build_judge_graph():

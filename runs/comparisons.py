@@ -82,9 +82,8 @@ def judgment_value(judgment: Any, metric: str) -> float | None:
     into its details."""
     if metric == "score":
         return judgment.score
-    criteria = getattr(judgment, "criteria", None) or {}
-    if metric in criteria:
-        return criteria[metric]
+    if metric in judgment.criteria:
+        return judgment.criteria[metric]
     return detail_value(judgment.details, metric)
 
 

@@ -25,13 +25,13 @@ from pydantic import BaseModel
 from agents.ledger import Ledger, LedgerEntry, call_tags
 from agents.settings import ModelSettings
 from benchmarks.case import Case
-from benchmarks.errors import AtelierError
+from benchmarks.errors import AtelierError, ConfigError
 from runs.recipe import Recipe
 
 PROBE_TIMEOUT_S = 6.0  # per probe; probes run concurrently, so preflight stays under ~10 s
 
 
-class PreflightError(AtelierError):
+class PreflightError(ConfigError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         count = f"{len(problems)} problem{'s' * (len(problems) != 1)}"
@@ -160,12 +160,8 @@ def data_problems(benchmark: str) -> list[str]:
 
 def judge_problems(recipe: Recipe, cases: Sequence[Case]) -> list[str]:
     """Judges the benchmark's cases cannot feed (the judges' own declaration of what they need)."""
-    from agents.judges.base import create_judge
+    from agents.judges.base import check_judge_fit, create_judge
 
-    try:
-        from agents.judges.base import check_judge_fit
-    except ImportError:  # judges that declare no requirements yet (before issue 13 lands)
-        return []
     try:
         check_judge_fit([create_judge(j) for j in recipe.judges], cases, recipe.benchmark.name,
                         [s.name for s in recipe.systems])

@@ -158,6 +158,27 @@ def _number(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+_STANDARD = {"n", "mean", "ci95", "failed", "flags", "mean_repeat_std", "criteria"}
+
+
+def judge_figures(summary: dict[str, Any], judge: str) -> dict[str, Any]:
+    """A judge's own system-level figures (its `aggregate`): criterion means as a systems x criteria
+    table, and whatever else it reports (pooled reliability, per-category tables...) per system."""
+    names: list[str] = []
+    rows, extras = {}, {}
+    for system, entry in summary["systems"].items():
+        stats = entry["judges"].get(judge) or {}
+        criteria = stats.get("criteria") or {}
+        names += [name for name in criteria if name not in names]
+        rows[system] = criteria
+        other = {k: v for k, v in stats.items() if k not in _STANDARD and v not in (None, {}, [])}
+        if stats.get("flags"):
+            other["flags"] = stats["flags"]
+        if other:
+            extras[system] = other
+    return {"names": names, "rows": rows, "extras": extras}
+
+
 def _columns(value: Any) -> list[str]:
     """The columns of a list of mappings (their keys, in first-seen order); [] for anything else."""
     if not isinstance(value, list) or not value or not all(isinstance(item, dict) for item in value):
@@ -206,6 +227,7 @@ def write_report(
     env.filters["num"] = _number
     env.filters["columns"] = _columns
     env.globals["format_cost"] = format_cost
+    env.globals["judge_figures"] = lambda judge: judge_figures(summary, judge)
     env.globals["calls_of"] = lambda system, kind="system": _system_calls(summary, system, kind)
     cost_chart, cost_axis = _cost_chart(summary)
     specs = {s["name"]: s for s in config["recipe"]["systems"]}

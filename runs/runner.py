@@ -21,6 +21,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Callable
 
+from agents.judges.base import check_judge_fit, create_judge
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
@@ -31,6 +32,7 @@ from graphs.context import EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
 from graphs.persistence import run_persistence
 from graphs.resources import release, resources_for
+from runs.judging import judge_comparisons
 from runs.outcome import RunOutcome, outcome_of
 from runs.preflight import preflight
 from runs.recipe import Recipe
@@ -142,7 +144,12 @@ class Runner:
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         self._check_resumable()
         cases = self.load_cases()
-        passed = await preflight(recipe, cases) if self.preflight else None  # or nothing starts
+        if self.preflight:  # models answer, keys, data, judge fit, the web: or nothing starts
+            passed = await preflight(recipe, cases)
+        else:  # a judge the cases cannot feed is refused all the same
+            passed = None
+            check_judge_fit([create_judge(j) for j in recipe.judges], cases, recipe.benchmark.name,
+                            [s.name for s in recipe.systems])
         self.folder.path.mkdir(parents=True, exist_ok=True)
         if passed is not None:
             self.say(f"preflight ok ({passed.seconds:.1f} s)")
@@ -183,6 +190,10 @@ class Runner:
                     for finished in asyncio.as_completed(tasks):
                         record = await finished
                         bar.advance(record.ok)
+            # judges comparing two systems' responses (LaMP-QA pairwise) run once both exist
+            by_id = {c.id: c for c in cases}
+            for record in await judge_comparisons(results.load(), by_id, contexts, recipe.run.concurrency):
+                results.append(record)
         finally:
             for context in contexts.values():
                 await release(context)
@@ -213,7 +224,7 @@ class Runner:
         return ResultRecord(
             **base,
             status="ok",
-            response=out["response"].text,
+            response=out["response"],
             user_context=ContextUsed(**user_context.model_dump(include={"backend", "form", "event_ids", "tokens", "text"}))
             if user_context else None,
             judgments=judgments,
@@ -268,13 +279,15 @@ def finish_run(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
 
     recipe = config["recipe"]
     systems = [s["name"] for s in recipe["systems"]]
-    judges = [j["name"] for j in recipe["judges"]]
+    judge_objects = [create_judge(j) for j in recipe["judges"]]
+    judges = [j.key for j in judge_objects]
     keys = expected_keys(config["cases"], systems)
     wanted = set(keys)
     records = [r for k, r in ResultsFile(folder.results).load().items() if k in wanted]
     outcome = outcome_of(records, keys, judges)
     ledger = read_ledger(folder.ledger) if folder.ledger.exists() else []
-    summary = summarize(records, systems, judges, seed=recipe.get("seed", 0))
+    summary = summarize(records, systems, judges, seed=recipe.get("seed", 0),
+                        aggregates={j.key: j.aggregate for j in judge_objects})
     for name, usage in system_usage(records, ledger, systems, config["cases"]).items():
         summary["systems"][name]["usage"] = usage
     report = recipe.get("report") or {}

@@ -80,6 +80,11 @@ def test_the_rendered_report_agrees_with_summary_json(tmp_path, cache_dir):
         assert row[3] == f"{stats['mean']:.3f}"
         assert row[4] == f"[{stats['ci95'][0]:.3f}, {stats['ci95'][1]:.3f}]"
 
+    criteria = {row[0]: row[1:] for row in table(doc, "criteria-lampqa_aspects")}  # the judge's own figures
+    for system, entry in summary["systems"].items():
+        means = entry["judges"]["lampqa_aspects"]["criteria"]
+        assert criteria[system] == [f"{means[name]:.3f}" for name in means]
+
     systems = {row[0]: row for row in table(doc, "systems")}
     for system, entry in summary["systems"].items():
         calls = entry["usage"]["calls"]["system"]
@@ -191,3 +196,17 @@ def test_paper_metrics_for_history_retrieval_and_trade_offs():
     assert got["history.recall@2"] == (pytest.approx(0.75), 4)
     assert got["kendall_tau(p,d)"] == (pytest.approx(-1.0), 3)  # d (0.0) is left out: both must be positive
     assert got["n_both_positive(p,d)"] == (3.0, 3)
+
+
+def test_judge_figures_table_criterion_means_per_system():
+    from runs.report import judge_figures
+
+    summary = {"systems": {
+        "a": {"judges": {"pqr": {"n": 2, "mean": 5.0, "criteria": {"GOAL": 4.0, "CONT": 6.0}, "flags": {"x": 1},
+                                 "reliability": {"FA": 0.5}}}},
+        "b": {"judges": {"pqr": {"n": 2, "mean": 6.0, "criteria": {"GOAL": 5.0, "PRES": 7.0}, "flags": {}}}},
+    }}
+    figures = judge_figures(summary, "pqr")
+    assert figures["names"] == ["GOAL", "CONT", "PRES"]
+    assert figures["rows"]["b"] == {"GOAL": 5.0, "PRES": 7.0}
+    assert figures["extras"] == {"a": {"reliability": {"FA": 0.5}, "flags": {"x": 1}}}

@@ -105,10 +105,10 @@ def test_failed_judgments_are_counted_and_fail_the_exit_code(tmp_path, cache_dir
     from agents.gateway import ModelCallError
     from agents.judges.lampqa import LampQAAspectJudge
 
-    async def broken(self, case, response, gateway):
+    async def broken(self, case, response, env, prepared=None):
         raise ModelCallError("judge model down", role="judge", model="m", attempts=1)
 
-    monkeypatch.setattr(LampQAAspectJudge, "judge", broken)
+    monkeypatch.setattr(LampQAAspectJudge, "judge_once", broken)  # the judge records it as a failed judgment
     runner = Runner(recipe(tmp_path), tmp_path / "run", progress=False)
     asyncio.run(runner.run())
     outcome = runner.outcome
@@ -165,7 +165,7 @@ def test_checkpoints_stay_small_and_an_episode_resumes_from_its_last_checkpoint(
 
     original = LampQAAspectJudge.judge
 
-    async def crash(self, case, response, gateway):
+    async def crash(self, case, response, env):
         raise RuntimeError("the judge process died")
 
     monkeypatch.setattr(LampQAAspectJudge, "judge", crash)
