@@ -125,3 +125,16 @@ def test_the_command_exits_2_with_one_line_per_problem(tmp_path):
     assert lines[0] == "error: preflight failed (2 problems); nothing was started:"
     assert lines[1].startswith("  models.system (nosuchprovider/x): ") and lines[2].startswith("  models.judge (")
     assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
+def test_a_judge_that_does_not_fit_the_benchmark_is_one_line_naming_both(tmp_path):
+    from benchmarks.registry import load_cases
+
+    r = parse_recipe({"name": "misfit", "benchmark": {"name": "locomo", "limit": 3},
+                      "systems": [{"name": "s", "memory": {"backend": "none"}}],
+                      "judges": [{"name": "lampqa_aspects"}], "run": {"out_dir": str(tmp_path / "out")}})
+    started = time.perf_counter()
+    found = asyncio.run(preflight_problems(r, load_cases("locomo", limit=3)))
+    assert time.perf_counter() - started < 10
+    assert len(found) == 1
+    assert found[0].startswith("judge 'lampqa_aspects' does not fit benchmark 'locomo': 3 of 3 cases lack rubric aspects")
