@@ -18,8 +18,10 @@ from typing import Any, AsyncIterator, Sequence
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
+
+from benchmarks.errors import DataError
+from graphs.serde import serializer
 
 _SUFFIX = "+zlib"
 _MIN_BYTES = 512  # smaller blobs are stored as they are: compressing them saves nothing
@@ -30,7 +32,7 @@ class CompressedSerializer(SerializerProtocol):
     type tagged `+zlib`. Untagged blobs (small ones, older checkpoints) load as they are."""
 
     def __init__(self, serde: SerializerProtocol | None = None, level: int = 6) -> None:
-        self.serde = serde or checkpoint_serde()
+        self.serde = serde or serializer()
         self.level = level
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
@@ -72,9 +74,6 @@ class InlineSqliteSaver(SqliteSaver):
         self.delete_thread(thread_id)
 
 
-def checkpoint_serde() -> SerializerProtocol:
-    """The serializer graph state goes through (types registered once, in one place)."""
-    return JsonPlusSerializer()
 
 
 @contextlib.asynccontextmanager
@@ -86,10 +85,18 @@ async def run_persistence(folder: str | Path) -> AsyncIterator[tuple[Any, Any]]:
     with contextlib.closing(sqlite3.connect(str(folder / "checkpoints.sqlite"), check_same_thread=False)) as conn:
         # WAL without a sync per commit: a killed process loses nothing (the OS holds the log), and
         # a commit per checkpoint no longer waits on the disk; only a power cut could cost the last steps
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
         saver = InlineSqliteSaver(conn, serde=CompressedSerializer())
-        saver.setup()
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            saver.setup()
+        except sqlite3.DatabaseError as exc:
+            raise DataError(f"not a readable checkpoint database ({exc}); delete it to go on (episodes that were "
+                            "cut short then start again from their beginning)", file=folder / "checkpoints.sqlite") from None
         async with AsyncSqliteStore.from_conn_string(str(folder / "store.sqlite")) as store:
-            await store.setup()
+            try:
+                await store.setup()
+            except sqlite3.DatabaseError as exc:
+                raise DataError(f"not a readable store database ({exc}); delete it (and checkpoints.sqlite) to go "
+                                "on", file=folder / "store.sqlite") from None
             yield saver, store

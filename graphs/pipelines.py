@@ -13,6 +13,7 @@ class PipelineSpec:
     name: str
     description: str
     build: Callable[[], object]  # -> a compiled LangGraph subgraph
+    uses_web: bool = True  # searches or fetches pages (the run's preflight then checks the web answers)
 
 
 PIPELINES: NamedRegistry[PipelineSpec] = NamedRegistry("pipeline")
@@ -21,7 +22,8 @@ PIPELINES: NamedRegistry[PipelineSpec] = NamedRegistry("pipeline")
 def _register_builtin() -> None:
     from graphs.direct import build_direct_graph
 
-    PIPELINES.register("direct", PipelineSpec("direct", "answer from the user's context, no search", build_direct_graph))
+    PIPELINES.register("direct", PipelineSpec("direct", "answer from the user's context, no search", build_direct_graph,
+                                                uses_web=False))
 
 
 _register_builtin()

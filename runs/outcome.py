@@ -4,8 +4,9 @@ most common reasons, and the exit code that says so.
 Exit codes of `atelier run` (and the other commands that report on a run):
 
     0   every episode finished and every judge scored it
-    1   the run finished, but some episodes or judgments failed (each recorded with its reason)
+    1   a bug: an exception nobody expected (its traceback is saved; see runs.cli)
     2   bad input: an invalid recipe, a failed preflight, unreadable files; nothing was started
+    3   the run finished, but some episodes or judgments failed (each recorded with its reason)
     130 interrupted (Ctrl-C): what finished is kept; the same command resumes the run
 """
 
@@ -18,7 +19,7 @@ from typing import Iterable
 from runs.results import ResultRecord
 
 EXIT_OK = 0
-EXIT_FAILURES = 1
+EXIT_FAILURES = 3
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 

@@ -171,9 +171,15 @@ def judge_problems(recipe: Recipe, cases: Sequence[Case]) -> list[str]:
 
 
 def needs_web_probe(recipe: Recipe) -> bool:
-    """A web the run does not start itself (a SearXNG URL, a search API, a running sandbox)."""
+    """A web the run uses (a system's pipeline searches, or a judge reads sources) and does not start
+    itself (a SearXNG URL, a search API, a running sandbox)."""
+    from agents.judges.base import create_judge
+    from graphs.pipelines import PIPELINES
+
+    used = any(PIPELINES.get(s.pipeline).uses_web for s in recipe.systems) or any(
+        create_judge(j).uses_web for j in recipe.judges)
     web = recipe.web
-    return web.mode != "replay" and (not web.uses_sandbox or bool(web.sandbox_settings.url))
+    return used and web.mode != "replay" and (not web.uses_sandbox or bool(web.sandbox_settings.url))
 
 
 async def web_problem(recipe: Recipe, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:

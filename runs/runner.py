@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import platform
 import secrets
+import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -21,21 +22,25 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Callable
 
-from agents.judges.base import check_judge_fit, create_judge
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from agents.judges.base import Judge, check_judge_fit, create_judge
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
-from benchmarks.errors import ConfigError
+from benchmarks.errors import ConfigError, DataError
+from benchmarks.json_input import read_appended_jsonl, read_json_file, validation_error
 from benchmarks.registry import load_cases
 from graphs.case_store import put_case, read_cases
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
 from graphs.persistence import run_persistence
 from graphs.resources import release, resources_for
-from runs.judging import judge_comparisons
+from runs.judging import judge_again, judge_comparisons, judgments_due
 from runs.outcome import RunOutcome, outcome_of
 from runs.preflight import preflight
 from runs.recipe import Recipe
+from runs.resume import check_resume
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
 from runs.usage import system_usage
 from tools.config import WebConfig
@@ -106,8 +111,11 @@ class Runner:
         preflight: bool = True,
     ) -> None:
         self.recipe = recipe
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise ConfigError(f"{folder} is a file, not a run folder: give --out a new or existing run folder")
         existing = folder is not None and (folder / "config.json").exists()
-        self.run_id = _read_run_id(folder) if existing else (folder.name if folder else new_run_id(recipe))
+        stored = _stored_config(folder / "config.json") if existing else None
+        self.run_id = (stored and stored.run_id) or (folder.name if folder else new_run_id(recipe))
         self.folder = RunFolder(folder or Path(recipe.run.out_dir) / self.run_id)
         self.progress = progress
         self.say = say or (lambda message: None)
@@ -142,7 +150,7 @@ class Runner:
     async def run(self) -> RunFolder:
         recipe = self.recipe
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
-        self._check_resumable()
+        judgments_changed = self._check_resumable()
         cases = self.load_cases()
         if self.preflight:  # models answer, keys, data, judge fit, the web: or nothing starts
             passed = await preflight(recipe, cases)
@@ -151,25 +159,31 @@ class Runner:
             check_judge_fit([create_judge(j) for j in recipe.judges], cases, recipe.benchmark.name,
                             [s.name for s in recipe.systems])
         self.folder.path.mkdir(parents=True, exist_ok=True)
-        if passed is not None:
-            self.say(f"preflight ok ({passed.seconds:.1f} s)")
-            with self.folder.ledger.open("a", encoding="utf-8") as fh:  # the probes cost what calls cost
-                fh.writelines(e.model_copy(update={"run_id": self.run_id}).model_dump_json() + "\n"
-                              for e in passed.calls)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
         dry_run = any(resources_for(c).gateway.dry_run for c in contexts.values())
         config = self._config(cases, dry_run)
         write_json_atomic(self.folder.config, config)
 
+        for path, consequence in ((self.folder.results, "its episode is run again"),
+                                  (self.folder.ledger, "that call is missing from the ledger")):
+            _mend_torn_line(path, consequence)
+        read_ledger(self.folder.ledger)  # a bad line is reported now, not after every episode has run
+        if passed is not None:
+            self.say(f"preflight ok ({passed.seconds:.1f} s)")
+            with self.folder.ledger.open("a", encoding="utf-8") as fh:  # the probes cost what calls cost
+                fh.writelines(e.model_copy(update={"run_id": self.run_id}).model_dump_json() + "\n"
+                              for e in passed.calls)
         results = ResultsFile(self.folder.results)
         keys = set(expected_keys([c.id for c in cases], [s.name for s in recipe.systems]))
-        done = {k for k, r in results.load(repair=True).items() if r.ok and k in keys}
+        latest = {k: r for k, r in results.load().items() if k in keys}
+        done = {k for k, r in latest.items() if r.ok}
         todo = [(case, system) for system in recipe.systems for case in cases
                 if result_key(case.id, system.name) not in done]
+        rejudge = self._to_rejudge(latest, cases, contexts, judgments_changed)
         self.expected, self.already_done = len(keys), len(done)
         if done:
             self.say(f"resuming {self.folder.path}: {len(done)} of {len(keys)} episodes already done, "
-                     f"{len(todo)} to run")
+                     f"{len(todo)} to run" + (f", {len(rejudge)} to judge again" if rejudge else ""))
 
         try:
             async with run_persistence(self.folder.path) as (saver, store):
@@ -185,11 +199,23 @@ class Runner:
                     await asyncio.to_thread(results.append, record)  # its fsync must not stall other episodes
                     return record
 
-                with _progress(self.progress, total=len(keys), done=len(done)) as bar:
+                async def judged_again(stored: ResultRecord, case: Case, judges: list[Judge]) -> ResultRecord:
+                    # judges that changed leave no judgment standing: the old ones are dropped, not mixed in
+                    kept = stored.model_copy(update={"judgments": [], "scores": {}}) if judgments_changed else stored
+                    async with limit:
+                        record = kept.with_judgments(await judge_again(case, stored, contexts[stored.system], judges))
+                    await asyncio.to_thread(results.append, record)
+                    return record
+
+                with _progress(self.progress, total=len(keys), done=len(done) - len(rejudge)) as bar:
                     tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
+                    tasks += [asyncio.create_task(judged_again(stored, case, judges)) for stored, case, judges in rejudge]
                     for finished in asyncio.as_completed(tasks):
                         record = await finished
                         bar.advance(record.ok)
+            if rejudge:
+                print(f"note: judged {len(rejudge)} stored response{'s' * (len(rejudge) != 1)} again "
+                      "(their systems did not run again)", file=sys.stderr)
             # judges comparing two systems' responses (LaMP-QA pairwise) run once both exist
             by_id = {c.id: c for c in cases}
             for record in await judge_comparisons(results.load(), by_id, contexts, recipe.run.concurrency):
@@ -233,31 +259,44 @@ class Runner:
             finished_at=time.time(),
         )
 
-    # what must not change between a run and its resumption: it decides what an episode computes.
-    # Systems may be added or left out (`--systems`); one kept under its name must be unchanged.
-    _RESUME_KEYS = ("seed", "models", "judges", "web")
-
-    def _check_resumable(self) -> None:
-        previous = (_read_json(self.folder.config) or {}).get("recipe")
-        if previous is None:
-            return
-        current = self.recipe.model_dump(mode="json")
-        changed = [k for k in self._RESUME_KEYS if previous.get(k) != current.get(k)]
-        before = {s["name"]: s for s in previous.get("systems", [])}
-        changed += [f"systems.{s['name']}" for s in current["systems"] if s["name"] in before and before[s["name"]] != s]
-        benchmark = ("name", "split", "setting", "options")
-        changed += [f"benchmark.{k}" for k in benchmark if previous["benchmark"].get(k) != current["benchmark"].get(k)]
-        if changed:
+    def _check_resumable(self) -> bool:
+        """Refuses a folder whose outputs another recipe made (see `runs.resume`). True when the
+        judges changed since: every stored response is then judged again."""
+        stored = _stored_config(self.folder.config)
+        if stored is None or stored.recipe is None:
+            return False
+        try:
+            check = check_resume(stored.recipe, self.recipe.model_dump(mode="json"))
+        except (ValidationError, ValueError, TypeError, AttributeError) as exc:  # edited by hand, or another version
+            raise DataError(f"its recipe cannot be read back ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+                            "restore it, or choose a new --out folder", file=self.folder.config) from None
+        if check.refused:
             raise ConfigError(
-                f"{self.folder.path} holds a run of a different recipe ({', '.join(changed)} changed); "
+                f"{self.folder.path} holds a run of a different recipe ({', '.join(check.refused)} changed); "
                 "resume it with the recipe it was started with, or choose a new --out folder"
             )
+        return check.judgments_changed
+
+    def _to_rejudge(self, latest: dict[str, ResultRecord], cases: list[Case], contexts: dict[str, EpisodeContext],
+                    judgments_changed: bool) -> list[tuple[ResultRecord, Case, list[Judge]]]:
+        """Stored responses to judge again, with the judges to do it: every judge when the judges
+        changed, else those whose judgment is missing or failed (comparative judges are left to
+        `judge_comparisons`, which redoes theirs the same way)."""
+        by_id = {case.id: case for case in cases}
+        out = []
+        for record in latest.values():
+            if record.ok and record.case_id in by_id:
+                judges = resources_for(contexts[record.system]).judges
+                due = [j for j in judges if not j.comparative] if judgments_changed else judgments_due(record, judges)
+                if due or judgments_changed:
+                    out.append((record, by_id[record.case_id], due))
+        return out
 
     def _config(self, cases: list[Case], dry_run: bool) -> dict[str, Any]:
-        previous = _read_json(self.folder.config)
+        previous = _stored_config(self.folder.config)
         return {
             "run_id": self.run_id,
-            "started_at": (previous or {}).get("started_at") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "started_at": (previous and previous.started_at) or datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "dry_run": dry_run,
             "recipe": self.recipe.model_dump(mode="json"),
             "cache_dir": self.cache_dir,
@@ -285,7 +324,7 @@ def finish_run(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
     wanted = set(keys)
     records = [r for k, r in ResultsFile(folder.results).load().items() if k in wanted]
     outcome = outcome_of(records, keys, judges)
-    ledger = read_ledger(folder.ledger) if folder.ledger.exists() else []
+    ledger = read_ledger(folder.ledger)
     summary = summarize(records, systems, judges, seed=recipe.get("seed", 0),
                         aggregates={j.key: j.aggregate for j in judge_objects})
     for name, usage in system_usage(records, ledger, systems, config["cases"]).items():
@@ -312,14 +351,36 @@ def finish_run(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
     return outcome
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    import json
+class _StoredConfig(BaseModel):
+    """What a resumed run reads back from its folder's config.json."""
 
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    model_config = ConfigDict(extra="allow")
+
+    run_id: str | None = None
+    started_at: str | None = None
+    recipe: dict[str, Any] | None = None
 
 
-def _read_run_id(folder: Path) -> str:
-    return (_read_json(folder / "config.json") or {}).get("run_id") or folder.name
+def _stored_config(path: Path) -> _StoredConfig | None:
+    if not path.exists():
+        return None
+    try:
+        return _StoredConfig.model_validate(read_json_file(path))
+    except DataError as exc:
+        problem, line = exc.detail, exc.line
+    except ValidationError as exc:
+        error = validation_error(exc, file=path)
+        problem, line = f"field '{error.field}': {error.detail}", None
+    raise DataError(f"{problem}; the run folder's {path.name} is damaged: restore it, or choose a new --out folder",
+                    file=path, line=line)
+
+
+def _mend_torn_line(path: Path, consequence: str) -> None:
+    """Cut a line the previous process died writing, so appending goes on from a clean end."""
+    torn = read_appended_jsonl(path, repair=True).torn_line
+    if torn is not None:
+        print(f"note: {path}:{torn}: dropped a torn last line (the run stopped while writing it); {consequence}",
+              file=sys.stderr)
 
 
 class _progress:
@@ -354,8 +415,8 @@ def run_recipe(recipe: Recipe, folder: Path | None = None, *, progress: bool = T
 
 
 def load_run_config(path: Path) -> dict[str, Any]:
-    """A run folder's config.json, or a clear error naming the folder."""
-    config = _read_json(Path(path) / "config.json")
-    if config is None:
+    """A run folder's config.json (a damaged one is an error naming it), or an error saying it is none."""
+    stored = _stored_config(Path(path) / "config.json")
+    if stored is None:
         raise ConfigError(f"{path} is not a run folder (no config.json)")
-    return config
+    return stored.model_dump()

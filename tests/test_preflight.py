@@ -105,7 +105,7 @@ def test_a_failed_preflight_starts_nothing_and_exits_2(tmp_path, cache_dir):
     assert isinstance(result.exception, PreflightError)  # main() prints it as one error and exits 2
     assert not (tmp_path / "cli").exists()
     skipped = CliRunner().invoke(app, ["run", str(path), "--no-progress", "--no-preflight", "--out", str(tmp_path / "cli")])
-    assert skipped.exit_code == 1 and "failed (of 3)" in skipped.stderr  # every episode failed instead
+    assert skipped.exit_code == 3 and "failed (of 3)" in skipped.stderr  # every episode failed instead
 
 
 def test_the_command_exits_2_with_one_line_per_problem(tmp_path):

@@ -1,7 +1,7 @@
 """`atelier run RECIPE`: run a recipe's grid and write a run folder.
 
-Exit codes (see `runs.outcome`): 0 all episodes scored, 1 some failed, 2 bad input or a failed
-preflight (nothing started), 130 interrupted (the same command resumes).
+Exit codes (see `runs.outcome`): 0 all episodes scored, 3 some failed, 2 bad input or a failed
+preflight (nothing started), 130 interrupted (the same command resumes), 1 a bug.
 """
 
 from __future__ import annotations

@@ -1,0 +1,40 @@
+"""The checkpoint serializer of every graph, with each type that graph state holds registered.
+
+LangGraph deserializes only the types it is told about without complaint ("Deserializing
+unregistered type ... This will be blocked in a future version"); a blocked type would come back
+from a checkpoint as a plain dict and break a resumed run. So every checkpointer uses `serializer()`:
+
+    async with run_persistence(folder) as (saver, store): ...   # the runner (graphs.persistence)
+    InMemorySaver(serde=serializer())                           # anything else, tests included
+
+**Putting a new type into graph state** (a pydantic model, a dataclass, an enum)? Add it to
+`STATE_TYPES` — a one-line edit. Types nested inside a registered pydantic model travel as plain
+data and need no entry. Plain data (dict, list, str, numbers) needs none either. The test suite
+fails on LangGraph's warning for an unregistered or blocked type (tests/conftest.py), so a
+missing entry shows up as soon as a test resumes a graph that holds it.
+
+LangGraph Studio (`langgraph dev`) brings its own checkpointer and serializer, which this module
+cannot reach: there LangGraph may log the warning, and nothing breaks.
+"""
+
+from __future__ import annotations
+
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from agents.judges.base import JudgeResult
+from agents.response import SystemResponse
+from benchmarks.case import Case, CaseView
+from memory.base import UserContext
+
+STATE_TYPES: tuple[type, ...] = (
+    Case,
+    CaseView,
+    UserContext,
+    SystemResponse,
+    JudgeResult,
+)
+
+
+def serializer() -> JsonPlusSerializer:
+    """LangGraph's serializer, deserializing exactly the safe built-in types and `STATE_TYPES`."""
+    return JsonPlusSerializer(allowed_msgpack_modules=STATE_TYPES)
