@@ -5,35 +5,34 @@ the web cache) and the artifact store (criteria and rubrics generated once and r
 compare two systems' responses (LaMP-QA pairwise) are not run here: the runner runs them once both
 responses exist (`runs.judging`).
 
-Judges see the full `Case` (gold included), read from the graph's store by `case_key`
-(`graphs.case_store`); standalone (Studio), `benchmark` + `case_id` name it instead.
+Alone (e.g. in Studio) it takes the case by reference: `{"benchmark", "case_id", "response": {"text": ...}}`.
 """
 
 from __future__ import annotations
 
 import operator
 from pathlib import Path
-from typing import Annotated, Literal, NotRequired, TypedDict
+from typing import Annotated, Literal
 
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
+from typing_extensions import TypedDict
 
 from agents.judges.base import JudgeEnv, JudgeResult
 from agents.judges.store import ArtifactStore
 from agents.response import SystemResponse
+from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
-from graphs.case_store import get_case, resolve_case, store_of
 from graphs.context import EpisodeContext
+from graphs.inputs import CaseReference, GraphInputError, case_from_input
 from graphs.resources import Resources, resources_for
 
 ARTIFACTS_DIR = "judge_artifacts"  # in the run folder and in Atelier's cache
 
 
-class JudgeInput(TypedDict):
-    case_key: NotRequired[str]
-    benchmark: NotRequired[str]
-    case_id: NotRequired[str]
+class JudgeInput(CaseReference, total=False):
+    case: Case
     response: SystemResponse
 
 
@@ -47,7 +46,7 @@ class JudgeState(JudgeInput, JudgeOutput, total=False):
 
 class JudgeTask(TypedDict):
     judge_index: int
-    case_key: str
+    case: Case
     response: SystemResponse
 
 
@@ -61,10 +60,14 @@ def judge_env(resources: Resources) -> JudgeEnv:
     return JudgeEnv(gateway=resources.gateway, web=resources.web, store=artifact_store(resources.context))
 
 
-async def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_judge"]]:
+def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_judge"]]:
+    case = case_from_input(state, runtime.context or EpisodeContext())
+    response = state.get("response")
+    if response is None:
+        raise GraphInputError('give the response to judge: {"response": {"text": "..."}} next to the case')
+    response = SystemResponse.model_validate(response)
     judges = resources_for(runtime.context).judges
-    key, _ = await resolve_case(state, store_of(runtime))
-    tasks = [Send("run_judge", JudgeTask(judge_index=i, case_key=key, response=state["response"]))
+    tasks = [Send("run_judge", JudgeTask(judge_index=i, case=case, response=response))
              for i, judge in enumerate(judges) if not judge.comparative]
     return Command(goto=tasks)
 
@@ -72,8 +75,7 @@ async def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Comma
 async def run_judge(task: JudgeTask, runtime: Runtime[EpisodeContext]) -> JudgeOutput:
     resources = resources_for(runtime.context)
     judge = resources.judges[task["judge_index"]]
-    case = await get_case(store_of(runtime), task["case_key"])
-    return {"judgments": [await judge.judge(case, task["response"], judge_env(resources))]}
+    return {"judgments": [await judge.judge(task["case"], task["response"], judge_env(resources))]}
 
 
 def build_judge_graph():

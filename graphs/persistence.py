@@ -1,5 +1,4 @@
-"""Where a run's graphs persist: a run folder's checkpoints (`checkpoints.sqlite`, LangGraph's
-SQLite saver) and store (`store.sqlite`: each case once, see `graphs.case_store`).
+"""Where a run's graphs persist: the run folder's `checkpoints.sqlite` (LangGraph's SQLite saver).
 
 LangGraph's SQLite saver writes the whole state into every checkpoint of every (sub)graph step,
 so the recalled memory text or a response appears in many rows of one episode. Checkpoint blobs
@@ -77,26 +76,19 @@ class InlineSqliteSaver(SqliteSaver):
 
 
 @contextlib.asynccontextmanager
-async def run_persistence(folder: str | Path) -> AsyncIterator[tuple[Any, Any]]:
-    """The checkpointer and the store of a run folder, opened together (created when missing)."""
-    from langgraph.store.sqlite.aio import AsyncSqliteStore
-
-    folder = Path(folder)
-    with contextlib.closing(sqlite3.connect(str(folder / "checkpoints.sqlite"), check_same_thread=False)) as conn:
-        # WAL without a sync per commit: a killed process loses nothing (the OS holds the log), and
-        # a commit per checkpoint no longer waits on the disk; only a power cut could cost the last steps
+async def run_checkpointer(folder: str | Path) -> AsyncIterator[InlineSqliteSaver]:
+    """The checkpointer of a run folder (created when missing); a file that is not a checkpoint
+    database is a DataError naming it, before any graph runs."""
+    path = Path(folder) / "checkpoints.sqlite"
+    with contextlib.closing(sqlite3.connect(str(path), check_same_thread=False)) as conn:
         saver = InlineSqliteSaver(conn, serde=CompressedSerializer())
         try:
+            # WAL without a sync per commit: a killed process loses nothing (the OS holds the log), and
+            # a commit per checkpoint no longer waits on the disk; only a power cut could cost the last steps
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             saver.setup()
         except sqlite3.DatabaseError as exc:
             raise DataError(f"not a readable checkpoint database ({exc}); delete it to go on (episodes that were "
-                            "cut short then start again from their beginning)", file=folder / "checkpoints.sqlite") from None
-        async with AsyncSqliteStore.from_conn_string(str(folder / "store.sqlite")) as store:
-            try:
-                await store.setup()
-            except sqlite3.DatabaseError as exc:
-                raise DataError(f"not a readable store database ({exc}); delete it (and checkpoints.sqlite) to go "
-                                "on", file=folder / "store.sqlite") from None
-            yield saver, store
+                            "cut short then start again from their beginning)", file=path) from None
+        yield saver

@@ -4,8 +4,8 @@ LangGraph deserializes only the types it is told about without complaint ("Deser
 unregistered type ... This will be blocked in a future version"); a blocked type would come back
 from a checkpoint as a plain dict and break a resumed run. So every checkpointer uses `serializer()`:
 
-    async with run_persistence(folder) as (saver, store): ...   # the runner (graphs.persistence)
-    InMemorySaver(serde=serializer())                           # anything else, tests included
+    async with run_checkpointer(folder) as saver: ...   # the runner (graphs.persistence)
+    InMemorySaver(serde=serializer())                   # anything else, tests included
 
 **Putting a new type into graph state** (a pydantic model, a dataclass, an enum)? Add it to
 `STATE_TYPES` — a one-line edit. Types nested inside a registered pydantic model travel as plain
@@ -21,9 +21,15 @@ from __future__ import annotations
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from agents.citations import SourceRef
+from agents.clarify import ClarifyAnswers, ClarifyRequest
 from agents.judges.base import JudgeResult
-from agents.response import SystemResponse
+from agents.planner import ReportForm, ResearchBrief
+from agents.response import Citation, SystemResponse
 from benchmarks.case import Case, CaseView
+from graphs.deep_research.state import Clarification, Findings, Note
+from graphs.inputs import GoldContext
+from graphs.sources import WebHit
 from memory.base import UserContext
 
 STATE_TYPES: tuple[type, ...] = (
@@ -31,7 +37,20 @@ STATE_TYPES: tuple[type, ...] = (
     CaseView,
     UserContext,
     SystemResponse,
+    Citation,
     JudgeResult,
+    # the pipelines' inputs and what they read
+    GoldContext,
+    SourceRef,
+    WebHit,
+    # deep_research, its clarify interrupt and resume value included
+    Clarification,
+    Note,
+    Findings,
+    ResearchBrief,
+    ReportForm,
+    ClarifyRequest,
+    ClarifyAnswers,
 )
 
 

@@ -13,7 +13,7 @@ a fixed latency per call and no response cache, so every call waits like a provi
 - framework ms per LLM call = the process's CPU time over the episodes / model calls: everything
   that is not waiting on the model (LangGraph, checkpoints, gateway, litellm, the scripted model's
   own text composition);
-- peak RSS, and checkpoint bytes per episode (checkpoints.sqlite + store.sqlite on disk).
+- peak RSS, and checkpoint bytes per episode (checkpoints.sqlite on disk).
 """
 
 from __future__ import annotations
@@ -85,9 +85,9 @@ class _TimedRunner(Runner):
             self.first_start, self.cpu_start = time.perf_counter(), time.process_time()
         return await super()._episode(*args, **kwargs)
 
-    def finish(self, config: dict[str, Any]):
+    def finish(self, config: dict[str, Any], cases: list[Case] | None = None):
         self.episodes_end, self.cpu_end = time.perf_counter(), time.process_time()
-        return super().finish(config)
+        return super().finish(config, cases)
 
 
 def _bench_recipe(settings: RunnerBenchSettings, out_dir: Path):
@@ -124,7 +124,6 @@ def _measure(settings: RunnerBenchSettings, out_dir: Path) -> dict[str, Any]:
     ideal = critical * len(cases) / settings.concurrency
     wall = (runner.episodes_end or time.perf_counter()) - (runner.first_start or started)
     cpu = (runner.cpu_end or time.process_time()) - (runner.cpu_start or 0.0)
-    stored = folder.checkpoints.stat().st_size + (folder.store.stat().st_size if folder.store.exists() else 0)
     outcome = runner.outcome
     return {
         "benchmark": "runner",
@@ -145,7 +144,6 @@ def _measure(settings: RunnerBenchSettings, out_dir: Path) -> dict[str, Any]:
         "framework_ms_per_call": round(cpu * 1000 / len(ledger), 3) if ledger else None,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "checkpoint_bytes_per_episode": round(folder.checkpoints.stat().st_size / len(cases)),
-        "stored_bytes_per_episode": round(stored / len(cases)),
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
 

@@ -195,10 +195,18 @@ def _validator_model() -> type[BaseModel]:
     Benchmark = Literal[tuple(BENCHMARKS.names())]  # type: ignore[valid-type]
     Role = Literal[KNOWN_ROLES]  # type: ignore[valid-type]
 
+    def typed_pipeline_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        pipeline = info.data.get("pipeline")
+        if pipeline is None:  # the pipeline name itself is wrong: reported on its own
+            return value
+        return PIPELINES.get(pipeline).options.model_validate(value).model_dump()
+
     system = create_model(
         "SystemCheck",
         __base__=SystemSpec,
+        __validators__={"_typed_pipeline_options": field_validator("pipeline_options")(typed_pipeline_options)},
         pipeline=(Pipeline, "direct"),
+        pipeline_options=(dict[str, Any], Field(default_factory=dict, validate_default=True)),  # defaults resolved
         memory=(MemoryUnion, ...),
         models=(dict[Role, ModelSettings], {}),
     )

@@ -5,8 +5,8 @@ its own settings). Each episode's graph is checkpointed in SQLite, each finished
 atomically with an idempotent key, so a killed run resumed with the same `--out` folder loses
 nothing and counts nothing twice. Failures are recorded with their reason.
 
-A run folder holds config.json, results.jsonl, summary.json, ledger.jsonl, report.html,
-checkpoints.sqlite and store.sqlite (each case once; checkpoints refer to it by key).
+A run folder holds config.json, results.jsonl, summary.json, ledger.jsonl, report.html and
+checkpoints.sqlite.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Callable
 
+from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agents.clarify import ClarifyAnswers, ClarifyRequest
 from agents.judges.base import Judge, check_judge_fit, create_judge
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
@@ -31,10 +33,10 @@ from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError, DataError
 from benchmarks.json_input import read_appended_jsonl, read_json_file, validation_error
 from benchmarks.registry import load_cases
-from graphs.case_store import put_case, read_cases
-from graphs.context import EpisodeContext, SystemSpec
+from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
-from graphs.persistence import run_persistence
+from graphs.inputs import forget_cases, remember_cases
+from graphs.persistence import run_checkpointer
 from graphs.resources import release, resources_for
 from runs.judging import judge_again, judge_comparisons, judgments_due
 from runs.outcome import RunOutcome, outcome_of
@@ -74,10 +76,6 @@ class RunFolder:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints.sqlite"
-
-    @property
-    def store(self) -> Path:
-        return self.path / "store.sqlite"
 
 
 def new_run_id(recipe: Recipe) -> str:
@@ -141,6 +139,10 @@ class Runner:
             system=system,
             judges=self.recipe.judges,
             web=self.web,
+            seed=self.recipe.seed,
+            benchmark=BenchmarkRef(name=self.recipe.benchmark.name, split=self.recipe.benchmark.split,
+                                   options=self.recipe.benchmark.options),
+            clarify_answerer="none",  # no simulated user answers clarifying questions yet: skipped, recorded
         )
 
     def load_cases(self) -> list[Case]:
@@ -173,6 +175,7 @@ class Runner:
             with self.folder.ledger.open("a", encoding="utf-8") as fh:  # the probes cost what calls cost
                 fh.writelines(e.model_copy(update={"run_id": self.run_id}).model_dump_json() + "\n"
                               for e in passed.calls)
+        remember_cases(self.run_id, cases)  # episodes' state holds only (benchmark, case id)
         results = ResultsFile(self.folder.results)
         keys = set(expected_keys([c.id for c in cases], [s.name for s in recipe.systems]))
         latest = {k: r for k, r in results.load().items() if k in keys}
@@ -186,16 +189,13 @@ class Runner:
                      f"{len(todo)} to run" + (f", {len(rejudge)} to judge again" if rejudge else ""))
 
         try:
-            async with run_persistence(self.folder.path) as (saver, store):
-                case_keys = {case.id: await put_case(store, case) for case in cases}
-                graphs = {p: build_episode_graph(p, checkpointer=saver, store=store)
-                          for p in {s.pipeline for s in recipe.systems}}
+            async with run_checkpointer(self.folder.path) as saver:
+                graph = build_episode_graph(sorted({s.pipeline for s in recipe.systems}), checkpointer=saver)
                 limit = asyncio.Semaphore(recipe.run.concurrency)
 
                 async def one(case: Case, system: SystemSpec) -> ResultRecord:
                     async with limit:
-                        record = await self._episode(graphs[system.pipeline], case, case_keys[case.id], system,
-                                                     contexts[system.name])
+                        record = await self._episode(graph, case, system, contexts[system.name])
                     await asyncio.to_thread(results.append, record)  # its fsync must not stall other episodes
                     return record
 
@@ -223,12 +223,11 @@ class Runner:
         finally:
             for context in contexts.values():
                 await release(context)
-        self.finish(config)
+            forget_cases(self.run_id)
+        self.finish(config, cases)
         return self.folder
 
-    async def _episode(
-        self, graph, case: Case, case_key: str, system: SystemSpec, context: EpisodeContext
-    ) -> ResultRecord:
+    async def _episode(self, graph, case: Case, system: SystemSpec, context: EpisodeContext) -> ResultRecord:
         key = result_key(case.id, system.name)
         config = {"configurable": {"thread_id": key}}
         started = time.perf_counter()
@@ -241,7 +240,12 @@ class Runner:
                 if snapshot.next:  # interrupted earlier: continue from the last checkpoint
                     out = await graph.ainvoke(None, config, context=context)
                 else:
-                    out = await graph.ainvoke({"case_key": case_key}, config, context=context)
+                    reference = {"benchmark": case.benchmark, "case_id": case.id}
+                    out = await graph.ainvoke(reference, config, context=context)
+                while out.get("__interrupt__"):  # a system asked the user something
+                    [pending] = out["__interrupt__"]
+                    answers = await answer_clarification(ClarifyRequest.model_validate(pending.value), case, context)
+                    out = await graph.ainvoke(Command(resume=answers), config, context=context)
         except Exception as exc:  # noqa: BLE001 - one failed episode is recorded and the run goes on
             return ResultRecord(**base, status="error", error=f"{type(exc).__name__}: {exc}",
                                 latency_s=time.perf_counter() - started, finished_at=time.time())
@@ -304,14 +308,27 @@ class Runner:
             "versions": _versions(),
         }
 
-    def finish(self, config: dict[str, Any]) -> RunOutcome:
-        self.outcome = finish_run(self.folder, config)
+    def finish(self, config: dict[str, Any], cases: list[Case] | None = None) -> RunOutcome:
+        self.outcome = finish_run(self.folder, config, cases)
         return self.outcome
 
 
-def finish_run(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
+def run_cases(config: dict[str, Any]) -> dict[str, Case]:
+    """The cases of a run, loaded again as its recipe names them ({} when the data is not here)."""
+    b = config["recipe"]["benchmark"]
+    try:
+        loaded = load_cases(b["name"], b.get("split"), b.get("setting"), None, b.get("options") or {},
+                            seed=config["recipe"].get("seed", 0))
+    except Exception:  # noqa: BLE001 - the report then shows case ids without their queries
+        return {}
+    wanted = set(config["cases"])
+    return {case.id: case for case in loaded if case.id in wanted}
+
+
+def finish_run(folder: RunFolder, config: dict[str, Any], cases: list[Case] | None = None) -> RunOutcome:
     """Write summary.json and report.html for exactly the episodes of the recipe in `config` (its
-    cases x systems), from what results.jsonl and ledger.jsonl hold; return how the run ended."""
+    cases x systems), from what results.jsonl and ledger.jsonl hold; return how the run ended.
+    `cases` (the run's, else loaded again) give the report each case's query."""
     from runs.comparisons import versus_baseline, versus_paper  # scipy and matplotlib: only once there is
     from runs.report import write_report  # something to summarize (a failed preflight exits sooner)
     from runs.summary import summarize
@@ -332,8 +349,8 @@ def finish_run(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
     report = recipe.get("report") or {}
     summary["versus_baseline"] = versus_baseline(records, systems, judges, report.get("baseline"),
                                                  seed=recipe.get("seed", 0))
-    cases = read_cases(folder.store)
-    summary["paper"] = versus_paper(records, report.get("paper") or [], cases)
+    by_id = {case.id: case for case in cases} if cases is not None else run_cases(config)
+    summary["paper"] = versus_paper(records, report.get("paper") or [], by_id)
     summary = {
         "run_id": config["run_id"],
         "dry_run": config["dry_run"],
@@ -347,8 +364,18 @@ def finish_run(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
                                  and (e.system is None or e.system in systems)]),
     }
     write_json_atomic(folder.summary, summary)
-    write_report(folder.report, config=config, summary=summary, records=records, cases=cases)
+    write_report(folder.report, config=config, summary=summary, records=records, cases=by_id)
     return outcome
+
+
+async def answer_clarification(request: ClarifyRequest, case: Case, context: EpisodeContext) -> ClarifyAnswers:
+    """The one place a run answers a system's clarifying questions (deep_research's clarify
+    interrupt): the simulated user, grounded on the case, plugs in here. Until one exists, runs set
+    `clarify_answerer = "none"` and systems skip the step (recorded in `response.meta["clarify"]`)."""
+    raise ConfigError(
+        f"system {context.system.name!r} asked the user {len(request.questions)} clarifying question(s) on case "
+        f"{case.id!r}, but this run has no simulated user to answer them"
+    )
 
 
 class _StoredConfig(BaseModel):

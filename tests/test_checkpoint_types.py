@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
-from benchmarks.case import Case, CaseView
+from benchmarks.case import Case
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
 from graphs.pipelines import PIPELINES
@@ -51,18 +51,14 @@ def test_every_class_in_any_pipelines_episode_state_is_registered():
 
 
 async def test_an_episode_checkpoint_loads_back_as_the_same_types(tmp_path, cache_dir):
-    from langgraph.store.memory import InMemoryStore
-
-    from graphs.case_store import get_case, put_case
-
-    store = InMemoryStore()
-    graph = build_episode_graph("direct", checkpointer=InMemorySaver(serde=serializer()), store=store)
+    graph = build_episode_graph("direct", checkpointer=InMemorySaver(serde=serializer()))
     case = tiny_cases(LoadRequest(split="all", setting="context", limit=1, options=None))[0]
     context = EpisodeContext(system=SystemSpec(name="full", memory={"backend": "full"}), cache_dir=str(cache_dir))
     config = {"configurable": {"thread_id": "t1"}}
-    await graph.ainvoke({"case_key": await put_case(store, case)}, config, context=context)
+    await graph.ainvoke({"case": case}, config, context=context)
     state = (await graph.aget_state(config)).values  # read back from the checkpointer
-    assert await get_case(store, state["case_key"]) == case  # the case by reference, kept in the store
-    assert isinstance(state["view"], CaseView) and isinstance(state["user_context"], UserContext)
+    assert isinstance(state["case"], Case) and state["case"] == case
+    assert "view" not in state  # derived from the case when needed, never kept in a checkpoint
+    assert isinstance(state["user_context"], UserContext)
     assert isinstance(state["response"], SystemResponse)
     assert [type(j) for j in state["judgments"]] == [JudgeResult]

@@ -69,7 +69,7 @@ def test_typo_in_backend_names_key_line_and_valid_names(tmp_path):
     ("old", "new", "expected"),
     [
         ('name = "lampqa_aspects"', 'name = "lampqa"', "judges[0].name: unknown judge 'lampqa'; valid: aepd, bespoke, lampqa_aspects, lampqa_direct, lampqa_pairwise, locomo, pqr, prefeval"),
-        ('pipeline = "direct"', 'pipeline = "drect"', "systems[1].pipeline: must be one of: 'direct'"),
+        ('pipeline = "direct"', 'pipeline = "drect"', "systems[1].pipeline: must be one of: 'deep_research', 'direct'"),
         ("budget_tokens = 500", 'budget_tokens = "lots"', "systems[1].memory.budget_tokens: Input should be a valid integer"),
         ("limit = 2", "limit = -1", "benchmark.limit: Input should be greater than 0"),
         ('setting = "context"', 'setting = "everything"', "benchmark.setting: benchmark 'tiny' has no setting 'everything'; valid: context"),

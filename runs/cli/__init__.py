@@ -43,6 +43,7 @@ _COMMAND_MODULES = (
     "runs.cli.memory",
     "runs.cli.web",
     "runs.cli.judges",
+    "runs.cli.graph",
     "runs.cli.runs",
     "runs.cli.catalog",
 )
