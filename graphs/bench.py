@@ -88,10 +88,11 @@ async def _episodes(graph, context: EpisodeContext, case_ids: list[str], benchma
 
 @contextlib.asynccontextmanager
 async def _checkpointer(kind: str, path: Path):
-    from graphs.serde import serializer, sqlite_checkpointer
+    from graphs.persistence import run_checkpointer
+    from graphs.serde import serializer
 
     if kind == "sqlite":
-        async with sqlite_checkpointer(path) as saver:
+        async with run_checkpointer(path.parent) as saver:  # what runs use: <folder>/checkpoints.sqlite
             yield saver
     elif kind == "memory":
         from langgraph.checkpoint.memory import InMemorySaver
