@@ -1,16 +1,21 @@
 """Where a run's graphs persist: the run folder's `checkpoints.sqlite` (LangGraph's SQLite saver).
 
-LangGraph's SQLite saver writes the whole state into every checkpoint of every (sub)graph step,
-so the recalled memory text or a response appears in many rows of one episode. Checkpoint blobs
-are therefore zlib-compressed (`CompressedSerializer`): text shrinks about threefold, and reading
-them back (resume, `atelier trace`) is unchanged.
+LangGraph's SQLite saver writes the whole state into every checkpoint of every (sub)graph step, so
+one episode's recalled memory text or response would be stored in a dozen rows. `RunSerializer`
+stores each large state value once per run instead: a value of `_KEEP_APART` bytes or more (a
+channel value in a checkpoint, or a pending write) goes, zlib-compressed, into the table
+`checkpoint_values` under the sha256 of its bytes, and the checkpoint holds a reference to it.
+Reading a checkpoint back (resume, `atelier trace`) puts the values back in place; a checkpoint
+written without references loads as it is.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import sqlite3
 import zlib
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
@@ -22,29 +27,70 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from benchmarks.errors import DataError
 from graphs.serde import serializer
 
+_KEEP_APART = 512  # bytes: smaller values stay inline (a reference would save nothing)
+_REF = "__atelier_value__"  # the key of a reference: {_REF: sha256}, plain data to the serializer
 _SUFFIX = "+zlib"
-_MIN_BYTES = 512  # smaller blobs are stored as they are: compressing them saves nothing
 
 
-class CompressedSerializer(SerializerProtocol):
-    """Wraps a LangGraph serializer; blobs of `_MIN_BYTES` or more are zlib-compressed and their
-    type tagged `+zlib`. Untagged blobs (small ones, older checkpoints) load as they are."""
+class RunSerializer(SerializerProtocol):
+    """Wraps a LangGraph serializer (`graphs.serde.serializer()`): large state values are stored once
+    in `conn`'s `checkpoint_values` table (see the module docstring), the rest compressed inline."""
 
-    def __init__(self, serde: SerializerProtocol | None = None, level: int = 6) -> None:
+    def __init__(self, conn: sqlite3.Connection, serde: SerializerProtocol | None = None) -> None:
+        self.conn = conn
         self.serde = serde or serializer()
-        self.level = level
+        self._stored: set[str] = set()
+        self._loaded: OrderedDict[str, Any] = OrderedDict()
+
+    def setup(self) -> None:
+        self.conn.execute("CREATE TABLE IF NOT EXISTS checkpoint_values "
+                          "(key TEXT NOT NULL UNIQUE, type TEXT NOT NULL, value BLOB NOT NULL)")  # appended in rowid order
+
+    # ------------------------------------------------------------------ writing
+
+    def _apart(self, value: Any) -> Any:
+        """`value`, or a reference to it once it is in the table."""
+        kind, data = self.serde.dumps_typed(value)
+        if len(data) < _KEEP_APART:
+            return value
+        key = hashlib.sha256(kind.encode() + b"\0" + data).hexdigest()
+        if key not in self._stored:
+            self.conn.execute("INSERT OR IGNORE INTO checkpoint_values (key, type, value) VALUES (?, ?, ?)",
+                              (key, kind, zlib.compress(data)))
+            self._stored.add(key)
+        return {_REF: key}
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        if isinstance(obj, dict) and isinstance(obj.get("channel_values"), dict):  # a checkpoint
+            obj = {**obj, "channel_values": {k: self._apart(v) for k, v in obj["channel_values"].items()}}
+        else:  # a pending write's value
+            obj = self._apart(obj)
         kind, data = self.serde.dumps_typed(obj)
-        if len(data) < _MIN_BYTES:
-            return kind, data
-        return kind + _SUFFIX, zlib.compress(data, self.level)
+        return (kind + _SUFFIX, zlib.compress(data)) if len(data) >= _KEEP_APART else (kind, data)
+
+    # ------------------------------------------------------------------ reading
+
+    def _back(self, value: Any) -> Any:
+        if not (isinstance(value, dict) and len(value) == 1 and _REF in value):
+            return value
+        key = value[_REF]
+        if key not in self._loaded:
+            row = self.conn.execute("SELECT type, value FROM checkpoint_values WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                raise DataError(f"checkpoint value {key} is missing from checkpoint_values")
+            self._loaded[key] = self.serde.loads_typed((row[0], zlib.decompress(row[1])))
+            while len(self._loaded) > 256:
+                self._loaded.popitem(last=False)
+        return self._loaded[key]
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         kind, blob = data
         if kind.endswith(_SUFFIX):
-            return self.serde.loads_typed((kind.removesuffix(_SUFFIX), zlib.decompress(blob)))
-        return self.serde.loads_typed(data)
+            kind, blob = kind.removesuffix(_SUFFIX), zlib.decompress(blob)
+        obj = self.serde.loads_typed((kind, blob))
+        if isinstance(obj, dict) and isinstance(obj.get("channel_values"), dict):
+            return {**obj, "channel_values": {k: self._back(v) for k, v in obj["channel_values"].items()}}
+        return self._back(obj)
 
 
 class InlineSqliteSaver(SqliteSaver):
@@ -81,12 +127,14 @@ async def run_checkpointer(folder: str | Path) -> AsyncIterator[InlineSqliteSave
     database is a DataError naming it, before any graph runs."""
     path = Path(folder) / "checkpoints.sqlite"
     with contextlib.closing(sqlite3.connect(str(path), check_same_thread=False)) as conn:
-        saver = InlineSqliteSaver(conn, serde=CompressedSerializer())
+        serde = RunSerializer(conn)
+        saver = InlineSqliteSaver(conn, serde=serde)
         try:
             # WAL without a sync per commit: a killed process loses nothing (the OS holds the log), and
             # a commit per checkpoint no longer waits on the disk; only a power cut could cost the last steps
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            serde.setup()
             saver.setup()
         except sqlite3.DatabaseError as exc:
             raise DataError(f"not a readable checkpoint database ({exc}); delete it to go on (episodes that were "

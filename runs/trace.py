@@ -66,12 +66,12 @@ def _epoch(iso: str) -> float:
 def _checkpoints(path: Path, thread_id: str) -> list[tuple[str, Any]]:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from graphs.persistence import CompressedSerializer
+    from graphs.persistence import RunSerializer
 
     with sqlite3.connect(str(path), check_same_thread=False) as conn:
         namespaces = [row[0] for row in conn.execute(
             "SELECT DISTINCT checkpoint_ns FROM checkpoints WHERE thread_id = ?", (thread_id,))]
-        saver = SqliteSaver(conn, serde=CompressedSerializer())
+        saver = SqliteSaver(conn, serde=RunSerializer(conn))
         out = []
         for namespace in namespaces:
             config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": namespace}}
