@@ -118,6 +118,13 @@ class InlineSqliteSaver(SqliteSaver):
     async def adelete_thread(self, thread_id: str) -> None:
         self.delete_thread(thread_id)
 
+    def drop_pending_writes(self, thread_id: str) -> None:
+        """Forget a finished episode's pending writes: each is a task's output, already folded into
+        the next checkpoint, and only an unfinished step would need it again. The checkpoints (the
+        trace) stay; the freed pages are reused by the episodes that follow."""
+        with self.cursor() as cur:
+            cur.execute("DELETE FROM writes WHERE thread_id = ?", (thread_id,))
+
 
 
 
@@ -132,6 +139,7 @@ async def run_checkpointer(folder: str | Path) -> AsyncIterator[InlineSqliteSave
         try:
             # WAL without a sync per commit: a killed process loses nothing (the OS holds the log), and
             # a commit per checkpoint no longer waits on the disk; only a power cut could cost the last steps
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # a new file only: pages freed can be given back
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             serde.setup()
@@ -139,4 +147,8 @@ async def run_checkpointer(folder: str | Path) -> AsyncIterator[InlineSqliteSave
         except sqlite3.DatabaseError as exc:
             raise DataError(f"not a readable checkpoint database ({exc}); delete it to go on (episodes that were "
                             "cut short then start again from their beginning)", file=path) from None
-        yield saver
+        try:
+            yield saver
+        finally:
+            with saver.lock:  # give back the pages the finished episodes' writes left free
+                conn.executescript("PRAGMA incremental_vacuum;")  # (stepped to the end only this way)

@@ -197,6 +197,8 @@ class Runner:
                     async with limit:
                         record = await self._episode(graph, case, system, contexts[system.name])
                     await asyncio.to_thread(results.append, record)  # its fsync must not stall other episodes
+                    if record.ok:
+                        saver.drop_pending_writes(record.key)
                     return record
 
                 async def judged_again(stored: ResultRecord, case: Case, judges: list[Judge]) -> ResultRecord:

@@ -170,6 +170,13 @@ def test_checkpoints_stay_small_and_an_episode_resumes_from_its_last_checkpoint(
     monkeypatch.setattr(LampQAAspectJudge, "judge", crash)
     folder = run_recipe(recipe(tmp_path), tmp_path / "run", progress=False)
     assert {r["status"] for r in lines(folder.results)} == {"error"}
+    import sqlite3
+
+    def pending_writes() -> int:
+        with sqlite3.connect(str(folder.checkpoints)) as conn:
+            return conn.execute("SELECT COUNT(*) FROM writes").fetchone()[0]
+
+    assert pending_writes() > 0  # unfinished episodes keep what their last step wrote
     answered_before = [e for e in lines(folder.ledger) if e["node"] == "answer"]
     assert len(answered_before) == 6
 
@@ -179,4 +186,5 @@ def test_checkpoints_stay_small_and_an_episode_resumes_from_its_last_checkpoint(
     assert len(latest) == 6 and all(r.ok and r.scores["lampqa_aspects"] is not None for r in latest.values())
     assert [e for e in lines(folder.ledger) if e["node"] == "answer"] == answered_before
 
+    assert pending_writes() == 0  # finished episodes keep their checkpoints, not their tasks' writes
     assert folder.checkpoints.stat().st_size / 6 < 100_000
