@@ -6,6 +6,8 @@ defaults: the offline scripted model, the `full` memory backend, the LaMP-QA asp
 sandbox web over the bundled sample pages. Every graph takes `{"benchmark": "sample",
 "case_id": "q01"}` as input (the judge graph also a `response` to judge); the episode graph runs
 whichever pipeline the context's `system.pipeline` names.
+`simulate` is the episode where the system, whatever its pipeline, talks with the simulated user
+for several turns (graphs/simulate.py; `system.conversation` sets the turn budget).
 """
 
 from graphs.deep_research.graph import build_deep_research_graph
@@ -13,6 +15,7 @@ from graphs.direct import build_direct_graph
 from graphs.episode import build_episode_graph
 from graphs.judge import build_judge_graph
 from graphs.memory import build_memory_graph
+from graphs.pipelines import PIPELINES
 from graphs.planpers import build_planpers_graph
 from graphs.rag import build_rag_graph
 
@@ -23,3 +26,4 @@ planpers = build_planpers_graph()
 deep_research = build_deep_research_graph()
 memory = build_memory_graph()
 judge = build_judge_graph()
+simulate = build_episode_graph([], conversations=PIPELINES.names())

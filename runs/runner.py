@@ -22,22 +22,20 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Callable
 
-from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agents.clarify import ClarifyAnswers, ClarifyRequest
 from agents.judges.base import Judge, check_judge_fit, create_judge
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError, DataError
 from benchmarks.json_input import read_appended_jsonl, read_json_file, validation_error
-from benchmarks.registry import load_cases
-from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
+from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
 from graphs.episode import build_episode_graph
 from graphs.inputs import forget_cases, remember_cases
 from graphs.persistence import run_checkpointer
 from graphs.resources import release, resources_for
+from graphs.simulate import run_with_simulated_user
 from runs.judging import judge_again, judge_comparisons, judgments_due
 from runs.outcome import RunOutcome, outcome_of
 from runs.preflight import preflight
@@ -142,18 +140,19 @@ class Runner:
             seed=self.recipe.seed,
             benchmark=BenchmarkRef(name=self.recipe.benchmark.name, split=self.recipe.benchmark.split,
                                    options=self.recipe.benchmark.options),
-            clarify_answerer="none",  # no simulated user answers clarifying questions yet: skipped, recorded
+            # [user_sim] clarify: systems ask and the simulated user answers (graphs/simulate.py); else they skip it
+            clarify_answerer="simulated_user" if self.recipe.user_sim.clarify else "none",
         )
 
     def load_cases(self) -> list[Case]:
-        b = self.recipe.benchmark
-        return load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=self.recipe.seed)
+        return self.recipe.cases()
 
     async def run(self) -> RunFolder:
         recipe = self.recipe
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         judgments_changed = self._check_resumable()
         cases = self.load_cases()
+        check_hidden_facets(cases, recipe.systems)
         if self.preflight:  # models answer, keys, data, judge fit, the web: or nothing starts
             passed = await preflight(recipe, cases)
         else:  # a judge the cases cannot feed is refused all the same
@@ -172,6 +171,7 @@ class Runner:
         read_ledger(self.folder.ledger)  # a bad line is reported now, not after every episode has run
         if passed is not None:
             self.say(f"preflight ok ({passed.seconds:.1f} s)")
+        if passed is not None and passed.calls:
             with self.folder.ledger.open("a", encoding="utf-8") as fh:  # the probes cost what calls cost
                 fh.writelines(e.model_copy(update={"run_id": self.run_id}).model_dump_json() + "\n"
                               for e in passed.calls)
@@ -190,7 +190,9 @@ class Runner:
 
         try:
             async with run_checkpointer(self.folder.path) as saver:
-                graph = build_episode_graph(sorted({s.pipeline for s in recipe.systems}), checkpointer=saver)
+                graph = build_episode_graph(sorted({s.pipeline for s in recipe.systems if s.conversation is None}),
+                                            checkpointer=saver,
+                                            conversations=sorted({s.pipeline for s in recipe.systems if s.conversation}))
                 limit = asyncio.Semaphore(recipe.run.concurrency)
 
                 async def one(case: Case, system: SystemSpec) -> ResultRecord:
@@ -238,16 +240,7 @@ class Runner:
                     dry_run=resources_for(context).gateway.dry_run)
         try:
             with call_tags(case=case.id, system=system.name):
-                snapshot = await graph.aget_state(config)
-                if snapshot.next:  # interrupted earlier: continue from the last checkpoint
-                    out = await graph.ainvoke(None, config, context=context)
-                else:
-                    reference = {"benchmark": case.benchmark, "case_id": case.id}
-                    out = await graph.ainvoke(reference, config, context=context)
-                while out.get("__interrupt__"):  # a system asked the user something
-                    [pending] = out["__interrupt__"]
-                    answers = await answer_clarification(ClarifyRequest.model_validate(pending.value), case, context)
-                    out = await graph.ainvoke(Command(resume=answers), config, context=context)
+                out = await run_with_simulated_user(graph, case, config, context)
         except Exception as exc:  # noqa: BLE001 - one failed episode is recorded and the run goes on
             return ResultRecord(**base, status="error", error=f"{type(exc).__name__}: {exc}",
                                 latency_s=time.perf_counter() - started, finished_at=time.time())
@@ -317,10 +310,8 @@ class Runner:
 
 def run_cases(config: dict[str, Any]) -> dict[str, Case]:
     """The cases of a run, loaded again as its recipe names them ({} when the data is not here)."""
-    b = config["recipe"]["benchmark"]
     try:
-        loaded = load_cases(b["name"], b.get("split"), b.get("setting"), None, b.get("options") or {},
-                            seed=config["recipe"].get("seed", 0))
+        loaded = Recipe.model_validate(config["recipe"]).cases(limited=False)
     except Exception:  # noqa: BLE001 - the report then shows case ids without their queries
         return {}
     wanted = set(config["cases"])
@@ -370,14 +361,6 @@ def finish_run(folder: RunFolder, config: dict[str, Any], cases: list[Case] | No
     return outcome
 
 
-async def answer_clarification(request: ClarifyRequest, case: Case, context: EpisodeContext) -> ClarifyAnswers:
-    """The one place a run answers a system's clarifying questions (deep_research's clarify
-    interrupt): the simulated user, grounded on the case, plugs in here. Until one exists, runs set
-    `clarify_answerer = "none"` and systems skip the step (recorded in `response.meta["clarify"]`)."""
-    raise ConfigError(
-        f"system {context.system.name!r} asked the user {len(request.questions)} clarifying question(s) on case "
-        f"{case.id!r}, but this run has no simulated user to answer them"
-    )
 
 
 class _StoredConfig(BaseModel):

@@ -18,7 +18,8 @@ def check(
     """Validate FILE against the registered benchmarks, pipelines, memory backends, judges and web providers
     (including their API keys), and check that the benchmark's cases carry what each judge needs."""
     from agents.judges.base import check_judge_fit, create_judge
-    from benchmarks.registry import get_benchmark, load_cases
+    from benchmarks.registry import get_benchmark
+    from graphs.context import check_hidden_facets
     from runs.recipe import load_recipe
 
     from tools.web import check_web_config
@@ -26,7 +27,8 @@ def check(
     recipe = load_recipe(path)
     check_web_config(recipe.web)
     b = recipe.benchmark
-    cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
+    cases = recipe.cases()
+    check_hidden_facets(cases, recipe.systems)
     check_judge_fit([create_judge(j) for j in recipe.judges], cases, b.name, [s.name for s in recipe.systems])
     spec = get_benchmark(b.name)
     systems = ", ".join(f"{s.name} [{s.pipeline} + {s.memory['backend']}]" for s in recipe.systems)
