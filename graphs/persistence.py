@@ -40,7 +40,7 @@ class RunSerializer(SerializerProtocol):
         self.conn = conn
         self.serde = serde or serializer()
         self._stored: set[str] = set()
-        self._loaded: OrderedDict[str, Any] = OrderedDict()
+        self._loaded: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
 
     def setup(self) -> None:
         self.conn.execute("CREATE TABLE IF NOT EXISTS checkpoint_values "
@@ -74,14 +74,16 @@ class RunSerializer(SerializerProtocol):
         if not (isinstance(value, dict) and len(value) == 1 and _REF in value):
             return value
         key = value[_REF]
-        if key not in self._loaded:
+        if key not in self._loaded:  # the bytes, not the object: each checkpoint gets its own copy to mutate
             row = self.conn.execute("SELECT type, value FROM checkpoint_values WHERE key = ?", (key,)).fetchone()
             if row is None:
                 raise DataError(f"checkpoint value {key} is missing from checkpoint_values")
-            self._loaded[key] = self.serde.loads_typed((row[0], zlib.decompress(row[1])))
+            self._loaded[key] = (row[0], zlib.decompress(row[1]))
             while len(self._loaded) > 256:
                 self._loaded.popitem(last=False)
-        return self._loaded[key]
+        else:
+            self._loaded.move_to_end(key)
+        return self.serde.loads_typed(self._loaded[key])
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         kind, blob = data

@@ -27,6 +27,9 @@ def test_large_values_are_stored_once_and_load_back_in_place(tmp_path):
     assert [c["channel_values"]["step"] for c in loaded] == list(range(10))
     assert all(c["channel_values"]["user_context"] == memory for c in loaded)
     assert fresh.loads_typed(write) == memory
+    first, second = loaded[0]["channel_values"]["user_context"], loaded[1]["channel_values"]["user_context"]
+    first.event_ids.append("changed")  # a reducer mutating one checkpoint's value leaves the others alone
+    assert second.event_ids == ["e1"]
     small = serde.dumps_typed({"channel_values": {"x": "short"}})
     assert fresh.loads_typed(small) == {"channel_values": {"x": "short"}}
 
