@@ -50,6 +50,8 @@ class RunSerializer(SerializerProtocol):
 
     def _apart(self, value: Any) -> Any:
         """`value`, or a reference to it once it is in the table."""
+        if value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) < _KEEP_APART // 4):
+            return value  # small for sure: not serialized twice (most channel values of a step)
         kind, data = self.serde.dumps_typed(value)
         if len(data) < _KEEP_APART:
             return value
