@@ -1,7 +1,8 @@
 """Preflight: everything a run needs, checked before any episode, in a few seconds.
 
-- every model a role uses answers a tiny text and a structured probe (the scripted model passes at
-  once; an unknown model name or an unreachable `api_base` fails here, not in every episode);
+- every model a role uses answers the text and structured probe of `atelier model check`
+  (`agents.model_probe.probe_models`; the scripted model passes at once; an unknown model name or an
+  unreachable `api_base` fails here, not in every episode);
 - the keys those models and the web provider need are present;
 - the benchmark's data files are present and match their registered sha256;
 - every judge fits the benchmark: the cases carry the gold it needs;
@@ -20,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from pydantic import BaseModel
 
 from agents.ledger import Ledger, LedgerEntry, call_tags
 from agents.settings import ModelSettings
@@ -28,7 +28,7 @@ from benchmarks.case import Case
 from benchmarks.errors import AtelierError, ConfigError
 from runs.recipe import Recipe
 
-PROBE_TIMEOUT_S = 6.0  # per probe; probes run concurrently, so preflight stays under ~10 s
+PROBE_TIMEOUT_S = 7.0  # per model, its text and structured probe together; models are probed concurrently
 
 
 class PreflightError(ConfigError):
@@ -37,13 +37,6 @@ class PreflightError(ConfigError):
         count = f"{len(problems)} problem{'s' * (len(problems) != 1)}"
         super().__init__(f"preflight failed ({count}); nothing was started:\n  " + "\n  ".join(problems)
                          + "\n(`atelier run --no-preflight` skips these checks)")
-
-
-class ProbeAnswer(BaseModel):
-    ok: bool
-
-
-PROBE_MESSAGES = [{"role": "user", "content": "This is a connectivity check. Reply with the single word: ok"}]
 
 
 # ----------------------------------------------------------------------------- models
@@ -85,27 +78,28 @@ def key_problems(settings: ModelSettings) -> list[str]:
     return [f"needs {', '.join(missing)} (set it, or api_key_env / api_key in the recipe)"] if missing else []
 
 
-async def probe_model(settings: ModelSettings, ledger: Ledger | None = None,
-                      timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when the model answers a text and a structured request; else why not, in one line. The
-    calls are recorded in `ledger` (they cost what any call costs)."""
+async def probe_problem(settings: ModelSettings, where: list[str], ledger: Ledger | None = None,
+                        timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """None when the model answers `agents.model_probe.probe_models`' text and structured probe (the
+    probe `atelier model check` runs), within `timeout_s` in all; else why not, in one line. The
+    probe's calls go into `ledger` (they cost what any call costs)."""
     if settings.is_scripted:
         return None
-    from agents.gateway import Gateway
+    from agents.model_probe import probe_models
 
-    quick = settings.model_copy(update={"max_retries": 0, "timeout_s": min(settings.timeout_s, timeout_s),
-                                        "max_tokens": settings.max_tokens or 32})
-    gateway = Gateway({"probe": quick}, ledger=ledger)  # no response cache: a cached answer would prove nothing
+    quick = settings.model_copy(update={"max_retries": 0, "timeout_s": min(settings.timeout_s, timeout_s)})
     try:
-        await asyncio.wait_for(gateway.text("probe", PROBE_MESSAGES), timeout_s)
-        await asyncio.wait_for(gateway.structured("probe", PROBE_MESSAGES, ProbeAnswer), timeout_s)
+        [probe] = await asyncio.wait_for(probe_models({label: quick for label in where}), timeout_s)
     except asyncio.TimeoutError:
         return f"no answer within {timeout_s:g} s"
-    except Exception as exc:  # noqa: BLE001 - any failure is the answer to the probe
-        cause = exc.__cause__ or exc
-        text = " ".join(f"{type(cause).__name__}: {cause}".split())
-        return text if len(text) <= 240 else text[:239] + "…"
-    return None
+    if ledger is not None:
+        ledger.entries.extend(probe.calls)
+    failed = next(((kind, step) for kind, step in (("text", probe.text), ("structured", probe.structured))
+                   if not step.ok), None)
+    if failed is None:
+        return None
+    text = " ".join(f"{failed[0]} probe: {failed[1].error}".split())
+    return text if len(text) <= 240 else text[:239] + "…"
 
 
 # ----------------------------------------------------------------------------- data, judges, web
@@ -216,7 +210,8 @@ async def preflight_problems(recipe: Recipe, cases: Sequence[Case], ledger: Ledg
         problems += [f"{', '.join(where)} ({settings.model}): {p}" for p in key_problems(settings)]
     problems += data_problems(recipe.benchmark.name)
     problems += judge_problems(recipe, cases)
-    probed = await asyncio.gather(*(probe_model(settings, ledger) for settings, _ in uses), web_problem(recipe))
+    probed = await asyncio.gather(*(probe_problem(settings, where, ledger) for settings, where in uses),
+                                  web_problem(recipe))
     for (settings, where), problem in zip(uses, probed[:-1]):
         if problem:
             base = f" at {settings.api_base}" if settings.api_base else ""
