@@ -305,7 +305,10 @@ class Gateway:
             return await self._first_accepted(role, settings, messages, schema, start=known, learn=False)
         async with self.modes.discovery_lock(settings.endpoint):
             known = self.modes.known(settings.endpoint)  # found by another call while this one waited
-            return await self._first_accepted(role, settings, messages, schema, start=known, learn=known is None)
+            if known is None:
+                return await self._first_accepted(role, settings, messages, schema, start=None, learn=True)
+        # outside the lock: the calls that waited for the discovery run side by side again
+        return await self._first_accepted(role, settings, messages, schema, start=known, learn=False)
 
     async def _first_accepted(
         self,

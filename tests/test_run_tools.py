@@ -119,8 +119,10 @@ def test_bench_runner_measures_efficiency_overhead_memory_and_checkpoints(tmp_pa
     result = run_runner_benchmark(RunnerBenchSettings(cases=30, latency_ms=50, concurrency=8,
                                                       judges=["lampqa_aspects"], out_dir=tmp_path))
     assert result["episodes"] == {"scored": 30, "failed": 0, "unscored": 0}
-    assert result["critical_path_calls"] == 2  # the answer, then the aspects judged in parallel
-    assert result["ideal_wall_s"] == pytest.approx(2 * 0.05 * 30 / 8, rel=0.01)
+    # the answer, then the aspects judged in parallel; one episode's judge may first wait for the
+    # judge model's structured mode to be found (one discovery per endpoint), a third step once
+    assert 2 <= result["critical_path_calls"] <= 2 + 1 / 30 + 1e-9
+    assert result["ideal_wall_s"] == pytest.approx(result["critical_path_calls"] * 0.05 * 30 / 8, rel=0.01)
     assert 0 < result["efficiency"] <= 1 and result["wall_s"] >= result["ideal_wall_s"]
     assert result["llm_calls"] > 30 and result["framework_ms_per_call"] > 0
     assert result["peak_rss_mb"] > 50 and 1_000 < result["checkpoint_bytes_per_episode"] < 100_000
