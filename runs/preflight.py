@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-
 from agents.ledger import Ledger, LedgerEntry, call_tags
 from agents.settings import ModelSettings
 from benchmarks.case import Case
@@ -87,6 +86,8 @@ async def probe_problem(settings: ModelSettings, where: list[str], ledger: Ledge
         return None
     from agents.model_probe import probe_models
 
+    if settings.is_local:  # the probe starts its server (loading the weights): a run would wait for it too
+        timeout_s = max(timeout_s, settings.timeout_s)
     quick = settings.model_copy(update={"max_retries": 0, "timeout_s": min(settings.timeout_s, timeout_s)})
     try:
         [probe] = await asyncio.wait_for(probe_models({label: quick for label in where}), timeout_s)
