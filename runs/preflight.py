@@ -86,8 +86,16 @@ async def probe_problem(settings: ModelSettings, where: list[str], ledger: Ledge
         return None
     from agents.model_probe import probe_models
 
-    if settings.is_local:  # the probe starts its server (loading the weights): a run would wait for it too
-        timeout_s = max(timeout_s, settings.timeout_s)
+    if settings.is_local:
+        # Probing would start its server, which a run replayed from the cache never does; what can
+        # be wrong before the first call (no extra, no weights) is what parsing the spec checks.
+        from agents.local_model import LocalModelError, parse_local_model
+
+        try:
+            parse_local_model(settings.model)
+        except LocalModelError as exc:
+            return str(exc)
+        return None
     quick = settings.model_copy(update={"max_retries": 0, "timeout_s": min(settings.timeout_s, timeout_s)})
     try:
         [probe] = await asyncio.wait_for(probe_models({label: quick for label in where}), timeout_s)
