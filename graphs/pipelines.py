@@ -66,6 +66,7 @@ class PipelineSpec:
     description: str
     build: Callable[[], Any]  # -> a compiled LangGraph graph (PipelineInput -> PipelineOutput)
     options: type[PipelineOptions] = PipelineOptions
+    uses_web: bool = True  # searches or fetches pages (a run's preflight then checks the web answers)
 
 
 PIPELINES: NamedRegistry[PipelineSpec] = NamedRegistry(
