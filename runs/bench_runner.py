@@ -14,17 +14,23 @@ a fixed latency per call and no response cache, so every call waits like a provi
   that is not waiting on the model (LangGraph, checkpoints, gateway, litellm, the scripted model's
   own text composition);
 - peak RSS, and checkpoint bytes per episode (checkpoints.sqlite on disk).
+
+`--executor ray [--ray-address ADDR]` runs the same episodes on a Ray cluster (runs/executors):
+the clock starts once the cluster's episode workers are up (their start is part of `total_s`),
+framework ms per call adds the workers' CPU time over their episodes to the driver's, and
+`executor` says where the episodes ran.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -43,6 +49,9 @@ class RunnerBenchSettings(BaseModel):
     memory: str = "none"
     judges: list[str] = Field(default_factory=list, description="Judges run in each episode (none by default).")
     out_dir: Path | None = Field(default=None, description="Keep the run folder here (default: a temporary one).")
+    executor: Literal["local", "ray"] = Field(default="local", description="Where the episodes run.")
+    ray_address: str | None = Field(default=None, description="ray: the cluster (default: $RAY_ADDRESS, else a "
+                                    "one-machine Ray started for the benchmark).")
 
 
 def bench_cases(n: int) -> list[Case]:
@@ -76,14 +85,18 @@ class _TimedRunner(Runner):
         self.cpu_start: float | None = None
         self.episodes_end: float | None = None
         self.cpu_end: float | None = None
+        self.executor: Any = None
 
     def load_cases(self) -> list[Case]:
         return self._cases
 
-    async def _episode(self, *args: Any, **kwargs: Any):
-        if self.first_start is None:
+    @contextlib.asynccontextmanager
+    async def _executor(self, graph):
+        """The clock starts once the executor is ready (a cluster's workers up), as episodes begin."""
+        async with super()._executor(graph) as executor:
+            self.executor = executor
             self.first_start, self.cpu_start = time.perf_counter(), time.process_time()
-        return await super()._episode(*args, **kwargs)
+            yield executor
 
     def finish(self, config: dict[str, Any], cases: list[Case] | None = None):
         self.episodes_end, self.cpu_end = time.perf_counter(), time.process_time()
@@ -99,7 +112,8 @@ def _bench_recipe(settings: RunnerBenchSettings, out_dir: Path):
         "models": {"system": model, "judge": model},
         "systems": [{"name": "bench", "pipeline": settings.pipeline, "memory": {"backend": settings.memory}}],
         "judges": [{"name": name} for name in settings.judges],
-        "run": {"concurrency": settings.concurrency, "out_dir": str(out_dir)},
+        "run": {"concurrency": settings.concurrency, "out_dir": str(out_dir), "executor": settings.executor,
+                "ray": {"address": settings.ray_address}},
         "cache": {"enabled": False},
     }, source="<bench runner>")
 
@@ -124,6 +138,8 @@ def _measure(settings: RunnerBenchSettings, out_dir: Path) -> dict[str, Any]:
     ideal = critical * len(cases) / settings.concurrency
     wall = (runner.episodes_end or time.perf_counter()) - (runner.first_start or started)
     cpu = (runner.cpu_end or time.process_time()) - (runner.cpu_start or 0.0)
+    workers = getattr(runner.executor, "worker_usage", [])  # ray: each worker's own episodes' CPU
+    cpu += sum(w["episodes_cpu_s"] for w in workers)
     outcome = runner.outcome
     return {
         "benchmark": "runner",
@@ -143,6 +159,9 @@ def _measure(settings: RunnerBenchSettings, out_dir: Path) -> dict[str, Any]:
         "total_s": round(total, 3),
         "framework_ms_per_call": round(cpu * 1000 / len(ledger), 3) if ledger else None,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "executor": {"name": settings.executor, **({"workers": len(workers),
+                     "worker_peak_rss_mb": round(max(w["peak_rss_mb"] for w in workers), 1),
+                     "episodes_per_node": dict(runner.executor.placed)} if workers else {})},
         "checkpoint_bytes_per_episode": round(folder.checkpoints.stat().st_size / len(cases)),
         "load_average_1m": round(os.getloadavg()[0], 2),
     }

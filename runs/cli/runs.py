@@ -64,6 +64,8 @@ def bench_runner(
     memory: str = typer.Option("none", "--memory", help="The system's memory backend."),
     judge: list[str] = typer.Option([], "--judge", help="A judge to run in each episode (repeatable; none by default)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Keep the run folder here (default: a temporary one)."),
+    executor: str = typer.Option("local", "--executor", help="Where episodes run: local or ray."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="ray: the cluster's head (host:port)."),
 ) -> None:
     """Runner efficiency against the ideal wall time, framework ms per LLM call, peak RSS and checkpoint
     bytes per episode (JSON)."""
@@ -71,7 +73,8 @@ def bench_runner(
     from runs.cli._common import machine_facts, print_json
 
     settings = RunnerBenchSettings(cases=cases, latency_ms=latency_ms, concurrency=concurrency, pipeline=pipeline,
-                                   memory=memory, judges=judge, out_dir=out)
+                                   memory=memory, judges=judge, out_dir=out,
+                                   executor="ray" if ray_address else executor, ray_address=ray_address)
     print_json({**run_runner_benchmark(settings), "machine": machine_facts()})
 
 
