@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from pydantic import BaseModel, ConfigDict
+
 from benchmarks.named_registry import NamedRegistry
+
+
+class NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
 
 @dataclass(frozen=True)
@@ -13,6 +19,7 @@ class PipelineSpec:
     name: str
     description: str
     build: Callable[[], object]  # -> a compiled LangGraph subgraph
+    options: type[BaseModel] = NoOptions  # validates a system's `pipeline_options`
 
 
 PIPELINES: NamedRegistry[PipelineSpec] = NamedRegistry("pipeline")
@@ -22,6 +29,14 @@ def _register_builtin() -> None:
     from graphs.direct import build_direct_graph
 
     PIPELINES.register("direct", PipelineSpec("direct", "answer from the user's context, no search", build_direct_graph))
+
+    from graphs.external.graph import build_external_graph
+    from graphs.external.options import ExternalOptions
+
+    PIPELINES.register("external", PipelineSpec(
+        "external", "an external deep-research agent (open_deep_research, gpt_researcher) through the gateway endpoint",
+        build_external_graph, ExternalOptions,
+    ))
 
 
 _register_builtin()

@@ -84,6 +84,9 @@ async def release(context: EpisodeContext) -> None:
         web = _webs.pop(_web_key(context), None)
     if resources is not None:
         await resources.memory.aclose()
+    from graphs.external.endpoint import release_endpoint
+
+    await release_endpoint(f"{context.run_id}:{context.system.name}")
     if web is not None:
         if context.run_dir and web.log:
             with (Path(context.run_dir) / "web_log.jsonl").open("a", encoding="utf-8") as fh:

@@ -164,6 +164,14 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
         raise ConfigError(_format_errors(exc, source, text)) from None
     except ConfigError as exc:  # raised as is by validators that know their own field ([web])
         raise ConfigError(f"invalid recipe: {source}: {exc}") from None
+    option_errors = []
+    for index, system in enumerate(checked.systems):
+        try:
+            PIPELINES.get(system.pipeline).options.model_validate(system.pipeline_options)
+        except ValidationError as exc:
+            option_errors += _error_lines(exc, source, text, prefix=("systems", index, "pipeline_options"))
+    if option_errors:
+        raise ConfigError(_joined(option_errors))
     names = [s.name for s in checked.systems]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -210,9 +218,18 @@ def _line_of(text: str | None, key: str, value: Any) -> int | None:
 
 
 def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
+    return _joined(_error_lines(exc, source, text))
+
+
+def _joined(lines: list[str]) -> str:
+    head = "invalid recipe" if len(lines) == 1 else f"invalid recipe ({len(lines)} problems)"
+    return head + "\n  " + "\n  ".join(lines) if len(lines) > 1 else f"{head}: {lines[0]}"
+
+
+def _error_lines(exc: ValidationError, source: str, text: str | None, prefix: tuple[Any, ...] = ()) -> list[str]:
     lines = []
     for err in exc.errors():
-        loc = list(err["loc"])
+        loc = [*prefix, *err["loc"]]
         message = err["msg"]
         value = err.get("input")
         ctx = err.get("ctx") or {}
@@ -246,5 +263,4 @@ def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
         line = _line_of(text, key, value if isinstance(value, (str, int, float)) else None)
         where = f"{source}:{line}" if line else source
         lines.append(f"{where}: {_key_path(tuple(loc))}: {message}")
-    head = "invalid recipe" if len(lines) == 1 else f"invalid recipe ({len(lines)} problems)"
-    return head + "\n  " + "\n  ".join(lines) if len(lines) > 1 else f"{head}: {lines[0]}"
+    return lines

@@ -31,6 +31,7 @@ _COMMAND_MODULES = (
     "runs.cli.metric",
     "runs.cli.memory",
     "runs.cli.web",
+    "runs.cli.gateway",
 )
 for _name in _COMMAND_MODULES:
     try:

@@ -1,0 +1,158 @@
+"""`external`: an external deep-research agent as the system under test.
+
+    brief -> run_agent
+
+`brief` writes the agent's input: the task and the user context the memory backend recalled
+(PDR-Bench's protocol). `run_agent` opens a session on the run's agent endpoint (the gateway as
+an OpenAI-compatible API, the run's web as SearXNG pages and MCP tools), runs the agent in a
+child process pointed only at it, and turns its report into a `SystemResponse` whose citations
+are the sources it cited among those it was actually shown. A failing agent fails the episode
+with the agent's own error and the tail of its log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from agents.external_brief import agent_brief
+from agents.ledger import current_tags
+from agents.response import Citation, SystemResponse
+from benchmarks.errors import AtelierError
+from graphs.context import EpisodeContext
+from graphs.direct import PipelineInput, PipelineOutput
+from graphs.external.agents import AGENTS, check_installed, child_command, child_env
+from graphs.external.endpoint import endpoint_for
+from graphs.external.options import ExternalOptions
+from graphs.resources import resources_for
+from tools.agent_web import WebSession
+
+LOG_TAIL_CHARS = 1500
+_URL = re.compile(r"https?://[^\s)\]>\"'`]+")
+
+
+class ExternalAgentError(AtelierError):
+    """The external agent did not produce a report."""
+
+
+class ExternalState(PipelineInput, PipelineOutput, total=False):
+    brief: str
+
+
+def options_of(context: EpisodeContext) -> ExternalOptions:
+    return ExternalOptions.model_validate(context.system.pipeline_options)
+
+
+def endpoint_key(context: EpisodeContext) -> str:
+    return f"{context.run_id}:{context.system.name}"
+
+
+def write_brief(state: ExternalState) -> Command[Literal["run_agent"]]:
+    return Command(goto="run_agent", update={"brief": agent_brief(state["view"], state["user_context"].text)})
+
+
+def _workdir(context: EpisodeContext, case_id: str) -> Path:
+    if context.run_dir:
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", case_id)
+        folder = Path(context.run_dir) / "external" / context.system.name / safe
+    else:
+        folder = Path(tempfile.mkdtemp(prefix="atelier-external-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+async def _run_child(command: list[str], env: dict[str, str], workdir: Path, timeout_s: float) -> int | None:
+    """The child's exit code, or None when it ran out of time (then it is killed)."""
+    with (workdir / "agent.log").open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            *command, cwd=workdir, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log
+        )
+        try:
+            return await asyncio.wait_for(process.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            process.kill()
+            await process.wait()
+            return None
+
+
+def _log_tail(workdir: Path) -> str:
+    text = (workdir / "agent.log").read_text(encoding="utf-8", errors="replace").strip()
+    return text[-LOG_TAIL_CHARS:]
+
+
+def _response(result: dict[str, Any], web: WebSession, agent: str, extra_meta: dict[str, Any]) -> SystemResponse:
+    report = str(result.get("report") or "")
+    for source in web.sources.values():  # an agent that scraped our pages cites their addresses here
+        report = report.replace(web.page_url(source), source.url)
+    cited, unknown = web.cited(_URL.findall(report))
+    read = [s for s in web.sources.values() if s.sha256]
+    return SystemResponse(
+        text=report,
+        citations=[Citation(source_id=s.id, url=s.url, title=s.title or None) for s in cited],
+        meta={
+            "agent": agent,
+            **extra_meta,
+            "searches": web.searches,
+            "fetches": web.fetches,
+            "sources_read": [{"id": s.id, "url": s.url, "title": s.title, "sha256": s.sha256} for s in read],
+            "unverified_urls": unknown,  # URLs in the report that the agent was never shown
+            "agent_sources": len(result.get("sources") or []),
+            "web_failures": web.failures[:20],
+            "refused": result.get("refused") or [],
+            "details": result.get("details") or {},
+        },
+    )
+
+
+async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> Command[Literal["__end__"]]:
+    context = runtime.context or EpisodeContext()
+    options = options_of(context)
+    spec = AGENTS[options.agent]
+    check_installed(spec, options.python)
+    resources = resources_for(context)
+    endpoint = await asyncio.to_thread(endpoint_for, endpoint_key(context))
+    web = await asyncio.to_thread(resources.web)
+    tags = {k: v for k, v in current_tags().items() if k in ("case", "system")}
+    case_id = tags.get("case") or state["view"].id
+    workdir = _workdir(context, case_id)
+    roles = {**spec.call_roles, **options.call_roles}
+    with endpoint.session(resources.gateway, web, agent=spec.name, tags=tags, roles=roles,
+                          max_results=options.max_results, page_chars=options.page_chars) as (model, web_session):
+        assert web_session is not None
+        job = {"agent": spec.name, "brief": state["brief"], "settings": options.settings,
+               "today": options.today.isoformat() if options.today else None,
+               "endpoint": {"openai_base": endpoint.openai_base, "web_root": web_session.root}}
+        (workdir / "input.json").write_text(json.dumps(job, ensure_ascii=False, indent=1), encoding="utf-8")
+        output = workdir / "output.json"
+        output.unlink(missing_ok=True)
+        code = await _run_child(child_command(options.python, workdir / "input.json", output),
+                                child_env(endpoint.openai_base, model.token, web_session.root), workdir,
+                                options.timeout_s)
+        if code is None:
+            raise ExternalAgentError(f"{spec.name} did not finish within {options.timeout_s:g} s (log: {workdir / 'agent.log'})")
+        if not output.exists():
+            raise ExternalAgentError(f"{spec.name} exited with code {code} and no result; its log ends:\n{_log_tail(workdir)}")
+        result = json.loads(output.read_text(encoding="utf-8"))
+        if result.get("error"):
+            model_errors = f"; model errors: {model.errors[-1]}" if model.errors else ""
+            raise ExternalAgentError(f"{spec.name} failed: {result['error']}{model_errors} (log: {workdir / 'agent.log'})")
+        response = _response(result, web_session, spec.name,
+                             {"calls": dict(sorted(model.calls.items())), "workdir": str(workdir)})
+    return Command(goto=END, update={"response": response})
+
+
+def build_external_graph():
+    graph = StateGraph(ExternalState, context_schema=EpisodeContext, input_schema=PipelineInput,
+                       output_schema=PipelineOutput)
+    graph.add_node("brief", write_brief)
+    graph.add_node("run_agent", run_agent)
+    graph.add_edge(START, "brief")
+    return graph.compile(name="external")
