@@ -7,6 +7,8 @@ the `mcp` package (the `agents` extra).
 
 from __future__ import annotations
 
+import logging
+
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.server import StreamableHTTPASGIApp
 from starlette.routing import Route
@@ -29,7 +31,11 @@ def _format_results(query: str, found: list[tuple[Source, str]]) -> str:
 def mcp_server(sessions: WebSessions):
     """A FastMCP server whose tools search and read the calling session's web. Its routes are
     `mcp_routes`; its session manager must run for as long as the app serves (`lifespan`)."""
-    server = FastMCP("atelier-web", stateless_http=True, json_response=True)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    server = FastMCP("atelier-web", stateless_http=True, json_response=True, log_level="WARNING")
+    root.handlers[:] = handlers  # FastMCP configures the root logger; the process's set-up stays
+    root.setLevel(level)
 
     def session_of(ctx: Context) -> WebSession:
         request = ctx.request_context.request

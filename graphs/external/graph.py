@@ -146,6 +146,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             raise ExternalAgentError(f"{spec.name} failed: {result['error']}{model_errors} (log: {workdir / 'agent.log'})")
         response = _response(result, web_session, spec.name,
                              {"calls": dict(sorted(model.calls.items())), "workdir": str(workdir)})
+    (workdir / "response.json").write_text(response.model_dump_json(indent=1), encoding="utf-8")
     return Command(goto=END, update={"response": response})
 
 
