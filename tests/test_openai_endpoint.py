@@ -119,6 +119,6 @@ def test_a_real_http_provider_behind_the_endpoint(endpoint, tmp_path):
                                                 response_format={"type": "json_schema",
                                                                  "json_schema": {"name": "Plan", "schema": PLAN}})
         assert Draft202012Validator(PLAN).is_valid(json.loads(answer.choices[0].message.content))
-        assert stub.requests and stub.requests[-1]["model"] == "stub-model"
+        assert stub.requests and stub.requests[-1]["body"]["model"] == "stub-model"
         entry = gateway.ledger.entries[-1]
         assert entry.node == "odr:research" and entry.model == "openai/stub-model" and entry.prompt_tokens > 0

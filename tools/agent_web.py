@@ -3,10 +3,12 @@
 An external agent never touches the network itself. Under `/s/<token>/` (its session):
 
 - `GET search?q=...&format=json` answers in SearXNG's JSON format (gpt-researcher's `searx`
-  retriever). Each result's `url` is a page of this server, so the agent's own scraper fetches
-  through here; `citable_url` is the address to cite.
-- `GET page/<source id>` fetches the result through the run's `Web` and serves its main text
-  as a small HTML page.
+  retriever). Each result's `url` is `http://pages.atelier.invalid/<source id>`, a page the
+  agent's own scraper can only reach through this server acting as its HTTP proxy (the session's
+  token as proxy user): the address stays the same run to run, so prompts that quote it replay
+  from the cache. `citable_url` is the address to cite.
+- `GET page/<source id>` (or that proxied address) fetches the result through the run's `Web`
+  and serves its main text as a small HTML page.
 - `mcp` is an MCP server (streamable HTTP) with `web_search` and `fetch_page` tools
   (open_deep_research's MCP hook); see `tools.agent_mcp`.
 
@@ -17,6 +19,7 @@ text served, so the sources an agent cites map back to what it actually read.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import html
 import threading
@@ -26,7 +29,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Host, Route, Router
 
 from agents.openai_api import EndpointSession
 from tools.errors import WebError
@@ -34,6 +37,7 @@ from tools.urls import canonical_url
 from tools.web import Web
 
 SESSION_PREFIX = "/s/{token}"
+PAGES_HOST = "pages.atelier.invalid"  # `.invalid` never resolves: only the proxy serves it
 
 
 class Source(BaseModel):
@@ -70,8 +74,13 @@ class WebSession:
     def root(self) -> str:
         return f"{self.base_url}/s/{self.token}"
 
+    @property
+    def proxy(self) -> str:
+        """The HTTP proxy the agent's scraper uses to reach `page_url`s (the token as its user)."""
+        return self.base_url.replace("http://", f"http://{self.token}:x@", 1)
+
     def page_url(self, source: Source) -> str:
-        return f"{self.root}/page/{source.id}"
+        return f"http://{PAGES_HOST}/{source.id}"
 
     def _remember(self, url: str, title: str, snippet: str) -> Source:
         url = canonical_url(url)
@@ -83,9 +92,9 @@ class WebSession:
 
     def source_for(self, url: str) -> Source | None:
         """The source behind a URL the agent cites: a citable URL or one of this server's pages."""
-        prefix = f"{self.root}/page/"
-        if url.startswith(prefix):
-            return self.sources.get(url[len(prefix):].split("?", 1)[0].split("#", 1)[0].rstrip("/"))
+        for prefix in (f"http://{PAGES_HOST}/", f"{self.root}/page/"):
+            if url.startswith(prefix):
+                return self.sources.get(url[len(prefix):].split("?", 1)[0].split("#", 1)[0].rstrip("/"))
         try:
             wanted = canonical_url(url)
         except Exception:  # noqa: BLE001 - a malformed URL in a report is simply not a known source
@@ -149,8 +158,19 @@ def _page_html(title: str, text: str, url: str) -> str:
     )
 
 
-def agent_web_routes(sessions: WebSessions) -> list[Route]:
-    """SearXNG search and pages under `/s/{token}/`."""
+def _proxy_token(request: Request) -> str | None:
+    """The session token a proxied request carries as its proxy user (`Proxy-Authorization`)."""
+    kind, _, value = request.headers.get("proxy-authorization", "").partition(" ")
+    if kind.lower() != "basic":
+        return None
+    try:
+        return base64.b64decode(value).decode().split(":", 1)[0]
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def agent_web_routes(sessions: WebSessions) -> list[BaseRoute]:
+    """SearXNG search and pages under `/s/{token}/`; pages also on the proxied `PAGES_HOST`."""
 
     def unknown() -> JSONResponse:
         return JSONResponse({"error": "unknown session"}, status_code=404)
@@ -177,7 +197,7 @@ def agent_web_routes(sessions: WebSessions) -> list[Route]:
                              "corrections": [], "infoboxes": [], "suggestions": [], "unresponsive_engines": []})
 
     async def page(request: Request) -> Response:
-        session = sessions.get(request.path_params["token"])
+        session = sessions.get(request.path_params.get("token") or _proxy_token(request))
         source = session.sources.get(request.path_params["source_id"]) if session else None
         if session is None or source is None:
             return HTMLResponse("<html><body><p>Not a page of this session.</p></body></html>", status_code=404)
@@ -189,6 +209,7 @@ def agent_web_routes(sessions: WebSessions) -> list[Route]:
         return HTMLResponse(_page_html(title, text, source.url))
 
     return [
+        Host(PAGES_HOST, app=Router([Route("/{source_id}", page, methods=["GET"])])),
         Route(f"{SESSION_PREFIX}/search", search, methods=["GET"]),
         Route(f"{SESSION_PREFIX}/page/{{source_id}}", page, methods=["GET"]),
     ]

@@ -39,10 +39,12 @@ AGENTS: dict[str, AgentSpec] = {
 
 
 def check_installed(spec: AgentSpec, python: str | None) -> None:
-    """Fail before the run when the agent is missing from this interpreter (the usual set-up)."""
-    if python is None and importlib.util.find_spec(spec.module) is None:
-        from benchmarks.errors import ConfigError
+    """Fail before the agent starts when it cannot: no such interpreter, or (in this one) no agent."""
+    from benchmarks.errors import ConfigError
 
+    if python is not None and not os.access(python, os.X_OK):
+        raise ConfigError(f"pipeline_options.python: {python} is not an executable interpreter")
+    if python is None and importlib.util.find_spec(spec.module) is None:
         raise ConfigError(
             f"external agent {spec.name!r} is not installed: pip install -e \".[agents]\" "
             f"(or set pipeline_options.python to an interpreter that has {spec.package})"
@@ -58,7 +60,8 @@ def _tiktoken_cache() -> str | None:
     return str(folder) if folder.is_dir() else None
 
 
-def child_env(openai_base: str, token: str, web_root: str) -> dict[str, str]:
+def child_env(openai_base: str, token: str, web_root: str, proxy: str) -> dict[str, str]:
+    """`proxy`: the endpoint as the HTTP proxy through which the agent's scraper reads pages."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/tmp"),
@@ -70,7 +73,10 @@ def child_env(openai_base: str, token: str, web_root: str) -> dict[str, str]:
         "OPENAI_API_BASE": openai_base,
         "OPENAI_API_KEY": token,
         "SEARX_URL": web_root,
+        "HTTP_PROXY": proxy,
+        "http_proxy": proxy,
         "NO_PROXY": "127.0.0.1,localhost,::1",
+        "no_proxy": "127.0.0.1,localhost,::1",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "LANGSMITH_TRACING": "false",

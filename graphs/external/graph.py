@@ -134,7 +134,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         output = workdir / "output.json"
         output.unlink(missing_ok=True)
         code = await _run_child(child_command(options.python, workdir / "input.json", output),
-                                child_env(endpoint.openai_base, model.token, web_session.root), workdir,
+                                child_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy), workdir,
                                 options.timeout_s)
         if code is None:
             raise ExternalAgentError(f"{spec.name} did not finish within {options.timeout_s:g} s (log: {workdir / 'agent.log'})")
