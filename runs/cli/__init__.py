@@ -32,6 +32,7 @@ _COMMAND_MODULES = (
     "runs.cli.memory",
     "runs.cli.web",
     "runs.cli.gateway",
+    "runs.cli.bench_pipelines",
 )
 for _name in _COMMAND_MODULES:
     try:
