@@ -29,7 +29,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
@@ -49,6 +49,8 @@ from agents.tool_calls import (
 )
 
 T = TypeVar("T")
+S = TypeVar("S")
+B = TypeVar("B", bound=BaseModel)
 
 
 @dataclass
@@ -83,32 +85,36 @@ class EndpointSession:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(tagged(), self.loop))
 
 
-class Sessions:
-    """Bearer token -> session. With a `fallback`, unknown or missing tokens use it (`gateway serve`)."""
+class TokenRegistry(Generic[S]):
+    """Sessions by token, opened by episodes and read by the server's thread. With a `fallback`,
+    unknown or missing tokens get it (`gateway serve`)."""
 
-    def __init__(self, fallback: EndpointSession | None = None) -> None:
-        self._sessions: dict[str, EndpointSession] = {}
+    def __init__(self, fallback: S | None = None) -> None:
+        self._sessions: dict[str, S] = {}
         self._lock = threading.Lock()
         self.fallback = fallback
 
-    def add(self, session: EndpointSession) -> EndpointSession:
+    def add(self, session: S) -> S:
         with self._lock:
-            self._sessions[session.token] = session
+            self._sessions[session.token] = session  # type: ignore[attr-defined]
         return session
 
-    def remove(self, session: EndpointSession) -> None:
+    def remove(self, session: S) -> None:
         with self._lock:
-            self._sessions.pop(session.token, None)
+            self._sessions.pop(session.token, None)  # type: ignore[attr-defined]
 
-    def get(self, token: str | None) -> EndpointSession | None:
+    def get(self, token: str | None) -> S | None:
         with self._lock:
             found = self._sessions.get(token or "")
         return found or self.fallback
 
+
+class Sessions(TokenRegistry[EndpointSession]):
     def from_request(self, request: Request) -> EndpointSession | None:
+        """The session of a request's bearer token."""
         header = request.headers.get("authorization", "")
         token = header.split(" ", 1)[1].strip() if header.lower().startswith("bearer ") else None
-        return self.get(token or request.path_params.get("token"))
+        return self.get(token)
 
 
 class ChatRequest(BaseModel):
@@ -212,7 +218,7 @@ def _stream(completion: dict[str, Any], include_usage: bool):
     yield "data: [DONE]\n\n"
 
 
-async def _json_body(request: Request, model: type[BaseModel]) -> BaseModel | JSONResponse:
+async def _json_body(request: Request, model: type[B]) -> B | JSONResponse:
     try:
         return model.model_validate(json.loads(await request.body()))
     except json.JSONDecodeError as exc:
@@ -224,15 +230,20 @@ async def _json_body(request: Request, model: type[BaseModel]) -> BaseModel | JS
 
 
 def openai_routes(sessions: Sessions, prefix: str = "/v1") -> list[Route]:
-    """The OpenAI-compatible routes under `prefix` (which may hold a `{token}` path parameter)."""
+    """The OpenAI-compatible routes under `prefix`."""
 
-    async def chat_completions(request: Request) -> Response:
+    async def caller(request: Request, model: type[B]) -> tuple[EndpointSession, B] | Response:
         session = sessions.from_request(request)
         if session is None:
             return _error(401, "unknown API key: this endpoint serves only the sessions it opened", "invalid_api_key")
-        body = await _json_body(request, ChatRequest)
-        if isinstance(body, Response):
-            return body
+        body = await _json_body(request, model)
+        return body if isinstance(body, Response) else (session, body)
+
+    async def chat_completions(request: Request) -> Response:
+        called = await caller(request, ChatRequest)
+        if isinstance(called, Response):
+            return called
+        session, body = called
         session.calls[_call_name(body.model)] += 1
         try:
             message = await _answer(session, body)
@@ -248,12 +259,10 @@ def openai_routes(sessions: Sessions, prefix: str = "/v1") -> list[Route]:
         return JSONResponse(completion)
 
     async def embeddings(request: Request) -> Response:
-        session = sessions.from_request(request)
-        if session is None:
-            return _error(401, "unknown API key: this endpoint serves only the sessions it opened", "invalid_api_key")
-        body = await _json_body(request, EmbeddingRequest)
-        if isinstance(body, Response):
-            return body
+        called = await caller(request, EmbeddingRequest)
+        if isinstance(called, Response):
+            return called
+        session, body = called
         texts = [body.input] if isinstance(body.input, str) else body.input
         if not all(isinstance(t, str) for t in texts):
             return _error(400, "input must be text (token arrays are not supported)", "invalid_request_error")

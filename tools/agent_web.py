@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Host, Route, Router
 
-from agents.openai_api import EndpointSession
+from agents.openai_api import EndpointSession, TokenRegistry
 from tools.errors import WebError
 from tools.urls import canonical_url
 from tools.web import Web
@@ -130,23 +130,8 @@ class WebSession:
         return known, unknown
 
 
-class WebSessions:
-    def __init__(self) -> None:
-        self._sessions: dict[str, WebSession] = {}
-        self._lock = threading.Lock()
-
-    def add(self, session: WebSession) -> WebSession:
-        with self._lock:
-            self._sessions[session.token] = session
-        return session
-
-    def remove(self, session: WebSession) -> None:
-        with self._lock:
-            self._sessions.pop(session.token, None)
-
-    def get(self, token: str | None) -> WebSession | None:
-        with self._lock:
-            return self._sessions.get(token or "")
+class WebSessions(TokenRegistry[WebSession]):
+    """Web sessions by token (no fallback: only the sessions an episode opened)."""
 
 
 def _page_html(title: str, text: str, url: str) -> str:
