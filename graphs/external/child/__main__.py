@@ -16,9 +16,7 @@ import sys
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import guard  # noqa: E402  (this folder, put on the path above)
+import guard  # this folder: Python puts a directory it runs on the path
 
 
 def travel_to(day: str) -> None:
