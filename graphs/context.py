@@ -25,10 +25,12 @@ class SystemSpec(BaseModel):
 
     name: str = Field(min_length=1)
     pipeline: str = "direct"
-    pipeline_options: dict[str, Any] = Field(default_factory=dict, description="Validated by the pipeline's options model.")
     memory: dict[str, Any] = Field(default_factory=lambda: {"backend": "none"})
     setting: str | None = Field(default=None, description="Overrides the benchmark setting for this system.")
     models: dict[str, ModelSettings] = Field(default_factory=dict, description="Per-role overrides.")
+    pipeline_options: dict[str, Any] = Field(
+        default_factory=dict, description="The pipeline's typed options (budgets, gold context, ...); see graphs/*.py."
+    )
 
 
 class EpisodeContext(BaseModel):

@@ -139,9 +139,16 @@ def _validator_model() -> type[BaseModel]:
     Benchmark = Literal[tuple(BENCHMARKS.names())]  # type: ignore[valid-type]
     Role = Literal[KNOWN_ROLES]  # type: ignore[valid-type]
 
+    def typed_pipeline_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        pipeline = info.data.get("pipeline")
+        if pipeline is None:  # the pipeline name itself is wrong: reported on its own
+            return value
+        return PIPELINES.get(pipeline).options.model_validate(value).model_dump()
+
     system = create_model(
         "SystemCheck",
         __base__=SystemSpec,
+        __validators__={"_typed_pipeline_options": field_validator("pipeline_options")(typed_pipeline_options)},
         pipeline=(Pipeline, "direct"),
         memory=(MemoryUnion, ...),
         models=(dict[Role, ModelSettings], {}),
@@ -164,14 +171,6 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
         raise ConfigError(_format_errors(exc, source, text)) from None
     except ConfigError as exc:  # raised as is by validators that know their own field ([web])
         raise ConfigError(f"invalid recipe: {source}: {exc}") from None
-    option_errors = []
-    for index, system in enumerate(checked.systems):
-        try:
-            PIPELINES.get(system.pipeline).options.model_validate(system.pipeline_options)
-        except ValidationError as exc:
-            option_errors += _error_lines(exc, source, text, prefix=("systems", index, "pipeline_options"))
-    if option_errors:
-        raise ConfigError(_joined(option_errors))
     names = [s.name for s in checked.systems]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -218,18 +217,9 @@ def _line_of(text: str | None, key: str, value: Any) -> int | None:
 
 
 def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
-    return _joined(_error_lines(exc, source, text))
-
-
-def _joined(lines: list[str]) -> str:
-    head = "invalid recipe" if len(lines) == 1 else f"invalid recipe ({len(lines)} problems)"
-    return head + "\n  " + "\n  ".join(lines) if len(lines) > 1 else f"{head}: {lines[0]}"
-
-
-def _error_lines(exc: ValidationError, source: str, text: str | None, prefix: tuple[Any, ...] = ()) -> list[str]:
     lines = []
     for err in exc.errors():
-        loc = [*prefix, *err["loc"]]
+        loc = list(err["loc"])
         message = err["msg"]
         value = err.get("input")
         ctx = err.get("ctx") or {}
@@ -263,4 +253,5 @@ def _error_lines(exc: ValidationError, source: str, text: str | None, prefix: tu
         line = _line_of(text, key, value if isinstance(value, (str, int, float)) else None)
         where = f"{source}:{line}" if line else source
         lines.append(f"{where}: {_key_path(tuple(loc))}: {message}")
-    return lines
+    head = "invalid recipe" if len(lines) == 1 else f"invalid recipe ({len(lines)} problems)"
+    return head + "\n  " + "\n  ".join(lines) if len(lines) > 1 else f"{head}: {lines[0]}"
