@@ -11,6 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 # its own setting falls back to `system` for systems under test and to `judge` for evaluators.
 ROLES = ("system", "user_sim", "judge")
 ROLE_FALLBACK = {"researcher": "system", "writer": "system", "planner": "system", "memory": "system"}
+# Each judge's own roles (agents/judges/*), and the meta-evaluator of `atelier meta-eval`.
+JUDGE_ROLES = ("pqr_criteria", "pqr_judge", "pqr_fact_checker", "bespoke_rubric", "bespoke_judge",
+               "bespoke_recall", "lampqa_judge", "aepd_judge", "locomo_judge", "prefeval_judge", "meta_judge")
+ROLE_FALLBACK.update({role: "judge" for role in JUDGE_ROLES})
 
 
 class ModelSettings(BaseModel):

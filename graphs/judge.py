@@ -1,20 +1,30 @@
-"""The judge subgraph: every configured judge runs as a parallel branch (one `Send` each)."""
+"""The judge subgraph: every configured judge runs as a parallel branch (one `Send` each).
+
+A judge gets the run's gateway (its own model roles), the run's web (to read cited sources through
+the web cache) and the artifact store (criteria and rubrics generated once and reused). Judges that
+compare two systems' responses (LaMP-QA pairwise) are not run here: the runner runs them once both
+responses exist (`runs.judging`).
+"""
 
 from __future__ import annotations
 
 import operator
+from pathlib import Path
 from typing import Annotated, Literal, TypedDict
 
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 
-from agents.gateway import ModelCallError
-from agents.judges.base import JudgeResult
+from agents.judges.base import JudgeEnv, JudgeResult
+from agents.judges.store import ArtifactStore
 from agents.response import SystemResponse
 from benchmarks.case import Case
+from benchmarks.data_files import cache_dir
 from graphs.context import EpisodeContext
-from graphs.resources import resources_for
+from graphs.resources import Resources, resources_for
+
+ARTIFACTS_DIR = "judge_artifacts"  # in the run folder and in Atelier's cache
 
 
 class JudgeInput(TypedDict):
@@ -36,21 +46,27 @@ class JudgeTask(TypedDict):
     response: SystemResponse
 
 
+def artifact_store(context: EpisodeContext) -> ArtifactStore:
+    """The run folder's store (so the run is self-contained) backed by the cache's (so later runs reuse)."""
+    directories = [Path(context.run_dir) / ARTIFACTS_DIR] if context.run_dir else []
+    return ArtifactStore([*directories, cache_dir() / ARTIFACTS_DIR])
+
+
+def judge_env(resources: Resources) -> JudgeEnv:
+    return JudgeEnv(gateway=resources.gateway, web=resources.web, store=artifact_store(resources.context))
+
+
 def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_judge"]]:
     judges = resources_for(runtime.context).judges
     tasks = [Send("run_judge", JudgeTask(judge_index=i, case=state["case"], response=state["response"]))
-             for i in range(len(judges))]
+             for i, judge in enumerate(judges) if not judge.comparative]
     return Command(goto=tasks)
 
 
 async def run_judge(task: JudgeTask, runtime: Runtime[EpisodeContext]) -> JudgeOutput:
     resources = resources_for(runtime.context)
     judge = resources.judges[task["judge_index"]]
-    try:
-        result = await judge.judge(task["case"], task["response"], resources.gateway)
-    except ModelCallError as exc:  # the response stands; this judgment is recorded as failed
-        result = JudgeResult(judge=judge.name, error=str(exc))
-    return {"judgments": [result]}
+    return {"judgments": [await judge.judge(task["case"], task["response"], judge_env(resources))]}
 
 
 def build_judge_graph():

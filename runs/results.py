@@ -13,9 +13,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from agents.judges.base import JudgeResult
+from agents.response import SystemResponse
 from benchmarks.errors import DataError
 
 
@@ -40,7 +41,9 @@ class ResultRecord(BaseModel):
     setting: str
     status: str = Field(description="ok | error")
     error: str | None = None
-    response: str | None = None
+    response: SystemResponse | None = Field(
+        default=None, description="The whole response (text, citations, meta), so it can be judged again."
+    )
     user_context: ContextUsed | None = None
     judgments: list[JudgeResult] = Field(default_factory=list)
     scores: dict[str, float | None] = Field(default_factory=dict, description="Headline score per judge.")
@@ -51,6 +54,18 @@ class ResultRecord(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @field_validator("response", mode="before")
+    @classmethod
+    def _text_only(cls, value: object) -> object:
+        """Result files written before responses were kept whole hold the text alone."""
+        return {"text": value} if isinstance(value, str) else value
+
+    def with_judgments(self, judgments: list[JudgeResult]) -> "ResultRecord":
+        """This record with `judgments` added, replacing earlier ones of the same judges."""
+        keys = {j.judge for j in judgments}
+        kept = [j for j in self.judgments if j.judge not in keys] + judgments
+        return self.model_copy(update={"judgments": kept, "scores": {j.judge: j.score for j in kept}})
 
 
 class ResultsFile:

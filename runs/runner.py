@@ -21,6 +21,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from agents.judges.base import check_judge_fit, create_judge
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
@@ -29,6 +30,7 @@ from benchmarks.registry import load_cases
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
 from graphs.resources import release, resources_for
+from runs.judging import judge_comparisons
 from runs.recipe import Recipe
 from runs.report import write_report
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
@@ -116,6 +118,8 @@ class Runner:
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         self._check_resumable()
         cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
+        # a judge the cases cannot feed is refused here, before any episode
+        check_judge_fit([create_judge(j) for j in recipe.judges], cases, b.name, [s.name for s in recipe.systems])
         self.folder.path.mkdir(parents=True, exist_ok=True)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
         dry_run = any(resources_for(c).gateway.dry_run for c in contexts.values())
@@ -142,6 +146,10 @@ class Runner:
                 for finished in asyncio.as_completed(tasks):
                     record = await finished
                     bar.advance(record.ok)
+        # judges comparing two systems' responses (LaMP-QA pairwise) run once both exist
+        by_id = {c.id: c for c in cases}
+        for record in await judge_comparisons(results.load(), by_id, contexts, recipe.run.concurrency):
+            results.append(record)
         for context in contexts.values():
             await release(context)
         self.finish(config)
@@ -169,7 +177,7 @@ class Runner:
         return ResultRecord(
             **base,
             status="ok",
-            response=out["response"].text,
+            response=out["response"],
             user_context=ContextUsed(**user_context.model_dump(include={"backend", "form", "event_ids", "tokens"}))
             if user_context else None,
             judgments=judgments,
@@ -210,15 +218,16 @@ class Runner:
     def finish(self, config: dict[str, Any]) -> None:
         """Write summary.json and report.html from what results.jsonl and ledger.jsonl hold."""
         records = list(ResultsFile(self.folder.results).load().values())
-        judges = [j["name"] for j in self.recipe.judges]
-        summary = summarize(records, [s.name for s in self.recipe.systems], judges, seed=self.recipe.seed)
+        judges = [create_judge(j) for j in self.recipe.judges]
+        summary = summarize(records, [s.name for s in self.recipe.systems], [j.key for j in judges],
+                            seed=self.recipe.seed, aggregates={j.key: j.aggregate for j in judges})
         ledger = read_ledger(self.folder.ledger) if self.folder.ledger.exists() else []
         summary = {
             "run_id": self.run_id,
             "dry_run": config["dry_run"],
             "benchmark": self.recipe.benchmark.model_dump(),
             "n_cases": len(config["cases"]),
-            "judges": judges,
+            "judges": [j.key for j in judges],
             **summary,
             "ledger": ledger_totals(ledger),
         }

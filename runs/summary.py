@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import combinations
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
+from agents.judges.base import JudgeResult
 from benchmarks.metrics.statistics import bootstrap_ci, paired_test
 from runs.results import ResultRecord
 
@@ -23,7 +25,10 @@ def summarize(
     judges: list[str],
     *,
     seed: int = 0,
+    aggregates: dict[str, Callable[[list[JudgeResult]], dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
+    """`aggregates`: per judge key, the judge's own system-level figures (criterion means, PQR's pooled
+    FA and CC, ...) from its judgments."""
     per_system: dict[str, Any] = {}
     for system in systems:
         mine = [r for r in records if r.system == system]
@@ -35,13 +40,22 @@ def summarize(
         for judge in judges:
             values = list(_scores(mine, system, judge).values())
             low, high = bootstrap_ci(values, seed=seed)
-            failed = sum(1 for r in mine if r.ok and r.scores.get(judge) is None)
+            judged = [j for r in mine if r.ok for j in r.judgments if j.judge == judge]
+            # no score: failed, or undefined (e.g. PQR excluding a report with no cited claim); a response
+            # the judge does not apply to (a pairwise judge's baseline) has no judgment and is not counted
+            failed = sum(1 for j in judged if j.score is None)
+            spreads = [j.std for j in judged if j.std is not None]
             entry["judges"][judge] = {
                 "n": len(values),
                 "mean": sum(values) / len(values) if values else None,
                 "ci95": [low, high],
                 "failed": failed,
+                # conditions judges report (no_cited_claims, order_flip, empty_gold, ...): how many responses
+                "flags": dict(sorted(Counter(flag for j in judged for flag in j.flags).items())),
+                "mean_repeat_std": sum(spreads) / len(spreads) if spreads else None,
             }
+            if aggregates and judge in aggregates:
+                entry["judges"][judge].update(aggregates[judge]([j for j in judged if not j.failed]))
         per_system[system] = entry
 
     comparisons = []

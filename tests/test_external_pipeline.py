@@ -64,8 +64,9 @@ def test_external_agents_run_through_the_gateway_endpoint_and_replay_from_the_ca
     assert broken["status"] == "error" and "open_deep_research failed" in broken["error"]
     assert "no-such-provider" in broken["error"] and "agent.log" in broken["error"]
 
-    responses = {name: json.loads(next((folder.path / "external" / name).glob("*/response.json")).read_text())
-                 for name in ("odr-full", "gptr-full")}
+    responses = {name: results[name]["response"] for name in ("odr-full", "gptr-full")}
+    for name, response in responses.items():  # the agent's work folder keeps it too, beside its log
+        assert json.loads(next((folder.path / "external" / name).glob("*/response.json")).read_text()) == response
     ledger = lines(folder.ledger)
     web_log = lines(folder.path / "web_log.jsonl")
     seen_urls = {e["request"]["url"] for e in web_log if e["kind"] == "fetch"}

@@ -86,3 +86,20 @@ def test_correlation_input_pairs_lists() -> None:
         CorrelationInput(x=[1, 2], y=[1])
     with pytest.raises(ValidationError):
         CorrelationInput(x=[1, float("nan")], y=[1, 2])
+
+
+def test_criterion_agreement_over_a_run_with_three_systems() -> None:
+    from benchmarks.metrics.agreement import LabelledScore, criterion_agreement, feedback_accuracy
+
+    items = [LabelledScore(case_id=c, system=s, model=m, human=h) for c, s, m, h in [
+        ("q1", "a", 8, 7), ("q1", "b", 5, 6), ("q1", "c", 5, 9),
+        ("q2", "a", 3, 3), ("q2", "b", 4, 2),
+        ("q3", "a", 6, 6),  # alone on its case: no pair, but counts for MARD and correlations
+    ]]
+    result = criterion_agreement(items)
+    # pairs: q1 a-b (+,+) agree; a-c (+,-) disagree; b-c (0,-) disagree; q2 a-b (-,+) disagree
+    assert result.n_pairs == 4 and result.pca == pytest.approx(1 / 4)
+    assert result.mard == pytest.approx((1 + 1 + 4 + 0 + 2 + 0) / 6)
+    assert result.n == 6 and result.pearson.statistic is not None
+    assert criterion_agreement(items[-1:]).pca is None
+    assert feedback_accuracy([True, False, True, True]) == 0.75 and feedback_accuracy([]) is None

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from benchmarks.metrics.bespoke import BespokeInput, bespoke_scores, gold_information_recall, likert_to_percent
-from benchmarks.metrics.lampqa import LampQAInput, lampqa_score, lampqa_scores
+from benchmarks.metrics.lampqa import LampQAInput, check_direct_level, lampqa_score, lampqa_scores, pairwise_outcome
 
 
 @pytest.mark.parametrize(("likert", "percent"), [(1, 20.0), (3, 60.0), (5, 100.0)])
@@ -58,8 +58,33 @@ def test_bespoke_ratings_must_be_integers_from_one_to_five() -> None:
 
 def test_gold_information_recall() -> None:
     assert gold_information_recall([True, True, False]) == pytest.approx(2 / 3)
-    with pytest.raises(ValueError, match="at least one"):
-        gold_information_recall([])
+    assert gold_information_recall([]) == 0.0  # BESPOKE's official code: an empty gold list scores 0
+
+
+def test_an_empty_gold_list_scores_zero_recall_and_is_marked() -> None:
+    ratings = {"need_alignment": 5, "content_depth": 5, "tone": 5, "explanation_style": 5}
+    result = bespoke_scores(BespokeInput.model_validate({"ratings": ratings, "gold_information": []}))
+    assert result.recall == 0.0 and result.empty_gold
+    assert result.average == pytest.approx(400 / 5)
+
+
+def test_lampqa_direct_levels() -> None:
+    assert check_direct_level(0.75) == 0.75
+    with pytest.raises(ValueError, match="one of 0.0, 0.25"):
+        check_direct_level(0.6)
+
+
+@pytest.mark.parametrize(("first", "swapped", "score", "flipped"), [
+    ("response_1", "response_2", 1.0, False),   # the candidate wins in both orders
+    ("response_2", "response_1", 0.0, False),   # the baseline wins in both orders
+    ("response_1", "response_1", 0.5, True),    # the judge always picks the first position
+    ("response_2", "response_2", 0.5, True),    # ... or always the second
+    ("tie", "tie", 0.5, False),
+    ("tie", "response_2", 0.75, True),
+])
+def test_pairwise_outcome_in_both_orders(first, swapped, score, flipped) -> None:
+    outcome = pairwise_outcome(first, swapped)
+    assert outcome.score == score and outcome.flipped is flipped
 
 
 def test_lampqa_score_normalises_by_two_and_averages() -> None:

@@ -22,6 +22,13 @@ EXPECTED = {
     "pqr": ("overall", (6.4 + 6.75 + (20 / 3 + 7.5) / 2) / 3),
     "bespoke": ("average", (60 + 60 + 80 + 60 + 50) / 5),
     "lampqa": ("score", (1 + 0.5 + 0.5 + 0 + 1 + 1 + 0) / 7),
+    # candidate outcomes per order: (1, 1), (1, 0) flip, (0.5, 1) flip, (0, 0)
+    "lampqa_pairwise": ("win_rate", (1 + 0.5 + 0.75 + 0) / 4),
+    # 3/10 precision, full recall: 2*0.3/1.3; comma parts (0 + 1)/2; psychology counseling vs
+    # psychology counseling certification: P 1, R 2/3 -> 0.8; refusal 1; no refusal 0
+    "locomo": ("f1", (0.6 / 1.3 + 0.5 + 0.8 + 1 + 0) / 5),
+    # only the first item has no error
+    "prefeval": ("accuracy", 0.2),
     "aepd": ("p_score", 0.0),
     "ranking": ("n_queries", 2),
     "judge_agreement": ("pca", 0.6),

@@ -108,9 +108,46 @@ def test_missing_and_unknown_dimensions_are_errors() -> None:
         PQRInput.model_validate(payload)
     payload = _judged()
     payload["quality"]["GOAL"] = _dimension(0.0, (1.0, 5))
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(ValidationError, match="unknown GOAL") as caught:
         PQRInput.model_validate(payload)
-    assert caught.value.errors()[0]["loc"][:2] == ("quality", "GOAL")
+    assert caught.value.errors()[0]["loc"][0] == "quality"
+
+
+def test_shipped_quality_criteria_keep_their_own_dimensions() -> None:
+    payload = _judged(quality={"insight": _dimension(0.6, (1.0, 5)), "readability": _dimension(0.4, (0.5, 10), (0.5, 6))},
+                      quality_source="shipped")
+    result = pqr_scores(PQRInput.model_validate(payload))
+    assert result.quality.dimensions == {"insight": 5.0, "readability": 8.0}
+    assert result.quality.score == pytest.approx(0.6 * 5 + 0.4 * 8)
+
+
+def test_skipped_criteria_give_the_weighted_mean_of_the_scored_ones_and_lower_coverage() -> None:
+    payload = _judged()
+    # GOAL: criteria (0.5, 8) and (0.5, skipped) -> S_GOAL = 8, coverage 0.5
+    payload["personalization"]["GOAL"] = {"weight": 0.4, "criteria": [{"weight": 0.5, "score": 8},
+                                                                       {"weight": 0.5, "score": None}]}
+    # ACTI: its only criterion skipped -> no S_ACTI; P is the weighted mean over GOAL, CONT, PRES
+    payload["personalization"]["ACTI"] = {"weight": 0.1, "criteria": [{"weight": 1.0, "score": None}]}
+    result = pqr_scores(PQRInput.model_validate(payload))
+    p = result.personalization
+    assert p.dimensions == {"GOAL": 8.0, "CONT": 5.0, "PRES": 7.0, "ACTI": None}
+    assert p.score == pytest.approx((0.4 * 8 + 0.3 * 5 + 0.2 * 7) / 0.9)
+    assert p.coverage == pytest.approx(0.4 * 0.5 + 0.3 + 0.2)
+    assert p.skipped_criteria == 2
+    # with nothing skipped the same code is exactly Eq. 1
+    full = pqr_scores(PQRInput.model_validate(_judged()))
+    assert full.personalization.score == pytest.approx(6.7) and full.personalization.coverage == pytest.approx(1.0)
+
+
+def test_exact_duplicate_triplets_count_once_but_the_same_claim_with_two_sources_counts_twice() -> None:
+    claims = [ClaimCheck(claim="Oslo is in Norway.", source="[1]", supported=True),
+              ClaimCheck(claim="Oslo  is in Norway.", source="[1] ", supported=True),  # same after whitespace
+              ClaimCheck(claim="Oslo is in Norway.", source="[2]", supported=False),
+              ClaimCheck(claim="Bergen is rainy.")]
+    reliability = reliability_from_claims(claims)
+    assert (reliability.n_total, reliability.n_cited, reliability.n_supported, reliability.n_duplicates) == (3, 2, 1, 1)
+    assert reliability.factual_accuracy == pytest.approx(5.0)  # 1 of 2 cited triplets supported
+    assert reliability.citation_coverage == pytest.approx(20 / 3)  # 2 of 3 triplets cited
 
 
 @pytest.mark.parametrize("score", [-0.5, 10.5])
@@ -119,21 +156,24 @@ def test_scores_outside_zero_to_ten_are_rejected(score: float) -> None:
         DimensionJudgement.model_validate(_dimension(1.0, (1.0, score)))
 
 
-def test_no_claims_leaves_fa_cc_r_and_overall_undefined() -> None:
-    result = pqr_scores(PQRInput.model_validate(_judged([])))
-    assert result.reliability.n_total == 0
-    assert result.reliability.factual_accuracy is None
-    assert result.reliability.citation_coverage is None
-    assert result.reliability.score is None
-    assert result.overall is None
+def test_a_report_with_no_claims_scores_zero_r_by_default_and_undefined_when_excluded() -> None:
+    zero = pqr_scores(PQRInput.model_validate(_judged([])))
+    assert zero.reliability.n_total == 0 and zero.reliability.no_cited_claims
+    assert (zero.reliability.factual_accuracy, zero.reliability.citation_coverage, zero.reliability.score) == (0, 0, 0)
+    assert zero.overall == pytest.approx((6.7 + 6.5 + 0) / 3)
+    excluded = pqr_scores(PQRInput.model_validate(_judged([], no_citation="exclude")))
+    assert excluded.reliability.factual_accuracy is None and excluded.reliability.citation_coverage is None
+    assert excluded.reliability.score is None and excluded.overall is None
 
 
-def test_no_cited_claims_gives_zero_coverage_and_undefined_accuracy() -> None:
-    reliability = reliability_from_claims([ClaimCheck(claim="x"), ClaimCheck(claim="y", source="  ")])
+def test_no_cited_claims_gives_zero_coverage_and_fa_zero_unless_excluded() -> None:
+    uncited = [ClaimCheck(claim="x"), ClaimCheck(claim="y", source="  ")]
+    reliability = reliability_from_claims(uncited)
     assert (reliability.n_total, reliability.n_cited) == (2, 0)
-    assert reliability.citation_coverage == 0.0
-    assert reliability.factual_accuracy is None
-    assert reliability.score is None
+    assert reliability.no_cited_claims
+    assert (reliability.citation_coverage, reliability.factual_accuracy, reliability.score) == (0.0, 0.0, 0.0)
+    excluded = reliability_from_claims(uncited, no_citation="exclude")
+    assert excluded.citation_coverage == 0.0 and excluded.factual_accuracy is None and excluded.score is None
 
 
 def test_fully_supported_and_cited_report_scores_ten() -> None:
@@ -152,15 +192,30 @@ def test_inconsistent_claim_counts_raise(counts: tuple[int, int, int]) -> None:
         factual_reliability(*counts)
 
 
-def test_aggregate_averages_each_column_over_cases_where_it_is_defined() -> None:
+def test_aggregate_averages_each_column_and_pools_triplets_the_fact_way() -> None:
+    # report 1: 2 triplets, 1 cited and supported: FA 10, CC 5
     cited = pqr_scores(PQRInput.model_validate(_judged([{"source": "u", "supported": True}, {"claim": "z"}])))
+    # report 2: 1 uncited triplet: FA 0 (no citation), CC 0
     uncited = pqr_scores(PQRInput.model_validate(_judged([{"claim": "z"}])))
-    summary = aggregate_pqr([cited, uncited])
-    assert summary.n_cases == 2
-    assert summary.factual_accuracy == pytest.approx(10.0)  # only the case with a citation
-    assert summary.citation_coverage == pytest.approx((5.0 + 0.0) / 2)
-    assert summary.reliability == pytest.approx((10.0 + 2.5) / 2)
+    # report 3: 4 cited triplets, 1 supported, 1 unsupported, 2 unknown: FA 2.5, CC 10
+    mixed = pqr_scores(PQRInput.model_validate(_judged([
+        {"claim": "a", "source": "s", "supported": True}, {"claim": "b", "source": "s", "supported": False},
+        {"claim": "c", "source": "s", "supported": None}, {"claim": "d", "source": "s"}])))
+    summary = aggregate_pqr([cited, uncited, mixed])
+    assert summary.n_cases == 3 and summary.no_cited_claims == 1
+    assert summary.factual_accuracy == pytest.approx((10 + 0 + 2.5) / 3)  # the uncited report is not dropped
+    assert summary.citation_coverage == pytest.approx((5 + 0 + 10) / 3)
+    assert summary.reliability == pytest.approx(((12.5 / 3) + 5) / 2)
+    # pooled: 2 supported of 5 cited triplets; 5 cited of 7 triplets
+    assert summary.pooled_factual_accuracy == pytest.approx(4.0)
+    assert summary.pooled_citation_coverage == pytest.approx(50 / 7)
     assert summary.dimensions["GOAL"] == pytest.approx(7.0)
-    assert summary.overall == pytest.approx((6.7 + 6.5 + 6.25) / 3)
+    assert summary.overall == pytest.approx((6.7 + 6.5 + summary.reliability) / 3)
+
+    excluded = [pqr_scores(PQRInput.model_validate(_judged(c, no_citation="exclude")))
+                for c in ([{"source": "u", "supported": True}, {"claim": "z"}], [{"claim": "z"}])]
+    summary = aggregate_pqr(excluded)
+    assert summary.factual_accuracy == pytest.approx(10.0)  # only the report with a citation
+    assert summary.no_cited_claims == 1
     with pytest.raises(ValueError):
         aggregate_pqr([])

@@ -48,7 +48,7 @@ def test_good_recipe_parses_into_typed_settings(tmp_path):
     assert recipe.systems[1].memory == {"backend": "full", "budget_tokens": 500}
     assert recipe.systems[0].memory == {"backend": "none", "budget_tokens": 2000}  # defaults resolved
     assert recipe.systems[1].models["system"].api_base == "http://127.0.0.1:9/v1"
-    assert recipe.judges == [{"name": "lampqa_aspects", "details": "information_need"}]
+    assert recipe.judges == [{"name": "lampqa_aspects", "label": None, "repeats": 1, "details": "information_need"}]
 
 
 def test_quickstart_recipe_is_valid():
@@ -68,7 +68,7 @@ def test_typo_in_backend_names_key_line_and_valid_names(tmp_path):
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ('name = "lampqa_aspects"', 'name = "lampqa"', "judges[0].name: unknown judge 'lampqa'; valid: lampqa_aspects"),
+        ('name = "lampqa_aspects"', 'name = "lampqa"', "judges[0].name: unknown judge 'lampqa'; valid: aepd, bespoke, lampqa_aspects, lampqa_direct, lampqa_pairwise, locomo, pqr, prefeval"),
         ('pipeline = "direct"', 'pipeline = "drect"', "systems[1].pipeline: must be one of: 'direct'"),
         ("budget_tokens = 500", 'budget_tokens = "lots"', "systems[1].memory.budget_tokens: Input should be a valid integer"),
         ("limit = 2", "limit = -1", "benchmark.limit: Input should be greater than 0"),

@@ -51,7 +51,7 @@ def test_a_run_writes_every_output(tmp_path, cache_dir):
 
     ledger = lines(folder.ledger)
     # 6 answers + 3 cases x 2 systems x 2 aspects judged
-    assert len(ledger) == 6 + 12 and {e["role"] for e in ledger} == {"system", "judge"}
+    assert len(ledger) == 6 + 12 and {e["role"] for e in ledger} == {"system", "lampqa_judge"}
     assert all(e["case_id"] and e["system"] and e["node"] in ("answer", "run_judge") for e in ledger)
 
     config = json.loads(folder.config.read_text())

@@ -1,15 +1,31 @@
-"""The judge interface and registry. A judge sees the full case (gold included) and a response."""
+"""The judge interface, the judge registry and what every judge shares.
+
+A judge sees the full case (gold included) and one response. `Judge.judge` is the one entry point:
+it runs the judge's `judge_once` `repeats` times (each repeat with its own seed, so a sampling model
+gives a per-case variance), and turns a model whose output stays malformed after repair, or an
+output that cannot be scored, into a failed judgment with its reason — never into a zero.
+
+Each judge also declares what a case must carry for it to apply (`requirements`), so a run can
+refuse a judge/benchmark misfit before any episode (`check_judge_fit`).
+"""
 
 from __future__ import annotations
 
+import copy
+import math
+import statistics
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Any, Awaitable, Callable, ClassVar, NamedTuple, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.gateway import Gateway
+from agents.gateway import Gateway, ModelCallError
+from agents.judges.store import ArtifactStore
 from agents.response import SystemResponse
 from benchmarks.case import Case
+from benchmarks.errors import ConfigError
 from benchmarks.named_registry import NamedRegistry
 
 
@@ -17,37 +33,282 @@ class JudgeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
+    label: str | None = Field(
+        default=None, description="The key of this judge's scores in results (default: its name); lets one "
+        "recipe use the same judge twice, e.g. with two models."
+    )
+    repeats: int = Field(default=1, ge=1, le=20, description="Judge each response n times: mean and per-case std.")
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
 
 
 class JudgeResult(BaseModel):
-    judge: str
+    judge: str = Field(description="The judge's key (its label, or its name).")
     score: float | None = Field(default=None, description="The judge's headline score on its own scale.")
     scale: str = Field(default="0-1", description="The range of `score`, e.g. 0-1 or 0-100.")
+    criteria: dict[str, float | None] = Field(
+        default_factory=dict, description="Per-criterion scores on the judge's own scale (what meta-eval compares)."
+    )
     details: dict[str, Any] = Field(default_factory=dict)
+    flags: list[str] = Field(
+        default_factory=list, description="Conditions a summary counts (no_cited_claims, order_flip, empty_gold, ...)."
+    )
+    repeats: int = Field(default=1, description="Repeats that succeeded (a failed one is in details).")
+    std: float | None = Field(default=None, description="Sample standard deviation of the score over repeats.")
     error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+class JudgeFailed(Exception):
+    """This judgment cannot be made (the model's output could not be scored); the reason is recorded."""
+
+
+class PageSource(Protocol):
+    """What a judge needs from the run's web: fetch a URL (through its cache), get a page's text."""
+
+    async def fetch(self, url: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class JudgeEnv:
+    """What a judge may use besides the case and the response."""
+
+    gateway: Gateway
+    web: Callable[[], PageSource] | None = None  # the run's web (search + fetch + cache), started on first use
+    store: ArtifactStore | None = None  # artifacts generated once and reused (PQR criteria, BESPOKE rubrics)
+
+    def model_identity(self, role: str) -> dict[str, Any]:
+        """What identifies the model behind `role` in a stored artifact's key (no secrets)."""
+        settings = self.gateway.settings(role)
+        return settings.model_dump(mode="json", include={"model", "api_base", "temperature", "seed", "max_tokens", "extra"})
+
+    async def generated_once(self, kind: str, identity: dict[str, Any], create: Callable[[], Awaitable[dict[str, Any]]],
+                             reuse: bool = True) -> tuple[dict[str, Any], str | None]:
+        """An artifact from the store (made by `create` the first time), with its key; made afresh,
+        with no key, when reuse is off or there is no store."""
+        if not reuse or self.store is None:
+            return await create(), None
+        artifact, key, _ = await self.store.get_or_create(kind, identity, create)
+        return artifact, key
+
+    def for_repeat(self, index: int, roles: Sequence[str]) -> JudgeEnv:
+        """The same environment with the seeds of `roles` moved by `index`: a new sample per repeat
+        (and a new cache key), identical to this one for the first repeat."""
+        if index == 0:
+            return self
+        gateway = copy.copy(self.gateway)
+        gateway.roles = dict(self.gateway.roles)
+        for role in roles:
+            settings = self.gateway.settings(role)
+            gateway.roles[role] = settings.model_copy(update={"seed": (settings.seed or 0) + index})
+        return replace(self, gateway=gateway)
+
+
+class Requirement(NamedTuple):
+    """Something a case must carry for a judge to apply, e.g. ("rubric aspects (gold.rubric_aspects)", check)."""
+
+    what: str
+    present: Callable[[Case], bool]
 
 
 class Judge(ABC):
     name: ClassVar[str]
     config_model: ClassVar[type[JudgeConfig]]
-    role: ClassVar[str] = "judge"
+    roles: ClassVar[tuple[str, ...]] = ("judge",)  # model roles it calls; the first is its main role
+    scale: ClassVar[str] = "0-1"
+    comparative: ClassVar[bool] = False  # judges a response against another system's (see ComparativeJudge)
+    preparation: ClassVar[str] = "preparation"  # what `prepare` does, for failure messages
 
     def __init__(self, config: JudgeConfig) -> None:
         self.config = config
 
+    @property
+    def key(self) -> str:
+        return self.config.key
+
+    @property
+    def role(self) -> str:
+        return self.roles[0]
+
+    def requirements(self) -> list[Requirement]:
+        """What a case must carry for this judge (under this config) to apply."""
+        return []
+
+    def missing(self, case: Case) -> list[str]:
+        return [r.what for r in self.requirements() if not r.present(case)]
+
+    def recipe_problems(self, systems: Sequence[str]) -> list[str]:
+        """Problems with this judge's settings given the recipe's systems (e.g. a name it refers to)."""
+        return []
+
+    async def prepare(self, case: Case, env: JudgeEnv) -> Any:
+        """What every repeat and every system judged on this case share, made once (PQR's criteria, a
+        BESPOKE rubric). Nothing by default."""
+        return None
+
     @abstractmethod
-    async def judge(self, case: Case, response: SystemResponse, gateway: Gateway) -> JudgeResult:
-        """Score `response` for `case`. A case the judge cannot score returns a result with `error`."""
+    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
+        """One judgment. Raise JudgeFailed (or let ModelCallError through) when it cannot be made."""
+
+    async def judge(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
+        """`repeats` judgments, aggregated; failures become a failed result with the reason."""
+        prepared = await self.prepare_or_fail(case, env)
+        if isinstance(prepared, JudgeResult):
+            return prepared
+        return await self.repeated(lambda repeat_env: self.judge_once(case, response, repeat_env, prepared), env)
+
+    async def prepare_or_fail(self, case: Case, env: JudgeEnv) -> Any:
+        """`prepare`'s result, or a failed JudgeResult when the case lacks what the judge needs or
+        the preparation failed."""
+        missing = self.missing(case)
+        if missing:
+            return self.failure(f"case {case.id} lacks {', '.join(missing)}")
+        try:
+            return await self.prepare(case, env)
+        except (ModelCallError, JudgeFailed) as exc:
+            return self.failure(f"{self.preparation} failed: {exc}")
+
+    def aggregate(self, results: list[JudgeResult]) -> dict[str, Any]:
+        """System-level figures beyond the headline's mean, from this judge's judgments of one system:
+        each criterion's mean over the responses where it is defined."""
+        names = list(dict.fromkeys(name for r in results for name in r.criteria))
+        return {"criteria": {name: _mean([r.criteria.get(name) for r in results]) for name in names}}
+
+    async def repeated(self, once: Callable[[JudgeEnv], Awaitable[JudgeResult]], env: JudgeEnv) -> JudgeResult:
+        results: list[JudgeResult] = []
+        errors: list[str] = []
+        for index in range(self.config.repeats):
+            try:
+                results.append(await once(env.for_repeat(index, self.roles)))
+            except (ModelCallError, JudgeFailed) as exc:
+                errors.append(str(exc))
+        return combine_repeats(self.key, self.scale, results, errors)
+
+    def failure(self, reason: str) -> JudgeResult:
+        return JudgeResult(judge=self.key, scale=self.scale, error=reason)
+
+    def result(self, score: float | None, *, criteria: dict[str, float | None] | None = None,
+               details: dict[str, Any] | None = None, flags: Sequence[str] = ()) -> JudgeResult:
+        return JudgeResult(judge=self.key, score=score, scale=self.scale, criteria=criteria or {},
+                           details=details or {}, flags=sorted(set(flags)))
 
 
-JUDGES: NamedRegistry[type[Judge]] = NamedRegistry("judge", modules=("agents.judges.lampqa",))
+class ComparativeJudge(Judge):
+    """A judge of one system's response against another system's response to the same case (LaMP-QA
+    pairwise). A run judges these after every episode, when both responses exist."""
+
+    comparative = True
+
+    @property
+    @abstractmethod
+    def baseline(self) -> str:
+        """The system every other system is compared with."""
+
+    @abstractmethod
+    async def judge_pair_once(self, case: Case, response: SystemResponse, other: SystemResponse,
+                              env: JudgeEnv) -> JudgeResult: ...
+
+    async def judge_pair(self, case: Case, response: SystemResponse, other: SystemResponse,
+                         env: JudgeEnv) -> JudgeResult:
+        prepared = await self.prepare_or_fail(case, env)
+        if isinstance(prepared, JudgeResult):
+            return prepared
+        return await self.repeated(lambda repeat_env: self.judge_pair_once(case, response, other, repeat_env), env)
+
+    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
+        raise JudgeFailed(f"{self.name} compares two systems' responses; it runs after the episodes")
+
+    def recipe_problems(self, systems: Sequence[str]) -> list[str]:
+        if self.baseline not in systems:
+            return [f"judge {self.key!r}: baseline system {self.baseline!r} is not in the recipe "
+                    f"(systems: {', '.join(systems)})"]
+        return []
+
+
+def combine_repeats(key: str, scale: str, results: list[JudgeResult], errors: list[str]) -> JudgeResult:
+    """One result from repeated judgments: the mean score and per-criterion means over the repeats,
+    their standard deviation, every repeat's details; failed when no repeat succeeded."""
+    if not results:
+        return JudgeResult(judge=key, scale=scale, error="; ".join(dict.fromkeys(errors)) or "no judgment")
+    if len(results) == 1 and not errors:
+        return results[0]
+    scores = [r.score for r in results if r.score is not None]
+    names = list(dict.fromkeys(name for r in results for name in r.criteria))
+    return JudgeResult(
+        judge=key,
+        score=math.fsum(scores) / len(scores) if scores else None,
+        scale=scale,
+        criteria={name: _mean([r.criteria.get(name) for r in results]) for name in names},
+        details={"repeats": [r.details for r in results], "repeat_scores": [r.score for r in results],
+                 "failed_repeats": errors},
+        flags=sorted({flag for r in results for flag in r.flags} | ({"failed_repeat"} if errors else set())),
+        repeats=len(results),
+        std=statistics.stdev(scores) if len(scores) > 1 else None,
+    )
+
+
+def _mean(values: list[float | None]) -> float | None:
+    defined = [v for v in values if v is not None]
+    return math.fsum(defined) / len(defined) if defined else None
+
+
+def each_details(results: Sequence[JudgeResult]) -> list[dict[str, Any]]:
+    """The details of every judgment, one per repeat (a repeated judgment nests them)."""
+    return [d for r in results for d in (r.details.get("repeats") or [r.details])]
+
+
+def has(what: str, present: Callable[[Case], Any]) -> Requirement:
+    return Requirement(what, lambda case: bool(present(case)))
+
+
+# --------------------------------------------------------------------------- registry
+
+JUDGES: NamedRegistry[type[Judge]] = NamedRegistry(
+    "judge",
+    modules=(
+        "agents.judges.lampqa",
+        "agents.judges.pqr",
+        "agents.judges.bespoke",
+        "agents.judges.aepd",
+        "agents.judges.locomo",
+        "agents.judges.prefeval",
+    ),
+)
 
 
 def register_judge(cls: type[Judge]) -> type[Judge]:
-    return JUDGES.register(cls.name, cls)
+    JUDGES.register(cls.name, cls)
+    return cls
 
 
 def create_judge(config: JudgeConfig | dict[str, Any]) -> Judge:
     if isinstance(config, dict):
         config = JUDGES.get(str(config.get("name"))).config_model.model_validate(config)
     return JUDGES.get(config.name)(config)
+
+
+def check_judge_fit(judges: Sequence[Judge], cases: Sequence[Case], benchmark: str,
+                    systems: Sequence[str] = ()) -> None:
+    """Refuse, before any episode, judges the benchmark's cases cannot feed, naming judge and benchmark."""
+    problems: list[str] = []
+    keys = [j.key for j in judges]
+    for key in sorted({k for k in keys if keys.count(k) > 1}):
+        problems.append(f"judge {key!r} appears twice; give one of them a `label`")
+    for judge in judges:
+        problems += judge.recipe_problems(systems) if systems else []
+        lacking: Counter[str] = Counter()
+        example: dict[str, str] = {}
+        for case in cases:
+            for what in judge.missing(case):
+                lacking[what] += 1
+                example.setdefault(what, case.id)
+        for what, count in lacking.items():
+            problems.append(f"judge {judge.key!r} does not fit benchmark {benchmark!r}: {count} of {len(cases)} "
+                            f"cases lack {what} (e.g. {example[what]})")
+    if problems:
+        raise ConfigError("\n  ".join(["judges do not fit this run:", *problems]))

@@ -121,3 +121,54 @@ class CorrelationResult(MetricResult):
 
 def correlations(paired: CorrelationInput) -> CorrelationResult:
     return CorrelationResult(n=len(paired.x), pearson=pearson(paired.x, paired.y), spearman=spearman(paired.x, paired.y))
+
+
+# --------------------------------------------------------------------------- meta-evaluation of a run
+
+
+class LabelledScore(MetricInput):
+    """One response's score on one criterion from the judge under test (`model`) and the labels (`human`)."""
+
+    case_id: str
+    system: str
+    model: FiniteFloat
+    human: FiniteFloat
+
+
+class CriterionAgreement(MetricResult):
+    n: int = Field(description="Responses scored by both.")
+    n_pairs: int = Field(description="(case, response A, response B) pairs behind PCA.")
+    pca: float | None = Field(description="PCA over every pair of responses to the same case; None without pairs.")
+    mard: float | None = Field(description="Mean |model - human| over the responses.")
+    pearson: Correlation
+    spearman: Correlation
+
+
+def criterion_agreement(items: Sequence[LabelledScore]) -> CriterionAgreement:
+    """PCA, MARD, Pearson and Spearman for one criterion. PCA compares every two responses to the same
+    case (PDR-Bench's A and B; with more than two systems, each pair of them); with two responses per
+    case MARD equals Appendix C's formula, and in general it is the mean deviation over responses."""
+    by_case: dict[str, list[LabelledScore]] = {}
+    for item in items:
+        by_case.setdefault(item.case_id, []).append(item)
+    pairs = [
+        PairwiseJudgement(query_id=case, model_a=a.model, model_b=b.model, human_a=a.human, human_b=b.human)
+        for case, scored in by_case.items()
+        for i, a in enumerate(scored)
+        for b in scored[i + 1 :]
+    ]
+    model = [i.model for i in items]
+    human = [i.human for i in items]
+    return CriterionAgreement(
+        n=len(items),
+        n_pairs=len(pairs),
+        pca=pairwise_comparison_agreement(pairs) if pairs else None,
+        mard=math.fsum(abs(m - h) for m, h in zip(model, human)) / len(items) if items else None,
+        pearson=pearson(model, human),
+        spearman=spearman(model, human),
+    )
+
+
+def feedback_accuracy(equivalent: Sequence[bool]) -> float | None:
+    """BESPOKE's feedback alignment: the share of generated feedbacks judged equivalent to the human's."""
+    return sum(equivalent) / len(equivalent) if equivalent else None

@@ -6,6 +6,9 @@ so 1 -> 20 and 5 -> 100 (not a min-max rescaling). Gold-information recall is |I
 share of gold atomic claims judged present in the response without contradiction (Sec. 3.4), shown
 in the paper's Table 4 as a percentage. The table's "Avg." is the mean of the four scaled criteria and
 recall in percent (e.g. pplx-sonar: (45.20 + 47.47 + 80.53 + 56.53 + 9.87) / 5 = 47.92).
+
+A query whose gold information list is empty scores recall 0.0, following BESPOKE's official code
+(the paper itself is silent); `empty_gold` marks such a result so a summary can count them. `gold_information = null` means recall was not judged at all.
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ def likert_to_percent(score: int) -> float:
 
 
 def gold_information_recall(present: Sequence[bool]) -> float:
-    """Share of gold information items judged present in the response."""
+    """Share of gold information items judged present in the response; 0.0 for an empty gold list."""
     if not present:
-        raise ValueError("gold-information recall needs at least one gold information item")
+        return 0.0
     return sum(1 for item in present if item) / len(present)
 
 
@@ -52,8 +55,10 @@ class GoldInformationCheck(MetricInput):
 
 class BespokeInput(MetricInput):
     ratings: BespokeRatings = Field(description="The judge's 1-5 rating per criterion.")
-    gold_information: list[GoldInformationCheck] = Field(
-        default_factory=list, description="Judged gold information items; empty when recall was not judged."
+    gold_information: list[GoldInformationCheck] | None = Field(
+        default=None,
+        description="Judged gold information items; null when recall was not judged, [] for an empty gold list "
+        "(recall 0.0).",
     )
 
 
@@ -61,12 +66,16 @@ class BespokeResult(MetricResult):
     criteria: dict[str, float] = Field(description="Each criterion on the 0-100 scale.")
     personalization: float = Field(description="Mean of the four scaled criteria.")
     recall: float | None = Field(description="Gold-information recall in [0, 1]; None when not judged.")
+    empty_gold: bool = Field(default=False, description="The gold information list was empty (recall 0.0).")
     average: float | None = Field(description="Mean of the four scaled criteria and 100 x recall (Table 4 'Avg.').")
 
 
 def bespoke_scores(judged: BespokeInput) -> BespokeResult:
     criteria = {name: likert_to_percent(getattr(judged.ratings, name)) for name in BESPOKE_CRITERIA}
     personalization = math.fsum(criteria.values()) / len(criteria)
-    recall = gold_information_recall([item.present for item in judged.gold_information]) if judged.gold_information else None
+    gold = judged.gold_information
+    recall = gold_information_recall([item.present for item in gold]) if gold is not None else None
     average = (math.fsum(criteria.values()) + 100 * recall) / (len(criteria) + 1) if recall is not None else None
-    return BespokeResult(criteria=criteria, personalization=personalization, recall=recall, average=average)
+    return BespokeResult(
+        criteria=criteria, personalization=personalization, recall=recall, empty_gold=gold == [], average=average
+    )

@@ -1,25 +1,31 @@
 """PDR-Bench PQR scores: Personalization (P), content Quality (Q), factual Reliability (R), overall.
 
 P and Q are two-level weighted averages (PDR-Bench Eq. 1 and 2):
-    S = sum_d w_d * sum_{c in C_d} w_c * s_c,   s_c in [0, 10],
+    S = sum_d w_d * S_d,   S_d = sum_{c in C_d} w_c * s_c,   s_c in [0, 10],
 with dimension weights w_d summing to 1 and, within each dimension, sub-criterion weights w_c summing
-to 1. P uses the dimensions GOAL, CONT, PRES, ACTI; Q uses DEIN, LOGC, CLAR. Weights are used as
-given (no renormalisation); a weight vector off 1 by more than `WEIGHT_SUM_TOLERANCE` is an error.
+to 1. P uses the dimensions GOAL, CONT, PRES, ACTI; Q uses DEIN, LOGC, CLAR, or the dimensions of a
+task's shipped criteria (DeepResearch Bench) when the case has them. A weight vector off 1 by more
+than `WEIGHT_SUM_TOLERANCE` is an error (LLM-generated weights are normalised before they get here).
 
-R comes from the deduplicated claim triplets (claim, source): N_total triplets, N_cited of them with
-a source, v_i = 1 when a cited claim is supported by its source (Eq. 4 and 5):
+Skipped criteria (the judge gave no usable score): a dimension's score is the criterion-weighted mean
+over the criteria that were scored, sum w_c s_c / sum w_c, and an axis's score the dimension-weighted
+mean over the dimensions that have a score. With nothing skipped this is exactly Eq. 1; what was
+skipped lowers `coverage` (the share of the axis's weight that was scored), which is reported.
+
+R comes from the deduplicated claim triplets (claim, source): exact duplicate (claim, source) pairs
+count once; N_total unique triplets, N_cited of them with a source, v_i = 1 when a cited claim is
+supported by its source, 0 when unsupported or unknown (Eq. 4 and 5):
     FA = 10 * sum v_i / N_cited,   CC = 10 * N_cited / N_total,   S_R = (FA + CC) / 2.
 A claim citing two sources is two triplets (the paper's extraction prompt, Appendix I.3).
 The overall score is (S_P + S_Q + S_R) / 3 (Eq. 6).
 
-Edge cases the paper leaves open, resolved here:
-- no cited claims: FA is 0/0, so it is undefined (None) rather than 0. CC is then 0. The paper's
-  Table 1 supports this reading: GPT-4.1 w/Search has CC 0.10 (almost nothing cited) yet FA 6.75,
-  which cannot happen if its uncited reports counted as FA = 0.
-- no claims at all: FA and CC are both undefined (None).
-- S_R needs both FA and CC, and the per-case overall needs S_R; otherwise they are None.
-`aggregate_pqr` averages cases the way the paper's tables do: each column is the mean over the cases
-where it is defined, and R and overall are recomputed from the column means.
+A report with no cited claim (FA = 0/0) is never dropped silently: under `no_citation = "zero"`
+(the default) its FA is 0 (and CC is 0 when it has no claim at all), so its R is low rather than
+missing; under `"exclude"` FA (and then R and overall) are undefined (None) and such reports are
+left out of the FA mean. Either way `no_cited_claims` marks the report and `aggregate_pqr` counts
+them. `aggregate_pqr` averages reports the way the paper's tables do (each column over the reports
+where it is defined, R and overall recomputed from the column means) and adds the pooled FA and CC
+over all triplets of all reports (DeepResearch Bench's FACT convention).
 """
 
 from __future__ import annotations
@@ -28,33 +34,35 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from benchmarks.metrics.models import MetricInput, MetricResult
 from benchmarks.metrics.weights import check_weights_sum_to_one
 
 PersonalizationDimension = Literal["GOAL", "CONT", "PRES", "ACTI"]
-QualityDimension = Literal["DEIN", "LOGC", "CLAR"]
 PERSONALIZATION_DIMENSIONS: tuple[str, ...] = ("GOAL", "CONT", "PRES", "ACTI")
 QUALITY_DIMENSIONS: tuple[str, ...] = ("DEIN", "LOGC", "CLAR")
+NoCitation = Literal["zero", "exclude"]
 
 MAX_SCORE = 10.0
 
 
 class CriterionJudgement(MetricInput):
-    """One generated sub-criterion with its weight and the judge's score for the report."""
+    """One sub-criterion with its weight and the judge's score for the report (None: skipped)."""
 
     criterion: str = Field(default="", description="The sub-criterion text (informational).")
     weight: float = Field(ge=0, le=1, description="Weight w_c within its dimension; a dimension's weights sum to 1.")
-    score: float = Field(ge=0, le=MAX_SCORE, description="Judge score s_c in [0, 10].")
-    justification: str = Field(default="", description="The judge's justification (informational).")
+    score: float | None = Field(
+        ge=0, le=MAX_SCORE, description="Judge score s_c in [0, 10]; null when the judge gave none (skipped)."
+    )
+    justification: str = Field(default="", description="The judge's analysis (informational).")
 
 
 class DimensionJudgement(MetricInput):
     """One dimension (e.g. GOAL): its weight w_d and its scored sub-criteria."""
 
     weight: float = Field(ge=0, le=1, description="Dimension weight w_d; the axis's dimension weights sum to 1.")
-    criteria: list[CriterionJudgement] = Field(min_length=1, description="Scored sub-criteria C_d.")
+    criteria: list[CriterionJudgement] = Field(min_length=1, description="Sub-criteria C_d with their scores.")
 
     @model_validator(mode="after")
     def _criteria_weights_sum_to_one(self) -> DimensionJudgement:
@@ -64,9 +72,26 @@ class DimensionJudgement(MetricInput):
         return self
 
     @property
-    def score(self) -> float:
-        """S_d: the weighted average of the sub-criterion scores."""
-        return math.fsum(c.weight * c.score for c in self.criteria)
+    def coverage(self) -> float:
+        """The weight of the criteria that were scored (1 when none was skipped)."""
+        return math.fsum(c.weight for c in self.criteria if c.score is not None)
+
+    @property
+    def skipped(self) -> int:
+        return sum(c.score is None for c in self.criteria)
+
+    @property
+    def score(self) -> float | None:
+        """S_d: the criterion-weighted mean over the scored criteria; None when none was scored."""
+        return _weighted_mean([(c.weight, c.score) for c in self.criteria])
+
+
+def _weighted_mean(pairs: Sequence[tuple[float, float | None]]) -> float | None:
+    scored = [(w, s) for w, s in pairs if s is not None]
+    total = math.fsum(w for w, _ in scored)
+    if not scored or total <= 0:
+        return None
+    return math.fsum(w * s for w, s in scored) / total
 
 
 def _criterion_label(index: int, criterion: str, max_chars: int = 40) -> str:
@@ -80,18 +105,30 @@ def _criterion_label(index: int, criterion: str, max_chars: int = 40) -> str:
 class AxisScore(MetricResult):
     """A two-level weighted score (P or Q) with its per-dimension scores S_d."""
 
-    score: float = Field(description="S_P or S_Q in [0, 10].")
-    dimensions: dict[str, float] = Field(description="S_d per dimension code.")
+    score: float | None = Field(description="S_P or S_Q in [0, 10]; None when no criterion was scored.")
+    dimensions: dict[str, float | None] = Field(description="S_d per dimension code (None: all its criteria skipped).")
+    weights: dict[str, float] = Field(default_factory=dict, description="w_d per dimension code.")
+    coverage: float = Field(default=1.0, description="Share of the axis's weight that was scored (1 = nothing skipped).")
+    skipped_criteria: int = Field(default=0, description="Criteria the judge gave no score.")
 
 
 def weighted_axis_score(
-    dimensions: Mapping[str, DimensionJudgement], required: Sequence[str], axis: str
+    dimensions: Mapping[str, DimensionJudgement], required: Sequence[str] | None, axis: str
 ) -> AxisScore:
-    """S = sum_d w_d * S_d over exactly the `required` dimensions, after checking the dimension weights."""
-    _check_dimension_set(dimensions, required, axis)
-    per_dimension = {code: dimensions[code].score for code in required}
-    total = math.fsum(dimensions[code].weight * per_dimension[code] for code in required)
-    return AxisScore(score=total, dimensions=per_dimension)
+    """S = sum_d w_d * S_d over the dimensions (exactly `required` when given), skipped ones left out."""
+    if required is not None:
+        _check_dimension_set(dimensions, required, axis)
+    elif not dimensions:
+        raise ValueError(f"{axis} needs at least one dimension")
+    check_weights_sum_to_one({code: d.weight for code, d in dimensions.items()}, f"{axis} dimension weights")
+    per_dimension = {code: d.score for code, d in dimensions.items()}
+    return AxisScore(
+        score=_weighted_mean([(dimensions[code].weight, s) for code, s in per_dimension.items()]),
+        dimensions=per_dimension,
+        weights={code: d.weight for code, d in dimensions.items()},
+        coverage=math.fsum(d.weight * d.coverage for d in dimensions.values()),
+        skipped_criteria=sum(d.skipped for d in dimensions.values()),
+    )
 
 
 def personalization_score(dimensions: Mapping[str, DimensionJudgement]) -> AxisScore:
@@ -99,9 +136,9 @@ def personalization_score(dimensions: Mapping[str, DimensionJudgement]) -> AxisS
     return weighted_axis_score(dimensions, PERSONALIZATION_DIMENSIONS, "personalization")
 
 
-def quality_score(dimensions: Mapping[str, DimensionJudgement]) -> AxisScore:
-    """S_Q over DEIN, LOGC, CLAR (PDR-Bench Eq. 2)."""
-    return weighted_axis_score(dimensions, QUALITY_DIMENSIONS, "quality")
+def quality_score(dimensions: Mapping[str, DimensionJudgement], shipped: bool = False) -> AxisScore:
+    """S_Q over DEIN, LOGC, CLAR (PDR-Bench Eq. 2), or over a task's shipped criteria dimensions."""
+    return weighted_axis_score(dimensions, None if shipped else QUALITY_DIMENSIONS, "quality")
 
 
 def _check_dimension_set(dimensions: Mapping[str, DimensionJudgement], required: Sequence[str], axis: str) -> None:
@@ -118,9 +155,9 @@ def _check_dimension_set(dimensions: Mapping[str, DimensionJudgement], required:
 
 
 class ClaimCheck(MetricInput):
-    """One deduplicated (claim, source) triplet and its support verdict v_i."""
+    """One (claim, source) triplet and its support verdict v_i."""
 
-    claim: str = Field(default="", description="The factual claim (informational).")
+    claim: str = Field(default="", description="The factual claim.")
     source: str | None = Field(
         default=None, description="URL or reference index the claim cites; empty or null when uncited."
     )
@@ -134,6 +171,10 @@ class ClaimCheck(MetricInput):
     def cited(self) -> bool:
         return bool(self.source and self.source.strip())
 
+    def identity(self) -> tuple[str, str]:
+        """What makes two triplets the same: the claim (whitespace-normalised) and the source."""
+        return " ".join(self.claim.split()), (self.source or "").strip()
+
     @model_validator(mode="after")
     def _uncited_claims_are_not_supported(self) -> ClaimCheck:
         if self.supported and not self.cited:
@@ -141,43 +182,63 @@ class ClaimCheck(MetricInput):
         return self
 
 
+def dedupe_claims(claims: Sequence[ClaimCheck]) -> list[ClaimCheck]:
+    """Exact duplicate (claim, source) triplets count once; the first one is kept."""
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for claim in claims:
+        if claim.identity() not in seen:
+            seen.add(claim.identity())
+            unique.append(claim)
+    return unique
+
+
 class FactualReliability(MetricResult):
     n_total: int = Field(description="Unique claim triplets.")
     n_cited: int = Field(description="Triplets with a source.")
     n_supported: int = Field(description="Cited triplets supported by their source (sum of v_i).")
-    factual_accuracy: float | None = Field(description="FA in [0, 10]; None when no claim is cited.")
-    citation_coverage: float | None = Field(description="CC in [0, 10]; None when there are no claims.")
+    n_duplicates: int = Field(default=0, description="Exact duplicate triplets dropped before counting.")
+    no_cited_claims: bool = Field(default=False, description="The report cites no claim (FA is 0/0).")
+    factual_accuracy: float | None = Field(description="FA in [0, 10]; None when no claim is cited and excluded.")
+    citation_coverage: float | None = Field(description="CC in [0, 10]; None when there are no claims and excluded.")
     score: float | None = Field(description="S_R = (FA + CC) / 2; None when FA or CC is undefined.")
 
 
-def factual_reliability(n_total: int, n_cited: int, n_supported: int) -> FactualReliability:
-    """FA, CC and S_R from claim counts (PDR-Bench Eq. 5), with undefined ratios as None."""
+def factual_reliability(
+    n_total: int, n_cited: int, n_supported: int, no_citation: NoCitation = "zero", n_duplicates: int = 0
+) -> FactualReliability:
+    """FA, CC and S_R from claim counts (PDR-Bench Eq. 5); 0/0 follows `no_citation`."""
     if not 0 <= n_supported <= n_cited <= n_total:
         raise ValueError(
             f"claim counts must satisfy 0 <= supported <= cited <= total, got "
             f"supported={n_supported}, cited={n_cited}, total={n_total}"
         )
-    fa = MAX_SCORE * n_supported / n_cited if n_cited else None
-    cc = MAX_SCORE * n_cited / n_total if n_total else None
-    score = (fa + cc) / 2 if fa is not None and cc is not None else None
+    undefined = 0.0 if no_citation == "zero" else None
+    fa = MAX_SCORE * n_supported / n_cited if n_cited else undefined
+    cc = MAX_SCORE * n_cited / n_total if n_total else undefined
     return FactualReliability(
         n_total=n_total,
         n_cited=n_cited,
         n_supported=n_supported,
+        n_duplicates=n_duplicates,
+        no_cited_claims=n_cited == 0,
         factual_accuracy=fa,
         citation_coverage=cc,
-        score=score,
+        score=(fa + cc) / 2 if fa is not None and cc is not None else None,
     )
 
 
-def reliability_from_claims(claims: Sequence[ClaimCheck]) -> FactualReliability:
-    cited = [c for c in claims if c.cited]
-    return factual_reliability(len(claims), len(cited), sum(1 for c in cited if c.supported))
+def reliability_from_claims(claims: Sequence[ClaimCheck], no_citation: NoCitation = "zero") -> FactualReliability:
+    unique = dedupe_claims(claims)
+    cited = [c for c in unique if c.cited]
+    return factual_reliability(
+        len(unique), len(cited), sum(1 for c in cited if c.supported), no_citation, n_duplicates=len(claims) - len(unique)
+    )
 
 
-def overall_score(personalization: float, quality: float, reliability: float | None) -> float | None:
-    """S_overall = (S_P + S_Q + S_R) / 3 (PDR-Bench Eq. 6); None when S_R is undefined."""
-    if reliability is None:
+def overall_score(personalization: float | None, quality: float | None, reliability: float | None) -> float | None:
+    """S_overall = (S_P + S_Q + S_R) / 3 (PDR-Bench Eq. 6); None when any of them is undefined."""
+    if personalization is None or quality is None or reliability is None:
         return None
     return (personalization + quality + reliability) / 3
 
@@ -188,10 +249,17 @@ class PQRInput(MetricInput):
     personalization: dict[PersonalizationDimension, DimensionJudgement] = Field(
         description="Exactly GOAL, CONT, PRES, ACTI; dimension weights sum to 1."
     )
-    quality: dict[QualityDimension, DimensionJudgement] = Field(
-        description="Exactly DEIN, LOGC, CLAR; dimension weights sum to 1."
+    quality_source: Literal["generated", "shipped"] = Field(
+        default="generated", description="'shipped': Q uses a task's shipped criteria (DeepResearch Bench)."
     )
-    claims: list[ClaimCheck] = Field(description="Deduplicated claim triplets with support verdicts (may be empty).")
+    quality: dict[str, DimensionJudgement] = Field(
+        description="Exactly DEIN, LOGC, CLAR (or, with quality_source='shipped', a task's own dimensions); "
+        "dimension weights sum to 1."
+    )
+    claims: list[ClaimCheck] = Field(description="Claim triplets with support verdicts (may be empty).")
+    no_citation: NoCitation = Field(
+        default="zero", description="A report with no cited claim: FA = 0 ('zero') or undefined ('exclude')."
+    )
 
     @field_validator("personalization")
     @classmethod
@@ -201,50 +269,58 @@ class PQRInput(MetricInput):
 
     @field_validator("quality")
     @classmethod
-    def _quality_dimensions(cls, value: dict[str, DimensionJudgement]) -> dict[str, DimensionJudgement]:
-        _check_dimension_set(value, QUALITY_DIMENSIONS, "quality")
+    def _quality_dimensions(cls, value: dict[str, DimensionJudgement], info: ValidationInfo) -> dict[str, DimensionJudgement]:
+        quality_score(value, shipped=info.data.get("quality_source") == "shipped")
         return value
 
 
 class PQRResult(MetricResult):
-    personalization: AxisScore
-    quality: AxisScore
-    reliability: FactualReliability
-    overall: float | None = Field(description="(S_P + S_Q + S_R) / 3; None when S_R is undefined.")
+    personalization: AxisScore | None
+    quality: AxisScore | None
+    reliability: FactualReliability | None
+    overall: float | None = Field(description="(S_P + S_Q + S_R) / 3; None when any axis is undefined.")
 
 
 def pqr_scores(judged: PQRInput) -> PQRResult:
     """All PQR scores of one report."""
     p = personalization_score(judged.personalization)
-    q = quality_score(judged.quality)
-    r = reliability_from_claims(judged.claims)
+    q = quality_score(judged.quality, shipped=judged.quality_source == "shipped")
+    r = reliability_from_claims(judged.claims, judged.no_citation)
     return PQRResult(personalization=p, quality=q, reliability=r, overall=overall_score(p.score, q.score, r.score))
 
 
 class PQRSummary(MetricResult):
-    """Per-system PQR means in the layout of PDR-Bench Table 1."""
+    """Per-system PQR means in the layout of PDR-Bench Table 1, with the pooled FACT rates."""
 
     n_cases: int
-    personalization: float
-    quality: float
-    dimensions: dict[str, float] = Field(description="Mean S_d per dimension code.")
-    factual_accuracy: float | None = Field(description="Mean FA over cases with at least one cited claim.")
-    citation_coverage: float | None = Field(description="Mean CC over cases with at least one claim.")
+    personalization: float | None
+    quality: float | None
+    dimensions: dict[str, float | None] = Field(description="Mean S_d per dimension code.")
+    factual_accuracy: float | None = Field(description="Mean FA over reports where it is defined.")
+    citation_coverage: float | None = Field(description="Mean CC over reports where it is defined.")
     reliability: float | None = Field(description="(mean FA + mean CC) / 2.")
     overall: float | None = Field(description="(mean S_P + mean S_Q + R) / 3.")
+    pooled_factual_accuracy: float | None = Field(description="10 x all supported / all cited triplets (FACT).")
+    pooled_citation_coverage: float | None = Field(description="10 x all cited / all triplets.")
+    no_cited_claims: int = Field(description="Reports that cite no claim.")
 
 
 def aggregate_pqr(results: Sequence[PQRResult]) -> PQRSummary:
-    """Average per-case PQR results into one system row, each column over the cases where it is defined."""
+    """Average per-report PQR results into one system row, each column over the reports where it is defined."""
     if not results:
         raise ValueError("aggregate_pqr needs at least one result")
-    p = _mean([r.personalization.score for r in results])
-    q = _mean([r.quality.score for r in results])
-    dimensions = {code: _mean([r.personalization.dimensions[code] for r in results]) for code in PERSONALIZATION_DIMENSIONS}
-    dimensions |= {code: _mean([r.quality.dimensions[code] for r in results]) for code in QUALITY_DIMENSIONS}
-    fa = _mean_defined([r.reliability.factual_accuracy for r in results])
-    cc = _mean_defined([r.reliability.citation_coverage for r in results])
+    p = _mean_defined([r.personalization.score if r.personalization else None for r in results])
+    q = _mean_defined([r.quality.score if r.quality else None for r in results])
+    codes = list(dict.fromkeys(c for r in results for axis in (r.personalization, r.quality) if axis for c in axis.dimensions))
+    dimensions = {
+        code: _mean_defined([axis.dimensions.get(code) for r in results for axis in (r.personalization, r.quality) if axis])
+        for code in codes
+    }
+    reliabilities = [r.reliability for r in results if r.reliability is not None]
+    fa = _mean_defined([r.factual_accuracy for r in reliabilities])
+    cc = _mean_defined([r.citation_coverage for r in reliabilities])
     reliability = (fa + cc) / 2 if fa is not None and cc is not None else None
+    pooled = pooled_reliability(reliabilities)
     return PQRSummary(
         n_cases=len(results),
         personalization=p,
@@ -254,13 +330,31 @@ def aggregate_pqr(results: Sequence[PQRResult]) -> PQRSummary:
         citation_coverage=cc,
         reliability=reliability,
         overall=overall_score(p, q, reliability),
+        pooled_factual_accuracy=pooled.factual_accuracy,
+        pooled_citation_coverage=pooled.citation_coverage,
+        no_cited_claims=pooled.no_cited_claims,
     )
 
 
-def _mean(values: Sequence[float]) -> float:
-    return math.fsum(values) / len(values)
+class PooledReliability(MetricResult):
+    factual_accuracy: float | None = Field(description="10 x all supported / all cited triplets of all reports.")
+    citation_coverage: float | None = Field(description="10 x all cited / all triplets of all reports.")
+    no_cited_claims: int = Field(description="Reports that cite no claim.")
+    reports: int
+
+
+def pooled_reliability(reliabilities: Sequence[FactualReliability]) -> PooledReliability:
+    """FA and CC over every triplet of every report (DeepResearch Bench's FACT convention)."""
+    cited = sum(r.n_cited for r in reliabilities)
+    total = sum(r.n_total for r in reliabilities)
+    return PooledReliability(
+        factual_accuracy=MAX_SCORE * sum(r.n_supported for r in reliabilities) / cited if cited else None,
+        citation_coverage=MAX_SCORE * cited / total if total else None,
+        no_cited_claims=sum(r.no_cited_claims for r in reliabilities),
+        reports=len(reliabilities),
+    )
 
 
 def _mean_defined(values: Sequence[float | None]) -> float | None:
     defined = [v for v in values if v is not None]
-    return _mean(defined) if defined else None
+    return math.fsum(defined) / len(defined) if defined else None

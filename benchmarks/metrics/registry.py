@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from benchmarks.errors import ConfigError, DataError
-from benchmarks.metrics import aepd, agreement, bespoke, lampqa, pqr, ranking, statistics
+from benchmarks.metrics import aepd, agreement, bespoke, lampqa, locomo, pqr, prefeval, ranking, statistics
 from benchmarks.metrics.models import MetricInput, MetricResult
 
 EXAMPLES_DIR = Path(__file__).with_name("examples")
@@ -38,6 +38,12 @@ METRICS: dict[str, MetricSpec] = {
                    bespoke.BespokeInput, bespoke.bespoke_scores),
         MetricSpec("lampqa", "LaMP-QA: per-aspect 0-2 ratings divided by 2 and averaged (Algorithm 1).",
                    lampqa.LampQAInput, lampqa.lampqa_scores),
+        MetricSpec("lampqa_pairwise", "LaMP-QA pairwise verdicts in both orders: position-balanced win rate, flip rate.",
+                   lampqa.PairwiseInput, lampqa.pairwise_summary),
+        MetricSpec("locomo", "LoCoMo QA: token F1 with LoCoMo's normalisation and per-category rules.",
+                   locomo.LocomoInput, locomo.locomo_scores),
+        MetricSpec("prefeval", "PrefEval: error types and preference-following accuracy from the four checks.",
+                   prefeval.PrefEvalInput, prefeval.prefeval_scores),
         MetricSpec("aepd", "AEPD NPP, NPCL, P_score, AR, CLU (RNSS), D_score of one conversational turn.",
                    aepd.AEPDInput, aepd.aepd_scores),
         MetricSpec("ranking", "nDCG@k (linear gains, trec_eval), P@k, R@k and MRR over graded judgments.",

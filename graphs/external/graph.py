@@ -144,8 +144,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         if result.get("error"):
             model_errors = f"; model errors: {model.errors[-1]}" if model.errors else ""
             raise ExternalAgentError(f"{spec.name} failed: {result['error']}{model_errors} (log: {workdir / 'agent.log'})")
-        response = _response(result, web_session, spec.name,
-                             {"calls": dict(sorted(model.calls.items())), "workdir": str(workdir)})
+        response = _response(result, web_session, spec.name, {"calls": dict(sorted(model.calls.items()))})
     (workdir / "response.json").write_text(response.model_dump_json(indent=1), encoding="utf-8")
     return Command(goto=END, update={"response": response})
 

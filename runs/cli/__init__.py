@@ -31,6 +31,7 @@ _COMMAND_MODULES = (
     "runs.cli.metric",
     "runs.cli.memory",
     "runs.cli.web",
+    "runs.cli.judges",
     "runs.cli.gateway",
     "runs.cli.bench_pipelines",
 )

@@ -25,7 +25,7 @@ def metric(
     list_metrics: Annotated[bool, typer.Option("--list", help="List the metrics and exit.")] = False,
     schema: Annotated[bool, typer.Option("--schema", help="Print the metric's input JSON schema and exit.")] = False,
 ) -> None:
-    """Compute a metric (PQR, BESPOKE, LaMP-QA, AEPD, ranking, agreement, statistics) and print JSON."""
+    """Compute a metric (PQR, BESPOKE, LaMP-QA, AEPD, LoCoMo, PrefEval, ranking, agreement, statistics); print JSON."""
     from benchmarks.metrics.registry import METRICS, get_metric, read_metric_input, run_metric
 
     if list_metrics or name == _LIST_WORD:

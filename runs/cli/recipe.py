@@ -12,8 +12,9 @@ recipe_app = typer.Typer(help="Recipes: check them before running.", no_args_is_
 @recipe_app.command("check")
 def check(path: Path = typer.Argument(..., help="A recipe TOML file.")) -> None:
     """Validate FILE against the registered benchmarks, pipelines, memory backends, judges and web providers
-    (including their API keys)."""
-    from benchmarks.registry import get_benchmark
+    (including their API keys), and check that the benchmark's cases carry what each judge needs."""
+    from agents.judges.base import check_judge_fit, create_judge
+    from benchmarks.registry import get_benchmark, load_cases
     from runs.recipe import load_recipe
 
     from tools.web import check_web_config
@@ -21,6 +22,8 @@ def check(path: Path = typer.Argument(..., help="A recipe TOML file.")) -> None:
     recipe = load_recipe(path)
     check_web_config(recipe.web)
     b = recipe.benchmark
+    cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
+    check_judge_fit([create_judge(j) for j in recipe.judges], cases, b.name, [s.name for s in recipe.systems])
     spec = get_benchmark(b.name)
     systems = ", ".join(f"{s.name} [{s.pipeline} + {s.memory['backend']}]" for s in recipe.systems)
     judges = ", ".join(j["name"] for j in recipe.judges) or "none"

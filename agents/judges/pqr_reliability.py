@@ -1,0 +1,239 @@
+"""PQR's R axis (PDR-Bench §4.3, Appendix I.3): claims, their cited sources, support, FA and CC.
+
+1. Extract every verifiable factual statement with the reference it cites, as (fact, ref_idx, url)
+   triplets; a statement citing two references is two triplets, an uncited one has an empty source.
+   `ref_idx` is constrained to the response's own citation numbers.
+2. Deduplicate: exact duplicate (claim, source) pairs count once (`benchmarks.metrics.pqr`); with
+   `dedupe = "llm"` a second model pass also merges restatements of the same fact citing the same source.
+3. Read each cited source through the run's web (its cache, so on replay exactly what was recorded).
+   For this project's pipelines a citation carries the URL and the sha256 of the text the system
+   read; a fetched text whose hash differs is still judged, and counted as a mismatch.
+4. Check support per source: supported / unsupported / unknown (unknown counts as unsupported, Eq. 4);
+   a source that cannot be read makes its claims unknown, with the reason.
+5. FA and CC from `benchmarks.metrics.pqr.reliability_from_claims`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, create_model
+
+from agents.judges.base import JudgeEnv
+from agents.judges.material import item_keys, numbered, per_item_model, response_section
+from agents.prompts import Section, build_messages
+from agents.response import Citation, SystemResponse
+from benchmarks.errors import AtelierError
+from benchmarks.metrics.pqr import ClaimCheck, FactualReliability, NoCitation, reliability_from_claims
+
+Verdict = Literal["supported", "unsupported", "unknown"]
+
+
+@dataclass(frozen=True)
+class ReliabilitySettings:
+    role: str
+    no_citation: NoCitation = "zero"
+    dedupe: Literal["exact", "llm"] = "llm"
+    max_source_chars: int = 12000
+
+
+@dataclass
+class Triplet:
+    claim: str
+    source: str | None  # "[k]" for the response's k-th citation, else the URL; None when uncited
+    url: str | None
+    citation: Citation | None
+    verdict: Verdict | None = None
+    reason: str = ""
+
+
+# --------------------------------------------------------------------------- 1. extraction
+
+EXTRACT_ROLE = (
+    "You read a research report and extract only its verifiable factual statements, each with the reference "
+    "it cites. You are careful: it is better to miss a statement than to mislabel one."
+)
+EXTRACT_GUIDE = """A factual statement is a verifiable claim about the state of the world: things that happened, \
+quantities and statistics, recognised classifications or definitions, reported research findings.
+Leave out: the report's goals, intentions or plans; proposals and strategies; statements about the report \
+itself (its structure or contents); predictions and speculation; opinions and recommendations; descriptions \
+of how research will be done.
+Citations appear as a number after the text (`... seven classes 15`), numbers in brackets (`[15]`, `[3][7]`), \
+numbers with location marks (`[15+L10]`: take the first number only), or inline links `[title](url)`."""
+EXTRACT_TASK = """Extract every factual statement as a complete, understandable sentence, with:
+- ref_idx: the number of the reference it cites, from the reference list; "0" for an inline link; "" when \
+it cites nothing;
+- url: the cited reference's link (from the reference list or the inline link); "" when it cites nothing.
+A statement citing several references is listed once per reference. Return an empty list when the report \
+states no facts."""
+
+
+def _extraction_model(citations: int) -> type[BaseModel]:
+    allowed = Literal[tuple(["", "0"] + [str(i) for i in range(1, citations + 1)])]  # type: ignore[valid-type]
+    claim = create_model(
+        "ExtractedClaim",
+        fact=(str, Field(min_length=1, description="The factual statement, as a complete sentence.")),
+        ref_idx=(allowed, Field(description="Cited reference number; '0' inline link; '' uncited.")),
+        url=(str, Field(description="The cited reference's URL; '' when uncited.")),
+    )
+    return create_model("ExtractedClaims", claims=(list[claim], Field(description="One item per (fact, reference).")))
+
+
+def references_text(citations: list[Citation]) -> str:
+    return numbered([" — ".join(p for p in (c.title, c.url) if p) or c.source_id for c in citations])
+
+
+def extraction_messages(response: SystemResponse) -> list[dict[str, str]]:
+    sections = [Section("What counts", EXTRACT_GUIDE), response_section(response, "The report")]
+    if response.citations:
+        sections.append(Section("The report's reference list", references_text(response.citations), untrusted=True))
+    return build_messages(EXTRACT_ROLE, sections, EXTRACT_TASK)
+
+
+def resolve(item: Any, citations: list[Citation]) -> Triplet:
+    """A triplet's source: the k-th citation for ref_idx k, else the URL it names; uncited when neither."""
+    url = item.url.strip() or None
+    if item.ref_idx not in ("", "0"):
+        citation = citations[int(item.ref_idx) - 1]
+        return Triplet(item.fact, f"[{item.ref_idx}]", citation.url or url, citation)
+    if url:
+        citation = next((c for c in citations if c.url and c.url.rstrip("/") == url.rstrip("/")), None)
+        return Triplet(item.fact, url, url, citation)
+    return Triplet(item.fact, None, None, None)
+
+
+# --------------------------------------------------------------------------- 2. deduplication
+
+
+def exact_unique(triplets: list[Triplet]) -> list[Triplet]:
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for t in triplets:
+        key = ClaimCheck(claim=t.claim, source=t.source).identity()
+        if key not in seen:
+            seen.add(key)
+            unique.append(t)
+    return unique
+
+
+DEDUPE_ROLE = "You compare factual statements and find those that state the same fact in other words."
+
+
+def _dedupe_model(count: int) -> type[BaseModel]:
+    fields: dict[str, Any] = {"c1": (Literal["new"], Field(description="The first statement is always new."))}
+    for i in range(2, count + 1):
+        options = Literal[tuple(["new"] + [str(k) for k in range(1, i)])]  # type: ignore[valid-type]
+        fields[f"c{i}"] = (options, Field(description=f"'new', or the number of an earlier statement that states "
+                                                      f"the same fact as statement {i}."))
+    return create_model("Duplicates", **fields)
+
+
+async def llm_dedupe(triplets: list[Triplet], env: JudgeEnv, role: str) -> tuple[list[Triplet], list[list[int]]]:
+    """Merge restatements of the same fact that cite the same source (the paper's second pass)."""
+    claims = list(dict.fromkeys(t.claim for t in triplets))
+    if len(claims) < 2:
+        return triplets, []
+    messages = build_messages(DEDUPE_ROLE, [Section("Statements", numbered(claims), untrusted=True)],
+                              "For each statement, answer 'new', or the number of an earlier statement that states "
+                              "the same fact (same subject, same claim, same figures).")
+    answer = await env.gateway.structured(role, messages, _dedupe_model(len(claims)))
+    same_as = {claims[i]: claims[int(v) - 1] for i, v in enumerate(answer.model_dump().values()) if v != "new"}
+    canonical: dict[str, str] = {}
+    for claim in claims:  # a duplicate points to an earlier statement, whose canonical form is known
+        canonical[claim] = canonical[same_as[claim]] if claim in same_as else claim
+    kept: dict[tuple[str, str | None], Triplet] = {}
+    merged: list[list[int]] = []
+    for index, t in enumerate(triplets):
+        key = (canonical[t.claim], t.source)
+        if key in kept:
+            merged.append([triplets.index(kept[key]) + 1, index + 1])
+        else:
+            kept[key] = t
+    return list(kept.values()), merged
+
+
+# --------------------------------------------------------------------------- 3-4. sources and support
+
+SUPPORT_ROLE = (
+    "You are a careful fact checker. You decide whether a source text supports factual statements, using only "
+    "what the source says."
+)
+
+
+class _SupportVerdict(BaseModel):
+    reasoning: str = Field(description="One or two sentences: what the source says about the statement.")
+    verdict: Verdict = Field(description="supported: the source states or directly implies it; unsupported: "
+                                         "the source contradicts it or does not contain it; unknown: cannot tell.")
+
+
+async def read_source(triplet: Triplet, env: JudgeEnv) -> tuple[str | None, str, bool | None]:
+    """(text or None, reason when unreadable, text matches the citation's sha256 (None: no hash))."""
+    if not triplet.url:
+        return None, "the cited reference has no URL to read", None
+    if not triplet.url.lower().startswith(("http://", "https://")):
+        return None, f"the cited source {triplet.url[:80]!r} is not a web address", None
+    if env.web is None:
+        return None, "no web to read the source from", None
+    try:
+        page = await env.web().fetch(triplet.url)
+    except AtelierError as exc:  # refused, failed, or not recorded on replay: its claims are unknown
+        return None, f"source not readable: {exc}", None
+    expected = (triplet.citation.model_dump().get("sha256") if triplet.citation else None)
+    matches = None if not expected else hashlib.sha256(page.text.encode("utf-8")).hexdigest() == expected
+    return page.text, "", matches
+
+
+async def check_source(claims: list[Triplet], env: JudgeEnv, settings: ReliabilitySettings) -> dict[str, Any]:
+    text, reason, matches = await read_source(claims[0], env)
+    if text is None:
+        for t in claims:
+            t.verdict, t.reason = "unknown", reason
+        return {"source": claims[0].source, "url": claims[0].url, "read": False, "reason": reason}
+    shown = text[: settings.max_source_chars]
+    keys = item_keys(len(claims))
+    messages = build_messages(
+        SUPPORT_ROLE,
+        [Section("Source text" + (" (truncated)" if len(text) > len(shown) else ""), shown, untrusted=True),
+         Section("Statements", "\n".join(f"{k}: {t.claim}" for k, t in zip(keys, claims)), untrusted=True)],
+        "For each statement, decide whether the source text supports it.",
+    )
+    answer = await env.gateway.structured(settings.role, messages, per_item_model("SupportVerdicts", _SupportVerdict, keys))
+    for key, t in zip(keys, claims):
+        verdict = getattr(answer, key)
+        t.verdict, t.reason = verdict.verdict, verdict.reasoning
+    return {"source": claims[0].source, "url": claims[0].url, "read": True, "text_matches_citation": matches,
+            "chars": len(text)}
+
+
+async def judge_reliability(response: SystemResponse, env: JudgeEnv,
+                            settings: ReliabilitySettings) -> tuple[FactualReliability, dict[str, Any]]:
+    extracted = await env.gateway.structured(settings.role, extraction_messages(response),
+                                             _extraction_model(len(response.citations)))
+    triplets = [resolve(item, response.citations) for item in extracted.claims]
+    unique = exact_unique(triplets)
+    merged: list[list[int]] = []
+    if settings.dedupe == "llm":
+        unique, merged = await llm_dedupe(unique, env, settings.role)
+    by_source: dict[str, list[Triplet]] = {}
+    for t in unique:
+        if t.source:
+            by_source.setdefault(t.source, []).append(t)
+    sources = await asyncio.gather(*(check_source(group, env, settings) for group in by_source.values()))
+    checks = [ClaimCheck(claim=t.claim, source=t.source, supported=None if t.verdict in (None, "unknown")
+                         else t.verdict == "supported") for t in unique]
+    # exact duplicates were dropped above already; the metric counts what it is given
+    reliability = reliability_from_claims(checks, settings.no_citation).model_copy(
+        update={"n_duplicates": len(triplets) - len(exact_unique(triplets))})
+    record = {
+        "n_extracted": len(triplets),
+        "llm_merged": merged,
+        "claims": [{"claim": t.claim, "source": t.source, "url": t.url, "verdict": t.verdict, "reason": t.reason}
+                   for t in unique],
+        "sources": sources,
+        "unreadable_sources": sum(not s["read"] for s in sources),
+        "source_text_mismatches": sum(s.get("text_matches_citation") is False for s in sources),
+    }
+    return reliability, record

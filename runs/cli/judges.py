@@ -1,0 +1,162 @@
+"""Judges without running systems: `atelier rescore`, `atelier meta-eval`, `atelier bench judge`."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from benchmarks.errors import ConfigError
+from runs.cli._common import machine_facts, print_json
+
+
+def parse_judge(text: str) -> dict[str, Any]:
+    """`pqr` or a JSON object such as `{"name": "pqr", "axes": ["Q", "R"]}`."""
+    text = text.strip()
+    if not text.startswith("{"):
+        return {"name": text}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--judge {text!r}: not a judge name or a JSON object ({exc.msg})") from None
+    if not isinstance(value, dict) or "name" not in value:
+        raise ConfigError(f"--judge {text!r}: a JSON judge needs a \"name\"")
+    return value
+
+
+def read_judges_file(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A TOML file with [[judges]] tables and optional [models.<role>] tables."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(data) - {"judges", "models"}
+    if unknown:
+        raise ConfigError(f"{path}: only [[judges]] and [models.<role>] tables belong here, not {', '.join(sorted(unknown))}")
+    return list(data.get("judges", [])), dict(data.get("models", {}))
+
+
+def judge_models(models: dict[str, Any], model: str | None, api_base: str | None, api_key: str | None,
+                 roles: list[str]) -> dict[str, Any]:
+    """Judge-role model settings: the file's, then `--model/--api-base/--api-key` over `judge` and any
+    judge role already set (the other judge roles fall back to `judge`)."""
+    from agents.settings import ModelSettings
+
+    update = {k: v for k, v in (("model", model), ("api_base", api_base), ("api_key", api_key)) if v}
+    settings = {role: ModelSettings.model_validate(s) for role, s in models.items()}
+    if update:
+        for role in {"judge", *(r for r in roles if r in settings)}:
+            base = settings[role].model_dump(exclude_unset=True) if role in settings else {}
+            settings[role] = ModelSettings.model_validate({**base, **update})
+    return settings
+
+
+def rescore(
+    run_dir: Path = typer.Argument(..., help="A finished run folder."),
+    judge: list[str] = typer.Option([], "--judge", help='A judge name, or a JSON object: \'{"name": "pqr", "axes": ["Q","R"]}\'. Repeatable.'),
+    judges_file: Optional[Path] = typer.Option(None, "--judges", help="A TOML file of [[judges]] (and [models.<role>]) tables."),
+    model: Optional[str] = typer.Option(None, "--model", help="The judge model (any litellm provider string, or `scripted`)."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for the judge model."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY", help="API key for the judge model."),
+    out: Optional[Path] = typer.Option(None, "--out", help="The new run folder (default: beside the original; an existing one is resumed)."),
+    web: str = typer.Option("replay", "--web", help="How judges read cited sources: replay (the original run's recorded web), record or live."),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+) -> None:
+    """Judge a finished run's responses again (other judges or judge models); no system runs.
+
+    Writes a new run folder beside RUN_DIR (config.json names the original) and prints its path last."""
+    from agents.settings import JUDGE_ROLES
+    from runs.cli.run import _print_summary
+    from runs.rescore import rescore_run
+
+    if web not in ("replay", "record", "live"):
+        raise ConfigError(f"--web must be replay, record or live, not {web!r}")
+    judges = [parse_judge(j) for j in judge]
+    models: dict[str, Any] = {}
+    if judges_file is not None:
+        more, models = read_judges_file(judges_file)
+        judges += more
+    settings = judge_models(models, model, api_base, api_key, list(JUDGE_ROLES))
+    folder = rescore_run(run_dir, judges, models=settings, out=out, web_mode=web, progress=progress)
+    _print_summary(folder.summary)
+    typer.echo(str(folder.path))
+
+
+def meta_eval(
+    run_dir: Path = typer.Argument(..., help="The run folder holding the judge under test."),
+    judge: str = typer.Option(..., "--judge", help="The judge's key in that run (its name, or its label)."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="JSON Lines labels: case_id, system, criterion, score, feedback?"),
+    against: Optional[Path] = typer.Option(None, "--against", help="Or: another run folder whose judgments are the labels."),
+    against_judge: Optional[str] = typer.Option(None, "--against-judge", help="The judge in --against (default: --judge)."),
+    criterion: list[str] = typer.Option([], "--criterion", help="Only these criteria (default: every shared one)."),
+    feedback: bool = typer.Option(False, "--feedback", help="Also BESPOKE's feedback accuracy (a meta-judge model call per feedback pair)."),
+    model: Optional[str] = typer.Option(None, "--model", help="The meta-judge model for --feedback (default: scripted)."),
+    api_base: Optional[str] = typer.Option(None, "--api-base"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the JSON here."),
+) -> None:
+    """Agreement of a judge's scores with labels (human, or another judge's run); prints JSON.
+
+    PCA, MARD, Pearson and Spearman per criterion and pooled; with --feedback, BESPOKE's feedback accuracy."""
+    import asyncio
+
+    from runs.meta_eval import agreement, feedback_agreement, judge_records, labels_from_run, read_labels
+
+    if (labels is None) == (against is None):
+        raise ConfigError("give exactly one of --labels FILE or --against RUN_DIR")
+    truth = read_labels(labels) if labels is not None else labels_from_run(against, against_judge or judge)
+    judged = labels_from_run(run_dir, judge)
+    report: dict[str, Any] = {"run": str(run_dir), "judge": judge,
+                              "labels": str(labels or against), **agreement(judged, truth, criterion or None)}
+    if feedback:
+        from agents.gateway import Gateway
+        from agents.settings import ModelSettings
+        from runs.rescore import load_run
+        from benchmarks.registry import load_cases
+
+        _, recipe, _ = load_run(run_dir)
+        b = recipe.benchmark
+        records = judge_records(run_dir, judge)
+        wanted = {r.case_id for r in records.values()}
+        cases = {c.id: c for c in load_cases(b.name, b.split, b.setting, None, b.options, seed=recipe.seed) if c.id in wanted}
+        settings = ModelSettings.model_validate({k: v for k, v in (("model", model or "scripted"),
+                                                                   ("api_base", api_base), ("api_key", api_key)) if v})
+        gateway = Gateway({"meta_judge": settings, "judge": settings, "system": settings})
+        report["feedback_accuracy"] = asyncio.run(
+            feedback_agreement(judged, truth, records, cases, gateway, run_dir, judge))
+        report["dry_run"] = settings.is_scripted
+    if out is not None:
+        out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print_json(report)
+
+
+def bench_judge(
+    pairs: int = typer.Option(20, "--pairs", min=1, help="(task, persona) pairs."),
+    systems: int = typer.Option(5, "--systems", min=1, help="Systems judged on every pair."),
+    benchmark: str = typer.Option("sample", "--benchmark", help="Where the pairs come from (sample, pdr, ...)."),
+    setting: Optional[str] = typer.Option(None, "--setting"),
+    model: str = typer.Option("scripted", "--model", help="The judge model."),
+    api_base: Optional[str] = typer.Option(None, "--api-base"),
+    concurrency: int = typer.Option(16, "--concurrency", min=1),
+) -> None:
+    """PQR prompt tokens per judged report with criteria reuse and without; prints JSON."""
+    import asyncio
+
+    from agents.judges.bench import bench_judge as run_bench
+    from agents.settings import ModelSettings
+
+    settings = ModelSettings.model_validate({k: v for k, v in (("model", model), ("api_base", api_base)) if v})
+    result = asyncio.run(run_bench(pairs=pairs, systems=systems, benchmark=benchmark, setting=setting,
+                                   model=settings, concurrency=concurrency))
+    print_json({"machine": machine_facts(), **result})
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    app.command("rescore")(rescore)
+    app.command("meta-eval")(meta_eval)
+    bench_app.command("judge")(bench_judge)

@@ -1,0 +1,67 @@
+"""Judging responses already produced: a stored response judged again (`atelier rescore`, and a
+resumed run's failed judgments), and the judges that compare two systems' responses to the same
+case, which a run applies once every episode has finished.
+
+Nothing here runs a system: the only model calls are the judges' own roles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Iterable
+
+from agents.judges.base import ComparativeJudge, Judge, JudgeResult
+from agents.ledger import call_tags
+from benchmarks.case import Case
+from graphs.context import EpisodeContext
+from graphs.judge import judge_env
+from graphs.resources import resources_for
+from runs.results import ResultRecord
+
+
+async def judge_again(case: Case, record: ResultRecord, context: EpisodeContext,
+                      judges: Iterable[Judge] | None = None) -> list[JudgeResult]:
+    """`context`'s judges (or `judges` among them) on `record`'s stored response; comparative judges excepted."""
+    resources = resources_for(context)
+    chosen = [j for j in (judges if judges is not None else resources.judges) if not j.comparative]
+    env = judge_env(resources)
+    with call_tags(case=case.id, system=record.system, node="judge_again"):
+        return list(await asyncio.gather(*(j.judge(case, record.response, env) for j in chosen)))
+
+
+def comparisons_due(records: dict[str, ResultRecord], judge: ComparativeJudge) -> list[tuple[ResultRecord, ResultRecord]]:
+    """(record, baseline record) pairs this judge has not yet judged successfully."""
+    baseline = {r.case_id: r for r in records.values() if r.system == judge.baseline and r.ok}
+    due = []
+    for record in records.values():
+        if not record.ok or record.system == judge.baseline or record.case_id not in baseline:
+            continue
+        done = next((j for j in record.judgments if j.judge == judge.key), None)
+        if done is None or done.failed:
+            due.append((record, baseline[record.case_id]))
+    return due
+
+
+async def judge_comparisons(records: dict[str, ResultRecord], cases: dict[str, Case],
+                            contexts: dict[str, EpisodeContext], concurrency: int = 4) -> list[ResultRecord]:
+    """Every comparative judge on every (system, baseline) pair of responses to the same case, where it
+    is not already done. Returns the updated records (to append: the last line of a key wins)."""
+    updated: dict[str, ResultRecord] = {}
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(judge: ComparativeJudge, record: ResultRecord, other: ResultRecord) -> tuple[str, JudgeResult]:
+        resources = resources_for(contexts[record.system])
+        async with limit:
+            with call_tags(case=record.case_id, system=record.system, node="compare"):
+                result = await judge.judge_pair(cases[record.case_id], record.response, other.response,
+                                                judge_env(resources))
+        return record.key, result
+
+    tasks = []
+    for system, context in contexts.items():
+        for judge in resources_for(context).judges:
+            if isinstance(judge, ComparativeJudge):
+                tasks += [one(judge, r, other) for r, other in comparisons_due(records, judge) if r.system == system]
+    for key, result in await asyncio.gather(*tasks):
+        updated[key] = (updated.get(key) or records[key]).with_judgments([result])
+    return list(updated.values())

@@ -1,0 +1,134 @@
+"""`atelier rescore RUN_DIR --judge ...`: judge a finished run's responses again — other judges, other
+judge models — without running its systems.
+
+The result is a new run folder beside the original (config.json names the original under
+`rescore_of`) with the same layout: results.jsonl (the stored responses with the new judgments),
+summary.json, ledger.jsonl (judge roles only: no system runs) and report.html. Cited sources are read
+from the original run's recorded web in replay mode, so the judges see exactly the pages the
+systems saw; criteria and rubrics the original run generated are reused (its judge_artifacts).
+A rescore folder resumes like a run folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Literal
+
+from agents.judges.base import check_judge_fit, create_judge
+from agents.ledger import call_tags
+from agents.settings import ModelSettings
+from benchmarks.errors import ConfigError
+from benchmarks.registry import load_cases
+from graphs.judge import ARTIFACTS_DIR
+from graphs.resources import release, resources_for
+from runs.judging import judge_again, judge_comparisons
+from runs.recipe import Recipe, parse_recipe
+from runs.results import ResultRecord, ResultsFile, write_json_atomic
+from runs.runner import RunFolder, Runner, _progress
+
+MASKED = "**********"  # how config.json shows a secret
+
+
+def load_run(run_dir: Path) -> tuple[dict[str, Any], Recipe, dict[str, ResultRecord]]:
+    folder = RunFolder(run_dir)
+    if not folder.config.is_file():
+        raise ConfigError(f"{run_dir} is not a run folder: it has no config.json")
+    if not folder.results.is_file():
+        raise ConfigError(f"{run_dir} has no results.jsonl: nothing to rescore")
+    config = json.loads(folder.config.read_text(encoding="utf-8"))
+    data = config["recipe"]
+    for settings in [*data.get("models", {}).values(), *(m for s in data.get("systems", []) for m in s.get("models", {}).values())]:
+        if settings.get("api_key") == MASKED:  # never reuse a masked secret as a key
+            settings["api_key"] = None
+    return config, Recipe.model_validate(data), ResultsFile(folder.results).load()
+
+
+def rescore_recipe(original: Recipe, run_dir: Path, judges: list[dict[str, Any]], models: dict[str, ModelSettings],
+                   web_mode: Literal["replay", "live", "record"]) -> Recipe:
+    """The original recipe with new judges (and judge models), the original's web replayed, and its
+    run folders placed beside the original."""
+    data = original.model_dump(mode="python", exclude={"source"})
+    data["name"] = f"{original.name}-rescore"
+    data["judges"] = judges
+    data["models"] = {**{role: s.model_dump() for role, s in original.models.items()},
+                      **{role: s.model_dump() for role, s in models.items()}}
+    web = original.web
+    data["web"] = web.model_copy(update={"mode": web_mode, "cache_dir": web.cache_dir or run_dir / "web"}).model_dump()
+    data["run"] = {**data["run"], "out_dir": str(run_dir.parent)}
+    return parse_recipe(data, source=f"rescore of {run_dir}")
+
+
+class Rescore:
+    def __init__(self, run_dir: Path, judges: list[dict[str, Any]], *, models: dict[str, ModelSettings] | None = None,
+                 out: Path | None = None, web_mode: Literal["replay", "live", "record"] = "replay",
+                 progress: bool = True) -> None:
+        if not judges:
+            raise ConfigError("name at least one judge to rescore with (--judge NAME)")
+        self.original_dir = run_dir
+        self.original_config, self.original, self.records = load_run(run_dir)
+        self.recipe = rescore_recipe(self.original, run_dir, judges, models or {}, web_mode)
+        self.runner = Runner(self.recipe, out, progress=progress)
+
+    @property
+    def folder(self) -> RunFolder:
+        return self.runner.folder
+
+    async def run(self) -> RunFolder:
+        recipe, runner = self.recipe, self.runner
+        b = recipe.benchmark
+        runner._check_resumable()
+        stored = [r for r in self.records.values() if r.ok and r.response is not None]
+        wanted = {r.case_id for r in stored}
+        cases = {c.id: c for c in load_cases(b.name, b.split, b.setting, None, b.options, seed=recipe.seed)
+                 if c.id in wanted}
+        lost = sorted(wanted - set(cases))
+        if lost:
+            raise ConfigError(f"{len(lost)} cases of {self.original_dir} are no longer in benchmark {b.name!r} "
+                              f"(e.g. {lost[0]}): cannot rescore them")
+        check_judge_fit([create_judge(j) for j in recipe.judges], list(cases.values()), b.name,
+                        [s.name for s in recipe.systems])
+        self.folder.path.mkdir(parents=True, exist_ok=True)
+        artifacts = self.original_dir / ARTIFACTS_DIR
+        if artifacts.is_dir():
+            shutil.copytree(artifacts, self.folder.path / ARTIFACTS_DIR, dirs_exist_ok=True)
+        # judging needs no memory: the systems' contexts carry the `none` backend
+        contexts = {s.name: runner.context_for(s.model_copy(update={"memory": {"backend": "none"}}))
+                    for s in recipe.systems}
+        judge_dry = any(resources_for(c).gateway.dry_run for c in contexts.values())
+        config = runner._config([cases[i] for i in sorted(cases)], bool(self.original_config.get("dry_run")) or judge_dry)
+        config["rescore_of"] = {"run_id": self.original_config.get("run_id"), "path": str(self.original_dir.resolve()),
+                                # failed episodes have no response to judge: they are left out
+                                "episodes": len(stored), "failed_episodes_left_out": len(self.records) - len(stored)}
+        write_json_atomic(self.folder.config, config)
+
+        results = ResultsFile(self.folder.results)
+        done = {k for k, r in results.load(repair=True).items() if r.ok}
+        todo = [r for r in stored if r.key not in done and r.system in contexts]
+        limit = asyncio.Semaphore(recipe.run.concurrency)
+
+        async def one(record: ResultRecord) -> ResultRecord:
+            async with limit:
+                with call_tags(case=record.case_id, system=record.system):
+                    judgments = await judge_again(cases[record.case_id], record, contexts[record.system])
+            fresh = record.model_copy(update={"run_id": runner.run_id, "judgments": [], "scores": {},
+                                              "dry_run": record.dry_run or judge_dry})
+            rescored = fresh.with_judgments(judgments)
+            results.append(rescored)
+            return rescored
+
+        with _progress(self.runner.progress, total=len(stored), done=len(stored) - len(todo)) as bar:
+            for finished in asyncio.as_completed([asyncio.create_task(one(r)) for r in todo]):
+                bar.advance((await finished).ok)
+        for record in await judge_comparisons(results.load(), cases, contexts, recipe.run.concurrency):
+            results.append(record)
+        for context in contexts.values():
+            await release(context)
+        runner.finish(config)
+        return self.folder
+
+
+def rescore_run(run_dir: Path, judges: list[dict[str, Any]], **options: Any) -> RunFolder:
+    return asyncio.run(Rescore(run_dir, judges, **options).run())
