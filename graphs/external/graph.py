@@ -36,6 +36,8 @@ from graphs.resources import resources_for
 from tools.agent_web import WebSession
 
 LOG_TAIL_CHARS = 1500
+# Agents parse JSON out of free text they asked for in prose; the scripted model's text is no such JSON.
+DRY_RUN_HINT = " [a dry run: the scripted model's free text may not be the JSON this agent parses from prose]"
 _URL = re.compile(r"https?://[^\s)\]>\"'`]+")
 
 
@@ -143,7 +145,10 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         result = json.loads(output.read_text(encoding="utf-8"))
         if result.get("error"):
             model_errors = f"; model errors: {model.errors[-1]}" if model.errors else ""
-            raise ExternalAgentError(f"{spec.name} failed: {result['error']}{model_errors} (log: {workdir / 'agent.log'})")
+            dry = DRY_RUN_HINT if resources.gateway.dry_run and not model.errors else ""
+            raise ExternalAgentError(
+                f"{spec.name} failed: {result['error']}{model_errors}{dry} (log: {workdir / 'agent.log'})"
+            )
         response = _response(result, web_session, spec.name, {"calls": dict(sorted(model.calls.items()))})
     (workdir / "response.json").write_text(response.model_dump_json(indent=1), encoding="utf-8")
     return Command(goto=END, update={"response": response})
