@@ -1,13 +1,16 @@
 """The answerer: one LLM call that answers the query from the user's context (no search).
 
-Its prompt follows LaMP-QA's personalised-generation prompts (Figures 13 and 14): the user's
-context stands in for their past posts; with no context it is the non-personalised baseline.
+Its prompts follow LaMP-QA's personalised-generation prompts (Figures 13-15): the user's context
+stands in for their past posts; with no context it is the non-personalised baseline; given a plan
+(PlanPers), the answer also covers the aspects the planner expects this user to want.
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from agents.gateway import Gateway
-from agents.prompts import Section, build_messages, conversation_section
+from agents.prompts import Section, build_messages, user_sections
 from agents.response import SystemResponse
 from benchmarks.case import CaseView
 
@@ -21,18 +24,23 @@ TASK_PERSONALIZED = (
     "depth, tone and format of your answer. Do not mention that you were given a profile."
 )
 TASK_PLAIN = "Answer the user's current question as helpfully and completely as you can."
+TASK_PLAN = (
+    " You are also given the aspects this user expects to see in the response: cover each of them, "
+    "in the order and depth that suits this user."
+)
 
 
-def answer_messages(view: CaseView, context_text: str) -> list[dict[str, str]]:
-    sections: list[Section] = []
-    if context_text:
-        sections.append(Section("What you know about the user", context_text, untrusted=True))
-    if view.query.previous_turns:
-        sections.append(conversation_section(view.query.previous_turns))
-    sections.append(Section("The user's current question", view.query.text))
-    return build_messages(ROLE, sections, TASK_PERSONALIZED if context_text else TASK_PLAIN)
+def answer_messages(view: CaseView, context_text: str, plan: Sequence[str] = ()) -> list[dict[str, str]]:
+    sections = user_sections(view.query, context_text)
+    task = TASK_PERSONALIZED if context_text else TASK_PLAIN
+    if plan:
+        sections.append(Section("Aspects expected in the response", "\n".join(f"- {a}" for a in plan)))
+        task += TASK_PLAN
+    return build_messages(ROLE, sections, task)
 
 
-async def answer(gateway: Gateway, view: CaseView, context_text: str, role: str = "system") -> SystemResponse:
-    text = await gateway.text(role, answer_messages(view, context_text))
+async def answer(
+    gateway: Gateway, view: CaseView, context_text: str, role: str = "system", plan: Sequence[str] = ()
+) -> SystemResponse:
+    text = await gateway.text(role, answer_messages(view, context_text, plan))
     return SystemResponse(text=text)

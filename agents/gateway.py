@@ -13,6 +13,7 @@ Roles (`system`, `user_sim`, `judge`, ...) each have their own `ModelSettings`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import threading
@@ -27,6 +28,7 @@ from agents.ledger import Ledger
 from agents.prompts import json_instructions, repair_instructions
 from agents.scripted import parse_model_string, register_with_litellm
 from agents.settings import ModelSettings, settings_for_role
+from agents.trace import traced_request
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -172,7 +174,7 @@ class Gateway:
 
     async def structured(self, role: str, messages: list[dict[str, Any]], schema: type[T]) -> T:
         """Ask for an instance of `schema`; validate; repair once; raise StructuredOutputError."""
-        json_schema = schema.model_json_schema()
+        json_schema = _json_schema(schema)
         response_format = {
             "type": "json_schema",
             "json_schema": {"name": schema.__name__, "schema": json_schema, "strict": False},
@@ -204,6 +206,7 @@ class Gateway:
 
     # ------------------------------------------------------------------ one provider request
 
+    @traced_request  # each request shows up in graph traces (prompt and answer)
     async def _request(
         self, role: str, messages: list[dict[str, Any]], *, response_format: dict[str, Any] | None, kind: str
     ) -> tuple[str, str | None]:
@@ -309,6 +312,16 @@ class Gateway:
             if settings.rpm:
                 await _LIMITS.limiter(settings.model, settings.rpm).acquire()
             return await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=settings.timeout_s)
+
+
+@functools.lru_cache(maxsize=512)
+def _json_schema_text(schema: type[BaseModel]) -> str:
+    return json.dumps(schema.model_json_schema())
+
+
+def _json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    """A model's JSON schema (a fresh copy), generated once per class: generating it costs milliseconds."""
+    return json.loads(_json_schema_text(schema))
 
 
 def _with_json_instructions(messages: list[dict[str, Any]], json_schema: dict[str, Any]) -> list[dict[str, Any]]:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
+
+from benchmarks.json_input import read_appended_jsonl, validation_error
 
 _tags: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("atelier_call_tags", default={})
 
@@ -117,6 +118,14 @@ def ledger_totals(entries: list[LedgerEntry]) -> dict[str, Any]:
     }
 
 
-def read_ledger(path: str | Path) -> list[LedgerEntry]:
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    return [LedgerEntry.model_validate(json.loads(line)) for line in lines if line.strip()]
+def read_ledger(path: str | Path, *, repair: bool = False) -> list[LedgerEntry]:
+    """The entries of a ledger file. A torn last line (the process died while writing it) is left
+    out — with `repair` also cut from the file, so appending can go on; any other bad line is a
+    DataError naming it."""
+    entries = []
+    for number, data in read_appended_jsonl(path, repair=repair).values:
+        try:
+            entries.append(LedgerEntry.model_validate(data))
+        except ValidationError as exc:
+            raise validation_error(exc, file=path, line=number) from None
+    return entries

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from benchmarks.case import ConversationTurn
+from benchmarks.case import ConversationTurn, Query
 
 _DATA_CLOSE = re.compile(r"</\s*data\s*>", re.IGNORECASE)  # material must not close its own fence
 _DATA_NOTE = (
@@ -58,6 +58,18 @@ def conversation_section(turns: Sequence[ConversationTurn]) -> Section:
         if turn.response:
             lines.append(f"assistant: {turn.response}")
     return Section("The conversation so far", "\n".join(lines), untrusted=True)
+
+
+def user_sections(query: Query, context_text: str) -> list[Section]:
+    """What a system's prompt starts from: what it knows about the user (from the memory backend,
+    untrusted), the conversation so far, and the user's current question."""
+    sections = []
+    if context_text:
+        sections.append(Section("What you know about the user", context_text, untrusted=True))
+    if query.previous_turns:
+        sections.append(conversation_section(query.previous_turns))
+    sections.append(Section("The user's current question", query.text))
+    return sections
 
 
 def json_instructions(schema: dict[str, Any]) -> str:

@@ -8,9 +8,16 @@ from pydantic import BaseModel, Field
 
 
 class Citation(BaseModel):
+    """A source the response cites. `sha256` is the hash of the exact text the system read
+    (UTF-8), so a judge can check claims against what the system saw: web pages stay
+    retrievable from the run's web cache, and every read text from the run's source store
+    (`graphs.sources.SourceStore`) under that hash."""
+
     source_id: str
     url: str | None = None
     title: str | None = None
+    sha256: str | None = None
+    number: int | None = Field(default=None, description="The [n] that cites it in the response text.")
 
 
 class SystemResponse(BaseModel):

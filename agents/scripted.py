@@ -26,7 +26,7 @@ from collections import Counter
 from typing import Any
 from urllib.parse import parse_qsl
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.prompts import JSON_INSTRUCTIONS_LEAD
 
@@ -48,10 +48,26 @@ class ScriptedParams(BaseModel):
 
 
 def parse_model_string(model: str) -> ScriptedParams:
-    """`scripted`, `scripted?k=v&...` or `scripted/<name>?k=v` -> its parameters."""
+    """`scripted`, `scripted?k=v&...` or `scripted/<name>?k=v` -> its parameters. A parameter that
+    is unknown, repeated or out of range is a ValueError naming it."""
     _, _, query = model.partition("?")
-    raw = dict(parse_qsl(query, keep_blank_values=False, strict_parsing=False))
-    return ScriptedParams.model_validate(raw)
+    known = ", ".join(ScriptedParams.model_fields)
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True) if query else []
+    except ValueError:
+        raise ValueError(f"{model!r}: parameters must be key=value pairs joined by '&' ({known})") from None
+    raw = dict(pairs)
+    if len(raw) < len(pairs):
+        raise ValueError(f"{model!r}: a parameter is given twice")
+    try:
+        return ScriptedParams.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: "
+            + ("unknown parameter" if err["type"] == "extra_forbidden" else err["msg"])
+            for err in exc.errors()
+        )
+        raise ValueError(f"{model!r}: {problems} (parameters: {known})") from None
 
 
 # ----------------------------------------------------------------------------- determinism

@@ -7,10 +7,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from agents.scripted import parse_model_string
+
 # The roles every run knows. Later graphs add their own (researcher, writer, ...); a role without
 # its own setting falls back to `system` for systems under test and to `judge` for evaluators.
 ROLES = ("system", "user_sim", "judge")
-ROLE_FALLBACK = {"researcher": "system", "writer": "system", "planner": "system", "memory": "system"}
+ROLE_FALLBACK = {"researcher": "system", "writer": "system", "planner": "system", "memory": "system",
+                 "clarifier": "system"}
 # Each judge's own roles (agents/judges/*), and the meta-evaluator of `atelier meta-eval`.
 JUDGE_ROLES = ("pqr_criteria", "pqr_judge", "pqr_fact_checker", "bespoke_rubric", "bespoke_judge",
                "bespoke_recall", "lampqa_judge", "aepd_judge", "locomo_judge", "prefeval_judge", "meta_judge")
@@ -40,11 +43,25 @@ class ModelSettings(BaseModel):
     @field_validator("model")
     @classmethod
     def _strip(cls, value: str) -> str:
-        return value.strip()
+        value = value.strip()
+        if _is_scripted(value):
+            parse_model_string(value)  # its parameters are checked now, not at the first call
+        return value
 
     @property
     def is_scripted(self) -> bool:
-        return self.model == "scripted" or self.model.startswith(("scripted?", "scripted/"))
+        return _is_scripted(self.model)
+
+    def answer_identity(self) -> dict[str, Any]:
+        """What decides this model's answers (what the response cache keys on, besides the request):
+        the model — for `scripted`, only its parameters that change an answer — endpoint,
+        temperature, seed, max tokens and extra parameters. Timeouts, retries, rate limits, keys
+        and the scripted model's latency and fault injection are not part of it."""
+        model: Any = self.model
+        if self.is_scripted:
+            model = {"scripted": parse_model_string(self.model).answer_identity()}
+        return {"model": model, "api_base": self.api_base, "temperature": self.temperature, "seed": self.seed,
+                "max_tokens": self.max_tokens, "extra": self.extra}
 
     def resolved_api_key(self) -> str | None:
         if self.api_key is not None:
@@ -52,6 +69,10 @@ class ModelSettings(BaseModel):
         if self.api_key_env:
             return os.environ.get(self.api_key_env)
         return None
+
+
+def _is_scripted(model: str) -> bool:
+    return model == "scripted" or model.startswith(("scripted?", "scripted/"))
 
 
 def settings_for_role(roles: dict[str, ModelSettings], role: str) -> ModelSettings:

@@ -8,6 +8,7 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.case import Case
+from benchmarks.errors import DataError
 from benchmarks.named_registry import NamedRegistry
 
 
@@ -80,7 +81,8 @@ def load_cases(
     options: dict | BaseModel | None = None,
     seed: int = 0,
 ) -> list[Case]:
-    """Load a benchmark's cases. Raises ValueError with the valid choices for a bad split/setting."""
+    """Load a benchmark's cases. Raises ValueError with the valid choices for a bad split/setting,
+    and DataError when the data yields no case at all (there would be nothing to run)."""
     spec = get_benchmark(name)
     split = split or spec.split_default
     setting = setting or spec.setting_default
@@ -89,4 +91,10 @@ def load_cases(
     if setting not in spec.settings:
         raise ValueError(f"benchmark {name!r} has no setting {setting!r}; valid: {', '.join(spec.settings)}")
     opts = options if isinstance(options, BaseModel) else spec.options.model_validate(options or {})
-    return spec.load(LoadRequest(split=split, setting=setting, limit=limit, options=opts, seed=seed))
+    cases = spec.load(LoadRequest(split=split, setting=setting, limit=limit, options=opts, seed=seed))
+    if not cases and limit != 0:  # limit 0 asks for no case
+        raise DataError(
+            f"benchmark {name!r} has no cases for split {split!r}, setting {setting!r}: nothing to run "
+            f"(`atelier data check {name}` checks its data files)"
+        )
+    return cases

@@ -6,11 +6,11 @@ Live objects (gateway, memory backend, judges) are built from these settings by
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.settings import ModelSettings
+from agents.settings import ModelSettings, settings_for_role
 from tools.config import WebConfig
 
 
@@ -33,6 +33,16 @@ class SystemSpec(BaseModel):
     )
 
 
+class BenchmarkRef(BaseModel):
+    """The benchmark a run loaded: other cases are drawn from it (random profile, gold noise)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    split: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
 class EpisodeContext(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -43,6 +53,24 @@ class EpisodeContext(BaseModel):
     system: SystemSpec = Field(default_factory=lambda: SystemSpec(name="direct-full", memory={"backend": "full"}))
     judges: list[dict[str, Any]] = Field(default_factory=lambda: [{"name": "lampqa_aspects"}])
     web: WebConfig = Field(default_factory=WebConfig, description="Search, fetch and the web cache.")
+    seed: int = Field(default=0, description="The run's seed (random profile, gold noise), unless a system has one.")
+    benchmark: BenchmarkRef | None = Field(
+        default=None, description="Where other cases come from; unset: the case's benchmark with its defaults."
+    )
+    clarify_answerer: Literal["person", "none"] = Field(
+        default="person",
+        description="Who answers a system's clarifying questions: 'person' (the graph interrupts; in Studio you "
+                    "answer) or 'none' (the step is skipped and recorded as skipped).",
+    )
 
     def role_models(self) -> dict[str, ModelSettings]:
-        return {**self.models, **self.system.models}
+        """Settings per role: the run's, the system's overrides, then the pipeline's output budgets."""
+        from graphs.pipelines import pipeline_options
+
+        roles = {**self.models, **self.system.models}
+        budgets = pipeline_options(self.system.pipeline, self.system.pipeline_options).output_tokens()
+        for role, tokens in budgets.items():
+            settings = settings_for_role(roles, role)
+            if settings.max_tokens is None or settings.max_tokens > tokens:
+                roles[role] = settings.model_copy(update={"max_tokens": tokens})
+        return roles

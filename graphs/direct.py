@@ -1,29 +1,19 @@
-"""`direct`: answer from the user's context alone, no search (LaMP-QA's non-RAG baselines)."""
+"""`direct`: answer from the user's context alone, no search (LaMP-QA's non-RAG baselines:
+no personalization with memory `none`, RAG-Personalization with a retrieving backend, and its
+random-profile control with `random_profile = true`)."""
 
 from __future__ import annotations
-
-from typing import TypedDict
 
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 
 from agents.answerer import answer
-from agents.response import SystemResponse
-from benchmarks.case import CaseView
 from graphs.context import EpisodeContext
-from graphs.resources import resources_for
-from memory.base import UserContext
+from graphs.inputs import PipelineInput, PipelineOutput
+from graphs.pipelines import PipelineOptions, PipelineSpec, register_pipeline
+from graphs.start import meta_of, pipeline_resources, start_inputs, view_of
 
-
-class PipelineInput(TypedDict):
-    """What every pipeline receives: the case as the system may see it, and the memory's context."""
-
-    view: CaseView
-    user_context: UserContext
-
-
-class PipelineOutput(TypedDict):
-    response: SystemResponse
+PIPELINE = "direct"
 
 
 class DirectState(PipelineInput, PipelineOutput, total=False):
@@ -31,12 +21,20 @@ class DirectState(PipelineInput, PipelineOutput, total=False):
 
 
 async def write_answer(state: DirectState, runtime: Runtime[EpisodeContext]) -> PipelineOutput:
-    gateway = resources_for(runtime.context).gateway
-    return {"response": await answer(gateway, state["view"], state["user_context"].text)}
+    state, update = await start_inputs(state, runtime, PIPELINE)
+    gateway = pipeline_resources(runtime, PIPELINE).gateway
+    response = await answer(gateway, view_of(state, runtime, PIPELINE), state["user_context"].text)
+    response.meta.update(meta_of(state, runtime, PIPELINE) | {"critical_path_calls": 1})
+    return {**update, "response": response}  # type: ignore[typeddict-item]
 
 
 def build_direct_graph():
-    graph = StateGraph(DirectState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput)
+    graph = StateGraph(DirectState, context_schema=EpisodeContext, input_schema=PipelineInput,
+                       output_schema=PipelineOutput)
     graph.add_node("answer", write_answer)
     graph.add_edge(START, "answer")
-    return graph.compile(name="direct")
+    return graph.compile(name=PIPELINE)
+
+
+register_pipeline(PipelineSpec(PIPELINE, "answer from the user's context, no search", build_direct_graph,
+                               PipelineOptions))

@@ -1,74 +1,76 @@
 """`episode`: the unit a run executes per case and system —
-prepare the system's view -> memory (ingest, recall) -> system pipeline -> judges.
+prepare the system's inputs -> memory (ingest, recall) -> the system's pipeline -> judges.
 
-The system's subgraphs only ever receive the `CaseView` (no gold fields exist on it); the judge
-subgraph receives the full `Case`.
+The system's subgraphs only ever receive the `CaseView` (no gold fields exist on it) and what
+their options explicitly add (`graphs.inputs`); the judge subgraph looks the full `Case` up by its
+reference (`benchmark`, `case_id`), which is all the state keeps of it. The graph holds one branch
+per pipeline and takes the one the runtime context's system names, so Studio can run an episode
+with any pipeline.
 """
 
 from __future__ import annotations
 
 import operator
-from functools import lru_cache
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal, Sequence
 
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
+from typing_extensions import TypedDict
 
 from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
-from benchmarks.case import Case, CaseView
-from benchmarks.errors import ConfigError
-from benchmarks.registry import load_cases
+from benchmarks.case import Case
 from graphs.context import EpisodeContext
+from graphs.inputs import CaseReference, GoldContext, GraphInputError, case_from_input, remember_cases, system_inputs
 from graphs.judge import build_judge_graph
 from graphs.memory import build_memory_graph
 from graphs.pipelines import PIPELINES
+from graphs.resources import resources_for
 from memory.base import UserContext
 
 
-class EpisodeInput(TypedDict, total=False):
-    case: Case
-    benchmark: str  # with case_id: load the case by reference (handy in Studio)
-    case_id: str
+class EpisodeInput(CaseReference, total=False):
+    case: Case  # or {"benchmark", "case_id"}: the case by reference (handy in Studio)
 
 
 class EpisodeOutput(TypedDict, total=False):
-    case: Case
-    view: CaseView
     user_context: UserContext
     response: SystemResponse
     judgments: Annotated[list[JudgeResult], operator.add]
 
 
 class EpisodeState(EpisodeInput, EpisodeOutput, total=False):
-    pass
-
-
-@lru_cache(maxsize=64)
-def _benchmark_cases(name: str) -> dict[str, Case]:
-    return {c.id: c for c in load_cases(name)}
+    profile_case_id: str
+    gold_context: GoldContext
 
 
 def prepare(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["memory"]]:
-    case = state.get("case")
-    if case is None:
-        benchmark, case_id = state.get("benchmark", "sample"), state.get("case_id")
-        cases = _benchmark_cases(benchmark)
-        if case_id not in cases:
-            raise ConfigError(f"no case {case_id!r} in benchmark {benchmark!r} (it has {len(cases)} cases)")
-        case = cases[case_id]
-    setting = (runtime.context or EpisodeContext()).system.setting
-    return Command(goto="memory", update={"case": case, "view": case.view(setting)})
+    context = runtime.context or EpisodeContext()
+    case = case_from_input(state, context)
+    remember_cases(context.run_id, [case])  # the judges look it up by reference
+    inputs = system_inputs(case, context, context.system.pipeline, resources_for(context).sources)
+    return Command(goto="memory", update=inputs)
 
 
-def build_episode_graph(pipeline: str = "direct", checkpointer=None):
+def build_episode_graph(pipelines: str | Sequence[str] | None = None, checkpointer=None):
+    """An episode graph with a branch for each of `pipelines` (default: every registered one)."""
+    names = [pipelines] if isinstance(pipelines, str) else list(pipelines or PIPELINES.names())
+
+    def system(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> str:
+        """The branch of the system's pipeline."""
+        pipeline = (runtime.context or EpisodeContext()).system.pipeline
+        if pipeline not in names:
+            raise GraphInputError(f"this episode graph has no pipeline {pipeline!r}; it has: {', '.join(names)}")
+        return pipeline
+
     graph = StateGraph(EpisodeState, context_schema=EpisodeContext, input_schema=EpisodeInput, output_schema=EpisodeOutput)
     graph.add_node("prepare", prepare)
     graph.add_node("memory", build_memory_graph())
-    graph.add_node("system", PIPELINES.get(pipeline).build())
+    for name in names:
+        graph.add_node(name, PIPELINES.get(name).build())
+        graph.add_edge(name, "judge")
     graph.add_node("judge", build_judge_graph())
     graph.add_edge(START, "prepare")
-    graph.add_edge("memory", "system")
-    graph.add_edge("system", "judge")
-    return graph.compile(checkpointer=checkpointer, name=f"episode[{pipeline}]")
+    graph.add_conditional_edges("memory", system, names)
+    return graph.compile(checkpointer=checkpointer, name="episode")

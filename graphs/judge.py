@@ -4,17 +4,20 @@ A judge gets the run's gateway (its own model roles), the run's web (to read cit
 the web cache) and the artifact store (criteria and rubrics generated once and reused). Judges that
 compare two systems' responses (LaMP-QA pairwise) are not run here: the runner runs them once both
 responses exist (`runs.judging`).
+
+Alone (e.g. in Studio) it takes the case by reference: `{"benchmark", "case_id", "response": {"text": ...}}`.
 """
 
 from __future__ import annotations
 
 import operator
 from pathlib import Path
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal
 
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
+from typing_extensions import TypedDict
 
 from agents.judges.base import JudgeEnv, JudgeResult
 from agents.judges.store import ArtifactStore
@@ -22,12 +25,13 @@ from agents.response import SystemResponse
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
 from graphs.context import EpisodeContext
+from graphs.inputs import CaseReference, GraphInputError, case_from_input
 from graphs.resources import Resources, resources_for
 
 ARTIFACTS_DIR = "judge_artifacts"  # in the run folder and in Atelier's cache
 
 
-class JudgeInput(TypedDict):
+class JudgeInput(CaseReference, total=False):
     case: Case
     response: SystemResponse
 
@@ -57,8 +61,13 @@ def judge_env(resources: Resources) -> JudgeEnv:
 
 
 def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_judge"]]:
+    case = case_from_input(state, runtime.context or EpisodeContext())
+    response = state.get("response")
+    if response is None:
+        raise GraphInputError('give the response to judge: {"response": {"text": "..."}} next to the case')
+    response = SystemResponse.model_validate(response)
     judges = resources_for(runtime.context).judges
-    tasks = [Send("run_judge", JudgeTask(judge_index=i, case=state["case"], response=state["response"]))
+    tasks = [Send("run_judge", JudgeTask(judge_index=i, case=case, response=response))
              for i, judge in enumerate(judges) if not judge.comparative]
     return Command(goto=tasks)
 

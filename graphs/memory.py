@@ -1,25 +1,30 @@
 """The memory subgraph: ingest the user's history, then recall the context for the query.
 
 Both steps are nodes so Studio shows extraction and retrieval separately; the backend doing the
-work comes from the runtime context (`system.memory`).
+work comes from the runtime context (`system.memory`). It takes the case by reference
+(`{"benchmark", "case_id"}`); with `profile_case_id` set (a system's `random_profile` option) the
+memory reads that case's user history — another user's — for the asker's query.
 """
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Literal
 
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
+from typing_extensions import TypedDict
 
 from benchmarks.case import CaseView
 from graphs.context import EpisodeContext
-from graphs.resources import resources_for
+from graphs.inputs import CaseReference, case_view, memory_view
+from graphs.resources import Resources, resources_for
 from memory.base import UserContext, memory_query
 
 
-class MemoryInput(TypedDict):
+class MemoryInput(CaseReference, total=False):
     view: CaseView
+    profile_case_id: str
 
 
 class MemoryOutput(TypedDict):
@@ -30,16 +35,25 @@ class MemoryState(MemoryInput, MemoryOutput, total=False):
     pass
 
 
+async def ingest_history(resources: Resources, view: CaseView) -> None:
+    await resources.memory.ingest(view.user_id, view.history)
+
+
+async def recall_context(resources: Resources, view: CaseView, owner: CaseView | None = None) -> UserContext:
+    """What the memory holds about `owner`'s user (default: the asker) for the asker's query."""
+    return await resources.memory.context((owner or view).user_id, memory_query(view))
+
+
 async def ingest(state: MemoryState, runtime: Runtime[EpisodeContext]) -> Command[Literal["recall"]]:
-    view = state["view"]
-    await resources_for(runtime.context).memory.ingest(view.user_id, view.history)
+    context = runtime.context or EpisodeContext()
+    await ingest_history(resources_for(context), memory_view(state, context))
     return Command(goto="recall")
 
 
 async def recall(state: MemoryState, runtime: Runtime[EpisodeContext]) -> MemoryOutput:
-    view = state["view"]
-    context = await resources_for(runtime.context).memory.context(view.user_id, memory_query(view))
-    return {"user_context": context}
+    context = runtime.context or EpisodeContext()
+    user_context = await recall_context(resources_for(context), case_view(state, context), memory_view(state, context))
+    return {"user_context": user_context}
 
 
 def build_memory_graph():

@@ -8,14 +8,17 @@ All systems of a run share one web (one sandbox, one web cache), started on firs
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.cache import ResponseCache
 from agents.gateway import Gateway
 from agents.judges.base import Judge, create_judge
 from agents.ledger import Ledger
+from benchmarks.errors import ConfigError
 from graphs.context import EpisodeContext
+from graphs.inputs import GraphInputError
+from graphs.sources import SourceStore
 from memory.base import MemoryBackend, MemoryEnv
 from memory.registry import create_backend
 from tools.web import Web, build_web
@@ -27,14 +30,19 @@ class Resources:
     gateway: Gateway
     memory: MemoryBackend
     judges: list[Judge]
+    sources: SourceStore  # the texts systems read, by sha256
+    _web: Web | None = field(default=None, repr=False)
 
     def web(self) -> Web:
         """The run's web (search + fetch + cache); the sandbox starts on the first call."""
+        if self._web is not None:
+            return self._web
         with _lock:
             key = _web_key(self.context)
             if key not in _webs:
                 _webs[key] = build_web(self.context.web)
-            return _webs[key]
+            self._web = _webs[key]
+            return self._web
 
 
 _lock = threading.Lock()
@@ -42,6 +50,9 @@ _resources: dict[str, Resources] = {}
 _ledgers: dict[str, Ledger] = {}
 _caches: dict[str, ResponseCache] = {}
 _webs: dict[str, Web] = {}
+# The context objects already seen: a node looks its resources up by identity first (contexts are
+# settings, never changed once made), which spares serialising the context on every model call.
+_seen: dict[int, tuple[EpisodeContext, str]] = {}
 
 
 def _web_key(context: EpisodeContext) -> str:
@@ -63,16 +74,36 @@ def _shared_cache(context: EpisodeContext) -> ResponseCache | None:
     return _caches[context.cache_dir]
 
 
+def context_key(context: EpisodeContext) -> str:
+    """The context's identity as a string: equal settings, equal key."""
+    seen = _seen.get(id(context))
+    if seen is not None and seen[0] is context:
+        return seen[1]
+    key = context.model_dump_json()
+    if len(_seen) > 4096:
+        _seen.clear()
+    _seen[id(context)] = (context, key)
+    return key
+
+
 def resources_for(context: EpisodeContext | None) -> Resources:
     context = context or EpisodeContext()
-    key = context.model_dump_json()
+    key = context_key(context)
+    resources = _resources.get(key)
+    if resources is not None:
+        return resources
     with _lock:
         if key not in _resources:
-            gateway = Gateway(context.role_models(), cache=_shared_cache(context), ledger=_shared_ledger(context))
+            try:
+                roles = context.role_models()
+            except ConfigError as exc:  # a context set by hand (Studio) naming an unknown pipeline or option
+                raise GraphInputError(f"runtime context: {exc}") from None
+            gateway = Gateway(roles, cache=_shared_cache(context), ledger=_shared_ledger(context))
             store = Path(context.run_dir) / "memory" / context.system.name if context.run_dir else None
             memory = create_backend(context.system.memory, MemoryEnv(gateway=gateway, store_dir=store))
             judges = [create_judge(j) for j in context.judges]
-            _resources[key] = Resources(context=context, gateway=gateway, memory=memory, judges=judges)
+            _resources[key] = Resources(context=context, gateway=gateway, memory=memory, judges=judges,
+                                        sources=SourceStore.for_run(context.run_dir))
         return _resources[key]
 
 
@@ -80,7 +111,7 @@ async def release(context: EpisodeContext) -> None:
     """Close what a context opened (memory stores, the web) and forget it (end of a run). What the
     web searched and fetched is listed in `<run_dir>/web_log.jsonl`."""
     with _lock:
-        resources = _resources.pop(context.model_dump_json(), None)
+        resources = _resources.pop(context_key(context), None)
         web = _webs.pop(_web_key(context), None)
     if resources is not None:
         await resources.memory.aclose()

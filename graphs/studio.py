@@ -1,17 +1,25 @@
 """The graphs LangGraph Studio serves (see langgraph.json). The server supplies persistence.
 
-Each takes an `EpisodeContext` as its runtime context (models per role, the system's memory
-backend, the judges); with none given it runs on the embedded defaults: the offline scripted
-model, the `full` memory backend and the LaMP-QA aspect judge. For the episode graph, the input
-may be a whole case or `{"benchmark": "sample", "case_id": "..."}`.
+Each takes an `EpisodeContext` as its runtime context (models per role, the system — pipeline,
+its options, memory backend —, the judges, the web); with none given it runs on the embedded
+defaults: the offline scripted model, the `full` memory backend, the LaMP-QA aspect judge and the
+sandbox web over the bundled sample pages. Every graph takes `{"benchmark": "sample",
+"case_id": "q01"}` as input (the judge graph also a `response` to judge); the episode graph runs
+whichever pipeline the context's `system.pipeline` names.
 """
 
+from graphs.deep_research.graph import build_deep_research_graph
 from graphs.direct import build_direct_graph
 from graphs.episode import build_episode_graph
 from graphs.judge import build_judge_graph
 from graphs.memory import build_memory_graph
+from graphs.planpers import build_planpers_graph
+from graphs.rag import build_rag_graph
 
-episode = build_episode_graph("direct")
+episode = build_episode_graph()
 direct = build_direct_graph()
+rag = build_rag_graph()
+planpers = build_planpers_graph()
+deep_research = build_deep_research_graph()
 memory = build_memory_graph()
 judge = build_judge_graph()

@@ -3,7 +3,7 @@
 Every backend can be evaluated: a ranking backend's order is its ranking; any other backend is
 scored on the order of the event ids it returns (a profile's cited events first, ...). Each user's
 history is ingested once (the union over that user's cases, as the system's `CaseView` shows it),
-then every case with gold relevant history is recalled and scored with trec_eval's conventions
+then every case with gold relevant history is recalled and scored by trec_eval
 (`benchmarks.metrics.ranking`): graded gains when the data grades relevance (`Gold.relevance`, e.g.
 iKAT NIST judgments), else binary (`Gold.relevant_history_ids`: iKAT provenance, LoCoMo evidence).
 
@@ -25,7 +25,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from benchmarks.case import Case, CaseView, Gold, HistoryEvent
-from benchmarks.metrics.ranking import query_ranking_scores
+from benchmarks.metrics.ranking import as_run, evaluate_runs
 from memory.base import QUERY_MODES, MemoryBackend, QueryMode, memory_query
 
 CUTOFFS = (3, 10)
@@ -106,27 +106,31 @@ async def evaluate_retrieval(
     judged = [(case, view) for case, view in zip(cases, views) if any(g > 0 for g in gold_qrels(case.gold).values())]
     gate = asyncio.Semaphore(concurrency)
 
-    async def recall(case: Case, view: CaseView) -> QueryResult:
+    async def recall(case: Case, view: CaseView) -> tuple[list[str], float]:
         query = memory_query(view, query_mode)
         async with gate:
             start = time.perf_counter()
             context = await backend.context(view.user_id, query, budget)
-            latency_ms = (time.perf_counter() - start) * 1000
-        qrels = gold_qrels(case.gold)
-        scores = query_ranking_scores(context.event_ids, qrels, CUTOFFS)
-        return QueryResult(
+            return context.event_ids, (time.perf_counter() - start) * 1000
+
+    recalled = await asyncio.gather(*(recall(case, view) for case, view in judged))
+    qrels = {case.id: gold_qrels(case.gold) for case, _ in judged}
+    runs = {case.id: (as_run(ranking), qrels[case.id]) for (case, _), (ranking, _) in zip(judged, recalled)}
+    scored = evaluate_runs(runs, CUTOFFS)  # trec_eval scores every query in one call
+    results = [
+        QueryResult(
             case_id=case.id,
-            ranking=context.event_ids,
-            relevant=sorted(i for i, g in qrels.items() if g > 0),
-            ndcg_3=scores.ndcg[3],
-            ndcg_10=scores.ndcg[10],
-            p_3=scores.precision[3],
-            r_3=scores.recall[3],
-            rr=scores.reciprocal_rank,
+            ranking=ranking,
+            relevant=sorted(i for i, g in qrels[case.id].items() if g > 0),
+            ndcg_3=scored[case.id].ndcg[3],
+            ndcg_10=scored[case.id].ndcg[10],
+            p_3=scored[case.id].precision[3],
+            r_3=scored[case.id].recall[3],
+            rr=scored[case.id].reciprocal_rank,
             latency_ms=latency_ms,
         )
-
-    results = await asyncio.gather(*(recall(case, view) for case, view in judged))
+        for (case, _), (ranking, latency_ms) in zip(judged, recalled)
+    ]
 
     def mean(field: str) -> float:
         return math.fsum(getattr(r, field) for r in results) / len(results) if results else 0.0

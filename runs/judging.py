@@ -29,6 +29,13 @@ async def judge_again(case: Case, record: ResultRecord, context: EpisodeContext,
         return list(await asyncio.gather(*(j.judge(case, record.response, env) for j in chosen)))
 
 
+def judgments_due(record: ResultRecord, judges: Iterable[Judge]) -> list[Judge]:
+    """The judges whose judgment of `record` is missing or failed (comparative ones aside: see
+    `comparisons_due`); a resumed run redoes them from the stored response."""
+    done = {j.judge for j in record.judgments if not j.failed}
+    return [judge for judge in judges if not judge.comparative and judge.key not in done]
+
+
 def comparisons_due(records: dict[str, ResultRecord], judge: ComparativeJudge) -> list[tuple[ResultRecord, ResultRecord]]:
     """(record, baseline record) pairs this judge has not yet judged successfully."""
     baseline = {r.case_id: r for r in records.values() if r.system == judge.baseline and r.ok}

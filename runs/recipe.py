@@ -20,6 +20,7 @@ key path (`systems[1].memory.backend`), the line when it can be found, and the v
 
 from __future__ import annotations
 
+import datetime
 import re
 import tomllib
 from functools import lru_cache
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from agents.judges.base import JUDGES
 from agents.settings import ROLE_FALLBACK, ROLES, ModelSettings
 from benchmarks.errors import ConfigError
+from benchmarks.json_input import validate_strictly
 from benchmarks.registry import BENCHMARKS, get_benchmark
 from graphs.context import SystemSpec
 from graphs.pipelines import PIPELINES
@@ -66,7 +68,12 @@ class BenchmarkSection(_Strict):
     @classmethod
     def _loader_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         if info.data.get("name") is not None:
-            get_benchmark(info.data["name"]).options.model_validate(value)
+            try:
+                validate_strictly(get_benchmark(info.data["name"]).options, value)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                key = ".".join(str(part) for part in first["loc"])
+                raise ValueError(f"{key}: {first['msg']}" if key else first["msg"]) from None
         return value
 
 
@@ -112,6 +119,12 @@ class Recipe(_Strict):
     ) -> "Recipe":
         """Command-line overrides: `model`/`api_base`/`api_key` apply to every role and system."""
         update: dict[str, Any] = {k: v for k, v in (("model", model), ("api_base", api_base), ("api_key", api_key)) if v}
+        try:
+            ModelSettings.model_validate(update)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            flag = "--" + str(first["loc"][0]).replace("_", "-")
+            raise ConfigError(f"{flag}: {first['msg'].removeprefix('Value error, ')}") from None
         data = self.model_dump(mode="python")
         if update:
             data["models"] = {role: {**s.model_dump(exclude_unset=True), **update} for role, s in self.role_models().items()}
@@ -121,7 +134,10 @@ class Recipe(_Strict):
             data["benchmark"]["limit"] = limit
         if out_dir is not None:
             data["run"]["out_dir"] = out_dir
-        return Recipe.model_validate(data)
+        try:
+            return Recipe.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(_format_errors(exc, "command line", None)) from None
 
 
 # ----------------------------------------------------------------------------- registry-typed parts
@@ -150,6 +166,7 @@ def _validator_model() -> type[BaseModel]:
         __base__=SystemSpec,
         __validators__={"_typed_pipeline_options": field_validator("pipeline_options")(typed_pipeline_options)},
         pipeline=(Pipeline, "direct"),
+        pipeline_options=(dict[str, Any], Field(default_factory=dict, validate_default=True)),  # defaults resolved
         memory=(MemoryUnion, ...),
         models=(dict[Role, ModelSettings], {}),
     )
@@ -165,8 +182,10 @@ def _validator_model() -> type[BaseModel]:
 
 
 def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | None = None) -> Recipe:
+    """Validate recipe data strictly, as TOML spells it (`concurrency = true` is not a number)."""
+    _check_values(data, source)
     try:
-        checked = _validator_model().model_validate(data)
+        checked = validate_strictly(_validator_model(), data)
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, source, text)) from None
     except ConfigError as exc:  # raised as is by validators that know their own field ([web])
@@ -183,16 +202,46 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
     return Recipe.model_validate(resolved)
 
 
+MAX_DEPTH = 16  # tables and arrays within each other; a recipe needs a handful
+
+
+def _check_values(data: dict[str, Any], source: str) -> None:
+    """What TOML can hold but no recipe setting is: dates and times, NUL characters, and nesting
+    deep enough to trip a parser (the strict validation reads the recipe as JSON)."""
+    pending: list[tuple[tuple[Any, ...], Any]] = [((), data)]
+    while pending:
+        loc, value = pending.pop()
+        if len(loc) > MAX_DEPTH:
+            raise ConfigError(f"invalid recipe: {source}: {_key_path(loc[:MAX_DEPTH])}: nested more than "
+                              f"{MAX_DEPTH} levels deep")
+        if isinstance(value, dict):
+            pending.extend((loc + (key,), item) for key, item in value.items())
+        elif isinstance(value, list):
+            pending.extend((loc + (i,), item) for i, item in enumerate(value))
+        elif isinstance(value, str) and "\x00" in value:
+            raise ConfigError(f"invalid recipe: {source}: {_key_path(loc)}: a NUL character is not valid in a value")
+        elif isinstance(value, (datetime.date, datetime.time)):
+            raise ConfigError(f"invalid recipe: {source}: {_key_path(loc)}: a TOML date or time is not a valid value "
+                              "here (quote it if it is meant as text)")
+
+
 def load_recipe(path: str | Path) -> Recipe:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read recipe {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}:{line}: not valid UTF-8 (byte {exc.start}); save the recipe as UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply to parse") from None
     return parse_recipe(data, source=str(path), text=text)
 
 
@@ -206,14 +255,49 @@ def _key_path(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-def _line_of(text: str | None, key: str, value: Any) -> int | None:
-    """The line of `key = value` in the TOML text, when exactly one line matches."""
-    if text is None or not key:
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]")
+
+
+def _table_paths(lines: list[str]) -> list[tuple[Any, ...]]:
+    """The table each line belongs to, as a key path with array indices, e.g. for the lines under
+    the second `[[systems]]`'s `[systems.models.system]`: ("systems", 1, "models", "system")."""
+    counts: dict[tuple[Any, ...], int] = {}
+    current: tuple[Any, ...] = ()
+    paths = []
+    for line in lines:
+        header = _HEADER.match(line)
+        if header:
+            current = ()
+            for part in (p.strip().strip('"') for p in header.group(2).split(".")):
+                current += (part,)
+                if current in counts:  # an array of tables: its latest element
+                    current += (counts[current] - 1,)
+            if header.group(1) == "[[":
+                array = current[:-1] if current[:-1] in counts else current
+                counts[array] = counts.get(array, 0) + 1
+                current = array + (counts[array] - 1,)
+        paths.append(current)
+    return paths
+
+
+def _line_of(text: str | None, loc: tuple[Any, ...], value: Any) -> int | None:
+    """The line that sets the key at `loc` (to `value`, when given), when it can be told apart:
+    looked for within the key's own table first, then in the whole file."""
+    keys = [part for part in loc if isinstance(part, str)]
+    if text is None or not keys:
         return None
-    rendered = re.escape(str(value)) if value is not None else ""
-    pattern = re.compile(rf"(^|[\s{{,]){re.escape(key)}\s*=\s*\"?{rendered}\"?\s*($|[,}}#])")
-    hits = [i for i, line in enumerate(text.splitlines(), start=1) if pattern.search(line)]
-    return hits[0] if len(hits) == 1 else None
+    rendered = str(value).lower() if isinstance(value, bool) else str(value) if value is not None else None
+    shown = rf"\s*\"?{re.escape(rendered)}\"?\s*($|[,}}#])" if rendered is not None else ""
+    pattern = re.compile(rf"(^|[\s{{,]){re.escape(keys[-1])}\s*={shown}")
+    lines = text.splitlines()
+    paths = _table_paths(lines)
+    tables = [loc[:n] for n in range(len(loc) - 1, -1, -1) if loc[:n] in set(paths)]
+    for table in tables[:1] + [None]:  # the innermost table that has lines, then anywhere
+        hits = [i for i, line in enumerate(lines, start=1)
+                if (table is None or paths[i - 1] == table) and pattern.search(line)]
+        if len(hits) == 1:
+            return hits[0]
+    return None
 
 
 def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
@@ -249,8 +333,7 @@ def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
                 message = "unknown key (not allowed here)"
             elif err["type"] == "value_error":
                 message = message.removeprefix("Value error, ")
-        key = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")
-        line = _line_of(text, key, value if isinstance(value, (str, int, float)) else None)
+        line = _line_of(text, tuple(loc), value if isinstance(value, (str, int, float)) else None)
         where = f"{source}:{line}" if line else source
         lines.append(f"{where}: {_key_path(tuple(loc))}: {message}")
     head = "invalid recipe" if len(lines) == 1 else f"invalid recipe ({len(lines)} problems)"

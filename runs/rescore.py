@@ -12,15 +12,17 @@ A rescore folder resumes like a run folder.
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from agents.judges.base import check_judge_fit, create_judge
 from agents.ledger import call_tags
 from agents.settings import ModelSettings
-from benchmarks.errors import ConfigError
+from benchmarks.errors import ConfigError, DataError
+from benchmarks.json_input import read_json_file, validation_error
 from benchmarks.registry import load_cases
 from graphs.judge import ARTIFACTS_DIR
 from graphs.resources import release, resources_for
@@ -38,12 +40,18 @@ def load_run(run_dir: Path) -> tuple[dict[str, Any], Recipe, dict[str, ResultRec
         raise ConfigError(f"{run_dir} is not a run folder: it has no config.json")
     if not folder.results.is_file():
         raise ConfigError(f"{run_dir} has no results.jsonl: nothing to rescore")
-    config = json.loads(folder.config.read_text(encoding="utf-8"))
-    data = config["recipe"]
+    config = read_json_file(folder.config)
+    data = config.get("recipe") if isinstance(config, dict) else None
+    if not isinstance(data, dict):
+        raise DataError("holds no recipe (field 'recipe'): the run folder's config.json is damaged", file=folder.config)
     for settings in [*data.get("models", {}).values(), *(m for s in data.get("systems", []) for m in s.get("models", {}).values())]:
         if settings.get("api_key") == MASKED:  # never reuse a masked secret as a key
             settings["api_key"] = None
-    return config, Recipe.model_validate(data), ResultsFile(folder.results).load()
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, file=folder.config, prefix="recipe.") from None
+    return config, recipe, ResultsFile(folder.results).load()
 
 
 def rescore_recipe(original: Recipe, run_dir: Path, judges: list[dict[str, Any]], models: dict[str, ModelSettings],

@@ -13,11 +13,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
-from benchmarks.errors import DataError
+from benchmarks.json_input import read_appended_jsonl, validation_error
 
 
 def result_key(case_id: str, system: str) -> str:
@@ -75,27 +75,14 @@ class ResultsFile:
 
     def load(self, repair: bool = False) -> dict[str, ResultRecord]:
         """The latest record per key. A torn last line (the process died while writing it) is
-        dropped — with `repair`, also from the file, before the run appends again. Any other bad
-        line is an error naming the line."""
+        dropped, and its episode redone — with `repair`, also dropped from the file, before the run
+        appends again. Any other bad line is an error naming the line."""
         records: dict[str, ResultRecord] = {}
-        if not self.path.exists():
-            return records
-        raw = self.path.read_bytes()
-        lines = raw.split(b"\n")
-        offset = 0
-        for number, line in enumerate(lines, start=1):
-            start, offset = offset, offset + len(line) + 1
-            if not line.strip():
-                continue
+        for number, data in read_appended_jsonl(self.path, repair=repair).values:
             try:
-                record = ResultRecord.model_validate(json.loads(line))
-            except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
-                if not any(rest.strip() for rest in lines[number:]):  # the torn tail: redo that episode
-                    if repair:
-                        with self.path.open("r+b") as fh:
-                            fh.truncate(start)
-                    break
-                raise DataError(f"unreadable result line: {exc}", file=self.path, line=number) from None
+                record = ResultRecord.model_validate(data)
+            except ValidationError as exc:
+                raise validation_error(exc, file=self.path, line=number) from None
             records[record.key] = record
         return records
 

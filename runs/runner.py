@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import platform
 import secrets
+import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -21,18 +22,27 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from agents.judges.base import check_judge_fit, create_judge
+from langgraph.types import Command
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from agents.clarify import ClarifyAnswers, ClarifyRequest
+from agents.judges.base import Judge, check_judge_fit, create_judge
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
-from benchmarks.errors import ConfigError
+from benchmarks.errors import ConfigError, DataError
+from benchmarks.json_input import read_appended_jsonl, read_json_file, validation_error
 from benchmarks.registry import load_cases
-from graphs.context import EpisodeContext, SystemSpec
+from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
 from graphs.episode import build_episode_graph
+from graphs.inputs import forget_cases, remember_cases
+from graphs.pipelines import check_systems_available
 from graphs.resources import release, resources_for
-from runs.judging import judge_comparisons
+from graphs.serde import sqlite_checkpointer
+from runs.judging import judge_again, judge_comparisons, judgments_due
 from runs.recipe import Recipe
 from runs.report import write_report
+from runs.resume import check_resume
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
 from runs.summary import summarize
 from tools.config import WebConfig
@@ -86,8 +96,11 @@ def _versions() -> dict[str, str]:
 class Runner:
     def __init__(self, recipe: Recipe, folder: Path | None = None, *, progress: bool = True) -> None:
         self.recipe = recipe
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise ConfigError(f"{folder} is a file, not a run folder: give --out a new or existing run folder")
         existing = folder is not None and (folder / "config.json").exists()
-        self.run_id = _read_run_id(folder) if existing else (folder.name if folder else new_run_id(recipe))
+        stored = _stored_config(folder / "config.json") if existing else None
+        self.run_id = (stored and stored.run_id) or (folder.name if folder else new_run_id(recipe))
         self.folder = RunFolder(folder or Path(recipe.run.out_dir) / self.run_id)
         self.progress = progress
         self.cache_dir = (recipe.cache.dir or str(cache_dir() / "llm")) if recipe.cache.enabled else None
@@ -108,15 +121,18 @@ class Runner:
             system=system,
             judges=self.recipe.judges,
             web=self.web,
+            seed=self.recipe.seed,
+            benchmark=BenchmarkRef(name=self.recipe.benchmark.name, split=self.recipe.benchmark.split,
+                                   options=self.recipe.benchmark.options),
+            clarify_answerer="none",  # no simulated user answers clarifying questions yet: skipped, recorded
         )
 
     async def run(self) -> RunFolder:
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
         recipe = self.recipe
         b = recipe.benchmark
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
-        self._check_resumable()
+        check_systems_available(recipe.systems)  # so does a system whose optional extra is missing
+        judgments_changed = self._check_resumable()
         cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
         # a judge the cases cannot feed is refused here, before any episode
         check_judge_fit([create_judge(j) for j in recipe.judges], cases, b.name, [s.name for s in recipe.systems])
@@ -126,32 +142,52 @@ class Runner:
         config = self._config(cases, dry_run)
         write_json_atomic(self.folder.config, config)
 
+        for path, consequence in ((self.folder.results, "its episode is run again"),
+                                  (self.folder.ledger, "that call is missing from the ledger")):
+            _mend_torn_line(path, consequence)
+        read_ledger(self.folder.ledger)  # a bad line is reported now, not after every episode has run
+        remember_cases(self.run_id, cases)  # episodes' state holds only (benchmark, case id)
         results = ResultsFile(self.folder.results)
-        done = {k for k, r in results.load(repair=True).items() if r.ok}
+        latest = results.load()
+        done = {k for k, r in latest.items() if r.ok}
         todo = [(case, system) for system in recipe.systems for case in cases
                 if result_key(case.id, system.name) not in done]
+        rejudge = self._to_rejudge(latest, cases, contexts, judgments_changed)
 
-        async with AsyncSqliteSaver.from_conn_string(str(self.folder.checkpoints)) as saver:
-            graphs = {p: build_episode_graph(p, checkpointer=saver) for p in {s.pipeline for s in recipe.systems}}
+        async with sqlite_checkpointer(self.folder.checkpoints) as saver:
+            graph = build_episode_graph(sorted({s.pipeline for s in recipe.systems}), checkpointer=saver)
             limit = asyncio.Semaphore(recipe.run.concurrency)
 
             async def one(case: Case, system: SystemSpec) -> ResultRecord:
                 async with limit:
-                    record = await self._episode(graphs[system.pipeline], case, system, contexts[system.name])
+                    record = await self._episode(graph, case, system, contexts[system.name])
                 results.append(record)
                 return record
 
-            with _progress(self.progress, total=len(cases) * len(recipe.systems), done=len(done)) as bar:
+            async def judged_again(stored: ResultRecord, case: Case, judges: list[Judge]) -> ResultRecord:
+                # judges that changed leave no judgment standing: the old ones are dropped, not mixed in
+                kept = stored.model_copy(update={"judgments": [], "scores": {}}) if judgments_changed else stored
+                async with limit:
+                    record = kept.with_judgments(await judge_again(case, stored, contexts[stored.system], judges))
+                results.append(record)
+                return record
+
+            with _progress(self.progress, total=len(cases) * len(recipe.systems), done=len(done) - len(rejudge)) as bar:
                 tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
+                tasks += [asyncio.create_task(judged_again(stored, case, judges)) for stored, case, judges in rejudge]
                 for finished in asyncio.as_completed(tasks):
                     record = await finished
                     bar.advance(record.ok)
+        if rejudge:
+            print(f"note: judged {len(rejudge)} stored response{'s' * (len(rejudge) != 1)} again "
+                  "(their systems did not run again)", file=sys.stderr)
         # judges comparing two systems' responses (LaMP-QA pairwise) run once both exist
         by_id = {c.id: c for c in cases}
         for record in await judge_comparisons(results.load(), by_id, contexts, recipe.run.concurrency):
             results.append(record)
         for context in contexts.values():
             await release(context)
+        forget_cases(self.run_id)
         self.finish(config)
         return self.folder
 
@@ -168,7 +204,12 @@ class Runner:
                 if snapshot.next:  # interrupted earlier: continue from the last checkpoint
                     out = await graph.ainvoke(None, config, context=context)
                 else:
-                    out = await graph.ainvoke({"case": case}, config, context=context)
+                    reference = {"benchmark": case.benchmark, "case_id": case.id}
+                    out = await graph.ainvoke(reference, config, context=context)
+                while out.get("__interrupt__"):  # a system asked the user something
+                    [pending] = out["__interrupt__"]
+                    answers = await answer_clarification(ClarifyRequest.model_validate(pending.value), case, context)
+                    out = await graph.ainvoke(Command(resume=answers), config, context=context)
         except Exception as exc:  # noqa: BLE001 - one failed episode is recorded and the run goes on
             return ResultRecord(**base, status="error", error=f"{type(exc).__name__}: {exc}",
                                 latency_s=time.perf_counter() - started, finished_at=time.time())
@@ -186,28 +227,44 @@ class Runner:
             finished_at=time.time(),
         )
 
-    # what must not change between a run and its resumption: it decides what an episode computes
-    _RESUME_KEYS = ("seed", "models", "systems", "judges", "web")
-
-    def _check_resumable(self) -> None:
-        previous = (_read_json(self.folder.config) or {}).get("recipe")
-        if previous is None:
-            return
-        current = self.recipe.model_dump(mode="json")
-        changed = [k for k in self._RESUME_KEYS if previous.get(k) != current.get(k)]
-        benchmark = ("name", "split", "setting", "options")
-        changed += [f"benchmark.{k}" for k in benchmark if previous["benchmark"].get(k) != current["benchmark"].get(k)]
-        if changed:
+    def _check_resumable(self) -> bool:
+        """Refuses a folder whose outputs another recipe made (see `runs.resume`). True when the
+        judges changed since: every stored response is then judged again."""
+        stored = _stored_config(self.folder.config)
+        if stored is None or stored.recipe is None:
+            return False
+        try:
+            check = check_resume(stored.recipe, self.recipe.model_dump(mode="json"))
+        except (ValidationError, ValueError, TypeError, AttributeError) as exc:  # edited by hand, or another version
+            raise DataError(f"its recipe cannot be read back ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+                            "restore it, or choose a new --out folder", file=self.folder.config) from None
+        if check.refused:
             raise ConfigError(
-                f"{self.folder.path} holds a run of a different recipe ({', '.join(changed)} changed); "
+                f"{self.folder.path} holds a run of a different recipe ({', '.join(check.refused)} changed); "
                 "resume it with the recipe it was started with, or choose a new --out folder"
             )
+        return check.judgments_changed
+
+    def _to_rejudge(self, latest: dict[str, ResultRecord], cases: list[Case], contexts: dict[str, EpisodeContext],
+                    judgments_changed: bool) -> list[tuple[ResultRecord, Case, list[Judge]]]:
+        """Stored responses to judge again, with the judges to do it: every judge when the judges
+        changed, else those whose judgment is missing or failed (comparative judges are left to
+        `judge_comparisons`, which redoes theirs the same way)."""
+        by_id = {case.id: case for case in cases}
+        out = []
+        for record in latest.values():
+            if record.ok and record.case_id in by_id:
+                judges = resources_for(contexts[record.system]).judges
+                due = [j for j in judges if not j.comparative] if judgments_changed else judgments_due(record, judges)
+                if due or judgments_changed:
+                    out.append((record, by_id[record.case_id], due))
+        return out
 
     def _config(self, cases: list[Case], dry_run: bool) -> dict[str, Any]:
-        previous = _read_json(self.folder.config)
+        previous = _stored_config(self.folder.config)
         return {
             "run_id": self.run_id,
-            "started_at": (previous or {}).get("started_at") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "started_at": (previous and previous.started_at) or datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "dry_run": dry_run,
             "recipe": self.recipe.model_dump(mode="json"),
             "cache_dir": self.cache_dir,
@@ -221,7 +278,7 @@ class Runner:
         judges = [create_judge(j) for j in self.recipe.judges]
         summary = summarize(records, [s.name for s in self.recipe.systems], [j.key for j in judges],
                             seed=self.recipe.seed, aggregates={j.key: j.aggregate for j in judges})
-        ledger = read_ledger(self.folder.ledger) if self.folder.ledger.exists() else []
+        ledger = read_ledger(self.folder.ledger)
         summary = {
             "run_id": self.run_id,
             "dry_run": config["dry_run"],
@@ -235,14 +292,46 @@ class Runner:
         write_report(self.folder.report, config=config, summary=summary, records=records)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    import json
+async def answer_clarification(request: ClarifyRequest, case: Case, context: EpisodeContext) -> ClarifyAnswers:
+    """The one place a run answers a system's clarifying questions (deep_research's clarify
+    interrupt): the simulated user, grounded on the case, plugs in here. Until one exists, runs set
+    `clarify_answerer = "none"` and systems skip the step (recorded in `response.meta["clarify"]`)."""
+    raise ConfigError(
+        f"system {context.system.name!r} asked the user {len(request.questions)} clarifying question(s) on case "
+        f"{case.id!r}, but this run has no simulated user to answer them"
+    )
 
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+class _StoredConfig(BaseModel):
+    """What a resumed run reads back from its folder's config.json."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_id: str | None = None
+    started_at: str | None = None
+    recipe: dict[str, Any] | None = None
 
 
-def _read_run_id(folder: Path) -> str:
-    return (_read_json(folder / "config.json") or {}).get("run_id") or folder.name
+def _stored_config(path: Path) -> _StoredConfig | None:
+    if not path.exists():
+        return None
+    try:
+        return _StoredConfig.model_validate(read_json_file(path))
+    except DataError as exc:
+        problem, line = exc.detail, exc.line
+    except ValidationError as exc:
+        error = validation_error(exc, file=path)
+        problem, line = f"field '{error.field}': {error.detail}", None
+    raise DataError(f"{problem}; the run folder's {path.name} is damaged: restore it, or choose a new --out folder",
+                    file=path, line=line)
+
+
+def _mend_torn_line(path: Path, consequence: str) -> None:
+    """Cut a line the previous process died writing, so appending goes on from a clean end."""
+    torn = read_appended_jsonl(path, repair=True).torn_line
+    if torn is not None:
+        print(f"note: {path}:{torn}: dropped a torn last line (the run stopped while writing it); {consequence}",
+              file=sys.stderr)
 
 
 class _progress:

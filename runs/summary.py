@@ -1,7 +1,13 @@
-"""summary.json: per system and judge, n / mean / 95% bootstrap CI; paired tests between systems."""
+"""summary.json: per system and judge, n / mean / 95% bootstrap CI; paired tests between systems.
+
+Scores are put in case-id order before anything is computed from them, so the same results give
+the same summary byte for byte, whatever the order of the lines in results.jsonl (a resumed run
+appends in the order episodes finish).
+"""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from itertools import combinations
 from typing import Any, Callable, Iterable
@@ -12,11 +18,13 @@ from runs.results import ResultRecord
 
 
 def _scores(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, float]:
-    return {
+    """Case id -> score, in case-id order."""
+    scores = {
         r.case_id: r.scores[judge]
         for r in records
         if r.system == system and r.ok and r.scores.get(judge) is not None
     }
+    return dict(sorted(scores.items()))
 
 
 def summarize(
@@ -47,7 +55,7 @@ def summarize(
             spreads = [j.std for j in judged if j.std is not None]
             entry["judges"][judge] = {
                 "n": len(values),
-                "mean": sum(values) / len(values) if values else None,
+                "mean": math.fsum(values) / len(values) if values else None,
                 "ci95": [low, high],
                 "failed": failed,
                 # conditions judges report (no_cited_claims, order_flip, empty_gold, ...): how many responses

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 
@@ -61,3 +62,30 @@ def cache_dir(tmp_path, monkeypatch):
     path = tmp_path / "cache"
     monkeypatch.setenv("ATELIER_CACHE_DIR", str(path))
     return path
+
+
+class _CheckpointTypeLog(logging.Handler):
+    """LangGraph *logs* (it does not warn) when a checkpoint holds a type its serializer does not
+    know, so `-W error` cannot catch it: this handler collects those lines instead."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "unregistered type" in message or "Blocked deserialization" in message:
+            self.lines.append(message)
+
+
+_CHECKPOINT_TYPES = _CheckpointTypeLog()
+logging.getLogger("langgraph.checkpoint.serde.jsonplus").addHandler(_CHECKPOINT_TYPES)
+
+
+@pytest.fixture(autouse=True)
+def _checkpoint_types_are_registered():
+    """Fails the test during which LangGraph met a state type graphs/serde.py does not register."""
+    seen = len(_CHECKPOINT_TYPES.lines)
+    yield
+    if len(_CHECKPOINT_TYPES.lines) > seen:
+        pytest.fail("register the type in graphs/serde.py STATE_TYPES: " + "; ".join(_CHECKPOINT_TYPES.lines[seen:]))

@@ -1,4 +1,5 @@
-"""Ranking metrics: hand-computed graded nDCG, ties, edge cases, and parity with trec_eval.
+"""Ranking metrics (trec_eval through ir-measures): hand-computed graded nDCG, ties, edge cases,
+and the measures mapped to the right fields.
 
 The parity data was produced once with pytrec-eval-terrier 0.5.11 (trec_eval 9.x bindings) on seeded
 random queries with graded judgments (0-3), many tied scores and a query without relevant documents:
@@ -12,17 +13,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from benchmarks.metrics.ranking import (
-    RankingInput,
-    dcg,
-    ndcg_at_k,
-    precision_at_k,
-    query_ranking_scores,
-    rank_by_score,
-    ranking_scores,
-    recall_at_k,
-    reciprocal_rank,
-)
+from benchmarks.metrics.ranking import RankingInput, evaluate_runs, query_ranking_scores, ranking_scores
 
 CUTOFFS = (1, 3, 5, 10)
 
@@ -62,22 +53,33 @@ TREC_EVAL_RESULTS = {
 }
 
 
-@pytest.mark.parametrize("query_id", sorted(TREC_EVAL_QUERIES))
-def test_matches_trec_eval_on_graded_runs_with_ties(query_id: str) -> None:
-    query = TREC_EVAL_QUERIES[query_id]
-    expected = TREC_EVAL_RESULTS[query_id]
-    scores = query_ranking_scores(rank_by_score(query["scores"]), query["qrels"], CUTOFFS)
-    assert [scores.ndcg[k] for k in CUTOFFS] == pytest.approx(expected["ndcg"], abs=1e-9)
-    assert [scores.precision[k] for k in CUTOFFS] == pytest.approx(expected["P"], abs=1e-9)
-    assert [scores.recall[k] for k in CUTOFFS] == pytest.approx(expected["recall"], abs=1e-9)
-    assert scores.reciprocal_rank == pytest.approx(expected["recip_rank"], abs=1e-9)
+def test_matches_trec_eval_on_graded_runs_with_ties() -> None:
+    runs = {q: (query["scores"], query["qrels"]) for q, query in TREC_EVAL_QUERIES.items()}
+    for query_id, scores in evaluate_runs(runs, CUTOFFS).items():
+        expected = TREC_EVAL_RESULTS[query_id]
+        assert [scores.ndcg[k] for k in CUTOFFS] == pytest.approx(expected["ndcg"], abs=1e-9), query_id
+        assert [scores.precision[k] for k in CUTOFFS] == pytest.approx(expected["P"], abs=1e-9), query_id
+        assert [scores.recall[k] for k in CUTOFFS] == pytest.approx(expected["recall"], abs=1e-9), query_id
+        assert scores.reciprocal_rank == pytest.approx(expected["recip_rank"], abs=1e-9), query_id
+
+
+def first_relevant_rank(scores: dict[str, float], relevant: str) -> float:
+    """1 / RR: where trec_eval put `relevant` in its ranking of `scores`."""
+    return 1 / evaluate_runs({"q": (scores, {relevant: 1})}, [1])["q"].reciprocal_rank
 
 
 def test_ties_are_broken_by_descending_document_id() -> None:
-    assert rank_by_score({"b": 0.5, "a": 0.5, "c": 0.5, "z": 0.1, "top": 0.9}) == ["top", "c", "b", "a", "z"]
+    scores = {"b": 0.5, "a": 0.5, "c": 0.5, "z": 0.1, "top": 0.9}  # trec_eval: top, c, b, a, z
+    assert [first_relevant_rank(scores, doc) for doc in ("top", "c", "b", "a", "z")] == [1, 2, 3, 4, 5]
     # Scores equal in float32 (trec_eval's storage type) tie as well.
-    assert rank_by_score({"a": 0.3, "b": 0.3 + 1e-12}) == ["b", "a"]
-    assert rank_by_score({"b": 0.3, "a": 0.3 + 1e-12}) == ["b", "a"]
+    assert first_relevant_rank({"a": 0.3 + 1e-12, "b": 0.3}, "b") == 1
+    assert first_relevant_rank({"a": 0.3, "b": 0.3 + 1e-12}, "b") == 1
+
+
+def test_an_explicit_ranking_keeps_its_order() -> None:
+    qrels = {"a": 1}
+    assert query_ranking_scores(["b", "a"], qrels, [1]).reciprocal_rank == 0.5
+    assert query_ranking_scores(["a", "b"], qrels, [1]).reciprocal_rank == 1.0
 
 
 def test_graded_ndcg_by_hand() -> None:
@@ -85,37 +87,38 @@ def test_graded_ndcg_by_hand() -> None:
     ranking = ["d3", "d2", "d1", "d9"]
     # DCG@3 = 0/log2(2) + 2/log2(3) + 3/log2(4); IDCG@3 = 3/log2(2) + 2/log2(3) + 1/log2(4)
     expected = (2 / math.log2(3) + 3 / 2) / (3 + 2 / math.log2(3) + 1 / 2)
-    assert ndcg_at_k(ranking, qrels, 3) == pytest.approx(expected)
-    assert ndcg_at_k(ranking, qrels, 1) == 0.0
+    scores = query_ranking_scores(ranking, qrels, [1, 3])
+    assert scores.ndcg[3] == pytest.approx(expected)
+    assert scores.ndcg[1] == 0.0
     # The ideal ranking scores 1 at every cutoff, also beyond the number of relevant documents.
-    assert ndcg_at_k(["d1", "d2", "d4", "d3"], qrels, 10) == pytest.approx(1.0)
+    assert query_ranking_scores(["d1", "d2", "d4", "d3"], qrels, [10]).ndcg[10] == pytest.approx(1.0)
     # Gains are linear: swapping grades 3 and 2 at ranks 1-2 costs (3-2)(1 - 1/log2(3)) of DCG.
-    swapped = ndcg_at_k(["d2", "d1", "d4"], qrels, 3)
+    swapped = query_ranking_scores(["d2", "d1", "d4"], qrels, [3]).ndcg[3]
     assert swapped == pytest.approx(1 - (1 - 1 / math.log2(3)) / (3 + 2 / math.log2(3) + 0.5))
 
 
 def test_ideal_uses_unretrieved_judged_documents_and_ignores_non_positive_grades() -> None:
     qrels = {"found": 1, "missed": 2, "bad": -1}
-    assert ndcg_at_k(["bad", "found"], qrels, 2) == pytest.approx((1 / math.log2(3)) / (2 + 1 / math.log2(3)))
-    assert dcg([-1, 0, 2]) == pytest.approx(2 / 2)
+    ndcg = query_ranking_scores(["bad", "found"], qrels, [2]).ndcg[2]
+    assert ndcg == pytest.approx((1 / math.log2(3)) / (2 + 1 / math.log2(3)))
 
 
 def test_precision_recall_and_reciprocal_rank() -> None:
     qrels = {"a": 1, "b": 2, "c": 0, "d": 1}
     ranking = ["c", "b", "x"]
-    assert precision_at_k(ranking, qrels, 5) == pytest.approx(1 / 5)  # divides by k, not by 3 retrieved
-    assert recall_at_k(ranking, qrels, 2) == pytest.approx(1 / 3)
-    assert recall_at_k(ranking, qrels, 2, relevance_level=2) == pytest.approx(1.0)
-    assert reciprocal_rank(ranking, qrels) == pytest.approx(1 / 2)
-    assert reciprocal_rank(["c", "x"], qrels) == 0.0
+    scores = query_ranking_scores(ranking, qrels, [2, 5])
+    assert scores.precision[5] == pytest.approx(1 / 5)  # divides by k, not by 3 retrieved
+    assert scores.recall[2] == pytest.approx(1 / 3)
+    assert query_ranking_scores(ranking, qrels, [2], relevance_level=2).recall[2] == pytest.approx(1.0)
+    assert scores.reciprocal_rank == pytest.approx(1 / 2)
+    assert query_ranking_scores(["c", "x"], qrels, [1]).reciprocal_rank == 0.0
 
 
-def test_query_without_relevant_documents_scores_zero() -> None:
-    qrels = {"a": 0, "b": 0}
-    scores = query_ranking_scores(["a", "b"], qrels, (1, 3))
-    assert scores.ndcg == {1: 0.0, 3: 0.0}
-    assert scores.recall == {1: 0.0, 3: 0.0}
-    assert scores.reciprocal_rank == 0.0
+def test_queries_without_relevant_documents_judgments_or_results_score_zero() -> None:
+    zero = {"ndcg": {1: 0.0, 3: 0.0}, "precision": {1: 0.0, 3: 0.0}, "recall": {1: 0.0, 3: 0.0}, "reciprocal_rank": 0.0}
+    assert query_ranking_scores(["a", "b"], {"a": 0, "b": 0}, (1, 3)).model_dump() == zero
+    assert query_ranking_scores(["a", "b"], {}, (1, 3)).model_dump() == zero
+    assert query_ranking_scores([], {"a": 1}, (1, 3)).model_dump() == zero
 
 
 def test_means_over_queries_give_mrr() -> None:
@@ -149,5 +152,5 @@ def test_invalid_inputs_are_rejected() -> None:
         )
     with pytest.raises(ValidationError, match="cutoffs must be >= 1"):
         RankingInput.model_validate({"cutoffs": [0], "queries": [{"query_id": "q", "qrels": {}, "ranking": []}]})
-    with pytest.raises(ValueError, match="cutoff k must be >= 1"):
-        ndcg_at_k([], {}, 0)
+    with pytest.raises(ValueError, match="cutoffs must be >= 1"):
+        query_ranking_scores([], {}, [0])

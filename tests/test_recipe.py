@@ -69,7 +69,7 @@ def test_typo_in_backend_names_key_line_and_valid_names(tmp_path):
     ("old", "new", "expected"),
     [
         ('name = "lampqa_aspects"', 'name = "lampqa"', "judges[0].name: unknown judge 'lampqa'; valid: aepd, bespoke, lampqa_aspects, lampqa_direct, lampqa_pairwise, locomo, pqr, prefeval"),
-        ('pipeline = "direct"', 'pipeline = "drect"', "systems[1].pipeline: must be one of: 'direct'"),
+        ('pipeline = "direct"', 'pipeline = "drect"', "systems[1].pipeline: must be one of: 'deep_research', 'direct'"),
         ("budget_tokens = 500", 'budget_tokens = "lots"', "systems[1].memory.budget_tokens: Input should be a valid integer"),
         ("limit = 2", "limit = -1", "benchmark.limit: Input should be greater than 0"),
         ('setting = "context"', 'setting = "everything"', "benchmark.setting: benchmark 'tiny' has no setting 'everything'; valid: context"),
@@ -122,3 +122,19 @@ def test_web_table_is_validated_and_keys_are_checked_before_a_run(tmp_path, monk
     with pytest.raises(ConfigError, match=r"recipe.toml: .*nosuch"):
         load_recipe(write(tmp_path, GOOD + '\n[web]\nprovider = "nosuch"\n'))
     assert load_recipe(write(tmp_path, GOOD)).web.uses_sandbox  # the default: the sandbox web
+
+
+def test_each_problem_names_the_line_in_its_own_table(tmp_path):
+    text = GOOD.replace('model = "scripted?seed=4"', 'model = "scripted?bogus=1"').replace(
+        'model = "openai/gpt-4o-mini"', 'model = "scripted?bogus=1"').replace("limit = 2", "limit = true")
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_recipe(path)
+    lines = text.splitlines()
+    judge = lines.index("[models.judge]") + 2
+    system = lines.index("[systems.models.system]") + 2
+    limit = lines.index("limit = true") + 1
+    message = str(info.value)
+    assert f"{path}:{judge}: models.judge.model: 'scripted?bogus=1': bogus: unknown parameter" in message
+    assert f"{path}:{system}: systems[1].models.system.model: 'scripted?bogus=1'" in message
+    assert f"{path}:{limit}: benchmark.limit: Input should be a valid integer" in message

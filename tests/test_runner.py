@@ -164,7 +164,83 @@ def test_a_run_folder_only_resumes_the_recipe_that_made_it(tmp_path, cache_dir):
 
     folder = run_recipe(recipe(tmp_path), progress=False)
     changed = recipe(tmp_path, model="scripted?seed=9")
-    with pytest.raises(ConfigError, match=r"different recipe \(models changed\)"):
+    with pytest.raises(ConfigError, match=r"different recipe \(models.system changed\)"):
         run_recipe(changed, folder.path, progress=False)
+    data = recipe(tmp_path).model_dump(mode="python")
+    data["systems"][1]["memory"]["budget_tokens"] = 99
+    data["seed"] = 5
+    with pytest.raises(ConfigError, match=r"different recipe \(seed, systems changed\)"):
+        run_recipe(parse_recipe(data), folder.path, progress=False)
     more = recipe(tmp_path).with_overrides(limit=2)  # a different limit is still the same run
     run_recipe(more, folder.path, progress=False)
+
+
+def system_calls(folder) -> int:
+    return sum(e["role"] == "system" for e in lines(folder.ledger))
+
+
+def test_settings_that_change_no_answer_may_change_on_resume(tmp_path, cache_dir):
+    folder = run_recipe(recipe(tmp_path), progress=False)
+    before, results = system_calls(folder), folder.results.read_text()
+    # the scripted model's latency and fault injection, retries and concurrency decide no answer
+    run_recipe(recipe(tmp_path, model="scripted?latency_ms=1&error_rate=0.01", concurrency=1), folder.path, progress=False)
+    assert system_calls(folder) == before and folder.results.read_text() == results
+
+
+def test_a_changed_judge_model_rejudges_every_stored_response_without_running_systems(tmp_path, cache_dir):
+    folder = run_recipe(recipe(tmp_path), progress=False)
+    before = system_calls(folder)
+    judged = {r["key"]: r["judgments"] for r in lines(folder.results)}
+    data = recipe(tmp_path).model_dump(mode="python")
+    data["models"]["judge"] = {"model": "scripted?seed=7"}
+    run_recipe(parse_recipe(data), folder.path, progress=False)
+    assert system_calls(folder) == before
+    latest = ResultsFile(folder.results).load()
+    assert len(latest) == 6 and all(r.ok and r.judgments[0].error is None for r in latest.values())
+    assert {k: [j.model_dump() for j in r.judgments] for k, r in latest.items()} != judged  # another judge's view
+    assert sum(e["role"] == "lampqa_judge" for e in lines(folder.ledger)) == 2 * 12
+
+
+def test_failed_judgments_are_redone_on_resume_and_no_system_call_is_repeated(tmp_path, cache_dir):
+    def with_judge(model: str):
+        data = recipe(tmp_path).model_dump(mode="python")
+        data["models"]["judge"] = {"model": model, "max_retries": 0}
+        return parse_recipe(data)
+
+    folder = run_recipe(with_judge("scripted?error_rate=0.5"), progress=False)
+    first = ResultsFile(folder.results).load()
+    failed = [r for r in first.values() if r.judgments[0].error]
+    assert all(r.ok for r in first.values()) and 0 < len(failed) < 6  # the systems answered; some judgments failed
+    summary = json.loads(folder.summary.read_text())
+    assert sum(s["judges"]["lampqa_aspects"]["failed"] for s in summary["systems"].values()) == len(failed)
+    answered = [(e["case_id"], e["system"]) for e in lines(folder.ledger) if e["role"] == "system"]
+
+    run_recipe(with_judge("scripted"), folder.path, progress=False)  # resumed with a healthy judge
+    latest = ResultsFile(folder.results).load()
+    assert all(r.ok and r.judgments[0].error is None and r.scores["lampqa_aspects"] is not None
+               for r in latest.values())
+    assert {k: r.response for k, r in latest.items()} == {k: r.response for k, r in first.items()}
+    assert [(e["case_id"], e["system"]) for e in lines(folder.ledger) if e["role"] == "system"] == answered
+    rejudged = {(e["case_id"], e["system"]) for e in lines(folder.ledger) if e["node"] == "judge_again"}
+    assert rejudged >= {(r.case_id, r.system) for r in failed}
+    judge_nodes = {e["node"] for e in lines(folder.ledger) if e["role"] == "lampqa_judge"}
+    assert judge_nodes == {"run_judge", "judge_again"}  # in the episode, then on resume
+    summary = json.loads(folder.summary.read_text())
+    assert all(s["judges"]["lampqa_aspects"] == {**s["judges"]["lampqa_aspects"], "n": 3, "failed": 0}
+               for s in summary["systems"].values())
+
+
+def test_the_summary_does_not_depend_on_the_order_of_result_lines(tmp_path, cache_dir):
+    import random
+
+    data = recipe(tmp_path).model_dump(mode="python")
+    data["benchmark"] = {"name": "sample", "setting": "context", "limit": 12}
+    sample = parse_recipe(data)
+    folder = run_recipe(sample, progress=False)
+    summary = folder.summary.read_bytes()
+    results = folder.results.read_text().splitlines()
+    for seed in (1, 2):
+        random.Random(seed).shuffle(results)
+        folder.results.write_text("\n".join(results) + "\n")
+        run_recipe(sample, folder.path, progress=False)  # resumes: nothing left to run
+        assert folder.summary.read_bytes() == summary

@@ -21,7 +21,7 @@ from benchmarks.errors import ConfigError
 from tools.asgi_server import AsgiServer
 from tools.caps import FetchCaps
 from tools.config import WebConfig
-from tools.errors import CapExceeded, FetchRefused
+from tools.errors import CapExceeded, FetchFailed, FetchRefused
 from tools.http import GuardedHttp
 from tools.url_guard import AllowList, UrlGuard, address_problem
 from tools.web import build_web
@@ -72,7 +72,8 @@ class CountingApp:
 
 class RawServer:
     """A socket server that misbehaves after accepting: says nothing, drips a byte at a time
-    forever, or floods a 50 MB body (counting what the kernel actually took from it)."""
+    forever, or floods a 50 MB body (counting what the kernel actually took from it) — or only
+    listens, counting the bytes it receives ("count")."""
 
     def __init__(self, behaviour: str) -> None:
         self.behaviour = behaviour
@@ -83,6 +84,7 @@ class RawServer:
         self.stop = threading.Event()
         self.accepted = 0
         self.bytes_sent = 0
+        self.received = 0
         self.finished = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -97,9 +99,17 @@ class RawServer:
             self.accepted += 1
             held.append(connection)
             if self.behaviour != "silent":
-                threading.Thread(target=self._talk, args=(connection,), daemon=True).start()
+                talk = self._listen if self.behaviour == "count" else self._talk
+                threading.Thread(target=talk, args=(connection,), daemon=True).start()
         for connection in held:
             connection.close()
+
+    def _listen(self, connection: socket.socket) -> None:
+        try:
+            while chunk := connection.recv(65536):
+                self.received += len(chunk)
+        except OSError:
+            pass
 
     def _talk(self, connection: socket.socket) -> None:
         try:
@@ -188,12 +198,13 @@ async def test_private_loopback_link_local_and_non_http_urls_are_refused_before_
 
 
 @pytest.mark.parametrize("host", ["localhost", "2130706433"])  # names that resolve to 127.0.0.1
-async def test_host_names_are_resolved_and_every_address_checked(host):
-    transport = RecordingTransport()
-    async with build_web(web_config(), transport=transport) as web:
-        with pytest.raises(FetchRefused, match="loopback"):
-            await web.fetch(f"http://{host}:8080/")
-    assert transport.requests == []
+async def test_host_names_are_resolved_and_every_address_checked(host, bystander):
+    bystander_app, other = bystander
+    port = other.base_url.rsplit(":", 1)[1]
+    async with build_web(web_config()) as web:
+        with pytest.raises(FetchRefused, match=f"refused http://{host}:{port}/page: {host} is at .*loopback"):
+            await web.fetch(f"http://{host}:{port}/page")
+    assert bystander_app.hits == []
 
 
 async def test_the_refusal_names_the_allow_list_entry_that_would_permit_it():
@@ -339,13 +350,6 @@ def test_public_addresses_pass(address):
     assert address_problem(ipaddress.ip_address(address)) is None
 
 
-def test_the_peer_actually_connected_to_is_checked_again():
-    guard = UrlGuard(AllowList())
-    with pytest.raises(FetchRefused, match="loopback"):  # a public name whose second DNS answer was 127.0.0.1
-        guard.check_peer(httpx.URL("https://public.example/"), "127.0.0.1")
-    guard.check_peer(httpx.URL("https://public.example/"), "93.184.216.34")
-
-
 def test_allow_list_entries_match_host_and_port():
     allow = AllowList(["127.0.0.1:8080", "[::1]:9000", "fe80::1", "Intranet.Example"])
     assert allow.permits("127.0.0.1", 8080) and not allow.permits("127.0.0.1", 8081)
@@ -354,3 +358,105 @@ def test_allow_list_entries_match_host_and_port():
     assert allow.permits("intranet.example", 443)
     with pytest.raises(ConfigError, match="allow_hosts"):
         AllowList(["http://x.example/path"])
+
+
+# ------------------------------------------------------------------------------------ DNS rebinding
+
+
+PUBLIC_ADDRESS = "93.184.216.34"
+
+
+@pytest.fixture
+def fake_dns(monkeypatch):
+    """A resolver for made-up names: each name maps to a list of answers, one per lookup (the last
+    repeats); other names resolve for real. Every lookup of a made-up name is recorded."""
+    answers: dict[str, list[str]] = {}
+    lookups: list[str] = []
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        name = host.decode() if isinstance(host, bytes) else host
+        if name not in answers:
+            return real(host, port, *args, **kwargs)
+        lookups.append(name)
+        address = answers[name][min(lookups.count(name), len(answers[name])) - 1]
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, int(port or 0)))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return answers, lookups
+
+
+@pytest.fixture
+def no_internet(monkeypatch):
+    """Connections to anything but loopback fail at once (tests never reach the internet). Records
+    the host each connection was asked for, and the TLS server name of each handshake."""
+    import httpcore
+
+    seen: dict[str, list[str]] = {"connect": [], "sni": []}
+    real_connect = httpcore.AnyIOBackend.connect_tcp
+
+    async def connect_tcp(self, host, port, *args, **kwargs):
+        seen["connect"].append(host)
+        try:
+            public = not ipaddress.ip_address(host).is_loopback
+        except ValueError:  # a name: resolved by the backend itself
+            public = False
+        if public:
+            raise httpcore.ConnectError(f"no route to {host} in tests")
+        stream = await real_connect(self, host, port, *args, **kwargs)
+        real_start_tls = stream.start_tls
+
+        async def start_tls(ssl_context, server_hostname=None, timeout=None):
+            seen["sni"].append(server_hostname)
+            return await real_start_tls(ssl_context, server_hostname=server_hostname, timeout=timeout)
+
+        stream.start_tls = start_tls
+        return stream
+
+    monkeypatch.setattr(httpcore.AnyIOBackend, "connect_tcp", connect_tcp)
+    return seen
+
+
+async def test_a_name_that_rebinds_to_loopback_gets_not_one_byte(fake_dns, no_internet):
+    answers, lookups = fake_dns
+    answers["rebind.example"] = [PUBLIC_ADDRESS, "127.0.0.1"]  # public when checked, loopback after
+    target = RawServer("count")
+    try:
+        async with build_web(web_config(connect_timeout_s=1, timeout_s=3)) as web:
+            with pytest.raises(FetchFailed):
+                await web.fetch(f"http://rebind.example:{target.port}/secret")
+        await asyncio.sleep(0.2)
+    finally:
+        target.close()
+    assert (target.accepted, target.received) == (0, 0)
+    assert lookups == ["rebind.example"]  # resolved once; that checked address is the one dialled
+    assert no_internet["connect"] == [PUBLIC_ADDRESS]
+
+
+async def test_a_name_resolving_to_loopback_is_refused_before_connecting(fake_dns, no_internet):
+    answers, _ = fake_dns
+    answers["inside.example"] = ["127.0.0.1"]
+    target = RawServer("count")
+    try:
+        async with build_web(web_config()) as web:
+            with pytest.raises(FetchRefused, match=r"inside.example is at 127.0.0.1, a loopback address"):
+                await web.fetch(f"http://inside.example:{target.port}/")
+    finally:
+        target.close()
+    assert target.accepted == 0 and no_internet["connect"] == []
+
+
+async def test_a_pinned_connection_keeps_the_name_as_host_header_and_tls_server_name(server, fake_dns, no_internet):
+    counting, running = server
+    answers, lookups = fake_dns
+    answers["pinned.example"] = ["127.0.0.1"]
+    port = running.base_url.rsplit(":", 1)[1]
+    async with build_web(web_config(f"pinned.example:{port}")) as web:
+        page = await web.fetch(f"http://pinned.example:{port}/page")
+        assert page.text == "hello from the allowed host"
+        assert counting.seen_headers[-1]["host"] == f"pinned.example:{port}"
+        assert no_internet["connect"] == ["127.0.0.1"]
+        with pytest.raises(FetchFailed):  # the sandbox speaks no TLS; the handshake is what we look at
+            await web.fetch(f"https://pinned.example:{port}/page")
+    assert no_internet["sni"] == ["pinned.example"]
+    assert lookups == ["pinned.example", "pinned.example"]

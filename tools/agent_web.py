@@ -13,8 +13,9 @@ An external agent never touches the network itself. Under `/s/<token>/` (its ses
   (open_deep_research's MCP hook); see `tools.agent_mcp`.
 
 Every search and fetch goes through `Web` (its cache, caps, URL guard) and so lands in the run's
-`web_log.jsonl`. The session remembers every source it showed the agent, with a sha256 of the
-text served, so the sources an agent cites map back to what it actually read.
+`web_log.jsonl`. The session remembers every source it showed the agent, with the sha256 of the
+page text it read (kept by the session's `keep`, e.g. the run's source store), so the sources an
+agent cites map back to exactly what it read.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import hashlib
 import html
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 from urllib.parse import urlparse
 
 from pydantic import BaseModel
@@ -31,9 +33,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Host, Route, Router
 
+from agents.citations import SourceRef
 from agents.openai_api import EndpointSession, TokenRegistry
 from tools.errors import WebError
-from tools.urls import canonical_url
+from tools.urls import canonical_url, web_source_id
 from tools.web import Web
 
 SESSION_PREFIX = "/s/{token}"
@@ -41,7 +44,8 @@ PAGES_HOST = "pages.atelier.invalid"  # `.invalid` never resolves: only the prox
 
 
 class Source(BaseModel):
-    """A page shown to the agent: its id here, the URL to cite, and the text it was served."""
+    """A page shown to the agent: its id (`web_source_id` of the URL), the URL to cite, and the
+    text it read."""
 
     id: str
     url: str
@@ -49,6 +53,16 @@ class Source(BaseModel):
     snippet: str = ""
     sha256: str | None = None  # of the page text the agent was served; None until fetched
     chars: int = 0
+
+    def ref(self) -> SourceRef | None:
+        """The source as a read text (None while only its search snippet was shown)."""
+        if self.sha256 is None:
+            return None
+        return SourceRef(id=self.id, url=self.url, title=self.title, sha256=self.sha256, chars=self.chars)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass
@@ -60,6 +74,7 @@ class WebSession:
     base_url: str
     max_results: int = 5
     page_chars: int = 2000
+    keep: Callable[[str], str] = _sha256  # stores a page text read, returns its sha256
     sources: dict[str, Source] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     searches: int = 0
@@ -84,7 +99,7 @@ class WebSession:
 
     def _remember(self, url: str, title: str, snippet: str) -> Source:
         url = canonical_url(url)
-        source_id = hashlib.sha256(url.encode()).hexdigest()[:16]
+        source_id = web_source_id(url)
         with self._lock:
             if source_id not in self.sources:
                 self.sources[source_id] = Source(id=source_id, url=url, title=title, snippet=snippet)
@@ -110,8 +125,9 @@ class WebSession:
         """(title, text) of a source's page, fetched through the run's web."""
         self.fetches += 1
         page = await self.endpoint.run(lambda: self.web.fetch(source.url))
+        sha256 = self.keep(page.text)
         with self._lock:
-            source.sha256 = hashlib.sha256(page.text.encode()).hexdigest()
+            source.sha256 = sha256
             source.chars = len(page.text)
             source.title = source.title or page.title
         return page.title or source.title, page.text

@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from benchmarks.errors import ConfigError
+from benchmarks.json_input import validate_strictly
 from tools.caps import FetchCaps
 from tools.url_guard import HostEntry
 
@@ -103,10 +104,11 @@ class WebConfig(BaseModel):
             )
         return self
 
-    @field_serializer("provider_options", "reader_options")
+    @field_serializer("provider_options", "reader_options", when_used="json")
     def _without_secrets(self, options: dict[str, Any]) -> dict[str, Any]:
-        # a dumped config lands in run folders (config.json): keys stay out, and a reloaded config
-        # falls back to the environment variable instead of carrying a secret around
+        # a config dumped as JSON lands in run folders (config.json): keys stay out, and a config
+        # reloaded from there falls back to the environment variable instead of carrying a secret
+        # around. A Python dump (copying a recipe in memory) keeps them.
         return {name: value for name, value in options.items() if name != "api_key"}
 
     @property
@@ -121,7 +123,9 @@ class WebConfig(BaseModel):
 def parse_options(model: type[BaseModel], options: dict[str, Any], where: str) -> BaseModel:
     """Validate a provider's or reader's options; a bad one raises ConfigError naming its field."""
     try:
-        return model.model_validate(options)
+        return validate_strictly(model, options)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or "(options)"

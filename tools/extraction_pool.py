@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import hashlib
 import multiprocessing
 import os
 import threading
+from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 
 from tools.extract import ExtractedText, extract_text
@@ -35,11 +37,28 @@ def _pool(workers: int) -> ProcessPoolExecutor:
         return _pools[workers]
 
 
+# Extraction is a pure function of (body, content type, URL): a page read again — by another
+# system or case of the same run, or replayed from the web cache — is not extracted again.
+_recent: OrderedDict[tuple[str, str, str], ExtractedText] = OrderedDict()
+_RECENT_PAGES = 512
+
+
 async def extract_text_async(body: bytes, content_type: str, url: str, workers: int) -> ExtractedText:
     """`extract_text` off the event loop: in `workers` processes, or in a thread when 0."""
+    key = (hashlib.sha256(body).hexdigest(), content_type, url)
+    if key in _recent:
+        _recent.move_to_end(key)
+        return _recent[key]
     if workers <= 0:
-        return await asyncio.to_thread(extract_text, body, content_type, url)
-    return await asyncio.get_running_loop().run_in_executor(_pool(workers), extract_text, body, content_type, url)
+        extracted = await asyncio.to_thread(extract_text, body, content_type, url)
+    else:
+        extracted = await asyncio.get_running_loop().run_in_executor(
+            _pool(workers), extract_text, body, content_type, url
+        )
+    _recent[key] = extracted
+    while len(_recent) > _RECENT_PAGES:
+        _recent.popitem(last=False)
+    return extracted
 
 
 @atexit.register

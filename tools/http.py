@@ -1,9 +1,12 @@
 """The one HTTP client of the web tools: pooled async httpx behind the URL guard and the caps.
 
 Redirects are followed here rather than by httpx, so the guard sees every hop; credentials given
-as headers are dropped when a redirect leaves the origin they were meant for. Bodies are streamed
-and cut at `max_bytes`; the whole request, every hop and the body included, runs under one
-deadline, so a server that accepts and never answers costs at most `timeout_s`.
+as headers are dropped when a redirect leaves the origin they were meant for. Connections are
+made by `GuardedNetwork`, which asks the guard to resolve and check the host and then dials
+exactly the checked address (the Host header and the TLS server name stay the host name), so no
+byte ever goes to an address the guard did not pass. Bodies are streamed and cut at `max_bytes`;
+the whole request, every hop and the body included, runs under one deadline, so a server that
+accepts and never answers costs at most `timeout_s`.
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpcore
 import httpx
 from pydantic import BaseModel, Field
 
 from tools.caps import FetchCaps
 from tools.errors import CapExceeded, FetchFailed, NetworkDisabled
-from tools.url_guard import UrlGuard
+from tools.url_guard import AddressRefused, AddressUnresolved, UrlGuard
 
 USER_AGENT = "AtelierBot/0.1 (research simulation; +https://github.com/atelier)"
 _KEEP_METHOD_STATUSES = (307, 308)
@@ -45,12 +49,51 @@ def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
     return url.scheme, url.host, url.port
 
 
-def _peer_address(response: httpx.Response) -> str | None:
-    stream = response.extensions.get("network_stream")
-    if stream is None:  # in-memory transports (tests) have no socket
-        return None
-    peer = stream.get_extra_info("server_addr")
-    return str(peer[0]) if peer else None
+class GuardedNetwork(httpcore.AsyncNetworkBackend):
+    """httpcore's network layer with the guard in front: each connection goes to an address the
+    guard resolved and checked for that very connection, never to a second DNS answer."""
+
+    def __init__(self, guard: UrlGuard, inner: httpcore.AsyncNetworkBackend | None = None) -> None:
+        self.guard = guard
+        self.inner = inner or httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        failure: Exception | None = None
+        for address in await self.guard.resolve(host, port):
+            try:
+                return await self.inner.connect_tcp(
+                    address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:  # try the host's next address
+                failure = exc
+        raise failure or httpcore.ConnectError(f"{host} resolves to no address")
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None):
+        raise httpcore.ConnectError("the web tools connect over TCP only")
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+class GuardedTransport(httpx.AsyncHTTPTransport):
+    """httpx's own transport over a connection pool whose network layer is `GuardedNetwork`."""
+
+    def __init__(self, guard: UrlGuard, caps: FetchCaps) -> None:
+        super().__init__(trust_env=False)
+        # httpx takes no network backend, so its pool is replaced by an equivalent one that has ours
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            max_connections=caps.max_connections,
+            max_keepalive_connections=caps.max_connections,
+            network_backend=GuardedNetwork(guard),
+        )
 
 
 async def _read_capped(response: httpx.Response, url: httpx.URL, max_bytes: int) -> bytes:
@@ -79,11 +122,10 @@ class GuardedHttp:
         self.guard = guard
         self.caps = caps
         self._client = httpx.AsyncClient(
-            transport=transport,
+            transport=transport or GuardedTransport(guard, caps),
             follow_redirects=False,
-            trust_env=False,  # a proxy from the environment would hide the real peer from the guard
+            trust_env=False,  # a proxy from the environment would connect for us, unchecked
             timeout=httpx.Timeout(caps.timeout_s, connect=caps.connect_timeout_s),
-            limits=httpx.Limits(max_connections=caps.max_connections, max_keepalive_connections=caps.max_connections),
             headers={"User-Agent": user_agent},
         )
 
@@ -112,14 +154,15 @@ class GuardedHttp:
         current = start
         redirects: list[str] = []
         for _ in range(self.caps.max_redirects + 1):
-            await self.guard.check(current)
+            self.guard.check_static(current)
             request = self._client.build_request(method, current, json=json, headers=headers)
-            response = await self._client.send(request, stream=True)
             try:
-                # reading the peer costs syscalls: only for hosts the allow-list does not cover
-                peer = None if self.guard.is_allow_listed(current) else _peer_address(response)
-                if peer is not None:
-                    self.guard.check_peer(current, peer)
+                response = await self._client.send(request, stream=True)
+            except AddressRefused as exc:
+                raise AddressRefused(f"refused {current}: {exc}") from None
+            except AddressUnresolved as exc:
+                raise AddressUnresolved(f"{current}: {exc}") from None
+            try:
                 location = response.headers.get("location")
                 if response.is_redirect and location:
                     following = current.join(location)

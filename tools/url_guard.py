@@ -1,8 +1,12 @@
 """The URL guard: outbound requests go only to public http(s) addresses, or to allow-listed hosts.
 
-Every hop is checked before it is made (the HTTP client follows redirects itself and asks the
-guard again), and the address actually connected to is checked once more when the response
-headers arrive, so a host that resolves differently the second time (DNS rebinding) is caught.
+Two checks, both before any byte is sent:
+- `check_static(url)` on every hop (the HTTP client follows redirects itself): scheme, host, and
+  literal addresses;
+- `resolve(host, port)` where the connection is made (`tools.http`'s network layer): the name is
+  resolved once, every address it resolves to must be public, and the connection goes to exactly
+  those checked addresses. A name that answers a public address to the check and a private one to
+  the connect (DNS rebinding) therefore gets no second answer to give.
 The sandbox web lives on loopback and is allow-listed explicitly by host:port.
 """
 
@@ -97,12 +101,23 @@ def _port_of(url: httpx.URL) -> int:
     return url.port or DEFAULT_PORTS[url.scheme]
 
 
-def _refusal(url: httpx.URL, address: str, category: str) -> FetchRefused:
-    entry = HostEntry(url.host, _port_of(url))
-    return FetchRefused(
-        f"refused {url}: {url.host} is at {address}, a {category} address; "
-        f'allow it explicitly with [web] allow_hosts = ["{entry}"]'
+def _address_refused(host: str, port: int, address: str, category: str) -> str:
+    return (
+        f"{host} is at {address}, a {category} address; "
+        f'allow it explicitly with [web] allow_hosts = ["{HostEntry(host, port)}"]'
     )
+
+
+def _refusal(url: httpx.URL, address: str, category: str) -> FetchRefused:
+    return FetchRefused(f"refused {url}: {_address_refused(url.host, _port_of(url), address, category)}")
+
+
+class AddressRefused(FetchRefused):
+    """Raised where a connection would be made; the HTTP client names the URL it was for."""
+
+
+class AddressUnresolved(FetchFailed):
+    """The host name does not resolve."""
 
 
 class UrlGuard:
@@ -126,29 +141,29 @@ class UrlGuard:
             raise _refusal(url, str(literal), category)
         return False
 
-    async def check(self, url: httpx.URL) -> None:
-        """Refuses the URL unless it is allow-listed or every address its host resolves to is public."""
-        if self.check_static(url):
-            return
-        loop = asyncio.get_running_loop()
+    async def resolve(self, host: str, port: int) -> list[str]:
+        """The addresses to connect to for host:port, resolved once. Unless host:port is
+        allow-listed, every one of them must be public, or the connection is refused."""
+        host = host.lower()
         try:
-            infos = await loop.getaddrinfo(url.host, _port_of(url), type=socket.SOCK_STREAM)
-        except socket.gaierror as exc:
-            raise FetchFailed(f"cannot resolve {url.host} for {url}: {exc.strerror}") from None
-        for *_, sockaddr in infos:
-            address = ipaddress.ip_address(sockaddr[0].split("%")[0])  # drop an IPv6 zone id
-            category = address_problem(address)
-            if category is not None:
-                raise _refusal(url, str(address), category)
+            literal = ipaddress.ip_address(host)
+        except ValueError:
+            literal = None
+        if literal is not None:
+            addresses = [str(literal)]
+        else:
+            loop = asyncio.get_running_loop()
+            try:
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except socket.gaierror as exc:
+                raise AddressUnresolved(f"cannot resolve {host}: {exc.strerror}") from None
+            addresses = list(dict.fromkeys(str(sockaddr[0]) for *_, sockaddr in infos))
+        if not self.allow.permits(host, port):
+            for address in addresses:
+                category = address_problem(ipaddress.ip_address(address.split("%")[0]))  # without an IPv6 zone id
+                if category is not None:
+                    raise AddressRefused(_address_refused(host, port, address, category))
+        return addresses
 
     def is_allow_listed(self, url: httpx.URL) -> bool:
         return self.allow.permits(url.host, _port_of(url))
-
-    def check_peer(self, url: httpx.URL, peer_address: str) -> None:
-        """The address actually connected to must pass too (defeats DNS answers that change)."""
-        if self.is_allow_listed(url):
-            return
-        address = ipaddress.ip_address(peer_address.split("%")[0])
-        category = address_problem(address)
-        if category is not None:
-            raise _refusal(url, str(address), category)

@@ -8,7 +8,6 @@ reader raises exactly one `DataError` naming the file, the line (JSON Lines) or 
 from __future__ import annotations
 
 import gzip
-import json
 import random
 import zlib
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, Sequence, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from benchmarks.errors import ConfigError, DataError
+from benchmarks.json_input import parse_json, validation_error
 
 RecordT = TypeVar("RecordT", bound=BaseModel)
 ItemT = TypeVar("ItemT")
@@ -45,17 +45,6 @@ def read_text(path: Path) -> str:
         raise DataError(f"not valid UTF-8 at byte {exc.start}", file=path) from None
 
 
-def _field_path(loc: Sequence[int | str]) -> str:
-    return ".".join(str(part) for part in loc) or "(record)"
-
-
-def validation_error(exc: ValidationError, *, file: Path, line: int | None = None, prefix: str = "") -> DataError:
-    """The first problem of a pydantic error as a DataError (the rest are usually consequences)."""
-    first = exc.errors()[0]
-    where = _field_path(first["loc"])
-    return DataError(first["msg"], file=file, line=line, field=f"{prefix}{where}" if prefix else where)
-
-
 def validate(model: type[RecordT], data: Any, *, file: Path, line: int | None = None, prefix: str = "") -> RecordT:
     try:
         return model.model_validate(data)
@@ -63,29 +52,20 @@ def validate(model: type[RecordT], data: Any, *, file: Path, line: int | None = 
         raise validation_error(exc, file=file, line=line, prefix=prefix) from None
 
 
-def _json_error(exc: json.JSONDecodeError, path: Path, line: int | None = None) -> DataError:
-    return DataError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path, line=line or exc.lineno)
-
-
 def read_jsonl(path: Path, model: type[RecordT]) -> list[RecordT]:
-    """Every non-blank line of a JSON Lines file (optionally gzipped) as a `model`."""
+    """Every non-blank line of a JSON Lines file (optionally gzipped) as a `model`. A file without
+    a single record is an error: every data file a loader reads is meant to hold some."""
     records = []
     for number, line in enumerate(read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise _json_error(exc, path, number) from None
-        records.append(validate(model, data, file=path, line=number))
+        if line.strip():
+            records.append(validate(model, parse_json(line, file=path, line=number), file=path, line=number))
+    if not records:
+        raise DataError("holds no records (the file is empty)", file=path)
     return records
 
 
 def read_json(path: Path) -> Any:
-    try:
-        return json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise _json_error(exc, path) from None
+    return parse_json(read_text(path), file=path)
 
 
 def read_json_array(path: Path, model: type[RecordT]) -> list[RecordT]:

@@ -140,6 +140,8 @@ def _value_json(text: str, *, file: Path, line: int, field: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"invalid JSON inside the value: {exc.msg}", file=file, line=line, field=field) from None
+    except RecursionError:
+        raise DataError("invalid JSON inside the value: nested too deeply", file=file, line=line, field=field) from None
 
 
 def parse_value(model: type[RowT], text: str, *, file: Path, line: int, field: str) -> RowT:
@@ -152,7 +154,7 @@ def value_texts(text: str) -> list[str]:
     if stripped.startswith("["):
         try:
             data = json.loads(stripped)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return [text]
         if isinstance(data, list) and all(isinstance(x, str) for x in data):
             return data

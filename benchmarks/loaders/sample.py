@@ -13,7 +13,6 @@ checks read it with `context_traits`.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import random
 from dataclasses import dataclass
 from functools import lru_cache
@@ -39,6 +38,7 @@ from benchmarks.case import (
     persona_facets,
 )
 from benchmarks.errors import ConfigError, DataError
+from benchmarks.json_input import parse_json
 from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 
 BENCHMARK = "sample"
@@ -256,10 +256,7 @@ def _read_jsonl(root: Traversable, name: str, model: Any) -> list[_Row]:
         for number, raw in enumerate(handle, start=1):
             if not raw.strip():
                 continue
-            try:
-                data = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"invalid JSON ({exc.msg})", file=str(source), line=number) from None
+            data = parse_json(raw, file=str(source), line=number)
             try:
                 record = adapter.validate_python(data)
             except ValidationError as exc:

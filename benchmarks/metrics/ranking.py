@@ -1,6 +1,7 @@
-"""Ranking metrics with trec_eval's conventions: nDCG@k, P@k, R@k and (mean) reciprocal rank.
+"""Ranking metrics — nDCG@k, P@k, R@k and (mean) reciprocal rank — computed by trec_eval itself
+(ir-measures over pytrec_eval, trec_eval 9.x), so the figures are trec_eval's by construction.
 
-Conventions (those of trec_eval 9.x `ndcg_cut`, `P`, `recall` and `recip_rank`):
+Conventions (those of trec_eval's `ndcg_cut`, `P`, `recall` and `recip_rank`):
 - nDCG@k uses linear gains (the relevance grade itself) and the log2(rank + 1) discount:
   DCG@k = sum_{i=1..k} grade_i / log2(i + 1). The ideal DCG sorts every judged grade of the query,
   retrieved or not. Grades <= 0 and unjudged documents give no gain. nDCG is 0 when no document of
@@ -8,9 +9,9 @@ Conventions (those of trec_eval 9.x `ndcg_cut`, `P`, `recall` and `recip_rank`):
 - A document is relevant for P@k, R@k and RR when its grade >= `relevance_level` (trec_eval `-l`, 1).
   P@k divides by k even when fewer than k documents were retrieved; R@k is 0 without relevant
   documents; RR is 1 / rank of the first relevant document, 0 if none is retrieved.
-- A run given as scores is ranked like trec_eval does it: by score descending (scores compared as
-  float32, trec_eval's storage type), ties broken by document id in *descending* string order
-  (trec_eval's `comp_sim_docno`). An explicit ranking is used in its given order.
+- A run given as scores is ranked as trec_eval ranks it: by score descending, ties broken by
+  document id in *descending* string order. An explicit ranking is scored in its given order.
+- A query that retrieved nothing, or has no judgments, scores 0 on every measure.
 Means over queries ("all" in trec_eval) average the per-query values of the queries given.
 """
 
@@ -20,7 +21,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-import numpy as np
+import ir_measures
 from pydantic import Field, FiniteFloat, model_validator
 
 from benchmarks.metrics.models import MetricInput, MetricResult
@@ -28,58 +29,19 @@ from benchmarks.metrics.models import MetricInput, MetricResult
 DEFAULT_CUTOFFS: tuple[int, ...] = (1, 3, 5, 10)
 
 
-def rank_by_score(scores: Mapping[str, float]) -> list[str]:
-    """Document ids in trec_eval order: score descending (as float32), then document id descending."""
-    by_id_descending = sorted(scores, reverse=True)
-    as_float32 = np.asarray([scores[doc] for doc in by_id_descending], dtype=np.float32)
-    # A stable sort on the negated scores keeps the id-descending order among tied scores.
-    order = np.argsort(-as_float32, kind="stable")
-    return [by_id_descending[i] for i in order]
-
-
-def dcg(gains: Sequence[float]) -> float:
-    """Discounted cumulative gain of gains in rank order, log2(rank + 1) discount, positive gains only."""
-    return math.fsum(gain / math.log2(rank + 1) for rank, gain in enumerate(gains, start=1) if gain > 0)
-
-
-def ndcg_at_k(ranking: Sequence[str], qrels: Mapping[str, int], k: int) -> float:
-    """nDCG@k with linear gains; 0 when the query has no positively graded document."""
-    _check_cutoff(k)
-    ideal = dcg(sorted(qrels.values(), reverse=True)[:k])
-    if ideal == 0:
-        return 0.0
-    return dcg([qrels.get(doc, 0) for doc in ranking[:k]]) / ideal
-
-
-def precision_at_k(ranking: Sequence[str], qrels: Mapping[str, int], k: int, relevance_level: int = 1) -> float:
-    _check_cutoff(k)
-    return _relevant_in_top(ranking, qrels, k, relevance_level) / k
-
-
-def recall_at_k(ranking: Sequence[str], qrels: Mapping[str, int], k: int, relevance_level: int = 1) -> float:
-    _check_cutoff(k)
-    n_relevant = sum(1 for grade in qrels.values() if grade >= relevance_level)
-    return _relevant_in_top(ranking, qrels, k, relevance_level) / n_relevant if n_relevant else 0.0
-
-
-def reciprocal_rank(ranking: Sequence[str], qrels: Mapping[str, int], relevance_level: int = 1) -> float:
-    for rank, doc in enumerate(ranking, start=1):
-        if qrels.get(doc, 0) >= relevance_level:
-            return 1.0 / rank
-    return 0.0
-
-
-def _relevant_in_top(ranking: Sequence[str], qrels: Mapping[str, int], k: int, relevance_level: int) -> int:
-    return sum(1 for doc in ranking[:k] if qrels.get(doc, 0) >= relevance_level)
+def as_run(ranking: Sequence[str]) -> dict[str, float]:
+    """An explicit ranking as trec_eval scores: strictly descending, so its order is kept."""
+    return {doc: float(len(ranking) - rank) for rank, doc in enumerate(ranking)}
 
 
 def _repeated(items: Iterable[str]) -> list[str]:
     return sorted(item for item, count in Counter(items).items() if count > 1)
 
 
-def _check_cutoff(k: int) -> None:
-    if k < 1:
-        raise ValueError(f"cutoff k must be >= 1, got {k}")
+def _check_cutoffs(cutoffs: Sequence[int]) -> None:
+    bad = [k for k in cutoffs if k < 1]
+    if bad:
+        raise ValueError(f"cutoffs must be >= 1, got {bad}")
 
 
 class RankedQuery(MetricInput):
@@ -102,8 +64,9 @@ class RankedQuery(MetricInput):
                 raise ValueError(f"ranking lists document(s) more than once: {', '.join(duplicates)}")
         return self
 
-    def ranked_ids(self) -> list[str]:
-        return list(self.ranking) if self.ranking is not None else rank_by_score(self.scores or {})
+    def run(self) -> dict[str, float]:
+        """The query's run as trec_eval reads it: a score per document."""
+        return as_run(self.ranking) if self.ranking is not None else dict(self.scores or {})
 
 
 class RankingInput(MetricInput):
@@ -115,9 +78,7 @@ class RankingInput(MetricInput):
 
     @model_validator(mode="after")
     def _valid_cutoffs_and_ids(self) -> RankingInput:
-        bad = [k for k in self.cutoffs if k < 1]
-        if bad:
-            raise ValueError(f"cutoffs must be >= 1, got {bad}")
+        _check_cutoffs(self.cutoffs)
         duplicates = _repeated(q.query_id for q in self.queries)
         if duplicates:
             raise ValueError(f"query_id(s) listed more than once: {', '.join(duplicates)}")
@@ -137,22 +98,45 @@ class RankingResult(MetricResult):
     per_query: dict[str, QueryRankingScores]
 
 
+def evaluate_runs(
+    queries: Mapping[str, tuple[Mapping[str, float], Mapping[str, int]]],
+    cutoffs: Sequence[int],
+    relevance_level: int = 1,
+) -> dict[str, QueryRankingScores]:
+    """Scores per query id, from its run (score per document) and qrels (grade per document);
+    trec_eval evaluates them all in one call."""
+    _check_cutoffs(cutoffs)
+    measures = {ir_measures.nDCG @ k: ("ndcg", k) for k in cutoffs}
+    measures |= {ir_measures.P(rel=relevance_level) @ k: ("precision", k) for k in cutoffs}
+    measures |= {ir_measures.R(rel=relevance_level) @ k: ("recall", k) for k in cutoffs}
+    measures[ir_measures.RR(rel=relevance_level)] = ("reciprocal_rank", None)
+    values: dict[str, dict[str, dict[int, float]]] = {
+        query: {"ndcg": {k: 0.0 for k in cutoffs}, "precision": {k: 0.0 for k in cutoffs},
+                "recall": {k: 0.0 for k in cutoffs}, "reciprocal_rank": {0: 0.0}}
+        for query in queries
+    }  # trec_eval leaves out a query that retrieved nothing or has no judgments: it scores 0
+    qrels = {query: {doc: int(grade) for doc, grade in judged.items()} for query, (_, judged) in queries.items() if judged}
+    run = {query: {doc: float(score) for doc, score in scores.items()} for query, (scores, _) in queries.items() if scores}
+    for metric in ir_measures.pytrec_eval.iter_calc(list(measures), qrels, run):
+        field, k = measures[metric.measure]
+        values[metric.query_id][field][k if k is not None else 0] = float(metric.value)
+    return {
+        query: QueryRankingScores(ndcg=v["ndcg"], precision=v["precision"], recall=v["recall"],
+                                  reciprocal_rank=v["reciprocal_rank"][0])
+        for query, v in values.items()
+    }
+
+
 def query_ranking_scores(
     ranking: Sequence[str], qrels: Mapping[str, int], cutoffs: Sequence[int], relevance_level: int = 1
 ) -> QueryRankingScores:
-    return QueryRankingScores(
-        ndcg={k: ndcg_at_k(ranking, qrels, k) for k in cutoffs},
-        precision={k: precision_at_k(ranking, qrels, k, relevance_level) for k in cutoffs},
-        recall={k: recall_at_k(ranking, qrels, k, relevance_level) for k in cutoffs},
-        reciprocal_rank=reciprocal_rank(ranking, qrels, relevance_level),
-    )
+    """One query's scores for an explicit ranking (best first)."""
+    return evaluate_runs({"q": (as_run(ranking), qrels)}, cutoffs, relevance_level)["q"]
 
 
 def ranking_scores(evaluated: RankingInput) -> RankingResult:
-    per_query = {
-        q.query_id: query_ranking_scores(q.ranked_ids(), q.qrels, evaluated.cutoffs, evaluated.relevance_level)
-        for q in evaluated.queries
-    }
+    per_query = evaluate_runs({q.query_id: (q.run(), q.qrels) for q in evaluated.queries},
+                              evaluated.cutoffs, evaluated.relevance_level)
     rows = list(per_query.values())
 
     def mean_at(field: str) -> dict[int, float]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from benchmarks.errors import ConfigError, DataError
+from benchmarks.json_input import read_json_file
 from benchmarks.metrics import aepd, agreement, bespoke, lampqa, locomo, pqr, prefeval, ranking, statistics
 from benchmarks.metrics.models import MetricInput, MetricResult
 
@@ -69,14 +69,7 @@ def get_metric(name: str) -> MetricSpec:
 
 def read_metric_input(path: Path) -> Any:
     """Parse a metric input file, reporting a missing file or bad JSON with its location."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise DataError(f"cannot read the input file: {exc.strerror}", file=path) from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path, line=exc.lineno) from exc
+    return read_json_file(path)
 
 
 def run_metric(name: str, payload: Any, source: str | Path | None = None) -> MetricResult:

@@ -3,9 +3,11 @@
 The two entry points the experiment runner uses:
 
     bootstrap_ci(values, confidence=0.95, n_resamples=10_000, seed=0) -> ConfidenceInterval(low, high)
-        Percentile bootstrap CI of the mean (numpy). It unpacks as `low, high = bootstrap_ci(...)`.
-        n == 1 gives (value, value): one case carries no information about spread.
-        n == 0 gives (None, None).
+        Percentile bootstrap CI of the mean (scipy `bootstrap`, method="percentile"). It unpacks as
+        `low, high = bootstrap_ci(...)`. n == 1, or n values all equal, gives (value, value): no
+        spread to resample. n == 0 gives (None, None). The values are resampled in the order given,
+        so callers that want the same interval from the same values in any order sort them first
+        (runs/summary.py does).
 
     paired_test(a, b, confidence=0.95, n_resamples=10_000, seed=0) -> PairedTestResult
         Two systems scored on the same cases, a[i] and b[i] for case i. Reports the mean difference
@@ -31,8 +33,8 @@ from scipy import stats
 from benchmarks.metrics.models import MetricInput, MetricResult
 
 DEFAULT_RESAMPLES = 10_000
-# Bounds the resample index matrix built at once (rows x n) to keep memory small for long runs.
-_MAX_INDICES_PER_CHUNK = 2_000_000
+# Bounds the resamples scipy builds at once (resamples x n values) to keep memory small for long runs.
+_MAX_VALUES_PER_BATCH = 2_000_000
 
 
 class ConfidenceInterval(NamedTuple):
@@ -51,23 +53,19 @@ def bootstrap_ci(
     _check_settings(confidence, n_resamples)
     if data.size == 0:
         return ConfidenceInterval(None, None)
-    if data.size == 1:
+    if np.all(data == data[0]):  # one value, or many equal ones: every resample has that mean
         return ConfidenceInterval(float(data[0]), float(data[0]))
-    means = _bootstrap_means(data, n_resamples, np.random.default_rng(seed))
-    alpha = 1.0 - confidence
-    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return ConfidenceInterval(float(low), float(high))
-
-
-def _bootstrap_means(data: np.ndarray, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
-    n = data.size
-    means = np.empty(n_resamples)
-    rows_per_chunk = max(1, _MAX_INDICES_PER_CHUNK // n)
-    for start in range(0, n_resamples, rows_per_chunk):
-        stop = min(start + rows_per_chunk, n_resamples)
-        indices = rng.integers(0, n, size=(stop - start, n))
-        means[start:stop] = data[indices].mean(axis=1)
-    return means
+    result = stats.bootstrap(
+        (data,),
+        np.mean,
+        n_resamples=n_resamples,
+        batch=max(1, _MAX_VALUES_PER_BATCH // data.size),
+        vectorized=True,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    return ConfidenceInterval(float(result.confidence_interval.low), float(result.confidence_interval.high))
 
 
 class PairedTestResult(MetricResult):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 from starlette.applications import Starlette
 
@@ -80,11 +80,17 @@ class AgentEndpoint:
         roles: dict[str, str],
         max_results: int = 5,
         page_chars: int = 2000,
+        keep: Callable[[str], str] | None = None,
     ) -> Iterator[tuple[EndpointSession, WebSession | None]]:
-        """Open a session for one agent run on the calling event loop; closed on exit."""
+        """Open a session for one agent run on the calling event loop; closed on exit. `keep`
+        stores each page text the agent reads and returns its sha256 (the run's source store)."""
         model_side = EndpointSession(gateway=gateway, agent=agent, tags=tags, roles=roles,
                                      loop=asyncio.get_running_loop())
-        web_side = WebSession(model_side, web, self.base_url, max_results, page_chars) if web is not None else None
+        web_side = None
+        if web is not None:
+            web_side = WebSession(model_side, web, self.base_url, max_results, page_chars)
+            if keep is not None:
+                web_side.keep = keep
         self.sessions.add(model_side)
         if web_side is not None:
             self.web_sessions.add(web_side)

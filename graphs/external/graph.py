@@ -6,8 +6,9 @@
 (PDR-Bench's protocol). `run_agent` opens a session on the run's agent endpoint (the gateway as
 an OpenAI-compatible API, the run's web as SearXNG pages and MCP tools), runs the agent in a
 child process pointed only at it, and turns its report into a `SystemResponse` whose citations
-are the sources it cited among those it was actually shown. A failing agent fails the episode
-with the agent's own error and the tail of its log.
+are the sources it cited among those it actually read (each with the sha256 of that text, kept in
+the run's source store). A failing agent fails the episode with the agent's own error and the
+tail of its log.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import json
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -28,17 +29,21 @@ from agents.ledger import current_tags
 from agents.response import Citation, SystemResponse
 from benchmarks.errors import AtelierError
 from graphs.context import EpisodeContext
-from graphs.direct import PipelineInput, PipelineOutput
-from graphs.external.agents import AGENTS, check_installed, child_command, child_env
+from graphs.external.agents import AGENTS, child_command, child_env
 from graphs.external.endpoint import endpoint_for
 from graphs.external.options import ExternalOptions
-from graphs.resources import resources_for
+from graphs.inputs import PipelineInput, PipelineOutput
+from graphs.pipelines import PipelineSpec, register_pipeline
+from graphs.start import meta_of, pipeline_context, pipeline_options_of, pipeline_resources, start_inputs, view_of
 from tools.agent_web import WebSession
 
+PIPELINE = "external"
 LOG_TAIL_CHARS = 1500
 # Agents parse JSON out of free text they asked for in prose; the scripted model's text is no such JSON.
 DRY_RUN_HINT = " [a dry run: the scripted model's free text may not be the JSON this agent parses from prose]"
 _URL = re.compile(r"https?://[^\s)\]>\"'`]+")
+# a reference-list line: "[3] Title: https://...", "3. https://...", "- [3] ..."
+_NUMBERED = re.compile(r"^\s*(?:[-*]\s*)?(?:\[(\d{1,3})\]|(\d{1,3})[.)])\s")
 
 
 class ExternalAgentError(AtelierError):
@@ -49,16 +54,18 @@ class ExternalState(PipelineInput, PipelineOutput, total=False):
     brief: str
 
 
-def options_of(context: EpisodeContext) -> ExternalOptions:
-    return ExternalOptions.model_validate(context.system.pipeline_options)
+def _options(runtime: Runtime[EpisodeContext]) -> ExternalOptions:
+    return pipeline_options_of(runtime, PIPELINE, ExternalOptions)
 
 
 def endpoint_key(context: EpisodeContext) -> str:
     return f"{context.run_id}:{context.system.name}"
 
 
-def write_brief(state: ExternalState) -> Command[Literal["run_agent"]]:
-    return Command(goto="run_agent", update={"brief": agent_brief(state["view"], state["user_context"].text)})
+async def write_brief(state: ExternalState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_agent"]]:
+    state, update = await start_inputs(state, runtime, PIPELINE)
+    brief = agent_brief(view_of(state, runtime, PIPELINE), state["user_context"].text)
+    return Command(goto="run_agent", update={**update, "brief": brief})
 
 
 def _workdir(context: EpisodeContext, case_id: str) -> Path:
@@ -90,22 +97,43 @@ def _log_tail(workdir: Path) -> str:
     return text[-LOG_TAIL_CHARS:]
 
 
-def _response(result: dict[str, Any], web: WebSession, agent: str, extra_meta: dict[str, Any]) -> SystemResponse:
+def _reference_numbers(report: str, web: WebSession) -> dict[str, int]:
+    """The number the agent's own reference list gives each source it read ("[3] ... URL")."""
+    numbers: dict[str, int] = {}
+    for line in report.splitlines():
+        marker = _NUMBERED.match(line)
+        if marker is None:
+            continue
+        for url in _URL.findall(line):
+            source = web.source_for(url)
+            if source is not None:
+                numbers.setdefault(source.id, int(marker.group(1) or marker.group(2)))
+    return numbers
+
+
+def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]) -> SystemResponse:
+    """The agent's report, its citations the sources it cites among those it read."""
     report = str(result.get("report") or "")
     for source in web.sources.values():  # an agent that scraped our pages cites their addresses here
         report = report.replace(web.page_url(source), source.url)
     cited, unknown = web.cited(_URL.findall(report))
-    read = [s for s in web.sources.values() if s.sha256]
+    numbers = _reference_numbers(report, web)
+    # a source the agent saw only as a search result's snippet has no page text read: no sha256
+    citations = [Citation(source_id=s.id, url=s.url, title=s.title or None, sha256=s.sha256, number=numbers.get(s.id))
+                 for s in cited]
+    refs = [ref.model_dump() for s in web.sources.values() if (ref := s.ref()) is not None]
     return SystemResponse(
         text=report,
-        citations=[Citation(source_id=s.id, url=s.url, title=s.title or None) for s in cited],
+        citations=citations,
         meta={
-            "agent": agent,
-            **extra_meta,
+            **meta,
+            "citations": {"urls": len(cited) + len(unknown), "sources_cited": len(citations),
+                          "cited_from_snippet": [s.url for s in cited if not s.sha256],
+                          "unverified_urls": unknown,  # URLs in the report the agent was never shown
+                          "sources_read": len(refs)},
             "searches": web.searches,
             "fetches": web.fetches,
-            "sources_read": [{"id": s.id, "url": s.url, "title": s.title, "sha256": s.sha256} for s in read],
-            "unverified_urls": unknown,  # URLs in the report that the agent was never shown
+            "sources_read": refs,
             "agent_sources": len(result.get("sources") or []),
             "web_failures": web.failures[:20],
             "refused": result.get("refused") or [],
@@ -115,19 +143,20 @@ def _response(result: dict[str, Any], web: WebSession, agent: str, extra_meta: d
 
 
 async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> Command[Literal["__end__"]]:
-    context = runtime.context or EpisodeContext()
-    options = options_of(context)
+    context = pipeline_context(runtime, PIPELINE)
+    options = _options(runtime)
+    options.check_available()
     spec = AGENTS[options.agent]
-    check_installed(spec, options.python)
-    resources = resources_for(context)
+    resources = pipeline_resources(runtime, PIPELINE)
     endpoint = await asyncio.to_thread(endpoint_for, endpoint_key(context))
     web = await asyncio.to_thread(resources.web)
     tags = {k: v for k, v in current_tags().items() if k in ("case", "system")}
-    case_id = tags.get("case") or state["view"].id
+    case_id = tags.get("case") or view_of(state, runtime, PIPELINE).id
     workdir = _workdir(context, case_id)
     roles = {**spec.call_roles, **options.call_roles}
     with endpoint.session(resources.gateway, web, agent=spec.name, tags=tags, roles=roles,
-                          max_results=options.max_results, page_chars=options.page_chars) as (model, web_session):
+                          max_results=options.max_results, page_chars=options.page_chars,
+                          keep=resources.sources.put) as (model, web_session):
         assert web_session is not None
         job = {"agent": spec.name, "brief": state["brief"], "settings": options.settings,
                "today": options.today.isoformat() if options.today else None,
@@ -135,8 +164,8 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         (workdir / "input.json").write_text(json.dumps(job, ensure_ascii=False, indent=1), encoding="utf-8")
         output = workdir / "output.json"
         output.unlink(missing_ok=True)
-        code = await _run_child(child_command(options.python, workdir / "input.json", output),
-                                child_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy), workdir,
+        env = child_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy)
+        code = await _run_child(child_command(options.python, workdir / "input.json", output), env, workdir,
                                 options.timeout_s)
         if code is None:
             raise ExternalAgentError(f"{spec.name} did not finish within {options.timeout_s:g} s (log: {workdir / 'agent.log'})")
@@ -149,7 +178,8 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             raise ExternalAgentError(
                 f"{spec.name} failed: {result['error']}{model_errors}{dry} (log: {workdir / 'agent.log'})"
             )
-        response = _response(result, web_session, spec.name, {"calls": dict(sorted(model.calls.items()))})
+        meta = meta_of(state, runtime, PIPELINE) | {"agent": spec.name, "calls": dict(sorted(model.calls.items()))}
+        response = agent_response(result, web_session, meta)
     (workdir / "response.json").write_text(response.model_dump_json(indent=1), encoding="utf-8")
     return Command(goto=END, update={"response": response})
 
@@ -160,4 +190,10 @@ def build_external_graph():
     graph.add_node("brief", write_brief)
     graph.add_node("run_agent", run_agent)
     graph.add_edge(START, "brief")
-    return graph.compile(name="external")
+    return graph.compile(name=PIPELINE)
+
+
+register_pipeline(PipelineSpec(
+    PIPELINE, "an external deep-research agent (open_deep_research, gpt_researcher) through the gateway endpoint",
+    build_external_graph, ExternalOptions,
+))

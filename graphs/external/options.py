@@ -5,20 +5,20 @@ from __future__ import annotations
 from datetime import date
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from graphs.pipelines import PipelineOptions
 
 AgentName = Literal["open_deep_research", "gpt_researcher"]
 
 
-class ExternalOptions(BaseModel):
+class ExternalOptions(PipelineOptions):
     """Which external agent runs, how long it may take, and its own settings.
 
     In a recipe: `pipeline = "external"`, `pipeline_options = { agent = "gpt_researcher" }`.
     """
 
-    model_config = ConfigDict(extra="forbid")
-
-    agent: AgentName
+    agent: AgentName = Field(default="open_deep_research", description="The external agent that runs.")
     python: str | None = Field(
         default=None,
         description="The interpreter of an environment with the agent installed; unset: this one (the `agents` extra).",
@@ -39,3 +39,8 @@ class ExternalOptions(BaseModel):
         description="The agent's own configuration keys (open_deep_research: Configuration fields; "
         "gpt_researcher: config keys such as MAX_ITERATIONS), over the adapter's defaults.",
     )
+
+    def check_available(self) -> None:
+        from graphs.external.agents import AGENTS, check_installed
+
+        check_installed(AGENTS[self.agent], self.python)

@@ -2,12 +2,23 @@
 
 Command modules import heavy libraries (litellm, torch, chromadb) inside the command functions,
 so `atelier --help` stays fast.
+
+Errors end a command with one line on stderr, never a bare traceback:
+- exit 2: the input is at fault — a recipe, data file, run folder or flag (`AtelierError`, whose
+  message names the file, line or key), a file the command cannot read or write (`OSError`), or
+  a command line click refuses (an unknown flag, a value of the wrong type);
+- exit 1: anything else, i.e. a bug: the line names the exception and the file holding its full
+  traceback (`$ATELIER_CACHE_DIR/errors/`, default `~/.cache/atelier/errors/`).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import tempfile
+import traceback
+from pathlib import Path
 
 import typer
 
@@ -32,8 +43,8 @@ _COMMAND_MODULES = (
     "runs.cli.memory",
     "runs.cli.web",
     "runs.cli.judges",
+    "runs.cli.graph",
     "runs.cli.gateway",
-    "runs.cli.bench_pipelines",
 )
 for _name in _COMMAND_MODULES:
     try:
@@ -45,11 +56,53 @@ for _name in _COMMAND_MODULES:
     _module.register(app, bench_app)
 
 
+EXIT_BAD_INPUT = 2
+EXIT_BUG = 1
+
+
+def _fail(message: str, code: int) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    sys.exit(code)
+
+
+def _write_traceback(exc: BaseException) -> Path:
+    """The full traceback of an unexpected error, kept in a file of its own."""
+    from datetime import datetime
+
+    from benchmarks.data_files import cache_dir
+
+    text = "".join(traceback.format_exception(exc))
+    name = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    for folder in (cache_dir() / "errors", Path(tempfile.gettempdir()) / "atelier-errors"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(f"atelier {' '.join(sys.argv[1:])}\n\n{text}", encoding="utf-8")
+            return folder / name
+        except OSError:
+            continue
+    raise exc
+
+
 def main() -> None:
     import runs  # noqa: F401  (applies the offline defaults)
 
     try:
-        app()
+        code = app(standalone_mode=False)  # errors come here, to be told in one line
+    except typer.TyperException as exc:  # click's errors (typer vendors click): a flag or argument refused
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `atelier` or `atelier bench` alone: the help
+            exc.show()
+            sys.exit(0)
+        where = f" (see `{exc.ctx.command_path} --help`)" if getattr(exc, "ctx", None) else ""
+        _fail(" ".join(exc.format_message().split()) + where, exc.exit_code)
+    except typer.Abort:
+        _fail("aborted", 130)
     except AtelierError as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        sys.exit(2)
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except OSError as exc:  # a path given on the command line or in a recipe that cannot be used
+        where = f"{exc.filename}: " if exc.filename else ""
+        _fail(f"{where}{exc.strerror or exc}", EXIT_BAD_INPUT)
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line, the trace kept in a file
+        trace = _write_traceback(exc)
+        summary = " ".join(str(exc).split())[:300]
+        _fail(f"unexpected {type(exc).__name__}: {summary} (a bug; full traceback in {trace})", EXIT_BUG)
+    sys.exit(code or 0)

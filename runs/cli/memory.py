@@ -24,7 +24,7 @@ from runs.cli._common import machine_facts, print_json
 def _value(text: str) -> Any:
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return text
 
 
@@ -113,7 +113,10 @@ def memory_eval(
     split = split or get_benchmark(benchmark).split_default
     try:
         cases = load_cases(benchmark, split=split, setting=setting, limit=limit, options=options)
-    except ValueError as exc:  # a bad split or setting, or loader options that do not validate
+    except ValidationError as exc:  # loader options that do not validate
+        first = exc.errors()[0]
+        raise ConfigError(f"--option {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+    except ValueError as exc:  # a bad split or setting
         raise ConfigError(f"--benchmark {benchmark}: {str(exc).splitlines()[0]}") from None
     gateway = _gateway(model, api_base)
 

@@ -15,12 +15,14 @@ def check(path: Path = typer.Argument(..., help="A recipe TOML file.")) -> None:
     (including their API keys), and check that the benchmark's cases carry what each judge needs."""
     from agents.judges.base import check_judge_fit, create_judge
     from benchmarks.registry import get_benchmark, load_cases
+    from graphs.pipelines import check_systems_available
     from runs.recipe import load_recipe
 
     from tools.web import check_web_config
 
     recipe = load_recipe(path)
     check_web_config(recipe.web)
+    check_systems_available(recipe.systems)
     b = recipe.benchmark
     cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
     check_judge_fit([create_judge(j) for j in recipe.judges], cases, b.name, [s.name for s in recipe.systems])

@@ -1,0 +1,190 @@
+"""The planner: turns a question and what is known about the user into what to look for.
+
+- `write_brief` (deep_research): the research question restated for this user, the facts about
+  them that must shape the research, what the report must answer, and the form it should take;
+- `plan_research` / `reflect` (deep_research): sub-topics with search queries, then the gaps left
+  after a round of research;
+- `search_queries` (rag): web queries for one round of search;
+- `plan_aspects` (planpers): the aspects this user expects in the answer (LaMP-QA Figure 15).
+
+Personalization enters here as data, not as a prompt suffix: the brief's user facts and form are
+fields that the later steps (queries, note-taking, the report) receive explicitly.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Sequence
+
+from pydantic import BaseModel, Field
+
+from agents.gateway import Gateway
+from agents.prompts import Section, build_messages, user_sections
+from benchmarks.case import Query
+
+ROLE = (
+    "You are the research lead of a personal research assistant. You plan research for one specific user: "
+    "their situation, constraints, preferences and expertise decide what is worth finding out."
+)
+
+
+class ReportForm(BaseModel):
+    length: Literal["short", "medium", "long"] = Field(description="How much this user wants to read.")
+    structure: str = Field(description="How to lay it out for this user, e.g. 'numbers-first bullet list', "
+                                       "'step-by-step prose', 'executive summary then table'.")
+    tone: str = Field(description="e.g. casual, warm, formal, professional.")
+    expertise: str = Field(description="What the reader already knows: what to explain, what to skip.")
+
+
+class ResearchBrief(BaseModel):
+    question: str = Field(description="The research question, restated for this user in one or two sentences.")
+    user_facts: list[str] = Field(description="Facts about the user that must shape the research "
+                                              "(place, budget, health, constraints, goals). Empty if none are known.")
+    must_cover: list[str] = Field(description="What the report must answer for this user.")
+    form: ReportForm
+
+    @classmethod
+    def plain(cls, query: Query) -> "ResearchBrief":
+        """The brief when none could be written: the question as asked, nothing known of the user."""
+        form = ReportForm(length="medium", structure="clear sections", tone="neutral", expertise="unknown")
+        return cls(question=query.text, user_facts=[], must_cover=[], form=form)
+
+    def render(self) -> str:
+        lines = [f"Research question: {self.question}"]
+        if self.user_facts:
+            lines += ["What matters about this user:"] + [f"- {fact}" for fact in self.user_facts]
+        if self.must_cover:
+            lines += ["The report must answer:"] + [f"- {item}" for item in self.must_cover]
+        return "\n".join(lines)
+
+    def render_form(self) -> str:
+        form = self.form
+        return (f"Length: {form.length}\nStructure: {form.structure}\nTone: {form.tone}\n"
+                f"Reader's expertise: {form.expertise}")
+
+
+class Subtopic(BaseModel):
+    title: str = Field(description="One sub-topic to research.")
+    why_for_user: str = Field(description="Why this sub-topic matters to this user in particular.")
+    queries: list[str] = Field(min_length=1, description="Web search queries for it, using the user's specifics.")
+
+
+class ResearchPlan(BaseModel):
+    subtopics: list[Subtopic] = Field(min_length=1)
+
+
+def whole_question(brief: ResearchBrief) -> list[Subtopic]:
+    """The plan when none could be made: research the question as one sub-topic."""
+    return [Subtopic(title=brief.question, why_for_user="", queries=[brief.question[:300]])]
+
+
+class Reflection(BaseModel):
+    enough: bool = Field(description="True when the notes already answer everything the report must cover.")
+    gaps: list[Subtopic] = Field(default_factory=list, description="What is still missing, as new sub-topics.")
+
+
+class SearchQueries(BaseModel):
+    queries: list[str] = Field(min_length=1)
+
+
+class Aspects(BaseModel):
+    aspects: list[str] = Field(min_length=1, description="Aspects the user expects to see in the response.")
+
+
+def _clean(items: Sequence[str], limit: int) -> list[str]:
+    return [s for s in dict.fromkeys(i.strip() for i in items) if s][:limit]
+
+
+def _limit_subtopics(subtopics: Sequence[Subtopic], limit: int, max_queries: int) -> list[Subtopic]:
+    kept = []
+    for topic in subtopics[:limit]:
+        queries = _clean(topic.queries, max_queries) or [topic.title]
+        kept.append(topic.model_copy(update={"queries": queries}))
+    return kept
+
+
+def clarification_section(clarifications: Sequence[tuple[str, str]]) -> Section:
+    body = "\n".join(f"Q: {q}\nA: {a}" for q, a in clarifications)
+    return Section("What the user answered to clarifying questions", body, untrusted=True)
+
+
+async def write_brief(
+    gateway: Gateway, query: Query, context_text: str, clarifications: Sequence[tuple[str, str]] = (),
+    role: str = "planner",
+) -> ResearchBrief:
+    sections = user_sections(query, context_text)
+    if clarifications:
+        sections.append(clarification_section(clarifications))
+    task = (
+        "Write the research brief for this user's question. Restate the question as this user would need it "
+        "researched; list the facts about the user that must change what is searched and what is recommended "
+        "(quote concrete numbers, places and constraints); list what the report must answer for them; and say "
+        "what form the report should take for this reader (length, structure, tone, expertise), judging from how "
+        "they write and what they asked for before. Use only what you were told about the user; invent nothing."
+    )
+    brief = await gateway.structured(role, build_messages(ROLE, sections, task), ResearchBrief)
+    return brief.model_copy(update={"user_facts": _clean(brief.user_facts, 10),
+                                    "must_cover": _clean(brief.must_cover, 8)})
+
+
+async def plan_research(
+    gateway: Gateway, brief: ResearchBrief, max_subtopics: int, max_queries: int, role: str = "planner"
+) -> list[Subtopic]:
+    task = (
+        f"Split the research into at most {max_subtopics} sub-topics that together answer the brief for this user; "
+        f"they will be researched in parallel, so they should not overlap. For each, say why it matters to this "
+        f"user and write up to {max_queries} web search queries that use the user's specifics (place, budget, "
+        "constraints) so the results fit them rather than an average reader."
+    )
+    plan = await gateway.structured(role, build_messages(ROLE, [Section("Research brief", brief.render())], task),
+                                    ResearchPlan)
+    return _limit_subtopics(plan.subtopics, max_subtopics, max_queries)
+
+
+async def reflect(
+    gateway: Gateway, brief: ResearchBrief, findings: str, max_subtopics: int, max_queries: int,
+    role: str = "planner",
+) -> list[Subtopic]:
+    """The gaps to research next (empty when the notes are enough)."""
+    sections = [Section("Research brief", brief.render()), Section("Notes so far", findings, untrusted=True)]
+    task = (
+        "Compare the notes with what the report must answer for this user. If something important is missing "
+        f"or contradictory, describe up to {max_subtopics} new sub-topics with up to {max_queries} search queries "
+        "each; otherwise set enough to true and give no gaps."
+    )
+    reflection = await gateway.structured(role, build_messages(ROLE, sections, task), Reflection)
+    if reflection.enough:
+        return []
+    return _limit_subtopics(reflection.gaps, max_subtopics, max_queries)
+
+
+async def search_queries(
+    gateway: Gateway, query: Query, context_text: str, max_queries: int, role: str = "planner"
+) -> list[str]:
+    task = (
+        f"Write up to {max_queries} web search queries that would find what this user needs to answer their "
+        "question. Put the user's specifics (place, budget, constraints, level) into the queries where they "
+        "change what should be found."
+    )
+    result = await gateway.structured(role, build_messages(ROLE, user_sections(query, context_text), task),
+                                      SearchQueries)
+    return _clean(result.queries, max_queries) or [query.text]
+
+
+PLAN_ROLE = (
+    "You are a helpful assistant designed to generate the topics that a user might expect to see in a response "
+    "to their question."
+)
+
+
+async def plan_aspects(
+    gateway: Gateway, query: Query, context_text: str, max_aspects: int, role: str = "planner"
+) -> list[str]:
+    """LaMP-QA's planning step (Figure 15): the aspects this user expects, from their question and profile."""
+    task = (
+        "Extract the important aspects that the user expects to see in a response to their current question, "
+        "considering what you know about the user: their past questions, situation and preferences. "
+        f"Give at most {max_aspects} aspects, most important first."
+    )
+    result = await gateway.structured(role, build_messages(PLAN_ROLE, user_sections(query, context_text), task),
+                                      Aspects)
+    return _clean(result.aspects, max_aspects)

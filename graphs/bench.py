@@ -1,0 +1,143 @@
+"""`atelier bench graph`: what a pipeline's graph costs around its model calls.
+
+Each episode runs the pipeline graph alone, as a run would (an SQLite checkpointer, the run's web,
+the ledger), on the scripted model with a fixed latency per call, the response cache off (every
+call reaches the model) and the web recorded by a warm-up pass (so the figures are not those of
+starting the sandbox or spawning extraction workers). Per episode:
+
+- `framework_ms_per_llm_call`: the wall time during which no model call was in flight, per LLM
+  call: (wall - time covered by model calls) / calls, a call spanning what the gateway's ledger
+  times (the provider client, litellm, and the model). It is everything the framework adds — graph
+  steps, checkpoints, the gateway's bookkeeping, memory recall, the web cache and page
+  extraction — divided over the calls. `client_ms_per_llm_call` is the share of a call's time that
+  is not the model's latency (litellm's own work, per call).
+- `critical_path_s`: the longest chain of dependent LLM calls (`response.meta["critical_path_calls"]`,
+  counted by the pipeline as it runs: parallel calls count once) times the latency;
+  `wall_over_critical_path` = wall / critical path shows whether parallel work really overlaps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from agents.settings import ModelSettings
+from benchmarks.registry import load_cases
+from graphs.context import EpisodeContext, SystemSpec
+from graphs.pipelines import PIPELINES, pipeline_options
+from graphs.resources import release, resources_for
+from tools.config import WebConfig
+
+
+def _context(run_dir: Path, pipeline: str, latency_ms: float, memory: str, options: dict[str, Any],
+             web: WebConfig) -> EpisodeContext:
+    model = ModelSettings(model=f"scripted?latency_ms={latency_ms:g}", max_concurrency=256, max_retries=0)
+    return EpisodeContext(
+        run_id="bench-graph", run_dir=str(run_dir), cache_dir=None,
+        models={"system": model, "judge": model, "user_sim": model},
+        system=SystemSpec(name=f"bench-{pipeline}", pipeline=pipeline, memory={"backend": memory},
+                          pipeline_options=options),
+        judges=[], web=web, clarify_answerer="none",
+    )
+
+
+def covered_seconds(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of (start, end) intervals."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+async def _episodes(graph, context: EpisodeContext, case_ids: list[str], benchmark: str, latency_ms: float,
+                    thread_prefix: str) -> list[dict[str, Any]]:
+    ledger = resources_for(context).gateway.ledger
+    out = []
+    for case_id in case_ids:
+        before = len(ledger.entries)
+        config = {"configurable": {"thread_id": f"{thread_prefix}:{case_id}"}}
+        started = time.perf_counter()
+        result = await graph.ainvoke({"benchmark": benchmark, "case_id": case_id}, config, context=context)
+        wall = time.perf_counter() - started
+        entries = ledger.entries[before:]
+        calls = len(entries)
+        in_model = covered_seconds([(e.ts - e.latency_ms / 1000, e.ts) for e in entries])
+        chain = int(result["response"].meta.get("critical_path_calls", calls))
+        critical = chain * latency_ms / 1000
+        out.append({
+            "case_id": case_id,
+            "wall_s": round(wall, 4),
+            "llm_calls": calls,
+            "in_model_calls_s": round(in_model, 4),
+            "framework_ms_per_llm_call": round((wall - in_model) * 1000 / max(calls, 1), 3),
+            "client_ms_per_llm_call": round(statistics.fmean(e.latency_ms for e in entries) - latency_ms, 3)
+            if entries else None,
+            "critical_path_calls": chain,
+            "critical_path_s": round(critical, 4),
+            "wall_over_critical_path": round(wall / critical, 3) if critical else None,
+        })
+    return out
+
+
+@contextlib.asynccontextmanager
+async def _checkpointer(kind: str, path: Path):
+    from graphs.serde import serializer, sqlite_checkpointer
+
+    if kind == "sqlite":
+        async with sqlite_checkpointer(path) as saver:
+            yield saver
+    elif kind == "memory":
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        yield InMemorySaver(serde=serializer())
+    else:
+        yield None
+
+
+async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, case_ids: list[str] | None = None,
+                      benchmark: str = "sample", memory: str = "none", options: dict[str, Any] | None = None,
+                      checkpointer: str = "sqlite") -> dict[str, Any]:
+    """Times `cases` cases of `benchmark` (or those named by `case_ids`). `checkpointer`: "sqlite"
+    (what runs use), "memory" or "none" (to see what checkpoints cost)."""
+    options = pipeline_options(pipeline, options or {}).model_dump(exclude_defaults=True)
+    case_ids = case_ids or [c.id for c in load_cases(benchmark, limit=cases)]
+    with tempfile.TemporaryDirectory(prefix="atelier-bench-graph-") as tmp:
+        root = Path(tmp)
+        web = WebConfig(cache_dir=root / "web", mode="record")
+        warm = _context(root, pipeline, 0, memory, options, web)
+        timed = _context(root, pipeline, latency_ms, memory, options, web)
+        try:
+            async with _checkpointer(checkpointer, root / "checkpoints.sqlite") as saver:
+                graph = PIPELINES.get(pipeline).build().copy(update={"checkpointer": saver})
+                await _episodes(graph, warm, case_ids, benchmark, 0, "warm-up")
+                episodes = await _episodes(graph, timed, case_ids, benchmark, latency_ms, "timed")
+        finally:
+            await release(warm)
+            await release(timed)
+
+    def mean(key: str) -> float | None:
+        values = [e[key] for e in episodes if e[key] is not None]
+        return round(statistics.fmean(values), 3) if values else None
+
+    return {
+        "pipeline": pipeline,
+        "latency_ms": latency_ms,
+        "benchmark": benchmark,
+        "memory": memory,
+        "checkpointer": checkpointer,
+        "options": options,
+        "episodes": episodes,
+        "mean": {key: mean(key) for key in ("wall_s", "llm_calls", "framework_ms_per_llm_call",
+                                             "client_ms_per_llm_call", "critical_path_calls",
+                                             "wall_over_critical_path")},
+        "targets": {"framework_ms_per_llm_call": "<= 3 at latency 0",
+                    "wall_over_critical_path": "<= 1.2 for deep_research at 100 ms"},
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }

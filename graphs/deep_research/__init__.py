@@ -1,0 +1,1 @@
+"""The deep_research pipeline: state (state.py), nodes (nodes.py), the graphs (graph.py)."""

@@ -1,0 +1,341 @@
+"""deep_research's nodes. Each returns a typed `Command`, so Studio draws every edge.
+
+Top graph:   clarify -> [ask_user] -> write_brief -> plan -> researcher x N (Send)
+             -> reflect -> (researcher x M (Send) -> reflect)* -> write_report
+Researcher:  search -> read -> take_notes -> assess -> (search | end)
+
+Budgets (DeepResearchOptions) bound every loop and fan-out: questions, researchers per round,
+rounds, queries per sub-topic, pages and tool calls (searches + fetches) per researcher, researcher
+steps, notes per source, sources in the report, report tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+from langgraph.graph import END
+from langgraph.runtime import Runtime
+from langgraph.types import Command, Send, interrupt
+from pydantic import Field, ValidationError
+
+from agents.citations import SourceRef
+from agents.clarifier import decide_clarification
+from agents.clarify import ClarifyAnswers, ClarifyRequest
+from agents.gateway import ModelCallError
+from agents.planner import ResearchBrief, Subtopic, plan_research, whole_question
+from agents.planner import reflect as reflect_on_gaps
+from agents.planner import write_brief as brief_for_user
+from agents.researcher import assess_coverage, take_notes
+from agents.response import SystemResponse
+from agents.writer import write_report as write_cited_report
+from graphs.context import EpisodeContext
+from graphs.deep_research.state import (
+    Clarification,
+    DeepResearchState,
+    Findings,
+    Note,
+    ResearcherState,
+    ResearchTask,
+)
+from graphs.inputs import GraphInputError, PipelineOutput
+from graphs.pipelines import GoldContextOptions
+from graphs.sources import read_web_sources, search_web
+from graphs.start import (
+    meta_of,
+    pipeline_context,
+    pipeline_options_of,
+    pipeline_resources,
+    start_inputs,
+    view_of,
+)
+
+PIPELINE = "deep_research"
+
+
+class DeepResearchOptions(GoldContextOptions):
+    clarify: Literal["auto", "always", "never"] = Field(
+        default="auto", description="auto: the clarifier decides; always: ask at least one question; never: skip."
+    )
+    max_questions: int = Field(default=3, ge=1, le=5, description="Clarifying questions at most.")
+    max_researchers: int = Field(default=3, ge=1, le=8, description="Parallel researchers per round.")
+    max_rounds: int = Field(default=2, ge=1, le=5, description="Research rounds (the first, then gap-filling ones).")
+    queries_per_topic: int = Field(default=2, ge=1, le=5, description="Search queries per sub-topic and step.")
+    results_per_query: int = Field(default=5, ge=1, le=20, description="Results asked of each search.")
+    max_pages: int = Field(default=3, ge=1, le=20, description="Sources one researcher reads at most.")
+    max_tool_calls: int = Field(default=8, ge=1, le=50, description="Searches + fetches one researcher makes at most.")
+    max_steps: int = Field(default=2, ge=1, le=5, description="search -> read -> notes -> assess loops per researcher.")
+    notes_per_source: int = Field(default=4, ge=1, le=20, description="Notes taken from one source at most.")
+    page_chars: int = Field(default=6000, ge=500, le=50_000, description="Characters of a source the note-taker reads.")
+    report_sources: int = Field(default=20, ge=1, le=100, description="Sources the writer is shown at most.")
+    report_tokens: int = Field(default=2000, ge=100, le=32_000, description="Most tokens the report may take.")
+
+    def output_tokens(self) -> dict[str, int]:
+        return {"writer": self.report_tokens}
+
+
+def _options(runtime: Runtime[EpisodeContext]) -> DeepResearchOptions:
+    return pipeline_options_of(runtime, PIPELINE, DeepResearchOptions)
+
+
+def _context_text(state: DeepResearchState) -> str:
+    return state["user_context"].text
+
+
+# ----------------------------------------------------------------------------- top graph
+
+
+async def clarify(
+    state: DeepResearchState, runtime: Runtime[EpisodeContext]
+) -> Command[Literal["ask_user", "write_brief"]]:
+    """Decide what to ask the user. Skipped (and recorded) when the run has no one to answer."""
+    state, update = await start_inputs(state, runtime, PIPELINE)
+    options = _options(runtime)
+    if options.clarify == "never":
+        return Command(goto="write_brief", update={**update, "clarification": Clarification(status="off")})
+    if pipeline_context(runtime, PIPELINE).clarify_answerer == "none":
+        skipped = Clarification(status="skipped", reason="no one to answer clarifying questions in this run "
+                                                          "(no simulated user is configured)")
+        return Command(goto="write_brief", update={**update, "clarification": skipped})
+    gateway = pipeline_resources(runtime, PIPELINE).gateway
+    query = view_of(state, runtime, PIPELINE).query
+    update["depth"] = 1
+    try:
+        questions = await decide_clarification(gateway, query, _context_text(state), options.max_questions,
+                                               always=options.clarify == "always")
+    except ModelCallError as exc:  # research goes on without asking
+        return Command(goto="write_brief", update={**update, "clarification": Clarification(status="failed",
+                                                                                             reason=str(exc))})
+    if not questions:
+        return Command(goto="write_brief", update={**update, "clarification": Clarification(status="not_needed")})
+    asked = Clarification(status="answered", questions=questions)
+    return Command(goto="ask_user", update={**update, "clarification": asked})
+
+
+def _parse_answers(value: Any) -> ClarifyAnswers:
+    if isinstance(value, ClarifyAnswers):
+        return value
+    if isinstance(value, (list, tuple)):
+        value = {"answers": list(value)}
+    elif isinstance(value, str):
+        value = {"answers": [value]}
+    try:
+        return ClarifyAnswers.model_validate(value)
+    except ValidationError as exc:
+        problem = exc.errors()[0]["msg"]
+        raise GraphInputError(f'resume the clarify step with {{"answers": ["...", ...]}}: {problem}') from None
+
+
+def ask_user(state: DeepResearchState) -> Command[Literal["write_brief"]]:
+    """Interrupt with the questions; the resume value is the user's `ClarifyAnswers`."""
+    asked = state["clarification"]
+    request = ClarifyRequest(questions=asked.questions)
+    answers = _parse_answers(interrupt(request))
+    try:
+        pairs = answers.aligned(request)
+    except ValueError as exc:
+        raise GraphInputError(str(exc)) from None
+    answered = asked.model_copy(update={"answers": [a for _, a in pairs]})
+    return Command(goto="write_brief", update={"clarification": answered})
+
+
+async def write_brief(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> Command[Literal["plan"]]:
+    gateway = pipeline_resources(runtime, PIPELINE).gateway
+    clarification = state.get("clarification")
+    query = view_of(state, runtime, PIPELINE).query
+    update: dict[str, Any] = {"depth": state.get("depth", 0) + 1}
+    try:
+        update["brief"] = await brief_for_user(gateway, query, _context_text(state),
+                                               clarification.pairs() if clarification else [])
+    except ModelCallError as exc:  # research the question as asked, and say so
+        update["brief"] = ResearchBrief.plain(query)
+        update["errors"] = state.get("errors", []) + [f"write_brief (researching the question as asked): {exc}"]
+    return Command(goto="plan", update=update)
+
+
+def _tasks(state: DeepResearchState, subtopics: list[Subtopic], round_: int) -> list[Send]:
+    read_before = sorted({s.url for f in state.get("findings", []) for s in f.sources if s.url})
+    gold = state.get("gold_context")
+    return [
+        Send("researcher", ResearchTask(index=i, research_round=round_, topic=t.title, focus=t.why_for_user,
+                                        queries=t.queries, skip_urls=read_before,
+                                        gold_sources=gold.sources if gold is not None else []))
+        for i, t in enumerate(subtopics)
+    ]
+
+
+async def plan(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> Command[Literal["researcher"]]:
+    options = _options(runtime)
+    gateway = pipeline_resources(runtime, PIPELINE).gateway
+    update: dict[str, Any] = {"round": 1, "depth": state.get("depth", 0) + 1}
+    try:
+        subtopics = await plan_research(gateway, state["brief"], options.max_researchers, options.queries_per_topic)
+    except ModelCallError as exc:  # one researcher on the whole question, and say so
+        subtopics = whole_question(state["brief"])
+        update["errors"] = state.get("errors", []) + [f"plan (one sub-topic: the whole question): {exc}"]
+    return Command(goto=_tasks(state, subtopics, 1), update=update)
+
+
+def _sorted_findings(state: DeepResearchState) -> list[Findings]:
+    return sorted(state.get("findings", []), key=lambda f: (f.round, f.index))
+
+
+def _findings_digest(findings: list[Findings]) -> str:
+    lines = []
+    for f in findings:
+        lines.append(f"## {f.topic} ({len(f.notes)} notes from {len(f.sources)} sources)")
+        lines += [f"- {n.text}" for n in f.notes]
+    return "\n".join(lines)
+
+
+async def reflect(
+    state: DeepResearchState, runtime: Runtime[EpisodeContext]
+) -> Command[Literal["researcher", "write_report"]]:
+    """After a round: add its longest researcher chain to the critical path; fill gaps if rounds are left."""
+    options = _options(runtime)
+    round_ = state["round"]
+    this_round = [f for f in state.get("findings", []) if f.round == round_]
+    depth = state.get("depth", 0) + max((f.critical_path_calls for f in this_round), default=0)
+    if round_ >= options.max_rounds:
+        return Command(goto="write_report", update={"depth": depth})
+    gateway = pipeline_resources(runtime, PIPELINE).gateway
+    try:
+        gaps = await reflect_on_gaps(gateway, state["brief"], _findings_digest(_sorted_findings(state)),
+                                     options.max_researchers, options.queries_per_topic)
+    except ModelCallError as exc:  # the report is written from the rounds done
+        errors = state.get("errors", []) + [f"reflect after round {round_}: {exc}"]
+        return Command(goto="write_report", update={"depth": depth + 1, "errors": errors})
+    depth += 1
+    if not gaps:
+        return Command(goto="write_report", update={"depth": depth})
+    return Command(goto=_tasks(state, gaps, round_ + 1), update={"round": round_ + 1, "depth": depth})
+
+
+def _report_material(findings: list[Findings], limit: int) -> tuple[list[SourceRef], list[tuple[int, str]]]:
+    """The sources with notes (first seen first, at most `limit`) and their notes, numbered 1..N."""
+    sources: dict[str, SourceRef] = {}
+    for f in findings:
+        noted = {n.source_id for n in f.notes}
+        for source in f.sources:
+            if source.id in noted and source.id not in sources and len(sources) < limit:
+                sources[source.id] = source
+    number = {sid: i for i, sid in enumerate(sources, start=1)}
+    notes = [(number[n.source_id], n.text) for f in findings for n in f.notes if n.source_id in number]
+    return list(sources.values()), list(dict.fromkeys(notes))
+
+
+async def write_report(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> PipelineOutput:
+    options = _options(runtime)
+    gateway = pipeline_resources(runtime, PIPELINE).gateway
+    findings = _sorted_findings(state)
+    sources, notes = _report_material(findings, options.report_sources)
+    clarification = state.get("clarification")
+    query = view_of(state, runtime, PIPELINE).query
+    report = await write_cited_report(gateway, query, _context_text(state), state["brief"], sources, notes,
+                                      clarification.pairs() if clarification else [], options.report_tokens)
+    meta = meta_of(state, runtime, PIPELINE) | {
+        "clarify": clarification.model_dump() if clarification else None,
+        "citations": report.stats,
+        "rounds": state.get("round", 0),
+        "researchers": len(findings),
+        "searches": sum(f.searches for f in findings),
+        "fetches": sum(f.fetches for f in findings),
+        "sources_read": len({s.id for f in findings for s in f.sources}),
+        "notes": sum(len(f.notes) for f in findings),
+        "failures": state.get("errors", []) + [line for f in findings for line in f.failures],
+        "critical_path_calls": state.get("depth", 0) + 1,
+    }
+    return {"response": SystemResponse(text=report.text, citations=report.citations, meta=meta)}
+
+
+# ----------------------------------------------------------------------------- one researcher
+
+async def search(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Command[Literal["read"]]:
+    options = _options(runtime)
+    resources = pipeline_resources(runtime, PIPELINE)
+    read = state.get("sources", [])
+    if state["gold_sources"]:  # gold_context: all of the gold information replaces search (no web budget)
+        return Command(goto="read", update={"hits": [], "new_sources": state["gold_sources"]})
+    room = options.max_pages - len(read)
+    queries = state.get("pending_queries", state["queries"])
+    used = state.get("searches", 0) + state.get("fetches", 0)
+    queries = queries[: max(0, options.max_tool_calls - used - 1)]  # keep a call for at least one fetch
+    skip = list(state["skip_urls"]) + [s.url for s in read if s.url]
+    hits, failures = await search_web(resources.web(), queries, options.results_per_query, max(0, room), skip)
+    return Command(goto="read", update={
+        "hits": hits, "new_sources": [],
+        "searches": state.get("searches", 0) + len(queries),
+        "failures": state.get("failures", []) + failures,
+    })
+
+
+async def read(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Command[Literal["take_notes"]]:
+    options = _options(runtime)
+    if state["gold_sources"]:
+        picked = state.get("new_sources", [])
+        return Command(goto="take_notes", update={"sources": state.get("sources", []) + picked})
+    resources = pipeline_resources(runtime, PIPELINE)
+    used = state.get("searches", 0) + state.get("fetches", 0)
+    hits = state.get("hits", [])[: max(0, options.max_tool_calls - used)]
+    sources, failures = await read_web_sources(resources.web(), resources.sources, hits)
+    return Command(goto="take_notes", update={
+        "new_sources": sources,
+        "sources": state.get("sources", []) + sources,
+        "fetches": state.get("fetches", 0) + len(hits),
+        "failures": state.get("failures", []) + failures,
+    })
+
+
+async def take_source_notes(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Command[Literal["assess"]]:
+    """Notes from each newly read source, in parallel; each note tied to its source by code."""
+    options = _options(runtime)
+    resources = pipeline_resources(runtime, PIPELINE)
+    new = state.get("new_sources", [])
+
+    async def one(source: SourceRef) -> list[Note] | str:
+        text = resources.sources.get(source.sha256)[: options.page_chars]
+        try:
+            taken = await take_notes(resources.gateway, state["topic"], state["focus"], source.title, text,
+                                     options.notes_per_source)
+        except ModelCallError as exc:  # the other sources' notes stand; this one is recorded as failed
+            return f"notes from {source.url or source.title}: {exc}"
+        return [Note(source_id=source.id, text=t) for t in taken]
+
+    outcomes = await asyncio.gather(*(one(s) for s in new))
+    taken = [n for batch in outcomes if not isinstance(batch, str) for n in batch]
+    return Command(goto="assess", update={
+        "notes": state.get("notes", []) + taken,
+        "failures": state.get("failures", []) + [o for o in outcomes if isinstance(o, str)],
+        "steps": state.get("steps", 0) + 1,
+        "chain_calls": state.get("chain_calls", 0) + (1 if new else 0),
+    })
+
+
+def _findings(state: ResearcherState, covered: bool, depth: int) -> Findings:
+    return Findings(
+        index=state["index"], round=state["research_round"], topic=state["topic"], sources=state.get("sources", []),
+        notes=state.get("notes", []), searches=state.get("searches", 0), fetches=state.get("fetches", 0),
+        steps=state.get("steps", 0), covered=covered, critical_path_calls=depth, failures=state.get("failures", []),
+    )
+
+
+async def assess(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Command[Literal["search", "__end__"]]:
+    """Another step if the notes do not cover the sub-topic and the budgets allow it."""
+    options = _options(runtime)
+    depth = state.get("chain_calls", 0)
+    pages_left = options.max_pages - len(state.get("sources", []))
+    calls_left = options.max_tool_calls - state.get("searches", 0) - state.get("fetches", 0)
+    can_go_on = state.get("steps", 0) < options.max_steps and pages_left > 0 and calls_left >= 2  # search + fetch
+    if state["gold_sources"] or not can_go_on:  # gold_context: everything was read in one step
+        return Command(goto=END, update={"findings": [_findings(state, False, depth)]})
+    gateway = pipeline_resources(runtime, PIPELINE).gateway
+    try:
+        coverage = await assess_coverage(gateway, state["topic"], state["focus"],
+                                         [n.text for n in state.get("notes", [])], options.queries_per_topic)
+    except ModelCallError as exc:  # the notes taken stand; the researcher stops here
+        failed = {**state, "failures": state.get("failures", []) + [f"assess {state['topic']!r}: {exc}"]}
+        return Command(goto=END, update={"findings": [_findings(failed, False, depth + 1)]})
+    depth += 1
+    if coverage.covered or not coverage.follow_up_queries:
+        return Command(goto=END, update={"findings": [_findings(state, coverage.covered, depth)]})
+    return Command(goto="search", update={"pending_queries": coverage.follow_up_queries, "chain_calls": depth})

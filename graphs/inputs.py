@@ -1,0 +1,235 @@
+"""What a system's graph receives, and how it is prepared from a case.
+
+Every pipeline graph takes `PipelineInput`: the case by reference (`benchmark`, `case_id`) and,
+inside an episode, the memory's `UserContext`; alone (e.g. in Studio) its first node asks the
+memory backend itself. The system's `CaseView` is derived from the reference when a node needs it
+(`case_view`), so checkpoints never carry the user's history; a caller that builds its own view
+(a simulated conversation's next turn) may pass it inline as `view`.
+
+Two options change what a system is given, both prepared here from the full case so the pipeline
+never touches gold:
+
+- `random_profile` (LaMP-QA's control): `profile_case_id` names a case of another user, drawn with
+  the seed; the memory reads that user's history for the asker's query (`memory_view`);
+- `gold_context` (BESPOKE Table 6): the case's gold information items, a seeded `noise_ratio` of
+  them replaced by items of other users' unrelated cases, become the sources instead of search.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from functools import lru_cache
+from typing import Any, Mapping
+
+from pydantic import BaseModel, Field
+from typing_extensions import TypedDict
+
+from agents.citations import SourceRef
+from agents.response import SystemResponse
+from benchmarks.case import Case, CaseView
+from benchmarks.errors import AtelierError
+from benchmarks.registry import load_cases
+from graphs.context import BenchmarkRef, EpisodeContext
+from graphs.pipelines import GoldContextOptions, PipelineOptions, pipeline_options
+from graphs.sources import SourceStore
+from memory.base import UserContext
+
+
+class GraphInputError(AtelierError, ValueError):
+    """Bad input to a graph: an unknown case, a missing field, a case a system option cannot use.
+    (A ValueError, so LangGraph's server passes its message to the client.)"""
+
+
+class GoldContext(BaseModel):
+    """The gold information a system is given instead of search (references; texts in the store)."""
+
+    sources: list[SourceRef]
+    noise: int = Field(default=0, description="How many items were replaced by other cases' gold information.")
+    noise_ratio: float = 0.0
+
+
+class CaseReference(TypedDict, total=False):
+    benchmark: str  # with case_id: the case by reference, e.g. {"benchmark": "sample", "case_id": "q01"}
+    case_id: str
+
+
+class PipelineInput(CaseReference, total=False):
+    view: CaseView  # inline (a caller's own view); else derived from the case reference
+    user_context: UserContext
+    profile_case_id: str  # random_profile: the memory reads this other case's user history
+    gold_context: GoldContext
+
+
+class PipelineOutput(TypedDict):
+    response: SystemResponse
+
+
+# ----------------------------------------------------------------------------- cases by reference
+
+# The cases a run loaded, by (run id, benchmark, case id): episodes carry only the reference in
+# their state (a case with its history and gold is the largest thing a checkpoint would hold).
+_remembered: dict[tuple[str, str, str], Case] = {}
+
+
+def remember_cases(run_id: str, cases: list[Case]) -> None:
+    for case in cases:
+        _remembered[(run_id, case.benchmark, case.id)] = case
+
+
+def forget_cases(run_id: str) -> None:
+    for key in [k for k in _remembered if k[0] == run_id]:
+        del _remembered[key]
+
+
+@lru_cache(maxsize=16)
+def _cases(name: str, split: str | None, options_json: str) -> dict[str, Case]:
+    import json
+
+    return {c.id: c for c in load_cases(name, split, options=json.loads(options_json))}
+
+
+def benchmark_cases(ref: BenchmarkRef) -> dict[str, Case]:
+    import json
+
+    try:
+        return _cases(ref.name, ref.split, json.dumps(ref.options, sort_keys=True))
+    except AtelierError as exc:
+        raise GraphInputError(f"cannot load benchmark {ref.name!r}: {exc}") from None
+
+
+def _ref_for(benchmark: str, context: EpisodeContext) -> BenchmarkRef:
+    ref = context.benchmark
+    return ref if ref is not None and ref.name == benchmark else BenchmarkRef(name=benchmark)
+
+
+def case_from_input(state: Mapping[str, Any], context: EpisodeContext) -> Case:
+    """The case a graph's input names: `case` itself, or `{"benchmark", "case_id"}` (a case the run
+    remembered, else loaded from the benchmark)."""
+    case = state.get("case")
+    if case is not None:
+        return case if isinstance(case, Case) else Case.model_validate(case)
+    benchmark, case_id = state.get("benchmark") or "sample", state.get("case_id")
+    if not case_id:
+        raise GraphInputError(
+            'give the case: {"benchmark": "sample", "case_id": "q01"} (or a whole case under "case")'
+        )
+    remembered = _remembered.get((context.run_id, benchmark, case_id))
+    if remembered is not None:
+        return remembered
+    cases = benchmark_cases(_ref_for(benchmark, context))
+    if case_id not in cases:
+        some = ", ".join(list(cases)[:5])
+        raise GraphInputError(f"no case {case_id!r} in benchmark {benchmark!r} ({len(cases)} cases, e.g. {some})")
+    return cases[case_id]
+
+
+_views: OrderedDict[tuple[str, str, str, str | None], CaseView] = OrderedDict()
+
+
+def case_view(state: Mapping[str, Any], context: EpisodeContext) -> CaseView:
+    """The system's view: the inline `view`, else the referenced case under the system's setting."""
+    view = state.get("view")
+    if view is not None:
+        return view if isinstance(view, CaseView) else CaseView.model_validate(view)
+    case = case_from_input(state, context)
+    key = (context.run_id, case.benchmark, case.id, context.system.setting)
+    if key not in _views:
+        _views[key] = case.view(context.system.setting)
+        while len(_views) > 256:
+            _views.popitem(last=False)
+    return _views[key]
+
+
+def memory_view(state: Mapping[str, Any], context: EpisodeContext) -> CaseView:
+    """Whose history the memory reads — the asker's, or with `random_profile` another user's —
+    asked the asker's query."""
+    view = case_view(state, context)
+    donor_id = state.get("profile_case_id")
+    if not donor_id:
+        return view
+    donor = case_from_input({"benchmark": view.benchmark, "case_id": donor_id}, context)
+    return view.model_copy(update={"user_id": donor.user_id, "history": donor.view(view.setting).history})
+
+
+# ----------------------------------------------------------------------------- system options
+
+
+_options: dict[tuple[int, str], tuple[EpisodeContext, PipelineOptions]] = {}
+
+
+def options_for(context: EpisodeContext, pipeline: str) -> PipelineOptions:
+    """The options of `pipeline` in this context (a graph run alone takes the context's options)."""
+    known = _options.get((id(context), pipeline))
+    if known is not None and known[0] is context:
+        return known[1]
+    try:
+        options = pipeline_options(pipeline, context.system.pipeline_options)
+    except AtelierError as exc:
+        raise GraphInputError(str(exc)) from None
+    if len(_options) > 4096:
+        _options.clear()
+    _options[(id(context), pipeline)] = (context, options)
+    return options
+
+
+def _seed(options: PipelineOptions, context: EpisodeContext) -> int:
+    return options.seed if options.seed is not None else context.seed
+
+
+def _other_cases(case: Case, context: EpisodeContext) -> list[Case]:
+    pool = benchmark_cases(_ref_for(case.benchmark, context))
+    return [c for c in pool.values() if c.user_id != case.user_id]
+
+
+def random_profile_donor(case: Case, context: EpisodeContext, seed: int) -> Case:
+    """A case of another user (one per user, drawn with the seed), whose history stands in."""
+    donors = sorted({c.user_id: c for c in _other_cases(case, context)}.values(), key=lambda c: c.user_id)
+    if not donors:
+        raise GraphInputError(f"random_profile: benchmark {case.benchmark!r} has no user other than {case.user_id!r}")
+    return random.Random(f"{seed}:{case.id}:random-profile").choice(donors)
+
+
+def gold_context(case: Case, context: EpisodeContext, noise_ratio: float, seed: int, store: SourceStore) -> GoldContext:
+    items = list(dict.fromkeys(c.strip() for c in case.gold.information_claims if c.strip()))
+    if not items:
+        raise GraphInputError(
+            f"gold_context: case {case.id!r} has no gold information (gold.information_claims is empty)"
+        )
+    noise = round(noise_ratio * len(items))
+    if noise:
+        unrelated = [c for c in _other_cases(case, context)
+                     if c.query.text != case.query.text and (c.task_id is None or c.task_id != case.task_id)]
+        pool = sorted({claim for c in unrelated for claim in c.gold.information_claims} - set(items))
+        if len(pool) < noise:
+            raise GraphInputError(
+                f"gold_context: noise_ratio {noise_ratio} needs {noise} items from other users' unrelated cases; "
+                f"benchmark {case.benchmark!r} has {len(pool)}"
+            )
+        rng = random.Random(f"{seed}:{case.id}:gold-noise")
+        for position, claim in zip(rng.sample(range(len(items)), noise), rng.sample(pool, noise)):
+            items[position] = claim
+    sources = [store.gold_source(text, number) for number, text in enumerate(items, start=1)]
+    return GoldContext(sources=sources, noise=noise, noise_ratio=noise_ratio)
+
+
+def system_inputs(case: Case, context: EpisodeContext, pipeline: str, store: SourceStore) -> dict[str, Any]:
+    """The state a system starts from: the case reference, and what its options add."""
+    options = options_for(context, pipeline)
+    update: dict[str, Any] = {"benchmark": case.benchmark, "case_id": case.id}
+    if options.random_profile:
+        update["profile_case_id"] = random_profile_donor(case, context, _seed(options, context)).id
+    if isinstance(options, GoldContextOptions) and options.gold_context:
+        update["gold_context"] = gold_context(case, context, options.noise_ratio, _seed(options, context), store)
+    return update
+
+
+def input_meta(state: Mapping[str, Any], context: EpisodeContext) -> dict[str, Any]:
+    """What a response's meta records about its inputs (the random profile used, gold noise)."""
+    meta: dict[str, Any] = {}
+    if state.get("profile_case_id"):
+        meta["random_profile"] = {"case_id": state["profile_case_id"], "user_id": memory_view(state, context).user_id}
+    gold = state.get("gold_context")
+    if gold is not None:
+        meta["gold_context"] = {"items": len(gold.sources), "noise": gold.noise, "noise_ratio": gold.noise_ratio}
+    return meta

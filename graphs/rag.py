@@ -1,0 +1,113 @@
+"""`rag`: one round of web search, then an answer with numbered citations checked in code.
+
+    plan_queries -> search -> read -> answer
+    plan_queries -> read -> answer          (gold_context: the case's gold information replaces
+                                             search, BESPOKE Table 6; no queries are written)
+
+The queries come from the question *and* what the memory knows about the user; every search and
+fetch goes through the run's web (cache, replay, `web_log.jsonl`); page texts are kept in the
+source store and state holds only references.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langgraph.graph import START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+from pydantic import Field
+
+from agents.citations import SourceRef
+from agents.gateway import ModelCallError
+from agents.planner import search_queries
+from agents.response import SystemResponse
+from agents.writer import write_answer
+from graphs.context import EpisodeContext
+from graphs.inputs import PipelineInput, PipelineOutput
+from graphs.pipelines import AnswerBudgetOptions, GoldContextOptions, PipelineSpec, register_pipeline
+from graphs.sources import WebHit, read_web_sources, search_web
+from graphs.start import meta_of, pipeline_options_of, pipeline_resources, start_inputs, view_of
+
+PIPELINE = "rag"
+
+
+class RagOptions(GoldContextOptions, AnswerBudgetOptions):
+    max_queries: int = Field(default=3, ge=1, le=10, description="Search queries written for the question.")
+    results_per_query: int = Field(default=5, ge=1, le=20, description="Results asked of each search.")
+    max_pages: int = Field(default=4, ge=1, le=20, description="Pages fetched and read (best-ranked first).")
+    page_chars: int = Field(default=3000, ge=200, le=50_000, description="Characters of each page the writer sees.")
+
+
+class RagState(PipelineInput, PipelineOutput, total=False):
+    queries: list[str]
+    hits: list[WebHit]
+    sources: list[SourceRef]
+    failures: list[str]
+
+
+def _options(runtime: Runtime[EpisodeContext]) -> RagOptions:
+    return pipeline_options_of(runtime, PIPELINE, RagOptions)
+
+
+async def plan_queries(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["search", "read"]]:
+    state, update = await start_inputs(state, runtime, PIPELINE)
+    if state.get("gold_context") is not None:
+        return Command(goto="read", update=update)
+    options = _options(runtime)
+    gateway = pipeline_resources(runtime, PIPELINE).gateway
+    query = view_of(state, runtime, PIPELINE).query
+    try:
+        queries = await search_queries(gateway, query, state["user_context"].text, options.max_queries)
+    except ModelCallError as exc:  # search the question as asked, and say so
+        queries = [query.text[:300]]
+        update["failures"] = [f"plan_queries (searching the question as asked): {exc}"]
+    return Command(goto="search", update={**update, "queries": queries})
+
+
+async def search(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["read"]]:
+    options = _options(runtime)
+    web = pipeline_resources(runtime, PIPELINE).web()
+    hits, failures = await search_web(web, state["queries"], options.results_per_query, options.max_pages)
+    return Command(goto="read", update={"hits": hits, "failures": state.get("failures", []) + failures})
+
+
+async def read(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["answer"]]:
+    gold = state.get("gold_context")
+    if gold is not None:
+        return Command(goto="answer", update={"sources": gold.sources})  # all of it: it replaces search
+    resources = pipeline_resources(runtime, PIPELINE)
+    sources, failures = await read_web_sources(resources.web(), resources.sources, state.get("hits", []))
+    return Command(goto="answer", update={"sources": sources, "failures": state.get("failures", []) + failures})
+
+
+async def answer(state: RagState, runtime: Runtime[EpisodeContext]) -> PipelineOutput:
+    options = _options(runtime)
+    resources = pipeline_resources(runtime, PIPELINE)
+    sources = state.get("sources", [])
+    texts = [resources.sources.get(s.sha256)[: options.page_chars] for s in sources]
+    query = view_of(state, runtime, PIPELINE).query
+    report = await write_answer(resources.gateway, query, state["user_context"].text, sources, texts,
+                                options.answer_tokens)
+    meta = meta_of(state, runtime, PIPELINE) | {
+        "citations": report.stats,
+        "queries": state.get("queries", []),
+        "failures": state.get("failures", []),
+        "critical_path_calls": 1 if state.get("gold_context") is not None else 2,
+    }
+    return {"response": SystemResponse(text=report.text, citations=report.citations, meta=meta)}
+
+
+def build_rag_graph():
+    graph = StateGraph(RagState, context_schema=EpisodeContext, input_schema=PipelineInput,
+                       output_schema=PipelineOutput)
+    graph.add_node("plan_queries", plan_queries)
+    graph.add_node("search", search)
+    graph.add_node("read", read)
+    graph.add_node("answer", answer)
+    graph.add_edge(START, "plan_queries")
+    return graph.compile(name=PIPELINE)
+
+
+register_pipeline(PipelineSpec(PIPELINE, "one round of web search, answer with checked citations", build_rag_graph,
+                               RagOptions))

@@ -1,0 +1,81 @@
+"""The checkpoint serializer of every graph, with each type that graph state holds registered.
+
+LangGraph deserializes only the types it is told about without complaint ("Deserializing
+unregistered type ... This will be blocked in a future version"); a blocked type would come back
+from a checkpoint as a plain dict and break a resumed run. So every checkpointer is built here:
+
+    async with sqlite_checkpointer(path) as saver: ...       # the runner (one SQLite file per run)
+    InMemorySaver(serde=serializer())                        # anything else, tests included
+
+**Putting a new type into graph state** (a pydantic model, a dataclass, an enum)? Add it to
+`STATE_TYPES` — a one-line edit. Types nested inside a registered pydantic model travel as plain
+data and need no entry. Plain data (dict, list, str, numbers) needs none either. The test suite
+fails on LangGraph's warning for an unregistered or blocked type (tests/conftest.py), so a
+missing entry shows up as soon as a test resumes a graph that holds it.
+
+LangGraph Studio (`langgraph dev`) brings its own checkpointer and serializer, which this module
+cannot reach: there LangGraph may log the warning, and nothing breaks.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiosqlite
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from agents.citations import SourceRef
+from agents.clarify import ClarifyAnswers, ClarifyRequest
+from agents.judges.base import JudgeResult
+from agents.planner import ReportForm, ResearchBrief
+from agents.response import Citation, SystemResponse
+from benchmarks.case import Case, CaseView
+from benchmarks.errors import DataError
+from graphs.deep_research.state import Clarification, Findings, Note
+from graphs.inputs import GoldContext
+from graphs.sources import WebHit
+from memory.base import UserContext
+
+STATE_TYPES: tuple[type, ...] = (
+    Case,
+    CaseView,
+    UserContext,
+    SystemResponse,
+    Citation,
+    JudgeResult,
+    # the pipelines' inputs and what they read
+    GoldContext,
+    SourceRef,
+    WebHit,
+    # deep_research, its clarify interrupt and resume value included
+    Clarification,
+    Note,
+    Findings,
+    ResearchBrief,
+    ReportForm,
+    ClarifyRequest,
+    ClarifyAnswers,
+)
+
+
+def serializer() -> JsonPlusSerializer:
+    """LangGraph's serializer, deserializing exactly the safe built-in types and `STATE_TYPES`."""
+    return JsonPlusSerializer(allowed_msgpack_modules=STATE_TYPES)
+
+
+@asynccontextmanager
+async def sqlite_checkpointer(path: str | Path) -> AsyncIterator[AsyncSqliteSaver]:
+    """An AsyncSqliteSaver on the file at `path`, using `serializer()`. A file that is not a
+    checkpoint database is a DataError naming it, before any graph runs."""
+    async with aiosqlite.connect(str(path)) as connection:
+        saver = AsyncSqliteSaver(connection, serde=serializer())
+        try:
+            await saver.setup()
+        except sqlite3.DatabaseError as exc:
+            raise DataError(f"not a readable checkpoint database ({exc}); delete it to go on (episodes that were "
+                            "cut short then start again from their beginning)", file=path) from None
+        yield saver

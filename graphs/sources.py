@@ -1,0 +1,136 @@
+"""What a pipeline read, kept once: texts stored by sha256, graph state holding only `SourceRef`s.
+
+`SourceStore` writes each text a system read (a page's extracted text, a gold information item)
+under `<run_dir>/sources/<sha[:2]>/<sha>.txt` (without a run folder: the Atelier cache), so
+checkpoints stay small, a resumed episode reads exactly the same text again, and a judge can
+look up exactly what the system saw by the sha256 its citations carry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
+from typing import Sequence
+
+from pydantic import BaseModel
+
+from agents.citations import SourceRef
+from benchmarks.data_files import cache_dir
+from tools.errors import WebError
+from tools.urls import web_source_id
+from tools.web import Web
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def gold_source_id(text: str) -> str:
+    return "g-" + text_sha256(text)[:12]
+
+
+class SourceStore:
+    _MEMORY_ITEMS = 256
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self._recent: OrderedDict[str, str] = OrderedDict()
+
+    @classmethod
+    def for_run(cls, run_dir: str | None) -> "SourceStore":
+        return cls(Path(run_dir) / "sources" if run_dir else cache_dir() / "sources")
+
+    def _path(self, sha: str) -> Path:
+        return self.root / sha[:2] / f"{sha}.txt"
+
+    def _remember(self, sha: str, text: str) -> None:
+        self._recent[sha] = text
+        self._recent.move_to_end(sha)
+        while len(self._recent) > self._MEMORY_ITEMS:
+            self._recent.popitem(last=False)
+
+    def put(self, text: str) -> str:
+        sha = text_sha256(text)
+        path = self._path(sha)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(temporary, path)
+        self._remember(sha, text)
+        return sha
+
+    def get(self, sha: str) -> str:
+        if sha in self._recent:
+            return self._recent[sha]
+        try:
+            text = self._path(sha).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise LookupError(f"no stored text with sha256 {sha} under {self.root}") from None
+        self._remember(sha, text)
+        return text
+
+    def gold_source(self, text: str, number: int) -> SourceRef:
+        return SourceRef(id=gold_source_id(text), kind="gold", title=f"Gold information {number}",
+                         sha256=self.put(text), chars=len(text))
+
+
+class WebHit(BaseModel):
+    """A search result worth reading: where it is, and which query found it at which rank."""
+
+    url: str
+    title: str = ""
+    query: str = ""
+    rank: int = 1
+
+
+async def search_web(
+    web: Web, queries: Sequence[str], per_query: int, limit: int, skip: Sequence[str] = ()
+) -> tuple[list[WebHit], list[str]]:
+    """Run `queries` in parallel; the best `limit` results not in `skip`, best rank first (ties: the
+    order of the queries). Returns the hits and one line per search that failed."""
+
+    async def one(query: str):
+        try:
+            return await web.search(query, per_query)
+        except WebError as exc:
+            return f"search {query!r}: {exc}"
+
+    outcomes = await asyncio.gather(*(one(q) for q in queries))
+    failures = [o for o in outcomes if isinstance(o, str)]
+    ranked = sorted(
+        ((result.rank, i, WebHit(url=result.url, title=result.title, query=q, rank=result.rank))
+         for i, (q, results) in enumerate(zip(queries, outcomes)) if not isinstance(results, str)
+         for result in results),
+        key=lambda item: (item[0], item[1]),
+    )
+    hits: dict[str, WebHit] = {}
+    for _, _, hit in ranked:
+        if hit.url not in skip and hit.url not in hits:
+            hits[hit.url] = hit
+    return list(hits.values())[:limit], failures
+
+
+async def read_web_sources(web: Web, store: SourceStore, hits: Sequence[WebHit]) -> tuple[list[SourceRef], list[str]]:
+    """Fetch the hits' pages in parallel through the run's web; keep each page's text in the store.
+    Returns the sources read (in the order of `hits`) and one line per page that failed."""
+
+    async def one(hit: WebHit) -> SourceRef | str:
+        url = hit.url
+        try:
+            page = await web.fetch(url)
+        except WebError as exc:
+            return f"fetch {url}: {exc}"
+        if not page.text.strip():
+            return f"fetch {url}: no text extracted"
+        title = page.title or hit.title
+        return SourceRef(id=web_source_id(page.url), url=page.url, title=title, sha256=store.put(page.text),
+                         chars=len(page.text))
+
+    outcomes = await asyncio.gather(*(one(hit) for hit in hits))
+    return [o for o in outcomes if isinstance(o, SourceRef)], [o for o in outcomes if isinstance(o, str)]

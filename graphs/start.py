@@ -1,0 +1,75 @@
+"""What the first node of every pipeline graph does before its own work.
+
+Inside an episode the system's inputs are ready (the episode prepared them and ran the memory
+subgraph). Run alone — in Studio, or from a test — a pipeline is given `{"benchmark", "case_id"}`
+and its first node prepares the same inputs itself (`start_inputs`): the view, what the system's
+options add, and the user's context from the configured memory backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, TypeVar
+
+from langgraph.runtime import Runtime
+
+from benchmarks.case import CaseView
+from graphs.context import EpisodeContext
+from graphs.inputs import case_from_input, case_view, input_meta, memory_view, options_for, system_inputs
+from graphs.memory import ingest_history, recall_context
+from graphs.pipelines import PipelineOptions
+from graphs.resources import Resources, resources_for
+
+O = TypeVar("O", bound=PipelineOptions)
+
+
+_as_pipeline: dict[tuple[int, str], tuple[EpisodeContext, EpisodeContext]] = {}
+
+
+def pipeline_context(runtime: Runtime[EpisodeContext], pipeline: str) -> EpisodeContext:
+    """The runtime context with `pipeline` as its system's pipeline: a pipeline graph run alone (in
+    Studio) under a context written for another pipeline runs as this one, with the same options."""
+    context = runtime.context or EpisodeContext()
+    if context.system.pipeline == pipeline:
+        return context
+    known = _as_pipeline.get((id(context), pipeline))
+    if known is None or known[0] is not context:
+        system = context.system.model_copy(update={"pipeline": pipeline})
+        known = (context, context.model_copy(update={"system": system}))
+        _as_pipeline[(id(context), pipeline)] = known
+    return known[1]
+
+
+def pipeline_options_of(runtime: Runtime[EpisodeContext], pipeline: str, model: type[O]) -> O:
+    options = options_for(pipeline_context(runtime, pipeline), pipeline)
+    assert isinstance(options, model), f"{pipeline} options are {type(options).__name__}, not {model.__name__}"
+    return options
+
+
+def pipeline_resources(runtime: Runtime[EpisodeContext], pipeline: str) -> Resources:
+    return resources_for(pipeline_context(runtime, pipeline))
+
+
+async def start_inputs(
+    state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The pipeline's complete inputs, and the state update that completes them (empty inside an episode)."""
+    if state.get("user_context") is not None:
+        return dict(state), {}
+    context = pipeline_context(runtime, pipeline)
+    resources = resources_for(context)
+    update: dict[str, Any] = {}
+    if state.get("view") is None:
+        update = system_inputs(case_from_input(state, context), context, pipeline, resources.sources)
+    merged = {**state, **update}
+    owner = memory_view(merged, context)
+    await ingest_history(resources, owner)
+    update["user_context"] = await recall_context(resources, case_view(merged, context), owner)
+    return {**merged, "user_context": update["user_context"]}, update
+
+
+def view_of(state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str) -> CaseView:
+    return case_view(state, pipeline_context(runtime, pipeline))
+
+
+def meta_of(state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str) -> dict[str, Any]:
+    return input_meta(state, pipeline_context(runtime, pipeline))

@@ -1,0 +1,31 @@
+"""`atelier bench graph`: framework time per LLM call and wall time against the critical path (JSON)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+
+from runs.cli._common import machine_facts, print_json
+from runs.cli.memory import parse_assignments
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    @bench_app.command("graph")
+    def bench_graph(
+        pipeline: str = typer.Option(..., "--pipeline", help="A registered pipeline (direct, rag, planpers, ...)."),
+        latency_ms: float = typer.Option(0.0, "--latency-ms", min=0, help="Scripted model latency per call."),
+        cases: int = typer.Option(3, "--cases", min=1, help="Episodes timed (cases drawn from the benchmark)."),
+        case: list[str] = typer.Option([], "--case", help="Time these case ids instead (repeatable)."),
+        benchmark: str = typer.Option("sample", "--benchmark"),
+        memory: str = typer.Option("none", "--memory", help="Memory backend of the system."),
+        option: list[str] = typer.Option([], "--option", help="A pipeline option, key=value (repeatable)."),
+        checkpointer: str = typer.Option("sqlite", "--checkpointer",
+                                         help="sqlite (as runs), memory or none: what checkpoints cost."),
+    ) -> None:
+        """Framework ms per LLM call, and deep_research's wall time over its critical path (JSON)."""
+        from graphs.bench import bench_graph as run
+
+        result = asyncio.run(run(pipeline, latency_ms, cases=cases, case_ids=case, benchmark=benchmark, memory=memory,
+                                 options=parse_assignments(option, "--option"), checkpointer=checkpointer))
+        print_json({**result, "machine": machine_facts()})

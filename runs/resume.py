@@ -1,0 +1,80 @@
+"""What may change when a run folder is resumed, and what a change invalidates.
+
+A run folder holds what its recipe computed: the systems' outputs, and the judgments of those
+outputs. A recipe is split into two identities:
+
+- the **system identity** decides the outputs: the seed; the benchmark's name, split, setting and
+  options; every system (pipeline, memory, setting, ...); the web; and the answer identity of the
+  model behind every system-side role (`system`, `user_sim`, and the roles that fall back to
+  `system`). A change refuses the resume: the folder's outputs would no longer be this recipe's.
+- the **judgment identity** decides the judgments: the judges, and the answer identity of the
+  model behind every judge-side role (`judge` and the roles that fall back to it). A change keeps
+  every system output and judges each stored response again.
+
+Everything else changes nothing that was computed and may differ freely: `limit`, concurrency,
+out_dir, the cache settings, and the model settings outside `ModelSettings.answer_identity()` —
+timeouts, retries, rate limits, keys, and the scripted model's latency and fault injection.
+
+Both identities are computed from the JSON form of a recipe, the form config.json keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from agents.settings import ROLE_FALLBACK, ROLES, ModelSettings, settings_for_role
+
+# every role on one side: the judge's, with the judges' own roles falling back to it; the rest
+JUDGE_SIDE = ("judge", *sorted(role for role, fallback in ROLE_FALLBACK.items() if fallback == "judge"))
+SYSTEM_SIDE = tuple(role for role in (*ROLES, *sorted(ROLE_FALLBACK)) if role not in JUDGE_SIDE)
+_BENCHMARK_KEYS = ("name", "split", "setting", "options")
+
+
+@dataclass(frozen=True)
+class ResumeCheck:
+    refused: list[str]  # what changed in the system identity, e.g. ["models.system", "seed"]
+    judgments_changed: bool
+
+
+def _role_identities(recipe: dict[str, Any], system: dict[str, Any], roles: tuple[str, ...]) -> dict[str, Any]:
+    models = {role: ModelSettings() for role in ROLES}
+    models.update({role: ModelSettings.model_validate(m) for role, m in (recipe.get("models") or {}).items()})
+    models.update({role: ModelSettings.model_validate(m) for role, m in (system.get("models") or {}).items()})
+    return {role: settings_for_role(models, role).answer_identity() for role in roles}
+
+
+def system_identity(recipe: dict[str, Any]) -> dict[str, Any]:
+    benchmark = recipe.get("benchmark") or {}
+    systems = recipe.get("systems") or []
+    return {
+        "seed": recipe.get("seed"),
+        **{f"benchmark.{key}": benchmark.get(key) for key in _BENCHMARK_KEYS},
+        "web": recipe.get("web"),
+        "systems": [{k: v for k, v in s.items() if k != "models"} for s in systems],
+        **{f"models.{role}": {s.get("name"): _role_identities(recipe, s, (role,))[role] for s in systems}
+           for role in SYSTEM_SIDE},
+    }
+
+
+def judgment_identity(recipe: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "judges": recipe.get("judges"),
+        "models": {s.get("name"): _role_identities(recipe, s, JUDGE_SIDE) for s in recipe.get("systems") or []},
+    }
+
+
+def check_resume(previous: dict[str, Any], current: dict[str, Any]) -> ResumeCheck:
+    """Compare the recipe a folder was run with (`previous`, from config.json) to `current`."""
+    try:
+        before = system_identity(previous)
+        judged_before = judgment_identity(previous)
+    except (ValidationError, ValueError, TypeError, AttributeError):  # written by another version
+        return ResumeCheck(refused=["the recipe in config.json is unreadable"], judgments_changed=True)
+    now = system_identity(current)
+    changed = [key for key in now if before.get(key) != now[key]]
+    # a role that changed only because the role it falls back to did goes unmentioned
+    refused = [key for key in changed if f"models.{ROLE_FALLBACK.get(key.removeprefix('models.'))}" not in changed]
+    return ResumeCheck(refused=refused, judgments_changed=judged_before != judgment_identity(current))
