@@ -70,6 +70,8 @@ class PipelineSpec:
     description: str
     build: Callable[[], Any]  # -> a compiled LangGraph graph (PipelineInput -> PipelineOutput)
     options: type[PipelineOptions] = PipelineOptions
+    variant_option: str | None = None  # the option `<name>:<value>` sets (`external:gpt_researcher`: agent)
+    bench_figures: Callable[[Any, str], dict[str, Any]] | None = None  # (context, case id) -> more bench figures
 
 
 PIPELINES: NamedRegistry[PipelineSpec] = NamedRegistry(
@@ -84,6 +86,17 @@ def register_pipeline(spec: PipelineSpec) -> PipelineSpec:
 
 def pipeline_names() -> list[str]:
     return PIPELINES.names()
+
+
+def pipeline_variant(name: str) -> tuple[str, dict[str, Any]]:
+    """`deep_research` -> (deep_research, {}); `external:gpt_researcher` -> (external, {"agent": ...})."""
+    pipeline, _, variant = name.partition(":")
+    if not variant:
+        return pipeline, {}
+    option = PIPELINES.get(pipeline).variant_option
+    if option is None:
+        raise ConfigError(f"pipeline {pipeline!r} has no variants ({name!r})")
+    return pipeline, {option: variant}
 
 
 def pipeline_options(pipeline: str, options: dict[str, Any] | PipelineOptions | None) -> PipelineOptions:

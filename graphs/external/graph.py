@@ -17,6 +17,7 @@ import asyncio
 import json
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +40,7 @@ from tools.agent_web import WebSession
 
 PIPELINE = "external"
 LOG_TAIL_CHARS = 1500
+TIMINGS = "timings.json"
 # Agents parse JSON out of free text they asked for in prose; the scripted model's text is no such JSON.
 DRY_RUN_HINT = " [a dry run: the scripted model's free text may not be the JSON this agent parses from prose]"
 _URL = re.compile(r"https?://[^\s)\]>\"'`]+")
@@ -68,28 +70,48 @@ async def write_brief(state: ExternalState, runtime: Runtime[EpisodeContext]) ->
     return Command(goto="run_agent", update={**update, "brief": brief})
 
 
+def _run_workdir(context: EpisodeContext, case_id: str) -> Path | None:
+    """`<run>/external/<system>/<case>/`: the agent's input, output, log, response and timings."""
+    if not context.run_dir:
+        return None
+    return Path(context.run_dir) / "external" / context.system.name / re.sub(r"[^A-Za-z0-9_.-]+", "_", case_id)
+
+
 def _workdir(context: EpisodeContext, case_id: str) -> Path:
-    if context.run_dir:
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", case_id)
-        folder = Path(context.run_dir) / "external" / context.system.name / safe
-    else:
-        folder = Path(tempfile.mkdtemp(prefix="atelier-external-"))
+    folder = _run_workdir(context, case_id) or Path(tempfile.mkdtemp(prefix="atelier-external-"))
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
-async def _run_child(command: list[str], env: dict[str, str], workdir: Path, timeout_s: float) -> int | None:
-    """The child's exit code, or None when it ran out of time (then it is killed)."""
+async def _run_child(command: list[str], env: dict[str, str], workdir: Path, timeout_s: float) -> tuple[int | None, float]:
+    """The child's exit code (None when it ran out of time: then it is killed) and its wall time."""
+    started = time.perf_counter()
     with (workdir / "agent.log").open("wb") as log:
         process = await asyncio.create_subprocess_exec(
             *command, cwd=workdir, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log
         )
         try:
-            return await asyncio.wait_for(process.wait(), timeout_s)
+            code = await asyncio.wait_for(process.wait(), timeout_s)
         except asyncio.TimeoutError:
             process.kill()
             await process.wait()
-            return None
+            code = None
+    return code, time.perf_counter() - started
+
+
+def _write_timings(workdir: Path, wall_s: float, run_s: float | None) -> None:
+    """The agent process's wall time, and of it `startup_s`: until its run started (interpreter,
+    imports). Kept beside the response, not in it: a replayed run's responses stay identical."""
+    timings = {"wall_s": round(wall_s, 3), "run_s": run_s,
+               "startup_s": round(wall_s - run_s, 3) if run_s is not None else None}
+    (workdir / TIMINGS).write_text(json.dumps(timings), encoding="utf-8")
+
+
+def bench_figures(context: EpisodeContext, case_id: str) -> dict[str, Any]:
+    """`startup_s` of the agent process of `case_id` (for `atelier bench graph`)."""
+    folder = _run_workdir(context, case_id)
+    path = folder / TIMINGS if folder else None
+    return {"startup_s": json.loads(path.read_text())["startup_s"]} if path and path.exists() else {}
 
 
 def _log_tail(workdir: Path) -> str:
@@ -165,8 +187,9 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         output = workdir / "output.json"
         output.unlink(missing_ok=True)
         env = child_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy)
-        code = await _run_child(child_command(options.python, workdir / "input.json", output), env, workdir,
-                                options.timeout_s)
+        (workdir / TIMINGS).unlink(missing_ok=True)
+        code, wall_s = await _run_child(child_command(options.python, workdir / "input.json", output), env, workdir,
+                                        options.timeout_s)
         if code is None:
             raise ExternalAgentError(f"{spec.name} did not finish within {options.timeout_s:g} s (log: {workdir / 'agent.log'})")
         if not output.exists():
@@ -178,6 +201,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             raise ExternalAgentError(
                 f"{spec.name} failed: {result['error']}{model_errors}{dry} (log: {workdir / 'agent.log'})"
             )
+        _write_timings(workdir, wall_s, result.get("run_s"))
         meta = meta_of(state, runtime, PIPELINE) | {"agent": spec.name, "calls": dict(sorted(model.calls.items()))}
         response = agent_response(result, web_session, meta)
     (workdir / "response.json").write_text(response.model_dump_json(indent=1), encoding="utf-8")
@@ -195,5 +219,5 @@ def build_external_graph():
 
 register_pipeline(PipelineSpec(
     PIPELINE, "an external deep-research agent (open_deep_research, gpt_researcher) through the gateway endpoint",
-    build_external_graph, ExternalOptions,
+    build_external_graph, ExternalOptions, variant_option="agent", bench_figures=bench_figures,
 ))

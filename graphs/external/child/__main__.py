@@ -3,8 +3,9 @@
     python graphs/external/child <input.json> <output.json>
 
 The input names the agent, the brief (task and user context), the agent's settings and this
-run's endpoint; the output is `{"report", "sources", "error", "refused", "details"}`. Standard
-library only here; the agent's package is imported by its runner module.
+run's endpoint; the output is `{"report", "sources", "error", "refused", "details", "run_s"}`
+(`run_s`: the agent's run, after its imports). Standard library only here; the agent's packages
+are imported by its runner module (`IMPORTS`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import importlib
 import json
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -38,7 +40,13 @@ def main(argv: list[str]) -> int:
         if job.get("today"):
             travel_to(job["today"])
         runner = importlib.import_module(f"run_{job['agent']}")
-        result.update(asyncio.run(runner.run(job)))
+        for module in runner.IMPORTS:
+            importlib.import_module(module)
+        ready = time.perf_counter()
+        try:
+            result.update(asyncio.run(runner.run(job)))
+        finally:
+            result["run_s"] = round(time.perf_counter() - ready, 3)
     except BaseException as exc:  # noqa: BLE001 - the reason goes back to the run, which records the failure
         result["error"] = f"{type(exc).__name__}: {exc}"
         traceback.print_exc()

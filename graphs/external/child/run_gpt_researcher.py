@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import tempfile
 
+IMPORTS = ("gpt_researcher",)
 DEFAULTS = {
     "RETRIEVER": "searx",
     "SCRAPER": "bs",
@@ -37,7 +38,7 @@ def tolerate_unparsed_plans(unparsed: list[str]) -> None:
 
     async def generate_sub_queries(*args, **kwargs):
         answer = await original(*args, **kwargs)
-        if isinstance(answer, list) and answer and all(isinstance(q, str) for q in answer):
+        if isinstance(answer, list) and all(isinstance(q, str) for q in answer):
             return answer
         unparsed.append(repr(answer)[:300])
         return [q for q in answer if isinstance(q, str) and q.strip()] if isinstance(answer, list) else []

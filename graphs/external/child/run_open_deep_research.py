@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+IMPORTS = ("open_deep_research.deep_researcher",)
 CALLS = ("research", "summarization", "compression", "final_report")
 MCP_PROMPT = (
     "Search the web with the `web_search` tool (it returns each result's URL and an excerpt of its "
