@@ -22,6 +22,7 @@ parameters are ignored: the run's model settings for that role decide (temperatu
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import json
 import secrets
@@ -64,6 +65,8 @@ class EndpointSession:
     default_role: str = "system"
     embedder: str = "local"
     loop: asyncio.AbstractEventLoop | None = None  # where the gateway's calls run (the episode's loop)
+    # the context they run in: the opening graph node's, so its trace (Studio) shows the agent's calls
+    context: contextvars.Context | None = None
     token: str = field(default_factory=lambda: "atl-" + secrets.token_hex(16))
     calls: Counter = field(default_factory=Counter)  # requests per call name
     errors: list[str] = field(default_factory=list)
@@ -82,7 +85,9 @@ class EndpointSession:
 
         if self.loop is None or self.loop is asyncio.get_running_loop():
             return await tagged()
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(tagged(), self.loop))
+        # the task is created in (a copy of) the context run_coroutine_threadsafe is called in
+        context = (self.context or contextvars.copy_context()).copy()
+        return await asyncio.wrap_future(context.run(asyncio.run_coroutine_threadsafe, tagged(), self.loop))
 
 
 class TokenRegistry(Generic[S]):

@@ -11,6 +11,7 @@ whichever pipeline the context's `system.pipeline` names.
 from graphs.deep_research.graph import build_deep_research_graph
 from graphs.direct import build_direct_graph
 from graphs.episode import build_episode_graph
+from graphs.external.graph import build_external_graph
 from graphs.judge import build_judge_graph
 from graphs.memory import build_memory_graph
 from graphs.planpers import build_planpers_graph
@@ -21,5 +22,6 @@ direct = build_direct_graph()
 rag = build_rag_graph()
 planpers = build_planpers_graph()
 deep_research = build_deep_research_graph()
+external = build_external_graph()
 memory = build_memory_graph()
 judge = build_judge_graph()

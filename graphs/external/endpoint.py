@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 from typing import Callable, Iterator
 
@@ -85,7 +86,7 @@ class AgentEndpoint:
         """Open a session for one agent run on the calling event loop; closed on exit. `keep`
         stores each page text the agent reads and returns its sha256 (the run's source store)."""
         model_side = EndpointSession(gateway=gateway, agent=agent, tags=tags, roles=roles,
-                                     loop=asyncio.get_running_loop())
+                                     loop=asyncio.get_running_loop(), context=contextvars.copy_context())
         web_side = None
         if web is not None:
             web_side = WebSession(model_side, web, self.base_url, max_results, page_chars)
