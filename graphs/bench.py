@@ -19,8 +19,9 @@ starting the sandbox or spawning extraction workers). Per episode:
 Several pipelines (`compare_graphs`) run one after the other on the same cases, and their figures
 are also set side by side per case. A pipeline is named as in a recipe, or as
 `<pipeline>:<variant>` (`external:open_deep_research`). An external agent's wall time includes
-starting its process (`startup_s`: interpreter and imports, a few seconds per episode), which
-counts as framework time; it reports no critical path, so all its calls count as one chain.
+starting its process (`startup_s`: a fork of the preloaded agent server, whose imports the
+warm-up pass paid for), which counts as framework time; it reports no critical path, so all its
+calls count as one chain.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The external agents this pipeline can run, and how each is started.
 
-Each runs in a child process (`graphs/external/child`) — its own interpreter, so an agent can
-live in another virtual environment (`python` option), and its own environment variables, the
-only configuration some agents read. The child's environment is built from nothing: the
-endpoint's URLs and the session's token, offline switches, and no key of the user's.
+Each runs in a child process (`graphs/external/child`, forked by a preloaded agent server:
+`graphs.external.launcher`) — its own interpreter, so an agent can live in another virtual
+environment (`python` option), and its own environment variables, the only configuration some
+agents read. The child's environment is built from nothing: offline switches (`base_env`), the
+endpoint's URLs and the session's token (`session_env`), and no key of the user's.
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ def _tiktoken_cache() -> str | None:
     return str(folder) if folder.is_dir() else None
 
 
-def child_env(openai_base: str, token: str, web_root: str, proxy: str) -> dict[str, str]:
-    """`proxy`: the endpoint as the HTTP proxy through which the agent's scraper reads pages."""
+def base_env() -> dict[str, str]:
+    """The environment an agent's process starts with: offline switches, no key of the user's."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/tmp"),
@@ -69,12 +70,6 @@ def child_env(openai_base: str, token: str, web_root: str, proxy: str) -> dict[s
         "PYTHONHASHSEED": "0",  # set and dict orders the agents' prompts depend on stay the same run to run
         "PYTHONUNBUFFERED": "1",
         "PYTHONIOENCODING": "utf-8",
-        "OPENAI_BASE_URL": openai_base,
-        "OPENAI_API_BASE": openai_base,
-        "OPENAI_API_KEY": token,
-        "SEARX_URL": web_root,
-        "HTTP_PROXY": proxy,
-        "http_proxy": proxy,
         "NO_PROXY": "127.0.0.1,localhost,::1",
         "no_proxy": "127.0.0.1,localhost,::1",
         "HF_HUB_OFFLINE": "1",
@@ -93,5 +88,18 @@ def child_env(openai_base: str, token: str, web_root: str, proxy: str) -> dict[s
     return env
 
 
-def child_command(python: str | None, input_path: Path, output_path: Path) -> list[str]:
-    return [python or sys.executable, str(CHILD), str(input_path), str(output_path)]
+def session_env(openai_base: str, token: str, web_root: str, proxy: str) -> dict[str, str]:
+    """What one agent run is pointed at: the endpoint's model API (the session's token as its key),
+    its SearXNG search, and (`proxy`) the endpoint as the HTTP proxy its scraper reads pages through."""
+    return {
+        "OPENAI_BASE_URL": openai_base,
+        "OPENAI_API_BASE": openai_base,
+        "OPENAI_API_KEY": token,
+        "SEARX_URL": web_root,
+        "HTTP_PROXY": proxy,
+        "http_proxy": proxy,
+    }
+
+
+def child_command(python: str | None, *args: str) -> list[str]:
+    return [python or sys.executable, str(CHILD), *args]

@@ -30,8 +30,9 @@ from agents.ledger import current_tags
 from agents.response import Citation, SystemResponse
 from benchmarks.errors import AtelierError
 from graphs.context import EpisodeContext
-from graphs.external.agents import AGENTS, child_command, child_env
+from graphs.external.agents import AGENTS, session_env
 from graphs.external.endpoint import endpoint_for
+from graphs.external.launcher import run_agent_job
 from graphs.external.options import ExternalOptions
 from graphs.inputs import PipelineInput, PipelineOutput
 from graphs.pipelines import PipelineSpec, register_pipeline
@@ -83,25 +84,10 @@ def _workdir(context: EpisodeContext, case_id: str) -> Path:
     return folder
 
 
-async def _run_child(command: list[str], env: dict[str, str], workdir: Path, timeout_s: float) -> tuple[int | None, float]:
-    """The child's exit code (None when it ran out of time: then it is killed) and its wall time."""
-    started = time.perf_counter()
-    with (workdir / "agent.log").open("wb") as log:
-        process = await asyncio.create_subprocess_exec(
-            *command, cwd=workdir, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log
-        )
-        try:
-            code = await asyncio.wait_for(process.wait(), timeout_s)
-        except asyncio.TimeoutError:
-            process.kill()
-            await process.wait()
-            code = None
-    return code, time.perf_counter() - started
-
-
 def _write_timings(workdir: Path, wall_s: float, run_s: float | None) -> None:
-    """The agent process's wall time, and of it `startup_s`: until its run started (interpreter,
-    imports). Kept beside the response, not in it: a replayed run's responses stay identical."""
+    """The agent process's wall time, and of it `startup_s`: until its run started (a fork of the
+    preloaded agent server; the first job of a server also waits for its imports). Kept beside the
+    response, not in it: a replayed run's responses stay identical."""
     timings = {"wall_s": round(wall_s, 3), "run_s": run_s,
                "startup_s": round(wall_s - run_s, 3) if run_s is not None else None}
     (workdir / TIMINGS).write_text(json.dumps(timings), encoding="utf-8")
@@ -186,10 +172,12 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         (workdir / "input.json").write_text(json.dumps(job, ensure_ascii=False, indent=1), encoding="utf-8")
         output = workdir / "output.json"
         output.unlink(missing_ok=True)
-        env = child_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy)
+        env = session_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy)
         (workdir / TIMINGS).unlink(missing_ok=True)
-        code, wall_s = await _run_child(child_command(options.python, workdir / "input.json", output), env, workdir,
-                                        options.timeout_s)
+        started = time.perf_counter()
+        code = await run_agent_job(options.python, spec.name, workdir / "input.json", output, workdir / "agent.log",
+                                   env, options.timeout_s)
+        wall_s = time.perf_counter() - started
         if code is None:
             raise ExternalAgentError(f"{spec.name} did not finish within {options.timeout_s:g} s (log: {workdir / 'agent.log'})")
         if not output.exists():
