@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Awaitable, Callable
 
 from agents.cache import ResponseCache
 from agents.gateway import Gateway
@@ -53,6 +54,15 @@ _webs: dict[str, Web] = {}
 # The context objects already seen: a node looks its resources up by identity first (contexts are
 # settings, never changed once made), which spares serialising the context on every model call.
 _seen: dict[int, tuple[EpisodeContext, str]] = {}
+
+
+_closers: list[Callable[[EpisodeContext], Awaitable[None]]] = []
+
+
+def on_release(closer: Callable[[EpisodeContext], Awaitable[None]]) -> Callable[[EpisodeContext], Awaitable[None]]:
+    """Have `release` also close what `closer` opened for a context (a pipeline's own servers)."""
+    _closers.append(closer)
+    return closer
 
 
 def _web_key(context: EpisodeContext) -> str:
@@ -115,9 +125,8 @@ async def release(context: EpisodeContext) -> None:
         web = _webs.pop(_web_key(context), None)
     if resources is not None:
         await resources.memory.aclose()
-    from graphs.external.endpoint import release_endpoint
-
-    await release_endpoint(f"{context.run_id}:{context.system.name}")
+    for closer in _closers:
+        await closer(context)
     if web is not None:
         if context.run_dir and web.log:
             with (Path(context.run_dir) / "web_log.jsonl").open("a", encoding="utf-8") as fh:

@@ -23,6 +23,8 @@ from starlette.applications import Starlette
 
 from agents.gateway import Gateway
 from agents.openai_api import EndpointSession, Sessions, openai_routes
+from graphs.context import EpisodeContext
+from graphs.resources import on_release
 from tools.agent_web import WebSession, WebSessions, agent_web_routes
 from tools.asgi_server import AsgiServer
 from tools.web import Web
@@ -107,16 +109,22 @@ _lock = threading.Lock()
 _endpoints: dict[str, AgentEndpoint] = {}
 
 
-def endpoint_for(key: str) -> AgentEndpoint:
-    """The endpoint of one run's system (started on first use)."""
+def _key(context: EpisodeContext) -> str:
+    return f"{context.run_id}:{context.system.name}"
+
+
+def endpoint_for(context: EpisodeContext) -> AgentEndpoint:
+    """The endpoint of one run's system (started on first use, stopped when the run releases it)."""
     with _lock:
+        key = _key(context)
         if key not in _endpoints:
             _endpoints[key] = AgentEndpoint().start()
         return _endpoints[key]
 
 
-async def release_endpoint(key: str) -> None:
+@on_release
+async def release_endpoint(context: EpisodeContext) -> None:
     with _lock:
-        endpoint = _endpoints.pop(key, None)
+        endpoint = _endpoints.pop(_key(context), None)
     if endpoint is not None:
         await asyncio.to_thread(endpoint.stop)

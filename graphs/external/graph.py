@@ -61,10 +61,6 @@ def _options(runtime: Runtime[EpisodeContext]) -> ExternalOptions:
     return pipeline_options_of(runtime, PIPELINE, ExternalOptions)
 
 
-def endpoint_key(context: EpisodeContext) -> str:
-    return f"{context.run_id}:{context.system.name}"
-
-
 async def write_brief(state: ExternalState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_agent"]]:
     state, update = await start_inputs(state, runtime, PIPELINE)
     brief = agent_brief(view_of(state, runtime, PIPELINE), state["user_context"].text)
@@ -156,7 +152,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
     options.check_available()
     spec = AGENTS[options.agent]
     resources = pipeline_resources(runtime, PIPELINE)
-    endpoint = await asyncio.to_thread(endpoint_for, endpoint_key(context))
+    endpoint = await asyncio.to_thread(endpoint_for, context)
     web = await asyncio.to_thread(resources.web)
     tags = {k: v for k, v in current_tags().items() if k in ("case", "system")}
     case_id = tags.get("case") or view_of(state, runtime, PIPELINE).id
