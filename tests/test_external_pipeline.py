@@ -10,8 +10,6 @@ the agent: seconds of CPU) and several tests read them."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -19,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.errors import ConfigError
+from graphs.bench import compare_graphs
 from graphs.sources import SourceStore
 from runs.recipe import load_recipe, parse_recipe
 from runs.runner import RunFolder, run_recipe
@@ -123,13 +122,9 @@ def test_a_second_run_of_the_recipe_replays_from_the_cache(runs):
     assert ok(first) == ok(second) and len(ok(first)) == 2
 
 
-def test_bench_graph_sets_an_external_agent_beside_deep_research_on_the_same_cases(cache_dir):
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "atelier"), "bench", "graph", "--pipeline", "deep_research",
-         "--pipeline", "external:open_deep_research", "--case", "q13"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout)
+async def test_bench_graph_sets_an_external_agent_beside_deep_research_on_the_same_cases(cache_dir):
+    # what `atelier bench graph --pipeline deep_research --pipeline external:open_deep_research --case q13` prints
+    result = await compare_graphs(["deep_research", "external:open_deep_research"], 0, case_ids=["q13"])
     assert result["cases"] == ["q13"] and [r["pipeline"] for r in result["pipelines"]] == [
         "deep_research", "external:open_deep_research"]
     assert result["pipelines"][1]["options"] == {"agent": "open_deep_research"}
