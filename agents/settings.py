@@ -18,6 +18,7 @@ ROLE_FALLBACK = {"researcher": "system", "writer": "system", "planner": "system"
 JUDGE_ROLES = ("pqr_criteria", "pqr_judge", "pqr_fact_checker", "bespoke_rubric", "bespoke_judge",
                "bespoke_recall", "lampqa_judge", "aepd_judge", "locomo_judge", "prefeval_judge", "meta_judge")
 ROLE_FALLBACK.update({role: "judge" for role in JUDGE_ROLES})
+ROLE_FALLBACK.update({"history_writer": "user_sim", "history_checker": "user_sim"})  # the simulated user's roles
 
 
 class ModelSettings(BaseModel):

@@ -278,12 +278,68 @@ class CaseView(_CaseBase):
     """What a system under test may see. It has no gold fields: there is nothing to leak."""
 
 
+class ViewAblation(_Model):
+    """What to hide from a system on top of its setting (PersonaLens-style facet ablation).
+
+    A facet pattern containing ` > ` hides that persona path and everything under it
+    (`Preferences and Interests > Travel Preferences`); a pattern without it hides every path
+    with a component of that name (`Diet`, or a whole section such as `Health Status`). Hiding a
+    facet removes it from the explicit persona and removes the history items known to reflect it
+    (`Case.history_traits`). `history_kinds` hides whole kinds of history events.
+    """
+
+    facets: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    history_kinds: list[Literal[EVENT_KINDS]] = Field(default_factory=list)  # type: ignore[valid-type]
+
+    @property
+    def active(self) -> bool:
+        return bool(self.facets or self.history_kinds)
+
+    def hides_facet(self, path: str) -> bool:
+        return any(facet_matches(pattern, path) for pattern in self.facets)
+
+    def unmatched_facets(self, cases: "list[Case]") -> list[str]:
+        """The facet patterns that match no persona facet and no history trait of any of `cases`
+        (most likely typos: they would silently hide nothing)."""
+        paths = {p for c in cases for p in [*(f for f, _ in (c.persona.facets() if c.persona else [])),
+                                             *c.history_traits.values()]}
+        return [pattern for pattern in self.facets if not any(facet_matches(pattern, p) for p in paths)]
+
+
+def facet_matches(pattern: str, path: str) -> bool:
+    """Whether a `ViewAblation` facet pattern covers the facet `path` (case-insensitive)."""
+    pattern, path = pattern.strip().casefold(), path.casefold()
+    if ">" in pattern:
+        parts = [p.strip() for p in pattern.split(">")]
+        return [p.strip() for p in path.split(">")][: len(parts)] == parts
+    return pattern in (p.strip() for p in path.split(">"))
+
+
+def _without_facets(attributes: dict[str, Any], hidden: ViewAblation, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in attributes.items():
+        path = f"{prefix} > {key}" if prefix else str(key)
+        if hidden.hides_facet(path):
+            continue
+        if isinstance(value, dict):
+            value = _without_facets(value, hidden, path)
+            if not value:
+                continue
+        out[key] = value
+    return out
+
+
 class Case(_CaseBase):
     persona: Persona | None = None
     gold: Gold = Field(default_factory=Gold)
+    history_traits: dict[str, str] = Field(
+        default_factory=dict,
+        description="For synthesized or annotated histories: the persona facet path each history event reflects "
+        "(PDR's reversibility links). Not shown to systems; used by facet ablations and reversibility checks.",
+    )
 
-    def view(self, setting: str | None = None) -> CaseView:
-        """The system's view under `setting` (default: the case's own).
+    def view(self, setting: str | None = None, hide: ViewAblation | None = None) -> CaseView:
+        """The system's view under `setting` (default: the case's own), minus what `hide` hides.
 
         Settings follow PDR-Bench: `task_only` hides all history, `persona` exposes only the
         explicit persona (as one history event), `context` exposes the implicit history;
@@ -291,13 +347,25 @@ class Case(_CaseBase):
         """
         setting = setting or self.setting
         history: list = list(self.history)
+        persona = self.persona
+        if hide is not None and hide.active:
+            history = [
+                e for e in history
+                if e.kind not in hide.history_kinds and not hide.hides_facet(self.history_traits.get(e.id, ""))
+            ]
+            if persona is not None and hide.facets:
+                persona = persona.model_copy(update={"attributes": _without_facets(persona.attributes, hide)})
+        persona_events = [persona.as_event()] if persona is not None else []
+        if hide is not None and ("persona" in hide.history_kinds or (persona is not None and not persona.attributes
+                                                                      and self.persona.attributes)):
+            persona_events = []  # hidden as a kind, or every facet of it hidden
         if setting == "task_only":
             history = []
         elif setting == "persona":
-            history = [self.persona.as_event()] if self.persona else []
+            history = persona_events
         elif setting == "persona+context":
-            history = ([self.persona.as_event()] if self.persona else []) + history
-        data = self.model_dump(exclude={"gold", "persona", "history", "setting"})
+            history = persona_events + history
+        data = self.model_dump(exclude={"gold", "persona", "history", "setting", "history_traits"})
         return CaseView.model_validate({**data, "history": history, "setting": setting})
 
     def event_ids(self) -> set[str]:

@@ -11,11 +11,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.settings import ModelSettings, settings_for_role
+from benchmarks.case import Case, ViewAblation
+from benchmarks.errors import ConfigError
 from tools.config import WebConfig
 
 
 def _default_models() -> dict[str, ModelSettings]:
     return {"system": ModelSettings(), "judge": ModelSettings(), "user_sim": ModelSettings()}
+
+
+class ConversationOptions(BaseModel):
+    """A system's conversation with the simulated user (`conversation = { max_turns = 3 }`; graphs/simulate.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(default=3, ge=1, le=20, description="User turns at most, the opening query included.")
 
 
 class SystemSpec(BaseModel):
@@ -30,6 +40,12 @@ class SystemSpec(BaseModel):
     models: dict[str, ModelSettings] = Field(default_factory=dict, description="Per-role overrides.")
     pipeline_options: dict[str, Any] = Field(
         default_factory=dict, description="The pipeline's typed options (budgets, gold context, ...); see graphs/*.py."
+    )
+    hide: ViewAblation = Field(
+        default_factory=ViewAblation, description="Persona facets and history kinds hidden from this system (ablation)."
+    )
+    conversation: ConversationOptions | None = Field(
+        default=None, description="Talk with the simulated user for several turns (graphs/simulate.py)."
     )
 
 
@@ -57,10 +73,11 @@ class EpisodeContext(BaseModel):
     benchmark: BenchmarkRef | None = Field(
         default=None, description="Where other cases come from; unset: the case's benchmark with its defaults."
     )
-    clarify_answerer: Literal["person", "none"] = Field(
+    clarify_answerer: Literal["person", "simulated_user", "none"] = Field(
         default="person",
         description="Who answers a system's clarifying questions: 'person' (the graph interrupts; in Studio you "
-                    "answer) or 'none' (the step is skipped and recorded as skipped).",
+                    "answer), 'simulated_user' (the graph interrupts; the run answers with the simulated user, "
+                    "graphs/simulate.py) or 'none' (the step is skipped and recorded as skipped).",
     )
 
     def role_models(self) -> dict[str, ModelSettings]:
@@ -74,3 +91,15 @@ class EpisodeContext(BaseModel):
             if settings.max_tokens is None or settings.max_tokens > tokens:
                 roles[role] = settings.model_copy(update={"max_tokens": tokens})
         return roles
+
+
+def check_hidden_facets(cases: list[Case], systems: list[SystemSpec]) -> None:
+    """Refuse a `hide.facets` pattern that matches nothing in the loaded cases (a typo would hide nothing)."""
+    for i, system in enumerate(systems):
+        unmatched = system.hide.unmatched_facets(cases)
+        if unmatched:
+            raise ConfigError(
+                f"systems[{i}].hide.facets: {unmatched[0]!r} matches no persona facet or history trait of the "
+                f"loaded cases (a pattern is a facet path prefix such as 'Preferences and Interests > Diet', or one "
+                f"path component such as 'Diet')"
+            )

@@ -3,8 +3,9 @@
 Every pipeline graph takes `PipelineInput`: the case by reference (`benchmark`, `case_id`) and,
 inside an episode, the memory's `UserContext`; alone (e.g. in Studio) its first node asks the
 memory backend itself. The system's `CaseView` is derived from the reference when a node needs it
-(`case_view`), so checkpoints never carry the user's history; a caller that builds its own view
-(a simulated conversation's next turn) may pass it inline as `view`.
+(`case_view`: the system's setting, minus what its `hide` ablation hides), so checkpoints never
+carry the user's history; a caller that builds its own view may pass it inline as `view`, and a
+simulated conversation's later turn passes just its `query` (the user's message and the turns so far).
 
 Two options change what a system is given, both prepared here from the full case so the pipeline
 never touches gold:
@@ -27,7 +28,7 @@ from typing_extensions import TypedDict
 
 from agents.citations import SourceRef
 from agents.response import SystemResponse
-from benchmarks.case import Case, CaseView
+from benchmarks.case import Case, CaseView, Query
 from benchmarks.errors import AtelierError
 from benchmarks.registry import load_cases
 from graphs.context import BenchmarkRef, EpisodeContext
@@ -56,6 +57,7 @@ class CaseReference(TypedDict, total=False):
 
 class PipelineInput(CaseReference, total=False):
     view: CaseView  # inline (a caller's own view); else derived from the case reference
+    query: Query  # replaces the view's query (a simulated conversation's later turn, graphs/simulate.py)
     user_context: UserContext
     profile_case_id: str  # random_profile: the memory reads this other case's user history
     gold_context: GoldContext
@@ -124,21 +126,28 @@ def case_from_input(state: Mapping[str, Any], context: EpisodeContext) -> Case:
     return cases[case_id]
 
 
-_views: OrderedDict[tuple[str, str, str, str | None], CaseView] = OrderedDict()
+_views: OrderedDict[tuple[str, str, str, str | None, str], CaseView] = OrderedDict()
 
 
 def case_view(state: Mapping[str, Any], context: EpisodeContext) -> CaseView:
-    """The system's view: the inline `view`, else the referenced case under the system's setting."""
+    """The system's view: the inline `view`, else the referenced case under the system's setting and
+    ablation; with a `query` in the state, that query in place of the case's."""
     view = state.get("view")
     if view is not None:
-        return view if isinstance(view, CaseView) else CaseView.model_validate(view)
-    case = case_from_input(state, context)
-    key = (context.run_id, case.benchmark, case.id, context.system.setting)
-    if key not in _views:
-        _views[key] = case.view(context.system.setting)
-        while len(_views) > 256:
-            _views.popitem(last=False)
-    return _views[key]
+        view = view if isinstance(view, CaseView) else CaseView.model_validate(view)
+    else:
+        case = case_from_input(state, context)
+        hide = context.system.hide
+        key = (context.run_id, case.benchmark, case.id, context.system.setting, hide.model_dump_json())
+        if key not in _views:
+            _views[key] = case.view(context.system.setting, hide=hide)
+            while len(_views) > 256:
+                _views.popitem(last=False)
+        view = _views[key]
+    query = state.get("query")
+    if query is not None:
+        view = view.model_copy(update={"query": query if isinstance(query, Query) else Query.model_validate(query)})
+    return view
 
 
 def memory_view(state: Mapping[str, Any], context: EpisodeContext) -> CaseView:
@@ -149,7 +158,8 @@ def memory_view(state: Mapping[str, Any], context: EpisodeContext) -> CaseView:
     if not donor_id:
         return view
     donor = case_from_input({"benchmark": view.benchmark, "case_id": donor_id}, context)
-    return view.model_copy(update={"user_id": donor.user_id, "history": donor.view(view.setting).history})
+    history = donor.view(view.setting, hide=context.system.hide).history
+    return view.model_copy(update={"user_id": donor.user_id, "history": history})
 
 
 # ----------------------------------------------------------------------------- system options

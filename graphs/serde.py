@@ -33,7 +33,7 @@ from agents.clarify import ClarifyAnswers, ClarifyRequest
 from agents.judges.base import JudgeResult
 from agents.planner import ReportForm, ResearchBrief
 from agents.response import Citation, SystemResponse
-from benchmarks.case import Case, CaseView
+from benchmarks.case import Case, CaseView, ConversationTurn, Query
 from benchmarks.errors import DataError
 from graphs.deep_research.state import Clarification, Findings, Note
 from graphs.inputs import GoldContext
@@ -59,6 +59,8 @@ STATE_TYPES: tuple[type, ...] = (
     ReportForm,
     ClarifyRequest,
     ClarifyAnswers,
+    ConversationTurn,  # graphs/simulate.py: the conversation so far,
+    Query,  # and a later turn's query
 )
 
 

@@ -6,6 +6,8 @@ defaults: the offline scripted model, the `full` memory backend, the LaMP-QA asp
 sandbox web over the bundled sample pages. Every graph takes `{"benchmark": "sample",
 "case_id": "q01"}` as input (the judge graph also a `response` to judge); the episode graph runs
 whichever pipeline the context's `system.pipeline` names.
+`simulate` is the episode where the system, whatever its pipeline, talks with the simulated user
+for several turns (graphs/simulate.py; `system.conversation` sets the turn budget).
 """
 
 from graphs.deep_research.graph import build_deep_research_graph
@@ -14,6 +16,7 @@ from graphs.episode import build_episode_graph
 from graphs.external.graph import build_external_graph
 from graphs.judge import build_judge_graph
 from graphs.memory import build_memory_graph
+from graphs.pipelines import PIPELINES
 from graphs.planpers import build_planpers_graph
 from graphs.rag import build_rag_graph
 
@@ -25,3 +28,4 @@ deep_research = build_deep_research_graph()
 external = build_external_graph()
 memory = build_memory_graph()
 judge = build_judge_graph()
+simulate = build_episode_graph([], conversations=PIPELINES.names())

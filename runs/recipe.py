@@ -32,8 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from agents.judges.base import JUDGES
 from agents.settings import ROLE_FALLBACK, ROLES, ModelSettings
 from benchmarks.errors import ConfigError
+from benchmarks.case import Case
 from benchmarks.json_input import validate_strictly
-from benchmarks.registry import BENCHMARKS, get_benchmark
+from benchmarks.registry import BENCHMARKS, get_benchmark, load_cases
+from benchmarks.rj_pairs import with_rj_pairs
 from graphs.context import SystemSpec
 from graphs.pipelines import PIPELINES
 from memory.registry import BACKENDS
@@ -52,6 +54,9 @@ class BenchmarkSection(_Strict):
     setting: str | None = None
     limit: int | None = Field(default=None, gt=0)
     options: dict[str, Any] = Field(default_factory=dict)
+    rj_pairs_file: Path | None = Field(
+        default=None, description="Response-judgment pairs added to the cases' gold (`atelier simulate feedback`)."
+    )
 
     @field_validator("split", "setting")
     @classmethod
@@ -87,6 +92,16 @@ class CacheSection(_Strict):
     dir: str | None = Field(default=None, description="Default: $ATELIER_CACHE_DIR/llm (~/.cache/atelier/llm).")
 
 
+class UserSimSection(_Strict):
+    """The simulated user in runs (`[user_sim]`; its model is `[models.user_sim]`)."""
+
+    clarify: bool = Field(
+        default=False,
+        description="Answer systems' clarifying questions (deep_research's clarify interrupt) with the simulated user; "
+                    "off: systems skip the step and record it as skipped.",
+    )
+
+
 class Recipe(_Strict):
     """The validated recipe (see module docstring). Systems hold their memory config as a dict
     already validated against the backend's typed config."""
@@ -100,8 +115,16 @@ class Recipe(_Strict):
     judges: list[dict[str, Any]] = Field(default_factory=list)
     run: RunSection = Field(default_factory=RunSection)
     cache: CacheSection = Field(default_factory=CacheSection)
+    user_sim: UserSimSection = Field(default_factory=UserSimSection, description="The [user_sim] table.")
     web: WebConfig = Field(default_factory=WebConfig, description="The [web] table: provider, cache mode, caps.")
     source: str | None = Field(default=None, description="The file it was read from.")
+
+    def cases(self, *, limited: bool = True) -> list[Case]:
+        """The benchmark's cases for this recipe (split, setting, options, seed; its limit unless
+        `limited` is false), with the R-J pairs of `rj_pairs_file` added to their gold."""
+        b = self.benchmark
+        cases = load_cases(b.name, b.split, b.setting, b.limit if limited else None, b.options, seed=self.seed)
+        return with_rj_pairs(cases, b.rj_pairs_file) if b.rj_pairs_file is not None else cases
 
     def role_models(self) -> dict[str, ModelSettings]:
         roles = {role: ModelSettings() for role in ROLES}

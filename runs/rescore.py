@@ -23,7 +23,6 @@ from agents.ledger import call_tags
 from agents.settings import ModelSettings
 from benchmarks.errors import ConfigError, DataError
 from benchmarks.json_input import read_json_file, validation_error
-from benchmarks.registry import load_cases
 from graphs.judge import ARTIFACTS_DIR
 from graphs.resources import release, resources_for
 from runs.judging import judge_again, judge_comparisons
@@ -90,8 +89,7 @@ class Rescore:
         runner._check_resumable()
         stored = [r for r in self.records.values() if r.ok and r.response is not None]
         wanted = {r.case_id for r in stored}
-        cases = {c.id: c for c in load_cases(b.name, b.split, b.setting, None, b.options, seed=recipe.seed)
-                 if c.id in wanted}
+        cases = {c.id: c for c in recipe.cases(limited=False) if c.id in wanted}
         lost = sorted(wanted - set(cases))
         if lost:
             raise ConfigError(f"{len(lost)} cases of {self.original_dir} are no longer in benchmark {b.name!r} "

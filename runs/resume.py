@@ -4,12 +4,14 @@ A run folder holds what its recipe computed: the systems' outputs, and the judgm
 outputs. A recipe is split into two identities:
 
 - the **system identity** decides the outputs: the seed; the benchmark's name, split, setting and
-  options; every system (pipeline, memory, setting, ...); the web; and the answer identity of the
-  model behind every system-side role (`system`, `user_sim`, and the roles that fall back to
-  `system`). A change refuses the resume: the folder's outputs would no longer be this recipe's.
-- the **judgment identity** decides the judgments: the judges, and the answer identity of the
-  model behind every judge-side role (`judge` and the roles that fall back to it). A change keeps
-  every system output and judges each stored response again.
+  options; every system (pipeline, memory, setting, ...); the web; the simulated user's part in
+  episodes (`[user_sim]`); and the answer identity of the model behind every system-side role
+  (`system`, `user_sim`, and the roles that fall back to them). A change refuses the resume: the
+  folder's outputs would no longer be this recipe's.
+- the **judgment identity** decides the judgments: the judges, the R-J pairs added to the gold
+  (`benchmark.rj_pairs_file`), and the answer identity of the model behind every judge-side role
+  (`judge` and the roles that fall back to it). A change keeps every system output and judges
+  each stored response again.
 
 Everything else changes nothing that was computed and may differ freely: `limit`, concurrency,
 out_dir, the cache settings, and the model settings outside `ModelSettings.answer_identity()` —
@@ -53,6 +55,7 @@ def system_identity(recipe: dict[str, Any]) -> dict[str, Any]:
         "seed": recipe.get("seed"),
         **{f"benchmark.{key}": benchmark.get(key) for key in _BENCHMARK_KEYS},
         "web": recipe.get("web"),
+        "user_sim": recipe.get("user_sim") or {"clarify": False},  # folders from before [user_sim] did not ask
         "systems": [{k: v for k, v in s.items() if k != "models"} for s in systems],
         **{f"models.{role}": {s.get("name"): _role_identities(recipe, s, (role,))[role] for s in systems}
            for role in SYSTEM_SIDE},
@@ -62,6 +65,7 @@ def system_identity(recipe: dict[str, Any]) -> dict[str, Any]:
 def judgment_identity(recipe: dict[str, Any]) -> dict[str, Any]:
     return {
         "judges": recipe.get("judges"),
+        "rj_pairs_file": (recipe.get("benchmark") or {}).get("rj_pairs_file"),
         "models": {s.get("name"): _role_identities(recipe, s, JUDGE_SIDE) for s in recipe.get("systems") or []},
     }
 

@@ -22,23 +22,21 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agents.clarify import ClarifyAnswers, ClarifyRequest
 from agents.judges.base import Judge, check_judge_fit, create_judge
 from agents.ledger import call_tags, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError, DataError
 from benchmarks.json_input import read_appended_jsonl, read_json_file, validation_error
-from benchmarks.registry import load_cases
-from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
+from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
 from graphs.episode import build_episode_graph
 from graphs.inputs import forget_cases, remember_cases
 from graphs.pipelines import check_systems_available
 from graphs.resources import release, resources_for
 from graphs.serde import sqlite_checkpointer
+from graphs.simulate import run_with_simulated_user
 from runs.judging import judge_again, judge_comparisons, judgments_due
 from runs.recipe import Recipe
 from runs.report import write_report
@@ -124,7 +122,8 @@ class Runner:
             seed=self.recipe.seed,
             benchmark=BenchmarkRef(name=self.recipe.benchmark.name, split=self.recipe.benchmark.split,
                                    options=self.recipe.benchmark.options),
-            clarify_answerer="none",  # no simulated user answers clarifying questions yet: skipped, recorded
+            # [user_sim] clarify: systems ask and the simulated user answers (graphs/simulate.py); else they skip it
+            clarify_answerer="simulated_user" if self.recipe.user_sim.clarify else "none",
         )
 
     async def run(self) -> RunFolder:
@@ -133,7 +132,8 @@ class Runner:
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         check_systems_available(recipe.systems)  # so does a system whose optional extra is missing
         judgments_changed = self._check_resumable()
-        cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
+        cases = recipe.cases()
+        check_hidden_facets(cases, recipe.systems)
         # a judge the cases cannot feed is refused here, before any episode
         check_judge_fit([create_judge(j) for j in recipe.judges], cases, b.name, [s.name for s in recipe.systems])
         self.folder.path.mkdir(parents=True, exist_ok=True)
@@ -155,7 +155,9 @@ class Runner:
         rejudge = self._to_rejudge(latest, cases, contexts, judgments_changed)
 
         async with sqlite_checkpointer(self.folder.checkpoints) as saver:
-            graph = build_episode_graph(sorted({s.pipeline for s in recipe.systems}), checkpointer=saver)
+            graph = build_episode_graph(sorted({s.pipeline for s in recipe.systems if s.conversation is None}),
+                                        checkpointer=saver,
+                                        conversations=sorted({s.pipeline for s in recipe.systems if s.conversation}))
             limit = asyncio.Semaphore(recipe.run.concurrency)
 
             async def one(case: Case, system: SystemSpec) -> ResultRecord:
@@ -200,16 +202,7 @@ class Runner:
                     dry_run=resources_for(context).gateway.dry_run)
         try:
             with call_tags(case=case.id, system=system.name):
-                snapshot = await graph.aget_state(config)
-                if snapshot.next:  # interrupted earlier: continue from the last checkpoint
-                    out = await graph.ainvoke(None, config, context=context)
-                else:
-                    reference = {"benchmark": case.benchmark, "case_id": case.id}
-                    out = await graph.ainvoke(reference, config, context=context)
-                while out.get("__interrupt__"):  # a system asked the user something
-                    [pending] = out["__interrupt__"]
-                    answers = await answer_clarification(ClarifyRequest.model_validate(pending.value), case, context)
-                    out = await graph.ainvoke(Command(resume=answers), config, context=context)
+                out = await run_with_simulated_user(graph, case, config, context)
         except Exception as exc:  # noqa: BLE001 - one failed episode is recorded and the run goes on
             return ResultRecord(**base, status="error", error=f"{type(exc).__name__}: {exc}",
                                 latency_s=time.perf_counter() - started, finished_at=time.time())
@@ -292,14 +285,6 @@ class Runner:
         write_report(self.folder.report, config=config, summary=summary, records=records)
 
 
-async def answer_clarification(request: ClarifyRequest, case: Case, context: EpisodeContext) -> ClarifyAnswers:
-    """The one place a run answers a system's clarifying questions (deep_research's clarify
-    interrupt): the simulated user, grounded on the case, plugs in here. Until one exists, runs set
-    `clarify_answerer = "none"` and systems skip the step (recorded in `response.meta["clarify"]`)."""
-    raise ConfigError(
-        f"system {context.system.name!r} asked the user {len(request.questions)} clarifying question(s) on case "
-        f"{case.id!r}, but this run has no simulated user to answer them"
-    )
 
 
 class _StoredConfig(BaseModel):

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVED = {"episode", "direct", "rag", "planpers", "deep_research", "external", "memory", "judge"}
+SERVED = {"episode", "direct", "rag", "planpers", "deep_research", "external", "memory", "judge", "simulate"}
 CASE = {"benchmark": "sample", "case_id": "q01"}
 SMALL = {"max_researchers": 2, "max_rounds": 2, "max_pages": 2, "max_tool_calls": 4}
 
@@ -162,6 +162,16 @@ async def test_a_deep_research_thread_stops_to_clarify_resumes_with_typed_answer
     assert "Late May" in json.dumps(brief["data"]["input"])
     report = next(e for e in ends if e["metadata"].get("langgraph_node") == "write_report")
     assert report["data"]["output"]["content"].startswith("DRY RUN")
+
+
+async def test_the_simulate_graph_talks_with_the_simulated_user_over_http(studio):
+    client = _client(studio)
+    out = await _run(client, "simulate", CASE, {"system": {"name": "talk", "pipeline": "direct",
+                                                           "memory": {"backend": "full"},
+                                                           "conversation": {"max_turns": 2}}})
+    assert out["response"]["text"].startswith("## Turn 1\n\n**User:** ")
+    conversation = out["response"]["meta"]["conversation"]
+    assert 1 <= conversation["user_turns"] <= 2 and conversation["stop_reason"] in ("stop_token", "turn_budget")
 
 
 async def test_an_external_agent_runs_in_studio_and_its_model_calls_show_in_the_trace(studio):

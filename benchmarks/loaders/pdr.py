@@ -19,18 +19,37 @@ The dynamic contexts are not in ../shared/data. The `context` settings read them
 `ContextRecord` below (see tests/fixtures/pdr_contexts/). Upstream publishes `contexts_{en,zh}.jsonl`
 (Hugging Face PersonalAILab/PersonalizedDeepResearchBench, `context_data/`), but its exact field
 names could not be confirmed offline; `ContextRecord` is the one place to adapt if they differ.
+`atelier simulate history --benchmark pdr` synthesizes such a file from the personas, following the
+paper's annotation protocol (appendix H); its items also name the persona facet each reflects
+(`trait`, kept in `Case.history_traits`, never shown to systems) and may include BESPOKE-style
+search sessions (`searches`).
+
+The option `users` keeps only the queries of the listed users (e.g. the users a contexts file
+covers); a user not in the personas file is a configuration error.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from benchmarks.case import Case, ChatMessage, ChatSession, MemorySnippet, Persona, Query
+from benchmarks.case import (
+    Case,
+    ChatMessage,
+    ChatSession,
+    MemorySnippet,
+    Persona,
+    Query,
+    SearchQueryRecord,
+    SearchResultClick,
+    SearchSession,
+    persona_facets,
+)
 from benchmarks.data_files import resolve
 from benchmarks.errors import ConfigError, DataError
 from benchmarks.loaders._records import (
@@ -107,26 +126,47 @@ class ContextMessage(RawRecord):
     content: str
 
 
-class ContextMemory(RawRecord):
+class _ContextItem(RawRecord):
     id: str | None = None
+    time: str | None = None
+    trait: str | None = Field(default=None, description="The persona facet path the item reflects, if recorded.")
+
+
+class ContextMemory(_ContextItem):
     title: str = ""
     content: str = Field(min_length=1)
-    time: str | None = None
 
 
-class ContextDialogue(RawRecord):
-    id: str | None = None
+class ContextDialogue(_ContextItem):
     title: str = ""
-    time: str | None = None
     messages: list[ContextMessage] = Field(min_length=1)
 
 
+class ContextClick(RawRecord):
+    title: str = Field(min_length=1)
+    url: str | None = None
+    snippet: str | None = None
+
+
+class ContextQuery(RawRecord):
+    query: str = Field(min_length=1)
+    clicked: list[ContextClick] = Field(default_factory=list)
+
+
+class ContextSearch(_ContextItem):
+    """A BESPOKE-style web-search session (synthesized histories may include them)."""
+
+    queries: list[ContextQuery] = Field(min_length=1)
+
+
 class ContextRecord(RawRecord):
-    """One user's dynamic context: memory snippets and assistant dialogues (annotator-simulated)."""
+    """One user's dynamic context: memory snippets and assistant dialogues (annotator-simulated),
+    optionally search sessions."""
 
     userid: str = Field(min_length=1)
     memories: list[ContextMemory] = Field(default_factory=list)
     dialogues: list[ContextDialogue] = Field(default_factory=list)
+    searches: list[ContextSearch] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- options
@@ -137,6 +177,9 @@ class PdrOptions(BaseModel):
     language: Literal["en", "zh"] = "en"
     contexts_file: Path | None = Field(
         default=None, description="JSON Lines of per-user contexts (memory snippets + dialogues) for the context settings."
+    )
+    users: list[str] | None = Field(
+        default=None, min_length=1, description="Only the queries of these users (e.g. those a contexts file covers)."
     )
 
 
@@ -192,9 +235,23 @@ def read_contexts(path: Path) -> dict[str, ContextRecord]:
     return index_unique(records, lambda r: r.userid, file=path, field="userid")
 
 
-def context_history(record: ContextRecord) -> list[MemorySnippet | ChatSession]:
-    """A user's context as history events: memory snippets first, then dialogues, in file order."""
-    events: list[MemorySnippet | ChatSession] = []
+def check_traits(record: ContextRecord, persona: PersonaRecord, path: Path) -> None:
+    """Every `trait` an item records must be a facet path of the user's persona."""
+    facets = {facet for facet, _ in persona_facets(persona.attributes)}
+    for kind in ("memories", "dialogues", "searches"):
+        for i, item in enumerate(getattr(record, kind)):
+            if item.trait is not None and item.trait not in facets:
+                raise DataError(
+                    f"trait {item.trait!r} is not a facet of persona {record.userid!r}",
+                    file=path,
+                    field=f"{record.userid}: {kind}.{i}.trait",
+                )
+
+
+def context_history(record: ContextRecord) -> list[MemorySnippet | ChatSession | SearchSession]:
+    """A user's context as history events: memory snippets first, then dialogues, then search
+    sessions, in file order."""
+    events: list[MemorySnippet | ChatSession | SearchSession] = []
     for i, memory in enumerate(record.memories):
         text = f"{memory.title}: {memory.content}" if memory.title else memory.content
         events.append(MemorySnippet(id=memory.id or f"memory-{i}", text=text, timestamp=memory.time))
@@ -207,7 +264,31 @@ def context_history(record: ContextRecord) -> list[MemorySnippet | ChatSession]:
                 messages=[ChatMessage(role=m.role, content=m.content) for m in dialogue.messages],
             )
         )
+    for i, search in enumerate(record.searches):
+        events.append(
+            SearchSession(
+                id=search.id or f"search-{i}",
+                timestamp=search.time,
+                queries=[
+                    SearchQueryRecord(
+                        query=q.query,
+                        clicked=[SearchResultClick(title=c.title, url=c.url, snippet=c.snippet) for c in q.clicked],
+                    )
+                    for q in search.queries
+                ],
+            )
+        )
     return events
+
+
+def context_traits(record: ContextRecord) -> dict[str, str]:
+    """Each history event id of the record (as `context_history` names it) and the facet it reflects."""
+    items = [
+        *((m.id or f"memory-{i}", m.trait) for i, m in enumerate(record.memories)),
+        *((d.id or f"dialogue-{i}", d.trait) for i, d in enumerate(record.dialogues)),
+        *((s.id or f"search-{i}", s.trait) for i, s in enumerate(record.searches)),
+    ]
+    return {event_id: trait for event_id, trait in items if trait}
 
 
 # --------------------------------------------------------------------------- splits and cases
@@ -238,7 +319,9 @@ def _no_contexts_error(setting: str) -> ConfigError:
     )
 
 
-def build_case(query: QueryRecord, data: PdrData, setting: str, history: list, contexts_path: Path | None) -> Case:
+def build_case(
+    query: QueryRecord, data: PdrData, setting: str, context: ContextRecord | None, contexts_path: Path | None
+) -> Case:
     persona = data.personas[query.userid]
     try:
         return Case(
@@ -250,7 +333,8 @@ def build_case(query: QueryRecord, data: PdrData, setting: str, history: list, c
             setting=setting,
             task_id=str(query.taskid),
             domain=query.domain,
-            history=history,
+            history=context_history(context) if context else [],
+            history_traits=context_traits(context) if context else {},
             meta={"query_id": query.id, "language": query.language},
         )
     except ValidationError as exc:
@@ -268,15 +352,29 @@ def load(request: LoadRequest) -> list[Case]:
     elif request.setting in CONTEXT_SETTINGS:
         raise _no_contexts_error(request.setting)
     queries = data.queries if request.split == "all" else subset150(data.queries)
+    if options.users is not None:
+        unknown = [u for u in options.users if u not in data.personas]
+        if unknown:
+            raise ConfigError(f"pdr option users: no persona {unknown[0]!r}; valid: {', '.join(data.personas)}")
+        queries = [q for q in queries if q.userid in set(options.users)]
     queries = deterministic_subset(queries, request.limit, seed=request.seed, salt=f"{NAME}:{request.split}")
     cases = []
+    checked: set[str] = set()
     for query in queries:
-        history: list = []
+        context: ContextRecord | None = None
         if options.contexts_file is not None:
             if query.userid not in contexts:
-                raise DataError(f"no context record for user {query.userid!r}", file=options.contexts_file, field="userid")
-            history = context_history(contexts[query.userid])
-        cases.append(build_case(query, data, request.setting, history, options.contexts_file))
+                raise DataError(
+                    f"no context record for user {query.userid!r} (to run only the users this file covers, "
+                    f"set the option users = {json.dumps(list(contexts))})",
+                    file=options.contexts_file,
+                    field="userid",
+                )
+            context = contexts[query.userid]
+            if query.userid not in checked:
+                check_traits(context, data.personas[query.userid], options.contexts_file)
+                checked.add(query.userid)
+        cases.append(build_case(query, data, request.setting, context, options.contexts_file))
     return cases
 
 

@@ -6,8 +6,8 @@ sessions), one case per (task, user) pair with BESPOKE/LaMP-QA-style gold, and a
 sandbox web serves. Settings follow PDR-Bench; `Case.view` decides what each setting exposes.
 
 The pages supporting each gold claim are in `Gold.claim_sources`. Which persona trait each history
-item came from stays out of `Case` (systems see everything outside `Case.gold`); reversibility
-checks read it with `context_traits`.
+item came from is in `Case.history_traits`, which `Case.view` never passes to systems (facet
+ablations and reversibility checks read it; so does `context_traits`).
 """
 
 from __future__ import annotations
@@ -314,6 +314,7 @@ class SampleSuite:
             task_id=str(task.taskid),
             domain=task.domain,
             history=[item.to_event() for item in self.contexts.get(query.userid, ())],
+            history_traits={item.id: item.trait for item in self.contexts.get(query.userid, ())},
             persona=Persona(user_id=persona.userid, attributes=persona.attributes()),
             gold=query.gold.to_gold(),
             meta={"split": self.split_of(query)},

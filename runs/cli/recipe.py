@@ -14,7 +14,8 @@ def check(path: Path = typer.Argument(..., help="A recipe TOML file.")) -> None:
     """Validate FILE against the registered benchmarks, pipelines, memory backends, judges and web providers
     (including their API keys), and check that the benchmark's cases carry what each judge needs."""
     from agents.judges.base import check_judge_fit, create_judge
-    from benchmarks.registry import get_benchmark, load_cases
+    from benchmarks.registry import get_benchmark
+    from graphs.context import check_hidden_facets
     from graphs.pipelines import check_systems_available
     from runs.recipe import load_recipe
 
@@ -24,7 +25,8 @@ def check(path: Path = typer.Argument(..., help="A recipe TOML file.")) -> None:
     check_web_config(recipe.web)
     check_systems_available(recipe.systems)
     b = recipe.benchmark
-    cases = load_cases(b.name, b.split, b.setting, b.limit, b.options, seed=recipe.seed)
+    cases = recipe.cases()
+    check_hidden_facets(cases, recipe.systems)
     check_judge_fit([create_judge(j) for j in recipe.judges], cases, b.name, [s.name for s in recipe.systems])
     spec = get_benchmark(b.name)
     systems = ", ".join(f"{s.name} [{s.pipeline} + {s.memory['backend']}]" for s in recipe.systems)

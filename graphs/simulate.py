@@ -1,0 +1,188 @@
+"""`simulate`: the simulated user and a system under test talk for several turns (iKAT-style
+conversational search); and how runs answer a system's questions with the simulated user.
+
+The conversation subgraph takes the episode's place for the system when a system has
+`conversation = { max_turns = N }`:
+
+    open -> system -> simulated_user -> (recall -> system -> simulated_user)* -> close
+
+The user opens with the case's query; after each response the simulated user (role `user_sim`,
+grounded on the persona and the hidden gold need) follows up or says its stop token; the turn
+budget bounds the loop. Each turn the system sees only a `CaseView` whose query is the user's
+latest message with the conversation so far as `previous_turns`, and a fresh recall from its
+memory. The transcript, turn by turn, is the response the judges see.
+
+`run_with_simulated_user` drives an episode in a run: when the system stops at a clarify
+`interrupt(ClarifyRequest)`, the simulated user answers it from the full case and the episode
+resumes with the typed `ClarifyAnswers`, its calls tagged with the interrupting node.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langgraph.graph import StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from agents.clarify import ClarifyRequest
+from agents.ledger import call_tags
+from agents.response import Citation, SystemResponse
+from agents.user_sim import GoldGuard, answer_clarification, next_user_turn
+from agents.user_sim.grounding import STOP_TOKEN
+from benchmarks.case import Case, ConversationTurn, Query
+from benchmarks.errors import ConfigError
+from graphs.context import ConversationOptions, EpisodeContext
+from graphs.inputs import PipelineInput, PipelineOutput, case_from_input, case_view, memory_view
+from graphs.memory import recall_context
+from graphs.pipelines import PIPELINES
+from graphs.resources import resources_for
+
+MAX_INTERRUPTS = 8  # clarify rounds one episode may ask for
+
+
+def conversation_branch(pipeline: str) -> str:
+    """The episode node where `pipeline` talks with the simulated user."""
+    return f"{pipeline}_conversation"
+
+
+class ConversationState(PipelineInput, PipelineOutput, total=False):
+    opening: list[ConversationTurn]  # turns the case itself came with (iKAT), before the simulation
+    turns: list[ConversationTurn]  # simulated turns so far: the user's message and the system's response
+    responses: list[SystemResponse]  # per simulated turn, the system's citations and meta (its text is in `turns`)
+    stop_reason: str
+    redacted: int  # gold spans the guard cut from the user's messages
+
+
+def _context(runtime: Runtime[EpisodeContext]) -> EpisodeContext:
+    return runtime.context or EpisodeContext()
+
+
+def _options(runtime: Runtime[EpisodeContext]) -> ConversationOptions:
+    return _context(runtime).system.conversation or ConversationOptions()
+
+
+def open_conversation(state: ConversationState, runtime: Runtime[EpisodeContext]) -> Command[Literal["system"]]:
+    """The user's first message is the case's query, as the system already sees it."""
+    opening = list(case_view(state, _context(runtime)).query.previous_turns)
+    return Command(goto="system", update={"opening": opening, "turns": [], "responses": [], "redacted": 0})
+
+
+async def simulated_user(
+    state: ConversationState, runtime: Runtime[EpisodeContext]
+) -> Command[Literal["recall", "close"]]:
+    """Record the turn just answered, then let the user follow up or stop (within the turn budget)."""
+    context = _context(runtime)
+    asked = case_view(state, context).query
+    turns = [*state["turns"], ConversationTurn(utterance=asked.text, response=state["response"].text)]
+    responses = [*state["responses"], state["response"].model_copy(update={"text": ""})]
+    update: dict[str, Any] = {"turns": turns, "responses": responses}
+    if len(turns) >= _options(runtime).max_turns:
+        return Command(goto="close", update={**update, "stop_reason": "turn_budget"})
+    case = case_from_input(state, context)
+    so_far = [*state["opening"], *turns]
+    reply = await next_user_turn(resources_for(context).gateway, case, so_far, guard=GoldGuard(case))
+    update["redacted"] = state["redacted"] + reply.redacted
+    if reply.stop:
+        return Command(goto="close", update={**update, "stop_reason": "stop_token"})
+    query = Query(text=reply.text, previous_turns=so_far, language=asked.language)
+    return Command(goto="recall", update={**update, "query": query})
+
+
+async def recall(state: ConversationState, runtime: Runtime[EpisodeContext]) -> Command[Literal["system"]]:
+    """The system's memory, asked again with the user's new message and the conversation so far."""
+    context = _context(runtime)
+    user_context = await recall_context(resources_for(context), case_view(state, context), memory_view(state, context))
+    return Command(goto="system", update={"user_context": user_context})
+
+
+def transcript(turns: list[ConversationTurn], responses: list[SystemResponse], stop_reason: str) -> SystemResponse:
+    """The conversation as one response: each turn's user message and system response, in order;
+    citations pooled (first occurrence of each source); per-turn detail in `meta`."""
+    blocks = [f"## Turn {i}\n\n**User:** {t.utterance}\n\n**Assistant:** {t.response}" for i, t in enumerate(turns, 1)]
+    if stop_reason == "stop_token":
+        blocks.append(f"**User:** {STOP_TOKEN}")
+    citations: dict[str, Citation] = {}
+    for response in responses:
+        for citation in response.citations:
+            citations.setdefault(citation.source_id, citation)
+    meta = {
+        "conversation": {
+            "turns": [{"user": t.utterance, "assistant": t.response, "meta": r.meta} for t, r in zip(turns, responses)],
+            "user_turns": len(turns),
+            "stop_reason": stop_reason,
+        }
+    }
+    return SystemResponse(text="\n\n".join(blocks), citations=list(citations.values()), meta=meta)
+
+
+def close(state: ConversationState) -> PipelineOutput:
+    response = transcript(state["turns"], state["responses"], state["stop_reason"])
+    response.meta["conversation"]["redacted_gold_spans"] = state["redacted"]
+    return {"response": response}
+
+
+def build_conversation_graph(pipeline: str = "direct"):
+    graph = StateGraph(ConversationState, context_schema=EpisodeContext, input_schema=PipelineInput,
+                       output_schema=PipelineOutput)
+    graph.add_node("open", open_conversation)
+    graph.add_node("system", PIPELINES.get(pipeline).build())
+    graph.add_node("simulated_user", simulated_user)
+    graph.add_node("recall", recall)
+    graph.add_node("close", close)
+    graph.set_entry_point("open")
+    graph.add_edge("system", "simulated_user")
+    graph.set_finish_point("close")
+    return graph.compile(name=conversation_branch(pipeline))
+
+
+# --------------------------------------------------------------------------- answering interrupts in runs
+
+
+def _interrupting_node(tasks: Any, interrupt_id: str) -> str | None:
+    """The innermost graph node that raised the interrupt (walks subgraph snapshots)."""
+    for task in tasks:
+        if any(i.id == interrupt_id for i in task.interrupts):
+            inner = getattr(task.state, "tasks", None)  # a subgraph's snapshot, when the task is one
+            return (_interrupting_node(inner, interrupt_id) if inner else None) or task.name
+    return None
+
+
+def as_clarify_request(value: Any) -> ClarifyRequest | None:
+    if isinstance(value, ClarifyRequest):
+        return value
+    try:
+        return ClarifyRequest.model_validate(value)
+    except ValueError:
+        return None
+
+
+async def run_with_simulated_user(graph, case: Case, config: dict[str, Any], context: EpisodeContext) -> dict[str, Any]:
+    """Run (or continue) one episode of a run; answer each clarify interrupt with the simulated user
+    (`clarify_answerer = "simulated_user"`) and resume. A system that asks when no simulated user
+    answers is an error naming it."""
+    snapshot = await graph.aget_state(config)
+    # interrupted earlier: continue from the checkpoint; else start from the case's reference
+    payload: Any = None if snapshot.next else {"benchmark": case.benchmark, "case_id": case.id}
+    gateway = resources_for(context).gateway
+    for _ in range(MAX_INTERRUPTS + 1):
+        out = await graph.ainvoke(payload, config, context=context)
+        pending = out.get("__interrupt__") or []
+        if not pending:
+            return out
+        tasks = (await graph.aget_state(config, subgraphs=True)).tasks
+        resume = {}
+        for pending_interrupt in pending:
+            request = as_clarify_request(pending_interrupt.value)
+            if request is None:
+                raise RuntimeError(f"the episode stopped at an interrupt the simulated user cannot answer: "
+                                   f"{pending_interrupt.value!r}")
+            if context.clarify_answerer != "simulated_user":
+                raise ConfigError(f"system {context.system.name!r} asked the user {len(request.questions)} clarifying "
+                                  f"question(s) on case {case.id!r}, but this run's simulated user does not answer "
+                                  "them (set [user_sim] clarify = true)")
+            with call_tags(node=_interrupting_node(tasks, pending_interrupt.id) or "interrupt"):
+                simulated = await answer_clarification(gateway, case, request)
+            resume[pending_interrupt.id] = simulated.answers
+        payload = Command(resume=resume)
+    raise RuntimeError(f"the episode asked for more than {MAX_INTERRUPTS} clarifications")
