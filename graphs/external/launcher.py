@@ -95,8 +95,11 @@ class AgentServer:
             request = {"id": job, "input": str(input_path), "output": str(output_path), "log": str(log_path),
                        "cwd": str(input_path.parent), "env": env}
             assert self.process.stdin is not None
-            self.process.stdin.write((json.dumps(request) + "\n").encode())
-            self.process.stdin.flush()
+            try:
+                self.process.stdin.write((json.dumps(request) + "\n").encode())
+                self.process.stdin.flush()
+            except BrokenPipeError:
+                pass  # the server already ended: the reader fails this job's futures with its reason
         try:
             # shielded: a timeout (or the episode's cancellation) must not cancel what the reader settles
             await asyncio.wait([asyncio.shield(asyncio.wrap_future(ended))], timeout=timeout_s)
@@ -110,7 +113,10 @@ class AgentServer:
 
     def close(self) -> None:
         if self.process.stdin is not None and not self.process.stdin.closed:
-            self.process.stdin.close()  # the server kills the jobs still running and ends
+            try:
+                self.process.stdin.close()  # the server kills the jobs still running and ends
+            except BrokenPipeError:
+                pass  # it had ended already
         try:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
