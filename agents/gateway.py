@@ -1,10 +1,14 @@
 """The model gateway: every LLM call in Atelier goes through `Gateway`.
 
-One path for every provider (litellm, with `scripted` registered as a custom provider):
+One path for every provider (litellm, with `scripted` registered as a custom provider, and local
+GGUF models served by llama.cpp on loopback for the run):
 
-    cache lookup -> rate limit + concurrency bound -> provider call with timeout
-    -> bounded retries with jittered exponential backoff on timeouts / 429 / 5xx
-    -> (structured) parse + validate into a pydantic model, one repair attempt
+    cache lookup -> (local model: start its server) -> rate limit + concurrency bound
+    -> provider call with timeout -> bounded retries with jittered exponential backoff on
+    timeouts / 429 / 5xx; errors no retry can fix (bad request, validation errors whatever their
+    status, unknown model, authentication) fail at once with the server's message
+    -> (structured) the strongest output mode the endpoint accepts (`agents.structured_output`),
+    parse + validate into a pydantic model, one repair attempt
     -> cache store -> one ledger line per request
 
 Roles (`system`, `user_sim`, `judge`, ...) each have their own `ModelSettings`.
@@ -19,28 +23,45 @@ import re
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Mapping, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 
 from agents.cache import ResponseCache, request_key
 from agents.ledger import Ledger
+from agents.local_model import SERVERS, LocalModelError, LocalModelSpec
 from agents.prompts import json_instructions, repair_instructions
+from agents.provider_errors import Verdict, classify, server_message, status_of
 from agents.scripted import parse_model_string, register_with_litellm
 from agents.settings import ModelSettings, settings_for_role
+from agents.structured_output import MODES, ModeMemory, StructuredMode, answer_text, mode_params, supported_modes
 from agents.trace import traced_request
 
 T = TypeVar("T", bound=BaseModel)
 
-
 class ModelCallError(RuntimeError):
-    """A model call failed for good (after retries, or with a non-retryable error)."""
+    """A model call failed for good: after retries, or at once with an error no retry can fix
+    (`verdict` `refused` or `fatal`; `server_message` is what the server said)."""
 
-    def __init__(self, message: str, *, role: str, model: str, attempts: int) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        role: str,
+        model: str,
+        attempts: int,
+        verdict: Verdict = "retry",
+        status: int | None = None,
+        server_message: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.role = role
         self.model = model
         self.attempts = attempts
+        self.verdict = verdict
+        self.status = status
+        self.server_message = server_message
 
 
 class StructuredOutputError(ModelCallError):
@@ -57,11 +78,36 @@ class _Request(BaseModel):
     model: str
     api_base: str | None
     messages: list[dict[str, Any]]
-    response_format: dict[str, Any] | None
+    structured_mode: StructuredMode | None
+    output: dict[str, Any]  # the mode's parameters: response_format or a forced tool
     temperature: float
     seed: int | None
     max_tokens: int | None
     extra: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Answered:
+    """About one answer: its cache key, and whether it was cut at max_tokens (finish_reason "length")."""
+
+    key: str | None
+    cut: bool = False
+
+
+@dataclass(frozen=True)
+class _Schema:
+    name: str
+    schema: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StreamTiming:
+    """One streamed text request: time to the first token, total time, and the server's counts."""
+
+    ttft_ms: float
+    total_ms: float
+    completion_tokens: int
+    text: str
 
 
 _litellm_ready = False
@@ -75,28 +121,13 @@ def _litellm():
     with _litellm_lock:
         if not _litellm_ready:
             litellm.suppress_debug_info = True
-            litellm.drop_params = True  # providers that reject `seed` or `response_format` still answer
+            # providers that reject `seed` still answer; output-mode parameters are only sent to
+            # providers litellm knows take them (`supported_modes`), so none is dropped unseen
+            litellm.drop_params = True
             litellm.telemetry = False
             register_with_litellm()
             _litellm_ready = True
     return litellm
-
-
-def _is_retryable(exc: BaseException) -> bool:
-    litellm = _litellm()
-    retryable = (
-        asyncio.TimeoutError,
-        litellm.Timeout,
-        litellm.RateLimitError,
-        litellm.InternalServerError,
-        litellm.ServiceUnavailableError,
-        litellm.BadGatewayError,
-        litellm.APIConnectionError,
-    )
-    if isinstance(exc, retryable):
-        return True
-    status = getattr(exc, "status_code", None)
-    return isinstance(status, int) and (status == 429 or status >= 500)
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
@@ -113,7 +144,9 @@ def extract_json(text: str) -> Any:
     error: json.JSONDecodeError | None = None
     for candidate in candidates:
         try:
-            return json.loads(candidate)
+            # strict=False: raw control characters (a newline) inside strings are kept, not refused;
+            # llama.cpp's schema grammars let a model write them
+            return json.loads(candidate, strict=False)
         except json.JSONDecodeError as exc:
             error = error or exc
     raise ValueError(f"not valid JSON ({error.msg} at char {error.pos})" if error else "empty answer")
@@ -145,6 +178,19 @@ class _ModelLimits:
 
 _LIMITS = _ModelLimits()
 
+_WHY = {401: "authentication failed", 403: "permission denied", 404: "unknown model or endpoint"}
+
+
+def _failure_message(role: str, model: str, exc: BaseException, verdict: Verdict, attempts: int) -> str:
+    plural = "s" * (attempts != 1)
+    if verdict == "retry":
+        what = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"failed: {type(exc).__name__}: {exc}"
+        return f"{role} model {model} {what} (after {attempts} attempt{plural})"
+    status = status_of(exc)
+    why = _WHY.get(status or 0) or ("request refused" if verdict == "refused" else type(exc).__name__)
+    where = f"HTTP {status}, " if status else ""
+    return f"{role} model {model}: {why} ({where}not retried): {server_message(exc)}"
+
 
 class Gateway:
     def __init__(
@@ -153,10 +199,15 @@ class Gateway:
         *,
         cache: ResponseCache | None = None,
         ledger: Ledger | None = None,
+        modes: ModeMemory | None = None,
     ) -> None:
         self.roles = dict(roles or {"system": ModelSettings(), "judge": ModelSettings(), "user_sim": ModelSettings()})
         self.cache = cache
         self.ledger = ledger or Ledger(None)
+        self.modes = modes or ModeMemory()
+        self._local: dict[LocalModelSpec, str] = {}  # the local servers this gateway uses -> base URL
+        self._local_specs: dict[str, LocalModelSpec] = {}
+        self._local_lock = threading.Lock()
 
     def settings(self, role: str) -> ModelSettings:
         return settings_for_role(self.roles, role)
@@ -169,18 +220,15 @@ class Gateway:
     # ------------------------------------------------------------------ public API
 
     async def text(self, role: str, messages: list[dict[str, Any]]) -> str:
-        content, _ = await self._request(role, messages, response_format=None, kind="text")
+        content, _ = await self._request(role, messages, mode=None, schema=None, kind="text")
         return content
 
     async def structured(self, role: str, messages: list[dict[str, Any]], schema: type[T]) -> T:
-        """Ask for an instance of `schema`; validate; repair once; raise StructuredOutputError."""
-        json_schema = _json_schema(schema)
-        response_format = {
-            "type": "json_schema",
-            "json_schema": {"name": schema.__name__, "schema": json_schema, "strict": False},
-        }
-        messages = _with_json_instructions(messages, json_schema)
-        content, key = await self._request(role, messages, response_format=response_format, kind="structured")
+        """Ask for an instance of `schema` in the strongest mode the endpoint accepts; validate;
+        repair once; raise StructuredOutputError."""
+        wanted = _Schema(schema.__name__, _json_schema(schema))
+        messages = _with_json_instructions(messages, wanted.schema)
+        content, first, mode = await self._structured_request(role, messages, wanted)
         try:
             return _validate(schema, content)
         except ValueError as first_error:
@@ -188,37 +236,208 @@ class Gateway:
                 {"role": "assistant", "content": content},
                 {"role": "user", "content": repair_instructions(str(first_error))},
             ]
-            fixed, repair_key = await self._request(role, repair, response_format=response_format, kind="repair")
+            fixed, second = await self._request(role, repair, mode=mode, schema=wanted, kind="repair")
             try:
                 return _validate(schema, fixed)
             except ValueError as second_error:
-                for k in (key, repair_key):  # a rerun should ask again, not replay the failure
-                    if self.cache and k:
-                        self.cache.discard(k)
+                for answered in (first, second):  # a rerun should ask again, not replay the failure
+                    if self.cache and answered.key:
+                        self.cache.discard(answered.key)
                 settings = self.settings(role)
+                cut = (f"; the answer was cut at max_tokens = {settings.max_tokens} before it was complete: raise "
+                       f"max_tokens for the {role} role" if second.cut else "")
                 raise StructuredOutputError(
-                    f"{role} model {settings.model} gave no valid {schema.__name__} after one repair: {second_error}",
+                    f"{role} model {settings.model} gave no valid {schema.__name__} after one repair "
+                    f"({mode} mode): {second_error}{cut}",
                     role=role,
                     model=settings.model,
                     attempts=2,
                     raw=fixed,
                 ) from second_error
 
+    async def stream_timing(self, role: str, messages: list[dict[str, Any]]) -> StreamTiming:
+        """Stream one text answer (never cached): time to the first token and in all (benchmarks)."""
+        settings = self.settings(role)
+        kwargs, served = await self._provider_kwargs(role, settings, messages, mode=None, schema=None)
+        kwargs.update(stream=True, stream_options={"include_usage": True})
+        litellm = _litellm()
+        first: float | None = None
+        parts: list[str] = []
+        completion_tokens = 0
+        async with _LIMITS.semaphore(served.endpoint, served.max_concurrency):
+            started = time.perf_counter()
+            stream = await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=served.timeout_s)
+            async for chunk in stream:
+                delta = chunk.choices[0].delta.content if chunk.choices else None
+                if delta:
+                    first = first or time.perf_counter()
+                    parts.append(delta)
+                usage = getattr(chunk, "usage", None)
+                if usage is not None and getattr(usage, "completion_tokens", None):
+                    completion_tokens = int(usage.completion_tokens)
+            ended = time.perf_counter()
+        return StreamTiming(
+            ttft_ms=round(((first or ended) - started) * 1000, 3),
+            total_ms=round((ended - started) * 1000, 3),
+            completion_tokens=completion_tokens,
+            text="".join(parts),
+        )
+
+    async def aclose(self) -> None:
+        """Release the local model servers this gateway started or shared (the last user stops one)."""
+        with self._local_lock:
+            specs, self._local = list(self._local), {}
+        for spec in specs:
+            await asyncio.to_thread(SERVERS.release, spec)
+
+    # ------------------------------------------------------------------ structured output modes
+
+    async def _structured_request(
+        self, role: str, messages: list[dict[str, Any]], schema: _Schema
+    ) -> tuple[str, _Answered, StructuredMode]:
+        settings = self.settings(role)
+        if settings.structured_mode != "auto":
+            content, answered = await self._request(role, messages, mode=settings.structured_mode, schema=schema,
+                                                    kind="structured")
+            return content, answered, settings.structured_mode
+        known = self.modes.known(settings.endpoint)
+        if known is not None:
+            return await self._first_accepted(role, settings, messages, schema, start=known, learn=False)
+        async with self.modes.discovery_lock(settings.endpoint):
+            known = self.modes.known(settings.endpoint)  # found by another call while this one waited
+            return await self._first_accepted(role, settings, messages, schema, start=known, learn=known is None)
+
+    async def _first_accepted(
+        self,
+        role: str,
+        settings: ModelSettings,
+        messages: list[dict[str, Any]],
+        schema: _Schema,
+        *,
+        start: StructuredMode | None,
+        learn: bool,
+    ) -> tuple[str, _Answered, StructuredMode]:
+        """Ask in `start` (default: the strongest mode) and weaker modes until one is accepted."""
+        served_model = "openai/local" if settings.is_local else settings.model
+        supported = MODES if settings.is_scripted else supported_modes(served_model)
+        candidates = [m for m in MODES[MODES.index(start or MODES[0]):] if m in supported] or ["prompt"]
+        refusals: list[str] = []
+        for mode in candidates:
+            try:
+                content, answered = await self._request(role, messages, mode=mode, schema=schema, kind="structured",
+                                                        may_fall_back=mode != candidates[-1])
+            except ModelCallError as exc:
+                if exc.verdict != "refused" or mode == candidates[-1]:
+                    if refusals and exc.verdict == "refused":
+                        raise ModelCallError(
+                            f"{role} model {settings.model} refused every structured output mode "
+                            f"({', '.join(candidates)}); it said: " + " | ".join(refusals + [f"{mode}: {exc.server_message}"]),
+                            role=role, model=settings.model, attempts=len(refusals) + 1, verdict="refused",
+                            status=exc.status, server_message=exc.server_message,
+                        ) from exc
+                    raise
+                refusals.append(f"{mode}: {exc.server_message}")
+                continue
+            if learn or mode == start:  # also records a mode the process knew in this run's folder
+                self.modes.learn(settings.endpoint, mode)
+            return content, answered, mode
+        raise AssertionError("unreachable: the last mode either answers or raises")
+
     # ------------------------------------------------------------------ one provider request
+
+    def _identity(self, settings: ModelSettings) -> tuple[str, str | None]:
+        """The model and endpoint as the cache sees them: what changes the answer, not where it runs."""
+        if settings.is_scripted:
+            return f"scripted:{json.dumps(parse_model_string(settings.model).answer_identity(), sort_keys=True)}", None
+        if settings.is_local:
+            return self._local_spec(settings).identity(), None
+        return settings.model, settings.api_base
+
+    def _local_spec(self, settings: ModelSettings) -> LocalModelSpec:
+        if settings.model not in self._local_specs:
+            self._local_specs[settings.model] = settings.local_spec()
+        return self._local_specs[settings.model]
+
+    async def _served(self, settings: ModelSettings) -> ModelSettings:
+        """A local model's settings pointed at its running server (started on first use)."""
+        if not settings.is_local:
+            return settings
+        spec = self._local_spec(settings)
+        with self._local_lock:
+            base_url = self._local.get(spec)
+        if base_url is None:
+            server = await asyncio.to_thread(SERVERS.acquire, spec)
+            with self._local_lock:  # never held across an await: other calls on this loop take it
+                counted_twice = spec in self._local  # another call of this gateway got there first
+                base_url = self._local.setdefault(spec, server.base_url)
+            if counted_twice:
+                await asyncio.to_thread(SERVERS.release, spec)
+        # llama.cpp's server answers one request at a time: queue here, so timeouts time the answer
+        return settings.model_copy(update={"model": f"openai/{spec.alias}", "api_base": base_url,
+                                           "api_key": SecretStr("sk-local"), "max_concurrency": 1})
+
+    async def _provider_kwargs(
+        self,
+        role: str,
+        settings: ModelSettings,
+        messages: list[dict[str, Any]],
+        *,
+        mode: StructuredMode | None,
+        schema: _Schema | None,
+    ) -> tuple[dict[str, Any], ModelSettings]:
+        """litellm's arguments for one request, and the settings it is served with (a local
+        model's point at its running server)."""
+        try:
+            served = await self._served(settings)
+        except LocalModelError as exc:
+            raise ModelCallError(f"{role} model {settings.model}: {exc}", role=role, model=settings.model,
+                                 attempts=0, verdict="fatal", server_message=str(exc)) from None
+        scripted = settings.is_scripted
+        kwargs: dict[str, Any] = {
+            "model": "scripted/scripted" if scripted else served.model,
+            "messages": messages,
+            "temperature": served.temperature,
+            "timeout": served.timeout_s,
+            "num_retries": 0,  # retries are ours, so every attempt is counted and backed off the same way
+            "max_retries": 0,
+            **served.extra,
+        }
+        for name, value in (("seed", served.seed), ("max_tokens", served.max_tokens),
+                            ("api_base", served.api_base), ("api_key", served.resolved_api_key())):
+            if value is not None:
+                kwargs[name] = value
+        if mode is not None and schema is not None:
+            kwargs.update(mode_params(mode, schema.name, schema.schema))
+        if "tools" in kwargs:
+            # litellm 1.106 looks for MCP tools in every tool request and needs the `mcp` package
+            # to do so; these are plain function tools
+            kwargs["_skip_mcp_handler"] = True
+        if scripted:
+            kwargs["extra_body"] = {"scripted": parse_model_string(settings.model).model_dump()}
+        return kwargs, served
 
     @traced_request  # each request shows up in graph traces (prompt and answer)
     async def _request(
-        self, role: str, messages: list[dict[str, Any]], *, response_format: dict[str, Any] | None, kind: str
-    ) -> tuple[str, str | None]:
+        self,
+        role: str,
+        messages: list[dict[str, Any]],
+        *,
+        mode: StructuredMode | None,
+        schema: _Schema | None,
+        kind: str,
+        may_fall_back: bool = False,
+    ) -> tuple[str, _Answered]:
+        """One request (with its retries). `may_fall_back`: a refusal is not final, the caller
+        will ask in a weaker structured mode; the ledger marks it `refused` rather than `error`."""
         settings = self.settings(role)
         litellm = _litellm()
-        scripted = settings.is_scripted
-        params = parse_model_string(settings.model) if scripted else None
+        model, api_base = self._identity(settings)
         request = _Request(
-            model=f"scripted:{json.dumps(params.answer_identity(), sort_keys=True)}" if params else settings.model,
-            api_base=settings.api_base,
+            model=model,
+            api_base=api_base,
             messages=messages,
-            response_format=response_format,
+            structured_mode=mode,
+            output=mode_params(mode, schema.name, schema.schema) if mode and schema else {},
             temperature=settings.temperature,
             seed=settings.seed,
             max_tokens=settings.max_tokens,
@@ -227,7 +446,8 @@ class Gateway:
         key = request_key(request.model_dump())
         call_id = uuid.uuid4().hex[:12]
         started = time.perf_counter()
-        common = {"role": role, "model": settings.model, "call_id": call_id, "kind": kind, "dry_run": scripted}
+        common = {"role": role, "model": settings.model, "call_id": call_id, "kind": kind,
+                  "dry_run": settings.is_scripted, "structured_mode": mode}
         cached = self.cache.get(key) if self.cache else None
         if cached is not None:
             self.ledger.record(
@@ -237,64 +457,61 @@ class Gateway:
                 cost_usd=0.0,
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),
                 cache_hit=True,
+                finish_reason=cached.get("finish_reason"),
                 status="ok",
             )
-            return cached["content"], key
-
-        kwargs: dict[str, Any] = {
-            "model": "scripted/scripted" if scripted else settings.model,
-            "messages": messages,
-            "temperature": settings.temperature,
-            "timeout": settings.timeout_s,
-            "num_retries": 0,  # retries are ours, so every attempt is counted and backed off the same way
-            "max_retries": 0,
-            **settings.extra,
-        }
-        for name, value in (("seed", settings.seed), ("max_tokens", settings.max_tokens),
-                            ("api_base", settings.api_base), ("api_key", settings.resolved_api_key()),
-                            ("response_format", response_format)):
-            if value is not None:
-                kwargs[name] = value
-        if params is not None:
-            kwargs["extra_body"] = {"scripted": params.model_dump()}
+            return cached["content"], _Answered(key, cached.get("finish_reason") == "length")
 
         attempts = 0
         try:
+            kwargs, served = await self._provider_kwargs(role, settings, messages, mode=mode, schema=schema)
+            started = time.perf_counter()  # a local server's start-up is not this call's latency
             from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
             retrying = AsyncRetrying(
                 stop=stop_after_attempt(settings.max_retries + 1),
                 wait=wait_exponential_jitter(initial=settings.retry_backoff_s, max=60, jitter=settings.retry_backoff_s),
-                retry=retry_if_exception(_is_retryable),
+                retry=retry_if_exception(lambda exc: classify(exc) == "retry"),
                 reraise=True,
             )
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    response = await self._provider_call(litellm, settings, kwargs)
+                    response = await self._provider_call(litellm, served, kwargs)
+        except ModelCallError as exc:  # the local server would not start
+            self.ledger.record(**common, latency_ms=round((time.perf_counter() - started) * 1000, 3),
+                               attempts=attempts, status="error", error=str(exc)[:300])
+            raise
         except Exception as exc:  # noqa: BLE001 - recorded in the ledger, then re-raised typed
+            verdict = classify(exc)
+            said = server_message(exc)
             self.ledger.record(
                 **common,
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),
                 attempts=attempts,
-                status="error",
-                error=f"{type(exc).__name__}: {str(exc)[:300]}",
+                status="refused" if verdict == "refused" and may_fall_back else "error",
+                error=f"{type(exc).__name__}: {said[:300]}",
             )
-            what = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"failed: {type(exc).__name__}: {exc}"
             raise ModelCallError(
-                f"{role} model {settings.model} {what} (after {attempts} attempt{'s' * (attempts != 1)})",
+                _failure_message(role, settings.model, exc, verdict, attempts),
                 role=role,
                 model=settings.model,
                 attempts=attempts,
+                verdict=verdict,
+                status=status_of(exc),
+                server_message=said,
             ) from exc
 
-        content = response.choices[0].message.content or ""
+        choice = response.choices[0]
+        content = answer_text(choice.message, mode)
+        finish_reason = getattr(choice, "finish_reason", None)
         usage = getattr(response, "usage", None)
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+        hidden = getattr(response, "_hidden_params", None) or {}
+        cost = hidden.get("response_cost")
         if self.cache is not None:
-            self.cache.put(key, {"content": content, "prompt_tokens": prompt_tokens,
+            self.cache.put(key, {"content": content, "prompt_tokens": prompt_tokens, "finish_reason": finish_reason,
                                  "completion_tokens": completion_tokens, "model": settings.model})
         self.ledger.record(
             **common,
@@ -302,16 +519,28 @@ class Gateway:
             completion_tokens=completion_tokens,
             cost_usd=float(cost) if cost is not None else None,
             latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            provider_ms=_provider_ms(response),
+            finish_reason=finish_reason,
             attempts=attempts,
             status="ok",
         )
-        return content, key
+        return content, _Answered(key, finish_reason == "length")
 
     async def _provider_call(self, litellm, settings: ModelSettings, kwargs: dict[str, Any]):
-        async with _LIMITS.semaphore(settings.model, settings.max_concurrency):
+        async with _LIMITS.semaphore(settings.endpoint, settings.max_concurrency):
             if settings.rpm:
-                await _LIMITS.limiter(settings.model, settings.rpm).acquire()
+                await _LIMITS.limiter(settings.endpoint, settings.rpm).acquire()
             return await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=settings.timeout_s)
+
+
+def _provider_ms(response: Any) -> float | None:
+    """The provider's share of the last attempt (litellm's response time less its own overhead)."""
+    hidden = getattr(response, "_hidden_params", None) or {}
+    total = getattr(response, "_response_ms", None) or hidden.get("_response_ms")
+    overhead = hidden.get("litellm_overhead_time_ms")
+    if not isinstance(total, (int, float)):
+        return None
+    return round(float(total) - float(overhead or 0.0), 3)
 
 
 @functools.lru_cache(maxsize=512)

@@ -65,8 +65,11 @@ class LedgerEntry(BaseModel):
     cache_hit: bool = False
     attempts: int = 0
     kind: str = "text"  # text | structured | repair
-    status: str = "ok"
+    structured_mode: str | None = None  # json_schema | json_object | tool | prompt (structured requests)
+    status: str = "ok"  # ok | error | refused (the endpoint would not take this structured mode)
     error: str | None = None
+    provider_ms: float | None = None  # the provider's share of latency_ms (litellm's timing, last attempt)
+    finish_reason: str | None = None  # "length": the answer was cut at max_tokens or the context's end
     dry_run: bool = False
 
 
@@ -105,13 +108,15 @@ class Ledger:
 
 
 def ledger_totals(entries: list[LedgerEntry]) -> dict[str, Any]:
-    """Calls, provider calls (not served from the cache), hits, errors, tokens and cost."""
+    """Calls, provider calls (not served from the cache), hits, errors, refused output modes (the
+    gateway then asked in a weaker one), tokens and cost."""
     provider = [e for e in entries if not e.cache_hit and e.status == "ok"]
     return {
         "calls": len(entries),
         "provider_calls": len(provider),
         "cache_hits": sum(e.cache_hit for e in entries),
-        "errors": sum(e.status != "ok" for e in entries),
+        "errors": sum(e.status == "error" for e in entries),
+        "mode_refusals": sum(e.status == "refused" for e in entries),
         "prompt_tokens": sum(e.prompt_tokens for e in provider),
         "completion_tokens": sum(e.completion_tokens for e in provider),
         "cost_usd": round(sum(e.cost_usd or 0.0 for e in provider), 6),

@@ -72,12 +72,29 @@ def user_sections(query: Query, context_text: str) -> list[Section]:
     return sections
 
 
+_JSON_SCHEMA_INTRO = " (no prose, no code fence) that validates against this JSON schema:\n"
+
+
 def json_instructions(schema: dict[str, Any]) -> str:
     """Appended to structured requests: providers that do not enforce schemas still see it."""
-    return (
-        JSON_INSTRUCTIONS_LEAD + " (no prose, no code fence) that validates against this JSON schema:\n"
-        + json.dumps(schema, ensure_ascii=False)
-    )
+    return JSON_INSTRUCTIONS_LEAD + _JSON_SCHEMA_INTRO + json.dumps(schema, ensure_ascii=False)
+
+
+def schema_in_instructions(messages: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The schema `json_instructions` put in the latest user message that has one (what a model
+    asked in the prompt-only structured mode sees), or None."""
+    marker = JSON_INSTRUCTIONS_LEAD + _JSON_SCHEMA_INTRO
+    for message in reversed(messages):
+        content = message.get("content")
+        if message.get("role") != "user" or not isinstance(content, str) or marker not in content:
+            continue
+        try:
+            schema, _ = json.JSONDecoder().raw_decode(content.split(marker, 1)[1])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(schema, dict):
+            return schema
+    return None
 
 
 def repair_instructions(error: str) -> str:

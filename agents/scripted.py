@@ -3,8 +3,9 @@
 It is a litellm custom provider, so scripted calls travel exactly the path real ones do (cache,
 retries, repair, ledger). Given the same request it always answers the same:
 
-- a structured request (a `response_format` carrying a JSON schema) gets a schema-valid instance
-  whose values are seeded by the hash of the request;
+- a structured request gets a schema-valid instance whose values are seeded by the hash of the
+  request, in whichever structured mode it was asked (a `response_format` carrying the schema, a
+  forced tool call, or the schema in the prompt only);
 - any other request gets text composed deterministically from the prompt's own material, headed
   `DRY RUN`, so nothing it produces can be mistaken for a real model's work.
 
@@ -28,7 +29,7 @@ from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.prompts import JSON_INSTRUCTIONS_LEAD
+from agents.prompts import JSON_INSTRUCTIONS_LEAD, schema_in_instructions
 
 DRY_RUN_MARK = "DRY RUN"
 PROVIDER = "scripted"
@@ -239,6 +240,31 @@ def schema_from_response_format(response_format: Any) -> dict[str, Any] | None:
     return response_format.get("schema")
 
 
+def forced_tool(params: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The (name, parameters schema) of the one function a request forces the model to call."""
+    choice = params.get("tool_choice")
+    if not isinstance(choice, dict):
+        return None
+    name = (choice.get("function") or {}).get("name")
+    for tool in params.get("tools") or []:
+        function = tool.get("function") or {}
+        if function.get("name") == name:
+            return name, function.get("parameters") or {"type": "object"}
+    return None
+
+
+def requested_schema(params: dict[str, Any], messages: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
+    """The JSON schema a request asks the answer to follow, and the tool to answer through (if one
+    is forced); the schema is looked for in `response_format`, then a forced tool, then the prompt."""
+    response_format = params.get("response_format")
+    if isinstance(response_format, dict):
+        return schema_from_response_format(response_format) or {"type": "object"}, None
+    tool = forced_tool(params)
+    if tool is not None:
+        return tool[1], tool[0]
+    return schema_in_instructions(messages), None
+
+
 # ----------------------------------------------------------------------------- the provider
 
 
@@ -263,9 +289,13 @@ class ScriptedLLM:
             self._attempts[key] += 1
             return self._attempts[key]
 
-    def answer(self, messages: list[dict[str, Any]], optional_params: dict[str, Any]) -> tuple[str, ScriptedParams]:
+    def answer(
+        self, messages: list[dict[str, Any]], optional_params: dict[str, Any]
+    ) -> tuple[str, ScriptedParams, str | None]:
+        """The answer's text, the parameters, and the tool it is a call of (None: plain content)."""
         params = ScriptedParams.model_validate((optional_params.get("extra_body") or {}).get("scripted", {}))
-        schema = schema_from_response_format(optional_params.get("response_format"))
+        schema, tool = requested_schema(optional_params, messages)
+        # keyed on the schema alone, not on the mode it came in: every mode gets the same instance
         key = request_digest(messages, schema, params.seed)
         attempt = self._next_attempt(key)
         if params.error_rate and _unit("error", key, attempt) < params.error_rate:
@@ -273,13 +303,13 @@ class ScriptedLLM:
 
             status = (429, 500, 503)[int(_unit("status", key, attempt) * 3)]
             raise CustomLLMError(status_code=status, message=f"scripted fault injection ({status})")
-        if schema is None and not isinstance(optional_params.get("response_format"), dict):
-            return compose_text(messages, params.seed), params
-        instance = schema_instance(schema or {"type": "object"}, messages, params.seed)
+        if schema is None:
+            return compose_text(messages, params.seed), params, None
+        instance = schema_instance(schema, messages, params.seed)
         content = json.dumps(instance, ensure_ascii=False)
         if params.malformed_rate and _unit("malformed", key) < params.malformed_rate:
             content = content[: max(1, len(content) // 2)]  # truncated JSON: the repair path must cope
-        return content, params
+        return content, params, tool
 
 
 def _make_handler():
@@ -290,9 +320,17 @@ def _make_handler():
 
     class _Handler(CustomLLM):
         def _fill(self, model_response, messages, optional_params):
-            content, params = core.answer(messages, optional_params)
+            content, params, tool = core.answer(messages, optional_params)
             prompt_tokens = sum(token_estimate(_raw_text(m)) for m in messages)
-            model_response.choices[0].message.content = content
+            if tool is None:
+                model_response.choices[0].message.content = content
+            else:
+                from litellm.types.utils import ChatCompletionMessageToolCall, Function
+
+                call = ChatCompletionMessageToolCall(function=Function(name=tool, arguments=content), id="call_scripted")
+                model_response.choices[0].message.content = None
+                model_response.choices[0].message.tool_calls = [call]
+                model_response.choices[0].finish_reason = "tool_calls"
             model_response.model = "scripted"
             model_response.usage = litellm.Usage(
                 prompt_tokens=prompt_tokens,
@@ -316,6 +354,21 @@ def _make_handler():
             if params.latency_ms:
                 await asyncio.sleep(params.latency_ms / 1000)
             return response
+
+        async def astreaming(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
+                             encoding, api_key, logging_obj, optional_params, *args, **kwargs):
+            """The same answer, one word per chunk (`latency_ms` before the first)."""
+            content, params, _ = core.answer(messages, optional_params)
+            if params.latency_ms:
+                await asyncio.sleep(params.latency_ms / 1000)
+            words = content.split(" ")
+            prompt_tokens = sum(token_estimate(_raw_text(m)) for m in messages)
+            for i, word in enumerate(words):
+                last = i == len(words) - 1
+                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": token_estimate(content),
+                         "total_tokens": prompt_tokens + token_estimate(content)} if last else None
+                yield {"text": word if i == 0 else " " + word, "is_finished": last,
+                       "finish_reason": "stop" if last else "", "usage": usage, "index": 0, "tool_use": None}
 
     return _Handler()
 

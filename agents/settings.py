@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from agents.local_model import LocalModelError, LocalModelSpec, is_local, parse_local_model
 from agents.scripted import parse_model_string
+from agents.structured_output import StructuredMode
 
 # The roles every run knows. Later graphs add their own (researcher, writer, ...); a role without
 # its own setting falls back to `system` for systems under test and to `judge` for evaluators.
@@ -19,11 +21,14 @@ JUDGE_ROLES = ("pqr_criteria", "pqr_judge", "pqr_fact_checker", "bespoke_rubric"
                "bespoke_recall", "lampqa_judge", "aepd_judge", "locomo_judge", "prefeval_judge", "meta_judge")
 ROLE_FALLBACK.update({role: "judge" for role in JUDGE_ROLES})
 ROLE_FALLBACK.update({"history_writer": "user_sim", "history_checker": "user_sim"})  # the simulated user's roles
+# A small local model left unbounded can repeat itself up to its context's end (minutes on a CPU).
+LOCAL_DEFAULT_MAX_TOKENS = 512
 
 
 class ModelSettings(BaseModel):
     """How to call one model. `model` is a litellm provider string (`openai/gpt-4o-mini`,
-    `anthropic/claude-...`, `ollama/llama3`, `hosted_vllm/...`) or `scripted[?k=v&...]`."""
+    `anthropic/claude-...`, `ollama/llama3`, `hosted_vllm/...`), `scripted[?k=v&...]`, or a local
+    open-weight model served for the run (`local/smollm2`, `local?gguf=PATH`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -40,14 +45,30 @@ class ModelSettings(BaseModel):
     rpm: int | None = Field(default=None, gt=0, description="Requests per minute allowed for this model.")
     max_concurrency: int = Field(default=8, gt=0, description="Calls in flight at once for this model.")
     extra: dict[str, Any] = Field(default_factory=dict, description="Passed to litellm as is (top_p, ...).")
+    structured_mode: Literal["auto"] | StructuredMode = Field(
+        default="auto",
+        description="How structured answers are asked for: `auto` tries json_schema, json_object (+ schema), "
+        "tool, prompt in this order and keeps the first the endpoint accepts; a mode here is used alone.",
+    )
 
     @field_validator("model")
     @classmethod
-    def _strip(cls, value: str) -> str:
+    def _known_model(cls, value: str) -> str:
         value = value.strip()
         if _is_scripted(value):
             parse_model_string(value)  # its parameters are checked now, not at the first call
+        elif is_local(value):
+            try:
+                parse_local_model(value)  # the GGUF file and the local extra, likewise
+            except LocalModelError as exc:
+                raise ValueError(str(exc)) from None
         return value
+
+    @model_validator(mode="after")
+    def _bounded_local_answers(self) -> "ModelSettings":
+        if self.max_tokens is None and is_local(self.model):
+            self.max_tokens = LOCAL_DEFAULT_MAX_TOKENS
+        return self
 
     @property
     def is_scripted(self) -> bool:
@@ -56,13 +77,27 @@ class ModelSettings(BaseModel):
     def answer_identity(self) -> dict[str, Any]:
         """What decides this model's answers (what the response cache keys on, besides the request):
         the model — for `scripted`, only its parameters that change an answer — endpoint,
-        temperature, seed, max tokens and extra parameters. Timeouts, retries, rate limits, keys
-        and the scripted model's latency and fault injection are not part of it."""
+        temperature, seed, max tokens, extra parameters and a pinned structured mode. Timeouts,
+        retries, rate limits, keys and the scripted model's latency and fault injection are not
+        part of it."""
         model: Any = self.model
         if self.is_scripted:
             model = {"scripted": parse_model_string(self.model).answer_identity()}
         return {"model": model, "api_base": self.api_base, "temperature": self.temperature, "seed": self.seed,
-                "max_tokens": self.max_tokens, "extra": self.extra}
+                "max_tokens": self.max_tokens, "extra": self.extra, "structured_mode": self.structured_mode}
+
+    @property
+    def is_local(self) -> bool:
+        return is_local(self.model)
+
+    def local_spec(self) -> LocalModelSpec:
+        return parse_local_model(self.model)
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint's identity for what is learned about it (its structured mode): model and
+        api_base; a local model is the same endpoint whatever port it is served on."""
+        return self.model if self.is_local or not self.api_base else f"{self.model}@{self.api_base.rstrip('/')}"
 
     def resolved_api_key(self) -> str | None:
         if self.api_key is not None:

@@ -49,13 +49,13 @@ async def _start(self: Any, role: str, messages: list[dict[str, Any]], kwargs: d
         [convert_to_messages(messages)],
         name=f"{role}:{kwargs.get('kind', 'text')}",
         invocation_params={"model": settings.model, "role": role, "kind": kwargs.get("kind"),
-                           "response_format": kwargs.get("response_format")},
+                           "structured_mode": kwargs.get("mode")},
     )
     return run
 
 
 def traced_request(request: Callable[..., Awaitable[tuple[str, R]]]) -> Callable[..., Awaitable[tuple[str, R]]]:
-    """Decorates `Gateway._request(self, role, messages, *, response_format, kind)`."""
+    """Decorates `Gateway._request(self, role, messages, *, mode, schema, kind, ...)`."""
 
     @functools.wraps(request)
     async def wrapper(self: Any, role: str, messages: list[dict[str, Any]], **kwargs: Any) -> tuple[str, R]:

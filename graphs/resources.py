@@ -16,6 +16,7 @@ from agents.cache import ResponseCache
 from agents.gateway import Gateway
 from agents.judges.base import Judge, create_judge
 from agents.ledger import Ledger
+from agents.structured_output import ModeMemory
 from benchmarks.errors import ConfigError
 from graphs.context import EpisodeContext
 from graphs.inputs import GraphInputError
@@ -108,7 +109,8 @@ def resources_for(context: EpisodeContext | None) -> Resources:
                 roles = context.role_models()
             except ConfigError as exc:  # a context set by hand (Studio) naming an unknown pipeline or option
                 raise GraphInputError(f"runtime context: {exc}") from None
-            gateway = Gateway(roles, cache=_shared_cache(context), ledger=_shared_ledger(context))
+            gateway = Gateway(roles, cache=_shared_cache(context), ledger=_shared_ledger(context),
+                              modes=ModeMemory.in_folder(context.run_dir))
             store = Path(context.run_dir) / "memory" / context.system.name if context.run_dir else None
             memory = create_backend(context.system.memory, MemoryEnv(gateway=gateway, store_dir=store))
             judges = [create_judge(j) for j in context.judges]
@@ -118,15 +120,16 @@ def resources_for(context: EpisodeContext | None) -> Resources:
 
 
 async def release(context: EpisodeContext) -> None:
-    """Close what a context opened (memory stores, the web) and forget it (end of a run). What the
-    web searched and fetched is listed in `<run_dir>/web_log.jsonl`."""
+    """Close what a context opened (memory stores, the web, local model servers) and forget it (end
+    of a run). What the web searched and fetched is listed in `<run_dir>/web_log.jsonl`."""
     with _lock:
         resources = _resources.pop(context_key(context), None)
         web = _webs.pop(_web_key(context), None)
+    for closer in _closers:  # first: a pipeline's servers (an agent endpoint) may serve the gateway
+        await closer(context)
     if resources is not None:
         await resources.memory.aclose()
-    for closer in _closers:
-        await closer(context)
+        await resources.gateway.aclose()
     if web is not None:
         if context.run_dir and web.log:
             with (Path(context.run_dir) / "web_log.jsonl").open("a", encoding="utf-8") as fh:

@@ -8,12 +8,28 @@ It exercises litellm's real HTTP path. Each request consumes the next scripted b
     500 / 503  server error
     timeout    accept, then answer only after `hang_s` seconds
     malformed  200, but the message content is truncated JSON
+    cut        200, truncated JSON with finish_reason "length" (the answer hit max_tokens)
     garbage    200 with a body that is not JSON at all
+    400        bad request (a refusal no retry can fix)
+    invalid500 a request-validation error under status 500 (as llama-cpp-python's server sends them)
 
-Usage (manual):  python tests/openai_stub.py --port 8011
+Server kinds (`kind=`) emulate what real servers accept as structured output:
+
+    openai               json_schema, json_object (+ schema), tools        (OpenAI, vLLM, LM Studio)
+    llamacpp             json_object (+ schema); json_schema is a request-validation error under
+                         status 500, worded as llama-cpp-python's server words it
+    no_json_schema       json_object and tools; json_schema refused with 400
+    no_response_format   tools only; any response_format refused with 400
+    text_only            neither response_format nor tools (400): the schema in the prompt is all
+
+`api_key=` makes every request without that bearer key fail with 401, `models=` every request
+for another model fail with 404 (an unknown model), as OpenAI and vLLM answer them.
+
+Usage (manual):  python tests/openai_stub.py --port 8011 [--kind llamacpp]
 then point a role at it: model = "openai/gpt-4o-mini", api_base = "http://127.0.0.1:8011/v1".
 Usage is reported per request as words in the messages / in the answer, so a test can check that
-the tokens in the ledger are the server's.
+the tokens in the ledger are the server's. Each request is recorded with the structured mode it
+asked for (`json_schema`, `json_object`, `tool`, or `none`), so tests can count attempts.
 """
 
 from __future__ import annotations
@@ -26,9 +42,29 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agents.scripted import compose_text, schema_from_response_format, schema_instance
+from agents.scripted import compose_text, requested_schema, schema_instance
 
-BEHAVIOURS = ("ok", "429", "500", "503", "timeout", "malformed", "garbage")
+BEHAVIOURS = ("ok", "429", "500", "503", "timeout", "malformed", "cut", "garbage", "400", "invalid500")
+# kind -> the structured modes it accepts, and how it refuses the others (status, message)
+SERVER_KINDS: dict[str, tuple[frozenset[str], int, str]] = {
+    "openai": (frozenset({"json_schema", "json_object", "tool"}), 400, ""),
+    "llamacpp": (
+        frozenset({"json_object", "tool"}),
+        500,
+        "1 validation error for CreateChatCompletionRequest\nresponse_format.type\n"
+        "  Input should be 'text' or 'json_object' [type=literal_error, input_value='json_schema', input_type=str]",
+    ),
+    "no_json_schema": (frozenset({"json_object", "tool"}), 400, "response_format type 'json_schema' is not supported"),
+    "no_response_format": (frozenset({"tool"}), 400, "Unrecognized request argument supplied: response_format"),
+    "text_only": (frozenset(), 400, "Unrecognized request argument supplied: {param}"),
+}
+
+
+def asked_mode(body: dict[str, Any]) -> str:
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") in ("json_schema", "json_object"):
+        return response_format["type"]
+    return "tool" if body.get("tools") else "none"
 
 
 def _words(text: str) -> int:
@@ -36,8 +72,21 @@ def _words(text: str) -> int:
 
 
 class OpenAIStub:
-    def __init__(self, port: int = 0, hang_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        port: int = 0,
+        hang_s: float = 30.0,
+        *,
+        kind: str = "openai",
+        api_key: str | None = None,
+        models: tuple[str, ...] | None = None,
+    ) -> None:
+        if kind not in SERVER_KINDS:
+            raise ValueError(f"unknown stub server kind {kind!r}; valid: {', '.join(SERVER_KINDS)}")
         self.hang_s = hang_s
+        self.kind = kind
+        self.api_key = api_key
+        self.models = models
         self.requests: list[dict[str, Any]] = []
         self._script: deque[str] = deque()
         self._lock = threading.Lock()
@@ -79,15 +128,31 @@ class OpenAIStub:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def refusal(self, body: dict[str, Any], authorization: str | None) -> tuple[int, str] | None:
+        """The (status, message) this server kind refuses the request with, or None."""
+        if self.api_key is not None and authorization != f"Bearer {self.api_key}":
+            return 401, "Incorrect API key provided. You can find your API key at https://platform.example/keys."
+        if self.models is not None and body.get("model") not in self.models:
+            return 404, f"The model `{body.get('model')}` does not exist or you do not have access to it."
+        accepted, status, message = SERVER_KINDS[self.kind]
+        mode = asked_mode(body)
+        if mode != "none" and mode not in accepted:
+            return status, message.format(param="tools" if mode == "tool" else "response_format")
+        return None
+
     def completion(self, body: dict[str, Any], broken: bool = False) -> dict[str, Any]:
         messages = body.get("messages", [])
-        schema = schema_from_response_format(body.get("response_format"))
+        schema, tool = requested_schema(body, messages)
         if schema is not None:
             content = json.dumps(schema_instance(schema, messages, seed=7))
             if broken:
                 content = content[: len(content) // 2]
         else:
             content = compose_text(messages, seed=7, lead="Stub model answer.")
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if tool is not None:
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_stub", "type": "function", "function": {"name": tool, "arguments": content}}]}
         prompt_tokens = sum(_words(str(m.get("content", ""))) for m in messages)
         completion_tokens = _words(content)
         return {
@@ -95,7 +160,7 @@ class OpenAIStub:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "stub"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool else "stop"}],
             "usage": {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
@@ -133,10 +198,23 @@ class OpenAIStub:
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, b'{"error": {"message": "not found"}}')
                     return
+                refused = stub.refusal(body, self.headers.get("Authorization"))
+                if refused is not None:
+                    status, message = refused
+                    with stub._lock:
+                        stub.requests.append({"behaviour": f"refused {status}", "mode": asked_mode(body), "body": body})
+                    error = {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
+                    self._send(status, json.dumps(error).encode())
+                    return
                 behaviour = stub._next()
                 with stub._lock:
-                    stub.requests.append({"behaviour": behaviour, "body": body})
-                if behaviour in ("429", "500", "503"):
+                    stub.requests.append({"behaviour": behaviour, "mode": asked_mode(body), "body": body})
+                if behaviour == "400":
+                    error = {"error": {"message": "stub: the request is invalid", "type": "invalid_request_error"}}
+                    self._send(400, json.dumps(error).encode())
+                elif behaviour == "invalid500":
+                    self._send(500, json.dumps({"error": {"message": SERVER_KINDS["llamacpp"][2], "type": "internal_server_error"}}).encode())
+                elif behaviour in ("429", "500", "503"):
                     error = {"error": {"message": f"stub {behaviour}", "type": "stub_error", "code": behaviour}}
                     self._send(int(behaviour), json.dumps(error).encode(), {"Retry-After": "0"})
                 elif behaviour == "timeout":
@@ -144,8 +222,32 @@ class OpenAIStub:
                     self._send(200, json.dumps(stub.completion(body)).encode())
                 elif behaviour == "garbage":
                     self._send(200, b"<html>this is not json")
+                elif body.get("stream"):
+                    self._stream(stub.completion(body, broken=behaviour in ("malformed", "cut")))
                 else:
-                    self._send(200, json.dumps(stub.completion(body, broken=behaviour == "malformed")).encode())
+                    completion = stub.completion(body, broken=behaviour in ("malformed", "cut"))
+                    if behaviour == "cut":
+                        completion["choices"][0]["finish_reason"] = "length"
+                    self._send(200, json.dumps(completion).encode())
+
+            def _stream(self, completion: dict[str, Any]) -> None:
+                """Server-sent events: one word per chunk, then the usage, then [DONE]."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                content = completion["choices"][0]["message"]["content"] or ""
+                base = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+                words = content.split(" ")
+                for i, word in enumerate(words):
+                    delta = {"role": "assistant", "content": word if i == 0 else " " + word}
+                    finish = "stop" if i == len(words) - 1 else None
+                    event = base | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                    self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                self.wfile.write(f"data: {json.dumps(base | {'choices': [], 'usage': completion['usage']})}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
 
         return Handler
 
@@ -153,9 +255,13 @@ class OpenAIStub:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=8011)
+    parser.add_argument("--kind", choices=sorted(SERVER_KINDS), default="openai")
+    parser.add_argument("--api-key", default=None, help="Refuse (401) requests without this bearer key.")
+    parser.add_argument("--models", default=None, help="Comma-separated model names served; others get 404.")
     args = parser.parse_args()
-    with OpenAIStub(port=args.port) as stub:
-        print(f"OpenAI-compatible stub at {stub.base_url}", flush=True)
+    models = tuple(args.models.split(",")) if args.models else None
+    with OpenAIStub(port=args.port, kind=args.kind, api_key=args.api_key, models=models) as stub:
+        print(f"OpenAI-compatible stub ({args.kind}) at {stub.base_url}", flush=True)
         try:
             while True:
                 time.sleep(3600)

@@ -6,25 +6,13 @@ before it serves.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
+from agents.loopback import bind_socket
 from benchmarks.errors import AtelierError
 
 STARTUP_TIMEOUT_S = 15.0
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise AtelierError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    return sock
 
 
 class AsgiServer:

@@ -45,6 +45,7 @@ _COMMAND_MODULES = (
     "runs.cli.judges",
     "runs.cli.graph",
     "runs.cli.gateway",
+    "runs.cli.model",
     "runs.cli.simulate",
 )
 for _name in _COMMAND_MODULES:

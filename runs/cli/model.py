@@ -1,0 +1,106 @@
+"""`atelier model serve|check` (the local model, and probing a recipe's models) and `atelier bench model`."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from runs.cli._common import machine_facts, print_json
+
+MODEL_HELP = "Use this model for every role (any litellm provider string, `local/smollm2`, or `scripted`)."
+
+
+def _recipe(recipe: Optional[Path], model: Optional[str], api_base: Optional[str], api_key: Optional[str]):
+    """The recipe (or the embedded quickstart when none is named) with command-line model overrides."""
+    from runs.recipe import load_recipe
+
+    path = recipe or Path(__file__).resolve().parent.parent / "recipes" / "quickstart.toml"
+    return load_recipe(path).with_overrides(model=model, api_base=api_base, api_key=api_key)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    model_app = typer.Typer(help="Models: serve the local one, probe a recipe's.", no_args_is_help=True)
+    app.add_typer(model_app, name="model")
+
+    @model_app.command("serve")
+    def serve(
+        gguf: Optional[Path] = typer.Option(None, "--gguf", help="A GGUF file (default: the bundled SmolLM2-135M-Instruct)."),
+        port: int = typer.Option(0, "--port", help="0 picks a free port."),
+        host: str = typer.Option("127.0.0.1", "--host"),
+        n_ctx: int = typer.Option(8192, "--n-ctx", help="Context window in tokens."),
+        threads: Optional[int] = typer.Option(None, "--threads", help="llama.cpp threads (default: half the usable cores)."),
+    ) -> None:
+        """Serve a local GGUF model with an OpenAI-compatible API (llama-cpp-python) until Ctrl-C."""
+        from agents.local_model import parse_local_model, serve_on_socket
+        from agents.loopback import bind_socket
+
+        model = f"local?gguf={gguf}" if gguf else "local/smollm2"
+        spec = parse_local_model(model)
+        spec = spec.model_copy(update={"n_ctx": n_ctx, **({"threads": threads} if threads else {})})
+        sock = bind_socket(host, port)
+        base = f"http://{host}:{sock.getsockname()[1]}/v1"
+        threads_note = f"{spec.threads} thread{'s' * (spec.threads != 1)}"
+        typer.echo(f"serving {spec.gguf} as {spec.alias!r} (n_ctx {spec.n_ctx}, {threads_note}) at {base}", err=True)
+        typer.echo(f'in a recipe: model = "openai/{spec.alias}", api_base = "{base}"', err=True)
+        typer.echo(base)
+        serve_on_socket(spec, sock)
+
+    @model_app.command("check")
+    def check(
+        recipe: Optional[Path] = typer.Argument(None, help="A recipe (default: the quickstart's roles)."),
+        model: Optional[str] = typer.Option(None, "--model", help=MODEL_HELP),
+        api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for every role."),
+        api_key: Optional[str] = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY", help="API key for every role."),
+        as_json: bool = typer.Option(False, "--json", help="Print the probes as JSON on stdout."),
+    ) -> None:
+        """Per role: a text and a structured probe — reachable, structured mode chosen, latency, tokens/s."""
+        from runs.model_check import probe_recipe
+
+        probes = asyncio.run(probe_recipe(_recipe(recipe, model, api_base, api_key)))
+        if as_json:
+            print_json([p.model_dump(mode="json") for p in probes])
+        else:
+            _print_probes(probes)
+        if not all(p.ok for p in probes):
+            raise typer.Exit(1)
+
+    @bench_app.command("model")
+    def bench_model(
+        recipe: Optional[Path] = typer.Argument(None, help="Take the model from this recipe's role."),
+        role: str = typer.Option("system", "--role", help="The role whose model is measured."),
+        model: Optional[str] = typer.Option(None, "--model", help="The model (default: the recipe's, else local/smollm2)."),
+        api_base: Optional[str] = typer.Option(None, "--api-base"),
+        api_key: Optional[str] = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY"),
+        requests: int = typer.Option(6, "--requests", min=1, help="Requests of each kind (plain and streamed)."),
+        max_tokens: int = typer.Option(96, "--max-tokens", min=1, help="Completion length asked for."),
+    ) -> None:
+        """Tokens/s, time to first token (streamed) and the framework's time as a share of the model's (JSON)."""
+        from agents.model_bench import ModelBenchSettings, run_model_bench
+
+        settings = _recipe(recipe, model or (None if recipe else "local/smollm2"), api_base, api_key).role_models()
+        chosen = settings.get(role) or settings["system"]
+        bench = ModelBenchSettings(requests=requests, max_tokens=max_tokens)
+        print_json({**asyncio.run(run_model_bench(chosen, bench)), "role": role, "machine": machine_facts()})
+
+
+def _print_probes(probes) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="model check")
+    for column in ("roles", "model", "text", "tok/s", "structured", "mode", "error"):
+        table.add_column(column, overflow="fold")
+    for p in probes:
+        latency = lambda s: f"{s.latency_ms:.0f} ms" if s.ok and s.latency_ms is not None else "failed"  # noqa: E731
+        mode = p.structured.structured_mode or "–"
+        if p.structured.refused_modes:
+            mode += f" (refused: {', '.join(p.structured.refused_modes)})"
+        table.add_row(
+            ", ".join(p.roles), p.model + (" (dry run)" if p.dry_run else ""), latency(p.text),
+            f"{p.text.tokens_per_s:.1f}" if p.text.tokens_per_s else "–", latency(p.structured), mode,
+            p.text.error or p.structured.error or "",
+        )
+    Console(stderr=True).print(table)
