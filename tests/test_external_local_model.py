@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from agents.local_model import SERVERS
 from runs.recipe import parse_recipe
 from runs.runner import run_recipe
+from tests.test_local_model import local_model_installed  # noqa: F401 (autouse: skips, or fails in CI, without the extra)
 
 pytest.importorskip("open_deep_research")
 pytest.importorskip("gpt_researcher")
-SERVERS = pytest.importorskip("agents.local_model").SERVERS  # the `local/` provider (issue 11)
-from tests.test_local_model import local_model_installed  # noqa: E402,F401 (autouse: skips, or fails in CI, without the extra)
 
 LOCAL = "local/smollm2"
 # per role, the most tokens of one answer: room for a tool turn's JSON, short prose elsewhere
