@@ -15,6 +15,7 @@ import hashlib
 import multiprocessing
 import os
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 
@@ -30,10 +31,26 @@ def default_workers() -> int:
     return cores if cores > 1 else 0
 
 
+def _exit_with_parent(parent_pid: int) -> None:
+    """Worker initializer: exit when the parent is gone. A parent killed outright (a Studio server
+    stopped with SIGKILL, a run killed -9) runs no atexit, and its workers would wait on the call
+    queue forever."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def _pool(workers: int) -> ProcessPoolExecutor:
     with _lock:
         if workers not in _pools:
-            _pools[workers] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            _pools[workers] = ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_exit_with_parent, initargs=(os.getpid(),),
+            )
         return _pools[workers]
 
 
