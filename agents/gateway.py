@@ -305,7 +305,10 @@ class Gateway:
             return await self._first_accepted(role, settings, messages, schema, start=known, learn=False)
         async with self.modes.discovery_lock(settings.endpoint):
             known = self.modes.known(settings.endpoint)  # found by another call while this one waited
-            return await self._first_accepted(role, settings, messages, schema, start=known, learn=known is None)
+            if known is None:
+                return await self._first_accepted(role, settings, messages, schema, start=None, learn=True)
+        # outside the lock: the calls that waited for the discovery run side by side again
+        return await self._first_accepted(role, settings, messages, schema, start=known, learn=False)
 
     async def _first_accepted(
         self,
@@ -447,7 +450,7 @@ class Gateway:
         call_id = uuid.uuid4().hex[:12]
         started = time.perf_counter()
         common = {"role": role, "model": settings.model, "call_id": call_id, "kind": kind,
-                  "dry_run": settings.is_scripted, "structured_mode": mode}
+                  "dry_run": settings.is_scripted, "structured_mode": mode, "request_key": key}
         cached = self.cache.get(key) if self.cache else None
         if cached is not None:
             self.ledger.record(
@@ -512,12 +515,13 @@ class Gateway:
         cost = hidden.get("response_cost")
         if self.cache is not None:
             self.cache.put(key, {"content": content, "prompt_tokens": prompt_tokens, "finish_reason": finish_reason,
-                                 "completion_tokens": completion_tokens, "model": settings.model})
+                                 "completion_tokens": completion_tokens, "model": settings.model,
+                                 "messages": messages})  # the prompt, for `atelier trace`
         self.ledger.record(
             **common,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
-            cost_usd=float(cost) if cost is not None else None,
+            cost_usd=0.0 if settings.is_scripted else (float(cost) if cost is not None else None),  # None: litellm has no price
             latency_ms=round((time.perf_counter() - started) * 1000, 3),
             provider_ms=_provider_ms(response),
             finish_reason=finish_reason,

@@ -58,6 +58,7 @@ class LedgerEntry(BaseModel):
     role: str
     model: str
     call_id: str
+    request_key: str | None = None  # the response cache's key: where `atelier trace` finds prompt and answer
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float | None = None
@@ -109,8 +110,13 @@ class Ledger:
 
 def ledger_totals(entries: list[LedgerEntry]) -> dict[str, Any]:
     """Calls, provider calls (not served from the cache), hits, errors, refused output modes (the
-    gateway then asked in a weaker one), tokens and cost."""
+    gateway then asked in a weaker one), tokens and cost.
+
+    A provider call of a model litellm has no price for has an unknown cost, never $0:
+    `unpriced_calls` counts them, and `cost_usd` is None when no provider call was priced (a
+    partial sum when some were)."""
     provider = [e for e in entries if not e.cache_hit and e.status == "ok"]
+    priced = [e.cost_usd for e in provider if e.cost_usd is not None]
     return {
         "calls": len(entries),
         "provider_calls": len(provider),
@@ -119,7 +125,8 @@ def ledger_totals(entries: list[LedgerEntry]) -> dict[str, Any]:
         "mode_refusals": sum(e.status == "refused" for e in entries),
         "prompt_tokens": sum(e.prompt_tokens for e in provider),
         "completion_tokens": sum(e.completion_tokens for e in provider),
-        "cost_usd": round(sum(e.cost_usd or 0.0 for e in provider), 6),
+        "cost_usd": round(sum(priced), 6) if priced or not provider else None,
+        "unpriced_calls": len(provider) - len(priced),
     }
 
 

@@ -53,6 +53,8 @@ class ModelProbe(BaseModel):
     dry_run: bool = False
     text: ProbeStep
     structured: ProbeStep
+    calls: list[LedgerEntry] = Field(default_factory=list, exclude=True,
+                                     description="The probe's requests, for a run's ledger (a preflight's).")
 
     @property
     def ok(self) -> bool:
@@ -102,7 +104,7 @@ async def _probe_one(roles: list[str], settings: ModelSettings, modes: ModeMemor
     finally:
         await gateway.aclose()
     return ModelProbe(roles=roles, model=settings.model, api_base=settings.api_base, dry_run=settings.is_scripted,
-                      text=steps[0], structured=steps[1])
+                      text=steps[0], structured=steps[1], calls=list(ledger.entries))
 
 
 async def probe_models(

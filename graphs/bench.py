@@ -11,6 +11,9 @@ starting the sandbox or spawning extraction workers). Per episode:
   steps, checkpoints, the gateway's bookkeeping, memory recall, the web cache and page
   extraction — divided over the calls. `client_ms_per_llm_call` is the share of a call's time that
   is not the model's latency (litellm's own work, per call).
+- `checkpoint_bytes_per_episode`: the timed episodes' checkpoints.sqlite (a file of their own, pending
+  writes of finished episodes dropped as in runs) over the episodes: the storage a run keeps per
+  episode for this pipeline alone (`atelier bench runner` measures it for the whole episode graph).
 - `critical_path_s`: the longest chain of dependent LLM calls (`response.meta["critical_path_calls"]`,
   counted by the pipeline as it runs: parallel calls count once) times the latency;
   `wall_over_critical_path` = wall / critical path shows whether parallel work really overlaps.
@@ -102,10 +105,12 @@ async def _episodes(graph, context: EpisodeContext, case_ids: list[str], benchma
 
 @contextlib.asynccontextmanager
 async def _checkpointer(kind: str, path: Path):
-    from graphs.serde import serializer, sqlite_checkpointer
+    from graphs.persistence import run_checkpointer
+    from graphs.serde import serializer
 
     if kind == "sqlite":
-        async with sqlite_checkpointer(path) as saver:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        async with run_checkpointer(path.parent) as saver:  # what runs use: <folder>/checkpoints.sqlite
             yield saver
     elif kind == "memory":
         from langgraph.checkpoint.memory import InMemorySaver
@@ -135,14 +140,21 @@ async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, case_
         web = WebConfig(cache_dir=root / "web", mode="record")
         warm = _context(root, name, pipeline, 0, memory, options, web)
         timed = _context(root, name, pipeline, latency_ms, memory, options, web)
+        built = PIPELINES.get(pipeline).build()
+        stored = root / "timed" / "checkpoints.sqlite"
         try:
-            async with _checkpointer(checkpointer, root / "checkpoints.sqlite") as saver:
-                graph = PIPELINES.get(pipeline).build().copy(update={"checkpointer": saver})
-                await _episodes(graph, warm, case_ids, benchmark, 0, "warm-up")
-                episodes = await _episodes(graph, timed, case_ids, benchmark, latency_ms, "timed")
+            async with _checkpointer(checkpointer, root / "warm-up" / "checkpoints.sqlite") as saver:
+                await _episodes(built.copy(update={"checkpointer": saver}), warm, case_ids, benchmark, 0, "warm-up")
+            async with _checkpointer(checkpointer, stored) as saver:  # a fresh file: what a run keeps per episode
+                episodes = await _episodes(built.copy(update={"checkpointer": saver}), timed, case_ids, benchmark,
+                                           latency_ms, "timed")
+                if hasattr(saver, "drop_pending_writes"):  # as the runner does once an episode is done
+                    for case_id in case_ids:
+                        saver.drop_pending_writes(f"timed:{case_id}")
         finally:
             await release(warm)
             await release(timed)
+        stored_bytes = stored.stat().st_size if stored.exists() else None
 
     def mean(key: str) -> float | None:
         values = [e[key] for e in episodes if e[key] is not None]
@@ -156,6 +168,7 @@ async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, case_
         "checkpointer": checkpointer,
         "options": options,
         "episodes": episodes,
+        "checkpoint_bytes_per_episode": round(stored_bytes / len(case_ids)) if stored_bytes else None,
         "mean": {key: mean(key) for key in MEANS},
         "targets": {"framework_ms_per_llm_call": "<= 3 at latency 0",
                     "wall_over_critical_path": "<= 1.2 for deep_research at 100 ms"},

@@ -72,6 +72,7 @@ class PipelineSpec:
     options: type[PipelineOptions] = PipelineOptions
     variant_option: str | None = None  # the option `<name>:<value>` sets (`external:gpt_researcher`: agent)
     bench_figures: Callable[[Any, str], dict[str, Any]] | None = None  # (context, case id) -> more bench figures
+    uses_web: bool = True  # searches or fetches pages (a run's preflight then checks the web answers)
 
 
 PIPELINES: NamedRegistry[PipelineSpec] = NamedRegistry(

@@ -67,4 +67,4 @@ def build_planpers_graph():
 
 
 register_pipeline(PipelineSpec(PIPELINE, "LaMP-QA PlanPers: plan the aspects this user expects, then answer",
-                               build_planpers_graph, PlanPersOptions))
+                               build_planpers_graph, PlanPersOptions, uses_web=False))

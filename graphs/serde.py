@@ -2,10 +2,10 @@
 
 LangGraph deserializes only the types it is told about without complaint ("Deserializing
 unregistered type ... This will be blocked in a future version"); a blocked type would come back
-from a checkpoint as a plain dict and break a resumed run. So every checkpointer is built here:
+from a checkpoint as a plain dict and break a resumed run. So every checkpointer uses `serializer()`:
 
-    async with sqlite_checkpointer(path) as saver: ...       # the runner (one SQLite file per run)
-    InMemorySaver(serde=serializer())                        # anything else, tests included
+    async with run_checkpointer(folder) as saver: ...   # the runner (graphs.persistence)
+    InMemorySaver(serde=serializer())                   # anything else, tests included
 
 **Putting a new type into graph state** (a pydantic model, a dataclass, an enum)? Add it to
 `STATE_TYPES` — a one-line edit. Types nested inside a registered pydantic model travel as plain
@@ -19,14 +19,7 @@ cannot reach: there LangGraph may log the warning, and nothing breaks.
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
-
-import aiosqlite
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from agents.citations import SourceRef
 from agents.clarify import ClarifyAnswers, ClarifyRequest
@@ -34,7 +27,6 @@ from agents.judges.base import JudgeResult
 from agents.planner import ReportForm, ResearchBrief
 from agents.response import Citation, SystemResponse
 from benchmarks.case import Case, CaseView, ConversationTurn, Query
-from benchmarks.errors import DataError
 from graphs.deep_research.state import Clarification, Findings, Note
 from graphs.inputs import GoldContext
 from graphs.sources import WebHit
@@ -67,17 +59,3 @@ STATE_TYPES: tuple[type, ...] = (
 def serializer() -> JsonPlusSerializer:
     """LangGraph's serializer, deserializing exactly the safe built-in types and `STATE_TYPES`."""
     return JsonPlusSerializer(allowed_msgpack_modules=STATE_TYPES)
-
-
-@asynccontextmanager
-async def sqlite_checkpointer(path: str | Path) -> AsyncIterator[AsyncSqliteSaver]:
-    """An AsyncSqliteSaver on the file at `path`, using `serializer()`. A file that is not a
-    checkpoint database is a DataError naming it, before any graph runs."""
-    async with aiosqlite.connect(str(path)) as connection:
-        saver = AsyncSqliteSaver(connection, serde=serializer())
-        try:
-            await saver.setup()
-        except sqlite3.DatabaseError as exc:
-            raise DataError(f"not a readable checkpoint database ({exc}); delete it to go on (episodes that were "
-                            "cut short then start again from their beginning)", file=path) from None
-        yield saver

@@ -38,6 +38,11 @@ def gold_qrels(gold: Gold) -> dict[str, int]:
     return {event_id: 1 for event_id in gold.relevant_history_ids}
 
 
+def has_gold(case: Case) -> bool:
+    """Whether the case has a positively judged history event (only those are scored)."""
+    return any(grade > 0 for grade in gold_qrels(case.gold).values())
+
+
 def user_histories(views: Sequence[CaseView]) -> dict[str, list[HistoryEvent]]:
     """Each user's history: the union of their cases' histories, first occurrence of each id, in order."""
     histories: dict[str, dict[str, HistoryEvent]] = {}
@@ -103,7 +108,7 @@ async def evaluate_retrieval(
         await backend.ingest(user_id, events)
     ingest_seconds = time.perf_counter() - started
 
-    judged = [(case, view) for case, view in zip(cases, views) if any(g > 0 for g in gold_qrels(case.gold).values())]
+    judged = [(case, view) for case, view in zip(cases, views) if has_gold(case)]
     gate = asyncio.Semaphore(concurrency)
 
     async def recall(case: Case, view: CaseView) -> tuple[list[str], float]:

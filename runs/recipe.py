@@ -87,6 +87,30 @@ class RunSection(_Strict):
     out_dir: str = Field(default="runs/out", description="Run folders are created inside it.")
 
 
+class PaperRow(_Strict):
+    """One row of the paper table a recipe reproduces: the paper's numbers for one of its systems,
+    set beside ours in the report."""
+
+    row: str = Field(min_length=1, description="The paper's label of the row, e.g. 'OpenAI Deep Research'.")
+    system: str = Field(description="Our system that stands for it (a name in [[systems]]).")
+    judge: str | None = Field(default=None, description="The judge whose numbers these are (a name in [[judges]]); "
+                              "none for history-retrieval metrics.")
+    values: dict[str, float] = Field(
+        min_length=1,
+        description="Metric -> the paper's value. `score` is the judge's headline score; a criterion the judge "
+        "reports (`GOAL`, `need_alignment`) or a key path into its details (`scaled.tone`), averaged over our cases; "
+        "`history.ndcg@10` ranks the recalled history against the gold; `kendall_tau(a,b)` relates two criteria "
+        "(see runs.comparisons.versus_paper).",
+    )
+
+
+class ReportSection(_Strict):
+    baseline: str | None = Field(default=None, description="The system others are compared against (default: the first).")
+    reproduces: str | None = Field(default=None, description="The paper table this recipe reproduces, as a citation.")
+    note: str = Field(default="", description="How our setting differs from the paper's, shown with its numbers.")
+    paper: list[PaperRow] = Field(default_factory=list)
+
+
 class CacheSection(_Strict):
     enabled: bool = True
     dir: str | None = Field(default=None, description="Default: $ATELIER_CACHE_DIR/llm (~/.cache/atelier/llm).")
@@ -115,6 +139,7 @@ class Recipe(_Strict):
     judges: list[dict[str, Any]] = Field(default_factory=list)
     run: RunSection = Field(default_factory=RunSection)
     cache: CacheSection = Field(default_factory=CacheSection)
+    report: ReportSection = Field(default_factory=ReportSection, description="The [report] table: baseline, paper numbers.")
     user_sim: UserSimSection = Field(default_factory=UserSimSection, description="The [user_sim] table.")
     web: WebConfig = Field(default_factory=WebConfig, description="The [web] table: provider, cache mode, caps.")
     source: str | None = Field(default=None, description="The file it was read from.")
@@ -139,8 +164,12 @@ class Recipe(_Strict):
         api_key: str | None = None,
         limit: int | None = None,
         out_dir: str | None = None,
+        concurrency: int | None = None,
+        seed: int | None = None,
+        systems: list[str] | None = None,
     ) -> "Recipe":
-        """Command-line overrides: `model`/`api_base`/`api_key` apply to every role and system."""
+        """Command-line overrides: `model`/`api_base`/`api_key` apply to every role and system;
+        `systems` keeps only the named systems (in the recipe's order)."""
         update: dict[str, Any] = {k: v for k, v in (("model", model), ("api_base", api_base), ("api_key", api_key)) if v}
         try:
             ModelSettings.model_validate(update)
@@ -157,6 +186,17 @@ class Recipe(_Strict):
             data["benchmark"]["limit"] = limit
         if out_dir is not None:
             data["run"]["out_dir"] = out_dir
+        if concurrency is not None:
+            data["run"]["concurrency"] = concurrency
+        if seed is not None:
+            data["seed"] = seed
+        if systems:
+            known = [s["name"] for s in data["systems"]]
+            unknown = [name for name in systems if name not in known]
+            if unknown:
+                raise ConfigError(f"--systems: no system {', '.join(map(repr, unknown))} in recipe {self.name!r}; "
+                                  f"valid: {', '.join(known)}")
+            data["systems"] = [s for s in data["systems"] if s["name"] in systems]
         try:
             return Recipe.model_validate(data)
         except ValidationError as exc:
@@ -217,12 +257,27 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(f"{source}: systems: names must be unique; repeated: {', '.join(duplicates)}")
+    _check_report(checked.report, names, [j.name for j in checked.judges], source)
     resolved = checked.model_dump(mode="python")
     for system, checked_system in zip(resolved["systems"], checked.systems):
         system["memory"] = checked_system.memory.model_dump()
     resolved["judges"] = [j.model_dump() for j in checked.judges]
     resolved["source"] = source
     return Recipe.model_validate(resolved)
+
+
+def _check_report(report: ReportSection, systems: list[str], judges: list[str], source: str) -> None:
+    problems = []
+    if report.baseline is not None and report.baseline not in systems:
+        problems.append(f"report.baseline: no system {report.baseline!r}; valid: {', '.join(systems)}")
+    for i, row in enumerate(report.paper):
+        if row.system not in systems:
+            problems.append(f"report.paper[{i}].system: no system {row.system!r}; valid: {', '.join(systems)}")
+        only_history = all(metric.startswith("history.") for metric in row.values)
+        if (row.judge is None and not only_history) or (row.judge is not None and row.judge not in judges):
+            problems.append(f"report.paper[{i}].judge: no judge {row.judge!r} in [[judges]]; valid: {', '.join(judges) or 'none'}")
+    if problems:
+        raise ConfigError(f"invalid recipe: {source}: " + "; ".join(problems))
 
 
 MAX_DEPTH = 16  # tables and arrays within each other; a recipe needs a handful

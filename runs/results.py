@@ -29,6 +29,7 @@ class ContextUsed(BaseModel):
     form: str
     event_ids: list[str] = Field(default_factory=list)
     tokens: int = 0
+    text: str = Field(default="", description="The recalled memory as the system received it.")
 
 
 class ResultRecord(BaseModel):

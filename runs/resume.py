@@ -49,6 +49,7 @@ def _role_identities(recipe: dict[str, Any], system: dict[str, Any], roles: tupl
 
 
 def system_identity(recipe: dict[str, Any]) -> dict[str, Any]:
+    """Per-system entries are keyed by system name (see `_shared`)."""
     benchmark = recipe.get("benchmark") or {}
     systems = recipe.get("systems") or []
     return {
@@ -56,7 +57,7 @@ def system_identity(recipe: dict[str, Any]) -> dict[str, Any]:
         **{f"benchmark.{key}": benchmark.get(key) for key in _BENCHMARK_KEYS},
         "web": recipe.get("web"),
         "user_sim": recipe.get("user_sim") or {"clarify": False},  # folders from before [user_sim] did not ask
-        "systems": [{k: v for k, v in s.items() if k != "models"} for s in systems],
+        "systems": {s.get("name"): {k: v for k, v in s.items() if k != "models"} for s in systems},
         **{f"models.{role}": {s.get("name"): _role_identities(recipe, s, (role,))[role] for s in systems}
            for role in SYSTEM_SIDE},
     }
@@ -70,15 +71,31 @@ def judgment_identity(recipe: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_PER_SYSTEM = ("systems", "models")
+
+
+def _shared(before: dict[str, Any], now: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both identities restricted to the systems both recipes have: a resumed run may add systems or
+    leave some out (`--systems`); a system kept under its name must not have changed."""
+    names = set((before.get("systems") or before.get("models") or {}).keys()) & set(
+        (now.get("systems") or now.get("models") or {}).keys())
+
+    def keep(identity: dict[str, Any]) -> dict[str, Any]:
+        return {key: {n: v for n, v in value.items() if n in names}
+                if key.startswith(_PER_SYSTEM) and isinstance(value, dict) else value
+                for key, value in identity.items()}
+
+    return keep(before), keep(now)
+
+
 def check_resume(previous: dict[str, Any], current: dict[str, Any]) -> ResumeCheck:
     """Compare the recipe a folder was run with (`previous`, from config.json) to `current`."""
     try:
-        before = system_identity(previous)
-        judged_before = judgment_identity(previous)
+        before, now = _shared(system_identity(previous), system_identity(current))
+        judged_before, judged_now = _shared(judgment_identity(previous), judgment_identity(current))
     except (ValidationError, ValueError, TypeError, AttributeError):  # written by another version
         return ResumeCheck(refused=["the recipe in config.json is unreadable"], judgments_changed=True)
-    now = system_identity(current)
     changed = [key for key in now if before.get(key) != now[key]]
     # a role that changed only because the role it falls back to did goes unmentioned
     refused = [key for key in changed if f"models.{ROLE_FALLBACK.get(key.removeprefix('models.'))}" not in changed]
-    return ResumeCheck(refused=refused, judgments_changed=judged_before != judgment_identity(current))
+    return ResumeCheck(refused=refused, judgments_changed=judged_before != judged_now)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -34,15 +34,16 @@ from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidde
 from graphs.episode import build_episode_graph
 from graphs.inputs import forget_cases, remember_cases
 from graphs.pipelines import check_systems_available
+from graphs.persistence import run_checkpointer
 from graphs.resources import release, resources_for
-from graphs.serde import sqlite_checkpointer
 from graphs.simulate import run_with_simulated_user
 from runs.judging import judge_again, judge_comparisons, judgments_due
+from runs.outcome import RunOutcome, outcome_of
+from runs.preflight import preflight
 from runs.recipe import Recipe
-from runs.report import write_report
 from runs.resume import check_resume
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
-from runs.summary import summarize
+from runs.usage import system_usage
 from tools.config import WebConfig
 from tools.web import check_web_config
 
@@ -91,8 +92,21 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def expected_keys(case_ids: list[str], systems: list[str]) -> list[str]:
+    """The episodes of a recipe: every (case, system), systems outermost."""
+    return [result_key(case_id, system) for system in systems for case_id in case_ids]
+
+
 class Runner:
-    def __init__(self, recipe: Recipe, folder: Path | None = None, *, progress: bool = True) -> None:
+    def __init__(
+        self,
+        recipe: Recipe,
+        folder: Path | None = None,
+        *,
+        progress: bool = True,
+        say: Callable[[str], None] | None = None,
+        preflight: bool = True,
+    ) -> None:
         self.recipe = recipe
         if folder is not None and folder.exists() and not folder.is_dir():
             raise ConfigError(f"{folder} is a file, not a run folder: give --out a new or existing run folder")
@@ -101,7 +115,12 @@ class Runner:
         self.run_id = (stored and stored.run_id) or (folder.name if folder else new_run_id(recipe))
         self.folder = RunFolder(folder or Path(recipe.run.out_dir) / self.run_id)
         self.progress = progress
+        self.say = say or (lambda message: None)
+        self.preflight = preflight
         self.cache_dir = (recipe.cache.dir or str(cache_dir() / "llm")) if recipe.cache.enabled else None
+        self.outcome: RunOutcome | None = None
+        self.expected = 0  # episodes of the current recipe, known once the cases are loaded
+        self.already_done = 0  # of those, finished in an earlier session of this run folder
 
     @property
     def web(self) -> WebConfig:
@@ -126,16 +145,22 @@ class Runner:
             clarify_answerer="simulated_user" if self.recipe.user_sim.clarify else "none",
         )
 
+    def load_cases(self) -> list[Case]:
+        return self.recipe.cases()
+
     async def run(self) -> RunFolder:
         recipe = self.recipe
-        b = recipe.benchmark
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         check_systems_available(recipe.systems)  # so does a system whose optional extra is missing
         judgments_changed = self._check_resumable()
-        cases = recipe.cases()
+        cases = self.load_cases()
         check_hidden_facets(cases, recipe.systems)
-        # a judge the cases cannot feed is refused here, before any episode
-        check_judge_fit([create_judge(j) for j in recipe.judges], cases, b.name, [s.name for s in recipe.systems])
+        if self.preflight:  # models answer, keys, data, judge fit, the web: or nothing starts
+            passed = await preflight(recipe, cases)
+        else:  # a judge the cases cannot feed is refused all the same
+            passed = None
+            check_judge_fit([create_judge(j) for j in recipe.judges], cases, recipe.benchmark.name,
+                            [s.name for s in recipe.systems])
         self.folder.path.mkdir(parents=True, exist_ok=True)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
         dry_run = any(resources_for(c).gateway.dry_run for c in contexts.values())
@@ -146,51 +171,66 @@ class Runner:
                                   (self.folder.ledger, "that call is missing from the ledger")):
             _mend_torn_line(path, consequence)
         read_ledger(self.folder.ledger)  # a bad line is reported now, not after every episode has run
+        if passed is not None:
+            self.say(f"preflight ok ({passed.seconds:.1f} s)")
+        if passed is not None and passed.calls:
+            with self.folder.ledger.open("a", encoding="utf-8") as fh:  # the probes cost what calls cost
+                fh.writelines(e.model_copy(update={"run_id": self.run_id}).model_dump_json() + "\n"
+                              for e in passed.calls)
         remember_cases(self.run_id, cases)  # episodes' state holds only (benchmark, case id)
         results = ResultsFile(self.folder.results)
-        latest = results.load()
+        keys = set(expected_keys([c.id for c in cases], [s.name for s in recipe.systems]))
+        latest = {k: r for k, r in results.load().items() if k in keys}
         done = {k for k, r in latest.items() if r.ok}
         todo = [(case, system) for system in recipe.systems for case in cases
                 if result_key(case.id, system.name) not in done]
         rejudge = self._to_rejudge(latest, cases, contexts, judgments_changed)
+        self.expected, self.already_done = len(keys), len(done)
+        if done:
+            self.say(f"resuming {self.folder.path}: {len(done)} of {len(keys)} episodes already done, "
+                     f"{len(todo)} to run" + (f", {len(rejudge)} to judge again" if rejudge else ""))
 
-        async with sqlite_checkpointer(self.folder.checkpoints) as saver:
-            graph = build_episode_graph(sorted({s.pipeline for s in recipe.systems if s.conversation is None}),
-                                        checkpointer=saver,
-                                        conversations=sorted({s.pipeline for s in recipe.systems if s.conversation}))
-            limit = asyncio.Semaphore(recipe.run.concurrency)
+        try:
+            async with run_checkpointer(self.folder.path) as saver:
+                graph = build_episode_graph(sorted({s.pipeline for s in recipe.systems if s.conversation is None}),
+                                            checkpointer=saver,
+                                            conversations=sorted({s.pipeline for s in recipe.systems if s.conversation}))
+                limit = asyncio.Semaphore(recipe.run.concurrency)
 
-            async def one(case: Case, system: SystemSpec) -> ResultRecord:
-                async with limit:
-                    record = await self._episode(graph, case, system, contexts[system.name])
+                async def one(case: Case, system: SystemSpec) -> ResultRecord:
+                    async with limit:
+                        record = await self._episode(graph, case, system, contexts[system.name])
+                    await asyncio.to_thread(results.append, record)  # its fsync must not stall other episodes
+                    if record.ok:
+                        saver.drop_pending_writes(record.key)
+                    return record
+
+                async def judged_again(stored: ResultRecord, case: Case, judges: list[Judge]) -> ResultRecord:
+                    # judges that changed leave no judgment standing: the old ones are dropped, not mixed in
+                    kept = stored.model_copy(update={"judgments": [], "scores": {}}) if judgments_changed else stored
+                    async with limit:
+                        record = kept.with_judgments(await judge_again(case, stored, contexts[stored.system], judges))
+                    await asyncio.to_thread(results.append, record)
+                    return record
+
+                with _progress(self.progress, total=len(keys), done=len(done) - len(rejudge)) as bar:
+                    tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
+                    tasks += [asyncio.create_task(judged_again(stored, case, judges)) for stored, case, judges in rejudge]
+                    for finished in asyncio.as_completed(tasks):
+                        record = await finished
+                        bar.advance(record.ok)
+            if rejudge:
+                print(f"note: judged {len(rejudge)} stored response{'s' * (len(rejudge) != 1)} again "
+                      "(their systems did not run again)", file=sys.stderr)
+            # judges comparing two systems' responses (LaMP-QA pairwise) run once both exist
+            by_id = {c.id: c for c in cases}
+            for record in await judge_comparisons(results.load(), by_id, contexts, recipe.run.concurrency):
                 results.append(record)
-                return record
-
-            async def judged_again(stored: ResultRecord, case: Case, judges: list[Judge]) -> ResultRecord:
-                # judges that changed leave no judgment standing: the old ones are dropped, not mixed in
-                kept = stored.model_copy(update={"judgments": [], "scores": {}}) if judgments_changed else stored
-                async with limit:
-                    record = kept.with_judgments(await judge_again(case, stored, contexts[stored.system], judges))
-                results.append(record)
-                return record
-
-            with _progress(self.progress, total=len(cases) * len(recipe.systems), done=len(done) - len(rejudge)) as bar:
-                tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
-                tasks += [asyncio.create_task(judged_again(stored, case, judges)) for stored, case, judges in rejudge]
-                for finished in asyncio.as_completed(tasks):
-                    record = await finished
-                    bar.advance(record.ok)
-        if rejudge:
-            print(f"note: judged {len(rejudge)} stored response{'s' * (len(rejudge) != 1)} again "
-                  "(their systems did not run again)", file=sys.stderr)
-        # judges comparing two systems' responses (LaMP-QA pairwise) run once both exist
-        by_id = {c.id: c for c in cases}
-        for record in await judge_comparisons(results.load(), by_id, contexts, recipe.run.concurrency):
-            results.append(record)
-        for context in contexts.values():
-            await release(context)
-        forget_cases(self.run_id)
-        self.finish(config)
+        finally:
+            for context in contexts.values():
+                await release(context)
+            forget_cases(self.run_id)
+        self.finish(config, cases)
         return self.folder
 
     async def _episode(self, graph, case: Case, system: SystemSpec, context: EpisodeContext) -> ResultRecord:
@@ -212,7 +252,7 @@ class Runner:
             **base,
             status="ok",
             response=out["response"],
-            user_context=ContextUsed(**user_context.model_dump(include={"backend", "form", "event_ids", "tokens"}))
+            user_context=ContextUsed(**user_context.model_dump(include={"backend", "form", "event_ids", "tokens", "text"}))
             if user_context else None,
             judgments=judgments,
             scores={j.judge: j.score for j in judgments},
@@ -265,24 +305,62 @@ class Runner:
             "versions": _versions(),
         }
 
-    def finish(self, config: dict[str, Any]) -> None:
-        """Write summary.json and report.html from what results.jsonl and ledger.jsonl hold."""
-        records = list(ResultsFile(self.folder.results).load().values())
-        judges = [create_judge(j) for j in self.recipe.judges]
-        summary = summarize(records, [s.name for s in self.recipe.systems], [j.key for j in judges],
-                            seed=self.recipe.seed, aggregates={j.key: j.aggregate for j in judges})
-        ledger = read_ledger(self.folder.ledger)
-        summary = {
-            "run_id": self.run_id,
-            "dry_run": config["dry_run"],
-            "benchmark": self.recipe.benchmark.model_dump(),
-            "n_cases": len(config["cases"]),
-            "judges": [j.key for j in judges],
-            **summary,
-            "ledger": ledger_totals(ledger),
-        }
-        write_json_atomic(self.folder.summary, summary)
-        write_report(self.folder.report, config=config, summary=summary, records=records)
+    def finish(self, config: dict[str, Any], cases: list[Case] | None = None) -> RunOutcome:
+        self.outcome = finish_run(self.folder, config, cases)
+        return self.outcome
+
+
+def run_cases(config: dict[str, Any]) -> dict[str, Case]:
+    """The cases of a run, loaded again as its recipe names them ({} when the data is not here)."""
+    try:
+        loaded = Recipe.model_validate(config["recipe"]).cases(limited=False)
+    except Exception:  # noqa: BLE001 - the report then shows case ids without their queries
+        return {}
+    wanted = set(config["cases"])
+    return {case.id: case for case in loaded if case.id in wanted}
+
+
+def finish_run(folder: RunFolder, config: dict[str, Any], cases: list[Case] | None = None) -> RunOutcome:
+    """Write summary.json and report.html for exactly the episodes of the recipe in `config` (its
+    cases x systems), from what results.jsonl and ledger.jsonl hold; return how the run ended.
+    `cases` (the run's, else loaded again) give the report each case's query."""
+    from runs.comparisons import versus_baseline, versus_paper  # scipy and matplotlib: only once there is
+    from runs.report import write_report  # something to summarize (a failed preflight exits sooner)
+    from runs.summary import summarize
+
+    recipe = config["recipe"]
+    systems = [s["name"] for s in recipe["systems"]]
+    judge_objects = [create_judge(j) for j in recipe["judges"]]
+    judges = [j.key for j in judge_objects]
+    keys = expected_keys(config["cases"], systems)
+    wanted = set(keys)
+    records = [r for k, r in ResultsFile(folder.results).load().items() if k in wanted]
+    outcome = outcome_of(records, keys, judges)
+    ledger = read_ledger(folder.ledger)
+    summary = summarize(records, systems, judges, seed=recipe.get("seed", 0),
+                        aggregates={j.key: j.aggregate for j in judge_objects})
+    for name, usage in system_usage(records, ledger, systems, config["cases"]).items():
+        summary["systems"][name]["usage"] = usage
+    report = recipe.get("report") or {}
+    summary["versus_baseline"] = versus_baseline(records, systems, judges, report.get("baseline"),
+                                                 seed=recipe.get("seed", 0))
+    by_id = {case.id: case for case in cases} if cases is not None else run_cases(config)
+    summary["paper"] = versus_paper(records, report.get("paper") or [], by_id)
+    summary = {
+        "run_id": config["run_id"],
+        "dry_run": config["dry_run"],
+        "benchmark": recipe["benchmark"],
+        "n_cases": len(config["cases"]),
+        "judges": judges,
+        "episodes": outcome.as_dict(),
+        **summary,
+        # the run's calls: its episodes' and its own (preflight), not those of systems or cases left out since
+        "ledger": ledger_totals([e for e in ledger if (e.case_id is None or e.case_id in set(config["cases"]))
+                                 and (e.system is None or e.system in systems)]),
+    }
+    write_json_atomic(folder.summary, summary)
+    write_report(folder.report, config=config, summary=summary, records=records, cases=by_id)
+    return outcome
 
 
 
@@ -348,3 +426,11 @@ class _progress:
 
 def run_recipe(recipe: Recipe, folder: Path | None = None, *, progress: bool = True) -> RunFolder:
     return asyncio.run(Runner(recipe, folder, progress=progress).run())
+
+
+def load_run_config(path: Path) -> dict[str, Any]:
+    """A run folder's config.json (a damaged one is an error naming it), or an error saying it is none."""
+    stored = _stored_config(Path(path) / "config.json")
+    if stored is None:
+        raise ConfigError(f"{path} is not a run folder (no config.json)")
+    return stored.model_dump()

@@ -42,6 +42,9 @@ def test_quickstart_twice_second_run_all_cache_hits(tmp_path, env):
     summary = json.loads((first / "summary.json").read_text())
     assert set(summary["systems"]) == {"direct-none", "direct-full"}
     assert (first / "report.html").read_text().startswith("<!doctype html>")
+    # checkpoints of the sample suite: at most 100 KB per episode on disk
+    episodes = len(lines(first / "results.jsonl"))
+    assert (first / "checkpoints.sqlite").stat().st_size / episodes <= 100_000
     # the first run asks the provider (tasks shared by several users may hit within the run)
     assert sum(not e["cache_hit"] for e in lines(first / "ledger.jsonl")) > len(lines(first / "results.jsonl"))
     ledger = lines(second / "ledger.jsonl")

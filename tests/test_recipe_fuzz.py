@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.errors import AtelierError
+from runs.preflight import PreflightError
 from runs.recipe import load_recipe
 from runs.runner import run_recipe
 from tools.web import check_web_config
@@ -158,8 +159,13 @@ def test_a_mutated_recipe_is_one_clear_error_or_a_run(data):
                 assert names_file_and_place(str(exc), path), str(exc)
                 event(f"{kind}: refused")
                 return
+            try:
+                folder = run_recipe(recipe.with_overrides(limit=1, out_dir=tmp), progress=False)
+            except PreflightError as exc:  # e.g. a model name litellm cannot place: refused before any episode
+                assert all(re.match(r"(models\.|systems\[|judge |data |web: )", p) for p in exc.problems), str(exc)
+                event(f"{kind}: refused by preflight")
+                return
             event(f"{kind}: ran")
-            folder = run_recipe(recipe.with_overrides(limit=1, out_dir=tmp), progress=False)
             assert folder.summary.exists() and folder.report.exists() and folder.results.read_text().strip()
         finally:
             os.chdir(previous)

@@ -222,9 +222,9 @@ def test_an_episode_left_at_its_clarify_interrupt_resumes_there(tmp_path, cache_
 async def stored_interrupt(checkpoints, thread_id):
     """The clarify request an episode's checkpoint is waiting on, read back through the run's serializer."""
     from graphs.episode import build_episode_graph
-    from graphs.serde import sqlite_checkpointer
+    from graphs.persistence import run_checkpointer
 
-    async with sqlite_checkpointer(checkpoints) as saver:
+    async with run_checkpointer(checkpoints.parent) as saver:
         graph = build_episode_graph("asking", checkpointer=saver)
         snapshot = await graph.aget_state({"configurable": {"thread_id": thread_id}})
     [task] = snapshot.tasks

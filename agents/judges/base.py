@@ -122,6 +122,11 @@ class Judge(ABC):
     roles: ClassVar[tuple[str, ...]] = ("judge",)  # model roles it calls; the first is its main role
     scale: ClassVar[str] = "0-1"
     comparative: ClassVar[bool] = False  # judges a response against another system's (see ComparativeJudge)
+
+    @property
+    def uses_web(self) -> bool:
+        """Whether this judge reads pages through the run's web (the preflight then checks it answers)."""
+        return False
     preparation: ClassVar[str] = "preparation"  # what `prepare` does, for failure messages
 
     def __init__(self, config: JudgeConfig) -> None:

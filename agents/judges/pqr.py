@@ -361,6 +361,10 @@ class PQRJudge(Judge):
     preparation = "criteria generation"
     config: PQRJudgeConfig
 
+    @property
+    def uses_web(self) -> bool:
+        return "R" in self.config.axes  # the support check reads each cited source
+
     def requirements(self) -> list[Requirement]:
         needs = [has("a task (query text)", lambda case: case.query.text.strip())]
         if "P" in self.config.axes:

@@ -47,6 +47,8 @@ _COMMAND_MODULES = (
     "runs.cli.gateway",
     "runs.cli.model",
     "runs.cli.simulate",
+    "runs.cli.runs",
+    "runs.cli.catalog",
 )
 for _name in _COMMAND_MODULES:
     try:

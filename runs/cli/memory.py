@@ -93,7 +93,7 @@ def memory_eval(
     param: list[str] = typer.Option([], "--param", help="Backend config field, key=value (repeatable)."),
     option: list[str] = typer.Option([], "--option", help="Benchmark loader option, key=value (e.g. qrels=nist for ikat)."),
     query: str = typer.Option("raw", "--query", help="raw | resolved | context (see memory.base.memory_query)."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Evaluate at most N cases (a seeded subset)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Evaluate at most N cases with gold relevant history (a seeded subset)."),
     model: str = typer.Option("scripted", "--model", help="Model for LLM-using backends (litellm string or scripted)."),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
     budget: Optional[int] = typer.Option(None, "--budget", min=1, help="Context budget in tokens (default: the config's)."),
@@ -101,9 +101,10 @@ def memory_eval(
     per_query: Optional[Path] = typer.Option(None, "--per-query", help="Also write each case's ranking and scores (JSONL)."),
 ) -> None:
     """Score a backend's history retrieval (nDCG@3/10, P@3, R@3, MRR, recall latency) on a benchmark."""
+    from benchmarks.loaders._records import deterministic_subset
     from benchmarks.registry import get_benchmark, load_cases
     from memory.base import QUERY_MODES, MemoryEnv
-    from memory.evaluation import evaluate_retrieval
+    from memory.evaluation import evaluate_retrieval, has_gold
     from memory.registry import create_backend
 
     if query not in QUERY_MODES:
@@ -112,12 +113,15 @@ def memory_eval(
     options = parse_assignments(option, "--option")
     split = split or get_benchmark(benchmark).split_default
     try:
-        cases = load_cases(benchmark, split=split, setting=setting, limit=limit, options=options)
+        every = load_cases(benchmark, split=split, setting=setting, options=options)
     except ValidationError as exc:  # loader options that do not validate
         first = exc.errors()[0]
         raise ConfigError(f"--option {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
     except ValueError as exc:  # a bad split or setting
         raise ConfigError(f"--benchmark {benchmark}: {str(exc).splitlines()[0]}") from None
+    # the limit applies to the cases that can be scored, so `--limit 10` scores 10 when 10 exist
+    judged = [case for case in every if has_gold(case)]
+    cases = deterministic_subset(judged, limit, seed=0, salt=f"memory-eval:{benchmark}:{split}")
     gateway = _gateway(model, api_base)
 
     async def run():
@@ -139,6 +143,8 @@ def memory_eval(
             "query": query,
             "limit": limit,
             **evaluation.summary(),
+            "skipped_without_gold": len(every) - len(judged),  # in the whole split, before the limit
+            "cases_with_gold": len(judged),
             "backend": config.model_dump(mode="json"),
             "model": model,
             "llm": _llm_summary(gateway),

@@ -10,7 +10,11 @@ recipe_app = typer.Typer(help="Recipes: check them before running.", no_args_is_
 
 
 @recipe_app.command("check")
-def check(path: Path = typer.Argument(..., help="A recipe TOML file.")) -> None:
+def check(
+    path: Path = typer.Argument(..., help="A recipe TOML file."),
+    preflight: bool = typer.Option(False, "--preflight", help="Also run the run's preflight: probe every model, "
+                                   "check keys, data checksums, judge fit and the web."),
+) -> None:
     """Validate FILE against the registered benchmarks, pipelines, memory backends, judges and web providers
     (including their API keys), and check that the benchmark's cases carry what each judge needs."""
     from agents.judges.base import check_judge_fit, create_judge
@@ -32,6 +36,13 @@ def check(path: Path = typer.Argument(..., help="A recipe TOML file.")) -> None:
     systems = ", ".join(f"{s.name} [{s.pipeline} + {s.memory['backend']}]" for s in recipe.systems)
     judges = ", ".join(j["name"] for j in recipe.judges) or "none"
     limit = f", limit {b.limit}" if b.limit else ""
+    if preflight:
+        import asyncio
+
+        from runs.preflight import preflight as run_preflight
+
+        passed = asyncio.run(run_preflight(recipe, cases))
+        typer.echo(f"preflight ok ({passed.seconds:.1f} s, {len(passed.calls)} probe calls)", err=True)
     typer.echo(
         f"ok: {path}: benchmark {b.name} (split {b.split or spec.split_default}, "
         f"setting {b.setting or spec.setting_default}{limit}); systems: {systems}; judges: {judges}"

@@ -1,7 +1,13 @@
-"""`atelier run RECIPE`: run a recipe's grid and write a run folder."""
+"""`atelier run RECIPE`: run a recipe's grid and write a run folder.
+
+Exit codes (see `runs.outcome`): 0 all episodes scored, 3 some failed, 2 bad input or a failed
+preflight (nothing started), 130 interrupted (the same command resumes), 1 a bug.
+"""
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -14,17 +20,50 @@ def run(
     api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for every role."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY", help="API key for every role."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Run at most N cases."),
+    systems: Optional[str] = typer.Option(None, "--systems", help="Run only these systems of the recipe (comma-separated names)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, max=256, help="Episodes in flight at once (overrides [run] concurrency)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="The run's seed (case subset, bootstrap); overrides the recipe's."),
     out: Optional[Path] = typer.Option(None, "--out", help="The run folder (an existing one is resumed)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    preflight: bool = typer.Option(True, "--preflight/--no-preflight", help="Probe models, keys, data, judge fit and the web before any episode."),
 ) -> None:
     """Run every (case x system) episode of RECIPE; print the run folder's path last."""
-    from runs.recipe import load_recipe
-    from runs.runner import run_recipe
+    import asyncio
 
-    loaded = load_recipe(recipe).with_overrides(model=model, api_base=api_base, api_key=api_key, limit=limit)
-    folder = run_recipe(loaded, out, progress=progress)
+    from runs.outcome import EXIT_INTERRUPTED
+    from runs.recipe import load_recipe
+    from runs.runner import Runner
+
+    names = [n.strip() for n in systems.split(",") if n.strip()] if systems else None
+    loaded = load_recipe(recipe).with_overrides(model=model, api_base=api_base, api_key=api_key, limit=limit,
+                                               concurrency=concurrency, seed=seed, systems=names)
+    runner = Runner(loaded, out, progress=progress, say=lambda message: typer.echo(message, err=True),
+                    preflight=preflight)
+    try:
+        folder = asyncio.run(runner.run())
+    except KeyboardInterrupt:
+        done = runner.already_done + _finished_now(runner)
+        again = " ".join(shlex.quote(a) for a in sys.argv[1:])
+        if "--out" not in sys.argv:
+            again += f" --out {shlex.quote(str(runner.folder.path))}"
+        typer.echo(f"\ninterrupted: {done} of {runner.expected or '?'} episodes are done and kept in "
+                   f"{runner.folder.results}.\nresume with: atelier {again}", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     _print_summary(folder.summary)
+    outcome = runner.outcome
+    for line in outcome.lines():
+        typer.echo(line, err=True)
     typer.echo(str(folder.path))
+    raise typer.Exit(outcome.exit_code)
+
+
+def _finished_now(runner) -> int:
+    from runs.results import ResultsFile
+
+    try:
+        return sum(r.ok for r in ResultsFile(runner.folder.results).load().values()) - runner.already_done
+    except Exception:  # noqa: BLE001 - a count for a message; the results file itself is intact
+        return 0
 
 
 def _print_summary(path: Path) -> None:
@@ -32,6 +71,8 @@ def _print_summary(path: Path) -> None:
 
     from rich.console import Console
     from rich.table import Table
+
+    from runs.usage import format_cost
 
     summary = json.loads(path.read_text(encoding="utf-8"))
     table = Table(title="DRY RUN (scripted model)" if summary["dry_run"] else None)
@@ -51,7 +92,7 @@ def _print_summary(path: Path) -> None:
     console.print(table)
     console.print(
         f"model calls: {ledger['calls']} ({ledger['provider_calls']} to providers, {ledger['cache_hits']} cache hits), "
-        f"tokens {ledger['prompt_tokens']}+{ledger['completion_tokens']}, cost ${ledger['cost_usd']}"
+        f"tokens {ledger['prompt_tokens']}+{ledger['completion_tokens']}, cost {format_cost(ledger)}"
     )
 
 

@@ -1,0 +1,158 @@
+"""Where a run's graphs persist: the run folder's `checkpoints.sqlite` (LangGraph's SQLite saver).
+
+LangGraph's SQLite saver writes the whole state into every checkpoint of every (sub)graph step, so
+one episode's recalled memory text or response would be stored in a dozen rows. `RunSerializer`
+stores each large state value once per run instead: a value of `_KEEP_APART` bytes or more (a
+channel value in a checkpoint, or a pending write) goes, zlib-compressed, into the table
+`checkpoint_values` under the sha256 of its bytes, and the checkpoint holds a reference to it.
+Reading a checkpoint back (resume, `atelier trace`) puts the values back in place; a checkpoint
+written without references loads as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import sqlite3
+import zlib
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, AsyncIterator, Sequence
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from benchmarks.errors import DataError
+from graphs.serde import serializer
+
+_KEEP_APART = 512  # bytes: smaller values stay inline (a reference would save nothing)
+_REF = "__atelier_value__"  # the key of a reference: {_REF: sha256}, plain data to the serializer
+_SUFFIX = "+zlib"
+
+
+class RunSerializer(SerializerProtocol):
+    """Wraps a LangGraph serializer (`graphs.serde.serializer()`): large state values are stored once
+    in `conn`'s `checkpoint_values` table (see the module docstring), the rest compressed inline."""
+
+    def __init__(self, conn: sqlite3.Connection, serde: SerializerProtocol | None = None) -> None:
+        self.conn = conn
+        self.serde = serde or serializer()
+        self._stored: set[str] = set()
+        self._loaded: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+
+    def setup(self) -> None:
+        self.conn.execute("CREATE TABLE IF NOT EXISTS checkpoint_values "
+                          "(key TEXT NOT NULL UNIQUE, type TEXT NOT NULL, value BLOB NOT NULL)")  # appended in rowid order
+
+    # ------------------------------------------------------------------ writing
+
+    def _apart(self, value: Any) -> Any:
+        """`value`, or a reference to it once it is in the table."""
+        if value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) < _KEEP_APART // 4):
+            return value  # small for sure: not serialized twice (most channel values of a step)
+        kind, data = self.serde.dumps_typed(value)
+        if len(data) < _KEEP_APART:
+            return value
+        key = hashlib.sha256(kind.encode() + b"\0" + data).hexdigest()
+        if key not in self._stored:
+            self.conn.execute("INSERT OR IGNORE INTO checkpoint_values (key, type, value) VALUES (?, ?, ?)",
+                              (key, kind, zlib.compress(data)))
+            self._stored.add(key)
+        return {_REF: key}
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        if isinstance(obj, dict) and isinstance(obj.get("channel_values"), dict):  # a checkpoint
+            obj = {**obj, "channel_values": {k: self._apart(v) for k, v in obj["channel_values"].items()}}
+        else:  # a pending write's value
+            obj = self._apart(obj)
+        kind, data = self.serde.dumps_typed(obj)
+        return (kind + _SUFFIX, zlib.compress(data)) if len(data) >= _KEEP_APART else (kind, data)
+
+    # ------------------------------------------------------------------ reading
+
+    def _back(self, value: Any) -> Any:
+        if not (isinstance(value, dict) and len(value) == 1 and _REF in value):
+            return value
+        key = value[_REF]
+        if key not in self._loaded:  # the bytes, not the object: each checkpoint gets its own copy to mutate
+            row = self.conn.execute("SELECT type, value FROM checkpoint_values WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                raise DataError(f"checkpoint value {key} is missing from checkpoint_values")
+            self._loaded[key] = (row[0], zlib.decompress(row[1]))
+            while len(self._loaded) > 256:
+                self._loaded.popitem(last=False)
+        else:
+            self._loaded.move_to_end(key)
+        return self.serde.loads_typed(self._loaded[key])
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        kind, blob = data
+        if kind.endswith(_SUFFIX):
+            kind, blob = kind.removesuffix(_SUFFIX), zlib.decompress(blob)
+        obj = self.serde.loads_typed((kind, blob))
+        if isinstance(obj, dict) and isinstance(obj.get("channel_values"), dict):
+            return {**obj, "channel_values": {k: self._back(v) for k, v in obj["channel_values"].items()}}
+        return self._back(obj)
+
+
+class InlineSqliteSaver(SqliteSaver):
+    """LangGraph's SqliteSaver with its async methods running the sync ones in the event loop's
+    thread. A checkpoint write is a few compressed KB appended to a WAL file with no sync per
+    commit: done inline it costs well under a millisecond, while aiosqlite's worker thread costs a
+    thread switch and a fight for the GIL per statement, which dominated a run's CPU time."""
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.get_tuple(config)
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        for item in self.list(config, filter=filter, before=before, limit=limit):
+            yield item
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        return self.put(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                          task_path: str = "") -> None:
+        self.put_writes(config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        self.delete_thread(thread_id)
+
+    def drop_pending_writes(self, thread_id: str) -> None:
+        """Forget a finished episode's pending writes: each is a task's output, already folded into
+        the next checkpoint, and only an unfinished step would need it again. The checkpoints (the
+        trace) stay; the freed pages are reused by the episodes that follow."""
+        with self.cursor() as cur:
+            cur.execute("DELETE FROM writes WHERE thread_id = ?", (thread_id,))
+
+
+
+
+@contextlib.asynccontextmanager
+async def run_checkpointer(folder: str | Path) -> AsyncIterator[InlineSqliteSaver]:
+    """The checkpointer of a run folder (created when missing); a file that is not a checkpoint
+    database is a DataError naming it, before any graph runs."""
+    path = Path(folder) / "checkpoints.sqlite"
+    with contextlib.closing(sqlite3.connect(str(path), check_same_thread=False)) as conn:
+        serde = RunSerializer(conn)
+        saver = InlineSqliteSaver(conn, serde=serde)
+        try:
+            # WAL without a sync per commit: a killed process loses nothing (the OS holds the log), and
+            # a commit per checkpoint no longer waits on the disk; only a power cut could cost the last steps
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # a new file only: pages freed can be given back
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            serde.setup()
+            saver.setup()
+        except sqlite3.DatabaseError as exc:
+            raise DataError(f"not a readable checkpoint database ({exc}); delete it to go on (episodes that were "
+                            "cut short then start again from their beginning)", file=path) from None
+        try:
+            yield saver
+        finally:
+            with saver.lock:  # give back the pages the finished episodes' writes left free
+                conn.executescript("PRAGMA incremental_vacuum;")  # (stepped to the end only this way)

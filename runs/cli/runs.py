@@ -1,0 +1,82 @@
+"""Commands over finished (or interrupted) run folders: `atelier report`, `compare`, `trace`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def report(run_dir: Path = typer.Argument(..., help="A run folder (runs/out/<run_id>).")) -> None:
+    """Write RUN_DIR's summary.json and report.html again from its results and ledger; print the report's path."""
+    from runs.runner import RunFolder, finish_run, load_run_config
+
+    folder = RunFolder(run_dir)
+    outcome = finish_run(folder, load_run_config(run_dir))
+    for line in outcome.lines():
+        typer.echo(line, err=True)
+    typer.echo(str(folder.report))
+
+
+def compare(
+    run_dirs: list[Path] = typer.Argument(..., help="Two or more run folders."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write the comparison as a page here."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="The run:system the others are tested against (default: the first)."),
+) -> None:
+    """One table across runs: systems x judges with 95% CIs; paired tests on the cases runs share."""
+    from rich.console import Console
+
+    from runs.compare import compare_runs, print_comparison, write_comparison_html
+
+    comparison = compare_runs(run_dirs, baseline=baseline)
+    print_comparison(comparison, Console())
+    if html is not None:
+        write_comparison_html(comparison, html)
+        typer.echo(str(html), err=True)
+
+
+def trace(
+    run_dir: Path = typer.Argument(..., help="A run folder."),
+    case_id: str = typer.Argument(..., help="The case to step through."),
+    system: Optional[str] = typer.Option(None, "--system", help="Which system's episode (needed when the run has several)."),
+    step: Optional[int] = typer.Option(None, "--step", help="Start at this step (1-based)."),
+    interactive: Optional[bool] = typer.Option(None, "--interactive/--all", help="Step with keys (default on a terminal) or print every step."),
+    full: bool = typer.Option(False, "--full", help="Show prompts, answers and state values whole (default: cut at 600 characters)."),
+) -> None:
+    """Step through one episode's checkpoints: node, what changed in the state, each LLM call with its
+    prompt, response, tokens and latency. Keys: n/→/space next, p/← previous, g first, G last, q quit."""
+    import sys
+
+    from runs.trace import load_trace, step_through
+
+    steps = load_trace(run_dir, case_id, system)
+    if interactive is None:
+        interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    step_through(steps, start=(step or 1) - 1, interactive=interactive, width=10**9 if full else 600)
+
+
+def bench_runner(
+    cases: int = typer.Option(250, "--cases", min=1, help="Episodes (sample-suite cases, repeated under new ids)."),
+    latency_ms: float = typer.Option(100.0, "--latency-ms", min=0, help="Latency of every model call (scripted)."),
+    concurrency: int = typer.Option(32, "--concurrency", min=1, max=256, help="Episodes in flight."),
+    pipeline: str = typer.Option("direct", "--pipeline", help="The system's pipeline."),
+    memory: str = typer.Option("none", "--memory", help="The system's memory backend."),
+    judge: list[str] = typer.Option([], "--judge", help="A judge to run in each episode (repeatable; none by default)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Keep the run folder here (default: a temporary one)."),
+) -> None:
+    """Runner efficiency against the ideal wall time, framework ms per LLM call, peak RSS and checkpoint
+    bytes per episode (JSON)."""
+    from runs.bench_runner import RunnerBenchSettings, run_runner_benchmark
+    from runs.cli._common import machine_facts, print_json
+
+    settings = RunnerBenchSettings(cases=cases, latency_ms=latency_ms, concurrency=concurrency, pipeline=pipeline,
+                                   memory=memory, judges=judge, out_dir=out)
+    print_json({**run_runner_benchmark(settings), "machine": machine_facts()})
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    bench_app.command("runner")(bench_runner)
+    app.command("report")(report)
+    app.command("compare")(compare)
+    app.command("trace")(trace)

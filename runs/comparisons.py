@@ -1,0 +1,143 @@
+"""Paired comparisons against a baseline, with a correction for multiple comparisons.
+
+Each comparison pairs the two sides' scores on the cases both were scored on (`paired_test`: mean
+difference with a bootstrap CI, permutation and Wilcoxon p-values). A table of comparisons tests
+many hypotheses at once, so its permutation p-values are adjusted together with
+Benjamini-Hochberg (`scipy.stats.false_discovery_control`, which controls the false discovery
+rate); `significant` reads the adjusted value at ALPHA.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Mapping
+
+from benchmarks.metrics.statistics import paired_test
+from runs.results import ResultRecord
+
+ALPHA = 0.05
+CORRECTION = "Benjamini-Hochberg"
+
+
+def scores_by_case(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, float]:
+    return {r.case_id: r.scores[judge] for r in records
+            if r.system == system and r.ok and r.scores.get(judge) is not None}
+
+
+def paired_row(a: Mapping[str, float], b: Mapping[str, float], *, seed: int = 0) -> dict[str, Any] | None:
+    """`a` against `b` on their shared cases (differences are a - b); None under two shared cases."""
+    shared = sorted(a.keys() & b.keys())
+    if len(shared) < 2:
+        return None
+    return paired_test([a[c] for c in shared], [b[c] for c in shared], seed=seed).model_dump()
+
+
+def adjust(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add `p_adjusted` and `significant` to rows holding a `permutation_p` (adjusted together)."""
+    from scipy.stats import false_discovery_control
+
+    tested = [row for row in rows if row.get("permutation_p") is not None]
+    adjusted = false_discovery_control([row["permutation_p"] for row in tested]) if tested else []
+    for row in rows:
+        row["p_adjusted"], row["significant"] = None, False
+    for row, p in zip(tested, adjusted):
+        row["p_adjusted"] = float(p)
+        row["significant"] = bool(p < ALPHA)
+    return rows
+
+
+def versus_baseline(
+    records: list[ResultRecord], systems: list[str], judges: list[str], baseline: str | None, *, seed: int = 0
+) -> dict[str, Any]:
+    """Every other system against `baseline` (default: the first system), per judge, adjusted as one family."""
+    baseline = baseline if baseline in systems else (systems[0] if systems else None)
+    rows: list[dict[str, Any]] = []
+    for judge in judges:
+        base = scores_by_case(records, baseline, judge) if baseline else {}
+        for system in systems:
+            if system == baseline:
+                continue
+            row = paired_row(scores_by_case(records, system, judge), base, seed=seed)
+            if row is not None:
+                rows.append({"judge": judge, "system": system, **row})
+    return {"baseline": baseline, "correction": CORRECTION, "alpha": ALPHA, "rows": adjust(rows)}
+
+
+def detail_value(details: Mapping[str, Any], path: str) -> float | None:
+    """The number at a dotted key path of a judgment's details (`P`, `dimensions.GOAL`), if any."""
+    value: Any = details
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+_HISTORY = re.compile(r"^history\.(ndcg|recall|precision)@(\d+)$")
+_TRADE_OFF = re.compile(r"^(kendall_tau|n_both_positive)\((\w+),(\w+)\)$")
+
+
+def judgment_value(judgment: Any, metric: str) -> float | None:
+    """`score` (the headline), a per-criterion score the judge reports (`criteria`), or a key path
+    into its details."""
+    if metric == "score":
+        return judgment.score
+    if metric in judgment.criteria:
+        return judgment.criteria[metric]
+    return detail_value(judgment.details, metric)
+
+
+def _history_values(records: list[ResultRecord], cases: Mapping[str, Any], kind: str, k: int) -> list[float]:
+    """Each scored episode's history retrieval against the case's gold relevant events."""
+    from benchmarks.metrics.ranking import query_ranking_scores
+
+    values = []
+    for record in records:
+        case = cases.get(record.case_id)
+        if case is None or record.user_context is None:
+            continue
+        qrels = dict(case.gold.relevance) or {event: 1 for event in case.gold.relevant_history_ids}
+        if not any(grade > 0 for grade in qrels.values()):
+            continue
+        scores = query_ranking_scores(record.user_context.event_ids, qrels, [k])
+        values.append(getattr(scores, kind)[k])
+    return values
+
+
+def _trade_off(judgments: list[Any], kind: str, a: str, b: str) -> tuple[float | None, int]:
+    """Kendall's tau between two criteria over the cases where both are positive (AEPD's pilot)."""
+    from scipy.stats import kendalltau
+
+    pairs = [(judgment_value(j, a), judgment_value(j, b)) for j in judgments]
+    pairs = [(x, y) for x, y in pairs if x is not None and y is not None and x > 0 and y > 0]
+    if kind == "n_both_positive":
+        return float(len(pairs)), len(pairs)
+    if len(pairs) < 3:
+        return None, len(pairs)
+    return float(kendalltau([x for x, _ in pairs], [y for _, y in pairs]).statistic), len(pairs)
+
+
+def versus_paper(records: list[ResultRecord], paper_rows: list[Mapping[str, Any]],
+                 cases: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """For each number a paper reports (`[[report.paper]]`), ours on the system that stands for the
+    paper's row: the mean over our scored cases of the judge's metric (`score`, a criterion, a details
+    path); `history.ndcg@K` / `history.recall@K` / `history.precision@K`, the memory's ranking of the
+    user's history against the gold relevant events; or `kendall_tau(a,b)` / `n_both_positive(a,b)`
+    between two criteria over the cases where both are positive."""
+    out = []
+    for row in paper_rows:
+        mine = [r for r in records if r.system == row["system"] and r.ok]
+        judgments = [j for r in mine for j in r.judgments if j.judge == row.get("judge") and not j.error]
+        for metric, paper_value in row["values"].items():
+            history, trade_off = _HISTORY.match(metric), _TRADE_OFF.match(metric)
+            if history:
+                values = _history_values(mine, cases or {}, history.group(1), int(history.group(2)))
+                ours, n = (sum(values) / len(values) if values else None), len(values)
+            elif trade_off:
+                ours, n = _trade_off(judgments, *trade_off.groups())
+            else:
+                values = [v for v in (judgment_value(j, metric) for j in judgments) if v is not None]
+                ours, n = (sum(values) / len(values) if values else None), len(values)
+            out.append({"row": row["row"], "system": row["system"], "judge": row.get("judge"), "metric": metric,
+                        "paper": paper_value, "ours": ours, "n": n})
+    return out

@@ -1,0 +1,248 @@
+"""Preflight: everything a run needs, checked before any episode, in a few seconds.
+
+- every model a role uses answers the text and structured probe of `atelier model check`
+  (`agents.model_probe.probe_models`; the scripted model passes at once; an unknown model name or an
+  unreachable `api_base` fails here, not in every episode);
+- the keys those models and the web provider need are present;
+- the benchmark's data files are present and match their registered sha256;
+- every judge fits the benchmark: the cases carry the gold it needs;
+- a web that is not started in-process (a SearXNG URL, a search API, a running sandbox) answers.
+
+Problems are collected, never raised one by one: a failed preflight reports one line per problem
+(`PreflightError`, exit 2) and nothing is started. `atelier run --no-preflight` skips it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from agents.ledger import Ledger, LedgerEntry, call_tags
+from agents.settings import ModelSettings
+from benchmarks.case import Case
+from benchmarks.errors import AtelierError, ConfigError
+from runs.recipe import Recipe
+
+PROBE_TIMEOUT_S = 7.0  # per model, its text and structured probe together; models are probed concurrently
+
+
+class PreflightError(ConfigError):
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        count = f"{len(problems)} problem{'s' * (len(problems) != 1)}"
+        super().__init__(f"preflight failed ({count}); nothing was started:\n  " + "\n  ".join(problems)
+                         + "\n(`atelier run --no-preflight` skips these checks)")
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def model_uses(recipe: Recipe) -> dict[str, tuple[ModelSettings, list[str]]]:
+    """Each distinct model setting the recipe's roles use, with where it is set
+    (`models.judge`, `systems[1].models.system`)."""
+    uses: dict[str, tuple[ModelSettings, list[str]]] = {}
+
+    def add(settings: ModelSettings, where: str) -> None:
+        key = settings.model_dump_json(exclude={"api_key"}) + str(settings.resolved_api_key())
+        uses.setdefault(key, (settings, []))[1].append(where)
+
+    for role, settings in recipe.role_models().items():
+        add(settings, f"models.{role}")
+    for i, system in enumerate(recipe.systems):
+        for role, settings in system.models.items():
+            add(settings, f"systems[{i}].models.{role}")
+    return uses
+
+
+def key_problems(settings: ModelSettings) -> list[str]:
+    """Keys a model needs and does not have (litellm knows each provider's variables)."""
+    if settings.is_scripted:
+        return []
+    if settings.api_key_env and settings.api_key is None and not settings.resolved_api_key():
+        return [f"api_key_env names {settings.api_key_env}, which is not set"]
+    if settings.resolved_api_key() or settings.api_base:
+        return []  # a key given, or an OpenAI-compatible server that may need none
+    import litellm
+
+    litellm.suppress_debug_info = True  # no "Provider List: ..." banner for a model it cannot place
+    try:
+        check = litellm.validate_environment(model=settings.model)
+    except Exception:  # noqa: BLE001 - a model litellm cannot place is reported by the probe
+        return []
+    missing = check.get("missing_keys") or []
+    return [f"needs {', '.join(missing)} (set it, or api_key_env / api_key in the recipe)"] if missing else []
+
+
+async def probe_problem(settings: ModelSettings, where: list[str], ledger: Ledger | None = None,
+                        timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """None when the model answers `agents.model_probe.probe_models`' text and structured probe (the
+    probe `atelier model check` runs), within `timeout_s` in all; else why not, in one line. The
+    probe's calls go into `ledger` (they cost what any call costs)."""
+    if settings.is_scripted:
+        return None
+    from agents.model_probe import probe_models
+
+    if settings.is_local:
+        # Probing would start its server, which a run replayed from the cache never does; what can
+        # be wrong before the first call (no extra, no weights) is what parsing the spec checks.
+        from agents.local_model import LocalModelError, parse_local_model
+
+        try:
+            parse_local_model(settings.model)
+        except LocalModelError as exc:
+            return str(exc)
+        return None
+    quick = settings.model_copy(update={"max_retries": 0, "timeout_s": min(settings.timeout_s, timeout_s)})
+    try:
+        [probe] = await asyncio.wait_for(probe_models({label: quick for label in where}), timeout_s)
+    except asyncio.TimeoutError:
+        return f"no answer within {timeout_s:g} s"
+    if ledger is not None:
+        ledger.entries.extend(probe.calls)
+    failed = next(((kind, step) for kind, step in (("text", probe.text), ("structured", probe.structured))
+                   if not step.ok), None)
+    if failed is None:
+        return None
+    text = " ".join(f"{failed[0]} probe: {failed[1].error}".split())
+    return text if len(text) <= 240 else text[:239] + "…"
+
+
+# ----------------------------------------------------------------------------- data, judges, web
+
+
+def _checksum_memo() -> Path:
+    from benchmarks.data_files import cache_dir
+
+    return cache_dir() / "preflight-sha256.json"
+
+
+def data_problems(benchmark: str) -> list[str]:
+    """The benchmark's registered data files: present (or downloadable) and matching their sha256.
+    A file's verdict is remembered by (path, size, mtime), so a second preflight reads nothing."""
+    from benchmarks.data_files import locate, registered_file, verify_file
+    from benchmarks.registry import get_benchmark
+
+    memo_path = _checksum_memo()
+    try:
+        memo = json.loads(memo_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        memo = {}
+    problems, changed = [], False
+    for relpath in get_benchmark(benchmark).data_files:
+        entry = registered_file(relpath)
+        found = locate(relpath)
+        if found is None:
+            if entry is None or entry.url is None:
+                problems.append(f"data {relpath}: not found, and it has no upstream URL to fetch it from")
+            continue  # the loader fetches it and checks its sha256 before use
+        path = found[0]
+        if entry is None or entry.sha256 is None:
+            continue
+        stat = path.stat()
+        stamp = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{entry.sha256}"
+        if memo.get(stamp) == "ok":
+            continue
+        try:
+            verify_file(entry, path)
+        except AtelierError as exc:
+            problems.append(f"data {relpath}: {exc}")
+            continue
+        memo[stamp], changed = "ok", True
+    if changed:
+        try:
+            memo_path.parent.mkdir(parents=True, exist_ok=True)
+            memo_path.write_text(json.dumps(memo, indent=0), encoding="utf-8")
+        except OSError:
+            pass  # only a memo: the next preflight checks again
+    return problems
+
+
+def judge_problems(recipe: Recipe, cases: Sequence[Case]) -> list[str]:
+    """Judges the benchmark's cases cannot feed (the judges' own declaration of what they need)."""
+    from agents.judges.base import check_judge_fit, create_judge
+
+    try:
+        check_judge_fit([create_judge(j) for j in recipe.judges], cases, recipe.benchmark.name,
+                        [s.name for s in recipe.systems])
+    except AtelierError as exc:
+        return [line.strip() for line in str(exc).splitlines()[1:] if line.strip()] or [str(exc)]
+    return []
+
+
+def needs_web_probe(recipe: Recipe) -> bool:
+    """A web the run uses (a system's pipeline searches, or a judge reads sources) and does not start
+    itself (a SearXNG URL, a search API, a running sandbox)."""
+    from agents.judges.base import create_judge
+    from graphs.pipelines import PIPELINES
+
+    used = any(PIPELINES.get(s.pipeline).uses_web for s in recipe.systems) or any(
+        create_judge(j).uses_web for j in recipe.judges)
+    web = recipe.web
+    return used and web.mode != "replay" and (not web.uses_sandbox or bool(web.sandbox_settings.url))
+
+
+async def web_problem(recipe: Recipe, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    from tools.web import build_web, check_web_config
+
+    try:
+        check_web_config(recipe.web)
+    except AtelierError as exc:
+        return f"web: {exc}"
+    if not needs_web_probe(recipe):
+        return None
+    try:
+        web = build_web(recipe.web.model_copy(update={"mode": "live"}))  # live: a cached answer proves nothing
+        try:
+            await asyncio.wait_for(web.search("weather", 1), timeout_s)
+        finally:
+            await web.aclose()
+    except asyncio.TimeoutError:
+        return f"web: provider {recipe.web.provider!r} gave no search result within {timeout_s:g} s"
+    except Exception as exc:  # noqa: BLE001 - any failure is the answer to the probe
+        return f"web: provider {recipe.web.provider!r} is not reachable: {type(exc).__name__}: {exc}"[:300]
+    return None
+
+
+# ----------------------------------------------------------------------------- all together
+
+
+async def preflight_problems(recipe: Recipe, cases: Sequence[Case], ledger: Ledger | None = None) -> list[str]:
+    problems: list[str] = []
+    uses = list(model_uses(recipe).values())
+    if any(not settings.is_scripted for settings, _ in uses):
+        import litellm  # noqa: F401 - before the probes' clocks start: importing it takes seconds, once
+    for settings, where in uses:
+        problems += [f"{', '.join(where)} ({settings.model}): {p}" for p in key_problems(settings)]
+    problems += data_problems(recipe.benchmark.name)
+    problems += judge_problems(recipe, cases)
+    probed = await asyncio.gather(*(probe_problem(settings, where, ledger) for settings, where in uses),
+                                  web_problem(recipe))
+    for (settings, where), problem in zip(uses, probed[:-1]):
+        if problem:
+            base = f" at {settings.api_base}" if settings.api_base else ""
+            problems.append(f"{', '.join(where)} ({settings.model}{base}): {problem}")
+    if probed[-1]:
+        problems.append(probed[-1])
+    return problems
+
+
+@dataclass
+class Preflight:
+    seconds: float
+    calls: list[LedgerEntry]  # the probes' model calls, for the run's ledger (node `preflight`)
+
+
+async def preflight(recipe: Recipe, cases: Sequence[Case]) -> Preflight:
+    """Raise PreflightError listing every problem; else say how long it took and what it called."""
+    started = time.perf_counter()
+    ledger = Ledger(None)
+    with call_tags(node="preflight"):
+        problems = await preflight_problems(recipe, cases, ledger)
+    if problems:
+        raise PreflightError(problems)
+    return Preflight(time.perf_counter() - started, list(ledger.entries))
+

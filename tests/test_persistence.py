@@ -1,0 +1,44 @@
+"""The run checkpointer's serializer: each large state value stored once, everything loads back."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from benchmarks.errors import DataError
+from graphs.persistence import RunSerializer
+from memory.base import UserContext
+
+
+def test_large_values_are_stored_once_and_load_back_in_place(tmp_path):
+    conn = sqlite3.connect(str(tmp_path / "c.sqlite"))
+    serde = RunSerializer(conn)
+    serde.setup()
+    memory = UserContext(backend="full", form="raw", text="I am vegetarian. " * 200, event_ids=["e1"], tokens=900)
+    checkpoints = [{"v": 1, "id": str(i), "channel_values": {"user_context": memory, "step": i, "case_id": "q1"}}
+                   for i in range(10)]
+    blobs = [serde.dumps_typed(c) for c in checkpoints]
+    write = serde.dumps_typed(memory)  # a pending write of the same value
+    assert conn.execute("SELECT COUNT(*) FROM checkpoint_values").fetchone()[0] == 1  # ten checkpoints, one copy
+    assert all(len(blob) < 300 for _, blob in blobs)  # each checkpoint holds a reference, not the text
+    fresh = RunSerializer(conn)  # another process reading the folder: nothing cached
+    loaded = [fresh.loads_typed(b) for b in blobs]
+    assert [c["channel_values"]["step"] for c in loaded] == list(range(10))
+    assert all(c["channel_values"]["user_context"] == memory for c in loaded)
+    assert fresh.loads_typed(write) == memory
+    first, second = loaded[0]["channel_values"]["user_context"], loaded[1]["channel_values"]["user_context"]
+    first.event_ids.append("changed")  # a reducer mutating one checkpoint's value leaves the others alone
+    assert second.event_ids == ["e1"]
+    small = serde.dumps_typed({"channel_values": {"x": "short"}})
+    assert fresh.loads_typed(small) == {"channel_values": {"x": "short"}}
+
+
+def test_a_missing_value_is_a_clear_error(tmp_path):
+    conn = sqlite3.connect(str(tmp_path / "c.sqlite"))
+    serde = RunSerializer(conn)
+    serde.setup()
+    blob = serde.dumps_typed({"channel_values": {"text": "x" * 5000}})
+    conn.execute("DELETE FROM checkpoint_values")
+    with pytest.raises(DataError, match="is missing from checkpoint_values"):
+        RunSerializer(conn).loads_typed(blob)

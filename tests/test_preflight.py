@@ -1,0 +1,140 @@
+"""Preflight: a recipe with an unknown model, an unreachable api_base, a missing key or a corrupted
+data file is refused before any episode, one line per problem, exit code 2, in a few seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from runs.cli import app
+from runs.preflight import PreflightError, data_problems, preflight_problems
+from runs.recipe import parse_recipe
+from runs.runner import run_recipe
+from tests.openai_stub import OpenAIStub
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once the socket is closed
+
+
+def recipe(tmp_path, system: dict, judge: dict | None = None, **extra):
+    return parse_recipe({
+        "name": "pf",
+        "benchmark": {"name": "tiny"},
+        "models": {"system": system, "judge": judge or {"model": "scripted"}},
+        "systems": [{"name": "none", "memory": {"backend": "none"}}],
+        "judges": [{"name": "lampqa_aspects"}],
+        "run": {"out_dir": str(tmp_path / "out")},
+        **extra,
+    })
+
+
+@pytest.fixture(scope="module", autouse=True)
+def litellm_imported():
+    import litellm  # noqa: F401 - importing it takes seconds once per process; the probes are timed without it
+
+
+def problems(r) -> tuple[list[str], float]:
+    from benchmarks.registry import load_cases
+
+    started = time.perf_counter()
+    found = asyncio.run(preflight_problems(r, load_cases("tiny")))
+    return found, time.perf_counter() - started
+
+
+def test_an_unknown_model_and_an_unreachable_api_base_are_refused_naming_their_roles(tmp_path):
+    found, seconds = problems(recipe(
+        tmp_path,
+        system={"model": "nosuchprovider/some-model"},
+        judge={"model": "openai/gpt-4o-mini", "api_base": f"http://127.0.0.1:{closed_port()}/v1", "api_key": "sk-x"},
+    ))
+    assert seconds < 10
+    assert len(found) == 2
+    assert found[0].startswith("models.system (nosuchprovider/some-model): ") and "LLM Provider NOT provided" in found[0]
+    assert found[1].startswith("models.judge (openai/gpt-4o-mini at http://127.0.0.1:") and "Connection" in found[1]
+
+
+def test_a_working_server_and_the_scripted_model_pass(tmp_path):
+    with OpenAIStub() as stub:
+        found, _ = problems(recipe(tmp_path, system={"model": "openai/gpt-4o-mini", "api_base": stub.base_url,
+                                                     "api_key": "sk-stub"}))
+        kinds = sorted("response_format" in r["body"] for r in stub.requests)
+    assert found == [] and kinds == [False, True]  # one text and one structured probe
+
+
+def test_missing_keys_are_named(tmp_path, monkeypatch):
+    monkeypatch.delenv("ATELIER_TEST_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    found, _ = problems(recipe(tmp_path, system={"model": "openai/gpt-4o-mini", "api_key_env": "ATELIER_TEST_KEY"},
+                               judge={"model": "anthropic/claude-3-5-haiku-20241022"}))
+    assert "models.system (openai/gpt-4o-mini): api_key_env names ATELIER_TEST_KEY, which is not set" in found
+    assert any(p.startswith("models.judge (anthropic/claude-3-5-haiku-20241022): needs ANTHROPIC_API_KEY") for p in found)
+
+
+def test_a_corrupted_data_file_is_refused(tmp_path, monkeypatch):
+    from benchmarks.data_files import locate
+    from benchmarks.loaders.locomo import RELPATH
+
+    original, _ = locate(RELPATH)
+    data = tmp_path / "data"
+    (data / RELPATH).parent.mkdir(parents=True)
+    (data / RELPATH).write_bytes(original.read_bytes()[:-10] + b"corrupted!")
+    monkeypatch.setenv("ATELIER_DATA_DIR", str(data))
+    found = data_problems("locomo")
+    assert len(found) == 1 and found[0].startswith(f"data {RELPATH}: ") and "sha256 mismatch" in found[0]
+    monkeypatch.delenv("ATELIER_DATA_DIR")
+    assert data_problems("locomo") == []
+
+
+def test_a_failed_preflight_starts_nothing_and_exits_2(tmp_path, cache_dir):
+    bad = recipe(tmp_path, system={"model": "nosuchprovider/some-model"})
+    with pytest.raises(PreflightError) as caught:
+        run_recipe(bad, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+    assert str(caught.value).startswith("preflight failed (1 problem); nothing was started:\n  models.system")
+    path = tmp_path / "bad.toml"
+    path.write_text('name = "bad"\n[benchmark]\nname = "tiny"\n[models.system]\nmodel = "nosuchprovider/x"\n'
+                    '[[systems]]\nname = "s"\nmemory = { backend = "none" }\n')
+    result = CliRunner().invoke(app, ["run", str(path), "--no-progress", "--out", str(tmp_path / "cli")])
+    assert isinstance(result.exception, PreflightError)  # main() prints it as one error and exits 2
+    assert not (tmp_path / "cli").exists()
+    skipped = CliRunner().invoke(app, ["run", str(path), "--no-progress", "--no-preflight", "--out", str(tmp_path / "cli")])
+    assert skipped.exit_code == 3 and "failed (of 3)" in skipped.stderr  # every episode failed instead
+
+
+def test_the_command_exits_2_with_one_line_per_problem(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "bad.toml"
+    path.write_text('name = "bad"\n[benchmark]\nname = "sample"\nlimit = 1\n[models.system]\nmodel = "nosuchprovider/x"\n'
+                    f'[models.judge]\nmodel = "openai/gpt-4o-mini"\napi_base = "http://127.0.0.1:{closed_port()}/v1"\n'
+                    'api_key = "sk-x"\n[[systems]]\nname = "s"\nmemory = { backend = "none" }\n')
+    done = subprocess.run([sys.executable, "-m", "runs.cli", "run", str(path), "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert lines[0] == "error: preflight failed (2 problems); nothing was started:"
+    assert lines[1].startswith("  models.system (nosuchprovider/x): ") and lines[2].startswith("  models.judge (")
+    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
+def test_a_judge_that_does_not_fit_the_benchmark_is_one_line_naming_both(tmp_path):
+    from benchmarks.registry import load_cases
+
+    r = parse_recipe({"name": "misfit", "benchmark": {"name": "locomo", "limit": 3},
+                      "systems": [{"name": "s", "memory": {"backend": "none"}}],
+                      "judges": [{"name": "lampqa_aspects"}], "run": {"out_dir": str(tmp_path / "out")}})
+    started = time.perf_counter()
+    found = asyncio.run(preflight_problems(r, load_cases("locomo", limit=3)))
+    assert time.perf_counter() - started < 10
+    assert len(found) == 1
+    assert found[0].startswith("judge 'lampqa_aspects' does not fit benchmark 'locomo': 3 of 3 cases lack rubric aspects")
