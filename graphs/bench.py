@@ -17,6 +17,14 @@ starting the sandbox or spawning extraction workers). Per episode:
 - `critical_path_s`: the longest chain of dependent LLM calls (`response.meta["critical_path_calls"]`,
   counted by the pipeline as it runs: parallel calls count once) times the latency;
   `wall_over_critical_path` = wall / critical path shows whether parallel work really overlaps.
+- `prompt_tokens`, `completion_tokens` (as the ledger counts them) and `embedding_calls` (not LLM calls).
+
+Several pipelines (`compare_graphs`) run one after the other on the same cases, and their figures
+are also set side by side per case. A pipeline is named as in a recipe, or as
+`<pipeline>:<variant>` (`external:open_deep_research`). An external agent's wall time includes
+starting its process (`startup_s`: a fork of the preloaded agent server, whose imports the
+warm-up pass paid for), which counts as framework time; it reports no critical path, so all its
+calls count as one chain.
 """
 
 from __future__ import annotations
@@ -32,18 +40,18 @@ from typing import Any
 from agents.settings import ModelSettings
 from benchmarks.registry import load_cases
 from graphs.context import EpisodeContext, SystemSpec
-from graphs.pipelines import PIPELINES, pipeline_options
+from graphs.pipelines import PIPELINES, pipeline_options, pipeline_variant
 from graphs.resources import release, resources_for
 from tools.config import WebConfig
 
 
-def _context(run_dir: Path, pipeline: str, latency_ms: float, memory: str, options: dict[str, Any],
+def _context(run_dir: Path, name: str, pipeline: str, latency_ms: float, memory: str, options: dict[str, Any],
              web: WebConfig) -> EpisodeContext:
     model = ModelSettings(model=f"scripted?latency_ms={latency_ms:g}", max_concurrency=256, max_retries=0)
     return EpisodeContext(
         run_id="bench-graph", run_dir=str(run_dir), cache_dir=None,
         models={"system": model, "judge": model, "user_sim": model},
-        system=SystemSpec(name=f"bench-{pipeline}", pipeline=pipeline, memory={"backend": memory},
+        system=SystemSpec(name=f"bench-{name.replace(':', '-')}", pipeline=pipeline, memory={"backend": memory},
                           pipeline_options=options),
         judges=[], web=web, clarify_answerer="none",
     )
@@ -62,6 +70,7 @@ def covered_seconds(intervals: list[tuple[float, float]]) -> float:
 async def _episodes(graph, context: EpisodeContext, case_ids: list[str], benchmark: str, latency_ms: float,
                     thread_prefix: str) -> list[dict[str, Any]]:
     ledger = resources_for(context).gateway.ledger
+    figures = PIPELINES.get(context.system.pipeline).bench_figures
     out = []
     for case_id in case_ids:
         before = len(ledger.entries)
@@ -69,7 +78,8 @@ async def _episodes(graph, context: EpisodeContext, case_ids: list[str], benchma
         started = time.perf_counter()
         result = await graph.ainvoke({"benchmark": benchmark, "case_id": case_id}, config, context=context)
         wall = time.perf_counter() - started
-        entries = ledger.entries[before:]
+        entries = [e for e in ledger.entries[before:] if e.kind != "embedding"]
+        embeddings = len(ledger.entries) - before - len(entries)
         calls = len(entries)
         in_model = covered_seconds([(e.ts - e.latency_ms / 1000, e.ts) for e in entries])
         chain = int(result["response"].meta.get("critical_path_calls", calls))
@@ -78,10 +88,14 @@ async def _episodes(graph, context: EpisodeContext, case_ids: list[str], benchma
             "case_id": case_id,
             "wall_s": round(wall, 4),
             "llm_calls": calls,
+            "prompt_tokens": sum(e.prompt_tokens for e in entries),
+            "completion_tokens": sum(e.completion_tokens for e in entries),
+            "embedding_calls": embeddings,
             "in_model_calls_s": round(in_model, 4),
             "framework_ms_per_llm_call": round((wall - in_model) * 1000 / max(calls, 1), 3),
             "client_ms_per_llm_call": round(statistics.fmean(e.latency_ms for e in entries) - latency_ms, 3)
             if entries else None,
+            **(figures(context, case_id) if figures else {}),
             "critical_path_calls": chain,
             "critical_path_s": round(critical, 4),
             "wall_over_critical_path": round(wall / critical, 3) if critical else None,
@@ -106,18 +120,26 @@ async def _checkpointer(kind: str, path: Path):
         yield None
 
 
+MEANS = ("wall_s", "llm_calls", "prompt_tokens", "completion_tokens", "framework_ms_per_llm_call",
+         "client_ms_per_llm_call", "critical_path_calls", "wall_over_critical_path")
+SIDE_BY_SIDE = ("wall_s", "llm_calls", "prompt_tokens", "completion_tokens", "critical_path_calls")
+
+
 async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, case_ids: list[str] | None = None,
                       benchmark: str = "sample", memory: str = "none", options: dict[str, Any] | None = None,
                       checkpointer: str = "sqlite") -> dict[str, Any]:
-    """Times `cases` cases of `benchmark` (or those named by `case_ids`). `checkpointer`: "sqlite"
-    (what runs use), "memory" or "none" (to see what checkpoints cost)."""
-    options = pipeline_options(pipeline, options or {}).model_dump(exclude_defaults=True)
+    """Times `cases` cases of `benchmark` (or those named by `case_ids`). `pipeline` may name a
+    variant (`external:open_deep_research`). `checkpointer`: "sqlite" (what runs use), "memory" or
+    "none" (to see what checkpoints cost)."""
+    name = pipeline
+    pipeline, variant = pipeline_variant(name)
+    options = {**pipeline_options(pipeline, {**(options or {}), **variant}).model_dump(exclude_defaults=True), **variant}
     case_ids = case_ids or [c.id for c in load_cases(benchmark, limit=cases)]
     with tempfile.TemporaryDirectory(prefix="atelier-bench-graph-") as tmp:
         root = Path(tmp)
         web = WebConfig(cache_dir=root / "web", mode="record")
-        warm = _context(root, pipeline, 0, memory, options, web)
-        timed = _context(root, pipeline, latency_ms, memory, options, web)
+        warm = _context(root, name, pipeline, 0, memory, options, web)
+        timed = _context(root, name, pipeline, latency_ms, memory, options, web)
         built = PIPELINES.get(pipeline).build()
         stored = root / "timed" / "checkpoints.sqlite"
         try:
@@ -139,7 +161,7 @@ async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, case_
         return round(statistics.fmean(values), 3) if values else None
 
     return {
-        "pipeline": pipeline,
+        "pipeline": name,
         "latency_ms": latency_ms,
         "benchmark": benchmark,
         "memory": memory,
@@ -147,10 +169,21 @@ async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, case_
         "options": options,
         "episodes": episodes,
         "checkpoint_bytes_per_episode": round(stored_bytes / len(case_ids)) if stored_bytes else None,
-        "mean": {key: mean(key) for key in ("wall_s", "llm_calls", "framework_ms_per_llm_call",
-                                             "client_ms_per_llm_call", "critical_path_calls",
-                                             "wall_over_critical_path")},
+        "mean": {key: mean(key) for key in MEANS},
         "targets": {"framework_ms_per_llm_call": "<= 3 at latency 0",
                     "wall_over_critical_path": "<= 1.2 for deep_research at 100 ms"},
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+async def compare_graphs(pipelines: list[str], latency_ms: float, *, cases: int = 3, case_ids: list[str] | None = None,
+                         benchmark: str = "sample", **kwargs: Any) -> dict[str, Any]:
+    """`bench_graph` for each of `pipelines` on the same cases, and per case their figures side by side."""
+    case_ids = case_ids or [c.id for c in load_cases(benchmark, limit=cases)]
+    results = [await bench_graph(p, latency_ms, case_ids=case_ids, benchmark=benchmark, **kwargs) for p in pipelines]
+    side_by_side = {
+        case_id: {r["pipeline"]: {k: e[k] for k in (*SIDE_BY_SIDE, "startup_s") if k in e}
+                  for r in results for e in r["episodes"] if e["case_id"] == case_id}
+        for case_id in case_ids
+    }
+    return {"cases": case_ids, "side_by_side": side_by_side, "pipelines": results}

@@ -13,7 +13,7 @@ search).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -34,6 +34,10 @@ class PipelineOptions(BaseModel):
     def output_tokens(self) -> dict[str, int]:
         """Per role, the most tokens one answer may take (the budget on the text a pipeline writes)."""
         return {}
+
+    def check_available(self) -> None:
+        """Raise ConfigError when a system with these options cannot run on this machine (an
+        optional extra not installed); called before a run's first episode."""
 
 
 class AnswerBudgetOptions(PipelineOptions):
@@ -66,12 +70,14 @@ class PipelineSpec:
     description: str
     build: Callable[[], Any]  # -> a compiled LangGraph graph (PipelineInput -> PipelineOutput)
     options: type[PipelineOptions] = PipelineOptions
+    variant_option: str | None = None  # the option `<name>:<value>` sets (`external:gpt_researcher`: agent)
+    bench_figures: Callable[[Any, str], dict[str, Any]] | None = None  # (context, case id) -> more bench figures
     uses_web: bool = True  # searches or fetches pages (a run's preflight then checks the web answers)
 
 
 PIPELINES: NamedRegistry[PipelineSpec] = NamedRegistry(
     "pipeline",
-    modules=("graphs.direct", "graphs.rag", "graphs.planpers", "graphs.deep_research.graph"),
+    modules=("graphs.direct", "graphs.rag", "graphs.planpers", "graphs.deep_research.graph", "graphs.external.graph"),
 )
 
 
@@ -81,6 +87,17 @@ def register_pipeline(spec: PipelineSpec) -> PipelineSpec:
 
 def pipeline_names() -> list[str]:
     return PIPELINES.names()
+
+
+def pipeline_variant(name: str) -> tuple[str, dict[str, Any]]:
+    """`deep_research` -> (deep_research, {}); `external:gpt_researcher` -> (external, {"agent": ...})."""
+    pipeline, _, variant = name.partition(":")
+    if not variant:
+        return pipeline, {}
+    option = PIPELINES.get(pipeline).variant_option
+    if option is None:
+        raise ConfigError(f"pipeline {pipeline!r} has no variants ({name!r})")
+    return pipeline, {option: variant}
 
 
 def pipeline_options(pipeline: str, options: dict[str, Any] | PipelineOptions | None) -> PipelineOptions:
@@ -95,3 +112,12 @@ def pipeline_options(pipeline: str, options: dict[str, Any] | PipelineOptions | 
             f"pipeline_options.{'.'.join(str(p) for p in err['loc']) or '(all)'}: {err['msg']}" for err in exc.errors()
         )
         raise ConfigError(f"pipeline {pipeline!r}: {problems}") from None
+
+
+def check_systems_available(systems: Sequence[Any]) -> None:
+    """Each system's `check_available`, before any episode; the error names the system."""
+    for index, system in enumerate(systems):
+        try:
+            pipeline_options(system.pipeline, system.pipeline_options).check_available()
+        except ConfigError as exc:
+            raise ConfigError(f"systems[{index}] ({system.name}): {exc}") from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Awaitable, Callable
 
 from agents.cache import RedisResponseCache, ResponseCache, open_response_cache
 from agents.gateway import Gateway
@@ -70,6 +71,15 @@ _webs: dict[str, Web] = {}
 _seen: dict[int, tuple[EpisodeContext, str]] = {}
 
 
+_closers: list[Callable[[EpisodeContext], Awaitable[None]]] = []
+
+
+def on_release(closer: Callable[[EpisodeContext], Awaitable[None]]) -> Callable[[EpisodeContext], Awaitable[None]]:
+    """Have `release` also close what `closer` opened for a context (a pipeline's own servers)."""
+    _closers.append(closer)
+    return closer
+
+
 def _web_key(context: EpisodeContext) -> str:
     return f"{context.run_id}:{context.web.model_dump_json()}"
 
@@ -127,6 +137,8 @@ async def release(context: EpisodeContext) -> None:
     with _lock:
         resources = _resources.pop(context_key(context), None)
         web = _webs.pop(_web_key(context), None)
+    for closer in _closers:  # first: a pipeline's servers (an agent endpoint) may serve the gateway
+        await closer(context)
     if resources is not None:
         if resources._memory is not None:
             await resources._memory.aclose()

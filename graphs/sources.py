@@ -21,15 +21,12 @@ from pydantic import BaseModel
 from agents.citations import SourceRef
 from benchmarks.data_files import cache_dir
 from tools.errors import WebError
+from tools.urls import web_source_id
 from tools.web import Web
 
 
 def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def web_source_id(url: str) -> str:
-    return "w-" + hashlib.sha256(url.encode("utf-8")).hexdigest()[:12]
 
 
 def gold_source_id(text: str) -> str:

@@ -13,6 +13,7 @@ for several turns (graphs/simulate.py; `system.conversation` sets the turn budge
 from graphs.deep_research.graph import build_deep_research_graph
 from graphs.direct import build_direct_graph
 from graphs.episode import build_episode_graph
+from graphs.external.graph import build_external_graph
 from graphs.judge import build_judge_graph
 from graphs.memory import build_memory_graph
 from graphs.pipelines import PIPELINES
@@ -24,6 +25,7 @@ direct = build_direct_graph()
 rag = build_rag_graph()
 planpers = build_planpers_graph()
 deep_research = build_deep_research_graph()
+external = build_external_graph()
 memory = build_memory_graph()
 judge = build_judge_graph()
 simulate = build_episode_graph([], conversations=PIPELINES.names())

@@ -33,6 +33,7 @@ from benchmarks.json_input import read_appended_jsonl, read_json_file, validatio
 from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
 from graphs.episode import episode_graph_for
 from graphs.inputs import forget_cases, remember_cases
+from graphs.pipelines import check_systems_available
 from graphs.persistence import run_checkpointer
 from graphs.resources import release, resources_for
 from graphs.simulate import run_with_simulated_user
@@ -151,6 +152,7 @@ class Runner:
     async def run(self) -> RunFolder:
         recipe = self.recipe
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
+        check_systems_available(recipe.systems)  # so does a system whose optional extra is missing
         judgments_changed = self._check_resumable()
         cases = self.load_cases()
         check_hidden_facets(cases, recipe.systems)

@@ -93,8 +93,9 @@ def check_real_run(folder: Path, n_results: int) -> list[dict]:
 
 
 @pytest.mark.slow
-# `direct` runs in the quickstart test below, through the CLI
-@pytest.mark.parametrize("pipeline", [name for name in pipeline_names() if name != "direct"])
+# `direct` runs in the quickstart test below, through the CLI; `external` (both agents) in
+# tests/test_external_local_model.py
+@pytest.mark.parametrize("pipeline", [name for name in pipeline_names() if name not in ("direct", "external")])
 def test_every_pipeline_runs_on_the_local_model(tmp_path, cache_dir, pipeline):
     models = {role: {"model": "local/smollm2", "max_tokens": MAX_TOKENS} for role in ("system", "writer", "judge", "user_sim")}
     models |= {role: {"model": "local/smollm2", "max_tokens": STRUCTURED_TOKENS} for role in ("planner", "researcher", "clarifier")}

@@ -34,7 +34,9 @@ def atelier(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def test_the_grid_recipe_pairs_every_pipeline_with_every_memory_backend():
     recipe = load_recipe(GRID)
     pairs = {(s.pipeline, s.memory["backend"]) for s in recipe.systems}
-    assert pairs == set(itertools.product(pipeline_names(), BACKENDS.names()))
+    # this project's pipelines; external agents have their own recipe (external_agents.toml, issue 17)
+    ours = [p for p in pipeline_names() if p != "external"]
+    assert pairs == set(itertools.product(ours, BACKENDS.names()))
     assert recipe.benchmark.name == "sample"
 
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVED = {"episode", "direct", "rag", "planpers", "deep_research", "memory", "judge", "simulate"}
+SERVED = {"episode", "direct", "rag", "planpers", "deep_research", "external", "memory", "judge", "simulate"}
 CASE = {"benchmark": "sample", "case_id": "q01"}
 SMALL = {"max_researchers": 2, "max_rounds": 2, "max_pages": 2, "max_tool_calls": 4}
 
@@ -172,3 +172,23 @@ async def test_the_simulate_graph_talks_with_the_simulated_user_over_http(studio
     assert out["response"]["text"].startswith("## Turn 1\n\n**User:** ")
     conversation = out["response"]["meta"]["conversation"]
     assert 1 <= conversation["user_turns"] <= 2 and conversation["stop_reason"] in ("stop_token", "turn_budget")
+
+
+async def test_an_external_agent_runs_in_studio_and_its_model_calls_show_in_the_trace(studio):
+    pytest.importorskip("gpt_researcher")
+    client = _client(studio)
+    context = {"system": {"name": "gptr", "pipeline": "external", "memory": {"backend": "full"},
+                          "pipeline_options": {"agent": "gpt_researcher", "settings": {"MAX_ITERATIONS": 1}}}}
+    thread = (await client.threads.create())["thread_id"]
+    events = [part.data async for part in client.runs.stream(thread, "external", input=CASE, context=context,
+                                                             stream_mode="events", stream_subgraphs=True)
+              if part.event.startswith("events")]
+    final = (await client.threads.get_state(thread))["values"]
+    meta = final["response"]["meta"]
+    assert final["response"]["text"].startswith("DRY RUN") and meta["agent"] == "gpt_researcher"
+    assert "What you know about the user" in final["brief"]  # the memory's context went into the agent's input
+    history = await client.threads.get_history(thread, limit=20)
+    assert {"brief", "run_agent"} <= {node for checkpoint in history for node in checkpoint["next"]}
+    # every chat request the agent made through the endpoint is a model run of the run_agent node
+    ends = [e for e in events if e["event"] == "on_chat_model_end" and e["metadata"].get("langgraph_node") == "run_agent"]
+    assert len(ends) == sum(n for call, n in meta["calls"].items() if call != "embeddings") > 0

@@ -16,14 +16,15 @@ STARTUP_TIMEOUT_S = 15.0
 
 
 class AsgiServer:
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, *, lifespan: str = "off") -> None:
+        """`lifespan="on"` runs the app's startup and shutdown (apps holding background tasks)."""
         import uvicorn
 
         self._socket = bind_socket(host, port)
         self.host = host
         self.port = int(self._socket.getsockname()[1])
         # log_config=None: leave the process's logging set-up alone (uvicorn would install its own)
-        config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan=lifespan)
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 

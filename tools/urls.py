@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import httpx
 
 
 def canonical_url(url: str) -> str:
     """httpx normalisation (scheme and host case, percent-encoding, default port) without the fragment."""
     return str(httpx.URL(url).copy_with(fragment=None))
+
+
+def web_source_id(url: str) -> str:
+    """The stable id of the web source at `url`, wherever a system read it."""
+    return "w-" + hashlib.sha256(url.encode("utf-8")).hexdigest()[:12]

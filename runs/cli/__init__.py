@@ -44,6 +44,7 @@ _COMMAND_MODULES = (
     "runs.cli.web",
     "runs.cli.judges",
     "runs.cli.graph",
+    "runs.cli.gateway",
     "runs.cli.model",
     "runs.cli.simulate",
     "runs.cli.runs",

@@ -20,12 +20,14 @@ def check(
     from agents.judges.base import check_judge_fit, create_judge
     from benchmarks.registry import get_benchmark
     from graphs.context import check_hidden_facets
+    from graphs.pipelines import check_systems_available
     from runs.recipe import load_recipe
 
     from tools.web import check_web_config
 
     recipe = load_recipe(path)
     check_web_config(recipe.web)
+    check_systems_available(recipe.systems)
     b = recipe.benchmark
     cases = recipe.cases()
     check_hidden_facets(cases, recipe.systems)

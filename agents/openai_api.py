@@ -1,0 +1,313 @@
+"""The gateway as an OpenAI-compatible HTTP API, so external agents' LLM calls go through it.
+
+A small Starlette app rather than litellm's proxy: the proxy routes to providers itself (its own
+retries, cache and spend log) and would bypass `Gateway` — the one place where this project's
+cache, limits, retries, structured-output repair and ledger live. Here every request becomes a
+`Gateway.text` or `Gateway.structured` call:
+
+- `POST /v1/chat/completions`: plain text; `response_format` json_schema / json_object
+  (validated against the agent's own schema, repaired once); `tools` (asked as a structured
+  `ToolTurn`, answered as OpenAI `tool_calls` with deterministic ids); `stream: true` (answered
+  as server-sent events once the answer is complete).
+- `POST /v1/embeddings`: the local MiniLM embedder (cached and ledgered like a model call).
+- `GET /v1/models`.
+
+Who is calling is told by the bearer token: each token is an `EndpointSession` (the run's
+gateway, the case and system to tag, the agent's name, which gateway role each of the agent's
+calls uses). The agent names its calls through the `model` field (`research`, `final_report`,
+...), which becomes the ledger's `node` (`open_deep_research:research`). The agent's own sampling
+parameters are ignored: the run's model settings for that role decide (temperature, seed, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import json
+import secrets
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Coroutine, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from agents.gateway import Gateway, ModelCallError
+from agents.ledger import call_tags
+from agents.scripted import token_estimate
+from agents.tool_calls import (
+    TOOL_TURN_NOTE,
+    content_text,
+    flatten_messages,
+    openai_tool_calls,
+    schema_model,
+    tool_turn_schema,
+)
+
+T = TypeVar("T")
+S = TypeVar("S")
+B = TypeVar("B", bound=BaseModel)
+
+
+@dataclass
+class EndpointSession:
+    """One caller of the endpoint (an agent working on one case, or a whole `gateway serve`)."""
+
+    gateway: Gateway
+    agent: str = "external"
+    tags: dict[str, str] = field(default_factory=dict)  # case, system
+    roles: dict[str, str] = field(default_factory=dict)  # the agent's call name -> gateway role
+    default_role: str = "system"
+    embedder: str = "local"
+    loop: asyncio.AbstractEventLoop | None = None  # where the gateway's calls run (the episode's loop)
+    # the context they run in: the opening graph node's, so its trace (Studio) shows the agent's calls
+    context: contextvars.Context | None = None
+    token: str = field(default_factory=lambda: "atl-" + secrets.token_hex(16))
+    calls: Counter = field(default_factory=Counter)  # requests per call name
+    errors: list[str] = field(default_factory=list)
+
+    def role_for(self, call: str) -> str:
+        return self.roles.get(call, self.default_role)
+
+    async def run(self, make: Callable[[], Coroutine[Any, Any, T]], call: str | None = None) -> T:
+        """Run a gateway (or web) coroutine on the session's loop, tagged for the ledger with the
+        case, system and, as its node, the agent's call name."""
+        node = f"{self.agent}:{call}" if call else None
+
+        async def tagged() -> T:
+            with call_tags(**self.tags, node=node):
+                return await make()
+
+        if self.loop is None or self.loop is asyncio.get_running_loop():
+            return await tagged()
+        # the task is created in (a copy of) the context run_coroutine_threadsafe is called in
+        context = (self.context or contextvars.copy_context()).copy()
+        return await asyncio.wrap_future(context.run(asyncio.run_coroutine_threadsafe, tagged(), self.loop))
+
+
+class TokenRegistry(Generic[S]):
+    """Sessions by token, opened by episodes and read by the server's thread. With a `fallback`,
+    unknown or missing tokens get it (`gateway serve`)."""
+
+    def __init__(self, fallback: S | None = None) -> None:
+        self._sessions: dict[str, S] = {}
+        self._lock = threading.Lock()
+        self.fallback = fallback
+
+    def add(self, session: S) -> S:
+        with self._lock:
+            self._sessions[session.token] = session  # type: ignore[attr-defined]
+        return session
+
+    def remove(self, session: S) -> None:
+        with self._lock:
+            self._sessions.pop(session.token, None)  # type: ignore[attr-defined]
+
+    def get(self, token: str | None) -> S | None:
+        with self._lock:
+            found = self._sessions.get(token or "")
+        return found or self.fallback
+
+
+class Sessions(TokenRegistry[EndpointSession]):
+    def from_request(self, request: Request) -> EndpointSession | None:
+        """The session of a request's bearer token."""
+        header = request.headers.get("authorization", "")
+        token = header.split(" ", 1)[1].strip() if header.lower().startswith("bearer ") else None
+        return self.get(token)
+
+
+class ChatRequest(BaseModel):
+    """The fields of an OpenAI chat request this endpoint acts on; others are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = "default"
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    response_format: dict[str, Any] | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str = "local"
+    input: str | list[str] | list[int] | list[list[int]]
+
+
+def _error(status: int, message: str, kind: str, *, retry: bool = False) -> JSONResponse:
+    # x-should-retry: the gateway already retried; an OpenAI client must not multiply the attempts
+    headers = {} if retry else {"x-should-retry": "false"}
+    return JSONResponse({"error": {"message": message, "type": kind, "code": kind}}, status_code=status, headers=headers)
+
+
+def _call_name(model: str) -> str:
+    """`openai/research` or `research` -> `research` (clients sometimes keep a provider prefix)."""
+    return model.rsplit("/", 1)[-1].rsplit(":", 1)[-1] or "default"
+
+
+async def _answer(session: EndpointSession, request: ChatRequest) -> dict[str, Any]:
+    """The assistant message for `request`: content and, for tool turns, tool_calls."""
+    call = _call_name(request.model)
+    role = session.role_for(call)
+    messages = flatten_messages(request.messages)
+    gateway = session.gateway
+    with_tools = bool(request.tools) and request.tool_choice != "none"
+    if with_tools:
+        schema = tool_turn_schema(request.tools or [], request.tool_choice or "auto")
+        model = schema_model("ToolTurn", schema)
+        asked = messages + [{"role": "user", "content": TOOL_TURN_NOTE}]
+        turn = (await session.run(lambda: gateway.structured(role, asked, model), call)).root
+        key = hashlib.sha256(json.dumps([asked, turn], sort_keys=True, default=str).encode()).hexdigest()
+        tool_calls = openai_tool_calls(turn, key)
+        return {"role": "assistant", "content": turn.get("content") or "", "tool_calls": tool_calls or None}
+    response_format = request.response_format or {}
+    kind = response_format.get("type")
+    if kind == "json_schema":
+        spec = response_format.get("json_schema") or {}
+        model = schema_model(spec.get("name") or "Answer", spec.get("schema") or {"type": "object"})
+    elif kind == "json_object":
+        model = schema_model("Answer", response_format.get("schema") or {"type": "object"})
+    else:
+        text = await session.run(lambda: gateway.text(role, messages), call)
+        return {"role": "assistant", "content": text}
+    value = (await session.run(lambda: gateway.structured(role, messages, model), call)).root
+    return {"role": "assistant", "content": json.dumps(value, ensure_ascii=False)}
+
+
+def _completion(request: ChatRequest, message: dict[str, Any]) -> dict[str, Any]:
+    prompt_tokens = sum(token_estimate(content_text(m.get("content"))) for m in request.messages)
+    answer = (message.get("content") or "") + json.dumps(message.get("tool_calls") or "")
+    digest = hashlib.sha256(json.dumps([request.messages, message], sort_keys=True, default=str).encode()).hexdigest()
+    if not message.get("tool_calls"):
+        message = {k: v for k, v in message.items() if k != "tool_calls"}
+    return {
+        "id": "chatcmpl-" + digest[:24],
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+        # estimates: the exact counts of each provider request are in the run's ledger
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": token_estimate(answer),
+                  "total_tokens": prompt_tokens + token_estimate(answer)},
+    }
+
+
+def _stream(completion: dict[str, Any], include_usage: bool):
+    """The completed answer as OpenAI server-sent events: role, content, tool calls, finish."""
+    choice = completion["choices"][0]
+    message = choice["message"]
+    base = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+        body = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra}
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    yield chunk({"role": "assistant", "content": ""})
+    if message.get("content"):
+        yield chunk({"content": message["content"]})
+    for index, call in enumerate(message.get("tool_calls") or []):
+        yield chunk({"tool_calls": [{"index": index, **call}]})
+    yield chunk({}, choice["finish_reason"])
+    if include_usage:
+        yield f"data: {json.dumps({**base, 'choices': [], 'usage': completion['usage']})}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+async def _json_body(request: Request, model: type[B]) -> B | JSONResponse:
+    try:
+        return model.model_validate(json.loads(await request.body()))
+    except json.JSONDecodeError as exc:
+        return _error(400, f"the request body is not JSON: {exc.msg}", "invalid_request_error")
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(body)"
+        return _error(400, f"invalid request: {where}: {first['msg']}", "invalid_request_error")
+
+
+def openai_routes(sessions: Sessions, prefix: str = "/v1") -> list[Route]:
+    """The OpenAI-compatible routes under `prefix`."""
+
+    async def caller(request: Request, model: type[B]) -> tuple[EndpointSession, B] | Response:
+        session = sessions.from_request(request)
+        if session is None:
+            return _error(401, "unknown API key: this endpoint serves only the sessions it opened", "invalid_api_key")
+        body = await _json_body(request, model)
+        return body if isinstance(body, Response) else (session, body)
+
+    async def chat_completions(request: Request) -> Response:
+        called = await caller(request, ChatRequest)
+        if isinstance(called, Response):
+            return called
+        session, body = called
+        session.calls[_call_name(body.model)] += 1
+        try:
+            message = await _answer(session, body)
+        except ValueError as exc:  # a schema or tool list the agent sent that cannot be used
+            return _error(400, str(exc), "invalid_request_error")
+        except ModelCallError as exc:
+            session.errors.append(str(exc))
+            return _error(502, str(exc), "model_call_error")
+        completion = _completion(body, message)
+        if body.stream:
+            usage = bool((body.stream_options or {}).get("include_usage"))
+            return StreamingResponse(_stream(completion, usage), media_type="text/event-stream")
+        return JSONResponse(completion)
+
+    async def embeddings(request: Request) -> Response:
+        called = await caller(request, EmbeddingRequest)
+        if isinstance(called, Response):
+            return called
+        session, body = called
+        texts = [body.input] if isinstance(body.input, str) else body.input
+        if not all(isinstance(t, str) for t in texts):
+            return _error(400, "input must be text (token arrays are not supported)", "invalid_request_error")
+        session.calls["embeddings"] += 1
+        vectors = await session.run(lambda: embed_texts(session, list(texts)), "embeddings")
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+        tokens = sum(token_estimate(t) for t in texts)
+        return JSONResponse({"object": "list", "data": data, "model": body.model,
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+    async def models(request: Request) -> Response:
+        session = sessions.from_request(request)
+        names = sorted({"default", *(session.roles if session else {})})
+        return JSONResponse({"object": "list", "data": [{"id": n, "object": "model", "owned_by": "atelier"} for n in names]})
+
+    return [
+        Route(f"{prefix}/chat/completions", chat_completions, methods=["POST"]),
+        Route(f"{prefix}/embeddings", embeddings, methods=["POST"]),
+        Route(f"{prefix}/models", models, methods=["GET"]),
+    ]
+
+
+async def embed_texts(session: EndpointSession, texts: list[str]) -> list[list[float]]:
+    """Embed with the session's embedder, through the gateway's cache, with one ledger line."""
+    from agents.cache import request_key
+    from agents.embeddings import get_embedder
+
+    gateway = session.gateway
+    key = request_key({"embedding": session.embedder, "texts": texts})
+    started = time.perf_counter()
+    common = {"role": "embedding", "model": session.embedder, "call_id": secrets.token_hex(6), "kind": "embedding",
+              "prompt_tokens": sum(token_estimate(t) for t in texts), "attempts": 1}
+    cached = gateway.cache.get(key) if gateway.cache else None
+    if cached is not None:
+        gateway.ledger.record(**common, cache_hit=True, latency_ms=round((time.perf_counter() - started) * 1000, 3))
+        return cached["vectors"]
+    embedder = get_embedder(session.embedder)
+    vectors = (await asyncio.to_thread(embedder.embed, texts)).tolist() if texts else []
+    if gateway.cache is not None:
+        gateway.cache.put(key, {"vectors": vectors})
+    gateway.ledger.record(**common, latency_ms=round((time.perf_counter() - started) * 1000, 3))
+    return vectors
+

@@ -1,0 +1,105 @@
+"""The external agents this pipeline can run, and how each is started.
+
+Each runs in a child process (`graphs/external/child`, forked by a preloaded agent server:
+`graphs.external.launcher`) — its own interpreter, so an agent can live in another virtual
+environment (`python` option), and its own environment variables, the only configuration some
+agents read. The child's environment is built from nothing: offline switches (`base_env`), the
+endpoint's URLs and the session's token (`session_env`), and no key of the user's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHILD = Path(__file__).resolve().parent / "child"
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str
+    package: str  # the distribution (pip name) that provides it
+    module: str  # imported in the child; checked before a run when the child uses this interpreter
+    call_roles: dict[str, str] = field(default_factory=dict)  # the agent's call names -> model roles
+
+
+AGENTS: dict[str, AgentSpec] = {
+    "open_deep_research": AgentSpec(
+        "open_deep_research", "open-deep-research==0.0.16", "open_deep_research",
+        {"research": "researcher", "summarization": "researcher", "compression": "researcher",
+         "final_report": "writer"},
+    ),
+    "gpt_researcher": AgentSpec(
+        "gpt_researcher", "gpt-researcher==0.15.1", "gpt_researcher",
+        {"fast": "researcher", "strategic": "planner", "smart": "writer"},
+    ),
+}
+
+
+def check_installed(spec: AgentSpec, python: str | None) -> None:
+    """Fail before the agent starts when it cannot: no such interpreter, or (in this one) no agent."""
+    from benchmarks.errors import ConfigError
+
+    if python is not None and not os.access(python, os.X_OK):
+        raise ConfigError(f"pipeline_options.python: {python} is not an executable interpreter")
+    if python is None and importlib.util.find_spec(spec.module) is None:
+        raise ConfigError(
+            f"external agent {spec.name!r} is not installed: pip install -e \".[agents]\" "
+            f"(or set pipeline_options.python to an interpreter that has {spec.package})"
+        )
+
+
+def _tiktoken_cache() -> str | None:
+    """litellm ships tiktoken's encodings (cl100k, o200k, p50k); tiktoken would download them."""
+    found = importlib.util.find_spec("litellm")
+    if found is None or not found.submodule_search_locations:
+        return None
+    folder = Path(next(iter(found.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
+    return str(folder) if folder.is_dir() else None
+
+
+def base_env() -> dict[str, str]:
+    """The environment an agent's process starts with: offline switches, no key of the user's."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "LANG": "C.UTF-8",
+        "PYTHONHASHSEED": "0",  # set and dict orders the agents' prompts depend on stay the same run to run
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONIOENCODING": "utf-8",
+        "NO_PROXY": "127.0.0.1,localhost,::1",
+        "no_proxy": "127.0.0.1,localhost,::1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "LANGSMITH_TRACING": "false",
+        "LANGCHAIN_TRACING_V2": "false",
+        "ANONYMIZED_TELEMETRY": "False",
+        "DO_NOT_TRACK": "1",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+    cache = _tiktoken_cache()
+    if cache:
+        env["TIKTOKEN_CACHE_DIR"] = cache
+    if os.environ.get("TMPDIR"):
+        env["TMPDIR"] = os.environ["TMPDIR"]
+    return env
+
+
+def session_env(openai_base: str, token: str, web_root: str, proxy: str) -> dict[str, str]:
+    """What one agent run is pointed at: the endpoint's model API (the session's token as its key),
+    its SearXNG search, and (`proxy`) the endpoint as the HTTP proxy its scraper reads pages through."""
+    return {
+        "OPENAI_BASE_URL": openai_base,
+        "OPENAI_API_BASE": openai_base,
+        "OPENAI_API_KEY": token,
+        "SEARX_URL": web_root,
+        "HTTP_PROXY": proxy,
+        "http_proxy": proxy,
+    }
+
+
+def child_command(python: str | None, *args: str) -> list[str]:
+    return [python or sys.executable, str(CHILD), *args]

@@ -1,0 +1,165 @@
+"""Run external agents on briefs, in the agent's own interpreter. Two ways:
+
+    python graphs/external/child <input.json> <output.json>     # one job in this process
+    python graphs/external/child --serve <agent>                # a preloaded server of jobs
+
+A job's input names the agent, the brief (task and user context), the agent's settings and the
+run's endpoint; its output is `{"report", "sources", "error", "refused", "details", "run_s"}`
+(`run_s`: the agent's run, after its imports).
+
+`--serve` imports the agent once (seconds of CPU) and then forks one process per job, so a job
+starts in milliseconds from a process in which no agent has run yet. It reads one request per
+line on stdin — `{"id", "input", "output", "log", "cwd", "env"}`: the job's files, its working
+folder and the environment variables of its session — and answers on stdout, each line prefixed
+`@atelier `: `{"ready": true}` once preloaded (or `{"error": ...}`), then per job
+`{"id", "pid"}` when it starts and `{"id", "exit"}` when it ends. It exits when stdin closes.
+
+Standard library only here; the agent's packages are imported by its runner module (`IMPORTS`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+import guard  # this folder: Python puts a directory it runs on the path
+
+PREFIX = "@atelier "
+
+
+def travel_to(day: str) -> None:
+    """Make the agent's clock start at noon UTC of `day` (its prompts carry today's date)."""
+    from datetime import datetime, timezone
+
+    import time_machine
+
+    time_machine.travel(datetime.fromisoformat(day).replace(hour=12, tzinfo=timezone.utc), tick=True).start()
+
+
+def load_runner(agent: str) -> ModuleType:
+    runner = importlib.import_module(f"run_{agent}")
+    for module in runner.IMPORTS:
+        importlib.import_module(module)
+    return runner
+
+
+def run_job(input_path: Path, output_path: Path, refused: list[str]) -> int:
+    job = json.loads(input_path.read_text(encoding="utf-8"))
+    result: dict = {"report": "", "sources": [], "error": None, "details": {}}
+    try:
+        if job.get("today"):
+            travel_to(job["today"])
+        runner = load_runner(job["agent"])
+        ready = time.perf_counter()
+        try:
+            result.update(asyncio.run(runner.run(job)))
+        finally:
+            result["run_s"] = round(time.perf_counter() - ready, 3)
+    except BaseException as exc:  # noqa: BLE001 - the reason goes back to the run, which records the failure
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+    result["refused"] = list(refused)
+    output_path.write_text(json.dumps(result, ensure_ascii=False), encoding="utf-8")
+    return 0 if result["error"] is None else 1
+
+
+def say(message: dict) -> None:
+    sys.stdout.write(PREFIX + json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def fork_job(request: dict, refused: list[str]) -> int:
+    """Start `request`'s job in a forked process; its pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.chdir(request["cwd"])
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # stdin is the server's request pipe: not the job's
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.environ.update(request["env"])
+        refused.clear()
+        code = run_job(Path(request["input"]), Path(request["output"]), refused)
+    except BaseException:  # noqa: BLE001 - into the job's log; its exit code says it failed
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def reap(children: dict[int, int]) -> None:
+    """Report the jobs that ended."""
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        job = children.pop(pid, None)
+        if job is not None:
+            say({"id": job, "exit": os.waitstatus_to_exitcode(status)})
+
+
+def serve(agent: str) -> int:
+    refused: list[str] = []
+    guard.install(refused)
+    try:
+        load_runner(agent)
+        try:
+            import time_machine  # noqa: F401 - preloaded for jobs with a pinned `today`
+        except ImportError:
+            pass
+    except BaseException as exc:  # noqa: BLE001 - the parent reports it for every job it sent
+        say({"error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    say({"ready": True})
+    children: dict[int, int] = {}
+    pending = b""
+    stdin = sys.stdin.fileno()
+    while True:
+        readable, _, _ = select.select([stdin], [], [], 0.05 if children else 1.0)
+        if readable:
+            chunk = os.read(stdin, 1 << 16)
+            if not chunk:
+                break
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                if line.strip():
+                    request = json.loads(line)
+                    pid = fork_job(request, refused)
+                    children[pid] = request["id"]
+                    say({"id": request["id"], "pid": pid})
+        reap(children)
+    for pid in children:  # the parent is gone: its jobs have no one to report to
+        os.kill(pid, signal.SIGKILL)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[1] == "--serve":
+        return serve(argv[2])
+    refused: list[str] = []
+    guard.install(refused)
+    return run_job(Path(argv[1]), Path(argv[2]), refused)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

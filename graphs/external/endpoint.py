@@ -1,0 +1,130 @@
+"""`AgentEndpoint`: the loopback server external agents talk to, one per run and system.
+
+It serves, on 127.0.0.1 and a free port:
+- `/v1/...` the OpenAI-compatible API over the run's gateway (`agents.openai_api`);
+- `/s/<token>/...` the agent web: SearXNG search, pages and MCP tools over the run's `Web`
+  (`tools.agent_web`).
+
+Each agent run opens a session (`AgentEndpoint.session`): a bearer token that tags its model
+calls with the case, system and the agent's call names, and a web session that records what
+it searched and read. The server runs on its own thread; the gateway and web calls it makes
+are handed to the episode's event loop, so they share the run's limits and clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import threading
+from typing import Callable, Iterator
+
+from starlette.applications import Starlette
+
+from agents.gateway import Gateway
+from agents.openai_api import EndpointSession, Sessions, openai_routes
+from graphs.context import EpisodeContext
+from graphs.resources import on_release
+from tools.agent_web import WebSession, WebSessions, agent_web_routes
+from tools.asgi_server import AsgiServer
+from tools.web import Web
+
+
+class AgentEndpoint:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, fallback: EndpointSession | None = None,
+                 with_mcp: bool = True) -> None:
+        """`fallback`: the session of requests without a known token (`atelier gateway serve`).
+        `with_mcp` needs the `mcp` package (the `agents` extra)."""
+        self.sessions = Sessions(fallback)
+        self.web_sessions = WebSessions()
+        routes = openai_routes(self.sessions) + agent_web_routes(self.web_sessions)
+        self.mcp = None
+        if with_mcp:
+            from tools.agent_mcp import mcp_routes, mcp_server
+
+            self.mcp = mcp_server(self.web_sessions)
+            routes += mcp_routes(self.mcp)
+        self.server = AsgiServer(Starlette(routes=routes, lifespan=self._lifespan), host, port, lifespan="on")
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette):
+        if self.mcp is None:
+            yield
+            return
+        async with self.mcp.session_manager.run():
+            yield
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    @property
+    def openai_base(self) -> str:
+        return f"{self.base_url}/v1"
+
+    def start(self) -> "AgentEndpoint":
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def serve_forever(self) -> None:
+        self.server.serve_forever()
+
+    @contextlib.contextmanager
+    def session(
+        self,
+        gateway: Gateway,
+        web: Web | None,
+        *,
+        agent: str,
+        tags: dict[str, str],
+        roles: dict[str, str],
+        max_results: int = 5,
+        page_chars: int = 2000,
+        keep: Callable[[str], str] | None = None,
+    ) -> Iterator[tuple[EndpointSession, WebSession | None]]:
+        """Open a session for one agent run on the calling event loop; closed on exit. `keep`
+        stores each page text the agent reads and returns its sha256 (the run's source store)."""
+        model_side = EndpointSession(gateway=gateway, agent=agent, tags=tags, roles=roles,
+                                     loop=asyncio.get_running_loop(), context=contextvars.copy_context())
+        web_side = None
+        if web is not None:
+            web_side = WebSession(model_side, web, self.base_url, max_results, page_chars)
+            if keep is not None:
+                web_side.keep = keep
+        self.sessions.add(model_side)
+        if web_side is not None:
+            self.web_sessions.add(web_side)
+        try:
+            yield model_side, web_side
+        finally:
+            self.sessions.remove(model_side)
+            if web_side is not None:
+                self.web_sessions.remove(web_side)
+
+
+_lock = threading.Lock()
+_endpoints: dict[str, AgentEndpoint] = {}
+
+
+def _key(context: EpisodeContext) -> str:
+    return f"{context.run_id}:{context.system.name}"
+
+
+def endpoint_for(context: EpisodeContext) -> AgentEndpoint:
+    """The endpoint of one run's system (started on first use, stopped when the run releases it)."""
+    with _lock:
+        key = _key(context)
+        if key not in _endpoints:
+            _endpoints[key] = AgentEndpoint().start()
+        return _endpoints[key]
+
+
+@on_release
+async def release_endpoint(context: EpisodeContext) -> None:
+    with _lock:
+        endpoint = _endpoints.pop(_key(context), None)
+    if endpoint is not None:
+        await asyncio.to_thread(endpoint.stop)

@@ -1,0 +1,207 @@
+"""`external`: an external deep-research agent as the system under test.
+
+    brief -> run_agent
+
+`brief` writes the agent's input: the task and the user context the memory backend recalled
+(PDR-Bench's protocol). `run_agent` opens a session on the run's agent endpoint (the gateway as
+an OpenAI-compatible API, the run's web as SearXNG pages and MCP tools), runs the agent in a
+child process pointed only at it, and turns its report into a `SystemResponse` whose citations
+are the sources it cited among those it actually read (each with the sha256 of that text, kept in
+the run's source store). A failing agent fails the episode with the agent's own error and the
+tail of its log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from agents.external_brief import agent_brief
+from agents.ledger import current_tags
+from agents.response import Citation, SystemResponse
+from benchmarks.errors import AtelierError
+from graphs.context import EpisodeContext
+from graphs.external.agents import AGENTS, session_env
+from graphs.external.endpoint import endpoint_for
+from graphs.external.launcher import run_agent_job
+from graphs.external.options import ExternalOptions
+from graphs.inputs import PipelineInput, PipelineOutput
+from graphs.pipelines import PipelineSpec, register_pipeline
+from graphs.start import meta_of, pipeline_context, pipeline_options_of, pipeline_resources, start_inputs, view_of
+from tools.agent_web import WebSession
+
+PIPELINE = "external"
+LOG_TAIL_CHARS = 1500
+TIMINGS = "timings.json"
+# Agents parse JSON out of free text they asked for in prose; the scripted model's text is no such JSON.
+DRY_RUN_HINT = " [a dry run: the scripted model's free text may not be the JSON this agent parses from prose]"
+_URL = re.compile(r"https?://[^\s)\]>\"'`]+")
+# a reference-list line: "[3] Title: https://...", "3. https://...", "- [3] ..."
+_NUMBERED = re.compile(r"^\s*(?:[-*]\s*)?(?:\[(\d{1,3})\]|(\d{1,3})[.)])\s")
+
+
+class ExternalAgentError(AtelierError):
+    """The external agent did not produce a report."""
+
+
+class ExternalState(PipelineInput, PipelineOutput, total=False):
+    brief: str
+
+
+def _options(runtime: Runtime[EpisodeContext]) -> ExternalOptions:
+    return pipeline_options_of(runtime, PIPELINE, ExternalOptions)
+
+
+async def write_brief(state: ExternalState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_agent"]]:
+    state, update = await start_inputs(state, runtime, PIPELINE)
+    brief = agent_brief(view_of(state, runtime, PIPELINE), state["user_context"].text)
+    return Command(goto="run_agent", update={**update, "brief": brief})
+
+
+def _run_workdir(context: EpisodeContext, case_id: str) -> Path | None:
+    """`<run>/external/<system>/<case>/`: the agent's input, output, log, response and timings."""
+    if not context.run_dir:
+        return None
+    return Path(context.run_dir) / "external" / context.system.name / re.sub(r"[^A-Za-z0-9_.-]+", "_", case_id)
+
+
+def _workdir(context: EpisodeContext, case_id: str) -> Path:
+    folder = _run_workdir(context, case_id) or Path(tempfile.mkdtemp(prefix="atelier-external-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _write_timings(workdir: Path, wall_s: float, run_s: float | None) -> None:
+    """The agent process's wall time, and of it `startup_s`: until its run started (a fork of the
+    preloaded agent server; the first job of a server also waits for its imports). Kept beside the
+    response, not in it: a replayed run's responses stay identical."""
+    timings = {"wall_s": round(wall_s, 3), "run_s": run_s,
+               "startup_s": round(wall_s - run_s, 3) if run_s is not None else None}
+    (workdir / TIMINGS).write_text(json.dumps(timings), encoding="utf-8")
+
+
+def bench_figures(context: EpisodeContext, case_id: str) -> dict[str, Any]:
+    """`startup_s` of the agent process of `case_id` (for `atelier bench graph`)."""
+    folder = _run_workdir(context, case_id)
+    path = folder / TIMINGS if folder else None
+    return {"startup_s": json.loads(path.read_text())["startup_s"]} if path and path.exists() else {}
+
+
+def _log_tail(workdir: Path) -> str:
+    text = (workdir / "agent.log").read_text(encoding="utf-8", errors="replace").strip()
+    return text[-LOG_TAIL_CHARS:]
+
+
+def _reference_numbers(report: str, web: WebSession) -> dict[str, int]:
+    """The number the agent's own reference list gives each source it read ("[3] ... URL")."""
+    numbers: dict[str, int] = {}
+    for line in report.splitlines():
+        marker = _NUMBERED.match(line)
+        if marker is None:
+            continue
+        for url in _URL.findall(line):
+            source = web.source_for(url)
+            if source is not None:
+                numbers.setdefault(source.id, int(marker.group(1) or marker.group(2)))
+    return numbers
+
+
+def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]) -> SystemResponse:
+    """The agent's report, its citations the sources it cites among those it read."""
+    report = str(result.get("report") or "")
+    for source in web.sources.values():  # an agent that scraped our pages cites their addresses here
+        report = report.replace(web.page_url(source), source.url)
+    cited, unknown = web.cited(_URL.findall(report))
+    numbers = _reference_numbers(report, web)
+    # a source the agent saw only as a search result's snippet has no page text read: no sha256
+    citations = [Citation(source_id=s.id, url=s.url, title=s.title or None, sha256=s.sha256, number=numbers.get(s.id))
+                 for s in cited]
+    refs = [ref.model_dump() for s in web.sources.values() if (ref := s.ref()) is not None]
+    return SystemResponse(
+        text=report,
+        citations=citations,
+        meta={
+            **meta,
+            "citations": {"urls": len(cited) + len(unknown), "sources_cited": len(citations),
+                          "cited_from_snippet": [s.url for s in cited if not s.sha256],
+                          "unverified_urls": unknown,  # URLs in the report the agent was never shown
+                          "sources_read": len(refs)},
+            "searches": web.searches,
+            "fetches": web.fetches,
+            "sources_read": refs,
+            "agent_sources": len(result.get("sources") or []),
+            "web_failures": web.failures[:20],
+            "refused": result.get("refused") or [],
+            "details": result.get("details") or {},
+        },
+    )
+
+
+async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> Command[Literal["__end__"]]:
+    context = pipeline_context(runtime, PIPELINE)
+    options = _options(runtime)
+    options.check_available()
+    spec = AGENTS[options.agent]
+    resources = pipeline_resources(runtime, PIPELINE)
+    endpoint = await asyncio.to_thread(endpoint_for, context)
+    web = await asyncio.to_thread(resources.web)
+    tags = {k: v for k, v in current_tags().items() if k in ("case", "system")}
+    case_id = tags.get("case") or view_of(state, runtime, PIPELINE).id
+    workdir = _workdir(context, case_id)
+    roles = {**spec.call_roles, **options.call_roles}
+    with endpoint.session(resources.gateway, web, agent=spec.name, tags=tags, roles=roles,
+                          max_results=options.max_results, page_chars=options.page_chars,
+                          keep=resources.sources.put) as (model, web_session):
+        assert web_session is not None
+        job = {"agent": spec.name, "brief": state["brief"], "settings": options.settings,
+               "today": options.today.isoformat() if options.today else None,
+               "endpoint": {"openai_base": endpoint.openai_base, "web_root": web_session.root}}
+        (workdir / "input.json").write_text(json.dumps(job, ensure_ascii=False, indent=1), encoding="utf-8")
+        output = workdir / "output.json"
+        output.unlink(missing_ok=True)
+        env = session_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy)
+        (workdir / TIMINGS).unlink(missing_ok=True)
+        started = time.perf_counter()
+        code = await run_agent_job(options.python, spec.name, workdir / "input.json", output, workdir / "agent.log",
+                                   env, options.timeout_s)
+        wall_s = time.perf_counter() - started
+        if code is None:
+            raise ExternalAgentError(f"{spec.name} did not finish within {options.timeout_s:g} s (log: {workdir / 'agent.log'})")
+        if not output.exists():
+            raise ExternalAgentError(f"{spec.name} exited with code {code} and no result; its log ends:\n{_log_tail(workdir)}")
+        result = json.loads(output.read_text(encoding="utf-8"))
+        if result.get("error"):
+            model_errors = f"; model errors: {model.errors[-1]}" if model.errors else ""
+            dry = DRY_RUN_HINT if resources.gateway.dry_run and not model.errors else ""
+            raise ExternalAgentError(
+                f"{spec.name} failed: {result['error']}{model_errors}{dry} (log: {workdir / 'agent.log'})"
+            )
+        _write_timings(workdir, wall_s, result.get("run_s"))
+        meta = meta_of(state, runtime, PIPELINE) | {"agent": spec.name, "calls": dict(sorted(model.calls.items()))}
+        response = agent_response(result, web_session, meta)
+    (workdir / "response.json").write_text(response.model_dump_json(indent=1), encoding="utf-8")
+    return Command(goto=END, update={"response": response})
+
+
+def build_external_graph():
+    graph = StateGraph(ExternalState, context_schema=EpisodeContext, input_schema=PipelineInput,
+                       output_schema=PipelineOutput)
+    graph.add_node("brief", write_brief)
+    graph.add_node("run_agent", run_agent)
+    graph.add_edge(START, "brief")
+    return graph.compile(name=PIPELINE)
+
+
+register_pipeline(PipelineSpec(
+    PIPELINE, "an external deep-research agent (open_deep_research, gpt_researcher) through the gateway endpoint",
+    build_external_graph, ExternalOptions, variant_option="agent", bench_figures=bench_figures,
+))

@@ -1,0 +1,46 @@
+"""`ExternalOptions`: the typed `pipeline_options` of an `external` system."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any, Literal
+
+from pydantic import Field
+
+from graphs.pipelines import PipelineOptions
+
+AgentName = Literal["open_deep_research", "gpt_researcher"]
+
+
+class ExternalOptions(PipelineOptions):
+    """Which external agent runs, how long it may take, and its own settings.
+
+    In a recipe: `pipeline = "external"`, `pipeline_options = { agent = "gpt_researcher" }`.
+    """
+
+    agent: AgentName = Field(default="open_deep_research", description="The external agent that runs.")
+    python: str | None = Field(
+        default=None,
+        description="The interpreter of an environment with the agent installed; unset: this one (the `agents` extra).",
+    )
+    today: date | None = Field(
+        default=None,
+        description="The date the agent lives on (its prompts carry it); set it for runs that replay exactly on any day.",
+    )
+    timeout_s: float = Field(default=1800.0, gt=0, description="The agent's whole run on one case.")
+    call_roles: dict[str, str] = Field(
+        default_factory=dict,
+        description="The agent's call name -> model role (e.g. final_report = 'writer'); adds to the agent's defaults.",
+    )
+    max_results: int = Field(default=5, ge=1, le=20, description="Search results per query the agent is given.")
+    page_chars: int = Field(default=2000, ge=200, description="Characters of each page's text put in a search answer.")
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The agent's own configuration keys (open_deep_research: Configuration fields; "
+        "gpt_researcher: config keys such as MAX_ITERATIONS), over the adapter's defaults.",
+    )
+
+    def check_available(self) -> None:
+        from graphs.external.agents import AGENTS, check_installed
+
+        check_installed(AGENTS[self.agent], self.python)

@@ -1,0 +1,124 @@
+"""The gateway as an OpenAI-compatible endpoint, called with the official `openai` client: text,
+the agent's own JSON schemas, tool calls, streaming, embeddings, errors, and the ledger's tags —
+over the scripted model and over a real HTTP provider (the stub server)."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from jsonschema import Draft202012Validator
+
+from agents.cache import ResponseCache
+from agents.gateway import Gateway
+from agents.ledger import Ledger
+from agents.openai_api import EndpointSession
+from agents.settings import ModelSettings
+from graphs.external.endpoint import AgentEndpoint
+from tests.openai_stub import OpenAIStub
+
+PLAN = {"type": "object", "properties": {"steps": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
+        "required": ["steps"]}
+SEARCH = {"type": "function", "function": {"name": "web_search", "description": "Search the web.", "parameters": {
+    "type": "object", "properties": {"queries": {"type": "array", "items": {"type": "string"}}}, "required": ["queries"]}}}
+
+
+@pytest.fixture
+def endpoint():
+    server = AgentEndpoint(with_mcp=False).start()
+    yield server
+    server.stop()
+
+
+def _session(endpoint: AgentEndpoint, gateway: Gateway, **kwargs) -> EndpointSession:
+    session = EndpointSession(gateway=gateway, agent="odr", tags={"case": "c1", "system": "s1"},
+                              roles={"final_report": "writer"}, **kwargs)
+    return endpoint.sessions.add(session)
+
+
+def _client(endpoint: AgentEndpoint, token: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=endpoint.openai_base, api_key=token, max_retries=0)
+
+
+def test_text_schema_tools_and_streaming_go_through_the_gateway(endpoint, tmp_path):
+    gateway = Gateway(cache=ResponseCache(tmp_path / "llm"), ledger=Ledger(None, run_id="r1"))
+    session = _session(endpoint, gateway)
+    client = _client(endpoint, session.token)
+    ask = [{"role": "user", "content": "Tell me about Alan Turing and the Turing machine."}]
+
+    text = client.chat.completions.create(model="final_report", messages=ask)
+    assert text.choices[0].message.content.startswith("DRY RUN") and text.choices[0].finish_reason == "stop"
+
+    planned = client.chat.completions.create(model="research", messages=ask, response_format={
+        "type": "json_schema", "json_schema": {"name": "Plan", "schema": PLAN, "strict": True}})
+    assert Draft202012Validator(PLAN).is_valid(json.loads(planned.choices[0].message.content))
+
+    called = client.chat.completions.create(model="research", messages=ask, tools=[SEARCH], tool_choice="required")
+    calls = called.choices[0].message.tool_calls
+    assert called.choices[0].finish_reason == "tool_calls" and calls
+    assert all(c.function.name == "web_search" and isinstance(json.loads(c.function.arguments)["queries"], list)
+               for c in calls)
+    again = client.chat.completions.create(model="research", messages=ask, tools=[SEARCH], tool_choice="required")
+    assert [c.id for c in again.choices[0].message.tool_calls] == [c.id for c in calls]  # replay: same conversation
+
+    stream = client.chat.completions.create(model="final_report", messages=ask, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text.choices[0].message.content
+    assert chunks[-1].usage.total_tokens > 0
+
+    entries = gateway.ledger.entries
+    assert [(e.node, e.role, e.kind, e.cache_hit) for e in entries] == [
+        ("odr:final_report", "writer", "text", False),
+        ("odr:research", "system", "structured", False),
+        ("odr:research", "system", "structured", False),
+        ("odr:research", "system", "structured", True),
+        ("odr:final_report", "writer", "text", True),
+    ]
+    assert all(e.case_id == "c1" and e.system == "s1" and e.run_id == "r1" for e in entries)
+    assert dict(session.calls) == {"final_report": 2, "research": 3}
+
+
+def test_embeddings_use_the_local_embedder_through_the_cache(endpoint, tmp_path):
+    gateway = Gateway(cache=ResponseCache(tmp_path / "llm"), ledger=Ledger(None))
+    client = _client(endpoint, _session(endpoint, gateway).token)
+    first = client.embeddings.create(model="local", input=["a cat sat on the mat", "quantum chromodynamics"])
+    again = client.embeddings.create(model="local", input=["a cat sat on the mat", "quantum chromodynamics"])
+    assert [len(d.embedding) for d in first.data] == [384, 384]
+    assert [d.embedding for d in again.data] == [d.embedding for d in first.data]
+    assert [(e.kind, e.cache_hit) for e in gateway.ledger.entries] == [("embedding", False), ("embedding", True)]
+
+
+def test_unknown_keys_bad_requests_and_model_failures_are_clear_errors(endpoint, tmp_path):
+    gateway = Gateway({"system": ModelSettings(model="scripted?error_rate=1", max_retries=1, retry_backoff_s=0.001)},
+                      ledger=Ledger(None))
+    session = _session(endpoint, gateway)
+    with pytest.raises(openai.AuthenticationError, match="unknown API key"):
+        _client(endpoint, "not-a-session").chat.completions.create(model="x", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError, match="messages"):
+        _client(endpoint, session.token).chat.completions.create(model="x", messages=[])
+    with pytest.raises(openai.BadRequestError, match="not a valid JSON schema"):
+        _client(endpoint, session.token).chat.completions.create(
+            model="x", messages=[{"role": "user", "content": "x"}],
+            response_format={"type": "json_schema", "json_schema": {"name": "B", "schema": {"type": "nope"}}})
+    client = openai.OpenAI(base_url=endpoint.openai_base, api_key=session.token, max_retries=3)
+    with pytest.raises(openai.APIStatusError, match="after 2 attempts") as failed:
+        client.chat.completions.create(model="research", messages=[{"role": "user", "content": "x"}])
+    assert failed.value.status_code == 502 and failed.value.response.headers["x-should-retry"] == "false"
+    assert len(gateway.ledger.entries) == 1 and gateway.ledger.entries[0].status == "error"  # the client did not retry
+    assert session.errors
+
+
+def test_a_real_http_provider_behind_the_endpoint(endpoint, tmp_path):
+    with OpenAIStub() as stub:
+        settings = ModelSettings(model="openai/stub-model", api_base=stub.base_url, api_key="sk-test")
+        gateway = Gateway({"system": settings}, ledger=Ledger(None))
+        client = _client(endpoint, _session(endpoint, gateway).token)
+        answer = client.chat.completions.create(model="research", messages=[{"role": "user", "content": "Plan a trip"}],
+                                                response_format={"type": "json_schema",
+                                                                 "json_schema": {"name": "Plan", "schema": PLAN}})
+        assert Draft202012Validator(PLAN).is_valid(json.loads(answer.choices[0].message.content))
+        assert stub.requests and stub.requests[-1]["body"]["model"] == "stub-model"
+        entry = gateway.ledger.entries[-1]
+        assert entry.node == "odr:research" and entry.model == "openai/stub-model" and entry.prompt_tokens > 0
