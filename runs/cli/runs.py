@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from runs.cli.run import ExecutorName
+
 
 def report(run_dir: Path = typer.Argument(..., help="A run folder (runs/out/<run_id>).")) -> None:
     """Write RUN_DIR's summary.json and report.html again from its results and ledger; print the report's path."""
@@ -64,7 +66,7 @@ def bench_runner(
     memory: str = typer.Option("none", "--memory", help="The system's memory backend."),
     judge: list[str] = typer.Option([], "--judge", help="A judge to run in each episode (repeatable; none by default)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Keep the run folder here (default: a temporary one)."),
-    executor: str = typer.Option("local", "--executor", help="Where episodes run: local or ray."),
+    executor: ExecutorName = typer.Option(ExecutorName.local, "--executor", help="Where episodes run: local or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="ray: the cluster's head (host:port)."),
 ) -> None:
     """Runner efficiency against the ideal wall time, framework ms per LLM call, peak RSS and checkpoint
@@ -74,7 +76,7 @@ def bench_runner(
 
     settings = RunnerBenchSettings(cases=cases, latency_ms=latency_ms, concurrency=concurrency, pipeline=pipeline,
                                    memory=memory, judges=judge, out_dir=out,
-                                   executor="ray" if ray_address else executor, ray_address=ray_address)
+                                   executor="ray" if ray_address else executor.value, ray_address=ray_address)
     print_json({**run_runner_benchmark(settings), "machine": machine_facts()})
 
 
