@@ -70,12 +70,15 @@ class RunOutcome:
         if self.missing:
             head += f", {self.missing} not run"
         head += f" (of {self.expected})"
-        out = [head]
-        for title, reasons in (("episode failures", self.episode_reasons), ("judgment failures", self.judgment_reasons)):
-            if reasons:
-                out.append(f"most common {title}:")
-                out += [f"  {n} x {reason}" for reason, n in reasons.most_common(top)]
-        return out
+        return [head, *most_common_lines("episode failures", self.episode_reasons, top),
+                *most_common_lines("judgment failures", self.judgment_reasons, top)]
+
+
+def most_common_lines(title: str, reasons: Counter[str], top: int = 3) -> list[str]:
+    """`most common <title>:` and the `top` reasons with their counts (nothing when there are none)."""
+    if not reasons:
+        return []
+    return [f"most common {title}:", *(f"  {n} x {reason}" for reason, n in reasons.most_common(top))]
 
 
 def outcome_of(records: Iterable[ResultRecord], expected_keys: Iterable[str], judges: Iterable[str] = ()) -> RunOutcome:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,6 +33,7 @@ from agents.user_sim import HistoryOptions, check_protocol, check_reversibility,
 from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError, DataError
 from benchmarks.loaders.pdr import ContextRecord, context_history, read_contexts, read_language
+from runs.outcome import EXIT_FAILURES, EXIT_OK, most_common_lines, reason_of
 from runs.results import write_json_atomic
 
 ROLES = ("history_writer", "history_checker")
@@ -239,6 +241,23 @@ async def check_contexts(path: Path, language: str, checker: ModelSettings | Non
         "dry_run": checker is not None and gateway.dry_run,
         "ledger": gateway.ledger.totals(),
     }
+
+
+def history_outcome(report: dict[str, Any], top: int = 3) -> tuple[int, list[str]]:
+    """The exit code and the closing lines (stderr) of `simulate history` / `simulate check`, told
+    like a run's end (runs.outcome): 3 when a user failed or breaks the protocol, else 0; the counts
+    and the most common reasons."""
+    failed = report["failed"]
+    problems = {user: figures["protocol"]["problems"] for user, figures in report["per_user"].items()}
+    breaking = [user for user, found in problems.items() if found]
+    head = f"users: {len(problems) - len(breaking)} within the protocol"
+    if breaking:
+        head += f", {len(breaking)} breaking it"
+    head += f", {len(failed)} failed (of {len(problems) + len(failed)})"
+    lines = [head,
+             *most_common_lines("user failures", Counter(reason_of(error) for error in failed.values()), top),
+             *most_common_lines("protocol problems", Counter(reason_of(p) for found in problems.values() for p in found), top)]
+    return (EXIT_FAILURES if failed or breaking else EXIT_OK), lines
 
 
 def run_history_job(job: HistoryJob, out_dir: Path, *, cache: bool = True, progress: bool = False) -> dict[str, Any]:

@@ -70,7 +70,7 @@ def test_bad_options_are_refused_with_the_reason(tmp_path, env):
 
 def test_check_names_the_protocol_violations_of_a_contexts_file(env):
     done = atelier("simulate", "check", "--contexts", "tests/fixtures/pdr_contexts/contexts_en.jsonl", env=env)
-    assert done.returncode == 1
+    assert done.returncode == 3
     report = json.loads(done.stdout)
     assert report["overall"]["users"] == 25 and not report["overall"]["protocol_ok"]
     problems = report["per_user"]["User1"]["protocol"]["problems"]

@@ -21,7 +21,6 @@ the model (role `history_writer`) only writes the items' text, one call per trai
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import math
 import random
@@ -33,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from agents.gateway import Gateway
 from agents.prompts import Section, build_messages
+from agents.tasks import gather_or_cancel
 from agents.user_sim.persona import Trait, persona_traits, render_persona
 from benchmarks.errors import ConfigError
 from benchmarks.loaders.pdr import (
@@ -273,10 +273,10 @@ async def synthesize_history(
     by_trait: dict[str, list[PlannedItem]] = {}
     for item in plan:
         by_trait.setdefault(item.trait.path, []).append(item)
-    drafts = await asyncio.gather(*(
+    drafts = await gather_or_cancel(
         write_trait_items(gateway, attributes, items[0].trait, items, options.language, role)
         for items in by_trait.values()
-    ))
+    )
     written: list[tuple[PlannedItem, str, Any]] = []
     for items, by_format in zip(by_trait.values(), drafts):
         queues = {fmt: iter(found) for fmt, found in by_format.items()}

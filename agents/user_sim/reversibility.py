@@ -16,13 +16,13 @@ The share recovered is reported per user (and pooled over users by the caller).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, computed_field, create_model
 
 from agents.gateway import Gateway
 from agents.prompts import Section, build_messages
+from agents.tasks import gather_or_cancel
 from agents.user_sim.persona import Trait, persona_traits
 from benchmarks.case import HistoryEvent
 
@@ -99,7 +99,7 @@ async def infer_traits(
         return await gateway.structured(role, build_messages(INVERSE_ROLE, sections, INVERSE_TASK), schema)
 
     out: dict[str, list[str]] = {}
-    for answer in await asyncio.gather(*(read(c) for c in chunks)):
+    for answer in await gather_or_cancel(read(c) for c in chunks):
         for facet in answer.facets:
             if facet.inferred.strip():
                 out.setdefault(facet.facet, []).append(facet.inferred.strip())
@@ -124,7 +124,7 @@ async def compare_traits(
         given = {v.facet: v.verdict for v in reversed(answer.verdicts)}  # the first verdict per facet wins
         return {t.path: given.get(n, "missed") for n, t in enumerate(batch, start=1)}
 
-    for result in await asyncio.gather(*(compare(b) for b in batches)):
+    for result in await gather_or_cancel(compare(b) for b in batches):
         verdicts.update(result)
     return {t.path: verdicts[t.path] for t in traits}
 

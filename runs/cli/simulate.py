@@ -4,12 +4,15 @@
 - `simulate check` checks an existing contexts file against the protocol (and reversibility);
 - `simulate feedback` rates a run's responses as its users would (BESPOKE criteria) and writes
   them as response–judgment pairs (`[benchmark] rj_pairs_file` feeds them to later runs).
-Each prints JSON.
+Each prints JSON on stdout and ends like `atelier run` (runs.outcome): counts and the most common
+reasons on stderr; exit 0 when everything succeeded, 3 when a user, a rating or the protocol
+failed (what succeeded is still written), 2 on bad input.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
@@ -19,10 +22,11 @@ from benchmarks.errors import ConfigError
 from runs.cli._common import print_json
 
 
-def _settings(model: str, api_base: Optional[str], api_key_env: Optional[str], temperature: Optional[float], seed: int):
+def _settings(model: str, api_base: Optional[str], api_key_env: Optional[str], temperature: Optional[float], seed: int,
+              max_retries: Optional[int] = None):
     from agents.settings import ModelSettings
 
-    values = {"model": model, "api_base": api_base, "api_key_env": api_key_env, "seed": seed}
+    values = {"model": model, "api_base": api_base, "api_key_env": api_key_env, "seed": seed, "max_retries": max_retries}
     if temperature is not None:
         values["temperature"] = temperature
     return ModelSettings(**{k: v for k, v in values.items() if v is not None})
@@ -46,6 +50,8 @@ def history(
     api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Variable holding the API key."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Writer temperature."),
+    max_retries: Optional[int] = typer.Option(None, "--max-retries", min=0, max=20,
+                                              help="Retries per model call on timeouts, 429 and 5xx (default 4)."),
     checker_model: Optional[str] = typer.Option(None, "--checker-model", help="Model for the reversibility check."),
     check: bool = typer.Option(True, "--check/--no-check", help="Run the reversibility check."),
     concurrency: int = typer.Option(2, "--concurrency", min=1, help="Users synthesized at once."),
@@ -70,8 +76,8 @@ def history(
         raise ConfigError(f"--benchmark {benchmark!r}: only pdr reads a contexts file (its option contexts_file)")
     if language not in ("en", "zh"):
         raise ConfigError(f"--language {language!r}: pdr has en and zh")
-    writer = _settings(model, api_base, api_key_env, temperature, seed)
-    checker = _settings(checker_model or model, api_base, api_key_env, None, seed)
+    writer = _settings(model, api_base, api_key_env, temperature, seed, max_retries)
+    checker = _settings(checker_model or model, api_base, api_key_env, None, seed, max_retries)
     chosen = choose_users(pdr_personas(language), users.split(",") if users else None, limit)
     job = HistoryJob(benchmark=benchmark, users=chosen, options=options, check=check, concurrency=concurrency,
                      models={"history_writer": writer, "history_checker": checker})
@@ -84,8 +90,7 @@ def history(
         "failed": manifest["failed"],
         "recipe": manifest["recipe"],
     })
-    if manifest["failed"] or not manifest["overall"]["protocol_ok"]:
-        raise typer.Exit(1)
+    _exit_like_a_run(manifest)
 
 
 def check(
@@ -97,7 +102,7 @@ def check(
     api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Variable holding the API key."),
 ) -> None:
-    """Check a contexts file against PDR's annotation protocol (per user and overall); exit 1 on a violation."""
+    """Check a contexts file against PDR's annotation protocol (per user and overall); exit 3 on a violation."""
     import asyncio
 
     from runs.simulate_history import check_contexts
@@ -105,8 +110,7 @@ def check(
     checker = _settings(model, api_base, api_key_env, None, 0) if reversibility else None
     report = asyncio.run(check_contexts(contexts, language, checker))
     print_json(report)
-    if report["failed"] or not report["overall"]["protocol_ok"]:
-        raise typer.Exit(1)
+    _exit_like_a_run(report)
 
 
 def feedback(
@@ -121,13 +125,28 @@ def feedback(
     """Rate a run's responses as their users would (BESPOKE's four criteria, 1-5 + feedback) into R-J pairs."""
     import asyncio
 
+    from runs.outcome import EXIT_FAILURES, most_common_lines, reason_of
     from runs.simulate_feedback import rate_run
 
     settings = _settings(model, api_base, api_key_env, None, 0) if model else None
     report = asyncio.run(rate_run(run, out, settings, concurrency=concurrency, cache=cache))
     print_json(report)
-    if report["failed"]:
-        raise typer.Exit(1)
+    failed = report["failed"]
+    typer.echo(f"responses: {report['rated']} rated, {len(failed)} failed (of {report['rated'] + len(failed)})", err=True)
+    for line in most_common_lines("rating failures", Counter(reason_of(error) for error in failed.values())):
+        typer.echo(line, err=True)
+    if failed:
+        raise typer.Exit(EXIT_FAILURES)
+
+
+def _exit_like_a_run(report: dict) -> None:
+    """Counts and the most common reasons on stderr; exit 3 when a user failed or breaks the protocol."""
+    from runs.simulate_history import history_outcome
+
+    code, lines = history_outcome(report)
+    for line in lines:
+        typer.echo(line, err=True)
+    raise typer.Exit(code)
 
 
 def _first_error(exc: Exception) -> str:
