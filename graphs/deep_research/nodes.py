@@ -56,7 +56,8 @@ PIPELINE = "deep_research"
 class DeepResearchOptions(GoldContextOptions):
     clarify: Literal["auto", "always", "never"] = Field(
         default="auto", description="auto: the clarifier decides; always: ask at least one question; never: skip. "
-                                    "A query with previous turns (a conversation's follow-up, an iKAT turn) is not clarified."
+                                    "A query with previous turns (a conversation's follow-up, an iKAT turn) "
+                                    "is not clarified."
     )
     max_questions: int = Field(default=3, ge=1, le=5, description="Clarifying questions at most.")
     max_researchers: int = Field(default=3, ge=1, le=8, description="Parallel researchers per round.")
