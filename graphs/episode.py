@@ -89,7 +89,8 @@ def build_episode_graph(pipelines: str | Sequence[str] | None = None, checkpoint
     graph.add_node("ingest", ingest)
     graph.add_node("recall", recall)
     for name in names:
-        graph.add_node(name, PIPELINES.get(name).build())
+        spec = PIPELINES.get(name)
+        graph.add_node(name, spec.step or spec.build())
         graph.add_conditional_edges(name, judged, ["judge", END])
     for name in talks:
         graph.add_node(conversation_branch(name), build_conversation_graph(name))
