@@ -142,12 +142,13 @@ class PQRJudgeConfig(JudgeConfig):
 class _Criterion(BaseModel):
     criterion: str = Field(min_length=1, description="The criterion, as a question or requirement.")
     explanation: str = Field(description="Why this criterion matters for this task (and user).")
-    weight: float = Field(ge=0, le=1, description="Its weight within the dimension; the weights sum to 1.0.")
+    # no upper bound: a model that answers 30 for 30% (a small one does) is normalised like one that answers 0.3
+    weight: float = Field(ge=0, description="Its weight within the dimension; the weights sum to 1.0.")
 
 
 def _weights_model(axis: str) -> type[BaseModel]:
     fields: dict[str, Any] = {
-        code: (float, Field(ge=0, le=1, description=f"Weight of {DIMENSIONS[code].title}."))
+        code: (float, Field(ge=0, description=f"Weight of {DIMENSIONS[code].title}."))  # normalised like criteria
         for code in AXIS_DIMENSIONS[axis]
     }
     weights = create_model(f"{axis}Weights", **fields)
