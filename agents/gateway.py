@@ -33,7 +33,7 @@ from agents.ledger import Ledger
 from agents.local_model import SERVERS, LocalModelError, LocalModelSpec
 from agents.prompts import json_instructions, repair_instructions
 from agents.provider_errors import Verdict, classify, server_message, status_of
-from agents.scripted import parse_model_string, register_with_litellm
+from agents.scripted import PROVIDER as SCRIPTED_PROVIDER, parse_model_string, register_with_litellm
 from agents.settings import ModelSettings, settings_for_role
 from agents.structured_output import MODES, ModeMemory, StructuredMode, answer_text, mode_params, supported_modes
 from agents.trace import traced_request
@@ -406,7 +406,7 @@ class Gateway:
                                  attempts=0, verdict="fatal", server_message=str(exc)) from None
         scripted = settings.is_scripted
         kwargs: dict[str, Any] = {
-            "model": "scripted/scripted" if scripted else served.model,
+            "model": f"{SCRIPTED_PROVIDER}/{SCRIPTED_PROVIDER}" if scripted else served.model,
             "messages": messages,
             "temperature": served.temperature,
             "timeout": served.timeout_s,

@@ -12,7 +12,8 @@ retries, repair, ledger). Given the same request it always answers the same:
 Parameters ride on the model string, e.g. `scripted?latency_ms=50&error_rate=0.1&seed=3`:
 `latency_ms` (sleep per call), `error_rate` (share of calls failing with 429/500/503, decided per
 attempt so retries can succeed), `malformed_rate` (share of structured answers that are broken
-JSON, to exercise repair), `seed`.
+JSON, to exercise repair), `seed`. A request's own `seed` (a role's `seed`) is mixed in, so
+repeats asked with different seeds get different samples.
 """
 
 from __future__ import annotations
@@ -294,6 +295,9 @@ class ScriptedLLM:
     ) -> tuple[str, ScriptedParams, str | None]:
         """The answer's text, the parameters, and the tool it is a call of (None: plain content)."""
         params = ScriptedParams.model_validate((optional_params.get("extra_body") or {}).get("scripted", {}))
+        # the request's seed draws another sample, as a sampling provider's would (a judge's repeats
+        # differ); seed 0 (the default) answers as the model string's seed alone
+        params = params.model_copy(update={"seed": params.seed * 1_000_003 + int(optional_params.get("seed") or 0)})
         schema, tool = requested_schema(optional_params, messages)
         # keyed on the schema alone, not on the mode it came in: every mode gets the same instance
         key = request_digest(messages, schema, params.seed)
@@ -391,4 +395,8 @@ def register_with_litellm() -> None:
         from litellm.utils import custom_llm_setup
 
         custom_llm_setup()
+        # priced at zero: litellm otherwise looks an unknown model's price up through its regex
+        # generalizations on every call (~1.5 ms of CPU, most of a scripted call's overhead)
+        litellm.register_model({f"{PROVIDER}/{PROVIDER}": {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0,
+                                                           "litellm_provider": PROVIDER, "mode": "chat"}})
         _registered = True

@@ -37,4 +37,4 @@ def build_direct_graph():
 
 
 register_pipeline(PipelineSpec(PIPELINE, "answer from the user's context, no search", build_direct_graph,
-                               PipelineOptions, uses_web=False))
+                               PipelineOptions, uses_web=False, step=write_answer))

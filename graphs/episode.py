@@ -14,7 +14,7 @@ from __future__ import annotations
 import operator
 from typing import Annotated, Literal, Sequence
 
-from langgraph.graph import START, StateGraph
+from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 from typing_extensions import TypedDict
@@ -25,7 +25,7 @@ from benchmarks.case import Case
 from graphs.context import EpisodeContext
 from graphs.inputs import CaseReference, GoldContext, GraphInputError, case_from_input, remember_cases, system_inputs
 from graphs.judge import build_judge_graph
-from graphs.memory import build_memory_graph
+from graphs.memory import ingest, recall
 from graphs.pipelines import PIPELINES
 from graphs.resources import resources_for
 from graphs.simulate import build_conversation_graph, conversation_branch
@@ -47,12 +47,19 @@ class EpisodeState(EpisodeInput, EpisodeOutput, total=False):
     gold_context: GoldContext
 
 
-def prepare(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["memory"]]:
+def prepare(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["ingest"]]:
     context = runtime.context or EpisodeContext()
     case = case_from_input(state, context)
     remember_cases(context.run_id, [case])  # the judges look it up by reference
     inputs = system_inputs(case, context, context.system.pipeline, resources_for(context).sources)
-    return Command(goto="memory", update=inputs)
+    return Command(goto="ingest", update=inputs)
+
+
+def judged(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> str:
+    """To the judges, unless the run has none that judge one response (a run of systems only, or of
+    LaMP-QA's pairwise judge, which the runner runs once both responses exist)."""
+    judges = resources_for(runtime.context).judges
+    return "judge" if any(not judge.comparative for judge in judges) else END
 
 
 def build_episode_graph(pipelines: str | Sequence[str] | None = None, checkpointer=None,
@@ -77,16 +84,20 @@ def build_episode_graph(pipelines: str | Sequence[str] | None = None, checkpoint
 
     graph = StateGraph(EpisodeState, context_schema=EpisodeContext, input_schema=EpisodeInput, output_schema=EpisodeOutput)
     graph.add_node("prepare", prepare)
-    graph.add_node("memory", build_memory_graph())
+    # the memory graph's two nodes, in place rather than as a subgraph: a nested graph costs each
+    # episode its own loop and checkpoints (~3 ms of CPU) and adds nothing here
+    graph.add_node("ingest", ingest)
+    graph.add_node("recall", recall)
     for name in names:
-        graph.add_node(name, PIPELINES.get(name).build())
-        graph.add_edge(name, "judge")
+        spec = PIPELINES.get(name)
+        graph.add_node(name, spec.step or spec.build())
+        graph.add_conditional_edges(name, judged, ["judge", END])
     for name in talks:
         graph.add_node(conversation_branch(name), build_conversation_graph(name))
-        graph.add_edge(conversation_branch(name), "judge")
+        graph.add_conditional_edges(conversation_branch(name), judged, ["judge", END])
     graph.add_node("judge", build_judge_graph())
     graph.add_edge(START, "prepare")
-    graph.add_conditional_edges("memory", system, [*names, *map(conversation_branch, talks)])
+    graph.add_conditional_edges("recall", system, [*names, *map(conversation_branch, talks)])
     return graph.compile(checkpointer=checkpointer, name="episode")
 
 

@@ -73,6 +73,9 @@ class PipelineSpec:
     variant_option: str | None = None  # the option `<name>:<value>` sets (`external:gpt_researcher`: agent)
     bench_figures: Callable[[Any, str], dict[str, Any]] | None = None  # (context, case id) -> more bench figures
     uses_web: bool = True  # searches or fetches pages (a run's preflight then checks the web answers)
+    # a one-step pipeline's step: the episode graph runs it as its own node rather than nesting the
+    # one-node graph `build` makes (served alone in Studio), which costs each episode ~5 ms of CPU
+    step: Callable[..., Any] | None = None
 
 
 PIPELINES: NamedRegistry[PipelineSpec] = NamedRegistry(

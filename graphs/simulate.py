@@ -161,9 +161,11 @@ async def run_with_simulated_user(graph, case: Case, config: dict[str, Any], con
     """Run (or continue) one episode of a run; answer each clarify interrupt with the simulated user
     (`clarify_answerer = "simulated_user"`) and resume. A system that asks when no simulated user
     answers is an error naming it."""
-    snapshot = await graph.aget_state(config)
-    # interrupted earlier: continue from the checkpoint; else start from the case's reference
-    payload: Any = None if snapshot.next else {"benchmark": case.benchmark, "case_id": case.id}
+    # interrupted earlier: continue from the checkpoint; else start from the case's reference (a
+    # thread with no checkpoint at all, the usual case, is told by one lookup: no state snapshot)
+    saved = graph.checkpointer is None or await graph.checkpointer.aget_tuple(config) is not None
+    resuming = saved and bool((await graph.aget_state(config)).next)
+    payload: Any = None if resuming else {"benchmark": case.benchmark, "case_id": case.id}
     gateway = resources_for(context).gateway
     for _ in range(MAX_INTERRUPTS + 1):
         out = await graph.ainvoke(payload, config, context=context)

@@ -199,9 +199,9 @@ class Runner:
                 async def one(case: Case, system: SystemSpec) -> ResultRecord:
                     async with limit:
                         record = await executor.run(Episode(case, system, contexts[system.name]))
-                    await asyncio.to_thread(results.append, record)  # its fsync must not stall other episodes
                     if record.ok:
-                        saver.drop_pending_writes(record.key)
+                        saver.drop_pending_writes(record.key)  # and commits: its checkpoints are on disk first
+                    await asyncio.to_thread(results.append, record)  # its fsync must not stall other episodes
                     return record
 
                 async def judged_again(stored: ResultRecord, case: Case, judges: list[Judge]) -> ResultRecord:

@@ -171,6 +171,22 @@ async def test_scripted_structured_instances_are_valid_and_seeded():
     assert answers == {0, 1, 2}  # seeded by the prompt: varied, but each answer fixed
 
 
+async def test_scripted_draws_a_new_sample_for_another_request_seed():
+    """A judge's repeats ask with seeds 0, 1, 2...: like a sampling model, the scripted one answers
+    each seed its own way, and each seed always the same."""
+    def seeded(seed: int) -> Gateway:
+        return Gateway({"judge": ModelSettings(model="scripted", seed=seed)})
+
+    prompts = [[{"role": "user", "content": f"q{i}"}] for i in range(12)]
+    by_seed = {seed: [(await seeded(seed).structured("judge", m, AspectScore)).match_score for m in prompts]
+               for seed in (0, 1, 2)}
+    assert by_seed[0] == [(await _scripted().structured("judge", m, AspectScore)).match_score for m in prompts]
+    assert by_seed[0] != by_seed[1] != by_seed[2]
+    assert by_seed[1] == [(await seeded(1).structured("judge", m, AspectScore)).match_score for m in prompts]
+    rich = [{"role": "user", "content": " ".join(f"Sentence number {i} of the request is here." for i in range(12))}]
+    assert await seeded(1).text("judge", rich) != await seeded(0).text("judge", rich)
+
+
 async def test_scripted_fault_injection_goes_through_retries_and_repair():
     gw = _scripted("scripted?error_rate=0.3&malformed_rate=0.4&seed=3")
     outcomes = []

@@ -177,14 +177,14 @@ def test_checkpoints_stay_small_and_an_episode_resumes_from_its_last_checkpoint(
             return conn.execute("SELECT COUNT(*) FROM writes").fetchone()[0]
 
     assert pending_writes() > 0  # unfinished episodes keep what their last step wrote
-    answered_before = [e for e in lines(folder.ledger) if e["node"] == "answer"]
+    answered_before = [e for e in lines(folder.ledger) if e["node"] == "direct"]
     assert len(answered_before) == 6
 
     monkeypatch.setattr(LampQAAspectJudge, "judge", original)
     run_recipe(recipe(tmp_path), folder.path, progress=False)
     latest = ResultsFile(folder.results).load()
     assert len(latest) == 6 and all(r.ok and r.scores["lampqa_aspects"] is not None for r in latest.values())
-    assert [e for e in lines(folder.ledger) if e["node"] == "answer"] == answered_before
+    assert [e for e in lines(folder.ledger) if e["node"] == "direct"] == answered_before
 
     assert pending_writes() == 0  # finished episodes keep their checkpoints, not their tasks' writes
     assert folder.checkpoints.stat().st_size / 6 < 100_000

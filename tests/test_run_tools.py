@@ -43,8 +43,8 @@ def test_trace_prints_every_step_with_state_changes_and_model_calls(run_folder):
     total = int(steps[0][1])
     assert [int(s[0]) for s in steps] == list(range(1, total + 1))
     ran = [(where.strip(), nodes.strip()) for _, _, where, nodes in steps]
-    order = [ran.index(("episode", "prepare")), ran.index(("episode › memory", "ingest")),
-             ran.index(("episode › memory", "recall")), ran.index(("episode › direct", "answer")),
+    order = [ran.index(("episode", "prepare")), ran.index(("episode", "ingest")),
+             ran.index(("episode", "recall")), ran.index(("episode", "direct")),
              ran.index(("episode › judge", "run_judge"))]
     assert order == sorted(order)
     out = result.stdout

@@ -52,7 +52,7 @@ def test_a_run_writes_every_output(tmp_path, cache_dir):
     ledger = lines(folder.ledger)
     # 6 answers + 3 cases x 2 systems x 2 aspects judged
     assert len(ledger) == 6 + 12 and {e["role"] for e in ledger} == {"system", "lampqa_judge"}
-    assert all(e["case_id"] and e["system"] and e["node"] in ("answer", "run_judge") for e in ledger)
+    assert all(e["case_id"] and e["system"] and e["node"] in ("direct", "run_judge") for e in ledger)
 
     config = json.loads(folder.config.read_text())
     assert config["dry_run"] and config["cases"] == ["tiny:0", "tiny:1", "tiny:2"]
@@ -82,7 +82,7 @@ def test_a_killed_run_resumes_without_losing_or_doubling(tmp_path, cache_dir):
     assert sorted(r["key"] for r in after) == sorted(r["key"] for r in complete)  # each key exactly once
     assert {r["key"]: r["scores"] for r in after} == {r["key"]: r["scores"] for r in complete}
     assert json.loads(resumed.config.read_text())["run_id"] == folder.path.name
-    answered = {e["case_id"] + "::" + e["system"] for e in lines(resumed.ledger) if e["node"] == "answer"}
+    answered = {e["case_id"] + "::" + e["system"] for e in lines(resumed.ledger) if e["node"] == "direct"}
     assert answered == {r["key"] for r in complete} - {json.loads(k)["key"] for k in kept}
 
 

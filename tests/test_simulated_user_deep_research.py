@@ -105,6 +105,10 @@ def test_no_gold_reaches_deep_research_through_clarifications_or_a_conversation(
     assert not any(GOLD_SENTINEL in m for m in system_side)
     assert all(GOLD_SENTINEL in m for _, m in by_role["user_sim"])  # the simulator is grounded on the need
     nodes = Counter(node for node, _ in by_role["user_sim"])
-    assert nodes["ask_user"] == 4 and nodes["simulated_user"] == 2  # 2 cases x 2 turns; 1 follow-up each
+    # 2 cases x 2 turns, 1 follow-up each; clarifying questions on the first turn only
+    assert nodes["ask_user"] == 2 and nodes["simulated_user"] == 2
     assert all(r["response"]["meta"]["conversation"]["user_turns"] == 2 for r in results)
+    for result in results:
+        first, follow_up = [turn["meta"]["clarify"] for turn in result["response"]["meta"]["conversation"]["turns"]]
+        assert first["status"] == "answered" and follow_up["status"] == "not_needed"
     assert all("…" in r["response"]["text"] for r in results)  # what the guard left of the copied need

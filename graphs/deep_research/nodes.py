@@ -55,7 +55,9 @@ PIPELINE = "deep_research"
 
 class DeepResearchOptions(GoldContextOptions):
     clarify: Literal["auto", "always", "never"] = Field(
-        default="auto", description="auto: the clarifier decides; always: ask at least one question; never: skip."
+        default="auto", description="auto: the clarifier decides; always: ask at least one question; never: skip. "
+                                    "A query with previous turns (a conversation's follow-up, an iKAT turn) "
+                                    "is not clarified."
     )
     max_questions: int = Field(default=3, ge=1, le=5, description="Clarifying questions at most.")
     max_researchers: int = Field(default=3, ge=1, le=8, description="Parallel researchers per round.")
@@ -93,6 +95,10 @@ async def clarify(
     options = _options(runtime)
     if options.clarify == "never":
         return Command(goto="write_brief", update={**update, "clarification": Clarification(status="off")})
+    if view_of(state, runtime, PIPELINE).query.previous_turns:
+        follow_up = Clarification(status="not_needed", reason="a follow-up turn: the conversation so far is the "
+                                                               "user's clarification")
+        return Command(goto="write_brief", update={**update, "clarification": follow_up})
     if pipeline_context(runtime, PIPELINE).clarify_answerer == "none":
         skipped = Clarification(status="skipped", reason="no one to answer clarifying questions in this run "
                                                           "(no simulated user is configured)")
