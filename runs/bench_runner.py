@@ -13,7 +13,14 @@ a fixed latency per call and no response cache, so every call waits like a provi
 - framework ms per LLM call = the process's CPU time over the episodes / model calls: everything
   that is not waiting on the model (LangGraph, checkpoints, gateway, litellm, the scripted model's
   own text composition);
-- peak RSS, and checkpoint bytes per episode (checkpoints.sqlite on disk).
+- peak RSS, and checkpoint bytes per episode (checkpoints.sqlite on disk);
+- `stack_floor`: what the stack itself costs on this machine before Atelier adds anything —
+  litellm's own CPU per completion (`mock_response`: no model, no network, one of the episodes'
+  prompts) and a bare one-node LangGraph graph (no checkpointer) — and the efficiency a single
+  event loop could reach at that cost: min(1, critical path / (concurrency x floor per episode)),
+  the floor per episode being the episode's LLM calls x litellm's cost + one graph invocation.
+  The episodes share one process's CPU, so once concurrency x floor exceeds the critical path
+  the loop, not the model, sets the pace.
 
 `--executor ray [--ray-address ADDR]` runs the same episodes on a Ray cluster (runs/executors):
 the clock starts once the cluster's episode workers are up (their start is part of `total_s`),
@@ -27,6 +34,7 @@ import asyncio
 import contextlib
 import os
 import resource
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +42,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agents.answerer import answer_messages
 from agents.ledger import read_ledger
 from benchmarks.case import Case
 from benchmarks.registry import load_cases
@@ -118,10 +127,68 @@ def _bench_recipe(settings: RunnerBenchSettings, out_dir: Path):
     }, source="<bench runner>")
 
 
+def stack_floor(messages: list[dict[str, str]], repeats: int = 200) -> dict[str, float]:
+    """CPU ms per litellm completion (mock_response) and per one-node LangGraph invocation, each
+    the median of 5 batches of `repeats` after a warm-up."""
+    from langgraph.graph import START, StateGraph
+    from typing_extensions import TypedDict
+
+    from agents.gateway import _litellm
+    from agents.scripted import PROVIDER
+
+    litellm = _litellm()
+
+    class _State(TypedDict, total=False):
+        text: str
+
+    async def _node(state: _State) -> _State:
+        return {"text": state.get("text", "") + "."}
+
+    builder = StateGraph(_State)
+    builder.add_node("answer", _node)
+    builder.add_edge(START, "answer")
+    graph = builder.compile()
+
+    async def call() -> None:
+        await litellm.acompletion(model=f"{PROVIDER}/{PROVIDER}", messages=messages, mock_response="A floor answer.")
+
+    async def invoke() -> None:
+        await graph.ainvoke({"text": "q"})
+
+    async def batches(step) -> float:
+        for _ in range(20):
+            await step()
+        times = []
+        for _ in range(5):
+            cpu = time.process_time()
+            for _ in range(repeats):
+                await step()
+            times.append((time.process_time() - cpu) * 1000 / repeats)
+        await asyncio.sleep(0.05)  # litellm's success logging runs as tasks of its own: let them finish
+        return statistics.median(times)
+
+    async def both() -> tuple[float, float]:
+        return await batches(call), await batches(invoke)
+
+    litellm_ms, graph_ms = asyncio.run(both())
+    return {"litellm_ms_per_call": round(litellm_ms, 3), "langgraph_ms_per_one_node_episode": round(graph_ms, 3)}
+
+
+def efficiency_bound(critical_path_s: float, concurrency: int, calls_per_episode: float,
+                     floor: dict[str, float]) -> float:
+    """The efficiency one event loop can reach when each episode costs at least the stack's floor
+    of CPU: episodes finish no faster than one per floor, and ideally `concurrency` per critical path."""
+    per_episode_s = (calls_per_episode * floor["litellm_ms_per_call"] + floor["langgraph_ms_per_one_node_episode"]) / 1000
+    if per_episode_s <= 0 or critical_path_s <= 0:
+        return 1.0
+    return round(min(1.0, critical_path_s / (concurrency * per_episode_s)), 3)
+
+
 def _measure(settings: RunnerBenchSettings, out_dir: Path) -> dict[str, Any]:
     import litellm  # noqa: F401 - imported before the clock starts: importing it takes seconds, once
 
     cases = bench_cases(settings.cases)
+    floor = stack_floor(answer_messages(cases[0].view(), ""))
     started = time.perf_counter()
     runner = _TimedRunner(_bench_recipe(settings, out_dir), out_dir / "run", progress=False, cases=cases)
     folder = asyncio.run(runner.run())
@@ -163,6 +230,8 @@ def _measure(settings: RunnerBenchSettings, out_dir: Path) -> dict[str, Any]:
                      "worker_peak_rss_mb": round(max(w["peak_rss_mb"] for w in workers), 1),
                      "episodes_per_node": dict(runner.executor.placed)} if workers else {})},
         "checkpoint_bytes_per_episode": round(folder.checkpoints.stat().st_size / len(cases)),
+        "stack_floor": {**floor, "efficiency_bound": efficiency_bound(
+            critical, settings.concurrency, len(ledger) / len(cases), floor)},
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
 

@@ -113,9 +113,14 @@ def test_list_shows_every_kind_with_typed_options():
 
 
 def test_bench_runner_measures_efficiency_overhead_memory_and_checkpoints(tmp_path, cache_dir):
-    from runs.bench_runner import RunnerBenchSettings, _critical_steps, run_runner_benchmark
+    from runs.bench_runner import RunnerBenchSettings, _critical_steps, efficiency_bound, run_runner_benchmark
 
     assert _critical_steps([(0, 1), (0.5, 1.5), (2, 3)]) == 2  # two overlapping calls, then one more
+    floor = {"litellm_ms_per_call": 4.0, "langgraph_ms_per_one_node_episode": 1.0}
+    # 32 episodes in flight each needing 5 ms of CPU: one loop serves 160 ms of work per 100 ms path
+    assert efficiency_bound(0.1, 32, 1, floor) == 0.625
+    assert efficiency_bound(0.1, 32, 2, floor) == pytest.approx(0.1 / (32 * 0.009), abs=1e-3)
+    assert efficiency_bound(1.0, 2, 1, floor) == 1.0  # the loop keeps up: the model sets the pace
     result = run_runner_benchmark(RunnerBenchSettings(cases=30, latency_ms=50, concurrency=8,
                                                       judges=["lampqa_aspects"], out_dir=tmp_path))
     assert result["episodes"] == {"scored": 30, "failed": 0, "unscored": 0}
@@ -126,5 +131,9 @@ def test_bench_runner_measures_efficiency_overhead_memory_and_checkpoints(tmp_pa
     assert 0 < result["efficiency"] <= 1 and result["wall_s"] >= result["ideal_wall_s"]
     assert result["llm_calls"] > 30 and result["framework_ms_per_call"] > 0
     assert result["peak_rss_mb"] > 50 and 1_000 < result["checkpoint_bytes_per_episode"] < 100_000
+    measured = result["stack_floor"]
+    assert measured["litellm_ms_per_call"] > 0 and measured["langgraph_ms_per_one_node_episode"] > 0
+    assert measured["efficiency_bound"] == pytest.approx(efficiency_bound(
+        result["critical_path_s"], 8, result["llm_calls"] / 30, measured), abs=2e-3)
     kept = tmp_path / "run" / "results.jsonl"  # the run folder is kept where --out says
     assert len(kept.read_text().splitlines()) == 30
