@@ -114,7 +114,9 @@ _litellm_ready = False
 _litellm_lock = threading.Lock()
 
 
-def _litellm():
+def configured_litellm():
+    """litellm, set up as the gateway calls it (once per process): the scripted provider registered,
+    unsupported parameters dropped, no telemetry."""
     global _litellm_ready
     import litellm
 
@@ -269,7 +271,7 @@ class Gateway:
         settings = self.settings(role)
         kwargs, served = await self._provider_kwargs(role, settings, messages, mode=None, schema=None)
         kwargs.update(stream=True, stream_options={"include_usage": True})
-        litellm = _litellm()
+        litellm = configured_litellm()
         first: float | None = None
         parts: list[str] = []
         completion_tokens = 0
@@ -442,7 +444,7 @@ class Gateway:
         """One request (with its retries). `may_fall_back`: a refusal is not final, the caller
         will ask in a weaker structured mode; the ledger marks it `refused` rather than `error`."""
         settings = self.settings(role)
-        litellm = _litellm()
+        litellm = configured_litellm()
         model, api_base = self._identity(settings)
         request = _Request(
             model=model,

@@ -18,6 +18,10 @@ starting the sandbox or spawning extraction workers). Per episode:
   counted by the pipeline as it runs: parallel calls count once) times the latency;
   `wall_over_critical_path` = wall / critical path shows whether parallel work really overlaps.
 - `prompt_tokens`, `completion_tokens` (as the ledger counts them) and `embedding_calls` (not LLM calls).
+- `stack_floor` (graphs/stack_floor.py): litellm's own CPU per completion and a bare one-node
+  LangGraph invocation on this machine, the libraries' share that no change of ours can remove
+  (litellm's success logging runs after the call returns, so part of it lands in the framework
+  figure).
 
 Several pipelines (`compare_graphs`) run one after the other on the same cases, and their figures
 are also set side by side per case. A pipeline is named as in a recipe, or as
@@ -37,11 +41,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agents.answerer import answer_messages
 from agents.settings import ModelSettings
 from benchmarks.registry import load_cases
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.pipelines import PIPELINES, pipeline_options, pipeline_variant
 from graphs.resources import release, resources_for
+from graphs.stack_floor import measure_stack_floor
 from tools.config import WebConfig
 
 
@@ -135,6 +141,7 @@ async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, case_
     pipeline, variant = pipeline_variant(name)
     options = {**pipeline_options(pipeline, {**(options or {}), **variant}).model_dump(exclude_defaults=True), **variant}
     case_ids = case_ids or [c.id for c in load_cases(benchmark, limit=cases)]
+    floor = await measure_stack_floor(answer_messages(load_cases(benchmark, limit=1)[0].view(), ""))
     with tempfile.TemporaryDirectory(prefix="atelier-bench-graph-") as tmp:
         root = Path(tmp)
         web = WebConfig(cache_dir=root / "web", mode="record")
@@ -170,6 +177,7 @@ async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, case_
         "episodes": episodes,
         "checkpoint_bytes_per_episode": round(stored_bytes / len(case_ids)) if stored_bytes else None,
         "mean": {key: mean(key) for key in MEANS},
+        "stack_floor": floor,
         "targets": {"framework_ms_per_llm_call": "<= 3 at latency 0",
                     "wall_over_critical_path": "<= 1.2 for deep_research at 100 ms"},
         "load_average": [round(x, 2) for x in os.getloadavg()],

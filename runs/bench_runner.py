@@ -14,10 +14,10 @@ a fixed latency per call and no response cache, so every call waits like a provi
   that is not waiting on the model (LangGraph, checkpoints, gateway, litellm, the scripted model's
   own text composition);
 - peak RSS, and checkpoint bytes per episode (checkpoints.sqlite on disk);
-- `stack_floor`: what the stack itself costs on this machine before Atelier adds anything —
-  litellm's own CPU per completion (`mock_response`: no model, no network, one of the episodes'
-  prompts) and a bare one-node LangGraph graph (no checkpointer) — and the efficiency a single
-  event loop could reach at that cost: min(1, critical path / (concurrency x floor per episode)),
+- `stack_floor` (graphs/stack_floor.py): what the stack itself costs on this machine before
+  Atelier adds anything — litellm's own CPU per completion (`mock_response`: no model, no network,
+  one of the episodes' prompts) and a bare one-node LangGraph graph (no checkpointer) — and the
+  efficiency a single event loop could reach at that cost: min(1, critical path / (concurrency x floor per episode)),
   the floor per episode being the episode's LLM calls x litellm's cost + one graph invocation.
   The episodes share one process's CPU, so once concurrency x floor exceeds the critical path
   the loop, not the model, sets the pace.
@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import os
 import resource
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -46,6 +45,7 @@ from agents.answerer import answer_messages
 from agents.ledger import read_ledger
 from benchmarks.case import Case
 from benchmarks.registry import load_cases
+from graphs.stack_floor import measure_stack_floor
 from runs.recipe import parse_recipe
 from runs.runner import Runner
 
@@ -127,53 +127,6 @@ def _bench_recipe(settings: RunnerBenchSettings, out_dir: Path):
     }, source="<bench runner>")
 
 
-def stack_floor(messages: list[dict[str, str]], repeats: int = 200) -> dict[str, float]:
-    """CPU ms per litellm completion (mock_response) and per one-node LangGraph invocation, each
-    the median of 5 batches of `repeats` after a warm-up."""
-    from langgraph.graph import START, StateGraph
-    from typing_extensions import TypedDict
-
-    from agents.gateway import _litellm
-    from agents.scripted import PROVIDER
-
-    litellm = _litellm()
-
-    class _State(TypedDict, total=False):
-        text: str
-
-    async def _node(state: _State) -> _State:
-        return {"text": state.get("text", "") + "."}
-
-    builder = StateGraph(_State)
-    builder.add_node("answer", _node)
-    builder.add_edge(START, "answer")
-    graph = builder.compile()
-
-    async def call() -> None:
-        await litellm.acompletion(model=f"{PROVIDER}/{PROVIDER}", messages=messages, mock_response="A floor answer.")
-
-    async def invoke() -> None:
-        await graph.ainvoke({"text": "q"})
-
-    async def batches(step) -> float:
-        for _ in range(20):
-            await step()
-        times = []
-        for _ in range(5):
-            cpu = time.process_time()
-            for _ in range(repeats):
-                await step()
-            times.append((time.process_time() - cpu) * 1000 / repeats)
-        await asyncio.sleep(0.05)  # litellm's success logging runs as tasks of its own: let them finish
-        return statistics.median(times)
-
-    async def both() -> tuple[float, float]:
-        return await batches(call), await batches(invoke)
-
-    litellm_ms, graph_ms = asyncio.run(both())
-    return {"litellm_ms_per_call": round(litellm_ms, 3), "langgraph_ms_per_one_node_episode": round(graph_ms, 3)}
-
-
 def efficiency_bound(critical_path_s: float, concurrency: int, calls_per_episode: float,
                      floor: dict[str, float]) -> float:
     """The efficiency one event loop can reach when each episode costs at least the stack's floor
@@ -188,7 +141,7 @@ def _measure(settings: RunnerBenchSettings, out_dir: Path) -> dict[str, Any]:
     import litellm  # noqa: F401 - imported before the clock starts: importing it takes seconds, once
 
     cases = bench_cases(settings.cases)
-    floor = stack_floor(answer_messages(cases[0].view(), ""))
+    floor = asyncio.run(measure_stack_floor(answer_messages(cases[0].view(), "")))
     started = time.perf_counter()
     runner = _TimedRunner(_bench_recipe(settings, out_dir), out_dir / "run", progress=False, cases=cases)
     folder = asyncio.run(runner.run())

@@ -34,6 +34,8 @@ def test_bench_graph_reports_framework_time_per_llm_call(cache_dir):
         assert episode["framework_ms_per_llm_call"] > 0
     assert result["machine"]["cores"] >= 1 and len(result["load_average"]) == 3
     assert 1_000 < result["checkpoint_bytes_per_episode"] < 100_000  # the timed episodes' own file
+    floor = result["stack_floor"]  # the libraries' own share, measured beside ours
+    assert floor["litellm_ms_per_call"] > 0 and floor["langgraph_ms_per_one_node_episode"] > 0
 
 
 def test_deep_research_researchers_overlap_so_wall_time_follows_the_critical_path(cache_dir):
