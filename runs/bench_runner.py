@@ -17,8 +17,9 @@ a fixed latency per call and no response cache, so every call waits like a provi
 - `stack_floor` (graphs/stack_floor.py): what the stack itself costs on this machine before
   Atelier adds anything — litellm's own CPU per completion (`mock_response`: no model, no network,
   one of the episodes' prompts) and a bare one-node LangGraph graph (no checkpointer) — and the
-  efficiency a single event loop could reach at that cost: min(1, critical path / (concurrency x floor per episode)),
-  the floor per episode being the episode's LLM calls x litellm's cost + one graph invocation.
+  efficiency a single event loop could reach at that cost, `efficiency_bound` = min(1, critical
+  path / (concurrency x floor per episode)), the floor per episode being the episode's LLM calls
+  x litellm's cost + one graph invocation.
   The episodes share one process's CPU, so once concurrency x floor exceeds the critical path
   the loop, not the model, sets the pace.
 
