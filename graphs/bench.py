@@ -126,6 +126,11 @@ async def _checkpointer(kind: str, path: Path):
         yield None
 
 
+async def _stack_floor(benchmark: str) -> dict[str, float]:
+    """The stack's floor, for a prompt the size of this benchmark's direct answers."""
+    return await measure_stack_floor(answer_messages(load_cases(benchmark, limit=1)[0].view(), ""))
+
+
 MEANS = ("wall_s", "llm_calls", "prompt_tokens", "completion_tokens", "framework_ms_per_llm_call",
          "client_ms_per_llm_call", "critical_path_calls", "wall_over_critical_path")
 SIDE_BY_SIDE = ("wall_s", "llm_calls", "prompt_tokens", "completion_tokens", "critical_path_calls")
@@ -133,15 +138,15 @@ SIDE_BY_SIDE = ("wall_s", "llm_calls", "prompt_tokens", "completion_tokens", "cr
 
 async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, case_ids: list[str] | None = None,
                       benchmark: str = "sample", memory: str = "none", options: dict[str, Any] | None = None,
-                      checkpointer: str = "sqlite") -> dict[str, Any]:
+                      checkpointer: str = "sqlite", floor: dict[str, float] | None = None) -> dict[str, Any]:
     """Times `cases` cases of `benchmark` (or those named by `case_ids`). `pipeline` may name a
     variant (`external:open_deep_research`). `checkpointer`: "sqlite" (what runs use), "memory" or
-    "none" (to see what checkpoints cost)."""
+    "none" (to see what checkpoints cost). `floor`: the stack's floor when the caller measured it already."""
     name = pipeline
     pipeline, variant = pipeline_variant(name)
     options = {**pipeline_options(pipeline, {**(options or {}), **variant}).model_dump(exclude_defaults=True), **variant}
     case_ids = case_ids or [c.id for c in load_cases(benchmark, limit=cases)]
-    floor = await measure_stack_floor(answer_messages(load_cases(benchmark, limit=1)[0].view(), ""))
+    floor = floor or await _stack_floor(benchmark)
     with tempfile.TemporaryDirectory(prefix="atelier-bench-graph-") as tmp:
         root = Path(tmp)
         web = WebConfig(cache_dir=root / "web", mode="record")
@@ -188,7 +193,9 @@ async def compare_graphs(pipelines: list[str], latency_ms: float, *, cases: int 
                          benchmark: str = "sample", **kwargs: Any) -> dict[str, Any]:
     """`bench_graph` for each of `pipelines` on the same cases, and per case their figures side by side."""
     case_ids = case_ids or [c.id for c in load_cases(benchmark, limit=cases)]
-    results = [await bench_graph(p, latency_ms, case_ids=case_ids, benchmark=benchmark, **kwargs) for p in pipelines]
+    floor = await _stack_floor(benchmark)  # the machine's, not a pipeline's: measured once
+    results = [await bench_graph(p, latency_ms, case_ids=case_ids, benchmark=benchmark, floor=floor, **kwargs)
+               for p in pipelines]
     side_by_side = {
         case_id: {r["pipeline"]: {k: e[k] for k in (*SIDE_BY_SIDE, "startup_s") if k in e}
                   for r in results for e in r["episodes"] if e["case_id"] == case_id}
