@@ -128,6 +128,9 @@ def configured_litellm():
             litellm.drop_params = True
             litellm.telemetry = False
             register_with_litellm()
+            # litellm loads its tokenizer lazily, in whichever of its worker threads first needs it,
+            # and unlocked: a run's first concurrent calls each loaded it again (~0.3 s of CPU apiece)
+            litellm.encoding  # noqa: B018 - loaded once, here
             _litellm_ready = True
     return litellm
 

@@ -229,3 +229,35 @@ async def test_ledger_takes_the_node_from_langgraph(tmp_path):
         await graph.compile().ainvoke({"answer": ""})
     [entry] = gw.ledger.entries
     assert (entry.node, entry.case_id) == ("writer", "c-7")
+
+
+def test_litellm_loads_its_tokenizer_once_when_the_first_calls_come_together():
+    """litellm loaded its tokenizer in whichever worker thread first needed it, unlocked: a run's
+    first concurrent calls each loaded it again (~0.3 s of CPU apiece). A fresh process, so
+    nothing loaded it before."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import asyncio
+        import agents.offline
+        import litellm._lazy_imports as lazy
+        loads = []
+        original = lazy.get_default_encoding
+        def counted():
+            loads.append(1)
+            return original()
+        lazy.get_default_encoding = counted
+        from agents.gateway import Gateway
+        from agents.settings import ModelSettings
+
+        async def main():
+            gateway = Gateway({"system": ModelSettings(model="scripted?latency_ms=20")})
+            await asyncio.gather(*(gateway.text("system", [{"role": "user", "content": f"q{i}"}]) for i in range(8)))
+        asyncio.run(main())
+        print(len(loads))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "1"
