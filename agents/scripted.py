@@ -336,6 +336,8 @@ def _make_handler():
                 model_response.choices[0].message.tool_calls = [call]
                 model_response.choices[0].finish_reason = "tool_calls"
             model_response.model = "scripted"
+            # a dry run costs nothing; said here, litellm skips pricing the call twice (~0.5 ms of CPU)
+            model_response._hidden_params["response_cost"] = 0.0
             model_response.usage = litellm.Usage(
                 prompt_tokens=prompt_tokens,
                 completion_tokens=token_estimate(content),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Literal
 
 import pytest
@@ -160,6 +161,21 @@ async def test_scripted_is_deterministic_and_says_dry_run():
     assert first.startswith("DRY RUN")
     assert "I travel on a small budget." in first  # composed from the prompt's own material
     assert _scripted().dry_run and _scripted().ledger.entries == []
+
+
+async def test_scripted_states_its_zero_price_so_litellm_does_not_price_the_call(monkeypatch):
+    """litellm priced every scripted call twice (response metadata, then success logging), ~0.5 ms of
+    CPU per call for a price known to be zero; the provider now says it in the response."""
+    import litellm
+
+    priced = []
+    original = litellm.response_cost_calculator
+    monkeypatch.setattr(litellm, "response_cost_calculator", lambda **kw: priced.append(kw) or original(**kw))
+    gateway = _scripted()
+    await gateway.text("system", [{"role": "user", "content": "What does a heat pump cost to run?"}])
+    await asyncio.sleep(0.05)  # litellm's success logging runs as a task of its own after the call
+    assert priced == []
+    assert [e.cost_usd for e in gateway.ledger.entries] == [0.0]
 
 
 async def test_scripted_structured_instances_are_valid_and_seeded():
