@@ -41,7 +41,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents.answerer import answer_messages
 from agents.settings import ModelSettings
 from benchmarks.registry import load_cases
 from graphs.context import EpisodeContext, SystemSpec
@@ -128,7 +127,7 @@ async def _checkpointer(kind: str, path: Path):
 
 async def _stack_floor(benchmark: str) -> dict[str, float]:
     """The stack's floor, for a prompt the size of this benchmark's direct answers."""
-    return await measure_stack_floor(answer_messages(load_cases(benchmark, limit=1)[0].view(), ""))
+    return await measure_stack_floor(load_cases(benchmark, limit=1)[0].view())
 
 
 MEANS = ("wall_s", "llm_calls", "prompt_tokens", "completion_tokens", "framework_ms_per_llm_call",

@@ -13,8 +13,10 @@ from typing import Awaitable, Callable
 from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
+from agents.answerer import answer_messages
 from agents.gateway import configured_litellm
 from agents.scripted import PROVIDER
+from benchmarks.case import CaseView
 
 
 class _State(TypedDict, total=False):
@@ -46,8 +48,10 @@ async def _cpu_ms_per_step(step: Callable[[], Awaitable[object]], repeats: int) 
     return statistics.median(times)
 
 
-async def measure_stack_floor(messages: list[dict[str, str]], repeats: int = 200) -> dict[str, float]:
-    """CPU ms per litellm completion of `messages` and per one-node LangGraph invocation."""
+async def measure_stack_floor(view: CaseView, repeats: int = 200) -> dict[str, float]:
+    """CPU ms per litellm completion of the direct answer's prompt for `view` and per one-node
+    LangGraph invocation."""
+    messages = answer_messages(view, "")
     litellm = configured_litellm()
     graph = _one_node_graph()
 

@@ -42,7 +42,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agents.answerer import answer_messages
 from agents.ledger import read_ledger
 from benchmarks.case import Case
 from benchmarks.registry import load_cases
@@ -142,7 +141,7 @@ def _measure(settings: RunnerBenchSettings, out_dir: Path) -> dict[str, Any]:
     import litellm  # noqa: F401 - imported before the clock starts: importing it takes seconds, once
 
     cases = bench_cases(settings.cases)
-    floor = asyncio.run(measure_stack_floor(answer_messages(cases[0].view(), "")))
+    floor = asyncio.run(measure_stack_floor(cases[0].view()))
     started = time.perf_counter()
     runner = _TimedRunner(_bench_recipe(settings, out_dir), out_dir / "run", progress=False, cases=cases)
     folder = asyncio.run(runner.run())
