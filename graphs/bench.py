@@ -20,8 +20,8 @@ starting the sandbox or spawning extraction workers). Per episode:
 - `prompt_tokens`, `completion_tokens` (as the ledger counts them) and `embedding_calls` (not LLM calls).
 - `stack_floor` (graphs/stack_floor.py): litellm's own CPU per completion and a bare one-node
   LangGraph invocation on this machine, the libraries' share that no change of ours can remove
-  (litellm's success logging runs after the call returns, so part of it lands in the framework
-  figure).
+  (with a litellm callback registered, litellm's success logging runs after the call returns, so
+  part of it lands in the framework figure; with none, the gateway skips it).
 
 Several pipelines (`compare_graphs`) run one after the other on the same cases, and their figures
 are also set side by side per case. A pipeline is named as in a recipe, or as

@@ -14,7 +14,7 @@ from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
 from agents.answerer import answer_messages
-from agents.gateway import configured_litellm
+from agents.gateway import configured_litellm, litellm_call_scope
 from agents.scripted import PROVIDER
 from benchmarks.case import CaseView
 
@@ -44,7 +44,7 @@ async def _cpu_ms_per_step(step: Callable[[], Awaitable[object]], repeats: int) 
         for _ in range(repeats):
             await step()
         times.append((time.process_time() - cpu) * 1000 / repeats)
-    await asyncio.sleep(0.05)  # litellm's success logging runs as tasks of its own: let them finish
+    await asyncio.sleep(0.05)  # litellm's success logging, if a callback wants it, runs as tasks: let them finish
     return statistics.median(times)
 
 
@@ -56,7 +56,9 @@ async def measure_stack_floor(view: CaseView, repeats: int = 200) -> dict[str, f
     graph = _one_node_graph()
 
     async def call() -> None:
-        await litellm.acompletion(model=f"{PROVIDER}/{PROVIDER}", messages=messages, mock_response="A floor answer.")
+        with litellm_call_scope():  # as the gateway calls it
+            await litellm.acompletion(model=f"{PROVIDER}/{PROVIDER}", messages=messages,
+                                      mock_response="A floor answer.")
 
     async def invoke() -> None:
         await graph.ainvoke({"text": "q"})

@@ -178,6 +178,67 @@ async def test_scripted_states_its_zero_price_so_litellm_does_not_price_the_call
     assert [e.cost_usd for e in gateway.ledger.entries] == [0.0]
 
 
+async def test_litellm_does_no_logging_of_its_own_when_nothing_consumes_it(monkeypatch):
+    """With no litellm callback registered, litellm's success logging (a payload built and handlers
+    run for every call, 1-2 ms of CPU) is skipped: the ledger records the call."""
+    from litellm.litellm_core_utils.litellm_logging import Logging
+
+    handled = []
+
+    def success_handler(self, *args, **kwargs) -> None:
+        handled.append("success_handler")
+
+    async def async_success_handler(self, *args, **kwargs) -> None:
+        handled.append("async_success_handler")
+
+    monkeypatch.setattr(Logging, "success_handler", success_handler)
+    monkeypatch.setattr(Logging, "async_success_handler", async_success_handler)
+    gateway = _scripted()
+    await gateway.text("system", [{"role": "user", "content": "What does a heat pump cost to run?"}])
+    await asyncio.sleep(0.05)  # where litellm's logging would run, as a task of its own
+    assert handled == []
+    assert [e.status for e in gateway.ledger.entries] == ["ok"]
+
+
+@pytest.mark.parametrize("provider", ["scripted", "stub"])
+async def test_a_litellm_callback_a_user_registers_still_sees_every_call(monkeypatch, provider, stub, tmp_path):
+    """Skipping litellm's logging must not mute an integration (Langfuse, a cost tracker): with a
+    callback registered, litellm logs every call as it always did, failures too."""
+    import litellm
+    from litellm.integrations.custom_logger import CustomLogger
+
+    class Seen(CustomLogger):
+        def __init__(self) -> None:
+            super().__init__()
+            self.events: list[str] = []
+
+        async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):
+            self.events.append("success")
+
+        async def async_log_failure_event(self, kwargs, response_obj, start_time, end_time):
+            self.events.append("failure")
+
+    seen = Seen()
+    for name in ("input_callback", "success_callback", "failure_callback", "_async_input_callback",
+                 "_async_success_callback", "_async_failure_callback"):  # litellm copies callbacks into these
+        monkeypatch.setattr(litellm, name, [])
+    monkeypatch.setattr(litellm, "callbacks", [seen])
+    if provider == "scripted":
+        gateway = Gateway({"judge": ModelSettings(model="scripted")})
+        failing = Gateway({"judge": ModelSettings(model="scripted?error_rate=1", max_retries=0)})
+    else:
+        gateway = failing = _gateway(stub, tmp_path, max_retries=0)
+        stub.script(["ok", "400"])
+    await gateway.text("judge", MESSAGES)
+    with pytest.raises(ModelCallError):
+        await failing.text("judge", [{"role": "user", "content": "And a gas boiler?"}])
+    for _ in range(100):  # litellm's logging runs as tasks of its own
+        if len(seen.events) >= 2:
+            break
+        await asyncio.sleep(0.02)
+    assert seen.events == ["success", "failure"]
+
+
 async def test_scripted_structured_instances_are_valid_and_seeded():
     a = await _scripted().structured("judge", MESSAGES, AspectScore)
     b = await _scripted().structured("judge", MESSAGES, AspectScore)
