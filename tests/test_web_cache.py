@@ -176,3 +176,31 @@ async def test_identical_requests_in_flight_together_share_one_live_call(tmp_pat
     assert sorted(calls) == ["other", "same question"]
     assert all(answer == answers[0] for answer in answers[:4])
     assert len(list(WebCache(tmp_path, "replay").records())) == 2
+
+
+async def test_answers_read_from_disk_are_kept_in_memory_up_to_a_byte_budget(tmp_path, monkeypatch):
+    """A run reads the same pages in many episodes: each record is parsed and its body hashed once,
+    and the bodies kept stay within the budget (least recently used dropped first)."""
+    await record_session(tmp_path)
+    reads: list[str] = []
+    original = WebCache._read_record
+    monkeypatch.setattr(WebCache, "_read_record", staticmethod(lambda path: reads.append(path.name) or original(path)))
+    cache = WebCache(tmp_path, "replay", memory_bytes=10**6)
+    requests = [record.request for record in cache.records() if record.kind == "fetch"]
+    reads.clear()
+
+    async def never() -> tuple[dict, bytes]:
+        raise AssertionError("replay went live")
+
+    first = [await cache.answer("fetch", request, never) for request in requests]
+    again = [await cache.answer("fetch", request, never) for request in requests]
+    assert len(reads) == len(requests) == 3  # the second pass read nothing from disk
+    assert again == first and all(answer.from_cache for answer in again)
+
+    sizes = sorted(len(answer.body) for answer in first)
+    small = WebCache(tmp_path, "replay", memory_bytes=sizes[-1] + sizes[-2] - 1)  # room for no two biggest
+    reads.clear()
+    for request in requests + requests:
+        await small.answer("fetch", request, never)
+    assert small._recent.bytes <= small._recent.max_bytes
+    assert len(reads) > 3  # some had to be read again

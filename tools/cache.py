@@ -13,7 +13,9 @@ answers only from the cache and raises ReplayMiss otherwise — it never goes to
 Answers that are the web's (any HTTP status, any body) are recorded; transport failures
 (timeouts, refused connections) are not, so a flaky moment is not frozen into every later run.
 Identical requests made at the same time share one live call (parallel researchers often search
-the same thing).
+the same thing). Answers read from disk are kept in memory (the most recent, up to 64 MB of
+bodies), so a run that reads the same page in many episodes parses its record and hashes its
+body once.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,11 +78,36 @@ def _write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
+class _RecentAnswers:
+    """The answers read last, least recently used dropped first once their bodies pass `max_bytes`."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._answers: OrderedDict[str, CachedAnswer] = OrderedDict()
+
+    def get(self, key: str) -> CachedAnswer | None:
+        answer = self._answers.get(key)
+        if answer is not None:
+            self._answers.move_to_end(key)
+        return answer
+
+    def put(self, key: str, answer: CachedAnswer) -> None:
+        if key in self._answers or len(answer.body) > self.max_bytes:
+            return
+        self._answers[key] = answer
+        self.bytes += len(answer.body)
+        while self.bytes > self.max_bytes:
+            _, dropped = self._answers.popitem(last=False)
+            self.bytes -= len(dropped.body)
+
+
 class WebCache:
-    def __init__(self, root: Path, mode: CacheMode) -> None:
+    def __init__(self, root: Path, mode: CacheMode, *, memory_bytes: int = 64 * 2**20) -> None:
         self.root = Path(root)
         self.mode = mode
         self._in_flight: dict[str, asyncio.Future[CachedAnswer]] = {}
+        self._recent = _RecentAnswers(memory_bytes)
 
     def _record_path(self, key: str) -> Path:
         return self.root / "records" / key[:2] / f"{key}.json"
@@ -138,9 +166,14 @@ class WebCache:
         """The answer to `request` according to the mode; `live` is awaited only on a permitted miss."""
         key = request_key(request)
         if self.mode != "live":
+            known = self._recent.get(key)
+            if known is not None:
+                return known
             record = self.load(key)
             if record is not None:
-                return CachedAnswer(record=record, body=self.body(record), from_cache=True)
+                known = CachedAnswer(record=record, body=self.body(record), from_cache=True)
+                self._recent.put(key, known)
+                return known
             if self.mode == "replay":
                 raise ReplayMiss(
                     f"replay: no recorded {kind} for {canonical_json(request)} in {self.root} (key {key[:16]})"
