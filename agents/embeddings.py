@@ -106,10 +106,14 @@ class LiteLLMEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         import litellm
 
+        from agents.gateway import litellm_call_scope
+
         out: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
             batch = list(texts[start : start + self.batch_size])
-            response = litellm.embedding(model=self.name, input=batch, api_base=self.api_base, api_key=self.api_key)
+            with litellm_call_scope():  # as the gateway's calls: litellm's own logging only when consumed
+                response = litellm.embedding(model=self.name, input=batch, api_base=self.api_base,
+                                             api_key=self.api_key)
             out.extend(item["embedding"] for item in response.data)
         if not out:
             return np.zeros((0, self._dim or 0), dtype=np.float32)

@@ -120,7 +120,7 @@ _litellm_internal_call: contextvars.ContextVar[bool] | None = None
 def configured_litellm():
     """litellm, set up as the gateway calls it (once per process): the scripted provider registered,
     unsupported parameters dropped, no telemetry."""
-    global _litellm_ready
+    global _litellm_ready, _litellm_internal_call
     import litellm
 
     with _litellm_lock:
@@ -134,7 +134,6 @@ def configured_litellm():
             # litellm loads its tokenizer lazily, in whichever of its worker threads first needs it,
             # and unlocked: a run's first concurrent calls each loaded it again (~0.3 s of CPU apiece)
             litellm.encoding  # noqa: B018 - loaded once, here
-            global _litellm_internal_call
             try:
                 from litellm._internal_context import is_internal_call
             except ImportError:  # another litellm: its logging then always runs (slower, same answers)

@@ -122,3 +122,23 @@ def test_a_real_http_provider_behind_the_endpoint(endpoint, tmp_path):
         assert stub.requests and stub.requests[-1]["body"]["model"] == "stub-model"
         entry = gateway.ledger.entries[-1]
         assert entry.node == "odr:research" and entry.model == "openai/stub-model" and entry.prompt_tokens > 0
+
+
+def test_a_litellm_embedding_model_embeds_over_http_without_litellm_logging(endpoint, tmp_path, monkeypatch):
+    """`embedder = "openai/..."` with `embedder_api_base`: litellm's real HTTP path (here to this
+    endpoint's local embedder), without litellm's own logging while no callback consumes it."""
+    from litellm.litellm_core_utils.litellm_logging import Logging
+
+    from agents.embeddings import LiteLLMEmbedder
+
+    logged = []
+    monkeypatch.setattr(Logging, "success_handler", lambda self, *a, **k: logged.append("success"))
+    gateway = Gateway(cache=ResponseCache(tmp_path / "llm"), ledger=Ledger(None, run_id="r1"))
+    session = _session(endpoint, gateway)
+    embedder = LiteLLMEmbedder("openai/local", api_base=endpoint.openai_base, api_key=session.token, batch_size=2)
+    vectors = embedder.embed(["a cat sat on the mat", "a kitten sat on a rug", "quantum chromodynamics"])
+    assert vectors.shape == (3, 384)
+    assert abs(float((vectors**2).sum(axis=1).max()) - 1.0) < 1e-5
+    assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ vectors[2])  # the cats are closer
+    assert [e.kind for e in gateway.ledger.entries] == ["embedding", "embedding"]  # two batches
+    assert logged == []
