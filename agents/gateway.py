@@ -143,12 +143,14 @@ def configured_litellm():
     return litellm
 
 
+_LITELLM_CONSUMERS = ("callbacks", "input_callback", "success_callback", "failure_callback", "service_callback",
+                      "_async_input_callback", "_async_success_callback", "_async_failure_callback", "max_budget")
+
+
 def _litellm_logs_for_someone(litellm) -> bool:
     """Whether anything consumes litellm's own logging: a callback (an observability integration
     a user registered, litellm's cache) or the budget litellm tracks (`litellm.max_budget`)."""
-    return bool(litellm.callbacks or litellm.input_callback or litellm.success_callback or litellm.failure_callback
-                or litellm.service_callback or litellm._async_input_callback or litellm._async_success_callback
-                or litellm._async_failure_callback or litellm.max_budget)
+    return any(getattr(litellm, name, None) for name in _LITELLM_CONSUMERS)
 
 
 @contextlib.contextmanager
