@@ -39,7 +39,9 @@ def summarize(
     FA and CC, ...) from its judgments."""
     per_system: dict[str, Any] = {}
     for system in systems:
-        mine = [r for r in records if r.system == system]
+        # in one fixed order, so every figure (a judge's own aggregates too) is the same whatever the
+        # order of the result lines: float sums differ in their last bits from one order to another
+        mine = sorted((r for r in records if r.system == system), key=lambda r: (r.case_id, r.key))
         entry: dict[str, Any] = {
             "n": sum(r.ok for r in mine),
             "errors": sum(not r.ok for r in mine),
@@ -60,7 +62,7 @@ def summarize(
                 "failed": failed,
                 # conditions judges report (no_cited_claims, order_flip, empty_gold, ...): how many responses
                 "flags": dict(sorted(Counter(flag for j in judged for flag in j.flags).items())),
-                "mean_repeat_std": sum(spreads) / len(spreads) if spreads else None,
+                "mean_repeat_std": math.fsum(spreads) / len(spreads) if spreads else None,
             }
             if aggregates and judge in aggregates:
                 entry["judges"][judge].update(aggregates[judge]([j for j in judged if not j.failed]))

@@ -3,6 +3,7 @@ kind of role that made them) and episode latency (from the results)."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Any, Iterable
 
@@ -26,7 +27,9 @@ def _latency(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {"mean": None, "p50": None, "p95": None}
     array = np.asarray(values, dtype=float)
-    return {"mean": round(float(array.mean()), 4), "p50": round(float(np.percentile(array, 50)), 4),
+    # fsum: exact, so the mean does not depend on the order of the result lines (numpy's summation
+    # does, in its last bits, which rounding can turn into a different fourth decimal)
+    return {"mean": round(math.fsum(values) / len(values), 4), "p50": round(float(np.percentile(array, 50)), 4),
             "p95": round(float(np.percentile(array, 95)), 4)}
 
 
