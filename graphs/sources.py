@@ -55,6 +55,9 @@ class SourceStore:
 
     def put(self, text: str) -> str:
         sha = text_sha256(text)
+        if sha in self._recent:  # written or read by this store already: on disk
+            self._recent.move_to_end(sha)
+            return sha
         path = self._path(sha)
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)

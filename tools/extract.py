@@ -8,6 +8,7 @@ relies on).
 from __future__ import annotations
 
 import codecs
+import functools
 import re
 from dataclasses import dataclass, field
 from email.message import Message
@@ -31,6 +32,7 @@ class ExtractedText:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+@functools.lru_cache(maxsize=256)  # email parsing costs ~40 µs, and a web serves a handful of distinct headers
 def parse_content_type(header: str) -> tuple[str, str | None]:
     """("text/html", "iso-8859-1") from "text/html; charset=ISO-8859-1"."""
     message = Message()

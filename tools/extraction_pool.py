@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import hashlib
 import multiprocessing
 import os
@@ -25,6 +26,7 @@ _lock = threading.Lock()
 _pools: dict[int, ProcessPoolExecutor] = {}
 
 
+@functools.cache  # os.cpu_count() reads /sys on every call (~15 µs), and a page read asks each time
 def default_workers() -> int:
     """One worker per core when there is more than one core; 0 (a thread) otherwise."""
     cores = os.cpu_count() or 1
