@@ -19,10 +19,10 @@ never touches gold:
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
 from functools import lru_cache
 from typing import Any, Mapping
 
+from cachetools import LRUCache
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
@@ -131,7 +131,7 @@ def case_from_input(state: Mapping[str, Any], context: EpisodeContext) -> Case:
     return cases[case_id]
 
 
-_views: OrderedDict[tuple[str, str, str, str | None, str], CaseView] = OrderedDict()
+_views: LRUCache[tuple[str, str, str, str | None, str], CaseView] = LRUCache(maxsize=256)
 
 
 def case_view(state: Mapping[str, Any], context: EpisodeContext) -> CaseView:
@@ -144,11 +144,9 @@ def case_view(state: Mapping[str, Any], context: EpisodeContext) -> CaseView:
         case = case_from_input(state, context)
         hide = context.system.hide
         key = (context.run_id, case.benchmark, case.id, context.system.setting, hide.model_dump_json())
-        if key not in _views:
-            _views[key] = case.view(context.system.setting, hide=hide)
-            while len(_views) > 256:
-                _views.popitem(last=False)
-        view = _views[key]
+        view = _views.get(key)
+        if view is None:
+            view = _views[key] = case.view(context.system.setting, hide=hide)
     query = state.get("query")
     if query is not None:
         view = view.model_copy(update={"query": query if isinstance(query, Query) else Query.model_validate(query)})

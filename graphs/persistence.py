@@ -16,10 +16,10 @@ import hashlib
 import sqlite3
 import time
 import zlib
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator, Sequence
 
+from cachetools import LRUCache
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -41,7 +41,7 @@ class RunSerializer(SerializerProtocol):
         self.conn = conn
         self.serde = serde or serializer()
         self._stored: set[str] = set()
-        self._loaded: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self._loaded: LRUCache[str, tuple[str, bytes]] = LRUCache(maxsize=256)
 
     def setup(self) -> None:
         self.conn.execute("CREATE TABLE IF NOT EXISTS checkpoint_values "
@@ -82,10 +82,6 @@ class RunSerializer(SerializerProtocol):
             if row is None:
                 raise DataError(f"checkpoint value {key} is missing from checkpoint_values")
             self._loaded[key] = (row[0], zlib.decompress(row[1]))
-            while len(self._loaded) > 256:
-                self._loaded.popitem(last=False)
-        else:
-            self._loaded.move_to_end(key)
         return self.serde.loads_typed(self._loaded[key])
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:

@@ -12,10 +12,10 @@ import asyncio
 import hashlib
 import os
 import tempfile
-from collections import OrderedDict
 from pathlib import Path
 from typing import Sequence
 
+from cachetools import LRUCache
 from pydantic import BaseModel
 
 from agents.citations import SourceRef
@@ -34,11 +34,9 @@ def gold_source_id(text: str) -> str:
 
 
 class SourceStore:
-    _MEMORY_ITEMS = 256
-
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
-        self._recent: OrderedDict[str, str] = OrderedDict()
+        self._recent: LRUCache[str, str] = LRUCache(maxsize=256)  # texts put or read last
 
     @classmethod
     def for_run(cls, run_dir: str | None) -> "SourceStore":
@@ -47,16 +45,9 @@ class SourceStore:
     def _path(self, sha: str) -> Path:
         return self.root / sha[:2] / f"{sha}.txt"
 
-    def _remember(self, sha: str, text: str) -> None:
-        self._recent[sha] = text
-        self._recent.move_to_end(sha)
-        while len(self._recent) > self._MEMORY_ITEMS:
-            self._recent.popitem(last=False)
-
     def put(self, text: str) -> str:
         sha = text_sha256(text)
-        if sha in self._recent:  # written or read by this store already: on disk
-            self._recent.move_to_end(sha)
+        if self._recent.get(sha) is not None:  # written or read by this store already: on disk
             return sha
         path = self._path(sha)
         if not path.exists():
@@ -65,17 +56,18 @@ class SourceStore:
             with os.fdopen(handle, "w", encoding="utf-8") as out:
                 out.write(text)
             os.replace(temporary, path)
-        self._remember(sha, text)
+        self._recent[sha] = text
         return sha
 
     def get(self, sha: str) -> str:
-        if sha in self._recent:
-            return self._recent[sha]
+        text = self._recent.get(sha)
+        if text is not None:
+            return text
         try:
             text = self._path(sha).read_text(encoding="utf-8")
         except FileNotFoundError:
             raise LookupError(f"no stored text with sha256 {sha} under {self.root}") from None
-        self._remember(sha, text)
+        self._recent[sha] = text
         return text
 
     def gold_source(self, text: str, number: int) -> SourceRef:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
+from cachetools import LRUCache
 
 from agents.embeddings import Embedder, get_embedder
 from benchmarks.errors import ConfigError
@@ -27,7 +27,7 @@ class CachingEmbedder:
         self.batch_size = batch_size
         self.cache_size = cache_size
         self.documents_embedded = 0  # how many document texts this instance sent to the model
-        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._queries: LRUCache[str, np.ndarray] = LRUCache(maxsize=cache_size)
         self._lock = threading.Lock()
 
     @property
@@ -41,17 +41,13 @@ class CachingEmbedder:
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         with self._lock:
-            known = {t: self._queries[t] for t in texts if t in self._queries}
-            for text in known:
-                self._queries.move_to_end(text)
+            known = {t: self._queries[t] for t in texts if t in self._queries}  # [] marks each as used
         missing = list(dict.fromkeys(t for t in texts if t not in known))
         if missing:
             fresh = dict(zip(missing, self.embedder.embed(missing)))
             known.update(fresh)
             with self._lock:
                 self._queries.update(fresh)
-                while len(self._queries) > self.cache_size:
-                    self._queries.popitem(last=False)
         return np.stack([known[t] for t in texts])
 
 

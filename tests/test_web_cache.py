@@ -202,5 +202,5 @@ async def test_answers_read_from_disk_are_kept_in_memory_up_to_a_byte_budget(tmp
     reads.clear()
     for request in requests + requests:
         await small.answer("fetch", request, never)
-    assert small._recent.bytes <= small._recent.max_bytes
+    assert small._recent.currsize <= small._recent.maxsize
     assert len(reads) > 3  # some had to be read again

@@ -25,12 +25,12 @@ import hashlib
 import json
 import os
 import tempfile
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from cachetools import LRUCache
 from pydantic import BaseModel
 
 from benchmarks.errors import DataError
@@ -78,36 +78,13 @@ def _write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-class _RecentAnswers:
-    """The answers read last, least recently used dropped first once their bodies pass `max_bytes`."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._answers: OrderedDict[str, CachedAnswer] = OrderedDict()
-
-    def get(self, key: str) -> CachedAnswer | None:
-        answer = self._answers.get(key)
-        if answer is not None:
-            self._answers.move_to_end(key)
-        return answer
-
-    def put(self, key: str, answer: CachedAnswer) -> None:
-        if key in self._answers or len(answer.body) > self.max_bytes:
-            return
-        self._answers[key] = answer
-        self.bytes += len(answer.body)
-        while self.bytes > self.max_bytes:
-            _, dropped = self._answers.popitem(last=False)
-            self.bytes -= len(dropped.body)
-
-
 class WebCache:
     def __init__(self, root: Path, mode: CacheMode, *, memory_bytes: int = 64 * 2**20) -> None:
         self.root = Path(root)
         self.mode = mode
         self._in_flight: dict[str, asyncio.Future[CachedAnswer]] = {}
-        self._recent = _RecentAnswers(memory_bytes)
+        # the answers read last, least recently used dropped first once their bodies pass memory_bytes
+        self._recent: LRUCache[str, CachedAnswer] = LRUCache(maxsize=memory_bytes, getsizeof=lambda a: len(a.body))
 
     def _record_path(self, key: str) -> Path:
         return self.root / "records" / key[:2] / f"{key}.json"
@@ -172,7 +149,8 @@ class WebCache:
             record = self.load(key)
             if record is not None:
                 known = CachedAnswer(record=record, body=self.body(record), from_cache=True)
-                self._recent.put(key, known)
+                if len(known.body) <= self._recent.maxsize:  # a bigger body is read from disk each time
+                    self._recent[key] = known
                 return known
             if self.mode == "replay":
                 raise ReplayMiss(

@@ -17,8 +17,9 @@ import multiprocessing
 import os
 import threading
 import time
-from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
+
+from cachetools import LRUCache
 
 from tools.extract import ExtractedText, extract_text
 
@@ -58,16 +59,15 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 
 # Extraction is a pure function of (body, content type, URL): a page read again — by another
 # system or case of the same run, or replayed from the web cache — is not extracted again.
-_recent: OrderedDict[tuple[str, str, str], ExtractedText] = OrderedDict()
-_RECENT_PAGES = 512
+_recent: LRUCache[tuple[str, str, str], ExtractedText] = LRUCache(maxsize=512)
 
 
 async def extract_text_async(body: bytes, content_type: str, url: str, workers: int) -> ExtractedText:
     """`extract_text` off the event loop: in `workers` processes, or in a thread when 0."""
     key = (hashlib.sha256(body).hexdigest(), content_type, url)
-    if key in _recent:
-        _recent.move_to_end(key)
-        return _recent[key]
+    known = _recent.get(key)
+    if known is not None:
+        return known
     if workers <= 0:
         extracted = await asyncio.to_thread(extract_text, body, content_type, url)
     else:
@@ -75,8 +75,6 @@ async def extract_text_async(body: bytes, content_type: str, url: str, workers: 
             _pool(workers), extract_text, body, content_type, url
         )
     _recent[key] = extracted
-    while len(_recent) > _RECENT_PAGES:
-        _recent.popitem(last=False)
     return extracted
 
 
