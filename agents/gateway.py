@@ -123,6 +123,8 @@ def configured_litellm():
     global _litellm_ready, _litellm_internal_call
     import litellm
 
+    if _litellm_ready:  # set last, under the lock: everything above it is in place
+        return litellm
     with _litellm_lock:
         if not _litellm_ready:
             litellm.suppress_debug_info = True
