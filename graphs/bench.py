@@ -44,6 +44,7 @@ from typing import Any
 from agents.settings import ModelSettings
 from benchmarks.registry import load_cases
 from graphs.context import EpisodeContext, SystemSpec
+from graphs.heap import settled_heap
 from graphs.pipelines import PIPELINES, pipeline_options, pipeline_variant
 from graphs.resources import release, resources_for
 from graphs.stack_floor import measure_stack_floor
@@ -157,8 +158,9 @@ async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, case_
             async with _checkpointer(checkpointer, root / "warm-up" / "checkpoints.sqlite") as saver:
                 await _episodes(built.copy(update={"checkpointer": saver}), warm, case_ids, benchmark, 0, "warm-up")
             async with _checkpointer(checkpointer, stored) as saver:  # a fresh file: what a run keeps per episode
-                episodes = await _episodes(built.copy(update={"checkpointer": saver}), timed, case_ids, benchmark,
-                                           latency_ms, "timed")
+                with settled_heap():  # as the runner's episodes run
+                    episodes = await _episodes(built.copy(update={"checkpointer": saver}), timed, case_ids,
+                                               benchmark, latency_ms, "timed")
                 if hasattr(saver, "drop_pending_writes"):  # as the runner does once an episode is done
                     for case_id in case_ids:
                         saver.drop_pending_writes(f"timed:{case_id}")

@@ -32,6 +32,7 @@ from benchmarks.errors import ConfigError, DataError
 from benchmarks.json_input import read_appended_jsonl, read_json_file, validation_error
 from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
 from graphs.episode import episode_graph_for
+from graphs.heap import settled_heap
 from graphs.inputs import forget_cases, remember_cases
 from graphs.pipelines import check_systems_available
 from graphs.persistence import run_checkpointer
@@ -212,14 +213,15 @@ class Runner:
                     await asyncio.to_thread(results.append, record)
                     return record
 
-                async with self._executor(graph) as executor:
-                    with _progress(self.progress, total=len(keys), done=len(done) - len(rejudge)) as bar:
-                        tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
-                        tasks += [asyncio.create_task(judged_again(stored, case, judges))
-                                  for stored, case, judges in rejudge]
-                        for finished in asyncio.as_completed(tasks):
-                            record = await finished
-                            bar.advance(record.ok)
+                with settled_heap():  # imports done, graph compiled: full collections now skip all of it
+                    async with self._executor(graph) as executor:
+                        with _progress(self.progress, total=len(keys), done=len(done) - len(rejudge)) as bar:
+                            tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
+                            tasks += [asyncio.create_task(judged_again(stored, case, judges))
+                                      for stored, case, judges in rejudge]
+                            for finished in asyncio.as_completed(tasks):
+                                record = await finished
+                                bar.advance(record.ok)
             if rejudge:
                 print(f"note: judged {len(rejudge)} stored response{'s' * (len(rejudge) != 1)} again "
                       "(their systems did not run again)", file=sys.stderr)

@@ -140,10 +140,12 @@ class EpisodeWorker:
         from langgraph.checkpoint.memory import InMemorySaver
 
         from graphs.episode import episode_graph_for
+        from graphs.heap import settle_heap
         from graphs.serde import serializer
 
         self.saver = InMemorySaver(serde=serializer())
         self.graph = episode_graph_for(systems, checkpointer=self.saver)  # the driver's graph, here
+        settle_heap()  # the worker's process ends with the run
 
     async def ready(self) -> str:
         return self.node
