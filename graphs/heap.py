@@ -2,9 +2,9 @@
 
 Once litellm, LangGraph and the pipelines are imported and the graph compiled, a process holds
 ~470 k objects that live as long as it does. Python's collector still walks all of them on every
-full collection, and allocation-heavy episodes trigger one every few hundred: 100–200 ms with the
-event loop stopped, each time (one landed in a 2 s, 250-episode `atelier bench runner` run, a
-tenth of its wall time). Objects moved to the permanent generation (`gc.freeze`) are not walked,
+full collection, which the episodes' allocations trigger every few hundred episodes: 100–250 ms
+with the event loop stopped, each time (one landed in a 2 s, 250-episode `atelier bench runner`
+run, a tenth of its wall time). Objects moved to the permanent generation (`gc.freeze`) are not walked,
 so full collections then cost what the episodes allocated.
 """
 
