@@ -36,23 +36,25 @@ def gold_source_id(text: str) -> str:
 class SourceStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        self._root = os.fspath(self.root)  # file names are built as strings: pathlib's joins cost more than a read
         self._recent: LRUCache[str, str] = LRUCache(maxsize=256)  # texts put or read last
 
     @classmethod
     def for_run(cls, run_dir: str | None) -> "SourceStore":
         return cls(Path(run_dir) / "sources" if run_dir else cache_dir() / "sources")
 
-    def _path(self, sha: str) -> Path:
-        return self.root / sha[:2] / f"{sha}.txt"
+    def _path(self, sha: str) -> str:
+        return f"{self._root}/{sha[:2]}/{sha}.txt"
 
     def put(self, text: str) -> str:
         sha = text_sha256(text)
         if self._recent.get(sha) is not None:  # written or read by this store already: on disk
             return sha
         path = self._path(sha)
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        if not os.path.exists(path):
+            folder = os.path.dirname(path)
+            os.makedirs(folder, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-")
             with os.fdopen(handle, "w", encoding="utf-8") as out:
                 out.write(text)
             os.replace(temporary, path)
@@ -64,7 +66,8 @@ class SourceStore:
         if text is not None:
             return text
         try:
-            text = self._path(sha).read_text(encoding="utf-8")
+            with open(self._path(sha), encoding="utf-8") as file:
+                text = file.read()
         except FileNotFoundError:
             raise LookupError(f"no stored text with sha256 {sha} under {self.root}") from None
         self._recent[sha] = text

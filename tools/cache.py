@@ -81,34 +81,41 @@ def _write_atomically(path: Path, data: bytes) -> None:
 class WebCache:
     def __init__(self, root: Path, mode: CacheMode, *, memory_bytes: int = 64 * 2**20) -> None:
         self.root = Path(root)
+        self._root = os.fspath(self.root)  # file names are built as strings: pathlib's joins cost more than a read
         self.mode = mode
         self._in_flight: dict[str, asyncio.Future[CachedAnswer]] = {}
         # the answers read last, least recently used dropped first once their bodies pass memory_bytes
         self._recent: LRUCache[str, CachedAnswer] = LRUCache(maxsize=memory_bytes, getsizeof=lambda a: len(a.body))
 
-    def _record_path(self, key: str) -> Path:
-        return self.root / "records" / key[:2] / f"{key}.json"
+    def _record_path(self, key: str) -> str:
+        return f"{self._root}/records/{key[:2]}/{key}.json"
 
-    def _blob_path(self, digest: str) -> Path:
-        return self.root / "blobs" / digest[:2] / digest
+    def _blob_path(self, digest: str) -> str:
+        return f"{self._root}/blobs/{digest[:2]}/{digest}"
 
     @staticmethod
-    def _read_record(path: Path) -> CacheRecord:
+    def _read_record(path: str | Path) -> CacheRecord:
+        """The record in file `path` (FileNotFoundError when there is none)."""
+        with open(path, "rb") as file:
+            data = file.read()
         try:
-            return CacheRecord.model_validate_json(path.read_bytes())
+            return CacheRecord.model_validate_json(data)
         except ValueError as exc:
             raise DataError(f"corrupted web cache record: {exc}", file=path) from None
 
     def load(self, key: str) -> CacheRecord | None:
-        path = self._record_path(key)
-        return self._read_record(path) if path.exists() else None
+        try:
+            return self._read_record(self._record_path(key))
+        except FileNotFoundError:
+            return None
 
     def body(self, record: CacheRecord) -> bytes:
         if record.body_sha256 is None:
             return b""
         path = self._blob_path(record.body_sha256)
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as file:
+                data = file.read()
         except FileNotFoundError:
             raise DataError("web cache body missing for record " + record.key, file=path) from None
         if hashlib.sha256(data).hexdigest() != record.body_sha256:
@@ -121,8 +128,8 @@ class WebCache:
         digest = None
         if body is not None:
             digest = hashlib.sha256(body).hexdigest()
-            if not self._blob_path(digest).exists():
-                _write_atomically(self._blob_path(digest), body)
+            if not os.path.exists(self._blob_path(digest)):
+                _write_atomically(Path(self._blob_path(digest)), body)
         record = CacheRecord(
             key=request_key(request),
             kind=kind,
@@ -131,7 +138,7 @@ class WebCache:
             response=response,
             body_sha256=digest,
         )
-        _write_atomically(self._record_path(record.key), record.model_dump_json(indent=1).encode("utf-8"))
+        _write_atomically(Path(self._record_path(record.key)), record.model_dump_json(indent=1).encode("utf-8"))
         return record
 
     def records(self) -> Iterator[CacheRecord]:
