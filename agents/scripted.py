@@ -19,6 +19,7 @@ repeats asked with different seeds get different samples.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import random
@@ -37,7 +38,7 @@ PROVIDER = "scripted"
 
 
 class ScriptedParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)  # parse_model_string hands out one instance per string
 
     latency_ms: float = Field(default=0.0, ge=0)
     error_rate: float = Field(default=0.0, ge=0, le=1)
@@ -49,6 +50,7 @@ class ScriptedParams(BaseModel):
         return {"malformed_rate": self.malformed_rate, "seed": self.seed}
 
 
+@functools.lru_cache(maxsize=64)  # read twice per call by the gateway
 def parse_model_string(model: str) -> ScriptedParams:
     """`scripted`, `scripted?k=v&...` or `scripted/<name>?k=v` -> its parameters. A parameter that
     is unknown, repeated or out of range is a ValueError naming it."""
