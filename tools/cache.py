@@ -106,7 +106,7 @@ class WebCache:
     def load(self, key: str) -> CacheRecord | None:
         try:
             return self._read_record(self._record_path(key))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # nothing recorded under this key
             return None
 
     def body(self, record: CacheRecord) -> bytes:
