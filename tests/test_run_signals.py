@@ -16,7 +16,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ATELIER = [sys.executable, "-m", "runs.cli"]
-SLOW_MODEL = "scripted?latency_ms=150"
+# slow enough that results come seconds apart: the 6 episodes finish within ~1 s of one another
+# after ~5 s of start-up, so with 150 ms a loaded machine once sent Ctrl-C after the run had ended
+SLOW_MODEL = "scripted?latency_ms=400"
 
 
 def lines(path: Path) -> list[dict]:
@@ -46,8 +48,8 @@ def wait_for_results(folder: Path, at_least: int, process: subprocess.Popen, tim
     raise AssertionError(f"no {at_least} results in {timeout} s")
 
 
-def run_args(out: Path, model: str = SLOW_MODEL) -> list[str]:
-    return ["run", "runs/recipes/quickstart.toml", "--model", model, "--limit", "3", "--concurrency", "2",
+def run_args(out: Path, model: str = SLOW_MODEL, concurrency: int = 2) -> list[str]:
+    return ["run", "runs/recipes/quickstart.toml", "--model", model, "--limit", "3", "--concurrency", str(concurrency),
             "--no-progress", "--out", str(out)]
 
 
@@ -82,7 +84,7 @@ def test_kill_9_midway_then_resume_equals_an_uninterrupted_run(tmp_path):
 
 def test_ctrl_c_prints_how_to_resume_and_the_printed_command_finishes_the_run(tmp_path):
     folder = tmp_path / "run"
-    process = start(run_args(folder), tmp_path / "cache")
+    process = start(run_args(folder, concurrency=1), tmp_path / "cache")  # results ~0.8 s apart
     wait_for_results(folder, 1, process)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
