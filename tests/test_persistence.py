@@ -32,6 +32,13 @@ def test_large_values_are_stored_once_and_load_back_in_place(tmp_path):
     assert second.event_ids == ["e1"]
     small = serde.dumps_typed({"channel_values": {"x": "short"}})
     assert fresh.loads_typed(small) == {"channel_values": {"x": "short"}}
+    # what stays inline is compressed only from 2 KB: a step's usual 1-2 KB is stored as it is
+    many = {"channel_values": {f"channel_{i}": f"v{i}" for i in range(40)}}
+    most = {"channel_values": {f"channel_{i}": f"v{i}" for i in range(400)}}
+    (kind, blob), (big_kind, big_blob) = serde.dumps_typed(many), serde.dumps_typed(most)
+    assert not kind.endswith("+zlib") and 512 < len(blob) < 2048
+    assert big_kind.endswith("+zlib") and len(big_blob) < 2048
+    assert fresh.loads_typed((kind, blob)) == many and fresh.loads_typed((big_kind, big_blob)) == most
 
 
 def test_a_missing_value_is_a_clear_error(tmp_path):
