@@ -16,9 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ATELIER = [sys.executable, "-m", "runs.cli"]
-# slow enough that results come seconds apart: the 6 episodes finish within ~1 s of one another
-# after ~5 s of start-up, so with 150 ms a loaded machine once sent Ctrl-C after the run had ended
-SLOW_MODEL = "scripted?latency_ms=400"
+SLOW_MODEL = "scripted?latency_ms=150"
 
 
 def lines(path: Path) -> list[dict]:
@@ -31,10 +29,16 @@ def lines(path: Path) -> list[dict]:
     return out
 
 
+def _default_sigint() -> None:
+    # as in a terminal: a suite started in the background (bash without job control) hands its
+    # children SIGINT ignored, and Python then never raises KeyboardInterrupt
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(args: list[str], cache: Path) -> subprocess.Popen:
     env = {**os.environ, "ATELIER_CACHE_DIR": str(cache)}
     return subprocess.Popen([*ATELIER, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_default_sigint)
 
 
 def wait_for_results(folder: Path, at_least: int, process: subprocess.Popen, timeout: float = 120) -> None:
@@ -48,8 +52,8 @@ def wait_for_results(folder: Path, at_least: int, process: subprocess.Popen, tim
     raise AssertionError(f"no {at_least} results in {timeout} s")
 
 
-def run_args(out: Path, model: str = SLOW_MODEL, concurrency: int = 2) -> list[str]:
-    return ["run", "runs/recipes/quickstart.toml", "--model", model, "--limit", "3", "--concurrency", str(concurrency),
+def run_args(out: Path, model: str = SLOW_MODEL) -> list[str]:
+    return ["run", "runs/recipes/quickstart.toml", "--model", model, "--limit", "3", "--concurrency", "2",
             "--no-progress", "--out", str(out)]
 
 
@@ -84,7 +88,7 @@ def test_kill_9_midway_then_resume_equals_an_uninterrupted_run(tmp_path):
 
 def test_ctrl_c_prints_how_to_resume_and_the_printed_command_finishes_the_run(tmp_path):
     folder = tmp_path / "run"
-    process = start(run_args(folder, concurrency=1), tmp_path / "cache")  # results ~0.8 s apart
+    process = start(run_args(folder), tmp_path / "cache")
     wait_for_results(folder, 1, process)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
