@@ -128,8 +128,9 @@ class WebCache:
         digest = None
         if body is not None:
             digest = hashlib.sha256(body).hexdigest()
-            if not os.path.exists(self._blob_path(digest)):
-                _write_atomically(Path(self._blob_path(digest)), body)
+            blob = self._blob_path(digest)
+            if not os.path.exists(blob):
+                _write_atomically(Path(blob), body)
         record = CacheRecord(
             key=request_key(request),
             kind=kind,
