@@ -21,6 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from benchmarks.atomic_files import write_atomically
+
 StructuredMode = Literal["json_schema", "json_object", "tool", "prompt"]
 MODES: tuple[StructuredMode, ...] = get_args(StructuredMode)
 MODES_FILE = "structured_modes.json"
@@ -109,10 +111,7 @@ class ModeMemory:
                 return
             stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
             self._recorded = {**self._load(), endpoint: {"mode": mode, "learned_at": stamp}}
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(self._recorded, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            tmp.replace(self.path)
+            write_atomically(self.path, json.dumps(self._recorded, indent=2, sort_keys=True) + "\n")
 
     def recorded(self) -> dict[str, dict[str, str]]:
         """What the run folder holds (endpoint -> mode, learned_at)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -19,6 +18,7 @@ from cachetools import LRUCache
 from pydantic import BaseModel
 
 from agents.citations import SourceRef
+from benchmarks.atomic_files import write_atomically
 from benchmarks.data_files import cache_dir
 from tools.errors import WebError
 from tools.urls import web_source_id
@@ -52,12 +52,7 @@ class SourceStore:
             return sha
         path = self._path(sha)
         if not os.path.exists(path):
-            folder = os.path.dirname(path)
-            os.makedirs(folder, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.replace(temporary, path)
+            write_atomically(path, text)
         self._recent[sha] = text
         return sha
 

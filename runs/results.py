@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
+from benchmarks.atomic_files import write_atomically
 from benchmarks.json_input import read_appended_jsonl, validation_error
 
 
@@ -97,7 +98,4 @@ class ResultsFile:
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")

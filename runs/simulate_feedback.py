@@ -19,6 +19,7 @@ from agents.gateway import Gateway, ModelCallError
 from agents.ledger import Ledger, call_tags
 from agents.settings import ModelSettings
 from agents.user_sim import rate_response
+from benchmarks.atomic_files import write_atomically
 from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError
 from runs.recipe import Recipe
@@ -65,10 +66,7 @@ async def rate_run(run_dir: Path, out: Path, user_sim: ModelSettings | None = No
 
     rated = await asyncio.gather(*(one(r) for r in results))
     ok = [r for r in rated if "rj_pairs" in r]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ok), encoding="utf-8")
-    tmp.replace(out)
+    write_atomically(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ok))
     return {
         "run": str(run_dir),
         "out": str(out),

@@ -30,6 +30,7 @@ from agents.gateway import Gateway, ModelCallError
 from agents.ledger import Ledger, call_tags
 from agents.settings import ModelSettings
 from agents.user_sim import HistoryOptions, check_protocol, check_reversibility, synthesize_history
+from benchmarks.atomic_files import write_atomically
 from benchmarks.data_files import cache_dir
 from benchmarks.errors import ConfigError, DataError
 from benchmarks.loaders.pdr import ContextRecord, context_history, read_contexts, read_language
@@ -124,10 +125,8 @@ def pooled_figures(outcomes: list[UserOutcome]) -> dict[str, Any]:
 
 
 def _write_contexts(path: Path, outcomes: list[UserOutcome]) -> None:
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(o.record.model_dump(exclude_none=True), ensure_ascii=False) + "\n"
-                           for o in outcomes if o.record is not None), encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, "".join(json.dumps(o.record.model_dump(exclude_none=True), ensure_ascii=False) + "\n"
+                                   for o in outcomes if o.record is not None))
 
 
 class _UserProgress:

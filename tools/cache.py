@@ -24,7 +24,6 @@ import asyncio
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any, Literal
 from cachetools import LRUCache
 from pydantic import BaseModel
 
+from benchmarks.atomic_files import write_atomically
 from benchmarks.errors import DataError
 from tools.config import CacheMode
 from tools.errors import ReplayMiss
@@ -64,18 +64,6 @@ def canonical_json(value: Any) -> str:
 
 def request_key(request: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 class WebCache:
@@ -130,7 +118,7 @@ class WebCache:
             digest = hashlib.sha256(body).hexdigest()
             blob = self._blob_path(digest)
             if not os.path.exists(blob):
-                _write_atomically(Path(blob), body)
+                write_atomically(blob, body)
         record = CacheRecord(
             key=request_key(request),
             kind=kind,
@@ -139,7 +127,7 @@ class WebCache:
             response=response,
             body_sha256=digest,
         )
-        _write_atomically(Path(self._record_path(record.key)), record.model_dump_json(indent=1).encode("utf-8"))
+        write_atomically(self._record_path(record.key), record.model_dump_json(indent=1))
         return record
 
     def records(self) -> Iterator[CacheRecord]:

@@ -40,6 +40,7 @@ from typing import Any
 
 from agents.ledger import LedgerEntry
 from agents.structured_output import MODES_FILE
+from benchmarks.atomic_files import write_atomically
 from runs.executors.base import Episode, EpisodeFn
 from runs.results import ResultRecord
 
@@ -443,21 +444,13 @@ def _merge_modes(path: Path, content: bytes) -> None:
             continue
         if not isinstance(known, dict) or str(entry.get("learned_at", "")) >= str(known.get("learned_at", "")):
             merged[endpoint] = entry
-    _replace(path, (json.dumps(merged, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    write_atomically(path, json.dumps(merged, indent=2, sort_keys=True) + "\n")
 
 
 def _write_if_absent(path: Path, content: bytes) -> None:
     """Content-addressed and write-once files: the first copy to arrive is kept."""
     if not path.exists():
-        _replace(path, content)
-
-
-def _replace(path: Path, content: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(handle, "wb") as out:
-        out.write(content)
-    os.replace(temporary, path)
+        write_atomically(path, content)
 
 
 def _lost(episode: Episode, reason: str) -> ResultRecord:

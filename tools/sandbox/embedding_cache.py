@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from agents.embeddings import Embedder
+from benchmarks.atomic_files import atomic_writer
 from benchmarks.data_files import cache_dir
 from tools.sandbox.corpus import Corpus, Document
 
@@ -38,9 +37,6 @@ def corpus_embeddings(corpus: Corpus, embedder: Embedder) -> np.ndarray:
         "embedding %d documents of corpus %r with %s once; cached at %s", len(corpus), corpus.name, embedder.name, path
     )
     matrix = embedder.embed([embedding_text(document) for document in corpus.documents])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".npy")
-    with os.fdopen(handle, "wb") as out:
+    with atomic_writer(path) as out:
         np.save(out, matrix)
-    os.replace(temporary, path)
     return matrix

@@ -1,0 +1,40 @@
+"""Writing a file so that readers see the old bytes or the new ones, never a torn mix.
+
+The bytes go to a temporary file beside the target (same folder, so same file system), which then
+replaces it (`os.replace`, atomic on POSIX). A write that fails leaves the target as it was and no
+temporary file behind. Two processes writing the same path each use their own temporary file; the
+last replace wins. The temporary file's name starts with a dot, so folder listings that skip hidden
+files (the Ray executor's run-folder sync) never pick one up half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from typing import BinaryIO, Iterator
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """A binary file whose content replaces `path` when the block ends without an exception
+    (missing folders are created)."""
+    folder = os.path.dirname(os.fspath(path)) or "."
+    os.makedirs(folder, exist_ok=True)
+    temporary = os.path.join(folder, f".tmp-{secrets.token_hex(6)}")
+    # 0o666 less the umask, as open() gives (tempfile.mkstemp would make every file owner-only)
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            yield out
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def write_atomically(path: str | os.PathLike[str], data: bytes | str) -> None:
+    """Replace `path` with `data` (a str is written as UTF-8)."""
+    with atomic_writer(path) as out:
+        out.write(data.encode("utf-8") if isinstance(data, str) else data)
