@@ -38,3 +38,10 @@ def write_atomically(path: str | os.PathLike[str], data: bytes | str) -> None:
     """Replace `path` with `data` (a str is written as UTF-8)."""
     with atomic_writer(path) as out:
         out.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def write_if_absent(path: str | os.PathLike[str], data: bytes | str) -> None:
+    """`write_atomically` for a file written once: content-addressed (one already there holds the
+    same bytes) or whose first copy wins. A file already there is left as it is."""
+    if not os.path.exists(path):
+        write_atomically(path, data)

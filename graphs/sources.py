@@ -18,7 +18,7 @@ from cachetools import LRUCache
 from pydantic import BaseModel
 
 from agents.citations import SourceRef
-from benchmarks.atomic_files import write_atomically
+from benchmarks.atomic_files import write_if_absent
 from benchmarks.data_files import cache_dir
 from tools.errors import WebError
 from tools.urls import web_source_id
@@ -50,9 +50,7 @@ class SourceStore:
         sha = text_sha256(text)
         if self._recent.get(sha) is not None:  # written or read by this store already: on disk
             return sha
-        path = self._path(sha)
-        if not os.path.exists(path):
-            write_atomically(path, text)
+        write_if_absent(self._path(sha), text)
         self._recent[sha] = text
         return sha
 

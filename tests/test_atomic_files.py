@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from benchmarks.atomic_files import atomic_writer, write_atomically
+from benchmarks.atomic_files import atomic_writer, write_atomically, write_if_absent
 
 
 def test_writes_bytes_and_text_into_new_folders_and_replaces_what_was_there(tmp_path):
@@ -41,3 +41,10 @@ def test_permissions_follow_the_umask_as_open_does(tmp_path):
         os.umask(previous)
     mode = stat.S_IMODE((tmp_path / "shared.json").stat().st_mode)
     assert mode == stat.S_IMODE((tmp_path / "plain.json").stat().st_mode) == 0o644
+
+
+def test_a_write_once_file_already_there_is_left_as_it_is(tmp_path):
+    target = tmp_path / "blobs" / "ab12"
+    write_if_absent(target, b"first")
+    write_if_absent(target, b"second")
+    assert target.read_bytes() == b"first"

@@ -32,7 +32,7 @@ from typing import Any, Literal
 from cachetools import LRUCache
 from pydantic import BaseModel
 
-from benchmarks.atomic_files import write_atomically
+from benchmarks.atomic_files import write_atomically, write_if_absent
 from benchmarks.errors import DataError
 from tools.config import CacheMode
 from tools.errors import ReplayMiss
@@ -116,9 +116,7 @@ class WebCache:
         digest = None
         if body is not None:
             digest = hashlib.sha256(body).hexdigest()
-            blob = self._blob_path(digest)
-            if not os.path.exists(blob):
-                write_atomically(blob, body)
+            write_if_absent(self._blob_path(digest), body)
         record = CacheRecord(
             key=request_key(request),
             kind=kind,

@@ -40,7 +40,7 @@ from typing import Any
 
 from agents.ledger import LedgerEntry
 from agents.structured_output import MODES_FILE
-from benchmarks.atomic_files import write_atomically
+from benchmarks.atomic_files import write_atomically, write_if_absent
 from runs.executors.base import Episode, EpisodeFn
 from runs.results import ResultRecord
 
@@ -421,7 +421,7 @@ class RayExecutor:
                 if relative in _SHARED_STATE:
                     _merge_modes(self.run_dir / relative, content)
                 else:
-                    _write_if_absent(self.run_dir / relative, content)
+                    write_if_absent(self.run_dir / relative, content)  # content-addressed or write-once
         if self.saver is not None and output.checkpoints:
             await copy_checkpoints(output.checkpoints, self.saver)
 
@@ -445,12 +445,6 @@ def _merge_modes(path: Path, content: bytes) -> None:
         if not isinstance(known, dict) or str(entry.get("learned_at", "")) >= str(known.get("learned_at", "")):
             merged[endpoint] = entry
     write_atomically(path, json.dumps(merged, indent=2, sort_keys=True) + "\n")
-
-
-def _write_if_absent(path: Path, content: bytes) -> None:
-    """Content-addressed and write-once files: the first copy to arrive is kept."""
-    if not path.exists():
-        write_atomically(path, content)
 
 
 def _lost(episode: Episode, reason: str) -> ResultRecord:
