@@ -1,17 +1,19 @@
 """`rag`: one round of web search, then an answer with numbered citations checked in code.
 
-    plan_queries -> retrieve -> answer
+    retrieve -> answer
 
-`retrieve` searches the run's web with the planned queries and reads the best-ranked pages. With
-`gold_context` the case's gold information replaces both (BESPOKE Table 6) and no queries are
-written. The queries come from the question *and* what the memory knows about the user; every
-search and fetch goes through the run's web (cache, replay, `web_log.jsonl`); page texts are kept in
-the source store and state holds only references.
+`retrieve` writes search queries from the question *and* what the memory knows about the user,
+searches the run's web with them and reads the best-ranked pages. With `gold_context` the case's
+gold information replaces all of it (BESPOKE Table 6) and no queries are written. Every search and
+fetch goes through the run's web (cache, replay, `web_log.jsonl`); page texts are kept in the
+source store and state holds only references.
 
-Search and read are one graph step, not two: nothing lies between them (no model call, no
-interrupt), and a LangGraph step with its checkpoint costs 0.5-1 ms, about a tenth of a rag
-episode's framework time at zero latency. The step's update still holds both the hits and the
-sources read.
+Writing the queries, searching and reading are one graph step: nothing lies between them that a
+person or a resume would stop at (no interrupt; a resumed episode gets the planner's answer from
+the response cache), and each LangGraph step with its checkpoint cost about 0.5 ms per LLM call at
+zero latency (`atelier bench graph`, alternating A/B: a tenth of a rag episode's framework time).
+The step's update holds the queries, the hits and the sources read, so Studio and `atelier trace`
+show each.
 """
 
 from __future__ import annotations
@@ -55,32 +57,25 @@ def _options(runtime: Runtime[EpisodeContext]) -> RagOptions:
     return pipeline_options_of(runtime, PIPELINE, RagOptions)
 
 
-async def plan_queries(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["retrieve"]]:
-    state, update = await start_inputs(state, runtime, PIPELINE)
-    if state.get("gold_context") is not None:
-        return Command(goto="retrieve", update=update)
-    options = _options(runtime)
-    gateway = pipeline_resources(runtime, PIPELINE).gateway
-    query = view_of(state, runtime, PIPELINE).query
-    try:
-        queries = await search_queries(gateway, query, state["user_context"].text, options.max_queries)
-    except ModelCallError as exc:  # search the question as asked, and say so
-        queries = [query.text[:300]]
-        update["failures"] = [f"plan_queries (searching the question as asked): {exc}"]
-    return Command(goto="retrieve", update={**update, "queries": queries})
-
-
 async def retrieve(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["answer"]]:
+    state, update = await start_inputs(state, runtime, PIPELINE)
     gold = state.get("gold_context")
     if gold is not None:
-        return Command(goto="answer", update={"sources": gold.sources})  # all of it: it replaces search
+        return Command(goto="answer", update={**update, "sources": gold.sources})  # all of it: it replaces search
     options = _options(runtime)
     resources = pipeline_resources(runtime, PIPELINE)
+    query = view_of(state, runtime, PIPELINE).query
+    failures = []
+    try:
+        queries = await search_queries(resources.gateway, query, state["user_context"].text, options.max_queries)
+    except ModelCallError as exc:  # search the question as asked, and say so
+        queries = [query.text[:300]]
+        failures.append(f"search queries (searching the question as asked): {exc}")
     web = resources.web()
-    hits, not_searched = await search_web(web, state["queries"], options.results_per_query, options.max_pages)
+    hits, not_searched = await search_web(web, queries, options.results_per_query, options.max_pages)
     sources, not_read = await read_web_sources(web, resources.sources, hits)
-    return Command(goto="answer", update={"hits": hits, "sources": sources,
-                                          "failures": state.get("failures", []) + not_searched + not_read})
+    return Command(goto="answer", update={**update, "queries": queries, "hits": hits, "sources": sources,
+                                          "failures": failures + not_searched + not_read})
 
 
 async def answer(state: RagState, runtime: Runtime[EpisodeContext]) -> PipelineOutput:
@@ -103,10 +98,9 @@ async def answer(state: RagState, runtime: Runtime[EpisodeContext]) -> PipelineO
 def build_rag_graph():
     graph = StateGraph(RagState, context_schema=EpisodeContext, input_schema=PipelineInput,
                        output_schema=PipelineOutput)
-    graph.add_node("plan_queries", plan_queries)
     graph.add_node("retrieve", retrieve)
     graph.add_node("answer", answer)
-    graph.add_edge(START, "plan_queries")
+    graph.add_edge(START, "retrieve")
     return graph.compile(name=PIPELINE)
 
 

@@ -203,7 +203,7 @@ async def test_gold_context_replaces_search_with_the_cases_gold_information(tmp_
     writer_prompt = next(m for node, _, m in prompts if node == "answer")
     assert all(claim in writer_prompt for claim in case.gold.information_claims)
     assert case.gold.information_need not in writer_prompt  # only the gold information, nothing else of gold
-    assert not any(node in ("plan_queries", "search") for node, _, _ in prompts)
+    assert [node for node, _, _ in prompts] == ["answer"]  # no queries were written
     assert out["response"].meta["gold_context"] == {"items": len(case.gold.information_claims), "noise": 0,
                                                    "noise_ratio": 0.0}
     assert all(c.url is None and c.source_id.startswith("g-") for c in out["response"].citations)
@@ -362,7 +362,7 @@ async def test_a_failed_note_taking_call_is_recorded_and_the_report_still_writte
 @pytest.mark.parametrize(("pipeline", "broken", "recorded"), [
     ("deep_research", "ResearchBrief", "write_brief (researching the question as asked)"),
     ("deep_research", "ResearchPlan", "plan (one sub-topic: the whole question)"),
-    ("rag", "SearchQueries", "plan_queries (searching the question as asked)"),
+    ("rag", "SearchQueries", "search queries (searching the question as asked)"),
     ("planpers", "Aspects", "plan (answered without one)"),
 ])
 async def test_a_planning_step_a_model_cannot_do_falls_back_and_is_recorded(tmp_path, monkeypatch, pipeline, broken,
