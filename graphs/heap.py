@@ -12,23 +12,39 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 from typing import Iterator
+
+# Freezing is process-wide, so blocks that overlap (two runs in one process, a benchmark inside a
+# settled worker) share it: the heap is handed back when the last one ends, never under another.
+_holders = 0
+_lock = threading.Lock()
 
 
 def settle_heap() -> None:
     """Collect, then exempt every object alive now from later collections: for a process that ends
-    when its episodes do (a cluster worker)."""
-    gc.collect()
-    gc.freeze()
+    when its episodes do (a cluster worker). It holds the heap settled for good."""
+    global _holders
+    with _lock:
+        _holders += 1
+        gc.collect()
+        gc.freeze()
 
 
 @contextlib.contextmanager
 def settled_heap() -> Iterator[None]:
     """Every object alive at the start exempt from collections until the block ends, when they are
     handed back to the collector (garbage among them, or made of them meanwhile, is collected then):
-    around the episodes of a runner or a benchmark. Freezing is O(1); no collection runs first."""
-    gc.freeze()
+    around the episodes of a runner or a benchmark. Freezing is O(1); no collection runs first.
+    Blocks may overlap or nest; the last to end hands the heap back."""
+    global _holders
+    with _lock:
+        _holders += 1
+        gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        with _lock:
+            _holders -= 1
+            if _holders == 0:
+                gc.unfreeze()

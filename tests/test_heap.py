@@ -37,6 +37,16 @@ def test_objects_alive_at_the_start_are_not_collected_until_the_block_ends():
     assert alive() is None  # handed back, and collected
 
 
+def test_overlapping_blocks_hand_the_heap_back_when_the_last_one_ends():
+    outer, inner = settled_heap(), settled_heap()
+    outer.__enter__()
+    inner.__enter__()
+    outer.__exit__(None, None, None)  # blocks of two runs need not nest
+    assert gc.get_freeze_count() > 0  # still settled for the block that runs on
+    inner.__exit__(None, None, None)
+    assert gc.get_freeze_count() == 0
+
+
 def test_a_runs_episodes_run_with_the_heap_settled_and_it_is_handed_back(tmp_path, cache_dir, monkeypatch):
     frozen_during_calls: list[int] = []
     original = Gateway._request
