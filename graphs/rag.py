@@ -9,11 +9,11 @@ fetch goes through the run's web (cache, replay, `web_log.jsonl`); page texts ar
 source store and state holds only references.
 
 Writing the queries, searching and reading are one graph step: nothing lies between them that a
-person or a resume would stop at (no interrupt; a resumed episode gets the planner's answer from
-the response cache), and each LangGraph step with its checkpoint cost about 0.5 ms per LLM call at
-zero latency (`atelier bench graph`, alternating A/B: a tenth of a rag episode's framework time).
-The step's update holds the queries, the hits and the sources read, so Studio and `atelier trace`
-show each.
+person would stop at (no interrupt; an episode resumed after a kill asks the planner again, which
+the response cache, on by default, answers at no cost), and each LangGraph step with its checkpoint
+cost about 0.5 ms per LLM call at zero latency (`atelier bench graph`, alternating A/B: a tenth of
+a rag episode's framework time). The step's update holds the queries, the hits and the sources
+read, so Studio and `atelier trace` show each.
 """
 
 from __future__ import annotations
