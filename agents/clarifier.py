@@ -6,8 +6,11 @@ It sees what the system knows about the user, so it asks only what that context 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+import functools
 
+from pydantic import BaseModel, Field, create_model
+
+from agents.budgeted import ShortItem, at_most
 from agents.gateway import Gateway
 from agents.prompts import build_messages, user_sections
 from benchmarks.case import Query
@@ -18,9 +21,15 @@ ROLE = (
 )
 
 
-class ClarifyDecision(BaseModel):
-    need_clarification: bool = Field(description="True only when an answer would change the research or the report.")
-    questions: list[str] = Field(default_factory=list, description="Short, specific questions; empty if none is needed.")
+@functools.cache  # one class per budget: the gateway builds each class's JSON schema once
+def _clarify_decision_model(max_questions: int, always: bool = False) -> type[BaseModel]:
+    """The clarifier's answer, its question budget in the schema (`agents.budgeted`)."""
+    return create_model(
+        "ClarifyDecision",
+        need_clarification=(bool, Field(description="True only when an answer would change the research or the report.")),
+        questions=at_most(ShortItem, max_questions, min_items=1 if always else 0,
+                          description="Short, specific questions; empty if none is needed."),
+    )
 
 
 _ASK_WHAT = (
@@ -48,8 +57,7 @@ async def decide_clarification(
 ) -> list[str]:
     """The questions to ask (at most `max_questions`; empty when none is needed, unless `always`)."""
     messages = clarify_messages(query, context_text, max_questions, always=always)
-    decision = await gateway.structured(role, messages, ClarifyDecision)
+    decision = await gateway.structured(role, messages, _clarify_decision_model(max_questions, always))
     if not (decision.need_clarification or always):
         return []
-    questions = [q.strip() for q in decision.questions if q.strip()]
-    return questions[:max_questions]
+    return [q.strip() for q in decision.questions if q.strip()]

@@ -13,13 +13,19 @@ fields that the later steps (queries, note-taking, the report) receive explicitl
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+import functools
+from typing import Any, Literal, Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
+from agents.budgeted import ITEM_CHARS, ShortItem, at_most
 from agents.gateway import Gateway
 from agents.prompts import Section, build_messages, user_sections
 from benchmarks.case import Query
+
+UserFacts = at_most(str, 10, description="Facts about the user that must shape the research (place, budget, health, "
+                                         "constraints, goals). Empty if none are known.")
+MustCover = at_most(str, 8, description="What the report must answer for this user.")
 
 ROLE = (
     "You are the research lead of a personal research assistant. You plan research for one specific user: "
@@ -37,9 +43,8 @@ class ReportForm(BaseModel):
 
 class ResearchBrief(BaseModel):
     question: str = Field(description="The research question, restated for this user in one or two sentences.")
-    user_facts: list[str] = Field(description="Facts about the user that must shape the research "
-                                              "(place, budget, health, constraints, goals). Empty if none are known.")
-    must_cover: list[str] = Field(description="What the report must answer for this user.")
+    user_facts: UserFacts
+    must_cover: MustCover
     form: ReportForm
 
     @classmethod
@@ -68,38 +73,57 @@ class Subtopic(BaseModel):
     queries: list[str] = Field(min_length=1, description="Web search queries for it, using the user's specifics.")
 
 
-class ResearchPlan(BaseModel):
-    subtopics: list[Subtopic] = Field(min_length=1)
-
-
 def whole_question(brief: ResearchBrief) -> list[Subtopic]:
     """The plan when none could be made: research the question as one sub-topic."""
-    return [Subtopic(title=brief.question, why_for_user="", queries=[brief.question[:300]])]
+    return [Subtopic(title=brief.question, why_for_user="", queries=[brief.question[:ITEM_CHARS]])]
 
 
-class Reflection(BaseModel):
-    enough: bool = Field(description="True when the notes already answer everything the report must cover.")
-    gaps: list[Subtopic] = Field(default_factory=list, description="What is still missing, as new sub-topics.")
+# The answers' models, each with its budgets in its schema (`agents.budgeted`); one class per budget,
+# as the gateway builds each class's JSON schema once.
+
+def _queries(max_queries: int, description: str | None = None) -> Any:
+    return at_most(ShortItem, max_queries, min_items=1, description=description)
 
 
-class SearchQueries(BaseModel):
-    queries: list[str] = Field(min_length=1)
+@functools.cache
+def _subtopic_model(max_queries: int) -> type[Subtopic]:
+    return create_model("Subtopic", __base__=Subtopic, queries=_queries(
+        max_queries, "Web search queries for it, using the user's specifics."))
 
 
-class Aspects(BaseModel):
-    aspects: list[str] = Field(min_length=1, description="Aspects the user expects to see in the response.")
+@functools.cache
+def _research_plan_model(max_subtopics: int, max_queries: int) -> type[BaseModel]:
+    return create_model("ResearchPlan", subtopics=at_most(_subtopic_model(max_queries), max_subtopics, min_items=1))
 
 
-def _clean(items: Sequence[str], limit: int) -> list[str]:
-    return [s for s in dict.fromkeys(i.strip() for i in items) if s][:limit]
+@functools.cache
+def _reflection_model(max_subtopics: int, max_queries: int) -> type[BaseModel]:
+    return create_model(
+        "Reflection",
+        enough=(bool, Field(description="True when the notes already answer everything the report must cover.")),
+        gaps=at_most(_subtopic_model(max_queries), max_subtopics, description="What is still missing, as new sub-topics."),
+    )
 
 
-def _limit_subtopics(subtopics: Sequence[Subtopic], limit: int, max_queries: int) -> list[Subtopic]:
-    kept = []
-    for topic in subtopics[:limit]:
-        queries = _clean(topic.queries, max_queries) or [topic.title]
-        kept.append(topic.model_copy(update={"queries": queries}))
-    return kept
+@functools.cache
+def _search_queries_model(max_queries: int) -> type[BaseModel]:
+    return create_model("SearchQueries", queries=_queries(max_queries))
+
+
+@functools.cache
+def _aspects_model(max_aspects: int) -> type[BaseModel]:
+    return create_model("Aspects", aspects=at_most(
+        ShortItem, max_aspects, min_items=1, description="Aspects the user expects to see in the response."))
+
+
+def _clean(items: Sequence[str]) -> list[str]:
+    return [s for s in dict.fromkeys(i.strip() for i in items) if s]
+
+
+def _subtopics(subtopics: Sequence[Subtopic]) -> list[Subtopic]:
+    """As plain `Subtopic`s (the type graph state holds), their queries cleaned."""
+    return [Subtopic(title=t.title, why_for_user=t.why_for_user, queries=_clean(t.queries) or [t.title])
+            for t in subtopics]
 
 
 def clarification_section(clarifications: Sequence[tuple[str, str]]) -> Section:
@@ -122,8 +146,7 @@ async def write_brief(
         "they write and what they asked for before. Use only what you were told about the user; invent nothing."
     )
     brief = await gateway.structured(role, build_messages(ROLE, sections, task), ResearchBrief)
-    return brief.model_copy(update={"user_facts": _clean(brief.user_facts, 10),
-                                    "must_cover": _clean(brief.must_cover, 8)})
+    return brief.model_copy(update={"user_facts": _clean(brief.user_facts), "must_cover": _clean(brief.must_cover)})
 
 
 async def plan_research(
@@ -136,8 +159,8 @@ async def plan_research(
         "constraints) so the results fit them rather than an average reader."
     )
     plan = await gateway.structured(role, build_messages(ROLE, [Section("Research brief", brief.render())], task),
-                                    ResearchPlan)
-    return _limit_subtopics(plan.subtopics, max_subtopics, max_queries)
+                                    _research_plan_model(max_subtopics, max_queries))
+    return _subtopics(plan.subtopics)
 
 
 async def reflect(
@@ -151,10 +174,11 @@ async def reflect(
         f"or contradictory, describe up to {max_subtopics} new sub-topics with up to {max_queries} search queries "
         "each; otherwise set enough to true and give no gaps."
     )
-    reflection = await gateway.structured(role, build_messages(ROLE, sections, task), Reflection)
+    reflection = await gateway.structured(role, build_messages(ROLE, sections, task),
+                                          _reflection_model(max_subtopics, max_queries))
     if reflection.enough:
         return []
-    return _limit_subtopics(reflection.gaps, max_subtopics, max_queries)
+    return _subtopics(reflection.gaps)
 
 
 async def search_queries(
@@ -166,8 +190,8 @@ async def search_queries(
         "change what should be found."
     )
     result = await gateway.structured(role, build_messages(ROLE, user_sections(query, context_text), task),
-                                      SearchQueries)
-    return _clean(result.queries, max_queries) or [query.text]
+                                      _search_queries_model(max_queries))
+    return _clean(result.queries) or [query.text]
 
 
 PLAN_ROLE = (
@@ -186,5 +210,5 @@ async def plan_aspects(
         f"Give at most {max_aspects} aspects, most important first."
     )
     result = await gateway.structured(role, build_messages(PLAN_ROLE, user_sections(query, context_text), task),
-                                      Aspects)
-    return _clean(result.aspects, max_aspects)
+                                      _aspects_model(max_aspects))
+    return _clean(result.aspects)

@@ -6,10 +6,12 @@ code), not by asking the model to keep track of where it read something.
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
+from agents.budgeted import ShortItem, at_most
 from agents.gateway import Gateway
 from agents.prompts import Section, build_messages
 
@@ -32,6 +34,20 @@ class Coverage(BaseModel):
     follow_up_queries: list[str] = Field(default_factory=list, description="Searches that would fill what is missing.")
 
 
+# The answers' models with their budgets in the schema (`agents.budgeted`), one class per budget.
+
+@functools.cache
+def _source_notes_model(max_notes: int) -> type[SourceNotes]:
+    return create_model("SourceNotes", __base__=SourceNotes, notes=at_most(
+        str, max_notes, description=SourceNotes.model_fields["notes"].description))
+
+
+@functools.cache
+def _coverage_model(max_queries: int) -> type[Coverage]:
+    return create_model("Coverage", __base__=Coverage, follow_up_queries=at_most(
+        ShortItem, max_queries, description=Coverage.model_fields["follow_up_queries"].description))
+
+
 def _focus_section(topic: str, focus: str) -> Section:
     return Section("Sub-topic", f"{topic}\nWhy it matters to this user: {focus}" if focus else topic)
 
@@ -49,8 +65,8 @@ async def take_notes(
         "Keep numbers, prices, dates and conditions exactly as the source gives them; one fact per note; "
         "nothing the source does not say. If the source does not help, return no notes."
     )
-    result = await gateway.structured(role, build_messages(ROLE, sections, task), SourceNotes)
-    return [n for n in dict.fromkeys(note.strip() for note in result.notes) if n][:max_notes]
+    result = await gateway.structured(role, build_messages(ROLE, sections, task), _source_notes_model(max_notes))
+    return [n for n in dict.fromkeys(note.strip() for note in result.notes) if n]
 
 
 async def assess_coverage(
@@ -64,6 +80,6 @@ async def assess_coverage(
         "Do these notes answer the sub-topic well enough for this user? If not, give up to "
         f"{max_queries} new web search queries for what is missing."
     )
-    coverage = await gateway.structured(role, build_messages(ROLE, sections, task), Coverage)
-    queries = [q for q in dict.fromkeys(q.strip() for q in coverage.follow_up_queries) if q][:max_queries]
-    return coverage.model_copy(update={"follow_up_queries": queries})
+    coverage = await gateway.structured(role, build_messages(ROLE, sections, task), _coverage_model(max_queries))
+    queries = [q for q in dict.fromkeys(q.strip() for q in coverage.follow_up_queries) if q]
+    return Coverage(covered=coverage.covered, follow_up_queries=queries)
