@@ -87,8 +87,8 @@ def _queries(max_queries: int, description: str | None = None) -> Any:
 
 @functools.cache
 def _subtopic_model(max_queries: int) -> type[Subtopic]:
-    return create_model("Subtopic", __base__=Subtopic, queries=_queries(
-        max_queries, "Web search queries for it, using the user's specifics."))
+    return create_model("Subtopic", __base__=Subtopic,
+                        queries=_queries(max_queries, Subtopic.model_fields["queries"].description))
 
 
 @functools.cache
