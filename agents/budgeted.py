@@ -10,7 +10,7 @@ budget before validation, as the step would have cut it, rather than sent back f
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Iterable
 
 from pydantic import BeforeValidator, Field, StringConstraints
 
@@ -32,3 +32,8 @@ ITEM_CHARS = 300  # one item of a listing (a question, a search query, an aspect
 # Such an item: non-empty, `maxLength` in the schema, so a grammar-held model cannot run on inside one
 # string either.
 ShortItem = Annotated[str, StringConstraints(min_length=1, max_length=ITEM_CHARS)]
+
+
+def distinct_items(items: Iterable[str]) -> list[str]:
+    """A listing's items as a step keeps them: stripped, blank and repeated ones dropped, in order."""
+    return [s for s in dict.fromkeys(i.strip() for i in items) if s]

@@ -18,7 +18,7 @@ from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.budgeted import ITEM_CHARS, ShortItem, at_most
+from agents.budgeted import ITEM_CHARS, ShortItem, at_most, distinct_items
 from agents.gateway import Gateway
 from agents.prompts import Section, build_messages, user_sections
 from benchmarks.case import Query
@@ -116,14 +116,10 @@ def _aspects_model(max_aspects: int) -> type[BaseModel]:
         ShortItem, max_aspects, min_items=1, description="Aspects the user expects to see in the response."))
 
 
-def _clean(items: Sequence[str]) -> list[str]:
-    return [s for s in dict.fromkeys(i.strip() for i in items) if s]
-
-
 def _subtopics(subtopics: Sequence[Subtopic]) -> list[Subtopic]:
     """As plain `Subtopic`s (the type graph state holds), their queries cleaned."""
-    return [Subtopic(title=t.title, why_for_user=t.why_for_user, queries=_clean(t.queries) or [t.title])
-            for t in subtopics]
+    return [Subtopic(title=t.title, why_for_user=t.why_for_user,
+                     queries=distinct_items(t.queries) or [t.title]) for t in subtopics]
 
 
 def clarification_section(clarifications: Sequence[tuple[str, str]]) -> Section:
@@ -146,7 +142,8 @@ async def write_brief(
         "they write and what they asked for before. Use only what you were told about the user; invent nothing."
     )
     brief = await gateway.structured(role, build_messages(ROLE, sections, task), ResearchBrief)
-    return brief.model_copy(update={"user_facts": _clean(brief.user_facts), "must_cover": _clean(brief.must_cover)})
+    return brief.model_copy(update={"user_facts": distinct_items(brief.user_facts),
+                                    "must_cover": distinct_items(brief.must_cover)})
 
 
 async def plan_research(
@@ -191,7 +188,7 @@ async def search_queries(
     )
     result = await gateway.structured(role, build_messages(ROLE, user_sections(query, context_text), task),
                                       _search_queries_model(max_queries))
-    return _clean(result.queries) or [query.text]
+    return distinct_items(result.queries) or [query.text]
 
 
 PLAN_ROLE = (
@@ -211,4 +208,4 @@ async def plan_aspects(
     )
     result = await gateway.structured(role, build_messages(PLAN_ROLE, user_sections(query, context_text), task),
                                       _aspects_model(max_aspects))
-    return _clean(result.aspects)
+    return distinct_items(result.aspects)

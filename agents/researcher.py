@@ -11,7 +11,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.budgeted import ShortItem, at_most
+from agents.budgeted import ShortItem, at_most, distinct_items
 from agents.gateway import Gateway
 from agents.prompts import Section, build_messages
 
@@ -66,7 +66,7 @@ async def take_notes(
         "nothing the source does not say. If the source does not help, return no notes."
     )
     result = await gateway.structured(role, build_messages(ROLE, sections, task), _source_notes_model(max_notes))
-    return [n for n in dict.fromkeys(note.strip() for note in result.notes) if n]
+    return distinct_items(result.notes)
 
 
 async def assess_coverage(
@@ -81,5 +81,4 @@ async def assess_coverage(
         f"{max_queries} new web search queries for what is missing."
     )
     coverage = await gateway.structured(role, build_messages(ROLE, sections, task), _coverage_model(max_queries))
-    queries = [q for q in dict.fromkeys(q.strip() for q in coverage.follow_up_queries) if q]
-    return Coverage(covered=coverage.covered, follow_up_queries=queries)
+    return Coverage(covered=coverage.covered, follow_up_queries=distinct_items(coverage.follow_up_queries))
