@@ -28,6 +28,7 @@ from benchmarks.errors import DataError
 from benchmarks.registry import load_cases
 
 FIXTURES = Path(__file__).parent / "fixtures"
+LAMPQA = FIXTURES / "lampqa" / "Lifestyle_and_Personal_Development_test.jsonl"
 WRONG_TYPE_VALUES = [17, -1, 2.5, "x", "", None, True, [], {}, ["a"], {"k": 1}]
 
 
@@ -105,7 +106,7 @@ TARGETS = {
         "lampqa",
         {},
         options={"data_file": "{tmp}/lampqa.jsonl"},
-        external={"lampqa.jsonl": FIXTURES / "lampqa" / "Lifestyle_and_Personal_Development_test.jsonl"},
+        external={"lampqa.jsonl": LAMPQA},
     ),
     "bespoke": Target(
         "bespoke",
@@ -162,7 +163,7 @@ def mutate(relpath: str, raw: bytes, kind: str, data: st.DataObject) -> bytes:
     gz = relpath.endswith(".gz")
     text = (gzip.decompress(raw) if gz else raw).decode()
     if relpath.endswith((".jsonl", ".jsonl.gz")):
-        lines = text.splitlines()
+        lines = text.rstrip("\n").split("\n")  # as the loaders split: a U+2028 in a string is no line end
         i = data.draw(st.integers(0, len(lines) - 1), label="line")
         lines[i] = json.dumps(_mutate_json(json.loads(lines[i]), kind, data), ensure_ascii=False)
         text = "\n".join(lines) + "\n"
@@ -230,3 +231,44 @@ def test_mutated_copies_raise_only_data_errors(name, data):
             return
         event(f"{kind}: loaded")
         assert all(isinstance(c, Case) for c in cases)
+
+
+# --------------------------------------------------------------------------- line breaks inside strings
+
+# what str.splitlines() splits at that json.dumps(..., ensure_ascii=False) writes raw inside a
+# string: a loader that split lines with it would cut such a record apart
+LINE_BREAKS_IN_STRINGS = ["\u2028", "\u2029", "\x85"]
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(breaks=st.lists(st.sampled_from(LINE_BREAKS_IN_STRINGS), min_size=1, max_size=4), crlf=st.booleans())
+def test_a_record_with_unicode_line_breaks_in_its_strings_loads_intact(breaks, crlf):
+    """Whether the file's lines end in "\n" or "\r\n"."""
+    question = "Which trail" + "".join(f"{b}part {i}" for i, b in enumerate(breaks)) + "?"
+    records = [json.loads(line) for line in LAMPQA.read_text(encoding="utf-8").split("\n")[:2]]
+    records[0]["question"] = question
+    records[1]["profile"][0]["text"] = question
+    newline = "\r\n" if crlf else "\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "lampqa.jsonl").write_bytes(
+            "".join(json.dumps(r, ensure_ascii=False) + newline for r in records).encode()
+        )
+        cases = run_target(TARGETS["lampqa"], Path(tmp))
+    assert len(cases) == 2
+    assert cases[0].query.text == question
+    assert cases[1].history[0].question == question
+
+
+def test_a_bad_record_after_unicode_line_breaks_is_reported_at_its_own_line(tmp_path):
+    from benchmarks.loaders._records import RawRecord, read_jsonl
+
+    class Line(RawRecord):
+        text: str
+
+    path = tmp_path / "lines.jsonl"
+    path.write_text('{"text": "a\u2028b\x85c\u2029d"}\r\n{"text": "e"}\n{"text": 3}\n', encoding="utf-8")
+    with pytest.raises(DataError) as info:
+        read_jsonl(path, Line)
+    assert (info.value.line, info.value.field) == (3, "text")
+    path.write_text('{"text": "a\u2028b\x85c\u2029d"}\r\n{"text": "e"}\n', encoding="utf-8")
+    assert [r.text for r in read_jsonl(path, Line)] == ["a\u2028b\x85c\u2029d", "e"]

@@ -87,3 +87,16 @@ def test_wrong_type_names_record_index_and_field(tmp_path):
     with pytest.raises(DataError) as info:
         load_cases("ikat", split="2025_test", options={"topics_file": str(bad)})
     assert info.value.field == "[1].responses.0.turn_id"
+
+
+def test_qrels_lines_are_counted_at_newlines_only(tmp_path):
+    """A form feed or U+0085 inside a line is no line end: the bad line is named as an editor counts."""
+    from benchmarks.loaders.ikat import read_qrels
+
+    qrels = tmp_path / "qrels"
+    qrels.write_text("9-1_1 0 ptkb1 2\x0c\r\n9-1_2 0 ptkb2\x85 1\n9-1_3 0 ptkb3 x\n", encoding="utf-8")
+    with pytest.raises(DataError, match="relevance grade 'x'") as info:
+        read_qrels(qrels)
+    assert info.value.line == 3
+    qrels.write_text("9-1_1 0 ptkb1 2\x0c\r\n9-1_2 0 ptkb2\x85 1\n", encoding="utf-8")
+    assert read_qrels(qrels) == {("9-1", 1): {"ptkb1": 2}, ("9-1", 2): {"ptkb2": 1}}

@@ -184,6 +184,9 @@ class RecordingTransport(httpx.AsyncBaseTransport):
         ("http://[fe80::1]/", "link-local"),
         ("http://0.0.0.0/", "unspecified"),
         ("http://100.64.0.1/", "not globally routable"),
+        ("http://[fec0::1]/", "site-local"),
+        ("http://[2002:7f00:1::]/", r"6to4-embedded loopback \(127.0.0.1\)"),
+        ("http://[64:ff9b::a9fe:a9fe]/latest/meta-data/", r"NAT64-embedded link-local \(169.254.169.254\)"),
         ("file:///etc/passwd", "scheme 'file'"),
         ("ftp://example.org/file", "scheme 'ftp'"),
         ("gopher://example.org/", "scheme 'gopher'"),
@@ -248,6 +251,25 @@ async def test_a_redirect_from_an_allowed_host_to_a_private_one_is_refused(serve
     async with build_web(web_config(running.host_port)) as web:
         with pytest.raises(FetchRefused, match=reason):
             await web.fetch(f"{running.base_url}/redirect/away")
+
+
+@pytest.mark.parametrize(
+    "target", ["javascript:alert(1)", "data:text/html,<script>alert(1)</script>", "JavaScript:void(0)"]
+)
+async def test_a_redirect_to_a_javascript_or_data_url_is_refused_naming_the_url(server, target):
+    counting, running = server
+    counting.redirect_targets["script"] = target
+    async with build_web(web_config(running.host_port)) as web:
+        with pytest.raises(FetchRefused, match=f"refused the redirect from {running.base_url}/redirect/script"):
+            await web.fetch(f"{running.base_url}/redirect/script")
+
+
+async def test_a_redirect_to_a_javascript_url_with_a_slash_path_is_refused_by_scheme(server):
+    counting, running = server
+    counting.redirect_targets["script"] = "javascript://%0aalert(1)"
+    async with build_web(web_config(running.host_port)) as web:
+        with pytest.raises(FetchRefused, match=r"refused javascript://%0aalert\(1\): scheme 'javascript'"):
+            await web.fetch(f"{running.base_url}/redirect/script")
 
 
 async def test_a_redirect_to_a_loopback_bystander_never_reaches_it(server, bystander):
@@ -345,9 +367,47 @@ def test_every_address_of_a_private_range_has_a_problem(network, offset):
     assert address_problem(address) is not None
 
 
-@pytest.mark.parametrize("address", ["8.8.8.8", "1.1.1.1", "93.184.216.34", "2606:4700:4700::1111"])
+@pytest.mark.parametrize(
+    "address",
+    [
+        "8.8.8.8",
+        "1.1.1.1",
+        "93.184.216.34",
+        "2606:4700:4700::1111",
+        "2002:808:808::1",  # 6to4 for the public 8.8.8.8
+    ],
+)
 def test_public_addresses_pass(address):
     assert address_problem(ipaddress.ip_address(address)) is None
+
+
+@pytest.mark.parametrize(
+    ("address", "problem"),
+    [
+        ("fec0::1", "site-local"),
+        ("feff:ffff::1", "site-local"),  # the top of fec0::/10
+        ("2002:7f00:1::", "6to4-embedded loopback (127.0.0.1)"),
+        ("2002:a00:1::1", "6to4-embedded private (10.0.0.1)"),
+        ("2002:a9fe:a9fe::", "6to4-embedded link-local (169.254.169.254)"),
+        ("2002:c0a8:101:1::", "6to4-embedded private (192.168.1.1)"),
+        ("2002::", "6to4-embedded unspecified (0.0.0.0)"),
+        # Teredo hides the client's address inverted: this one is 127.0.0.1 behind a public server
+        ("2001:0:808:808:0:0:80ff:fffe", "Teredo-embedded loopback (127.0.0.1)"),
+        ("2001:0:a00:1::f7f7:f7f7", "Teredo-embedded private (10.0.0.1)"),  # a private Teredo server
+        ("64:ff9b::7f00:1", "NAT64-embedded loopback (127.0.0.1)"),
+        ("64:ff9b::c0a8:101", "NAT64-embedded private (192.168.1.1)"),
+        ("64:ff9b::808:808", "reserved"),  # a public IPv4 through NAT64: still no public IPv6 address
+    ],
+)
+def test_ipv6_addresses_that_reach_a_private_ipv4_or_a_private_site_are_refused(address, problem):
+    assert address_problem(ipaddress.ip_address(address)) == problem
+
+
+@given(st.integers(min_value=0, max_value=2**80 - 1), st.sampled_from(["127.0.0.0/8", "10.0.0.0/8", "169.254.0.0/16"]))
+def test_every_6to4_address_of_a_private_ipv4_has_a_problem(suffix, network):
+    net = ipaddress.ip_network(network)
+    ipv4 = int(net.network_address) + suffix % net.num_addresses
+    assert address_problem(ipaddress.IPv6Address((0x2002 << 112) | (ipv4 << 80) | suffix)) is not None
 
 
 def test_allow_list_entries_match_host_and_port():

@@ -4,23 +4,40 @@ Redirects are followed here rather than by httpx, so the guard sees every hop; c
 as headers are dropped when a redirect leaves the origin they were meant for. Connections are
 made by `GuardedNetwork`, which asks the guard to resolve and check the host and then dials
 exactly the checked address (the Host header and the TLS server name stay the host name), so no
-byte ever goes to an address the guard did not pass. Bodies are streamed and cut at `max_bytes`;
-the whole request, every hop and the body included, runs under one deadline, so a server that
+byte ever goes to an address the guard did not pass. Bodies are streamed and cut at `max_bytes`,
+both as received and as decoded: the content encodings (gzip, deflate, br, zstd) are undone here
+by decompressors that stop at the cap, so a small compressed body cannot expand past it; the whole
+request, every hop and the body included, runs under one deadline, so a server that
 accepts and never answers costs at most `timeout_s`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import zlib
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import httpcore
 import httpx
 from pydantic import BaseModel, Field
 
 from tools.caps import FetchCaps
-from tools.errors import CapExceeded, FetchFailed, NetworkDisabled
+from tools.errors import CapExceeded, FetchFailed, FetchRefused, NetworkDisabled
 from tools.url_guard import AddressRefused, AddressUnresolved, UrlGuard
+
+# the optional decompressors httpx itself would use
+try:
+    import brotli
+except ImportError:
+    try:
+        import brotlicffi as brotli  # the same API
+    except ImportError:
+        brotli = None
+try:
+    import zstandard
+except ImportError:
+    zstandard = None
 
 USER_AGENT = "AtelierBot/0.1 (research simulation; +https://github.com/atelier)"
 _KEEP_METHOD_STATUSES = (307, 308)
@@ -96,18 +113,194 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         )
 
 
+class _Decoder(Protocol):
+    """One content encoding undone incrementally. `feed` returns the bytes decoded from `data`, at
+    most about `limit` of them (a few kB over at most): reaching the limit means the body is past
+    the cap, and the decoder is then not used again."""
+
+    def feed(self, data: bytes, limit: int) -> bytes: ...
+
+    def finish(self) -> bytes: ...
+
+
+class _Identity:
+    def feed(self, data: bytes, limit: int) -> bytes:
+        return data
+
+    def finish(self) -> bytes:
+        return b""
+
+
+class _Zlib:
+    """gzip, and deflate (zlib-wrapped, or raw as some servers send it: httpx tries both too)."""
+
+    def __init__(self, wbits: int, raw_fallback: bool = False) -> None:
+        self._decompressor = zlib.decompressobj(wbits)
+        self._raw_fallback = raw_fallback
+
+    def feed(self, data: bytes, limit: int) -> bytes:
+        if self._decompressor.eof or not data:
+            return b""  # bytes after the end of the stream are ignored, as httpx does
+        try:
+            out = self._decompressor.decompress(data, limit)
+        except zlib.error:
+            if not self._raw_fallback:
+                raise
+            self._decompressor = zlib.decompressobj(-zlib.MAX_WBITS)
+            out = self._decompressor.decompress(data, limit)
+        self._raw_fallback = False
+        parts = [out]
+        produced = len(out)
+        # input is left over only when the output reached the limit
+        while self._decompressor.unconsumed_tail and produced < limit:
+            parts.append(self._decompressor.decompress(self._decompressor.unconsumed_tail, limit - produced))
+            produced += len(parts[-1])
+        return b"".join(parts)
+
+    def finish(self) -> bytes:
+        return self._decompressor.flush()
+
+
+class _Brotli:
+    def __init__(self) -> None:
+        self._decompressor = brotli.Decompressor()
+
+    def feed(self, data: bytes, limit: int) -> bytes:
+        if not data:
+            return b""
+        parts = [self._decompressor.process(data, output_buffer_limit=limit)]
+        produced = len(parts[0])
+        while not self._decompressor.can_accept_more_data() and produced < limit:
+            parts.append(self._decompressor.process(b"", output_buffer_limit=limit - produced))
+            produced += len(parts[-1])
+        return b"".join(parts)
+
+    def finish(self) -> bytes:
+        return b""  # a truncated stream is kept as far as it goes, as httpx does
+
+
+class _OutputFull(Exception):
+    """Raised by `_Zstd`'s sink, through zstandard's writer, to stop it at the limit."""
+
+
+class _Zstd:
+    """zstandard's incremental decompressor takes no output limit, but its writer hands the output
+    to a sink in pieces of `_ZSTD_PIECE` bytes: this sink stops it once past the limit."""
+
+    def __init__(self) -> None:
+        self._pieces: list[bytes] = []
+        self._produced = 0
+        self._limit = 0
+        self._writer = zstandard.ZstdDecompressor().stream_writer(self, write_size=_ZSTD_PIECE, closefd=False)
+
+    def write(self, piece: bytes) -> int:
+        self._pieces.append(bytes(piece))
+        self._produced += len(piece)
+        if self._produced >= self._limit:
+            raise _OutputFull
+        return len(piece)
+
+    def feed(self, data: bytes, limit: int) -> bytes:
+        self._pieces, self._produced, self._limit = [], 0, limit
+        if data:
+            try:
+                self._writer.write(data)
+            except _OutputFull:
+                pass  # the caller sees the limit reached
+        return b"".join(self._pieces)
+
+    def finish(self) -> bytes:
+        return b""
+
+
+_ZSTD_PIECE = 64 * 1024
+_DECODERS: dict[str, Callable[[], _Decoder]] = {
+    "identity": _Identity,
+    "gzip": lambda: _Zlib(zlib.MAX_WBITS | 16),
+    "deflate": lambda: _Zlib(zlib.MAX_WBITS, raw_fallback=True),
+}
+# brotli stops at an output limit from 1.2 on (brotlicffi from 1.2.0.0): an older one is not used
+if brotli is not None and hasattr(brotli.Decompressor, "can_accept_more_data"):
+    _DECODERS["br"] = _Brotli
+if zstandard is not None:
+    _DECODERS["zstd"] = _Zstd
+_UNDECODABLE = ("br", "zstd")  # encodings a server may use whose decompressor may not be installed
+_DECODE_ERRORS: tuple[type[Exception], ...] = (zlib.error,)
+if brotli is not None:
+    _DECODE_ERRORS += (brotli.error,)
+if zstandard is not None:
+    _DECODE_ERRORS += (zstandard.ZstdError,)
+ACCEPT_ENCODING = ", ".join(name for name in _DECODERS if name != "identity")
+
+
+class CappedBody:
+    """A response body read under the byte cap: the raw bytes as they arrive and, through each
+    content encoding, the decoded bytes as they are decoded. Every decompressor is told how much it
+    may still produce, so a small compressed body that expands to gigabytes (a decompression bomb)
+    is stopped at the cap, not after it has been expanded."""
+
+    def __init__(self, url: httpx.URL, content_encoding: list[str], max_bytes: int) -> None:
+        self.url = url
+        self.max_bytes = max_bytes
+        self.encodings: list[str] = []
+        for value in content_encoding:
+            name = value.strip().lower()
+            if name in _DECODERS:
+                self.encodings.append(name)
+            elif name in _UNDECODABLE:
+                raise FetchFailed(f"{url}: content encoding '{name}' cannot be decoded within the byte cap here")
+            # other names are passed through undecoded, as httpx does
+        # the last encoding applied is the first one undone
+        self._stages = [(name, _DECODERS[name]()) for name in reversed(self.encodings)]
+        self.raw_bytes = 0
+        self.produced = [0] * len(self._stages)  # decoded bytes out of each stage so far
+        self._chunks: list[bytes] = []
+
+    def feed(self, raw: bytes) -> None:
+        self.raw_bytes += len(raw)
+        if self.raw_bytes > self.max_bytes:
+            raise CapExceeded(f"{self.url}: body exceeds the cap of {self.max_bytes} bytes; stopped reading")
+        self._chunks.append(self._decode(raw, final=False))
+
+    def finish(self) -> bytes:
+        self._chunks.append(self._decode(b"", final=True))
+        return b"".join(self._chunks)
+
+    def _decode(self, data: bytes, *, final: bool) -> bytes:
+        for index, (name, stage) in enumerate(self._stages):
+            try:
+                out = stage.feed(data, self._allowance(index))
+                self._count(index, out)
+                if final:
+                    tail = stage.finish()
+                    self._count(index, tail)
+                    out += tail
+            except _DECODE_ERRORS as exc:
+                raise FetchFailed(f"{self.url}: body is not valid {name} data ({exc})") from None
+            data = out
+        return data
+
+    def _allowance(self, index: int) -> int:
+        # one byte more than the cap leaves: producing it proves the body too large
+        return self.max_bytes - self.produced[index] + 1
+
+    def _count(self, index: int, out: bytes) -> None:
+        self.produced[index] += len(out)
+        if self.produced[index] > self.max_bytes:
+            raise CapExceeded(
+                f"{self.url}: body exceeds the cap of {self.max_bytes} bytes once decoded "
+                f"(content encoding {', '.join(self.encodings)}); stopped decoding"
+            )
+
+
 async def _read_capped(response: httpx.Response, url: httpx.URL, max_bytes: int) -> bytes:
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
         raise CapExceeded(f"{url}: body of {int(declared)} bytes exceeds the cap of {max_bytes} bytes; not read")
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in response.aiter_bytes():
-        total += len(chunk)
-        if total > max_bytes:
-            raise CapExceeded(f"{url}: body exceeds the cap of {max_bytes} bytes; stopped reading")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    body = CappedBody(url, response.headers.get_list("content-encoding", split_commas=True), max_bytes)
+    async for raw in response.aiter_raw():  # undecoded: httpx would expand a whole chunk before we see it
+        body.feed(raw)
+    return body.finish()
 
 
 class GuardedHttp:
@@ -126,7 +319,7 @@ class GuardedHttp:
             follow_redirects=False,
             trust_env=False,  # a proxy from the environment would connect for us, unchecked
             timeout=httpx.Timeout(caps.timeout_s, connect=caps.connect_timeout_s),
-            headers={"User-Agent": user_agent},
+            headers={"User-Agent": user_agent, "Accept-Encoding": ACCEPT_ENCODING},
         )
 
     async def request(
@@ -162,6 +355,10 @@ class GuardedHttp:
                 raise AddressRefused(f"refused {current}: {exc}") from None
             except AddressUnresolved as exc:
                 raise AddressUnresolved(f"{current}: {exc}") from None
+            except httpx.InvalidURL as exc:  # httpx reads a redirect's Location even when not following it
+                raise FetchRefused(
+                    f"refused the redirect from {current}: its Location is not a URL to fetch ({exc})"
+                ) from None
             try:
                 location = response.headers.get("location")
                 if response.is_redirect and location:

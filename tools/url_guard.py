@@ -39,11 +39,35 @@ _ADDRESS_CATEGORIES = (
     ("is_reserved", "reserved"),
 )
 
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052: the last 32 bits are the IPv4 address
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[tuple[str, ipaddress.IPv4Address]]:
+    """The IPv4 addresses an IPv6 address carries to be reached through (6to4, Teredo, NAT64): a
+    gateway on the way may deliver to them, so they must pass the same policy."""
+    embedded = []
+    if address.sixtofour is not None:
+        embedded.append(("6to4", address.sixtofour))
+    if address.teredo is not None:
+        server, client = address.teredo
+        embedded += [("Teredo", client), ("Teredo", server)]
+    if address in _NAT64:
+        embedded.append(("NAT64", ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)))
+    return embedded
+
 
 def address_problem(address: IpAddress) -> str | None:
     """Why an address may not be contacted (e.g. "loopback"), or None for a public address."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        else:
+            for kind, ipv4 in _embedded_ipv4(address):
+                category = address_problem(ipv4)
+                if category is not None:
+                    return f"{kind}-embedded {category} ({ipv4})"
+            if address.is_site_local:  # fec0::/10: deprecated, yet Python counts it as global
+                return "site-local"
     for attribute, category in _ADDRESS_CATEGORIES:
         if getattr(address, attribute):
             return category

@@ -45,6 +45,13 @@ def read_text(path: Path) -> str:
         raise DataError(f"not valid UTF-8 at byte {exc.start}", file=path) from None
 
 
+def text_lines(text: str) -> list[str]:
+    """The lines of a text file: split at "\n" only (a trailing "\r" dropped), never at the other
+    line breaks `str.splitlines` knows (U+2028, U+0085, form feed...), which JSON writes raw inside
+    strings (`json.dumps(..., ensure_ascii=False)`) and which are no line ends to an editor either."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
 def validate(model: type[RecordT], data: Any, *, file: Path, line: int | None = None, prefix: str = "") -> RecordT:
     try:
         return model.model_validate(data)
@@ -56,7 +63,7 @@ def read_jsonl(path: Path, model: type[RecordT]) -> list[RecordT]:
     """Every non-blank line of a JSON Lines file (optionally gzipped) as a `model`. A file without
     a single record is an error: every data file a loader reads is meant to hold some."""
     records = []
-    for number, line in enumerate(read_text(path).splitlines(), start=1):
+    for number, line in enumerate(text_lines(read_text(path)), start=1):
         if line.strip():
             records.append(validate(model, parse_json(line, file=path, line=number), file=path, line=number))
     if not records:

@@ -34,6 +34,7 @@ from benchmarks.loaders._records import (
     read_json,
     read_jsonl,
     read_text,
+    text_lines,
     validate_array,
 )
 from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
@@ -194,7 +195,7 @@ def read_topics(path: Path) -> list[TopicData]:
 def read_qrels(path: Path) -> dict[tuple[str, int], dict[str, int]]:
     """`<topic>_<turn> 0 <ptkb_id> <grade>` lines -> {(topic, turn): {ptkb_id: grade}}."""
     judged: dict[tuple[str, int], dict[str, int]] = {}
-    for number, line in enumerate(read_text(path).splitlines(), start=1):
+    for number, line in enumerate(text_lines(read_text(path)), start=1):
         if not line.strip():
             continue
         parts = line.split()

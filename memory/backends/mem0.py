@@ -127,7 +127,8 @@ class Mem0Backend(MemoryBackend):
     def ingested_ids(self, user_id: str) -> set[str]:
         if user_id not in self._ingested:
             path = self._ingested_file(user_id)
-            lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+            # split at "\n" only: splitlines() would also cut at a U+2028 inside a JSON string
+            lines = path.read_text(encoding="utf-8").split("\n") if path.exists() else []
             self._ingested[user_id] = {json.loads(line) for line in lines if line.strip()}
         return self._ingested[user_id]
 
