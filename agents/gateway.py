@@ -3,7 +3,8 @@
 One path for every provider (litellm, with `scripted` registered as a custom provider, and local
 GGUF models served by llama.cpp on loopback for the run):
 
-    cache lookup -> (local model: start its server) -> rate limit + concurrency bound
+    cache lookup (an identical request in flight: await its answer) -> (local model: start its
+    server) -> rate limit + concurrency bound
     -> provider call with timeout -> bounded retries with jittered exponential backoff on
     timeouts / 429 / 5xx; errors no retry can fix (bad request, validation errors whatever their
     status, unknown model, authentication) fail at once with the server's message
@@ -25,6 +26,7 @@ import re
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Mapping, TypeVar
 
@@ -244,6 +246,37 @@ def set_model_limits(limits) -> object:
     return previous
 
 
+class _InFlight:
+    """One gateway's provider calls in flight, by cache key. An identical request made meanwhile
+    waits for the call's end rather than asking too, then reads its answer from the cache (a cache
+    hit in the ledger). If the call fails, the waiters fail with the same error: its retries are
+    spent, and retrying again would multiply them. If it is cancelled, the waiters ask again.
+    Futures of `concurrent.futures`, as a gateway serves callers on more than one event loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[str, Future[None]] = {}
+
+    def join(self, key: str) -> Future[None] | None:
+        """None: the caller leads the call (and must `land` it); else the leader's future."""
+        with self._lock:
+            running = self._calls.get(key)
+            if running is not None:
+                return running
+            future: Future[None] = Future()
+            future.set_running_or_notify_cancel()  # so a waiter's cancellation cannot cancel it for the others
+            self._calls[key] = future
+            return None
+
+    def land(self, key: str, failure: BaseException | None) -> None:
+        with self._lock:
+            future = self._calls.pop(key)
+        if failure is None:
+            future.set_result(None)
+        else:
+            future.set_exception(failure)
+
+
 class Gateway:
     def __init__(
         self,
@@ -260,6 +293,7 @@ class Gateway:
         self._local: dict[LocalModelSpec, str] = {}  # the local servers this gateway uses -> base URL
         self._local_specs: dict[str, LocalModelSpec] = {}
         self._local_lock = threading.Lock()
+        self._in_flight = _InFlight()
 
     def settings(self, role: str) -> ModelSettings:
         return settings_for_role(self.roles, role)
@@ -503,20 +537,60 @@ class Gateway:
         started = time.perf_counter()
         common = {"role": role, "model": settings.model, "call_id": call_id, "kind": kind,
                   "dry_run": settings.is_scripted, "structured_mode": mode, "request_key": key}
-        cached = self.cache.get(key) if self.cache else None
-        if cached is not None:
-            self.ledger.record(
-                **common,
-                prompt_tokens=cached.get("prompt_tokens", 0),
-                completion_tokens=cached.get("completion_tokens", 0),
-                cost_usd=0.0,
-                latency_ms=round((time.perf_counter() - started) * 1000, 3),
-                cache_hit=True,
-                finish_reason=cached.get("finish_reason"),
-                status="ok",
-            )
-            return cached["content"], _Answered(key, cached.get("finish_reason") == "length")
+        while True:
+            cached = self.cache.get(key) if self.cache else None
+            if cached is not None:  # also the answer of an identical request this one waited for
+                self.ledger.record(
+                    **common,
+                    prompt_tokens=cached.get("prompt_tokens", 0),
+                    completion_tokens=cached.get("completion_tokens", 0),
+                    cost_usd=0.0,
+                    latency_ms=round((time.perf_counter() - started) * 1000, 3),
+                    cache_hit=True,
+                    finish_reason=cached.get("finish_reason"),
+                    status="ok",
+                )
+                return cached["content"], _Answered(key, cached.get("finish_reason") == "length")
+            if self.cache is None:  # nothing to share an answer through: each request is its own call
+                return await self._provider_request(role, settings, litellm, messages, mode=mode, schema=schema,
+                                                    common=common, started=started, may_fall_back=may_fall_back)
+            leader = self._in_flight.join(key)
+            if leader is None:
+                break
+            try:
+                await asyncio.wrap_future(leader)
+            except ModelCallError as exc:  # the leader's retries are spent: not retried again here
+                refused = exc.verdict == "refused" and may_fall_back
+                self.ledger.record(**common, latency_ms=round((time.perf_counter() - started) * 1000, 3), attempts=0,
+                                   status="refused" if refused else "error",
+                                   error=f"shared with the identical request in flight: {str(exc)[:300]}")
+                raise
+            # the leader's answer is in the cache now, or it gave up (cancelled): look again
+        failure: ModelCallError | None = None
+        try:
+            return await self._provider_request(role, settings, litellm, messages, mode=mode, schema=schema,
+                                                common=common, started=started, may_fall_back=may_fall_back)
+        except ModelCallError as exc:
+            failure = exc
+            raise
+        finally:
+            self._in_flight.land(key, failure)
 
+    async def _provider_request(
+        self,
+        role: str,
+        settings: ModelSettings,
+        litellm: Any,
+        messages: list[dict[str, Any]],
+        *,
+        mode: StructuredMode | None,
+        schema: _Schema | None,
+        common: dict[str, Any],
+        started: float,
+        may_fall_back: bool,
+    ) -> tuple[str, _Answered]:
+        """`_request`'s call to the provider (with its retries), its cache store and ledger line."""
+        key = common["request_key"]
         attempts = 0
         try:
             kwargs, served = await self._provider_kwargs(role, settings, messages, mode=mode, schema=schema)

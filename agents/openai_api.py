@@ -17,6 +17,15 @@ gateway, the case and system to tag, the agent's name, which gateway role each o
 calls uses). The agent names its calls through the `model` field (`research`, `final_report`,
 ...), which becomes the ledger's `node` (`open_deep_research:research`). The agent's own sampling
 parameters are ignored: the run's model settings for that role decide (temperature, seed, ...).
+
+An agent's JSON schema is checked before any model is asked: a `$ref` that points back into
+itself (a recursive schema), a `$ref` that does not resolve within the schema, or one nested too
+deeply is a 400 naming the problem, never a provider call that fails and is retried.
+
+`RequestGuard` is the HTTP guard for an endpoint reachable beyond one run's own children
+(`atelier gateway serve`): the Host header must name the bound address (DNS rebinding), an
+Origin must be a loopback one (a browser page's cross-site POST), and request bodies are capped
+as they stream in.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import ipaddress
 import json
 import secrets
 import threading
@@ -31,11 +41,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Coroutine, Generic, TypeVar
+from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agents.gateway import Gateway, ModelCallError
 from agents.ledger import call_tags
@@ -154,6 +167,76 @@ def _call_name(model: str) -> str:
     return model.rsplit("/", 1)[-1].rsplit(":", 1)[-1] or "default"
 
 
+MAX_SCHEMA_DEPTH = 100  # JSON levels (objects and arrays) of one schema, its $refs followed
+_SCHEMA_DATA = frozenset({"const", "enum", "default", "examples"})  # values here are data, not schemas
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why an agent's JSON schema cannot be used, or None: a `$ref` cycle (a recursive schema: the
+    scripted model's instance generator never finishes one, and the failure came back as a
+    connection error retried to the end), a `$ref` that is not a JSON pointer resolving within the
+    schema, or nesting deeper than `MAX_SCHEMA_DEPTH`. A bounded walk: each `$ref` target is
+    walked once."""
+    acyclic: set[str] = set()  # refs whose targets were walked without meeting a cycle
+
+    def walk(node: Any, depth: int, trail: tuple[str, ...]) -> str | None:
+        if depth > MAX_SCHEMA_DEPTH:
+            return f"it is nested more than {MAX_SCHEMA_DEPTH} levels deep"
+        if isinstance(node, list):
+            children: list[Any] = node
+        elif isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref not in acyclic:
+                if ref in trail:
+                    cycle = " -> ".join(trail[trail.index(ref):] + (ref,))
+                    return f"it is recursive: $ref {cycle}"
+                target = _pointer_target(schema, ref)
+                if target is None:
+                    return f"$ref {ref!r} does not resolve within the schema (only local '#/...' references are taken)"
+                problem = walk(target, depth + 1, trail + (ref,))
+                if problem is not None:
+                    return problem
+                acyclic.add(ref)
+            children = [value for key, value in node.items() if key not in _SCHEMA_DATA]
+        else:
+            return None
+        for child in children:
+            problem = walk(child, depth + 1, trail)
+            if problem is not None:
+                return problem
+        return None
+
+    return walk(schema, 0, ())
+
+
+_MISSING = object()
+
+
+def _pointer_target(schema: Any, ref: str) -> Any:
+    """What a local `$ref` ("#" or "#/a/b", RFC 6901) points at in `schema`, or None."""
+    if not ref.startswith("#") or (len(ref) > 1 and not ref.startswith("#/")):
+        return None
+    node = schema
+    for raw in ref[2:].split("/") if len(ref) > 1 else []:
+        part = unquote(raw).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict):
+            node = node.get(part, _MISSING)
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+        if node is _MISSING:
+            return None
+    return node
+
+
+def _checked_schema(what: str, schema: Any) -> Any:
+    problem = schema_problem(schema)
+    if problem is not None:
+        raise ValueError(f"{what} cannot be used: {problem}")
+    return schema
+
+
 async def _answer(session: EndpointSession, request: ChatRequest) -> dict[str, Any]:
     """The assistant message for `request`: content and, for tool turns, tool_calls."""
     call = _call_name(request.model)
@@ -162,6 +245,10 @@ async def _answer(session: EndpointSession, request: ChatRequest) -> dict[str, A
     gateway = session.gateway
     with_tools = bool(request.tools) and request.tool_choice != "none"
     if with_tools:
+        for tool in request.tools or []:
+            function = tool.get("function", tool)
+            if isinstance(function, dict):
+                _checked_schema(f"the parameters of tool {function.get('name')!r}", function.get("parameters"))
         schema = tool_turn_schema(request.tools or [], request.tool_choice or "auto")
         model = schema_model("ToolTurn", schema)
         asked = messages + [{"role": "user", "content": TOOL_TURN_NOTE}]
@@ -173,9 +260,11 @@ async def _answer(session: EndpointSession, request: ChatRequest) -> dict[str, A
     kind = response_format.get("type")
     if kind == "json_schema":
         spec = response_format.get("json_schema") or {}
-        model = schema_model(spec.get("name") or "Answer", spec.get("schema") or {"type": "object"})
+        name = spec.get("name") or "Answer"
+        model = schema_model(name, _checked_schema(f"schema {name!r}", spec.get("schema") or {"type": "object"}))
     elif kind == "json_object":
-        model = schema_model("Answer", response_format.get("schema") or {"type": "object"})
+        schema = response_format.get("schema") or {"type": "object"}
+        model = schema_model("Answer", _checked_schema("schema 'Answer'", schema))
     else:
         text = await session.run(lambda: gateway.text(role, messages), call)
         return {"role": "assistant", "content": text}
@@ -228,6 +317,8 @@ async def _json_body(request: Request, model: type[B]) -> B | JSONResponse:
         return model.model_validate(json.loads(await request.body()))
     except json.JSONDecodeError as exc:
         return _error(400, f"the request body is not JSON: {exc.msg}", "invalid_request_error")
+    except RecursionError:
+        return _error(400, "the request body is nested too deeply", "invalid_request_error")
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(body)"
@@ -280,7 +371,9 @@ def openai_routes(sessions: Sessions, prefix: str = "/v1") -> list[Route]:
 
     async def models(request: Request) -> Response:
         session = sessions.from_request(request)
-        names = sorted({"default", *(session.roles if session else {})})
+        if session is None:
+            return _error(401, "unknown API key: this endpoint serves only the sessions it opened", "invalid_api_key")
+        names = sorted({"default", *session.roles})
         return JSONResponse({"object": "list", "data": [{"id": n, "object": "model", "owned_by": "atelier"} for n in names]})
 
     return [
@@ -288,6 +381,108 @@ def openai_routes(sessions: Sessions, prefix: str = "/v1") -> list[Route]:
         Route(f"{prefix}/embeddings", embeddings, methods=["POST"]),
         Route(f"{prefix}/models", models, methods=["GET"]),
     ]
+
+
+DEFAULT_MAX_BODY_BYTES = 8 * 2**20
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def is_loopback_host(host: str) -> bool:
+    """`localhost`, or an IPv4/IPv6 loopback address (brackets allowed)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_hosts(port: int) -> frozenset[str]:
+    """The Host headers a loopback server on `port` answers (the bare names too on port 80)."""
+    names = {f"{name}:{port}" for name in LOOPBACK_NAMES}
+    return frozenset(names | (set(LOOPBACK_NAMES) if port == 80 else set()))
+
+
+def _loopback_origin(origin: str) -> bool:
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and is_loopback_host(parts.hostname or "")
+
+
+class RequestBodyTooLarge(Exception):
+    """Raised inside the app by `RequestGuard`'s receive once a body passes the cap."""
+
+
+class RequestGuard:
+    """ASGI middleware in front of an endpoint that spends a provider key (`gateway serve`):
+
+    - `hosts`: the Host headers accepted (None: any); a DNS-rebinding page reaches a loopback
+      server under its own name, so only the bound address's names are answered -> 403;
+    - an `Origin` header, when present, must be a loopback origin: a web page's cross-site request
+      (a `text/plain` POST needs no preflight) is refused -> 403;
+    - request bodies are capped at `max_body_bytes`, by Content-Length before reading and counted
+      as the chunks arrive otherwise; the rest of a body over the cap is never read -> 413.
+
+    Install it with Starlette's `add_middleware`, so it sits between Starlette's outer error
+    handler and the routes and turns its own `RequestBodyTooLarge` into the 413.
+    """
+
+    def __init__(self, app: ASGIApp, *, hosts: frozenset[str] | None,
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.hosts = None if hosts is None else frozenset(h.lower() for h in hosts)
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        host = headers.get("host", "").lower()
+        if self.hosts is not None and host not in self.hosts:
+            await self._refuse(scope, receive, send, 403, f"Host {host!r} is not this server's address")
+            return
+        origin = headers.get("origin")
+        if origin is not None and not _loopback_origin(origin):
+            await self._refuse(scope, receive, send, 403, f"Origin {origin!r} is not a loopback origin")
+            return
+        length = headers.get("content-length", "")  # the HTTP server has refused one that is not digits
+        if length.isdigit() and int(length) > self.max_body_bytes:
+            await self._refuse(scope, receive, send, 413, self._too_large())
+            return
+
+        received = 0
+        started = False
+
+        async def capped_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise RequestBodyTooLarge(self._too_large())
+            return message
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, capped_receive, tracked_send)
+        except RequestBodyTooLarge as exc:
+            if started:
+                raise
+            await self._refuse(scope, receive, send, 413, str(exc))
+
+    def _too_large(self) -> str:
+        return f"the request body is over the endpoint's limit of {self.max_body_bytes} bytes"
+
+    @staticmethod
+    async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, message: str) -> None:
+        kind = "request_too_large" if status == 413 else "forbidden"
+        response = _error(status, message, kind)
+        response.headers["connection"] = "close"  # the body left unread must not be taken for the next request
+        await response(scope, receive, send)
 
 
 async def embed_texts(session: EndpointSession, texts: list[str]) -> list[list[float]]:

@@ -40,9 +40,10 @@ PROVIDER = "scripted"
 class ScriptedParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)  # parse_model_string hands out one instance per string
 
-    latency_ms: float = Field(default=0.0, ge=0)
-    error_rate: float = Field(default=0.0, ge=0, le=1)
-    malformed_rate: float = Field(default=0.0, ge=0, le=1)
+    # allow_inf_nan=False: `latency_ms=inf` (or nan) would pass `ge=0` and sleep forever
+    latency_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    error_rate: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)
+    malformed_rate: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)
     seed: int = 0
 
     def answer_identity(self) -> dict[str, Any]:

@@ -338,3 +338,79 @@ def test_litellm_loads_its_tokenizer_once_when_the_first_calls_come_together():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "1"
+
+
+async def test_identical_requests_in_flight_share_one_provider_call(stub, tmp_path):
+    gw = _gateway(stub, tmp_path)
+    first, second = await asyncio.gather(gw.text("judge", MESSAGES), gw.text("judge", MESSAGES))
+    assert first == second and first.startswith("Stub model answer.")
+    assert len(stub.requests) == 1
+    entries = gw.ledger.entries
+    assert [(e.cache_hit, e.attempts, e.status) for e in entries] == [(False, 1, "ok"), (True, 0, "ok")]
+    assert entries[0].request_key == entries[1].request_key
+    assert gw.ledger.totals()["provider_calls"] == 1
+
+
+async def test_identical_scripted_requests_in_flight_share_one_call(tmp_path):
+    gw = Gateway({"judge": ModelSettings(model="scripted?latency_ms=50")}, cache=ResponseCache(tmp_path / "cache"),
+                 ledger=Ledger(None))
+    answers = await asyncio.gather(*(gw.text("judge", MESSAGES) for _ in range(3)))
+    assert answers[0] == answers[1] == answers[2] and answers[0].startswith("DRY RUN")
+    assert [e.cache_hit for e in gw.ledger.entries] == [False, True, True]
+
+
+async def test_a_failed_call_in_flight_fails_its_waiters_with_the_same_error(stub, tmp_path):
+    stub.script(["400", "ok"])
+    gw = _gateway(stub, tmp_path)
+    results = await asyncio.gather(gw.text("judge", MESSAGES), gw.text("judge", MESSAGES), return_exceptions=True)
+    assert all(isinstance(r, ModelCallError) for r in results)
+    assert str(results[0]) == str(results[1]) and results[0].verdict == "refused"
+    assert len(stub.requests) == 1  # the waiter did not ask again
+    leader, waiter = gw.ledger.entries
+    assert (leader.status, leader.attempts, waiter.status, waiter.attempts) == ("error", 1, "error", 0)
+    assert waiter.error.startswith("shared with the identical request in flight")
+
+
+async def test_a_cancelled_call_in_flight_leaves_its_waiter_to_ask_itself(tmp_path):
+    gw = Gateway({"judge": ModelSettings(model="scripted?latency_ms=300")}, cache=ResponseCache(tmp_path / "cache"),
+                 ledger=Ledger(None))
+    leader = asyncio.create_task(gw.text("judge", MESSAGES))
+    waiter = asyncio.create_task(gw.text("judge", MESSAGES))
+    await asyncio.sleep(0.05)
+    leader.cancel()
+    answer = await waiter
+    assert answer.startswith("DRY RUN") and leader.cancelled()
+    assert [(e.cache_hit, e.status) for e in gw.ledger.entries] == [(False, "ok")]  # its own provider call
+
+
+async def test_without_a_cache_identical_requests_are_separate_calls(stub):
+    settings = ModelSettings(model="openai/gpt-4o-mini", api_base=stub.base_url, api_key="sk-stub")
+    gw = Gateway({"judge": settings}, ledger=Ledger(None))
+    await asyncio.gather(gw.text("judge", MESSAGES), gw.text("judge", MESSAGES))
+    assert len(stub.requests) == 2
+    assert [e.cache_hit for e in gw.ledger.entries] == [False, False]
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "-1", "1e400"])
+def test_scripted_refuses_non_finite_and_negative_latency(value):
+    from agents.scripted import parse_model_string
+
+    with pytest.raises(ValueError, match="latency_ms") as info:
+        parse_model_string(f"scripted?latency_ms={value}")
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="latency_ms"):
+        ModelSettings(model=f"scripted?latency_ms={value}")
+
+
+@pytest.mark.parametrize("name", ["error_rate", "malformed_rate"])
+def test_scripted_refuses_nan_rates(name):
+    from agents.scripted import parse_model_string
+
+    with pytest.raises(ValueError, match=name):
+        parse_model_string(f"scripted?{name}=nan")
+
+
+def test_scripted_takes_a_finite_latency():
+    from agents.scripted import parse_model_string
+
+    assert parse_model_string("scripted?latency_ms=12.5").latency_ms == 12.5

@@ -142,3 +142,63 @@ def test_a_litellm_embedding_model_embeds_over_http_without_litellm_logging(endp
     assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ vectors[2])  # the cats are closer
     assert [e.kind for e in gateway.ledger.entries] == ["embedding", "embedding"]  # two batches
     assert logged == []
+
+
+TREE = {"$defs": {"Node": {"type": "object", "properties": {"label": {"type": "string"},
+                                                             "child": {"$ref": "#/$defs/Node"}}}},
+        "$ref": "#/$defs/Node"}
+OUTLINE = {"type": "object", "properties": {"title": {"type": "string"},
+                                            "sections": {"type": "array", "items": {"$ref": "#"}}}}
+
+
+def test_a_recursive_schema_is_refused_at_once_without_a_model_call(endpoint):
+    gateway = Gateway(ledger=Ledger(None))
+    session = _session(endpoint, gateway)
+    client = openai.OpenAI(base_url=endpoint.openai_base, api_key=session.token, max_retries=3)
+    ask = [{"role": "user", "content": "Outline a report."}]
+    with pytest.raises(openai.BadRequestError, match=r"schema 'Tree' cannot be used: it is recursive: "
+                                                     r"\$ref #/\$defs/Node -> #/\$defs/Node") as refused:
+        client.chat.completions.create(model="research", messages=ask, response_format={
+            "type": "json_schema", "json_schema": {"name": "Tree", "schema": TREE}})
+    assert refused.value.response.headers["x-should-retry"] == "false"
+    with pytest.raises(openai.BadRequestError, match=r"tool 'outline' cannot be used: it is recursive: \$ref # -> #"):
+        client.chat.completions.create(model="research", messages=ask, tools=[
+            {"type": "function", "function": {"name": "outline", "parameters": OUTLINE}}])
+    assert gateway.ledger.entries == []  # refused before any model was asked
+    shared = {"$defs": {"Step": {"type": "string"}}, "type": "object", "required": ["first", "then"],
+              "properties": {"first": {"$ref": "#/$defs/Step"}, "then": {"type": "array", "items": {"$ref": "#/$defs/Step"}}}}
+    answered = client.chat.completions.create(model="research", messages=ask, response_format={
+        "type": "json_schema", "json_schema": {"name": "Steps", "schema": shared}})
+    assert Draft202012Validator(shared).is_valid(json.loads(answered.choices[0].message.content))
+
+
+def test_schema_problems_are_found_by_a_bounded_walk():
+    from agents.openai_api import MAX_SCHEMA_DEPTH, schema_problem
+
+    cycle = {"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}},
+             "$ref": "#/$defs/A"}
+    assert schema_problem(cycle) == "it is recursive: $ref #/$defs/A -> #/$defs/B -> #/$defs/A"
+    assert schema_problem({"properties": {"x": {"$ref": "#/$defs/Missing"}}}).startswith(
+        "$ref '#/$defs/Missing' does not resolve")
+    assert "does not resolve" in schema_problem({"$ref": "https://example.com/schema.json"})
+    deep: dict = {"type": "string"}
+    for _ in range(MAX_SCHEMA_DEPTH):
+        deep = {"type": "array", "items": deep}
+    assert schema_problem(deep) == f"it is nested more than {MAX_SCHEMA_DEPTH} levels deep"
+    # what passes: shared (not recursive) refs, an escaped pointer, and "$ref" inside data
+    many = {"$defs": {"a/b": {"type": "string"}}, "properties": {
+        str(i): {"$ref": "#/$defs/a~1b"} for i in range(50)} | {"c": {"const": {"$ref": "#/nowhere"}}}}
+    assert schema_problem(many) is None
+    assert schema_problem(PLAN) is None and schema_problem(SEARCH["function"]["parameters"]) is None
+
+
+def test_a_deeply_nested_body_and_a_missing_key_are_clear_errors(endpoint):
+    import httpx
+
+    session = _session(endpoint, Gateway(ledger=Ledger(None)))
+    auth = {"Authorization": f"Bearer {session.token}"}
+    nested = httpx.post(f"{endpoint.openai_base}/chat/completions", content=b"[" * 100_000, headers=auth, timeout=30)
+    assert nested.status_code == 400 and "nested too deeply" in nested.json()["error"]["message"]
+    assert httpx.get(f"{endpoint.openai_base}/models", timeout=30).status_code == 401
+    listed = httpx.get(f"{endpoint.openai_base}/models", headers=auth, timeout=30).json()
+    assert [m["id"] for m in listed["data"]] == ["default", "final_report"]

@@ -5,14 +5,48 @@ the recipe's model settings per role, the response cache, rate limits, retries, 
 output and a ledger. The request's `model` field names the call (it becomes the ledger's node);
 `--role NAME=ROLE` maps call names to model roles (default: `system`). With `--web`, the
 sandbox web is served too, as SearXNG search, pages and MCP tools, through the same web cache.
+
+Whoever reaches the endpoint spends the provider key, so it is sealed: every request carries the
+API key (a bearer token: `--token`, `$ATELIER_GATEWAY_TOKEN`, or one generated and printed once
+at start); the Host header must be the bound loopback address (a DNS-rebinding page cannot use
+it); a browser page's cross-site request is refused by its Origin; bodies are capped as they
+stream in. It listens on loopback only, unless `--public` is given for another `--host`.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
 import typer
+
+TOKEN_ENV = "ATELIER_GATEWAY_TOKEN"
+_TOKEN_FORM = re.compile(r"[A-Za-z0-9._~-]{16,}")  # it also names the web session in URL paths
+
+
+def checked_token(token: str | None) -> tuple[str, bool]:
+    """The API key to require, and whether it was generated here (None: make one)."""
+    import secrets
+
+    from benchmarks.errors import ConfigError
+
+    if token is None:
+        return "atl-" + secrets.token_urlsafe(24), True
+    if not _TOKEN_FORM.fullmatch(token):
+        raise ConfigError(f"--token / ${TOKEN_ENV}: give at least 16 characters of letters, digits and . _ ~ - "
+                          "(or leave it out: one is generated)")
+    return token, False
+
+
+def checked_host(host: str, public: bool) -> None:
+    """Refuse to listen beyond this machine unless asked to in so many words (`--public`)."""
+    from agents.openai_api import is_loopback_host
+    from benchmarks.errors import ConfigError
+
+    if not public and not is_loopback_host(host):
+        raise ConfigError(f"--host {host}: not a loopback address; whoever reaches the gateway spends its provider "
+                          "key, so serving beyond this machine needs --public as well")
 
 
 def serve(
@@ -21,23 +55,36 @@ def serve(
     api_base: Optional[str] = typer.Option(None, "--api-base", help="The provider endpoint for every role."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY", help="The provider API key for every role."),
     role: list[str] = typer.Option([], "--role", help="CALL=ROLE: the model role a call name uses (repeatable)."),
-    host: str = typer.Option("127.0.0.1", "--host"),
+    host: str = typer.Option("127.0.0.1", "--host", help="A loopback address (others need --public)."),
     port: int = typer.Option(0, "--port", help="0 picks a free port."),
+    public: bool = typer.Option(False, "--public", help="Allow a non-loopback --host. The API key is still required; "
+                                "the Host header is then not checked."),
+    token: Optional[str] = typer.Option(None, "--token", envvar=TOKEN_ENV,
+                                        help="The API key clients must send (default: a new one, printed at start)."),
+    max_body_bytes: int = typer.Option(8 * 2**20, "--max-body-bytes", min=1, help="The largest request body taken."),
     ledger: Path = typer.Option(Path("runs/out/gateway/ledger.jsonl"), "--ledger", help="Where the ledger is appended."),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="The response cache ($ATELIER_CACHE_DIR/llm)."),
     web: bool = typer.Option(False, "--web/--no-web", help="Also serve the sandbox web (SearXNG, pages, MCP)."),
     corpus: str = typer.Option("sample", "--corpus", help="The sandbox web's corpus with --web."),
 ) -> None:
-    """Serve /v1/chat/completions, /v1/embeddings and /v1/models over the gateway; prints the base URL."""
+    """Serve /v1/chat/completions, /v1/embeddings and /v1/models over the gateway; prints the base URL and API key."""
+    checked_host(host, public)
+    token, generated = checked_token(token)
+
+    import contextlib
+
+    from pydantic import ValidationError
+    from starlette.applications import Starlette
+
     from agents.cache import ResponseCache
     from agents.gateway import Gateway
     from agents.ledger import Ledger
-    from agents.openai_api import EndpointSession
+    from agents.openai_api import EndpointSession, RequestGuard, Sessions, loopback_hosts, openai_routes
     from agents.settings import ROLES, ModelSettings
     from benchmarks.data_files import cache_dir
     from benchmarks.errors import ConfigError
-    from graphs.external.endpoint import AgentEndpoint
-    from tools.agent_web import WebSession
+    from tools.agent_web import PAGES_HOST, WebSession, WebSessions, agent_web_routes
+    from tools.asgi_server import AsgiServer
 
     roles = {name: ModelSettings() for name in ROLES}
     if recipe is not None:
@@ -46,7 +93,12 @@ def serve(
         roles = load_recipe(recipe).with_overrides(model=model, api_base=api_base, api_key=api_key).role_models()
     elif model or api_base or api_key:
         overrides = {k: v for k, v in (("model", model), ("api_base", api_base), ("api_key", api_key)) if v}
-        roles = {name: ModelSettings(**overrides) for name in ROLES}
+        try:
+            roles = {name: ModelSettings(**overrides) for name in ROLES}
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            flag = "--" + str(first["loc"][0]).replace("_", "-")
+            raise ConfigError(f"{flag}: {first['msg'].removeprefix('Value error, ')}") from None
     call_roles = {}
     for entry in role:
         call, sep, target = entry.partition("=")
@@ -58,20 +110,44 @@ def serve(
         cache=ResponseCache(cache_dir() / "llm") if cache else None,
         ledger=Ledger(ledger, run_id="gateway"),
     )
+    # no fallback session: a request without this token is a 401
     session = EndpointSession(gateway=gateway, agent="gateway", tags={"system": "gateway"}, roles=call_roles,
-                              token="default")
-    endpoint = AgentEndpoint(host, port, fallback=session, with_mcp=web)
+                              token=token)
+    sessions = Sessions()
+    sessions.add(session)
+    web_sessions = WebSessions()
+    routes = openai_routes(sessions)
+    mcp = None
+    if web:
+        from tools.agent_mcp import mcp_routes, mcp_server
+
+        mcp = mcp_server(web_sessions)
+        routes += agent_web_routes(web_sessions) + mcp_routes(mcp)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        if mcp is None:
+            yield
+            return
+        async with mcp.session_manager.run():
+            yield
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    server = AsgiServer(app, host, port, lifespan="on")  # bound here: the port is known
+    hosts = None if public else loopback_hosts(server.port) | ({PAGES_HOST} if web else set())
+    app.add_middleware(RequestGuard, hosts=hosts, max_body_bytes=max_body_bytes)
     if web:
         from tools.config import SandboxConfig, WebConfig
         from tools.web import build_web
 
         run_web = build_web(WebConfig(sandbox=SandboxConfig(corpus=corpus), cache_dir=ledger.parent / "web"))
-        endpoint.web_sessions.add(WebSession(session, run_web, endpoint.base_url))
-    typer.echo(f"OpenAI-compatible API: {endpoint.openai_base}  (ledger: {ledger})")
+        web_sessions.add(WebSession(session, run_web, server.base_url))
+    typer.echo(f"OpenAI-compatible API: {server.base_url}/v1  (ledger: {ledger})")
+    typer.echo(f"API key: {token}" if generated else f"API key: the one given by --token / ${TOKEN_ENV}")
     if web:
-        typer.echo(f"SearXNG search: {endpoint.base_url}/s/default/search?q=...&format=json")
-        typer.echo(f"MCP (streamable HTTP): {endpoint.base_url}/s/default/mcp")
-    endpoint.serve_forever()
+        typer.echo(f"SearXNG search: {server.base_url}/s/<api-key>/search?q=...&format=json")
+        typer.echo(f"MCP (streamable HTTP): {server.base_url}/s/<api-key>/mcp")
+    server.serve_forever()
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
