@@ -12,6 +12,9 @@ Query modes (`memory.base.memory_query`): `raw` (the utterance as the user typed
 `context` (the raw utterance with the conversation so far, as the episode graph passes it; each
 previous turn carries the system's response when the data has it — TREC iKAT gives participants
 the canonical responses of earlier turns — and the backend's config says what it uses).
+
+With no case carrying gold relevant history nothing is measured: every metric is None (null in
+JSON) and `not_measured` says why — never a mean of 0.0 over zero cases.
 """
 
 from __future__ import annotations
@@ -65,30 +68,34 @@ class QueryResult(BaseModel):
     latency_ms: float
 
 
-class RetrievalEvaluation(BaseModel):
-    """The means over judged cases; `n` counts them."""
+NOT_MEASURED = "not measured: no case has gold relevant history"
 
-    ndcg_3: float = Field(serialization_alias="nDCG@3")
-    ndcg_10: float = Field(serialization_alias="nDCG@10")
-    p_3: float = Field(serialization_alias="P@3")
-    r_3: float = Field(serialization_alias="R@3")
-    mrr: float = Field(serialization_alias="MRR")
+
+class RetrievalEvaluation(BaseModel):
+    """The means over judged cases; `n` counts them. With n == 0 every figure is None."""
+
+    ndcg_3: float | None = Field(serialization_alias="nDCG@3")
+    ndcg_10: float | None = Field(serialization_alias="nDCG@10")
+    p_3: float | None = Field(serialization_alias="P@3")
+    r_3: float | None = Field(serialization_alias="R@3")
+    mrr: float | None = Field(serialization_alias="MRR")
     n: int
+    not_measured: str | None = Field(default=None, description="Why nothing was measured (n == 0); None otherwise.")
     skipped_without_gold: int = Field(description="Cases with no positively judged history event (not scored).")
     resolved_missing: int = Field(default=0, description="`resolved` mode: cases without a rewrite (raw text used).")
     users: int
     history_events: int
     ingest_seconds: float
-    latency_ms_p50: float
-    latency_ms_p95: float
+    latency_ms_p50: float | None
+    latency_ms_p95: float | None
     per_query: list[QueryResult] = Field(default_factory=list, exclude=True)
 
     def summary(self) -> dict:
         return self.model_dump(mode="json", by_alias=True)
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else 0.0
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
 
 
 async def evaluate_retrieval(
@@ -121,7 +128,7 @@ async def evaluate_retrieval(
     recalled = await asyncio.gather(*(recall(case, view) for case, view in judged))
     qrels = {case.id: gold_qrels(case.gold) for case, _ in judged}
     runs = {case.id: (as_run(ranking), qrels[case.id]) for (case, _), (ranking, _) in zip(judged, recalled)}
-    scored = evaluate_runs(runs, CUTOFFS)  # trec_eval scores every query in one call
+    scored = evaluate_runs(runs, CUTOFFS) if runs else {}  # trec_eval scores every query in one call
     results = [
         QueryResult(
             case_id=case.id,
@@ -137,8 +144,8 @@ async def evaluate_retrieval(
         for (case, _), (ranking, latency_ms) in zip(judged, recalled)
     ]
 
-    def mean(field: str) -> float:
-        return math.fsum(getattr(r, field) for r in results) / len(results) if results else 0.0
+    def mean(field: str) -> float | None:
+        return math.fsum(getattr(r, field) for r in results) / len(results) if results else None
 
     latencies = [r.latency_ms for r in results]
     return RetrievalEvaluation(
@@ -148,6 +155,7 @@ async def evaluate_retrieval(
         r_3=mean("r_3"),
         mrr=mean("rr"),
         n=len(results),
+        not_measured=None if results else NOT_MEASURED,
         skipped_without_gold=len(cases) - len(judged),
         resolved_missing=sum(1 for _, view in judged if view.query.resolved is None) if query_mode == "resolved" else 0,
         users=len(histories),

@@ -69,6 +69,53 @@ async def test_scores_are_trec_eval_means_over_judged_cases():
     assert "per_query" not in summary
 
 
+async def test_no_gold_is_not_measured_never_zero():
+    backend = FixedRanking({})
+    result = await evaluate_retrieval(backend, [case("c1", "u1", "q1", Gold()), case("c2", "u1", "q2", Gold(relevance={"e1": 0}))])
+    assert (result.n, result.skipped_without_gold) == (0, 2)
+    assert result.not_measured == "not measured: no case has gold relevant history"
+    summary = result.summary()
+    for key in ("nDCG@3", "nDCG@10", "P@3", "R@3", "MRR", "latency_ms_p50", "latency_ms_p95"):
+        assert summary[key] is None, key
+    assert backend.queries == []  # nothing recalled
+    measured = await evaluate_retrieval(FixedRanking({"q1": ["e1"]}), [case("c1", "u1", "q1", Gold(relevant_history_ids=["e1"]))])
+    assert measured.not_measured is None and measured.ndcg_10 == 1.0
+
+
+def test_memory_eval_without_gold_prints_null_and_exits_as_bad_input(cli, monkeypatch):
+    import benchmarks.registry
+
+    no_gold = [case(f"c{i}", "u1", f"q{i}", Gold()) for i in range(3)]
+    monkeypatch.setattr(benchmarks.registry, "load_cases", lambda *args, **kwargs: no_gold)
+    result = CliRunner().invoke(cli, ["memory", "eval", "--benchmark", "sample", "--split", "all", "--backend", "none"])
+    assert isinstance(result.exception, ConfigError)  # the CLI's main turns it into one line and exit 2
+    assert str(result.exception) == ("--benchmark sample (split all): not measured: no case has gold relevant history "
+                                     "(3 cases; memory eval scores cases with Gold.relevant_history_ids or Gold.relevance)")
+    printed = json.loads(result.stdout)
+    assert {key: printed[key] for key in ("nDCG@3", "nDCG@10", "P@3", "R@3", "MRR", "n")} == {
+        "nDCG@3": None, "nDCG@10": None, "P@3": None, "R@3": None, "MRR": None, "n": 0}
+    assert printed["not_measured"] == "not measured: no case has gold relevant history"
+    assert (printed["skipped_without_gold"], printed["cases_with_gold"]) == (3, 0)
+
+
+def test_memory_eval_on_a_benchmark_without_gold_exits_2(tmp_path):
+    """PDR-Bench ships no relevant history ids: the whole command, as a user runs it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-m", "runs.cli", "memory", "eval", "--benchmark", "pdr", "--backend", "none"],
+                          cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: --benchmark pdr (split all): not measured: no case has gold relevant history (250 cases; memory eval "
+        "scores cases with Gold.relevant_history_ids or Gold.relevance)"]
+    printed = json.loads(done.stdout)
+    assert (printed["nDCG@10"], printed["n"], printed["skipped_without_gold"]) == (None, 0, 250)
+
+
 def test_query_modes():
     c = case("c", "u", "And the second?", Gold(), turns=[("Cheap cars?", "A Dacia or a Kia.")])
     view = c.view()

@@ -1,4 +1,5 @@
-"""Meta-evaluation: PCA and MARD (PDR-Bench App. C), Pearson and Spearman."""
+"""Meta-evaluation: PCA and MARD (PDR-Bench App. C), Pearson and Spearman, the PCA bootstrap interval,
+and the per-criterion average (BESPOKE Table 3's Avg.)."""
 
 from __future__ import annotations
 
@@ -103,3 +104,48 @@ def test_criterion_agreement_over_a_run_with_three_systems() -> None:
     assert result.n == 6 and result.pearson.statistic is not None
     assert criterion_agreement(items[-1:]).pca is None
     assert feedback_accuracy([True, False, True, True]) == 0.75 and feedback_accuracy([]) is None
+
+
+def test_undefined_p_values_are_none_never_nan() -> None:
+    # scipy's Spearman on two pairs gives a NaN p-value; it must come out as None (null in JSON)
+    result = spearman([4, 2], [5, 1])
+    assert result.statistic == pytest.approx(1.0) and result.p_value is None
+    assert pearson([4, 2], [5, 1]).p_value == pytest.approx(1.0)
+
+
+def test_pca_interval_is_the_seeded_bootstrap_of_the_pair_outcomes() -> None:
+    from benchmarks.metrics.agreement import LabelledScore, criterion_agreement
+    from benchmarks.metrics.statistics import bootstrap_ci
+
+    # q1..q3 agree, q4 disagrees: outcomes (0, 1, 1, 1) in any order
+    items = [LabelledScore(case_id=f"q{i}", system=s, model=m, human=h) for i, rows in enumerate(
+        [[("a", 5, 4), ("b", 3, 2)], [("a", 1, 1), ("b", 2, 3)], [("a", 4, 5), ("b", 2, 1)], [("a", 4, 1), ("b", 2, 3)]],
+        start=1) for s, m, h in rows]
+    result = criterion_agreement(items, confidence=0.9, n_resamples=2000, seed=7)
+    assert result.pca == 0.75
+    expected = bootstrap_ci([0, 1, 1, 1], 0.9, 2000, 7)
+    assert (result.pca_ci.low, result.pca_ci.high) == (expected.low, expected.high)
+    assert (result.pca_ci.confidence, result.pca_ci.n_resamples, result.pca_ci.seed) == (0.9, 2000, 7)
+    assert criterion_agreement(list(reversed(items)), 0.9, 2000, 7).pca_ci == result.pca_ci  # order-free
+    single = criterion_agreement(items[:1])
+    assert single.pca is None and (single.pca_ci.low, single.pca_ci.high) == (None, None)
+
+
+def test_average_is_the_mean_of_per_criterion_figures_never_pooled() -> None:
+    """BESPOKE Table 3's Avg.: two criteria on different scales, +1 and -1, average 0."""
+    from benchmarks.metrics.agreement import LabelledScore, average_agreement, criterion_agreement
+
+    rating = criterion_agreement([LabelledScore(case_id=f"q{i // 2}", system="ab"[i % 2], model=v, human=v)
+                                  for i, v in enumerate([1, 2, 3, 4])])
+    recall = criterion_agreement([LabelledScore(case_id=f"q{i // 2}", system="ab"[i % 2], model=m, human=h)
+                                  for i, (m, h) in enumerate([(0.1, 0.4), (0.2, 0.3), (0.3, 0.2), (0.4, 0.1)])])
+    constant = criterion_agreement([LabelledScore(case_id="q0", system=s, model=m, human=3) for s, m in (("a", 1), ("b", 2))])
+    assert (rating.pearson.statistic, recall.pearson.statistic) == (pytest.approx(1.0), pytest.approx(-1.0))
+    average = average_agreement({"rating": rating, "recall": recall})
+    assert average.pearson == pytest.approx(0.0) and average.spearman == pytest.approx(0.0)
+    assert average.pca == 0.5 and average.criteria == ["rating", "recall"] and average.undefined == {}
+    with_constant = average_agreement({"rating": rating, "recall": recall, "flat": constant})
+    # the constant criterion defines no correlation: left out of that mean, and named, not counted as 0
+    assert with_constant.pearson == pytest.approx(0.0) and with_constant.undefined == {"pearson": ["flat"],
+                                                                                       "spearman": ["flat"]}
+    assert with_constant.pca == pytest.approx((1 + 0 + 0) / 3)  # flat: the judge prefers b, the labels tie

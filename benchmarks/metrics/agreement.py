@@ -7,7 +7,14 @@ scored by the model (m) and by humans (h):
 so a tie counts as agreement only when both sides tie, and MARD is the mean absolute deviation over
 every (query, report, criterion) score. Pearson and Spearman correlations (scipy.stats) compare two
 paired score lists, as BESPOKE's score alignment does; they are None when undefined (fewer than two
-pairs or a constant list).
+pairs or a constant list), and so is a p-value scipy cannot give (it returns NaN, e.g. Spearman on two
+pairs) — nothing here is ever NaN, so every result serialises as strict JSON.
+
+A run's meta-evaluation (`criterion_agreement`) is per criterion: each criterion's figures come from
+its own scores only, because criteria live on different scales (BESPOKE's 1-5 ratings, a 0-1 recall,
+a 0-100 headline) and one correlation over all of them measures the scale gap, not agreement. An
+average over criteria (`average_agreement`, BESPOKE Table 3's "Avg.") is the mean of the
+per-criterion figures; MARD is in each criterion's own units and is not averaged.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from pydantic import Field, FiniteFloat, model_validator
 from scipy import stats
 
 from benchmarks.metrics.models import MetricInput, MetricResult
+from benchmarks.metrics.statistics import DEFAULT_RESAMPLES, bootstrap_ci
 
 
 class PairwiseJudgement(MetricInput):
@@ -72,7 +80,13 @@ def _correlation(x: Sequence[float], y: Sequence[float], test: Callable[..., Any
     if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return Correlation(statistic=None, p_value=None)
     result = test(x, y)
-    return Correlation(statistic=float(result.statistic), p_value=float(result.pvalue))
+    return Correlation(statistic=_finite(result.statistic), p_value=_finite(result.pvalue))
+
+
+def _finite(value: Any) -> float | None:
+    """scipy's NaN (an undefined p-value, e.g. Spearman on two pairs) as None."""
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 class JudgeAgreementInput(MetricInput):
@@ -135,19 +149,30 @@ class LabelledScore(MetricInput):
     human: FiniteFloat
 
 
+class Interval(MetricResult):
+    low: float | None = Field(description="Lower bound; None without data.")
+    high: float | None = Field(description="Upper bound; None without data.")
+    confidence: float
+    n_resamples: int
+    seed: int
+
+
 class CriterionAgreement(MetricResult):
     n: int = Field(description="Responses scored by both.")
     n_pairs: int = Field(description="(case, response A, response B) pairs behind PCA.")
     pca: float | None = Field(description="PCA over every pair of responses to the same case; None without pairs.")
-    mard: float | None = Field(description="Mean |model - human| over the responses.")
+    pca_ci: Interval = Field(description="Percentile bootstrap CI of PCA, resampling the pairs (seeded).")
+    mard: float | None = Field(description="Mean |model - human| over the responses, in the criterion's own units.")
     pearson: Correlation
     spearman: Correlation
 
 
-def criterion_agreement(items: Sequence[LabelledScore]) -> CriterionAgreement:
-    """PCA, MARD, Pearson and Spearman for one criterion. PCA compares every two responses to the same
-    case (PDR-Bench's A and B; with more than two systems, each pair of them); with two responses per
-    case MARD equals Appendix C's formula, and in general it is the mean deviation over responses."""
+def criterion_agreement(items: Sequence[LabelledScore], confidence: float = 0.95,
+                        n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> CriterionAgreement:
+    """PCA (with its bootstrap CI), MARD, Pearson and Spearman for one criterion — `items` must all be
+    scores of that one criterion, on its one scale. PCA compares every two responses to the same case
+    (PDR-Bench's A and B; with more than two systems, each pair of them); with two responses per case
+    MARD equals Appendix C's formula, and in general it is the mean deviation over responses."""
     by_case: dict[str, list[LabelledScore]] = {}
     for item in items:
         by_case.setdefault(item.case_id, []).append(item)
@@ -157,16 +182,50 @@ def criterion_agreement(items: Sequence[LabelledScore]) -> CriterionAgreement:
         for i, a in enumerate(scored)
         for b in scored[i + 1 :]
     ]
+    agreeing = sorted(float(np.sign(p.model_a - p.model_b) == np.sign(p.human_a - p.human_b)) for p in pairs)
+    low, high = bootstrap_ci(agreeing, confidence, n_resamples, seed)  # sorted: the same CI in any input order
     model = [i.model for i in items]
     human = [i.human for i in items]
     return CriterionAgreement(
         n=len(items),
         n_pairs=len(pairs),
         pca=pairwise_comparison_agreement(pairs) if pairs else None,
+        pca_ci=Interval(low=low, high=high, confidence=confidence, n_resamples=n_resamples, seed=seed),
         mard=math.fsum(abs(m - h) for m, h in zip(model, human)) / len(items) if items else None,
         pearson=pearson(model, human),
         spearman=spearman(model, human),
     )
+
+
+class AverageAgreement(MetricResult):
+    """BESPOKE Table 3's "Avg.": each figure is the mean of the per-criterion figures."""
+
+    criteria: list[str] = Field(description="The criteria averaged.")
+    pca: float | None
+    pearson: float | None = Field(description="Mean of the per-criterion Pearson coefficients.")
+    spearman: float | None = Field(description="Mean of the per-criterion Spearman coefficients.")
+    undefined: dict[str, list[str]] = Field(
+        default_factory=dict, description="Per figure, the criteria where it is undefined (left out of its mean)."
+    )
+
+
+def average_agreement(per_criterion: dict[str, CriterionAgreement]) -> AverageAgreement:
+    """The mean of each figure over the criteria that define it; a criterion where it is undefined (a
+    constant score list, no pair) is named under `undefined`, never counted as zero."""
+    figures = {
+        "pca": {name: a.pca for name, a in per_criterion.items()},
+        "pearson": {name: a.pearson.statistic for name, a in per_criterion.items()},
+        "spearman": {name: a.spearman.statistic for name, a in per_criterion.items()},
+    }
+    means = {}
+    undefined = {}
+    for figure, values in figures.items():
+        defined = [v for v in values.values() if v is not None]
+        means[figure] = math.fsum(defined) / len(defined) if defined else None
+        missing = [name for name, v in values.items() if v is None]
+        if missing:
+            undefined[figure] = missing
+    return AverageAgreement(criteria=list(per_criterion), undefined=undefined, **means)
 
 
 def feedback_accuracy(equivalent: Sequence[bool]) -> float | None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any, Optional
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from benchmarks.errors import ConfigError
 from runs.cli._common import machine_facts, print_json
@@ -90,10 +93,13 @@ def rescore(
 def meta_eval(
     run_dir: Path = typer.Argument(..., help="The run folder holding the judge under test."),
     judge: str = typer.Option(..., "--judge", help="The judge's key in that run (its name, or its label)."),
-    labels: Optional[Path] = typer.Option(None, "--labels", help="JSON Lines labels: case_id, system, criterion, score, feedback?"),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="A filled-in sheet (CSV, from `meta-eval sheet`) or "
+                                          "JSON Lines labels: case_id, system, criterion, score, feedback?"),
     against: Optional[Path] = typer.Option(None, "--against", help="Or: another run folder whose judgments are the labels."),
     against_judge: Optional[str] = typer.Option(None, "--against-judge", help="The judge in --against (default: --judge)."),
-    criterion: list[str] = typer.Option([], "--criterion", help="Only these criteria (default: every shared one)."),
+    criterion: list[str] = typer.Option([], "--criterion", help="Only these criteria (a PQR dimension code also selects "
+                                        "its sub-criteria; default: every one the labels name)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap CI of PCA."),
     feedback: bool = typer.Option(False, "--feedback", help="Also BESPOKE's feedback accuracy (a meta-judge model call per feedback pair)."),
     model: Optional[str] = typer.Option(None, "--model", help="The meta-judge model for --feedback (default: scripted)."),
     api_base: Optional[str] = typer.Option(None, "--api-base"),
@@ -102,37 +108,73 @@ def meta_eval(
 ) -> None:
     """Agreement of a judge's scores with labels (human, or another judge's run); prints JSON.
 
-    PCA, MARD, Pearson and Spearman per criterion and pooled; with --feedback, BESPOKE's feedback accuracy."""
+    Per criterion, each on its own scores: PCA (with a seeded bootstrap CI), MARD, Pearson, Spearman;
+    their mean over criteria (BESPOKE Table 3's Avg.); PQR sub-criteria per (query, sub-criterion), by
+    dimension and overall. Labels matching no response or criterion are counted and listed; when none
+    matches, exit 2. With --feedback, BESPOKE's feedback accuracy. `atelier meta-eval RUN ...` is short
+    for `atelier meta-eval compare RUN ...`."""
     import asyncio
 
-    from runs.meta_eval import agreement, feedback_agreement, judge_records, labels_from_run, read_labels
+    from runs.meta_eval import Bootstrap, agreement, feedback_agreement, labels_from_run, read_labels, report_json, run_scores
 
     if (labels is None) == (against is None):
         raise ConfigError("give exactly one of --labels FILE or --against RUN_DIR")
     truth = read_labels(labels) if labels is not None else labels_from_run(against, against_judge or judge)
-    judged = labels_from_run(run_dir, judge)
+    scores = run_scores(run_dir, judge)
     report: dict[str, Any] = {"run": str(run_dir), "judge": judge,
-                              "labels": str(labels or against), **agreement(judged, truth, criterion or None)}
+                              **agreement(scores, truth, criterion or None, Bootstrap(seed=seed))}
     if feedback:
         from agents.gateway import Gateway
         from agents.settings import ModelSettings
         from runs.rescore import load_run
-        from benchmarks.registry import load_cases
 
         _, recipe, _ = load_run(run_dir)
-        b = recipe.benchmark
-        records = judge_records(run_dir, judge)
-        wanted = {r.case_id for r in records.values()}
-        cases = {c.id: c for c in load_cases(b.name, b.split, b.setting, None, b.options, seed=recipe.seed) if c.id in wanted}
+        wanted = {case for case, _ in scores.records}
+        cases = {c.id: c for c in recipe.cases(limited=False) if c.id in wanted}
         settings = ModelSettings.model_validate({k: v for k, v in (("model", model or "scripted"),
                                                                    ("api_base", api_base), ("api_key", api_key)) if v})
         gateway = Gateway({"meta_judge": settings, "judge": settings, "system": settings})
-        report["feedback_accuracy"] = asyncio.run(
-            feedback_agreement(judged, truth, records, cases, gateway, run_dir, judge))
+        report["feedback_accuracy"] = asyncio.run(feedback_agreement(scores, truth.labels, cases, gateway, run_dir))
         report["dry_run"] = settings.is_scripted
+    text = report_json(report)
     if out is not None:
-        out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print_json(report)
+        out.write_text(text, encoding="utf-8")
+    sys.stdout.write(text)
+
+
+def meta_eval_sheet(
+    run_dir: Path = typer.Argument(..., help="The run folder whose responses are to be labelled."),
+    out: Path = typer.Option(..., "--out", help="The sheet to write (CSV)."),
+    judge: Optional[str] = typer.Option(None, "--judge", help="Whose criteria (default: the run's only judge)."),
+    criterion: list[str] = typer.Option([], "--criterion", help="Only these criteria (a PQR dimension code selects its sub-criteria)."),
+) -> None:
+    """Write a labelling sheet (CSV) for people to fill in; prints a JSON summary.
+
+    One row per case x system x criterion the judge scored (PQR: per sub-criterion), with the query,
+    persona, response, the criterion's description and scale, and empty `label` and `feedback`
+    columns; the judge's own scores are left out. Give it back filled in with
+    `atelier meta-eval RUN --judge J --labels SHEET.csv`."""
+    from runs.meta_eval import report_json, write_sheet
+
+    summary = write_sheet(run_dir, out, judge, criterion or None)
+    sys.stdout.write(report_json(summary.model_dump()))
+
+
+class _MetaEvalGroup(TyperGroup):
+    """`meta-eval RUN ...` runs `meta-eval compare RUN ...`; `meta-eval sheet RUN ...` writes a sheet."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["compare", *args]
+        return super().parse_args(ctx, args)
+
+
+def meta_eval_app() -> typer.Typer:
+    group = typer.Typer(cls=_MetaEvalGroup, no_args_is_help=True, help="Agreement of a judge with labels, and "
+                        "labelling sheets. `atelier meta-eval RUN --judge J --labels FILE` compares.")
+    group.command("compare")(meta_eval)
+    group.command("sheet")(meta_eval_sheet)
+    return group
 
 
 def bench_judge(
@@ -158,5 +200,5 @@ def bench_judge(
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("rescore")(rescore)
-    app.command("meta-eval")(meta_eval)
+    app.add_typer(meta_eval_app(), name="meta-eval")
     bench_app.command("judge")(bench_judge)

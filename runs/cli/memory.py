@@ -100,11 +100,14 @@ def memory_eval(
     concurrency: int = typer.Option(1, "--concurrency", min=1, help="Recalls in flight at once."),
     per_query: Optional[Path] = typer.Option(None, "--per-query", help="Also write each case's ranking and scores (JSONL)."),
 ) -> None:
-    """Score a backend's history retrieval (nDCG@3/10, P@3, R@3, MRR, recall latency) on a benchmark."""
+    """Score a backend's history retrieval (nDCG@3/10, P@3, R@3, MRR, recall latency) on a benchmark.
+
+    When no case has gold relevant history nothing is measured: the figures print as null, with
+    `not_measured` saying why, and the command exits 2 (bad input: pick a benchmark with gold)."""
     from benchmarks.loaders._records import deterministic_subset
     from benchmarks.registry import get_benchmark, load_cases
     from memory.base import QUERY_MODES, MemoryEnv
-    from memory.evaluation import evaluate_retrieval, has_gold
+    from memory.evaluation import NOT_MEASURED, evaluate_retrieval, has_gold
     from memory.registry import create_backend
 
     if query not in QUERY_MODES:
@@ -121,6 +124,17 @@ def memory_eval(
         raise ConfigError(f"--benchmark {benchmark}: {str(exc).splitlines()[0]}") from None
     # the limit applies to the cases that can be scored, so `--limit 10` scores 10 when 10 exist
     judged = [case for case in every if has_gold(case)]
+    if not judged:
+        # Exit 2, bad input, rather than 3: this benchmark, split and options carry no gold relevant
+        # history, so the command cannot measure anything on them whatever the backend does; it is
+        # found before any backend is built or history ingested ("nothing was started"), and the
+        # fix is another input (a benchmark with relevant history ids, or e.g. `--option qrels=...`).
+        print_json({"benchmark": benchmark, "split": split, "options": options, "query": query, "limit": limit,
+                    **{name: None for name in ("nDCG@3", "nDCG@10", "P@3", "R@3", "MRR")}, "n": 0,
+                    "not_measured": NOT_MEASURED, "skipped_without_gold": len(every), "cases_with_gold": 0,
+                    "backend": config.model_dump(mode="json")})
+        raise ConfigError(f"--benchmark {benchmark} (split {split}): {NOT_MEASURED} ({len(every)} cases; memory eval "
+                          "scores cases with Gold.relevant_history_ids or Gold.relevance)")
     cases = deterministic_subset(judged, limit, seed=0, salt=f"memory-eval:{benchmark}:{split}")
     gateway = _gateway(model, api_base)
 
