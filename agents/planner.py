@@ -14,6 +14,7 @@ fields that the later steps (queries, note-taking, the report) receive explicitl
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, Field, create_model
@@ -22,6 +23,7 @@ from agents.budgeted import ITEM_CHARS, ShortItem, at_most, distinct_items
 from agents.gateway import Gateway
 from agents.prompts import Section, build_messages, user_sections
 from benchmarks.case import Query
+from benchmarks.degradation import Degradation, degradation
 
 UserFacts = at_most(str, 10, description="Facts about the user that must shape the research (place, budget, health, "
                                          "constraints, goals). Empty if none are known.")
@@ -70,12 +72,45 @@ class ResearchBrief(BaseModel):
 class Subtopic(BaseModel):
     title: str = Field(description="One sub-topic to research.")
     why_for_user: str = Field(description="Why this sub-topic matters to this user in particular.")
-    queries: list[str] = Field(min_length=1, description="Web search queries for it, using the user's specifics.")
+    queries: list[str] = Field(description="Web search queries for it, using the user's specifics.")
 
 
 def whole_question(brief: ResearchBrief) -> list[Subtopic]:
     """The plan when none could be made: research the question as one sub-topic."""
     return [Subtopic(title=brief.question, why_for_user="", queries=[brief.question[:ITEM_CHARS]])]
+
+
+# A URL, a bare domain or path ("example.com/x"), or a search-engine address is not a query: a weak
+# model asked for queries sometimes writes the links it expects to find.
+_URL_LIKE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|www\.)\S*$"  # a scheme, or www.
+                       r"|^[\w-]+(?:\.[\w-]+)+/\S*$"  # a domain with a path
+                       r"|^[\w-]+(?:\.[\w-]+)*\.(?:com|org|net|edu|gov|info|io|uk|de|fr|eu)$",  # a bare domain
+                       re.IGNORECASE)
+
+
+def checked_queries(queries: Sequence[str], stand_in: str, step: str,
+                    seen: Sequence[str] = ()) -> tuple[list[str], list[Degradation]]:
+    """The queries a search can use — not empty, not a URL, not a repeat (of another or of `seen`) —
+    and what was wrong with the rest. When none is left, `stand_in` (the question, the sub-topic)
+    is searched instead, and that is recorded too: a search never silently runs on something the
+    model did not write."""
+    kept: list[str] = []
+    problems: list[Degradation] = []
+    done = {q.casefold() for q in seen}
+    for query in queries:
+        text = " ".join(query.split())
+        why = ("empty" if not text else "a URL, not a query" if _URL_LIKE.match(text)
+               else "a repeat" if text.casefold() in done else None)
+        if why:
+            problems.append(degradation("invalid_query", step, f"{query!r} is {why}"))
+            continue
+        done.add(text.casefold())
+        kept.append(text)
+    if not kept:
+        stand_in = stand_in.strip()[:ITEM_CHARS]
+        problems.append(degradation("empty_answer", step, f"no usable search query; searched {stand_in!r} instead"))
+        kept = [stand_in]
+    return kept, problems
 
 
 # The answers' models, each with its budgets in its schema (`agents.budgeted`); one class per budget,
@@ -117,9 +152,10 @@ def _aspects_model(max_aspects: int) -> type[BaseModel]:
 
 
 def _subtopics(subtopics: Sequence[Subtopic]) -> list[Subtopic]:
-    """As plain `Subtopic`s (the type graph state holds), their queries cleaned."""
-    return [Subtopic(title=t.title, why_for_user=t.why_for_user,
-                     queries=distinct_items(t.queries) or [t.title]) for t in subtopics]
+    """As plain `Subtopic`s (the type graph state holds), their queries stripped of blanks and
+    repeats (`checked_queries` decides, where they are searched, what else cannot be used)."""
+    return [Subtopic(title=t.title, why_for_user=t.why_for_user, queries=distinct_items(t.queries))
+            for t in subtopics]
 
 
 def clarification_section(clarifications: Sequence[tuple[str, str]]) -> Section:
@@ -173,8 +209,8 @@ async def reflect(
     )
     reflection = await gateway.structured(role, build_messages(ROLE, sections, task),
                                           _reflection_model(max_subtopics, max_queries))
-    if reflection.enough:
-        return []
+    # "enough" beside gaps it names contradicts itself: the gaps are researched while the budget
+    # allows (the rounds left decide, not which half of the answer to believe)
     return _subtopics(reflection.gaps)
 
 
@@ -188,7 +224,7 @@ async def search_queries(
     )
     result = await gateway.structured(role, build_messages(ROLE, user_sections(query, context_text), task),
                                       _search_queries_model(max_queries))
-    return distinct_items(result.queries) or [query.text]
+    return distinct_items(result.queries)
 
 
 PLAN_ROLE = (

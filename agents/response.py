@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from benchmarks.degradation import Degradation
+
 
 class Citation(BaseModel):
     """A source the response cites. `sha256` is the hash of the exact text the system read
@@ -24,3 +26,6 @@ class SystemResponse(BaseModel):
     text: str
     citations: list[Citation] = Field(default_factory=list)
     meta: dict[str, Any] = Field(default_factory=dict)
+    degraded: list[Degradation] = Field(
+        default_factory=list, description="Steps of the system that fell back (benchmarks.degradation)."
+    )

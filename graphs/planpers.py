@@ -19,6 +19,7 @@ from pydantic import Field
 from agents.answerer import answer
 from agents.gateway import ModelCallError
 from agents.planner import plan_aspects
+from benchmarks.degradation import Degradation, degradation
 from graphs.context import EpisodeContext
 from graphs.inputs import PipelineInput, PipelineOutput
 from graphs.pipelines import AnswerBudgetOptions, PipelineSpec, register_pipeline
@@ -33,7 +34,7 @@ class PlanPersOptions(AnswerBudgetOptions):
 
 class PlanPersState(PipelineInput, PipelineOutput, total=False):
     plan: list[str]
-    failures: list[str]
+    degraded: list[Degradation]
 
 
 async def plan(state: PlanPersState, runtime: Runtime[EpisodeContext]) -> Command[Literal["answer"]]:
@@ -44,7 +45,11 @@ async def plan(state: PlanPersState, runtime: Runtime[EpisodeContext]) -> Comman
     try:
         aspects = await plan_aspects(gateway, query, state["user_context"].text, options.max_aspects)
     except ModelCallError as exc:  # answer without a plan, and say so
-        aspects, update = [], {**update, "failures": [f"plan (answered without one): {exc}"]}
+        aspects, update = [], {**update, "degraded": [degradation("step_fallback", "plan",
+                                                                  f"answered without a plan: {exc}")]}
+    else:
+        if not aspects:
+            update = {**update, "degraded": [degradation("empty_answer", "plan", "no aspects; answered without a plan")]}
     return Command(goto="answer", update={**update, "plan": aspects})
 
 
@@ -52,8 +57,8 @@ async def write_answer(state: PlanPersState, runtime: Runtime[EpisodeContext]) -
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     view = view_of(state, runtime, PIPELINE)
     response = await answer(gateway, view, state["user_context"].text, role="writer", plan=state["plan"])
-    response.meta.update(meta_of(state, runtime, PIPELINE)
-                         | {"plan": state["plan"], "failures": state.get("failures", []), "critical_path_calls": 2})
+    response.meta.update(meta_of(state, runtime, PIPELINE) | {"plan": state["plan"], "critical_path_calls": 2})
+    response.degraded = [*state.get("degraded", []), *response.degraded]
     return {"response": response}
 
 

@@ -27,13 +27,14 @@ from pydantic import Field
 
 from agents.citations import SourceRef
 from agents.gateway import ModelCallError
-from agents.planner import search_queries
+from agents.planner import checked_queries, search_queries
 from agents.response import SystemResponse
 from agents.writer import write_answer
+from benchmarks.degradation import Degradation, degradation
 from graphs.context import EpisodeContext
 from graphs.inputs import PipelineInput, PipelineOutput
 from graphs.pipelines import AnswerBudgetOptions, GoldContextOptions, PipelineSpec, register_pipeline
-from graphs.sources import WebHit, read_web_sources, search_web
+from graphs.sources import WebHit, citation_degradations, read_web_sources, search_web
 from graphs.start import meta_of, pipeline_options_of, pipeline_resources, start_inputs, view_of
 
 PIPELINE = "rag"
@@ -50,7 +51,7 @@ class RagState(PipelineInput, PipelineOutput, total=False):
     queries: list[str]
     hits: list[WebHit]
     sources: list[SourceRef]
-    failures: list[str]
+    degraded: list[Degradation]
 
 
 def _options(runtime: Runtime[EpisodeContext]) -> RagOptions:
@@ -65,17 +66,23 @@ async def retrieve(state: RagState, runtime: Runtime[EpisodeContext]) -> Command
     options = _options(runtime)
     resources = pipeline_resources(runtime, PIPELINE)
     query = view_of(state, runtime, PIPELINE).query
-    failures = []
+    degraded = []
     try:
-        queries = await search_queries(resources.gateway, query, state["user_context"].text, options.max_queries)
+        written = await search_queries(resources.gateway, query, state["user_context"].text, options.max_queries)
     except ModelCallError as exc:  # search the question as asked, and say so
+        written = []
+        degraded.append(degradation("step_fallback", "retrieve", f"search queries (searching the question as "
+                                                                 f"asked): {exc}"))
+    if written or not degraded:
+        queries, problems = checked_queries(written, query.text, "retrieve")
+        degraded += problems
+    else:
         queries = [query.text[:300]]
-        failures.append(f"search queries (searching the question as asked): {exc}")
     web = resources.web()
-    hits, not_searched = await search_web(web, queries, options.results_per_query, options.max_pages)
-    sources, not_read = await read_web_sources(web, resources.sources, hits)
+    hits, not_searched = await search_web(web, queries, options.results_per_query, options.max_pages, step="retrieve")
+    sources, not_read = await read_web_sources(web, resources.sources, hits, step="retrieve")
     return Command(goto="answer", update={**update, "queries": queries, "hits": hits, "sources": sources,
-                                          "failures": failures + not_searched + not_read})
+                                          "degraded": degraded + not_searched + not_read})
 
 
 async def answer(state: RagState, runtime: Runtime[EpisodeContext]) -> PipelineOutput:
@@ -89,10 +96,10 @@ async def answer(state: RagState, runtime: Runtime[EpisodeContext]) -> PipelineO
     meta = meta_of(state, runtime, PIPELINE) | {
         "citations": report.stats,
         "queries": state.get("queries", []),
-        "failures": state.get("failures", []),
         "critical_path_calls": 1 if state.get("gold_context") is not None else 2,
     }
-    return {"response": SystemResponse(text=report.text, citations=report.citations, meta=meta)}
+    return {"response": SystemResponse(text=report.text, citations=report.citations, meta=meta,
+                                       degraded=[*state.get("degraded", []), *citation_degradations(report, "answer")])}
 
 
 def build_rag_graph():

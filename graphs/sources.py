@@ -17,10 +17,11 @@ from typing import Sequence
 from cachetools import LRUCache
 from pydantic import BaseModel
 
-from agents.citations import SourceRef
+from agents.citations import CitationReport, SourceRef
 from benchmarks.atomic_files import write_if_absent
 from benchmarks.data_files import cache_dir
-from tools.errors import WebError
+from benchmarks.degradation import Degradation, degradation
+from tools.errors import ReplayMiss, WebError
 from tools.urls import web_source_id
 from tools.web import Web
 
@@ -81,22 +82,26 @@ class WebHit(BaseModel):
 
 
 async def search_web(
-    web: Web, queries: Sequence[str], per_query: int, limit: int, skip: Sequence[str] = ()
-) -> tuple[list[WebHit], list[str]]:
+    web: Web, queries: Sequence[str], per_query: int, limit: int, skip: Sequence[str] = (), *, step: str = "search"
+) -> tuple[list[WebHit], list[Degradation]]:
     """Run `queries` in parallel; the best `limit` results not in `skip`, best rank first (ties: the
-    order of the queries). Returns the hits and one line per search that failed."""
+    order of the queries). Returns the hits and a `search_failed` degradation per search that failed.
+    A search missing from a replayed web is not a degradation: it fails the episode (`ReplayMiss`),
+    so a replay never answers from less web than was recorded."""
 
     async def one(query: str):
         try:
             return await web.search(query, per_query)
+        except ReplayMiss:
+            raise
         except WebError as exc:
-            return f"search {query!r}: {exc}"
+            return degradation("search_failed", step, f"{query!r}: {exc}")
 
     outcomes = await asyncio.gather(*(one(q) for q in queries))
-    failures = [o for o in outcomes if isinstance(o, str)]
+    failures = [o for o in outcomes if isinstance(o, Degradation)]
     ranked = sorted(
         ((result.rank, i, WebHit(url=result.url, title=result.title, query=q, rank=result.rank))
-         for i, (q, results) in enumerate(zip(queries, outcomes)) if not isinstance(results, str)
+         for i, (q, results) in enumerate(zip(queries, outcomes)) if not isinstance(results, Degradation)
          for result in results),
         key=lambda item: (item[0], item[1]),
     )
@@ -107,21 +112,36 @@ async def search_web(
     return list(hits.values())[:limit], failures
 
 
-async def read_web_sources(web: Web, store: SourceStore, hits: Sequence[WebHit]) -> tuple[list[SourceRef], list[str]]:
+async def read_web_sources(
+    web: Web, store: SourceStore, hits: Sequence[WebHit], *, step: str = "read"
+) -> tuple[list[SourceRef], list[Degradation]]:
     """Fetch the hits' pages in parallel through the run's web; keep each page's text in the store.
-    Returns the sources read (in the order of `hits`) and one line per page that failed."""
+    Returns the sources read (in the order of `hits`) and a `fetch_failed` degradation per page that
+    could not be read. A page missing from a replayed web fails the episode (`ReplayMiss`)."""
 
-    async def one(hit: WebHit) -> SourceRef | str:
+    async def one(hit: WebHit) -> SourceRef | Degradation:
         url = hit.url
         try:
             page = await web.fetch(url)
+        except ReplayMiss:
+            raise
         except WebError as exc:
-            return f"fetch {url}: {exc}"
+            return degradation("fetch_failed", step, f"{url}: {exc}")
         if not page.text.strip():
-            return f"fetch {url}: no text extracted"
+            return degradation("fetch_failed", step, f"{url}: no text extracted")
         title = page.title or hit.title
         return SourceRef(id=web_source_id(page.url), url=page.url, title=title, sha256=store.put(page.text),
                          chars=len(page.text))
 
     outcomes = await asyncio.gather(*(one(hit) for hit in hits))
-    return [o for o in outcomes if isinstance(o, SourceRef)], [o for o in outcomes if isinstance(o, str)]
+    return ([o for o in outcomes if isinstance(o, SourceRef)], [o for o in outcomes if isinstance(o, Degradation)])
+
+
+def citation_degradations(report: CitationReport, step: str) -> list[Degradation]:
+    """The citation check's removals, as degradations: markers naming no source the system read."""
+    removed = int(report.stats.get("unresolved_removed") or 0)
+    if not removed:
+        return []
+    numbers = ", ".join(map(str, report.stats.get("unresolved_numbers") or []))
+    return [degradation("citation_removed", step, f"cited [{numbers}] but read {report.stats.get('sources_read')} "
+                                                  "sources", count=removed)]

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.gateway import Gateway
 from benchmarks.case import CaseView, ConversationTurn, HistoryEvent
+from benchmarks.degradation import Degradation
 
 ContextForm = Literal["none", "raw", "profile", "persona"]
 
@@ -70,6 +71,9 @@ class UserContext(BaseModel):
     event_ids: list[str] = Field(default_factory=list, description="History events used, most relevant first.")
     scores: dict[str, float] = Field(default_factory=dict, description="Ranking score per event id, if ranked.")
     tokens: int = 0
+    degraded: list[Degradation] = Field(
+        default_factory=list, description="What the memory could not give (history cut by its budget, ...)."
+    )
 
 
 class MemoryConfig(BaseModel):

@@ -6,9 +6,10 @@ import os
 from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from benchmarks.case import HistoryEvent
+from benchmarks.degradation import Degradation, degradation
 
 
 @lru_cache(maxsize=1)
@@ -37,12 +38,29 @@ def render_event(event: HistoryEvent) -> str:
     return f"[{event.id}]{when} {event.kind.replace('_', ' ')}: {event.render()}"
 
 
-def pack(items: Iterable[tuple[str, str]], budget: int) -> tuple[str, list[str], int]:
+class Packed(NamedTuple):
+    text: str
+    ids: list[str]
+    tokens: int  # the text's exact token count
+    offered: int  # items offered
+    cut: int  # items left out by the budget (a first item cut short to fit counts as kept)
+
+    def degraded(self, step: str, what: str, budget: int) -> list[Degradation]:
+        """A `memory_budget_cut` when the budget left items out: a context never loses history silently."""
+        if not self.cut:
+            return []
+        return [degradation("memory_budget_cut", step, f"{self.cut} of {self.offered} {what} left out by the "
+                                                       f"{budget}-token budget", count=self.cut)]
+
+
+def pack(items: Iterable[tuple[str, str]], budget: int) -> Packed:
     """Join (id, text) items in order, one per line, while they fit in `budget` tokens.
 
-    Returns the text, the ids included, and its exact token count. If even the first item does
-    not fit, it is truncated to the budget rather than returning nothing.
+    Returns the text, the ids included, its exact token count, and how many items were offered and
+    left out. If even the first item does not fit, it is truncated to the budget rather than
+    returning nothing.
     """
+    items = list(items)
     lines: list[str] = []
     ids: list[str] = []
     used = 0
@@ -61,4 +79,4 @@ def pack(items: Iterable[tuple[str, str]], budget: int) -> tuple[str, list[str],
         lines.pop()
         ids.pop()
         joined = "\n".join(lines)
-    return joined, ids, count_tokens(joined) if lines else 0
+    return Packed(joined, ids, count_tokens(joined) if lines else 0, len(items), len(items) - len(ids))

@@ -13,6 +13,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from agents.embeddings import Embedder, get_embedder
+from benchmarks.degradation import Degradation
 from memory.budget import pack
 
 FacetSelection = Literal["all", "relevant"]
@@ -34,6 +35,7 @@ class PackedFacets:
     facets: list[Facet]
     tokens: int
     scores: dict[str, float]
+    degraded: list[Degradation] = field(default_factory=list)  # facets the budget left out
 
 
 class FacetRanker:
@@ -86,6 +88,8 @@ async def select_facets(
     if max_facets is not None:
         ordered = ordered[:max_facets]
     by_path = {f.path: f for f in ordered}
-    text, paths, tokens = pack(((f.path, f.render()) for f in ordered), budget)
-    kept = [by_path[p] for p in paths]
-    return PackedFacets(text=text, facets=kept, tokens=tokens, scores={p: scores[p] for p in paths if p in scores})
+    packed = pack(((f.path, f.render()) for f in ordered), budget)
+    kept = [by_path[p] for p in packed.ids]
+    return PackedFacets(text=packed.text, facets=kept, tokens=packed.tokens,
+                        scores={p: scores[p] for p in packed.ids if p in scores},
+                        degraded=packed.degraded("recall", "persona facets", budget))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from benchmarks.case import HistoryEvent
+from benchmarks.degradation import Degradation, degradation
 from memory.budget import count_tokens, pack, render_event
 
 
@@ -17,12 +18,21 @@ from memory.budget import count_tokens, pack, render_event
 class HistoryText:
     text: str
     event_ids: list[str]
+    cut: int = 0  # events left out by the budget
+
+    def degraded(self, step: str, reader: str, budget: int) -> list[Degradation]:
+        """A `memory_budget_cut` when the budget kept events from `reader` (a profiler, a judge)."""
+        if not self.cut:
+            return []
+        return [degradation("memory_budget_cut", step, f"{self.cut} of {self.cut + len(self.event_ids)} history "
+                                                       f"events not read by {reader} ({budget}-token budget)",
+                            count=self.cut)]
 
 
 def history_text(events: Sequence[HistoryEvent], budget_tokens: int) -> HistoryText:
     """The events in the order given, as many as fit in the budget (the first one always, cut)."""
-    text, ids, _ = pack(((e.id, render_event(e)) for e in events), budget_tokens)
-    return HistoryText(text, ids)
+    packed = pack(((e.id, render_event(e)) for e in events), budget_tokens)
+    return HistoryText(packed.text, packed.ids, packed.cut)
 
 
 def history_chunks(events: Sequence[HistoryEvent], chunk_tokens: int) -> list[HistoryText]:

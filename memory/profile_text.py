@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from benchmarks.degradation import Degradation
 from memory.base import UserContext
 from memory.budget import pack
 
@@ -18,14 +19,18 @@ def profile_context(
     blocks: Sequence[tuple[str, Sequence[str]]],
     built_from: Sequence[str],
     budget: int,
+    degraded: Sequence[Degradation] = (),
 ) -> UserContext:
     """`blocks`: (text, cited ids) in order; `built_from`: the events the profile saw, most
-    relevant or recent first. Cited ids outside `built_from` (invented by the model) are dropped."""
+    relevant or recent first. Cited ids outside `built_from` (invented by the model) are dropped.
+    `degraded`: what already degraded on the way (history the profiler did not read)."""
     blocks = [(text, cited) for text, cited in blocks if text.strip()]
-    text, keys, tokens = pack(((str(i), block) for i, (block, _) in enumerate(blocks)), budget)
-    if not keys:
-        return UserContext(backend=backend, form="none")
+    packed = pack(((str(i), block) for i, (block, _) in enumerate(blocks)), budget)
+    degraded = [*degraded, *packed.degraded("recall", "profile blocks", budget)]
+    if not packed.ids:
+        return UserContext(backend=backend, form="none", degraded=degraded)
     real = set(built_from)
-    cited = [event_id for key in keys for event_id in blocks[int(key)][1] if event_id in real]
+    cited = [event_id for key in packed.ids for event_id in blocks[int(key)][1] if event_id in real]
     event_ids = list(dict.fromkeys([*cited, *built_from]))
-    return UserContext(backend=backend, form="profile", text=text, event_ids=event_ids, tokens=tokens)
+    return UserContext(backend=backend, form="profile", text=packed.text, event_ids=event_ids, tokens=packed.tokens,
+                       degraded=degraded)

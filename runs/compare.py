@@ -54,6 +54,9 @@ def compare_runs(run_dirs: list[Path], *, baseline: str | None = None, seed: int
                 "id": f"{label}:{system}", "run": label, "system": system,
                 "benchmark": run["summary"]["benchmark"].get("name"), "dry_run": run["summary"].get("dry_run", False),
                 "n": stats["n"], "errors": stats["errors"],
+                # what degraded in the system's steps (and in how many episodes): a score on less web or
+                # less memory than asked for is no improvement, whatever its value
+                "degraded": stats.get("degraded", {}), "degraded_episodes": stats.get("degraded_episodes", 0),
                 "judges": {j: stats["judges"].get(j) for j in judges},
                 "cost": format_cost(calls) if calls else "–",
                 "scores": {j: _scores(run["records"], system, j) for j in judges},
@@ -86,15 +89,24 @@ def _mean_ci(stats: dict[str, Any] | None) -> str:
     return f"{stats['mean']:.3f}{ci} n={stats['n']}"
 
 
+def degraded_text(entry: dict[str, Any]) -> str:
+    """`3 episodes: fetch_failed 4, search_failed 2`, or `0`."""
+    if not entry["degraded"]:
+        return "0"
+    kinds = ", ".join(f"{kind} {n}" for kind, n in entry["degraded"].items())
+    return f"{entry['degraded_episodes']} episode{'s' * (entry['degraded_episodes'] != 1)}: {kinds}"
+
+
 def print_comparison(comparison: dict[str, Any], console) -> None:
     from rich.table import Table
 
     table = Table(title="systems x judges: mean [95% CI] n")
-    for column in ("run", "system", *comparison["judges"], "failed", "system cost"):
+    for column in ("run", "system", *comparison["judges"], "failed", "degraded", "system cost"):
         table.add_column(column)
     for e in comparison["entries"]:
         table.add_row(e["run"], e["system"] + (" (dry run)" if e["dry_run"] else ""),
-                      *(_mean_ci(e["judges"][j]) for j in comparison["judges"]), str(e["errors"]), e["cost"])
+                      *(_mean_ci(e["judges"][j]) for j in comparison["judges"]), str(e["errors"]),
+                      degraded_text(e), e["cost"])
     console.print(table)
     if not comparison["comparisons"]:
         console.print(f"no paired comparisons: no entry shares two or more scored cases with {comparison['baseline']}")
@@ -116,4 +128,5 @@ def write_comparison_html(comparison: dict[str, Any], path: str | Path) -> None:
 
     env = Environment(loader=FileSystemLoader(TEMPLATE_DIR), autoescape=select_autoescape(["html", "j2"]))
     env.filters["mean_ci"] = _mean_ci
+    env.filters["degraded"] = degraded_text
     Path(path).write_text(env.get_template("compare.html.j2").render(c=comparison), encoding="utf-8")

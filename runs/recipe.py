@@ -31,8 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from agents.judges.base import JUDGES
 from agents.settings import ROLE_FALLBACK, ROLES, ModelSettings
-from benchmarks.errors import ConfigError
 from benchmarks.case import Case
+from benchmarks.degradation import check_kinds
+from benchmarks.errors import ConfigError
 from benchmarks.json_input import validate_strictly
 from benchmarks.registry import BENCHMARKS, get_benchmark, load_cases
 from benchmarks.rj_pairs import with_rj_pairs
@@ -103,6 +104,14 @@ class RunSection(_Strict):
     executor: Literal["local", "ray"] = Field(default="local", description="local: asyncio in this process; "
                                               "ray: episodes on a Ray cluster's nodes.")
     ray: RaySection = Field(default_factory=RaySection)
+    tolerate: list[str] = Field(
+        default_factory=list, description="Degradation kinds this run accepts: still reported, no longer failing "
+        "its exit code (benchmarks.degradation.KINDS).")
+
+    @field_validator("tolerate")
+    @classmethod
+    def _known_kinds(cls, kinds: list[str]) -> list[str]:
+        return check_kinds(kinds)
 
 
 class PaperRow(_Strict):
@@ -185,6 +194,41 @@ class Recipe(_Strict):
         roles = {role: ModelSettings() for role in ROLES}
         roles.update(self.models)
         return roles
+
+    def roles_used(self) -> dict[str, list[str]]:
+        """The roles this run calls, each with the settings it would fall back to, in order: a role
+        of its own, then `system` (systems' roles), `judge` (judges' roles) or `user_sim`."""
+        used: dict[str, list[str]] = {"system": ["system"]}
+        for judge in self.judges:
+            for role in JUDGES.get(str(judge.get("name"))).roles:
+                used[role] = [role, "judge"] if role != "judge" else ["judge"]
+        if self.user_sim.clarify or any(s.conversation is not None for s in self.systems):
+            used["user_sim"] = ["user_sim"]
+        return used
+
+    def check_roles_named(self) -> None:
+        """No role is silently answered by the offline `scripted` model: when any role names a real
+        model, every role the run uses must be set — `scripted` included, when that is meant."""
+        explicit = {**self.models}
+        real = [f"models.{role} = {s.model!r}" for role, s in explicit.items() if not s.is_scripted]
+        real += [f"systems[{i}].models.{role} = {m.model!r}" for i, system in enumerate(self.systems)
+                 for role, m in system.models.items() if not m.is_scripted]
+        if not real:
+            return
+        unset = []
+        for role, chain in self.roles_used().items():
+            if role == "system":  # each system may name its own
+                if "system" not in explicit and not all("system" in s.models for s in self.systems):
+                    unset.append("system")
+            elif not any(name in explicit for name in chain):
+                unset.append(chain[-1])
+        unset = list(dict.fromkeys(unset))
+        if unset:
+            raise ConfigError(
+                f"{self.source or 'recipe'}: {', '.join(f'[models.{r}]' for r in unset)} not set, so "
+                f"{'those roles' if len(unset) > 1 else 'the ' + unset[0] + ' role'} would be answered by the offline "
+                f"`scripted` model while {real[0]}; set {'them' if len(unset) > 1 else 'it'} "
+                "(model = \"scripted\" to mean it), or give --model for every role")
 
     def with_overrides(
         self,

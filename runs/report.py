@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from benchmarks.case import Case
-from runs.results import ResultRecord
+from benchmarks.degradation import KINDS, counts_by_kind
+from runs.results import ResultRecord, result_key
 from runs.usage import format_cost
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
@@ -186,6 +187,16 @@ def _columns(value: Any) -> list[str]:
     return list(dict.fromkeys(key for item in value for key in item))
 
 
+def anchor(text: str) -> str:
+    """An HTML id for a case or a (case, system) cell."""
+    return "".join(ch if ch.isalnum() else "-" for ch in text)
+
+
+def cell_anchor(key: str) -> str:
+    """The id of the cell of result key `<case>::<system>` in the per-case view."""
+    return "cell-" + anchor(key)
+
+
 def _cases_view(records: list[ResultRecord], cases: dict[str, Case], systems: list[str]) -> list[dict[str, Any]]:
     by_case: dict[str, dict[str, ResultRecord]] = defaultdict(dict)
     for record in records:
@@ -198,10 +209,11 @@ def _cases_view(records: list[ResultRecord], cases: dict[str, Case], systems: li
         for system in systems:
             record = by_case[case_id].get(system)
             text, citations = response_parts(record) if record else ("", [])
-            cells.append({"system": system, "record": record, "text": text, "citations": citations})
+            cells.append({"system": system, "record": record, "text": text, "citations": citations,
+                          "anchor": cell_anchor(result_key(case_id, system))})
         out.append({
             "id": case_id,
-            "anchor": "case-" + "".join(ch if ch.isalnum() else "-" for ch in case_id),
+            "anchor": "case-" + anchor(case_id),
             "user": first.user_id,
             "setting": first.setting,
             "query": case.query.text if case else None,
@@ -229,6 +241,9 @@ def write_report(
     env.globals["format_cost"] = format_cost
     env.globals["judge_figures"] = lambda judge: judge_figures(summary, judge)
     env.globals["calls_of"] = lambda system, kind="system": _system_calls(summary, system, kind)
+    env.globals["counts_by_kind"] = counts_by_kind
+    env.globals["cell_anchor"] = cell_anchor
+    env.globals["kinds"] = KINDS
     cost_chart, cost_axis = _cost_chart(summary)
     specs = {s["name"]: s for s in config["recipe"]["systems"]}
     html = env.get_template("report.html.j2").render(
@@ -243,5 +258,6 @@ def write_report(
         distributions=_distribution_chart(summary, records),
         cost_chart=cost_chart,
         cost_axis=cost_axis,
+        failing_kinds=[d["kind"] for d in summary["episodes"].get("degraded", []) if not d["tolerated"]],
     )
     Path(path).write_text(html, encoding="utf-8")

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from agents.judges.base import check_judge_fit, create_judge
-from agents.ledger import call_tags
+from agents.ledger import call_tags, capture_calls
 from agents.settings import ModelSettings
 from benchmarks.errors import ConfigError, DataError
 from benchmarks.json_input import read_json_file, validation_error
 from graphs.judge import ARTIFACTS_DIR
-from graphs.resources import release, resources_for
+from graphs.resources import release
 from runs.judging import judge_again, judge_comparisons
 from runs.recipe import Recipe, parse_recipe
 from runs.results import ResultRecord, ResultsFile, write_json_atomic
@@ -60,12 +61,26 @@ def rescore_recipe(original: Recipe, run_dir: Path, judges: list[dict[str, Any]]
     data = original.model_dump(mode="python", exclude={"source"})
     data["name"] = f"{original.name}-rescore"
     data["judges"] = judges
+    kept, dropped = paper_rows_for(data["report"]["paper"], judges)
+    data["report"] = {**data["report"], "paper": kept}
+    if dropped:
+        print(f"note: {len(dropped)} paper row{'s' * (len(dropped) != 1)} of the original left out of the rescore: "
+              f"{'their judge is' if len(dropped) != 1 else 'its judge is'} not rescored "
+              f"({', '.join(sorted({str(row['judge']) for row in dropped}))})", file=sys.stderr)
     data["models"] = {**{role: s.model_dump() for role, s in original.models.items()},
                       **{role: s.model_dump() for role, s in models.items()}}
     web = original.web
     data["web"] = web.model_copy(update={"mode": web_mode, "cache_dir": web.cache_dir or run_dir / "web"}).model_dump()
     data["run"] = {**data["run"], "out_dir": str(run_dir.parent)}
     return parse_recipe(data, source=f"rescore of {run_dir}")
+
+
+def paper_rows_for(rows: list[dict[str, Any]], judges: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The original's paper rows a rescore with `judges` can still fill (rows of no judge — history
+    metrics — and rows of a judge it runs), and the rows it cannot."""
+    keys = {j.get("label") or j.get("name") for j in judges}
+    kept = [row for row in rows if row.get("judge") is None or row["judge"] in keys]
+    return kept, [row for row in rows if row not in kept]
 
 
 class Rescore:
@@ -103,11 +118,12 @@ class Rescore:
         # judging needs no memory: the systems' contexts carry the `none` backend
         contexts = {s.name: runner.context_for(s.model_copy(update={"memory": {"backend": "none"}}))
                     for s in recipe.systems}
-        judge_dry = any(resources_for(c).gateway.dry_run for c in contexts.values())
-        config = runner._config([cases[i] for i in sorted(cases)], bool(self.original_config.get("dry_run")) or judge_dry)
+        config = runner._config([cases[i] for i in sorted(cases)])
+        _, dropped = paper_rows_for(self.original.report.model_dump(mode="json")["paper"], recipe.judges)
         config["rescore_of"] = {"run_id": self.original_config.get("run_id"), "path": str(self.original_dir.resolve()),
                                 # failed episodes have no response to judge: they are left out
-                                "episodes": len(stored), "failed_episodes_left_out": len(self.records) - len(stored)}
+                                "episodes": len(stored), "failed_episodes_left_out": len(self.records) - len(stored),
+                                "paper_rows_left_out": dropped}
         write_json_atomic(self.folder.config, config)
 
         results = ResultsFile(self.folder.results)
@@ -117,10 +133,11 @@ class Rescore:
 
         async def one(record: ResultRecord) -> ResultRecord:
             async with limit:
-                with call_tags(case=record.case_id, system=record.system):
+                with call_tags(case=record.case_id, system=record.system), capture_calls() as calls:
                     judgments = await judge_again(cases[record.case_id], record, contexts[record.system])
+            # a dry run when its response was, or its judges' answers are, the scripted model's
             fresh = record.model_copy(update={"run_id": runner.run_id, "judgments": [], "scores": {},
-                                              "dry_run": record.dry_run or judge_dry})
+                                              "dry_run": record.dry_run or any(c.dry_run for c in calls)})
             rescored = fresh.with_judgments(judgments)
             results.append(rescored)
             return rescored

@@ -13,11 +13,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, computed_field, field_validator
 
 from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
 from benchmarks.atomic_files import write_atomically
+from benchmarks.degradation import Degradation
 from benchmarks.json_input import read_appended_jsonl, validation_error
 
 
@@ -31,6 +32,7 @@ class ContextUsed(BaseModel):
     event_ids: list[str] = Field(default_factory=list)
     tokens: int = 0
     text: str = Field(default="", description="The recalled memory as the system received it.")
+    degraded: list[Degradation] = Field(default_factory=list)
 
 
 class ResultRecord(BaseModel):
@@ -56,6 +58,18 @@ class ResultRecord(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @computed_field(description="Every degraded step of the episode: memory's, the system's, then each judge's "
+                                "(each is also kept where it happened).")
+    @property
+    def degraded(self) -> list[Degradation]:
+        return [*self.system_degraded, *(d for j in self.judgments for d in j.degraded)]
+
+    @property
+    def system_degraded(self) -> list[Degradation]:
+        """What degraded before any judge: in memory and in the system's pipeline."""
+        return [*(self.user_context.degraded if self.user_context else []),
+                *(self.response.degraded if self.response else [])]
 
     @field_validator("response", mode="before")
     @classmethod

@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agents.judges.base import Judge, check_judge_fit, create_judge
-from agents.ledger import call_tags, ledger_totals, read_ledger
+from agents.judges.base import ComparativeJudge, Judge, check_judge_fit, create_judge
+from agents.ledger import call_tags, capture_calls, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.errors import ConfigError, DataError
 from benchmarks.json_input import read_appended_jsonl, read_json_file, validation_error
@@ -126,10 +126,13 @@ class Runner:
 
     @property
     def web(self) -> WebConfig:
-        """The recipe's web; unless it names a cache, recorded in the run folder so the run's
-        searches and pages can be replayed offline (`[web] mode = "replay"`, `cache_dir` = that folder)."""
-        web = self.recipe.web
-        return web if web.cache_dir else web.model_copy(update={"cache_dir": self.folder.path / "web"})
+        """The recipe's web, recorded in the run folder so the run's searches and pages can be replayed
+        offline (`[web] mode = "replay"`, `cache_dir` = that folder): there unless the recipe names a
+        cache, and copied there from the cache it names (a replay of another run included)."""
+        web, own = self.recipe.web, self.folder.path / "web"
+        if not web.cache_dir:
+            return web.model_copy(update={"cache_dir": own})
+        return web.model_copy(update={"copy_dir": own})
 
     def context_for(self, system: SystemSpec) -> EpisodeContext:
         return EpisodeContext(
@@ -152,6 +155,7 @@ class Runner:
 
     async def run(self) -> RunFolder:
         recipe = self.recipe
+        recipe.check_roles_named()  # no role silently scripted beside a real model
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         check_systems_available(recipe.systems)  # so does a system whose optional extra is missing
         judgments_changed = self._check_resumable()
@@ -165,8 +169,7 @@ class Runner:
                             [s.name for s in recipe.systems])
         self.folder.path.mkdir(parents=True, exist_ok=True)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
-        dry_run = any(resources_for(c).gateway.dry_run for c in contexts.values())
-        config = self._config(cases, dry_run)
+        config = self._config(cases)
         write_json_atomic(self.folder.config, config)
 
         for path, consequence in ((self.folder.results, "its episode is run again"),
@@ -247,13 +250,16 @@ class Runner:
         config = {"configurable": {"thread_id": key}}
         started = time.perf_counter()
         base = dict(key=key, run_id=context.run_id, case_id=case.id, system=system.name, benchmark=case.benchmark,
-                    user_id=case.user_id, setting=system.setting or case.setting,
-                    dry_run=resources_for(context).gateway.dry_run)
-        try:
-            with call_tags(case=case.id, system=system.name):
-                out = await run_with_simulated_user(graph, case, config, context)
-        except Exception as exc:  # noqa: BLE001 - one failed episode is recorded and the run goes on
-            return ResultRecord(**base, status="error", error=f"{type(exc).__name__}: {exc}",
+                    user_id=case.user_id, setting=system.setting or case.setting)
+        with capture_calls() as calls:
+            try:
+                with call_tags(case=case.id, system=system.name):
+                    out = await run_with_simulated_user(graph, case, config, context)
+            except Exception as exc:  # noqa: BLE001 - one failed episode is recorded and the run goes on
+                out = exc
+        base["dry_run"] = any(call.dry_run for call in calls)  # some call of this session was scripted
+        if isinstance(out, Exception):
+            return ResultRecord(**base, status="error", error=f"{type(out).__name__}: {out}",
                                 latency_s=time.perf_counter() - started, finished_at=time.time())
         user_context = out.get("user_context")
         judgments = out.get("judgments", [])
@@ -261,7 +267,7 @@ class Runner:
             **base,
             status="ok",
             response=out["response"],
-            user_context=ContextUsed(**user_context.model_dump(include={"backend", "form", "event_ids", "tokens", "text"}))
+            user_context=ContextUsed(**user_context.model_dump(include={"backend", "form", "event_ids", "tokens", "text", "degraded"}))
             if user_context else None,
             judgments=judgments,
             scores={j.judge: j.score for j in judgments},
@@ -302,12 +308,13 @@ class Runner:
                     out.append((record, by_id[record.case_id], due))
         return out
 
-    def _config(self, cases: list[Case], dry_run: bool) -> dict[str, Any]:
+    def _config(self, cases: list[Case]) -> dict[str, Any]:
+        """config.json: the run as resolved. Whether it is a dry run is known only from its calls
+        (summary.json's `dry_run`)."""
         previous = _stored_config(self.folder.config)
         return {
             "run_id": self.run_id,
             "started_at": (previous and previous.started_at) or datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "dry_run": dry_run,
             "recipe": self.recipe.model_dump(mode="json"),
             "cache_dir": self.cache_dir,
             "cases": [c.id for c in cases],
@@ -344,7 +351,8 @@ def finish_run(folder: RunFolder, config: dict[str, Any], cases: list[Case] | No
     keys = expected_keys(config["cases"], systems)
     wanted = set(keys)
     records = [r for k, r in ResultsFile(folder.results).load().items() if k in wanted]
-    outcome = outcome_of(records, keys, judges)
+    baselines = {j.key: j.baseline for j in judge_objects if isinstance(j, ComparativeJudge)}
+    outcome = outcome_of(records, keys, judges, baselines=baselines, tolerate=recipe["run"].get("tolerate", []))
     ledger = read_ledger(folder.ledger)
     summary = summarize(records, systems, judges, seed=recipe.get("seed", 0),
                         aggregates={j.key: j.aggregate for j in judge_objects})
@@ -355,17 +363,20 @@ def finish_run(folder: RunFolder, config: dict[str, Any], cases: list[Case] | No
                                                  seed=recipe.get("seed", 0))
     by_id = {case.id: case for case in cases} if cases is not None else run_cases(config)
     summary["paper"] = versus_paper(records, report.get("paper") or [], by_id)
+    outcome.unmeasured = [f"{row['row']} / {row['metric']}" for row in summary["paper"] if not row["n"]]
+    case_ids = set(config["cases"])
+    # the run's calls: its episodes' and its own (preflight), not those of systems or cases left out since
+    calls = [e for e in ledger if (e.case_id is None or e.case_id in case_ids) and (e.system is None or e.system in systems)]
     summary = {
         "run_id": config["run_id"],
-        "dry_run": config["dry_run"],
+        # true exactly when some call was answered by `scripted` (a rescore's responses: their own flag)
+        "dry_run": any(e.dry_run for e in calls) or any(r.dry_run for r in records),
         "benchmark": recipe["benchmark"],
         "n_cases": len(config["cases"]),
         "judges": judges,
-        "episodes": outcome.as_dict(),
         **summary,
-        # the run's calls: its episodes' and its own (preflight), not those of systems or cases left out since
-        "ledger": ledger_totals([e for e in ledger if (e.case_id is None or e.case_id in set(config["cases"]))
-                                 and (e.system is None or e.system in systems)]),
+        "episodes": outcome.as_dict(),
+        "ledger": ledger_totals(calls),
     }
     write_json_atomic(folder.summary, summary)
     write_report(folder.report, config=config, summary=summary, records=records, cases=by_id)

@@ -13,6 +13,7 @@ from itertools import combinations
 from typing import Any, Callable, Iterable
 
 from agents.judges.base import JudgeResult
+from benchmarks.degradation import counts_by_kind
 from benchmarks.metrics.statistics import bootstrap_ci, paired_test
 from runs.results import ResultRecord
 
@@ -42,24 +43,33 @@ def summarize(
         # in one fixed order, so every figure (a judge's own aggregates too) is the same whatever the
         # order of the result lines: float sums differ in their last bits from one order to another
         mine = sorted((r for r in records if r.system == system), key=lambda r: (r.case_id, r.key))
+        answered = [r for r in mine if r.ok]
         entry: dict[str, Any] = {
-            "n": sum(r.ok for r in mine),
+            "n": len(answered),
             "errors": sum(not r.ok for r in mine),
+            # what degraded in memory and in the system's own steps, by kind; and in how many episodes
+            "degraded": counts_by_kind(d for r in answered for d in r.system_degraded),
+            "degraded_episodes": sum(1 for r in answered if r.system_degraded),
             "judges": {},
         }
         for judge in judges:
             values = list(_scores(mine, system, judge).values())
             low, high = bootstrap_ci(values, seed=seed)
-            judged = [j for r in mine if r.ok for j in r.judgments if j.judge == judge]
-            # no score: failed, or undefined (e.g. PQR excluding a report with no cited claim); a response
-            # the judge does not apply to (a pairwise judge's baseline) has no judgment and is not counted
-            failed = sum(1 for j in judged if j.score is None)
+            pairs = [(r, j) for r in answered for j in r.judgments if j.judge == judge]
+            judged = [j for _, j in pairs]
             spreads = [j.std for j in judged if j.std is not None]
             entry["judges"][judge] = {
-                "n": len(values),
+                "n": len(values),  # 0: not measured, and mean and CI are null
                 "mean": math.fsum(values) / len(values) if values else None,
                 "ci95": [low, high],
-                "failed": failed,
+                # no score: the judgment failed, or its protocol leaves the score undefined (PQR excluding
+                # a report with no cited claim); a response the judge does not apply to (a pairwise judge's
+                # baseline) has no judgment and is not counted
+                "failed": sum(1 for j in judged if j.failed),
+                "undefined": sum(1 for j in judged if not j.failed and j.score is None),
+                # scores that rest on degraded input (the system's or the judgment's own): shown, and marked
+                "n_degraded": sum(1 for r, j in pairs if j.score is not None and (r.system_degraded or j.degraded)),
+                "degraded": counts_by_kind(d for j in judged for d in j.degraded),
                 # conditions judges report (no_cited_claims, order_flip, empty_gold, ...): how many responses
                 "flags": dict(sorted(Counter(flag for j in judged for flag in j.flags).items())),
                 "mean_repeat_std": math.fsum(spreads) / len(spreads) if spreads else None,

@@ -353,16 +353,17 @@ async def test_a_failed_note_taking_call_is_recorded_and_the_report_still_writte
         out = await build_deep_research_graph().ainvoke({"benchmark": "sample", "case_id": "q14"}, context=ctx)
     finally:
         await release(ctx)
-    failures = out["response"].meta["failures"]
-    assert len(failures) == 1 and failures[0].startswith("notes from https://")
-    assert "no valid SourceNotes" in failures[0] and out["response"].citations
+    failures = [d for d in out["response"].degraded if d.kind == "step_fallback"]
+    assert len(failures) == 1 and failures[0].step == "take_notes"
+    assert failures[0].detail.startswith("source left out: notes from https://")
+    assert "no valid SourceNotes" in failures[0].detail and out["response"].citations
 
 
 @pytest.mark.parametrize(("pipeline", "broken", "recorded"), [
-    ("deep_research", "ResearchBrief", "write_brief (researching the question as asked)"),
-    ("deep_research", "ResearchPlan", "plan (one sub-topic: the whole question)"),
-    ("rag", "SearchQueries", "search queries (searching the question as asked)"),
-    ("planpers", "Aspects", "plan (answered without one)"),
+    ("deep_research", "ResearchBrief", ("write_brief", "researching the question as asked")),
+    ("deep_research", "ResearchPlan", ("plan", "one sub-topic, the whole question")),
+    ("rag", "SearchQueries", ("retrieve", "search queries (searching the question as asked)")),
+    ("planpers", "Aspects", ("plan", "answered without a plan")),
 ])
 async def test_a_planning_step_a_model_cannot_do_falls_back_and_is_recorded(tmp_path, monkeypatch, pipeline, broken,
                                                                             recorded):
@@ -384,4 +385,6 @@ async def test_a_planning_step_a_model_cannot_do_falls_back_and_is_recorded(tmp_
     finally:
         await release(ctx)
     assert out["response"].text.startswith("DRY RUN")
-    assert any(line.startswith(recorded) and f"no valid {broken}" in line for line in out["response"].meta["failures"])
+    step, what = recorded
+    assert any(d.kind == "step_fallback" and d.step == step and d.detail.startswith(what) and f"no valid {broken}" in d.detail
+               for d in out["response"].degraded), out["response"].degraded

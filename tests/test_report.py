@@ -90,8 +90,10 @@ def test_the_rendered_report_agrees_with_summary_json(tmp_path, cache_dir):
         calls = entry["usage"]["calls"]["system"]
         row = systems[system]
         assert row[3] == str(entry["n"]) and row[4] == str(entry["errors"])
-        assert row[5] == str(calls["calls"]) and row[6] == str(calls["prompt_tokens"] + calls["completion_tokens"])
-        assert row[9] == f"{entry['usage']['latency_s']['mean']:.3f}"
+        assert row[5] == (str(entry["degraded_episodes"]) if entry["degraded"] else "0") + (
+            ": " + ", ".join(f"{k} {n}" for k, n in entry["degraded"].items()) if entry["degraded"] else "")
+        assert row[6] == str(calls["calls"]) and row[7] == str(calls["prompt_tokens"] + calls["completion_tokens"])
+        assert row[10] == f"{entry['usage']['latency_s']['mean']:.3f}"
 
     baseline = table(doc, "baseline")
     expected = summary["versus_baseline"]["rows"]

@@ -56,7 +56,7 @@ def test_rescore_a_quickstart_run_with_other_judges_calls_no_system(tmp_path) ->
 
     config = json.loads((folder / "config.json").read_text())
     assert config["rescore_of"] == {"run_id": "quickstart", "path": str(original.resolve()), "episodes": 4,
-                                    "failed_episodes_left_out": 0}
+                                    "failed_episodes_left_out": 0, "paper_rows_left_out": []}
     assert [j["name"] for j in config["recipe"]["judges"]] == ["bespoke", "lampqa_pairwise"]
     assert config["recipe"]["models"]["judge"]["model"] == "scripted?seed=3"
     ledger = lines(folder / "ledger.jsonl")

@@ -55,7 +55,7 @@ def test_a_run_writes_every_output(tmp_path, cache_dir):
     assert all(e["case_id"] and e["system"] and e["node"] in ("direct", "run_judge") for e in ledger)
 
     config = json.loads(folder.config.read_text())
-    assert config["dry_run"] and config["cases"] == ["tiny:0", "tiny:1", "tiny:2"]
+    assert "dry_run" not in config and config["cases"] == ["tiny:0", "tiny:1", "tiny:2"]
     html = folder.report.read_text()
     assert "DRY RUN" in html and "<svg" in html and "tiny:2" in html
 

@@ -54,7 +54,7 @@ def mcp_server(sessions: WebSessions):
             try:
                 found = await session.search(query)
             except WebError as exc:
-                session.failures.append(f"search {query!r}: {exc}")
+                session.failed("search", query, exc)
                 blocks.append(f"Search for {query!r} failed: {exc}")
                 continue
             read: list[tuple[Source, str]] = []
@@ -63,7 +63,7 @@ def mcp_server(sessions: WebSessions):
                     _, text = await session.read(source)
                     read.append((source, text[: session.page_chars]))
                 except WebError as exc:
-                    session.failures.append(f"fetch {source.url}: {exc}")
+                    session.failed("fetch", source.url, exc)
                     read.append((source, source.snippet))
             blocks.append(_format_results(query, read))
         return "\n\n".join(blocks) if blocks else "No queries given."
@@ -78,7 +78,7 @@ def mcp_server(sessions: WebSessions):
         try:
             title, text = await session.read(source)
         except WebError as exc:
-            session.failures.append(f"fetch {source.url}: {exc}")
+            session.failed("fetch", source.url, exc)
             return f"Error: could not fetch {url}: {exc}"
         return f"{title}\nURL: {source.url}\n\n{text[: session.page_chars * 4]}"
 

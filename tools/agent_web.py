@@ -35,7 +35,8 @@ from starlette.routing import BaseRoute, Host, Route, Router
 
 from agents.citations import SourceRef
 from agents.openai_api import EndpointSession, TokenRegistry
-from tools.errors import WebError
+from benchmarks.degradation import Degradation, degradation
+from tools.errors import ReplayMiss, WebError
 from tools.urls import canonical_url, web_source_id
 from tools.web import Web
 
@@ -76,7 +77,8 @@ class WebSession:
     page_chars: int = 2000
     keep: Callable[[str], str] = _sha256  # stores a page text read, returns its sha256
     sources: dict[str, Source] = field(default_factory=dict)
-    failures: list[str] = field(default_factory=list)
+    degraded: list[Degradation] = field(default_factory=list)  # searches and pages that failed
+    replay_misses: list[str] = field(default_factory=list)  # requests a replayed web never recorded: fail the episode
     searches: int = 0
     fetches: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -84,6 +86,14 @@ class WebSession:
     @property
     def token(self) -> str:
         return self.endpoint.token
+
+    def failed(self, kind: str, what: str, error: WebError) -> None:
+        """Record a search or page the agent asked for and did not get (the agent is told, and goes on)."""
+        if isinstance(error, ReplayMiss):
+            self.replay_misses.append(str(error))
+        else:
+            self.degraded.append(degradation("search_failed" if kind == "search" else "fetch_failed", "run_agent",
+                                             f"{what!r}: {error}" if kind == "search" else f"{what}: {error}"))
 
     @property
     def root(self) -> str:
@@ -186,7 +196,7 @@ def agent_web_routes(sessions: WebSessions) -> list[BaseRoute]:
         try:
             found = await session.search(query)
         except WebError as exc:
-            session.failures.append(f"search {query!r}: {exc}")
+            session.failed("search", query, exc)
             return JSONResponse({"error": str(exc)}, status_code=502)
         results = [
             {"url": session.page_url(s), "citable_url": s.url, "title": s.title, "content": s.snippet,
@@ -205,7 +215,7 @@ def agent_web_routes(sessions: WebSessions) -> list[BaseRoute]:
         try:
             title, text = await session.read(source)
         except WebError as exc:
-            session.failures.append(f"fetch {source.url}: {exc}")
+            session.failed("fetch", source.url, exc)
             return HTMLResponse(f"<html><body><p>{html.escape(str(exc))}</p></body></html>", status_code=502)
         return HTMLResponse(_page_html(title, text, source.url))
 

@@ -67,10 +67,16 @@ def request_key(request: dict[str, Any]) -> str:
 
 
 class WebCache:
-    def __init__(self, root: Path, mode: CacheMode, *, memory_bytes: int = 64 * 2**20) -> None:
+    def __init__(self, root: Path, mode: CacheMode, *, memory_bytes: int = 64 * 2**20,
+                 copy_to: Path | None = None) -> None:
+        """`copy_to`: a second cache folder every answer given is copied into (once), so a run whose
+        cache lives elsewhere — a replay of another run's record, a shared cache — keeps a complete
+        record of its own, which can itself be replayed."""
         self.root = Path(root)
         self._root = os.fspath(self.root)  # file names are built as strings: pathlib's joins cost more than a read
         self.mode = mode
+        self.copy = WebCache(copy_to, "record") if copy_to is not None and Path(copy_to) != self.root else None
+        self._copied: set[str] = set()
         self._in_flight: dict[str, asyncio.Future[CachedAnswer]] = {}
         # the answers read last, least recently used dropped first once their bodies pass memory_bytes
         self._recent: LRUCache[str, CachedAnswer] = LRUCache(maxsize=memory_bytes, getsizeof=lambda a: len(a.body))
@@ -128,6 +134,19 @@ class WebCache:
         write_atomically(self._record_path(record.key), record.model_dump_json(indent=1))
         return record
 
+    def keep(self, answer: CachedAnswer) -> None:
+        """Write `answer`'s record and body here unless they already are (the copy of another cache's)."""
+        record = answer.record
+        if record.body_sha256 is not None:
+            write_if_absent(self._blob_path(record.body_sha256), answer.body)
+        write_if_absent(self._record_path(record.key), record.model_dump_json(indent=1))
+
+    def _copied_out(self, answer: CachedAnswer) -> CachedAnswer:
+        if self.copy is not None and answer.record.key not in self._copied:
+            self.copy.keep(answer)
+            self._copied.add(answer.record.key)
+        return answer
+
     def records(self) -> Iterator[CacheRecord]:
         """Every recorded request, e.g. to list what a run searched and fetched."""
         for path in sorted((self.root / "records").glob("*/*.json")):
@@ -139,13 +158,13 @@ class WebCache:
         if self.mode != "live":
             known = self._recent.get(key)
             if known is not None:
-                return known
+                return self._copied_out(known)
             record = self.load(key)
             if record is not None:
                 known = CachedAnswer(record=record, body=self.body(record), from_cache=True)
                 if len(known.body) <= self._recent.maxsize:  # a bigger body is read from disk each time
                     self._recent[key] = known
-                return known
+                return self._copied_out(known)
             if self.mode == "replay":
                 raise ReplayMiss(
                     f"replay: no recorded {kind} for {canonical_json(request)} in {self.root} (key {key[:16]})"
@@ -163,5 +182,6 @@ class WebCache:
         if self.mode == "record":
             record = self.store(kind, request, response, body)
         else:
-            record = CacheRecord(key=key, kind=kind, request=request, recorded_at=datetime.now(UTC), response=response)
-        return CachedAnswer(record=record, body=body or b"", from_cache=False)
+            record = CacheRecord(key=key, kind=kind, request=request, recorded_at=datetime.now(UTC), response=response,
+                                 body_sha256=hashlib.sha256(body).hexdigest() if body is not None else None)
+        return self._copied_out(CachedAnswer(record=record, body=body or b"", from_cache=False))

@@ -159,7 +159,7 @@ def build_web(config: WebConfig, *, transport: httpx.AsyncBaseTransport | None =
     provider_cls, reader_cls = provider_class(config.provider), reader_class(config.reader)
     provider_options = provider_config(config.provider, config.provider_options)
     reader_options = reader_config(config.reader, config.reader_options)
-    cache = WebCache(config.cache_dir or cache_dir() / "web", config.mode)
+    cache = WebCache(config.cache_dir or cache_dir() / "web", config.mode, copy_to=config.copy_dir)
     if not config.uses_sandbox:
         return Web(
             provider=provider_cls(provider_options, http),

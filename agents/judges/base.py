@@ -25,6 +25,7 @@ from agents.gateway import Gateway, ModelCallError
 from agents.judges.store import ArtifactStore
 from agents.response import SystemResponse
 from benchmarks.case import Case
+from benchmarks.degradation import Degradation
 from benchmarks.errors import ConfigError
 from benchmarks.named_registry import NamedRegistry
 
@@ -58,6 +59,9 @@ class JudgeResult(BaseModel):
     repeats: int = Field(default=1, description="Repeats that succeeded (a failed one is in details).")
     std: float | None = Field(default=None, description="Sample standard deviation of the score over repeats.")
     error: str | None = None
+    degraded: list[Degradation] = Field(
+        default_factory=list, description="What this judgment rests on that degraded (gated outputs, unread sources)."
+    )
 
     @property
     def failed(self) -> bool:
@@ -198,9 +202,10 @@ class Judge(ABC):
         return JudgeResult(judge=self.key, scale=self.scale, error=reason)
 
     def result(self, score: float | None, *, criteria: dict[str, float | None] | None = None,
-               details: dict[str, Any] | None = None, flags: Sequence[str] = ()) -> JudgeResult:
+               details: dict[str, Any] | None = None, flags: Sequence[str] = (),
+               degraded: Sequence[Degradation] = ()) -> JudgeResult:
         return JudgeResult(judge=self.key, score=score, scale=self.scale, criteria=criteria or {},
-                           details=details or {}, flags=sorted(set(flags)))
+                           details=details or {}, flags=sorted(set(flags)), degraded=list(degraded))
 
 
 class ComparativeJudge(Judge):
@@ -254,6 +259,7 @@ def combine_repeats(key: str, scale: str, results: list[JudgeResult], errors: li
         flags=sorted({flag for r in results for flag in r.flags} | ({"failed_repeat"} if errors else set())),
         repeats=len(results),
         std=statistics.stdev(scores) if len(scores) > 1 else None,
+        degraded=[d for r in results for d in r.degraded],
     )
 
 

@@ -23,12 +23,13 @@ from agents.citations import SourceRef
 from agents.clarifier import decide_clarification
 from agents.clarify import ClarifyAnswers, ClarifyRequest
 from agents.gateway import ModelCallError
-from agents.planner import ResearchBrief, Subtopic, plan_research, whole_question
+from agents.planner import ResearchBrief, Subtopic, checked_queries, plan_research, whole_question
 from agents.planner import reflect as reflect_on_gaps
 from agents.planner import write_brief as brief_for_user
 from agents.researcher import assess_coverage, take_notes
 from agents.response import SystemResponse
 from agents.writer import write_report as write_cited_report
+from benchmarks.degradation import Degradation, degradation
 from graphs.context import EpisodeContext
 from graphs.deep_research.state import (
     Clarification,
@@ -40,7 +41,7 @@ from graphs.deep_research.state import (
 )
 from graphs.inputs import GraphInputError, PipelineOutput
 from graphs.pipelines import GoldContextOptions
-from graphs.sources import read_web_sources, search_web
+from graphs.sources import citation_degradations, read_web_sources, search_web
 from graphs.start import (
     meta_of,
     pipeline_context,
@@ -110,8 +111,9 @@ async def clarify(
         questions = await decide_clarification(gateway, query, _context_text(state), options.max_questions,
                                                always=options.clarify == "always")
     except ModelCallError as exc:  # research goes on without asking
-        return Command(goto="write_brief", update={**update, "clarification": Clarification(status="failed",
-                                                                                             reason=str(exc))})
+        return Command(goto="write_brief", update={
+            **update, "clarification": Clarification(status="failed", reason=str(exc)),
+            "degraded": _more(state, degradation("step_fallback", "clarify", f"researched without asking: {exc}"))})
     if not questions:
         return Command(goto="write_brief", update={**update, "clarification": Clarification(status="not_needed")})
     asked = Clarification(status="answered", questions=questions)
@@ -155,7 +157,8 @@ async def write_brief(state: DeepResearchState, runtime: Runtime[EpisodeContext]
                                                clarification.pairs() if clarification else [])
     except ModelCallError as exc:  # research the question as asked, and say so
         update["brief"] = ResearchBrief.plain(query)
-        update["errors"] = state.get("errors", []) + [f"write_brief (researching the question as asked): {exc}"]
+        update["degraded"] = _more(state, degradation("step_fallback", "write_brief",
+                                                      f"researching the question as asked: {exc}"))
     return Command(goto="plan", update=update)
 
 
@@ -178,8 +181,14 @@ async def plan(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> Co
         subtopics = await plan_research(gateway, state["brief"], options.max_researchers, options.queries_per_topic)
     except ModelCallError as exc:  # one researcher on the whole question, and say so
         subtopics = whole_question(state["brief"])
-        update["errors"] = state.get("errors", []) + [f"plan (one sub-topic: the whole question): {exc}"]
+        update["degraded"] = _more(state, degradation("step_fallback", "plan",
+                                                      f"one sub-topic, the whole question: {exc}"))
     return Command(goto=_tasks(state, subtopics, 1), update=update)
+
+
+def _more(state: DeepResearchState | ResearcherState, *items: Degradation) -> list[Degradation]:
+    """The state's degradations with `items` added (a node's update replaces the list)."""
+    return [*state.get("degraded", []), *items]
 
 
 def _sorted_findings(state: DeepResearchState) -> list[Findings]:
@@ -209,8 +218,8 @@ async def reflect(
         gaps = await reflect_on_gaps(gateway, state["brief"], _findings_digest(_sorted_findings(state)),
                                      options.max_researchers, options.queries_per_topic)
     except ModelCallError as exc:  # the report is written from the rounds done
-        errors = state.get("errors", []) + [f"reflect after round {round_}: {exc}"]
-        return Command(goto="write_report", update={"depth": depth + 1, "errors": errors})
+        fell_back = degradation("step_fallback", "reflect", f"report written after round {round_}: {exc}")
+        return Command(goto="write_report", update={"depth": depth + 1, "degraded": _more(state, fell_back)})
     depth += 1
     if not gaps:
         return Command(goto="write_report", update={"depth": depth})
@@ -239,6 +248,11 @@ async def write_report(state: DeepResearchState, runtime: Runtime[EpisodeContext
     query = view_of(state, runtime, PIPELINE).query
     report = await write_cited_report(gateway, query, _context_text(state), state["brief"], sources, notes,
                                       clarification.pairs() if clarification else [], options.report_tokens)
+    degraded = [*state.get("degraded", []), *(d for f in findings for d in f.degraded),
+                *citation_degradations(report, "write_report")]
+    text = report.text
+    if not notes:  # each researcher recorded its `no_findings`; the report itself says what it rests on
+        text = f"{text.rstrip()}\n\n_Note: this report rests on no sources: the research found nothing to cite._"
     meta = meta_of(state, runtime, PIPELINE) | {
         "clarify": clarification.model_dump() if clarification else None,
         "citations": report.stats,
@@ -248,10 +262,10 @@ async def write_report(state: DeepResearchState, runtime: Runtime[EpisodeContext
         "fetches": sum(f.fetches for f in findings),
         "sources_read": len({s.id for f in findings for s in f.sources}),
         "notes": sum(len(f.notes) for f in findings),
-        "failures": state.get("errors", []) + [line for f in findings for line in f.failures],
+        "no_findings": not notes,
         "critical_path_calls": state.get("depth", 0) + 1,
     }
-    return {"response": SystemResponse(text=report.text, citations=report.citations, meta=meta)}
+    return {"response": SystemResponse(text=text, citations=report.citations, meta=meta, degraded=degraded)}
 
 
 # ----------------------------------------------------------------------------- one researcher
@@ -263,7 +277,9 @@ async def search(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Co
     if state["gold_sources"]:  # gold_context: all of the gold information replaces search (no web budget)
         return Command(goto="read", update={"hits": [], "new_sources": state["gold_sources"]})
     room = options.max_pages - len(read)
-    queries = state.get("pending_queries", state["queries"])
+    searched = state.get("searched", [])
+    queries, problems = checked_queries(state.get("pending_queries", state["queries"]), state["topic"], "search",
+                                        seen=searched)
     used = state.get("searches", 0) + state.get("fetches", 0)
     queries = queries[: max(0, options.max_tool_calls - used - 1)]  # keep a call for at least one fetch
     skip = list(state["skip_urls"]) + [s.url for s in read if s.url]
@@ -271,7 +287,8 @@ async def search(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Co
     return Command(goto="read", update={
         "hits": hits, "new_sources": [],
         "searches": state.get("searches", 0) + len(queries),
-        "failures": state.get("failures", []) + failures,
+        "searched": [*searched, *queries],
+        "degraded": _more(state, *problems, *failures),
     })
 
 
@@ -288,7 +305,7 @@ async def read(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Comm
         "new_sources": sources,
         "sources": state.get("sources", []) + sources,
         "fetches": state.get("fetches", 0) + len(hits),
-        "failures": state.get("failures", []) + failures,
+        "degraded": _more(state, *failures),
     })
 
 
@@ -298,30 +315,36 @@ async def take_source_notes(state: ResearcherState, runtime: Runtime[EpisodeCont
     resources = pipeline_resources(runtime, PIPELINE)
     new = state.get("new_sources", [])
 
-    async def one(source: SourceRef) -> list[Note] | str:
+    async def one(source: SourceRef) -> list[Note] | Degradation:
         text = resources.sources.get(source.sha256)[: options.page_chars]
         try:
             taken = await take_notes(resources.gateway, state["topic"], state["focus"], source.title, text,
                                      options.notes_per_source)
-        except ModelCallError as exc:  # the other sources' notes stand; this one is recorded as failed
-            return f"notes from {source.url or source.title}: {exc}"
+        except ModelCallError as exc:  # the other sources' notes stand; this one is left out, and recorded
+            return degradation("step_fallback", "take_notes", f"source left out: notes from "
+                                                              f"{source.url or source.title}: {exc}")
         return [Note(source_id=source.id, text=t) for t in taken]
 
     outcomes = await asyncio.gather(*(one(s) for s in new))
-    taken = [n for batch in outcomes if not isinstance(batch, str) for n in batch]
+    taken = [n for batch in outcomes if not isinstance(batch, Degradation) for n in batch]
     return Command(goto="assess", update={
         "notes": state.get("notes", []) + taken,
-        "failures": state.get("failures", []) + [o for o in outcomes if isinstance(o, str)],
+        "degraded": _more(state, *(o for o in outcomes if isinstance(o, Degradation))),
         "steps": state.get("steps", 0) + 1,
         "chain_calls": state.get("chain_calls", 0) + (1 if new else 0),
     })
 
 
 def _findings(state: ResearcherState, covered: bool, depth: int) -> Findings:
+    """What the researcher hands back; one that found nothing says so."""
+    degraded = state.get("degraded", [])
+    if not state.get("notes"):
+        degraded = [*degraded, degradation("no_findings", "researcher", f"{state['topic']!r}: no notes from "
+                                                                         f"{len(state.get('sources', []))} sources read")]
     return Findings(
         index=state["index"], round=state["research_round"], topic=state["topic"], sources=state.get("sources", []),
         notes=state.get("notes", []), searches=state.get("searches", 0), fetches=state.get("fetches", 0),
-        steps=state.get("steps", 0), covered=covered, critical_path_calls=depth, failures=state.get("failures", []),
+        steps=state.get("steps", 0), covered=covered, critical_path_calls=depth, degraded=degraded,
     )
 
 
@@ -339,7 +362,8 @@ async def assess(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Co
         coverage = await assess_coverage(gateway, state["topic"], state["focus"],
                                          [n.text for n in state.get("notes", [])], options.queries_per_topic)
     except ModelCallError as exc:  # the notes taken stand; the researcher stops here
-        failed = {**state, "failures": state.get("failures", []) + [f"assess {state['topic']!r}: {exc}"]}
+        failed = {**state, "degraded": _more(state, degradation("step_fallback", "assess",
+                                                                 f"researcher stopped at {state['topic']!r}: {exc}"))}
         return Command(goto=END, update={"findings": [_findings(failed, False, depth + 1)]})
     depth += 1
     if coverage.covered or not coverage.follow_up_queries:

@@ -15,6 +15,7 @@ from typing_extensions import TypedDict
 
 from agents.citations import SourceRef
 from agents.planner import ResearchBrief
+from benchmarks.degradation import Degradation
 from graphs.inputs import PipelineInput, PipelineOutput
 from graphs.sources import WebHit
 
@@ -49,7 +50,7 @@ class Findings(BaseModel):
     steps: int = 0
     covered: bool = False
     critical_path_calls: int = Field(default=0, description="Its longest chain of dependent LLM calls.")
-    failures: list[str] = Field(default_factory=list)
+    degraded: list[Degradation] = Field(default_factory=list)
 
 
 class ResearchTask(TypedDict):
@@ -79,7 +80,8 @@ class ResearcherState(ResearchTask, ResearcherOutput, total=False):
     fetches: int
     steps: int
     chain_calls: int  # dependent LLM calls so far in this researcher
-    failures: list[str]
+    searched: list[str]  # queries searched so far (a repeat is not searched again)
+    degraded: list[Degradation]
 
 
 class DeepResearchState(PipelineInput, PipelineOutput, total=False):
@@ -88,6 +90,6 @@ class DeepResearchState(PipelineInput, PipelineOutput, total=False):
     round: int
     findings: Annotated[list[Findings], operator.add]
     depth: int  # dependent LLM calls so far on the critical path (rounds finished)
-    errors: list[str]  # steps that failed and were worked around (in response.meta["failures"])
+    degraded: list[Degradation]  # steps of the top graph that fell back (the researchers' are in their findings)
 
 

@@ -38,6 +38,7 @@ from graphs.inputs import PipelineInput, PipelineOutput
 from graphs.pipelines import PipelineSpec, register_pipeline
 from graphs.start import meta_of, pipeline_context, pipeline_options_of, pipeline_resources, start_inputs, view_of
 from tools.agent_web import WebSession
+from tools.errors import ReplayMiss
 
 PIPELINE = "external"
 LOG_TAIL_CHARS = 1500
@@ -129,6 +130,7 @@ def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]
     return SystemResponse(
         text=report,
         citations=citations,
+        degraded=list(web.degraded),
         meta={
             **meta,
             "citations": {"urls": len(cited) + len(unknown), "sources_cited": len(citations),
@@ -139,7 +141,6 @@ def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]
             "fetches": web.fetches,
             "sources_read": refs,
             "agent_sources": len(result.get("sources") or []),
-            "web_failures": web.failures[:20],
             "refused": result.get("refused") or [],
             "details": result.get("details") or {},
         },
@@ -185,6 +186,9 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             raise ExternalAgentError(
                 f"{spec.name} failed: {result['error']}{model_errors}{dry} (log: {workdir / 'agent.log'})"
             )
+        if web_session.replay_misses:  # the agent answered from less web than was recorded: not a result
+            raise ReplayMiss(f"{len(web_session.replay_misses)} request(s) of {spec.name} missing from the replayed "
+                             f"web, e.g. {web_session.replay_misses[0]}")
         _write_timings(workdir, wall_s, result.get("run_s"))
         meta = meta_of(state, runtime, PIPELINE) | {"agent": spec.name, "calls": dict(sorted(model.calls.items()))}
         response = agent_response(result, web_session, meta)

@@ -21,5 +21,8 @@ class FullHistory(RawHistoryBackend):
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
         events = most_recent_first(self._events.events(user_id))
-        text, ids, tokens = pack(((e.id, render_event(e)) for e in events), self.budget(budget))
-        return UserContext(backend=self.name, form="raw" if ids else "none", text=text, event_ids=ids, tokens=tokens)
+        budget = self.budget(budget)
+        packed = pack(((e.id, render_event(e)) for e in events), budget)
+        return UserContext(backend=self.name, form="raw" if packed.ids else "none", text=packed.text,
+                           event_ids=packed.ids, tokens=packed.tokens,
+                           degraded=packed.degraded("recall", "history events", budget))

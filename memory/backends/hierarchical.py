@@ -208,20 +208,22 @@ class HierarchicalMemory(MemoryBackend):
             sections.append(("Recent history", [
                 _Item(f"recent:{p.event_id}", "recent", p.text, [p.event_id]) for p in reversed(memory.short_term)]))
         items = {item.key: item for _, section in sections for item in section}
-        text, keys, tokens = pack(
+        packed = pack(
             ((item.key, f"# {heading}\n{item.text}" if i == 0 else item.text)  # the heading rides on its first item
              for heading, section in sections for i, item in enumerate(section)),
             budget,
         )
-        if not keys:
-            return UserContext(backend=self.name, form="none")
-        included = sorted((items[k] for k in keys), key=lambda item: _TIER_RANK[item.tier])
+        degraded = packed.degraded("recall", "memory items", budget)
+        if not packed.ids:
+            return UserContext(backend=self.name, form="none", degraded=degraded)
+        included = sorted((items[k] for k in packed.ids), key=lambda item: _TIER_RANK[item.tier])
         page_scores = {m.page.event_id: round(m.score, 6) for m in pages}
         return UserContext(
             backend=self.name,
             form="profile" if any(item.tier in ("profile", "fact") for item in included) else "raw",
-            text=text,
+            text=packed.text,
             event_ids=list(dict.fromkeys(i for item in included for i in item.event_ids)),
             scores={item.event_ids[0]: page_scores[item.event_ids[0]] for item in included if item.tier == "page"},
-            tokens=tokens,
+            tokens=packed.tokens,
+            degraded=degraded,
         )

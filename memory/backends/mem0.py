@@ -175,16 +175,20 @@ class Mem0Backend(MemoryBackend):
             if event_ids:
                 hits.append(_Hit(hit["id"], f"- {hit['memory']}", event_ids, float(hit.get("score") or 0.0)))
         by_id = {h.memory_id: h for h in hits}
-        text, included, tokens = pack(((h.memory_id, h.text) for h in hits), self.budget(budget))
-        if not included:
-            return UserContext(backend=self.name, form="none")
-        shown = [by_id[memory_id] for memory_id in included]
+        budget = self.budget(budget)
+        packed = pack(((h.memory_id, h.text) for h in hits), budget)
+        degraded = packed.degraded("recall", "memories found", budget)
+        if not packed.ids:
+            return UserContext(backend=self.name, form="none", degraded=degraded)
+        shown = [by_id[memory_id] for memory_id in packed.ids]
         scores: dict[str, float] = {}
         for hit in shown:  # an event scores as its best memory
             for event_id in hit.event_ids:
                 scores[event_id] = max(scores.get(event_id, float("-inf")), round(hit.score, 6))
         event_ids = list(dict.fromkeys(i for hit in shown for i in hit.event_ids))
-        return UserContext(backend=self.name, form="profile", text=text, event_ids=event_ids, scores=scores, tokens=tokens)
+        return UserContext(backend=self.name, form="profile", text=packed.text, event_ids=event_ids, scores=scores,
+                           tokens=packed.tokens,
+                           degraded=degraded)
 
     async def aclose(self) -> None:
         if self._memory is not None:

@@ -54,7 +54,8 @@ class PersonaMemory(MemoryBackend):
             facets, as_query(query).text, self.budget(budget), self.config.facets, self._ranker, self.config.max_facets
         )
         if not packed.facets:
-            return UserContext(backend=self.name, form="none")
+            return UserContext(backend=self.name, form="none", degraded=packed.degraded)
         return UserContext(
-            backend=self.name, form="persona", text=packed.text, event_ids=[persona.id], tokens=packed.tokens
+            backend=self.name, form="persona", text=packed.text, event_ids=[persona.id], tokens=packed.tokens,
+            degraded=packed.degraded,
         )

@@ -93,7 +93,7 @@ class PersonaModel(MemoryBackend):
             facets, as_query(query).text, self.budget(budget), self.config.facets, self._ranker, self.config.max_facets
         )
         if not packed.facets:
-            return UserContext(backend=self.name, form="none")
+            return UserContext(backend=self.name, form="none", degraded=packed.degraded)
         event_ids = list(dict.fromkeys(i for f in packed.facets for i in f.event_ids))
         scores: dict[str, float] = {}
         for f in packed.facets:  # an event scores as its best facet
@@ -101,5 +101,6 @@ class PersonaModel(MemoryBackend):
                 if f.path in packed.scores:
                     scores[event_id] = max(scores.get(event_id, float("-inf")), packed.scores[f.path])
         return UserContext(
-            backend=self.name, form="persona", text=packed.text, event_ids=event_ids, scores=scores, tokens=packed.tokens
+            backend=self.name, form="persona", text=packed.text, event_ids=event_ids, scores=scores, tokens=packed.tokens,
+            degraded=packed.degraded,
         )

@@ -92,4 +92,5 @@ class QueryAwareProfile(RawHistoryBackend):
             profile = await build_query_profile(
                 self.env.gateway, self.env.role, query.text, history.text, query.previous_turns
             )
-        return profile_context(self.name, profile.blocks(), history.event_ids, self.budget(budget))
+        return profile_context(self.name, profile.blocks(), history.event_ids, self.budget(budget),
+                               history.degraded("recall", "the profiler", self.config.history_tokens))

@@ -145,20 +145,23 @@ class RetrievalMemory(MemoryBackend):
             if not events:
                 return UserContext(backend=self.name, form="none")
             if self.config.form == "raw":
-                text, ids, tokens = pack(((e.id, render_event(e)) for e in events), self.budget(budget))
+                budget = self.budget(budget)
+                packed = pack(((e.id, render_event(e)) for e in events), budget)
                 return UserContext(
                     backend=self.name,
-                    form="raw" if ids else "none",
-                    text=text,
-                    event_ids=ids,
-                    scores={i: ranking[i] for i in ids},
-                    tokens=tokens,
+                    form="raw" if packed.ids else "none",
+                    text=packed.text,
+                    event_ids=packed.ids,
+                    scores={i: ranking[i] for i in packed.ids},
+                    tokens=packed.tokens,
+                    degraded=packed.degraded("recall", "retrieved events", budget),
                 )
             history = history_text(events, self.config.history_tokens)
             profile = await build_query_profile(
                 self.env.gateway, self.env.role, query.text, history.text, query.previous_turns
             )
-        context = profile_context(self.name, profile.blocks(), history.event_ids, self.budget(budget))
+        context = profile_context(self.name, profile.blocks(), history.event_ids, self.budget(budget),
+                                  history.degraded("recall", "the profiler", self.config.history_tokens))
         context.scores = {i: ranking[i] for i in context.event_ids}
         return context
 

@@ -90,10 +90,13 @@ class SelectedHistory(RawHistoryBackend):
             if not events:
                 return UserContext(backend=self.name, form="none")
             if self.config.form == "raw":
-                text, ids, tokens = pack(((e.id, render_event(e)) for e in events), self.budget(budget))
-                return UserContext(backend=self.name, form="raw" if ids else "none", text=text, event_ids=ids, tokens=tokens)
+                budget = self.budget(budget)
+                packed = pack(((e.id, render_event(e)) for e in events), budget)
+                return UserContext(backend=self.name, form="raw" if packed.ids else "none", text=packed.text,
+                                   event_ids=packed.ids, tokens=packed.tokens, degraded=packed.degraded("recall", "selected events", budget))
             history = history_text(events, self.config.history_tokens)
             profile = await build_query_profile(
                 self.env.gateway, self.env.role, query.text, history.text, query.previous_turns
             )
-        return profile_context(self.name, profile.blocks(), history.event_ids, self.budget(budget))
+        return profile_context(self.name, profile.blocks(), history.event_ids, self.budget(budget),
+                               history.degraded("recall", "the profiler", self.config.history_tokens))

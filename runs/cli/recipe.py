@@ -26,6 +26,7 @@ def check(
     from tools.web import check_web_config
 
     recipe = load_recipe(path)
+    recipe.check_roles_named()
     check_web_config(recipe.web)
     check_systems_available(recipe.systems)
     b = recipe.benchmark

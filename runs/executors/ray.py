@@ -157,9 +157,11 @@ class EpisodeWorker:
         key = context.model_dump_json()
         if key not in self.contexts:
             update: dict[str, Any] = {"run_dir": str(self.scratch)}
-            web = context.web
-            if web.cache_dir is not None and Path(web.cache_dir) == Path(self.run_dir) / "web":
+            web, own = context.web, Path(self.run_dir) / "web"
+            if web.cache_dir is not None and Path(web.cache_dir) == own:
                 update["web"] = web.model_copy(update={"cache_dir": self.scratch / "web"})
+            elif web.copy_dir is not None and Path(web.copy_dir) == own:
+                update["web"] = web.model_copy(update={"copy_dir": self.scratch / "web"})
             self.contexts[key] = context.model_copy(update=update)
         return self.contexts[key]
 

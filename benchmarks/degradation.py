@@ -1,0 +1,89 @@
+"""What degraded in an episode: each step that went on with less than it should have had.
+
+A degradation is not a failure. The episode finished and was scored, but some step fell back: a
+model answer that never fit and was replaced, a search or a page that could not be had, a memory
+budget that cut history, a cited number that named no source read, a source a fact-checker could
+not read, a judge output gated as degenerate. Each is recorded where it happens — in the memory's
+`UserContext`, the system's `SystemResponse`, a judge's `JudgeResult` — and a run's result line,
+summary, report, closing lines, `compare` and exit code carry them. A score computed on degraded
+input is still shown, and marked.
+
+`[run] tolerate = ["kind", ...]` names the kinds a researcher accepts: still reported, no longer
+failing the run's exit code.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DegradationKind = Literal[
+    "step_fallback",
+    "empty_answer",
+    "invalid_query",
+    "search_failed",
+    "fetch_failed",
+    "citation_removed",
+    "no_findings",
+    "memory_budget_cut",
+    "source_unreadable",
+    "judge_output_gated",
+    "spans_removed",
+    "criterion_unscored",
+    "conversation_gave_up",
+]
+
+KINDS: dict[str, str] = {
+    "step_fallback": "a model step failed (its answer never fit, or the call failed) and the pipeline went on "
+                     "without it: the question as asked, one sub-topic, a source left out",
+    "empty_answer": "a model answered with nothing usable (no queries, no aspects) and a default stood in",
+    "invalid_query": "a search query the model wrote was not a query (a URL, empty, a repeat) and was replaced",
+    "search_failed": "a search gave no results: an error of the provider or the web",
+    "fetch_failed": "a page could not be read: an error, a refused URL, no text extracted",
+    "citation_removed": "a citation marker named no source the system read, and was removed",
+    "no_findings": "research found nothing: the report rests on no source",
+    "memory_budget_cut": "a memory budget cut history events out of the context",
+    "source_unreadable": "a fact-checker could not read a cited source",
+    "judge_output_gated": "a judge's output was degenerate (empty feedback, spans not in the response, too few "
+                          "aspects) and was asked again",
+    "spans_removed": "spans a judge quoted that are not in the response were removed before scoring",
+    "criterion_unscored": "a judge left a criterion unscored, even when asked again",
+    "conversation_gave_up": "the simulated user gave up on the conversation",
+}
+assert set(KINDS) == set(get_args(DegradationKind)), "every kind is described"
+
+
+class Degradation(BaseModel):
+    """One degraded step: what kind, where, how many times, and what happened."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: DegradationKind
+    step: str = Field(description="Where: a graph node or step (plan, retrieve, take_notes, recall, judge:pqr, ...).")
+    count: int = Field(default=1, ge=1, description="How many times (events cut, markers removed, pages unread).")
+    detail: str = Field(default="", description="What happened, in a line (an error, the query, the URL).")
+
+
+def degradation(kind: DegradationKind, step: str, detail: str = "", count: int = 1) -> Degradation:
+    """A degradation with its detail cut to one line of reasonable length."""
+    line = " ".join(str(detail).split())
+    return Degradation(kind=kind, step=step, count=count, detail=line if len(line) <= 300 else line[:299] + "…")
+
+
+def counts_by_kind(items: Iterable[Degradation]) -> dict[str, int]:
+    """Total count per kind, kinds in alphabetical order."""
+    totals: Counter[str] = Counter()
+    for item in items:
+        totals[item.kind] += item.count
+    return dict(sorted(totals.items()))
+
+
+def check_kinds(kinds: Iterable[str]) -> list[str]:
+    """The kinds as given, or a ValueError naming the unknown ones and the valid ones."""
+    kinds = list(kinds)
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"unknown degradation kind {', '.join(map(repr, unknown))}; valid: {', '.join(KINDS)}")
+    return kinds
