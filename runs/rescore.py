@@ -27,6 +27,7 @@ from benchmarks.json_input import read_json_file, validation_error
 from graphs.judge import ARTIFACTS_DIR
 from graphs.resources import release
 from runs.judging import judge_again, judge_comparisons
+from runs.folder_lock import RunFolderLock
 from runs.recipe import Recipe, parse_recipe
 from runs.results import ResultRecord, ResultsFile, write_json_atomic
 from runs.runner import RunFolder, Runner, _progress
@@ -99,6 +100,10 @@ class Rescore:
         return self.runner.folder
 
     async def run(self) -> RunFolder:
+        with RunFolderLock(self.folder.path, "rescore"):
+            return await self._run()
+
+    async def _run(self) -> RunFolder:
         recipe, runner = self.recipe, self.runner
         b = recipe.benchmark
         runner._check_resumable()

@@ -39,6 +39,7 @@ from graphs.persistence import run_checkpointer
 from graphs.resources import release, resources_for
 from graphs.simulate import run_with_simulated_user
 from runs.executors import Episode, open_executor
+from runs.folder_lock import RunFolderLock
 from runs.judging import judge_again, judge_comparisons, judgments_due
 from runs.outcome import RunOutcome, outcome_of
 from runs.preflight import preflight
@@ -108,7 +109,9 @@ class Runner:
         progress: bool = True,
         say: Callable[[str], None] | None = None,
         preflight: bool = True,
+        lock: RunFolderLock | None = None,
     ) -> None:
+        """`lock`: the run folder's lock, when the caller took it already (the CLI does, first)."""
         self.recipe = recipe
         if folder is not None and folder.exists() and not folder.is_dir():
             raise ConfigError(f"{folder} is a file, not a run folder: give --out a new or existing run folder")
@@ -116,6 +119,7 @@ class Runner:
         stored = _stored_config(folder / "config.json") if existing else None
         self.run_id = (stored and stored.run_id) or (folder.name if folder else new_run_id(recipe))
         self.folder = RunFolder(folder or Path(recipe.run.out_dir) / self.run_id)
+        self.lock = lock or RunFolderLock(self.folder.path)
         self.progress = progress
         self.say = say or (lambda message: None)
         self.preflight = preflight
@@ -158,6 +162,16 @@ class Runner:
         recipe.check_roles_named()  # no role silently scripted beside a real model
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         check_systems_available(recipe.systems)  # so does a system whose optional extra is missing
+        held = self.lock.held
+        self.lock.acquire()  # one process per run folder, before reading anything in it
+        try:
+            return await self._run()
+        finally:
+            if not held:
+                self.lock.release()
+
+    async def _run(self) -> RunFolder:
+        recipe = self.recipe
         judgments_changed = self._check_resumable()
         cases = self.load_cases()
         check_hidden_facets(cases, recipe.systems)

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
+
+from benchmarks.errors import ConfigError
+
+
+def run_folder_option(out: Path | None) -> Path | None:
+    """`--out` as a run folder: never the current directory (`--out ""` or `--out .` would litter it)."""
+    if out is not None and out.resolve() == Path.cwd():
+        raise ConfigError(f"--out {str(out)!r} is the current directory; give the run a folder of its own")
+    return out
 
 
 def print_json(data: Any) -> None:

@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from benchmarks.errors import ConfigError
-from runs.cli._common import machine_facts, print_json
+from runs.cli._common import machine_facts, print_json, run_folder_option
 
 
 def parse_judge(text: str) -> dict[str, Any]:
@@ -85,7 +85,7 @@ def rescore(
         more, models = read_judges_file(judges_file)
         judges += more
     settings = judge_models(models, model, api_base, api_key, list(JUDGE_ROLES))
-    folder = rescore_run(run_dir, judges, models=settings, out=out, web_mode=web, progress=progress)
+    folder = rescore_run(run_dir, judges, models=settings, out=run_folder_option(out), web_mode=web, progress=progress)
     _print_summary(folder.summary)
     typer.echo(str(folder.path))
 

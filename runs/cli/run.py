@@ -41,6 +41,13 @@ def run(
     import asyncio
 
     from benchmarks.errors import ConfigError
+    from runs.cli._common import run_folder_option
+    from runs.folder_lock import RunFolderLock
+
+    # a folder in use is refused first, within a second: before the imports and checks below
+    out = run_folder_option(out)
+    lock = RunFolderLock(out).acquire() if out is not None else None
+
     from runs.outcome import EXIT_INTERRUPTED
     from runs.recipe import load_recipe
     from runs.runner import Runner
@@ -53,7 +60,7 @@ def run(
                                                concurrency=concurrency, seed=seed, systems=names,
                                                executor=chosen, ray_address=ray_address)
     runner = Runner(loaded, out, progress=progress, say=lambda message: typer.echo(message, err=True),
-                    preflight=preflight)
+                    preflight=preflight, lock=lock)
     try:
         folder = asyncio.run(runner.run())
     except KeyboardInterrupt:

@@ -12,10 +12,13 @@ from runs.cli.run import ExecutorName
 
 def report(run_dir: Path = typer.Argument(..., help="A run folder (runs/out/<run_id>).")) -> None:
     """Write RUN_DIR's summary.json and report.html again from its results and ledger; print the report's path."""
+    from runs.folder_lock import RunFolderLock
     from runs.runner import RunFolder, finish_run, load_run_config
 
     folder = RunFolder(run_dir)
-    outcome = finish_run(folder, load_run_config(run_dir))
+    config = load_run_config(run_dir)
+    with RunFolderLock(folder.path, "report"):  # not while a run still writes the folder
+        outcome = finish_run(folder, config)
     for line in outcome.lines():
         typer.echo(line, err=True)
     typer.echo(str(folder.report))

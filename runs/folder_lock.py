@@ -1,0 +1,67 @@
+"""One process per run folder: an OS lock (`flock`) on `<run>/.atelier.lock`, holding the holder's pid.
+
+The kernel drops the lock when its process ends, however it ends (kill -9 included), so a lock
+left by a dead process is simply taken over; a second process finds it held and stops at once,
+naming the holder, before it has read or written anything else in the folder. `atelier run` takes
+it before its heavy imports, so the refusal comes within a second.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from benchmarks.errors import ConfigError
+
+LOCK_NAME = ".atelier.lock"
+
+
+class RunFolderLock:
+    """The lock of one run folder, held from `acquire` (or entering the block) to `release`."""
+
+    def __init__(self, folder: Path, what: str = "run") -> None:
+        self.folder = Path(folder)
+        self.what = what
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> "RunFolderLock":
+        """Take the lock (creating the folder), or raise ConfigError naming the process holding it."""
+        if self._fd is not None:
+            return self
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise ConfigError(f"{self.folder} is in use by another atelier process (pid {holder}); wait for it "
+                              f"to end, or give this {self.what} another --out folder") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the lock
+            self._fd = None
+
+    def __enter__(self) -> "RunFolderLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return "unknown"
+    return text if text.isdigit() else "unknown"
