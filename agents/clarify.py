@@ -17,6 +17,8 @@ class ClarifyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     questions: list[str] = Field(min_length=1, description="What the system asks before it starts researching.")
+    problem: str | None = Field(default=None, description="Why the previous answer could not be used, when this "
+                                                          "is the same question asked again.")
 
 
 class ClarifyAnswers(BaseModel):

@@ -17,7 +17,7 @@ from benchmarks.errors import ConfigError
 from benchmarks.registry import load_cases
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.deep_research.graph import build_deep_research_graph
-from graphs.inputs import GraphInputError, gold_context
+from graphs.inputs import gold_context
 from graphs.planpers import build_planpers_graph
 from graphs.rag import build_rag_graph
 from graphs.resources import release, resources_for
@@ -181,16 +181,29 @@ async def test_clarify_interrupts_with_typed_questions_and_resumes_with_typed_an
     assert "Lisbon in late May, 7 nights" in brief_prompt
 
 
-async def test_more_answers_than_questions_is_refused_naming_both_counts(tmp_path):
+@pytest.mark.parametrize("bad", [{"answers": ["a", "b", "c"]}, {"answer": "x"}, {"answers": "not a list"}, 42])
+async def test_a_resume_that_cannot_be_used_is_answered_by_asking_again(tmp_path, bad):
+    """The thread stays interrupted, the request says what was wrong, and a correct resume finishes."""
     ctx = context(tmp_path, "deep_research", answerer="person", clarify="always", max_questions=1, **SMALL)
     graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver(serde=serializer())})
-    config = {"configurable": {"thread_id": "too-many"}}
+    config = {"configurable": {"thread_id": "bad-resume"}}
     try:
-        await graph.ainvoke({"benchmark": "sample", "case_id": "q01"}, config, context=ctx)
-        with pytest.raises(GraphInputError, match="3 answers for 1 questions"):
-            await graph.ainvoke(Command(resume={"answers": ["a", "b", "c"]}), config, context=ctx)
+        first = await graph.ainvoke({"benchmark": "sample", "case_id": "q01"}, config, context=ctx)
+        questions = first["__interrupt__"][0].value.questions
+        again = await graph.ainvoke(Command(resume=bad), config, context=ctx)
+        [pending] = again["__interrupt__"]
+        assert pending.value.questions == questions and pending.value.problem
+        assert "could not be used" in pending.value.problem and '{"answers": ["...", ...]}' in pending.value.problem
+        if bad == {"answers": ["a", "b", "c"]}:
+            assert "3 answers for 1 questions" in pending.value.problem
+        assert (await graph.aget_state(config)).next == ("ask_user",)
+        twice = await graph.ainvoke(Command(resume={"answer": "still wrong"}), config, context=ctx)
+        assert twice["__interrupt__"][0].value.problem  # as often as it takes
+        out = await graph.ainvoke(Command(resume={"answers": ["Lisbon, 7 nights"]}), config, context=ctx)
     finally:
         await release(ctx)
+    assert out["response"].meta["clarify"]["answers"] == ["Lisbon, 7 nights"]
+    assert out["response"].text
 
 
 async def test_gold_context_replaces_search_with_the_cases_gold_information(tmp_path, prompts):

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from langgraph.graph import END
 from langgraph.runtime import Runtime
-from langgraph.types import Command, Send, interrupt
-from pydantic import Field, ValidationError
+from langgraph.types import Command, Send
+from pydantic import Field
 
 from agents.citations import SourceRef
 from agents.clarifier import decide_clarification
@@ -39,7 +39,8 @@ from graphs.deep_research.state import (
     ResearcherState,
     ResearchTask,
 )
-from graphs.inputs import GraphInputError, PipelineOutput
+from graphs.inputs import PipelineOutput
+from graphs.interrupts import ask_until_usable
 from graphs.pipelines import GoldContextOptions
 from graphs.sources import citation_degradations, read_web_sources, search_web
 from graphs.start import (
@@ -127,22 +128,16 @@ def _parse_answers(value: Any) -> ClarifyAnswers:
         value = {"answers": list(value)}
     elif isinstance(value, str):
         value = {"answers": [value]}
-    try:
-        return ClarifyAnswers.model_validate(value)
-    except ValidationError as exc:
-        problem = exc.errors()[0]["msg"]
-        raise GraphInputError(f'resume the clarify step with {{"answers": ["...", ...]}}: {problem}') from None
+    return ClarifyAnswers.model_validate(value)
 
 
 def ask_user(state: DeepResearchState) -> Command[Literal["write_brief"]]:
-    """Interrupt with the questions; the resume value is the user's `ClarifyAnswers`."""
+    """Interrupt with the questions; the resume value is the user's `ClarifyAnswers`. One that cannot
+    be used (another shape, more answers than questions) is answered by asking again."""
     asked = state["clarification"]
     request = ClarifyRequest(questions=asked.questions)
-    answers = _parse_answers(interrupt(request))
-    try:
-        pairs = answers.aligned(request)
-    except ValueError as exc:
-        raise GraphInputError(str(exc)) from None
+    pairs = ask_until_usable(request, lambda value: _parse_answers(value).aligned(request),
+                             '{"answers": ["...", ...]}, one answer per question')
     answered = asked.model_copy(update={"answers": [a for _, a in pairs]})
     return Command(goto="write_brief", update={"clarification": answered})
 
