@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks.errors import ConfigError
 from graphs.bench import compare_graphs
+from graphs.external import launcher
 from graphs.sources import SourceStore
 from runs.recipe import load_recipe, parse_recipe
 from runs.runner import RunFolder, run_recipe
@@ -83,6 +84,7 @@ def test_external_agents_run_through_the_gateway_endpoint_and_the_run_web(runs):
     for name, response in responses.items():
         agent, meta = AGENT_OF[name], response["meta"]
         assert meta["refused"] == []  # the offline guard refused nothing: nothing tried to leave the machine
+        assert meta["isolation"] == "namespaces"
         timings = json.loads(next((folder.path / "external" / name).glob("*/timings.json")).read_text())
         assert 0 < timings["startup_s"] < timings["wall_s"] < results[name]["latency_s"]
         mine = [e for e in ledger if e["system"] == name and e["node"].startswith(f"{agent}:")]
@@ -104,6 +106,14 @@ def test_external_agents_run_through_the_gateway_endpoint_and_the_run_web(runs):
     kinds = Counter(e["kind"] for e in web_log)
     assert kinds["search"] == sum(r["meta"]["searches"] for r in responses.values())
     assert kinds["fetch"] == sum(r["meta"]["fetches"] for r in responses.values())
+
+
+def test_the_agents_ran_inside_their_boundary(runs):
+    """By default (`isolation = "namespaces"`) each agent's server, and so every episode forked from
+    it, runs under `unshare` (tests/test_agent_isolation.py tries the ways out of it)."""
+    bounded = {agent for (_, agent, isolated), server in launcher._servers.items()
+               if isolated and Path(server.process.args[0]).name == "unshare"}
+    assert {"open_deep_research", "gpt_researcher"} <= bounded
 
 
 def test_a_failing_agent_fails_its_episode_with_the_agents_reason(runs):

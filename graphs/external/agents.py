@@ -4,7 +4,8 @@ Each runs in a child process (`graphs/external/child`, forked by a preloaded age
 `graphs.external.launcher`) — its own interpreter, so an agent can live in another virtual
 environment (`python` option), and its own environment variables, the only configuration some
 agents read. The child's environment is built from nothing: offline switches (`base_env`), the
-endpoint's URLs and the session's token (`session_env`), and no key of the user's.
+endpoint's URLs and the session's token (`session_env`), and no key of the user's. The one
+address those URLs name (`endpoint_address`) is all an isolated child can reach.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 CHILD = Path(__file__).resolve().parent / "child"
+SESSION_URLS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "SEARX_URL", "HTTP_PROXY", "http_proxy")
+ENDPOINT_HOSTS = ("127.0.0.1", "localhost")
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,20 @@ def session_env(openai_base: str, token: str, web_root: str, proxy: str) -> dict
         "HTTP_PROXY": proxy,
         "http_proxy": proxy,
     }
+
+
+def endpoint_address(env: dict[str, str]) -> tuple[str, int]:
+    """The endpoint (host, port) a session's URLs all name: what an isolated agent may reach."""
+    from benchmarks.errors import AtelierError
+
+    named = {(parts.hostname, parts.port) for key in SESSION_URLS if key in env for parts in [urlsplit(env[key])]}
+    if len(named) != 1:
+        raise AtelierError(f"an agent's session must name one endpoint address in {', '.join(SESSION_URLS)}; "
+                           f"it names {', '.join(sorted(f'{h}:{p}' for h, p in named)) or 'none'}")
+    host, port = named.pop()
+    if host not in ENDPOINT_HOSTS or port is None:
+        raise AtelierError(f"an agent's endpoint must be on 127.0.0.1 with a port; its session names {host}:{port}")
+    return "127.0.0.1", port
 
 
 def child_command(python: str | None, *args: str) -> list[str]:

@@ -173,7 +173,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         (workdir / TIMINGS).unlink(missing_ok=True)
         started = time.perf_counter()
         code = await run_agent_job(options.python, spec.name, workdir / "input.json", output, workdir / "agent.log",
-                                   env, options.timeout_s)
+                                   env, options.timeout_s, options.isolation)
         wall_s = time.perf_counter() - started
         if code is None:
             raise ExternalAgentError(f"{spec.name} did not finish within {options.timeout_s:g} s (log: {workdir / 'agent.log'})")
@@ -190,7 +190,8 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             raise ReplayMiss(f"{len(web_session.replay_misses)} request(s) of {spec.name} missing from the replayed "
                              f"web, e.g. {web_session.replay_misses[0]}")
         _write_timings(workdir, wall_s, result.get("run_s"))
-        meta = meta_of(state, runtime, PIPELINE) | {"agent": spec.name, "calls": dict(sorted(model.calls.items()))}
+        meta = meta_of(state, runtime, PIPELINE) | {"agent": spec.name, "isolation": options.isolation,
+                                                    "calls": dict(sorted(model.calls.items()))}
         response = agent_response(result, web_session, meta)
     (workdir / "response.json").write_text(response.model_dump_json(indent=1), encoding="utf-8")
     return Command(goto=END, update={"response": response})

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from graphs.external.launcher import Isolation
 from graphs.pipelines import PipelineOptions
 
 AgentName = Literal["open_deep_research", "gpt_researcher"]
@@ -40,7 +41,17 @@ class ExternalOptions(PipelineOptions):
         "gpt_researcher: config keys such as MAX_ITERATIONS), over the adapter's defaults.",
     )
 
+    isolation: Isolation = Field(
+        default="namespaces",
+        description="namespaces: the agent's processes run in their own Linux network, PID and mount namespaces and "
+        "reach only the run's endpoint (a machine that cannot make them refuses the system); none: no OS boundary, "
+        "only an audit hook in the agent's Python that refuses its own lookups and connections off this machine.",
+    )
+
     def check_available(self) -> None:
         from graphs.external.agents import AGENTS, check_installed
+        from graphs.external.launcher import require_boundary
 
         check_installed(AGENTS[self.agent], self.python)
+        if self.isolation == "namespaces":
+            require_boundary(self.python)

@@ -9,10 +9,13 @@ run's endpoint; its output is `{"report", "sources", "error", "refused", "detail
 
 `--serve` imports the agent once (seconds of CPU) and then forks one process per job, so a job
 starts in milliseconds from a process in which no agent has run yet. It reads one request per
-line on stdin — `{"id", "input", "output", "log", "cwd", "env"}`: the job's files, its working
-folder and the environment variables of its session — and answers on stdout, each line prefixed
-`@atelier `: `{"ready": true}` once preloaded (or `{"error": ...}`), then per job
-`{"id", "pid"}` when it starts and `{"id", "exit"}` when it ends. It exits when stdin closes.
+line on stdin — `{"id", "input", "output", "log", "cwd", "env", "boundary"}`: the job's files, its
+working folder, the environment variables of its session and, when the server runs inside the
+launcher's namespaces, `{"port", "socket"}`: the endpoint's port and the Unix socket that reaches
+it (`guard.enter`) — or `{"kill": id}` (a job past its time: its processes are killed). It answers
+on stdout, each line prefixed `@atelier `: `{"ready": true}` once preloaded (or `{"error": ...}`),
+then `{"id", "exit"}` as each job ends. Each job is a process group, killed with its job. It exits
+when stdin closes.
 
 Standard library only here; the agent's packages are imported by its runner module (`IMPORTS`).
 """
@@ -77,21 +80,35 @@ def say(message: dict) -> None:
     sys.stdout.flush()
 
 
+def job_folders(request: dict) -> list[str]:
+    """The folders a job works in, kept where they are inside its boundary."""
+    paths = [request["cwd"], *(os.path.dirname(request[k]) for k in ("input", "output", "log"))]
+    return [*paths, os.environ.get("TMPDIR", "")]
+
+
 def fork_job(request: dict, refused: list[str]) -> int:
-    """Start `request`'s job in a forked process; its pid."""
+    """Start `request`'s job in a forked process (the leader of its own process group); its pid."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid:
+        try:
+            os.setpgid(pid, pid)  # as the child does: a kill that comes at once finds the group
+        except ProcessLookupError:
+            pass  # it ended already
         return pid
     code = 1
     try:
+        os.setpgid(0, 0)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.chdir(request["cwd"])
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # stdin is the server's request pipe: not the job's
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
+        boundary = request.get("boundary")
+        if boundary:  # before any of the job's own code: a failure here fails the job, into its log
+            guard.enter(boundary["port"], boundary["socket"], job_folders(request))
+        os.chdir(request["cwd"])
         os.environ.update(request["env"])
         refused.clear()
         code = run_job(Path(request["input"]), Path(request["output"]), refused)
@@ -103,9 +120,17 @@ def fork_job(request: dict, refused: list[str]) -> int:
         os._exit(code)
 
 
+def kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # no process of the group is left
+
+
 def reap(children: dict[int, int]) -> None:
-    """Report the jobs that ended."""
-    while children:
+    """Report the jobs that ended; what a job started and left running ends with it. Any other
+    child is reaped too: inside its PID namespace this server is init, the parent of orphans."""
+    while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
@@ -114,6 +139,8 @@ def reap(children: dict[int, int]) -> None:
             return
         job = children.pop(pid, None)
         if job is not None:
+            # a group with processes left keeps its number (no new process gets it): only the job's are killed
+            kill_group(pid)
             say({"id": job, "exit": os.waitstatus_to_exitcode(status)})
 
 
@@ -142,14 +169,18 @@ def serve(agent: str) -> int:
             pending += chunk
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
-                if line.strip():
-                    request = json.loads(line)
-                    pid = fork_job(request, refused)
-                    children[pid] = request["id"]
-                    say({"id": request["id"], "pid": pid})
+                if not line.strip():
+                    continue
+                request = json.loads(line)
+                if "kill" in request:
+                    for pid, job in children.items():
+                        if job == request["kill"]:
+                            kill_group(pid)
+                else:
+                    children[fork_job(request, refused)] = request["id"]
         reap(children)
     for pid in children:  # the parent is gone: its jobs have no one to report to
-        os.kill(pid, signal.SIGKILL)
+        kill_group(pid)
     return 0
 
 

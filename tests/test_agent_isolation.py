@@ -1,0 +1,389 @@
+"""The boundary of an external agent's processes: they reach the run's endpoint and nothing else.
+
+Each way out that Python's audit hook never saw — curl in a subprocess, wget through `os.system`,
+a new interpreter, `connect` through ctypes, a UDP datagram, a Unix socket of the machine (after
+trying to unmount the fresh /tmp), reading `/proc/<pid>/environ` for a provider key — runs inside
+a job the way an agent runs (`run_agent_job`, its agent server, the forked job), against canaries
+listening on this machine's loopback that must hear nothing. Run without the boundary
+(`isolation = "none"`), the same attempts reach every canary: the attempts are real. The endpoint
+itself answers from inside, to Python and to curl. A machine that cannot make the boundary refuses
+external agents in one line, unless a system says `isolation = "none"`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agents.cache import ResponseCache
+from agents.gateway import Gateway
+from agents.ledger import Ledger
+from agents.openai_api import EndpointSession
+from benchmarks.errors import AtelierError, ConfigError
+from graphs.external import agents, launcher
+from graphs.external.agents import session_env
+from graphs.external.endpoint import AgentEndpoint
+from graphs.external.options import ExternalOptions
+from graphs.pipelines import check_systems_available
+from runs.recipe import parse_recipe
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENT = "bypass"  # the runner below, found by the agent server on PYTHONPATH
+PLANTED_KEY = "sk-planted-" + "7" * 32
+WAYS_OUT = ("python_connect", "curl", "wget", "new_interpreter", "ctypes_connect", "udp_sendto", "unix_socket")
+
+RUNNER = textwrap.dedent('''
+    """Attempts to reach past an agent's boundary (tests/test_agent_isolation.py); each says how it ended."""
+    import ctypes, json, os, shutil, socket, struct, subprocess, sys, urllib.request
+
+    IMPORTS = ()
+    LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+    def failed(exc):
+        return f"failed: {type(exc).__name__}: {exc}"
+
+
+    def exited(done):
+        said = (done.stderr or b"").decode(errors="replace").strip().splitlines()
+        return f"exit {done.returncode}: {said[-1] if said else ''}"
+
+
+    def python_connect(probe):
+        with socket.create_connection(("127.0.0.1", probe["tcp"]), timeout=3) as conn:
+            conn.sendall(b"python_connect")
+        return "connected"
+
+
+    def curl(probe):
+        url = f"http://127.0.0.1:{probe['tcp']}/curl"
+        if shutil.which("curl"):
+            return exited(subprocess.run(["curl", "-sS", "-m", "3", url], capture_output=True))
+        code = f"import urllib.request; urllib.request.urlopen({url!r}, timeout=3)"
+        return exited(subprocess.run([sys.executable, "-c", code], capture_output=True))
+
+
+    def wget(probe):
+        url = f"http://127.0.0.1:{probe['tcp']}/wget"
+        if shutil.which("wget"):
+            return f"exit {os.system(f'wget -q -T 3 -t 1 -O /dev/null {url}') >> 8}"
+        code = f"import urllib.request; urllib.request.urlopen({url!r}, timeout=3)"
+        return f"exit {os.system(f'{sys.executable} -c {code!r}') >> 8}"
+
+
+    def new_interpreter(probe):
+        code = ("import socket, sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3)"
+                ".sendall(b'new_interpreter')")
+        return exited(subprocess.run([sys.executable, "-c", code, str(probe["tcp"])], capture_output=True))
+
+
+    def ctypes_connect(probe):
+        fd = LIBC.socket(socket.AF_INET, socket.SOCK_STREAM, 0)
+        address = struct.pack("=H", socket.AF_INET) + struct.pack("!H", probe["tcp"]) + socket.inet_aton("127.0.0.1") + bytes(8)
+        try:
+            if LIBC.connect(fd, address, len(address)) != 0:
+                return f"refused: {os.strerror(ctypes.get_errno())}"
+            LIBC.send(fd, b"ctypes_connect", 14, 0)
+            return "connected"
+        finally:
+            LIBC.close(fd)
+
+
+    def udp_sendto(probe):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            udp.sendto(b"udp_sendto", ("127.0.0.1", probe["udp"]))
+        return "sent"
+
+
+    def uncover_tmp(probe):
+        """Inside the boundary only: a job's /tmp is a mount of its own, which this would undo."""
+        if LIBC.umount2(b"/tmp", 2) == 0:  # MNT_DETACH
+            return "unmounted /tmp"
+        return f"umount /tmp: {os.strerror(ctypes.get_errno())}"
+
+
+    def unix_socket(probe):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(3)
+            conn.connect(probe["unix"])
+            conn.sendall(b"unix_socket")
+        return "connected"
+
+
+    def new_namespace(probe):
+        if LIBC.unshare(0x40000000) == 0:  # CLONE_NEWNET
+            return "made a network namespace"
+        return f"unshare: {os.strerror(ctypes.get_errno())}"
+
+
+    def environ(probe):
+        """Every process whose environment this job can read that holds the planted key."""
+        holders = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    if probe["key"].encode() in fh.read():
+                        holders.append(int(pid))
+            except OSError:
+                continue  # not readable (or gone): not a way to the key
+        return {"own": probe["key"] in os.environ.values(), "parent": os.getppid() in holders, "holders": holders}
+
+
+    def endpoint(probe):
+        url = os.environ["OPENAI_BASE_URL"] + "/models"
+        token = os.environ["OPENAI_API_KEY"]
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            python = [answer.status, sorted(m["id"] for m in json.load(answer)["data"])]
+        done = subprocess.run(["curl", "-sS", "-m", "10", "-H", f"Authorization: Bearer {token}", url], capture_output=True)
+        curled = sorted(m["id"] for m in json.loads(done.stdout)["data"]) if done.returncode == 0 else exited(done)
+        return {"python": python, "curl": curled}
+
+
+    def sleeper(probe):
+        return subprocess.Popen(["sleep", "300"]).pid  # left running when the job ends
+
+
+    async def run(job):
+        probe = job["settings"]
+        outcomes = {}
+        for name in probe["attempts"]:
+            try:
+                outcomes[name] = globals()[name](probe)
+            except Exception as exc:
+                outcomes[name] = failed(exc)
+        return {"report": json.dumps(outcomes)}
+''')
+
+LAUNCHER = textwrap.dedent('''
+    import asyncio, json, sys
+    from pathlib import Path
+    from graphs.external import agents, launcher
+
+    runners, workdir, isolation, base = sys.argv[1:5]
+    launcher.base_env = lambda: {**agents.base_env(), "PYTHONPATH": runners}
+    env = agents.session_env(f"{base}/v1", "atl-planted", f"{base}/s/x", base)
+    folder = Path(workdir)
+    code = asyncio.run(launcher.run_agent_job(None, "bypass", folder / "input.json", folder / "output.json",
+                                              folder / "agent.log", env, 60, isolation))
+    launcher.close_servers()
+    print(code)
+''')
+
+
+class Canary:
+    """Listeners on this machine that no attempt from inside the boundary may reach: TCP and UDP
+    on 127.0.0.1, and a Unix socket in /tmp."""
+
+    def __init__(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="atelier-canary-", dir="/tmp")
+        self.tcp = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.unix.bind(os.path.join(self.folder, "canary.sock"))
+        self.unix.listen(8)
+
+    @property
+    def addresses(self) -> dict:
+        return {"tcp": self.tcp.getsockname()[1], "udp": self.udp.getsockname()[1], "unix": self.unix.getsockname()}
+
+    def heard(self) -> set[str]:
+        """The attempts that reached a canary (by what each sent; a connection that sent nothing counts too)."""
+        said: list[bytes] = []
+        for listener in (self.tcp, self.unix):
+            listener.setblocking(False)
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except BlockingIOError:
+                    break
+                with conn:
+                    conn.settimeout(2)
+                    said.append(conn.recv(4096) or b"(a connection that sent nothing)")
+        self.udp.setblocking(False)
+        while True:
+            try:
+                said.append(self.udp.recv(4096))
+            except BlockingIOError:
+                break
+        return {next((name for name in WAYS_OUT if f"/{name} ".encode() in data or data == name.encode()),
+                     data.decode(errors="replace")[:60]) for data in said}
+
+    def close(self) -> None:
+        for listener in (self.tcp, self.udp, self.unix):
+            listener.close()
+        shutil.rmtree(self.folder)
+
+
+@pytest.fixture(scope="module")
+def runners(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("runners")
+    (folder / f"run_{AGENT}.py").write_text(RUNNER)
+    yield folder
+    with launcher._lock:  # this module's agent servers end with it
+        mine = [key for key in launcher._servers if key[1] == AGENT]
+        servers = [launcher._servers.pop(key) for key in mine]
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture
+def bypass_agent(runners, monkeypatch):
+    """The agent servers the launcher starts find the `bypass` runner."""
+    monkeypatch.setattr(launcher, "base_env", lambda: {**agents.base_env(), "PYTHONPATH": str(runners)})
+    return runners
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory):
+    """A run's agent endpoint with one session, whose roles its `/v1/models` lists."""
+    server = AgentEndpoint(with_mcp=False).start()
+    gateway = Gateway(cache=ResponseCache(tmp_path_factory.mktemp("llm")), ledger=Ledger(None, run_id="r1"))
+    session = server.sessions.add(EndpointSession(gateway=gateway, agent=AGENT, roles={"probe": "system"}))
+    server.env = session_env(server.openai_base, session.token, f"{server.base_url}/s/x", server.base_url)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def canary():
+    listening = Canary()
+    yield listening
+    listening.close()
+
+
+def write_job(folder: Path, attempts: list[str], **probe) -> Path:
+    (folder / "input.json").write_text(json.dumps({"agent": AGENT, "brief": "", "settings": {"attempts": attempts, **probe}}))
+    return folder / "input.json"
+
+
+async def attempt(folder: Path, env: dict, isolation: str, attempts: list[str], **probe) -> dict:
+    """Run the attempts as a job of the `bypass` agent, through the launcher; how each ended."""
+    code = await launcher.run_agent_job(None, AGENT, write_job(folder, attempts, **probe), folder / "output.json",
+                                        folder / "agent.log", env, 120, isolation)
+    assert code == 0, (folder / "agent.log").read_text()
+    return json.loads(json.loads((folder / "output.json").read_text())["report"])
+
+
+def server_descendants(isolated: bool) -> list[psutil.Process]:
+    server = launcher._servers[(None, AGENT, isolated)]
+    root = psutil.Process(server.process.pid)
+    return (root.children()[0] if isolated else root).children(recursive=True)
+
+
+async def leftover_sleepers(isolated: bool) -> list[psutil.Process]:
+    """The `sleep` processes left among the agent server's descendants, after a few seconds to end (a
+    killed process is a zombie until its parent, inside the namespace the server, reaps it)."""
+    for _ in range(50):
+        sleepers = [p for p in server_descendants(isolated) if p.name() == "sleep"]
+        if not sleepers:
+            return []
+        await asyncio.sleep(0.1)
+    return sleepers
+
+
+async def test_no_way_out_of_the_boundary_reaches_the_machine_but_the_endpoint_does(bypass_agent, endpoint, canary,
+                                                                                    tmp_path):
+    attempts = ["uncover_tmp", *WAYS_OUT, "new_namespace", "endpoint", "sleeper"]
+    outcomes = await attempt(tmp_path, endpoint.env, "namespaces", attempts, **canary.addresses)
+    assert canary.heard() == set()
+    assert outcomes["python_connect"] == "failed: ConnectionRefusedError: [Errno 111] Connection refused"
+    if shutil.which("curl"):
+        assert outcomes["curl"].startswith("exit 7: curl: (7) Failed to connect to 127.0.0.1 port")
+    assert outcomes["wget"] == "exit 4"  # wget: network failure (without wget: python's exit 1)
+    assert outcomes["new_interpreter"].endswith("ConnectionRefusedError: [Errno 111] Connection refused")
+    assert outcomes["ctypes_connect"] == "refused: Connection refused"
+    assert outcomes["udp_sendto"] == "sent"  # into the job's own loopback, where no one listens
+    assert outcomes["uncover_tmp"] == "umount /tmp: Operation not permitted"
+    assert outcomes["unix_socket"] == "failed: FileNotFoundError: [Errno 2] No such file or directory"
+    assert outcomes["new_namespace"] == "unshare: Operation not permitted"
+    assert outcomes["endpoint"] == {"python": [200, ["default", "probe"]], "curl": ["default", "probe"]}
+    assert outcomes["sleeper"] > 0 and not await leftover_sleepers(isolated=True)  # killed with its job, reaped
+
+
+async def test_without_the_boundary_the_same_attempts_reach_the_machine(bypass_agent, endpoint, canary, tmp_path,
+                                                                        monkeypatch):
+    """`isolation = "none"` runs the agent with no boundary, even where none could be made."""
+    monkeypatch.setattr(launcher, "boundary_problem", lambda python: "unshare: unshare failed: Operation not permitted")
+    outcomes = await attempt(tmp_path, endpoint.env, "none", [*WAYS_OUT, "endpoint"], **canary.addresses)
+    assert canary.heard() == set(WAYS_OUT), outcomes
+    assert outcomes["unix_socket"] == "connected"
+    assert outcomes["endpoint"] == {"python": [200, ["default", "probe"]], "curl": ["default", "probe"]}
+
+
+@pytest.mark.parametrize("isolation", ["namespaces", "none"])
+def test_a_provider_key_in_the_runs_environment_is_out_of_the_agents_reach(runners, endpoint, tmp_path, isolation):
+    """The run's process holds the key from its start (what `/proc/<pid>/environ` shows); the job's own
+    environment never has it, and inside the boundary no process's environment that has it is readable."""
+    write_job(tmp_path, ["environ"], key=PLANTED_KEY)
+    env = {**os.environ, "OPENAI_API_KEY": PLANTED_KEY, "ANTHROPIC_API_KEY": PLANTED_KEY}
+    done = subprocess.run([sys.executable, "-c", LAUNCHER, str(runners), str(tmp_path), isolation, endpoint.base_url],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["0"], done.stderr[-2000:]
+    seen = json.loads(json.loads((tmp_path / "output.json").read_text())["report"])["environ"]
+    assert seen["own"] is False and seen["parent"] is False  # the job's parent is the agent server
+    if isolation == "namespaces":
+        assert seen["holders"] == []
+    else:  # the attempt is real: without the boundary the run's own process gives the key away
+        assert len(seen["holders"]) >= 1
+
+
+async def test_a_machine_that_cannot_make_the_boundary_refuses_external_agents_unless_told_none(monkeypatch, tmp_path):
+    monkeypatch.setattr(launcher, "boundary_problem", lambda python: "unshare: unshare failed: Operation not permitted")
+    refusal = ('pipeline_options.isolation: external agents run inside Linux namespaces (unshare: own network, '
+               'processes and /tmp), which cannot be made here (unshare: unshare failed: Operation not permitted); '
+               'set isolation = "none" to run them with no OS boundary')
+    with pytest.raises(ConfigError) as refused:
+        ExternalOptions(agent="gpt_researcher").check_available()
+    assert str(refused.value) == refusal
+    ExternalOptions(agent="gpt_researcher", isolation="none").check_available()  # asked for: no refusal
+
+    recipe = parse_recipe({
+        "name": "isolation", "benchmark": {"name": "sample", "limit": 1}, "models": {"system": {"model": "scripted"}},
+        "systems": [{"name": "gptr-bounded", "pipeline": "external", "memory": {"backend": "none"},
+                     "pipeline_options": {"agent": "gpt_researcher"}},
+                    {"name": "gptr-unbounded", "pipeline": "external", "memory": {"backend": "none"},
+                     "pipeline_options": {"agent": "gpt_researcher", "isolation": "none"}}],
+        "run": {"out_dir": str(tmp_path / "runs")},
+    })
+    with pytest.raises(ConfigError) as refused:
+        check_systems_available(recipe.systems)
+    assert str(refused.value) == f"systems[0] (gptr-bounded): {refusal}"
+    check_systems_available(recipe.systems[1:])
+    # config.json keeps the recipe as resolved: the unbounded system says so there
+    assert recipe.model_dump(mode="json")["systems"][1]["pipeline_options"]["isolation"] == "none"
+
+    servers = dict(launcher._servers)
+    env = session_env("http://127.0.0.1:9/v1", "atl-x", "http://127.0.0.1:9/s/x", "http://127.0.0.1:9")
+    with pytest.raises(ConfigError, match="^pipeline_options.isolation: external agents run inside Linux namespaces"):
+        await launcher.run_agent_job(None, "gpt_researcher", write_job(tmp_path, []), tmp_path / "output.json",
+                                     tmp_path / "agent.log", env, 30)
+    assert launcher._servers == servers  # refused before any agent process started
+
+
+def test_the_probe_says_why_the_boundary_cannot_be_made():
+    assert launcher.boundary_problem(None) is None  # this machine makes it (the tests above ran inside it)
+    assert launcher.probe_boundary(None, launcher.boundary_command()) is None
+    cannot = ["sh", "-c", "echo 'unshare: unshare failed: Operation not permitted' >&2; exit 1", "--"]
+    assert launcher.probe_boundary(None, cannot) == "unshare: unshare failed: Operation not permitted"
+
+
+def test_an_isolated_agent_reaches_one_endpoint_address():
+    assert agents.endpoint_address(session_env("http://127.0.0.1:5/v1", "t", "http://127.0.0.1:5/s/x",
+                                               "http://127.0.0.1:5")) == ("127.0.0.1", 5)
+    with pytest.raises(AtelierError, match="it names 127.0.0.1:5, 127.0.0.1:9$"):
+        agents.endpoint_address(session_env("http://127.0.0.1:5/v1", "t", "http://127.0.0.1:9/s/x", "http://127.0.0.1:5"))
+    with pytest.raises(AtelierError, match="must be on 127.0.0.1 with a port; its session names example.org:5"):
+        agents.endpoint_address(session_env("http://example.org:5/v1", "t", "http://example.org:5/s", "http://example.org:5"))
