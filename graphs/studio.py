@@ -10,6 +10,7 @@ whichever pipeline the context's `system.pipeline` names.
 for several turns (graphs/simulate.py; `system.conversation` sets the turn budget).
 """
 
+from agents.gateway import configured_litellm
 from graphs.deep_research.graph import build_deep_research_graph
 from graphs.direct import build_direct_graph
 from graphs.episode import build_episode_graph
@@ -19,6 +20,11 @@ from graphs.memory import build_memory_graph
 from graphs.pipelines import PIPELINES
 from graphs.planpers import build_planpers_graph
 from graphs.rag import build_rag_graph
+
+# The server runs nodes on its event loop and refuses blocking calls there (`langgraph dev` without
+# --allow-blocking): what loads lazily on a first call — litellm's import reads the working folder —
+# is loaded now, with the graphs.
+configured_litellm()
 
 episode = build_episode_graph()
 direct = build_direct_graph()

@@ -34,7 +34,7 @@ from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidde
 from graphs.episode import episode_graph_for
 from graphs.heap import settled_heap
 from graphs.inputs import forget_cases, remember_cases
-from graphs.pipelines import check_systems_available
+from graphs.pipelines import PIPELINES, check_systems_available
 from graphs.persistence import run_checkpointer
 from graphs.resources import release, resources_for
 from graphs.simulate import run_with_simulated_user
@@ -48,7 +48,7 @@ from runs.resume import check_resume
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
 from runs.usage import system_usage
 from tools.config import WebConfig
-from tools.web import check_web_config
+from tools.web import check_web_config, web_description
 
 
 @dataclass(frozen=True)
@@ -196,6 +196,9 @@ class Runner:
             with self.folder.ledger.open("a", encoding="utf-8") as fh:  # the probes cost what calls cost
                 fh.writelines(e.model_copy(update={"run_id": self.run_id}).model_dump_json() + "\n"
                               for e in passed.calls)
+        web = searched_web(recipe)
+        if web and web.get("warning"):
+            self.say(f"warning: {web['warning']}")
         remember_cases(self.run_id, cases)  # episodes' state holds only (benchmark, case id)
         results = ResultsFile(self.folder.results)
         keys = set(expected_keys([c.id for c in cases], [s.name for s in recipe.systems]))
@@ -340,6 +343,20 @@ class Runner:
         return self.outcome
 
 
+def searched_web(recipe: Recipe) -> dict[str, Any] | None:
+    """The web the run's systems searched (None when no system uses the web), with a warning when a
+    recipe that reproduces a paper searched the bundled 63-page sample: its numbers rest on a web
+    that knows nothing of most of the paper's tasks."""
+    if not any(PIPELINES.get(s.pipeline).uses_web for s in recipe.systems):
+        return None
+    described = web_description(recipe.web)
+    if recipe.report.reproduces and described["corpus"] == "sample":
+        described["warning"] = (f"this recipe reproduces {recipe.report.reproduces} but searched the bundled sample "
+                                f"corpus ({described['documents']} pages on UK household topics); set [web.sandbox] "
+                                "corpus = \"wiki\" (or a real search provider)")
+    return described
+
+
 def run_cases(config: dict[str, Any]) -> dict[str, Case]:
     """The cases of a run, loaded again as its recipe names them ({} when the data is not here)."""
     try:
@@ -377,6 +394,7 @@ def finish_run(folder: RunFolder, config: dict[str, Any], cases: list[Case] | No
                                                  seed=recipe.get("seed", 0))
     by_id = {case.id: case for case in cases} if cases is not None else run_cases(config)
     summary["paper"] = versus_paper(records, report.get("paper") or [], by_id)
+    summary["web"] = searched_web(Recipe.model_validate(recipe))
     outcome.unmeasured = [f"{row['row']} / {row['metric']}" for row in summary["paper"] if not row["n"]]
     case_ids = set(config["cases"])
     # the run's calls: its episodes' and its own (preflight), not those of systems or cases left out since

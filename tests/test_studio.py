@@ -47,7 +47,7 @@ def studio(tmp_path_factory):
     env = {**os.environ, "ATELIER_CACHE_DIR": str(tmp_path_factory.mktemp("studio-cache"))}
     server = subprocess.Popen(
         [str(Path(sys.executable).parent / "langgraph"), "dev", "--port", str(port), "--no-browser", "--no-reload",
-         "--allow-blocking"],
+         ],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"

@@ -75,6 +75,23 @@ def check_web_config(config: WebConfig) -> None:
         require_keys(config.reader, reader_options)
 
 
+def web_description(config: WebConfig) -> dict[str, Any]:
+    """Which web a run searched, as its summary and report say it: the provider, the sandbox corpus
+    and its document count (when it is the sandbox), and whether it was live, recorded or replayed."""
+    described: dict[str, Any] = {"provider": config.provider, "mode": config.mode, "corpus": None, "documents": None,
+                                 "endpoint": None}
+    if config.uses_sandbox:
+        from tools.sandbox.corpus import load_corpus
+
+        spec = config.sandbox_settings.corpus
+        described.update(corpus=spec, documents=len(load_corpus(spec)), endpoint=config.sandbox_settings.url)
+    else:
+        described["endpoint"] = config.provider_options.get("base_url")
+    if config.mode == "replay":
+        described["replayed_from"] = str(config.cache_dir) if config.cache_dir else None
+    return described
+
+
 class Web:
     def __init__(
         self,
