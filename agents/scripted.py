@@ -34,6 +34,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agents.prompts import JSON_INSTRUCTIONS_LEAD, schema_in_instructions
 
 DRY_RUN_MARK = "DRY RUN"
+# Raised whenever what the scripted model answers changes (it keys the response cache): 2 quotes the
+# judged text in fields that ask for a quote, and names the prompt's URLs in URL fields.
+ANSWERS_VERSION = 2
 PROVIDER = "scripted"
 
 
@@ -47,8 +50,9 @@ class ScriptedParams(BaseModel):
     seed: int = 0
 
     def answer_identity(self) -> dict[str, Any]:
-        """The parameters that change what is answered (latency and errors do not)."""
-        return {"malformed_rate": self.malformed_rate, "seed": self.seed}
+        """The parameters that change what is answered (latency and errors do not), and the version of
+        the answering itself, so a cache never serves what an earlier scripted model wrote."""
+        return {"malformed_rate": self.malformed_rate, "seed": self.seed, "version": ANSWERS_VERSION}
 
 
 @functools.lru_cache(maxsize=64)  # read twice per call by the gateway
@@ -154,13 +158,34 @@ def compose_text(messages: list[dict[str, Any]], seed: int, lead: str = f"{DRY_R
 # ----------------------------------------------------------------------------- schema instances
 
 
+# A string field that asks for text copied from the material ("copied from it", "verbatim", "quote")
+# gets a run of the judged text's own words, so a judge's gate for quotes not in the response sees
+# what a faithful model would give; a URL field gets a URL the prompt names, or none.
+_QUOTE_FIELD = re.compile(r"copied from|verbatim|word for word|quot(e|ed|ing)\b|exact span", re.IGNORECASE)
+_URL_FIELD = re.compile(r"\burl\b|\blink\b", re.IGNORECASE)
+_URL = re.compile(r"https?://[^\s<>\]\[)\"']+")
+_JUDGED = re.compile(r"respon|report|answer", re.IGNORECASE)
+_DATA_BLOCK = re.compile(r"^# (?P<title>[^\n]*)\n<data>\n(?P<body>.*?)\n</data>", re.MULTILINE | re.DOTALL)
+
+
+def _judged_text(messages: list[dict[str, Any]]) -> str:
+    """The material a prompt asks about: the last untrusted section titled as a response or report."""
+    blocks = [m for message in messages if message.get("role") != "system"
+              for m in _DATA_BLOCK.finditer(_message_text(message))]
+    judged = [b["body"] for b in blocks if _JUDGED.search(b["title"])]
+    return judged[-1] if judged else ""
+
+
 class _InstanceBuilder:
     """A JSON-schema instance generator for the schemas pydantic emits."""
 
-    def __init__(self, schema: dict[str, Any], rng: random.Random, words: list[str]) -> None:
+    def __init__(self, schema: dict[str, Any], rng: random.Random, words: list[str], *, judged: str = "",
+                 urls: list[str] | None = None) -> None:
         self.defs = schema.get("$defs", {}) | schema.get("definitions", {})
         self.rng = rng
         self.words = words or ["dry", "run", "scripted", "answer"]
+        self.judged = judged.split()  # the judged text's words, with their punctuation
+        self.urls = urls or []
 
     def build(self, node: dict[str, Any], depth: int = 0) -> Any:
         if "$ref" in node:
@@ -182,7 +207,7 @@ class _InstanceBuilder:
         if isinstance(kind, list):
             kind = next((k for k in kind if k != "null"), "null")
         if kind == "object" or "properties" in node:
-            return {name: self.build(sub, depth + 1) for name, sub in node.get("properties", {}).items()}
+            return {name: self.build({"title": name, **sub}, depth + 1) for name, sub in node.get("properties", {}).items()}
         if kind == "array":
             low = node.get("minItems", 1 if depth < 3 else 0)
             high = max(low, min(node.get("maxItems", low + 3), low + 3))
@@ -223,6 +248,15 @@ class _InstanceBuilder:
             return "2026-01-01"
         low = node.get("minLength", 1)
         high = node.get("maxLength", 400)
+        about = f"{node.get('title', '')} {node.get('description', '')}"
+        if self.judged and _QUOTE_FIELD.search(about):
+            n = min(len(self.judged), self.rng.randint(3, 8))
+            start = self.rng.randint(0, len(self.judged) - n)
+            quote = " ".join(self.judged[start:start + n])
+            if low <= len(quote) <= high:
+                return quote
+        if _URL_FIELD.search(str(node.get("title", ""))) or node.get("format") == "uri":
+            return self.rng.choice(self.urls) if self.urls else ("" if not node.get("minLength") else "https://example.invalid/")
         n = self.rng.randint(3, 9)
         text = " ".join(self.rng.choice(self.words) for _ in range(n)).capitalize()
         text = f"{DRY_RUN_MARK}: {text}" if high >= 40 else text
@@ -232,8 +266,11 @@ class _InstanceBuilder:
 
 
 def schema_instance(schema: dict[str, Any], messages: list[dict[str, Any]], seed: int) -> Any:
-    words = [w for m in messages if m.get("role") != "system" for w in _WORD.findall(_message_text(m))]
-    return _InstanceBuilder(schema, _rng("instance", messages, schema, seed), words[:400]).build(schema)
+    texts = [_message_text(m) for m in messages if m.get("role") != "system"]
+    words = [w for text in texts for w in _WORD.findall(text)]
+    urls = list(dict.fromkeys(u.rstrip(".,;:") for text in texts for u in _URL.findall(text)))
+    return _InstanceBuilder(schema, _rng("instance", messages, schema, seed), words[:400],
+                            judged=_judged_text(messages), urls=urls).build(schema)
 
 
 def schema_from_response_format(response_format: Any) -> dict[str, Any] | None:

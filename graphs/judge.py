@@ -57,7 +57,8 @@ def artifact_store(context: EpisodeContext) -> ArtifactStore:
 
 
 def judge_env(resources: Resources) -> JudgeEnv:
-    return JudgeEnv(gateway=resources.gateway, web=resources.web, store=artifact_store(resources.context))
+    return JudgeEnv(gateway=resources.gateway, web=resources.open_web, store=artifact_store(resources.context),
+                    sources=resources.sources.get)
 
 
 def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_judge"]]:

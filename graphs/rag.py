@@ -78,7 +78,7 @@ async def retrieve(state: RagState, runtime: Runtime[EpisodeContext]) -> Command
         degraded += problems
     else:
         queries = [query.text[:300]]
-    web = resources.web()
+    web = await resources.open_web()
     hits, not_searched = await search_web(web, queries, options.results_per_query, options.max_pages, step="retrieve")
     sources, not_read = await read_web_sources(web, resources.sources, hits, step="retrieve")
     return Command(goto="answer", update={**update, "queries": queries, "hits": hits, "sources": sources,

@@ -7,6 +7,8 @@ All systems of a run share one web (one sandbox, one web cache), started on firs
 
 from __future__ import annotations
 
+import asyncio
+
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,11 @@ class Resources:
                     self._memory = create_backend(context.system.memory,
                                                   MemoryEnv(gateway=self.gateway, store_dir=store))
         return self._memory
+
+    async def open_web(self) -> Web:
+        """`web()` from a graph node: the first call starts the sandbox web off the event loop (a
+        server refusing blocking calls on its loop, `langgraph dev`, would stop the node)."""
+        return self._web if self._web is not None else await asyncio.to_thread(self.web)
 
     def web(self) -> Web:
         """The run's web (search + fetch + cache); the sandbox starts on the first call."""

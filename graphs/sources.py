@@ -26,6 +26,9 @@ from tools.urls import web_source_id
 from tools.web import Web
 
 
+SOURCES_DIR = "sources"  # in the run folder
+
+
 def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -42,7 +45,7 @@ class SourceStore:
 
     @classmethod
     def for_run(cls, run_dir: str | None) -> "SourceStore":
-        return cls(Path(run_dir) / "sources" if run_dir else cache_dir() / "sources")
+        return cls(Path(run_dir) / SOURCES_DIR if run_dir else cache_dir() / SOURCES_DIR)
 
     def _path(self, sha: str) -> str:
         return f"{self._root}/{sha[:2]}/{sha}.txt"

@@ -25,6 +25,7 @@ from agents.settings import ModelSettings
 from benchmarks.errors import ConfigError, DataError
 from benchmarks.json_input import read_json_file, validation_error
 from graphs.judge import ARTIFACTS_DIR
+from graphs.sources import SOURCES_DIR
 from graphs.resources import release
 from runs.judging import judge_again, judge_comparisons
 from runs.folder_lock import RunFolderLock
@@ -117,9 +118,11 @@ class Rescore:
         check_judge_fit([create_judge(j) for j in recipe.judges], list(cases.values()), b.name,
                         [s.name for s in recipe.systems])
         self.folder.path.mkdir(parents=True, exist_ok=True)
-        artifacts = self.original_dir / ARTIFACTS_DIR
-        if artifacts.is_dir():
-            shutil.copytree(artifacts, self.folder.path / ARTIFACTS_DIR, dirs_exist_ok=True)
+        # the criteria and rubrics the original generated, and the texts its systems read (R reads a
+        # source with no URL — gold information, a context item — by its sha256 from the run's store)
+        for kept in (ARTIFACTS_DIR, SOURCES_DIR):
+            if (self.original_dir / kept).is_dir():
+                shutil.copytree(self.original_dir / kept, self.folder.path / kept, dirs_exist_ok=True)
         # judging needs no memory: the systems' contexts carry the `none` backend
         contexts = {s.name: runner.context_for(s.model_copy(update={"memory": {"backend": "none"}}))
                     for s in recipe.systems}

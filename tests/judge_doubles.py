@@ -69,3 +69,12 @@ class HashedCitation(Citation):
 
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def serving(web):
+    """A judge environment's `web`: opened on first use, as the run's is (`Resources.open_web`)."""
+
+    async def open_web():
+        return web
+
+    return open_web

@@ -14,7 +14,7 @@ from agents.judges.store import ArtifactStore
 from agents.response import Citation, SystemResponse
 from agents.settings import ModelSettings
 from benchmarks.case import Case, Criterion, Gold, Persona, PTKBStatement, Query, RJPair, RubricAspect
-from tests.judge_doubles import FakeWeb, HandWritten, HashedCitation, prompt, sha256
+from tests.judge_doubles import FakeWeb, HandWritten, HashedCitation, prompt, serving, sha256
 
 PAGE_A = "Oslo is the capital of Norway and its largest city."
 PAGE_B = "Bergen has about 285,000 inhabitants. It is known for rain."
@@ -95,7 +95,7 @@ def cited_response() -> SystemResponse:
 def test_pqr_end_to_end_matches_the_hand_worked_scores(tmp_path) -> None:
     gateway = HandWritten(pqr_answers())
     web = FakeWeb({"https://a.example/oslo": PAGE_A, "https://b.example/bergen": PAGE_B})
-    env = JudgeEnv(gateway=gateway, web=lambda: web, store=ArtifactStore([tmp_path]))
+    env = JudgeEnv(gateway=gateway, web=serving(web), store=ArtifactStore([tmp_path]))
     result = run(create_judge({"name": "pqr"}), pdr_case(), cited_response(), env)
 
     assert result.error is None and result.scale == "0-10"
@@ -107,6 +107,13 @@ def test_pqr_end_to_end_matches_the_hand_worked_scores(tmp_path) -> None:
     assert result.criteria["P"] == pytest.approx(0.4 * 8 + 0.3 * 5 + 0.2 * 7 + 0.1 * 10)  # 7.1
     assert p["coverage"] == pytest.approx(0.4 * 0.5 + 0.3 + 0.2 + 0.1) and p["skipped_criteria"] == 1
     assert "skipped_criteria" in result.flags
+    # the blank criterion was asked again once (the double answers the same), then recorded as unscored;
+    # the unreadable source is counted
+    assert gateway.count("PScores") == 2 and gateway.count("QScores") == 1
+    assert [(d.kind, d.step, d.count) for d in result.degraded] == [
+        ("judge_output_gated", "judge:pqr", 1), ("criterion_unscored", "judge:pqr", 1),
+        ("source_unreadable", "judge:pqr", 1)]
+    assert "unreadable_sources" in result.flags
     assert result.criteria["Q"] == pytest.approx(0.5 * 9 + 0.25 * 6 + 0.25 * 2)  # 6.5
     # R: 7 extracted, 1 exact duplicate, 1 restatement merged -> 5 triplets, 4 cited; supported: Oslo [1],
     # Bergen [2]; Trondheim unknown and Stavanger unreadable count as unsupported
@@ -126,7 +133,7 @@ def test_pqr_end_to_end_matches_the_hand_worked_scores(tmp_path) -> None:
 def test_pqr_criteria_are_generated_once_per_pair_and_shared_by_concurrent_judgments(tmp_path) -> None:
     gateway = HandWritten(pqr_answers())
     judge = create_judge({"name": "pqr"})
-    env = JudgeEnv(gateway=gateway, web=lambda: FakeWeb({}), store=ArtifactStore([tmp_path / "run", tmp_path / "cache"]))
+    env = JudgeEnv(gateway=gateway, web=serving(FakeWeb({})), store=ArtifactStore([tmp_path / "run", tmp_path / "cache"]))
 
     async def five_systems():
         return await asyncio.gather(*(judge.judge(pdr_case(), cited_response(), env) for _ in range(5)))
@@ -134,10 +141,11 @@ def test_pqr_criteria_are_generated_once_per_pair_and_shared_by_concurrent_judgm
     results = asyncio.run(five_systems())
     assert all(r.error is None for r in results)
     assert gateway.count("PDimensionWeights") == 1 and gateway.count("QDimensionWeights") == 1
-    assert gateway.count("DimensionCriteria") == 7 and gateway.count("PScores") == 5
+    # each report's P scores are asked twice: GOAL's second criterion is left blank and asked again
+    assert gateway.count("DimensionCriteria") == 7 and gateway.count("PScores") == 10 and gateway.count("QScores") == 5
     assert len({r.details["P"]["criteria_key"] for r in results}) == 1
     # a later run (a new store object on the same cache) reuses them without a call
-    later = JudgeEnv(gateway=gateway, web=lambda: FakeWeb({}), store=ArtifactStore([tmp_path / "run2", tmp_path / "cache"]))
+    later = JudgeEnv(gateway=gateway, web=serving(FakeWeb({})), store=ArtifactStore([tmp_path / "run2", tmp_path / "cache"]))
     run(judge, pdr_case(), cited_response(), later)
     assert gateway.count("PDimensionWeights") == 1 and (tmp_path / "run2" / "pqr_criteria_P").is_dir()
     # without reuse every report generates its own
@@ -265,7 +273,7 @@ def test_aepd_reproduces_the_papers_figure_2_from_an_annotation() -> None:
     assert result.criteria["npp"] == pytest.approx(5 / 12) and result.score == 0.0
     assert result.criteria["d_score"] == pytest.approx(0.3452, abs=1e-4)
     assert result.details["aspects"][1]["profile_ids"] == ["p2"] and result.details["repeated_aspects"] == ["registration FEE"]
-    assert result.details["spans_not_in_response"] == 0
+    assert result.details["spans_removed"] == 0 and result.degraded == []
 
 
 # --------------------------------------------------------------------------- LoCoMo, PrefEval

@@ -19,7 +19,7 @@ from benchmarks.registry import load_cases
 from runs.recipe import parse_recipe
 from runs.results import ResultsFile
 from runs.runner import run_recipe
-from tests.judge_doubles import HashedCitation, sha256
+from tests.judge_doubles import HashedCitation, serving, sha256
 from tests.openai_stub import OpenAIStub
 from tools.config import WebConfig
 from tools.web import build_web
@@ -143,7 +143,7 @@ def test_pqr_reads_cited_pages_through_the_sandbox_web_and_its_replay(tmp_path, 
             read = await web.fetch(page.url)  # what the system read, as a pipeline would cite it
             response = SystemResponse(text=f"{page.title}: a fact [1].", citations=[
                 HashedCitation(source_id=page.id, url=page.url, title=page.title, sha256=sha256(read.text))])
-            result = await judge.judge(case, response, JudgeEnv(gateway=CitingGateway(), web=lambda: web))
+            result = await judge.judge(case, response, JudgeEnv(gateway=CitingGateway(), web=serving(web)))
             return result, [entry.from_cache for entry in web.log]
 
     recorded, recorded_log = asyncio.run(judged("record"))

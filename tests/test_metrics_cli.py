@@ -83,18 +83,39 @@ def test_schema_prints_the_documented_input(cli: typer.Typer) -> None:
 
 def test_input_errors_raise_atelier_errors_naming_the_field(cli: typer.Typer, tmp_path: Path) -> None:
     payload = json.loads((EXAMPLES_DIR / "pqr.json").read_text())
-    payload["quality"]["LOGC"]["weight"] = 0.5
+    del payload["quality"]["LOGC"]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(payload))
     result = CliRunner().invoke(cli, ["pqr", "--input", str(bad)])
     assert isinstance(result.exception, DataError)
     assert result.exception.field == "quality"
-    assert "quality dimension weights must sum to 1" in str(result.exception)
-    assert "DEIN=0.4, LOGC=0.5, CLAR=0.3" in str(result.exception)
+    assert "quality dimensions must be exactly DEIN, LOGC, CLAR: missing LOGC" in str(result.exception)
     unknown = CliRunner().invoke(cli, ["nope", "--input", str(bad)])
     assert isinstance(unknown.exception, ConfigError)
     missing_input = CliRunner().invoke(cli, ["pqr"])
     assert isinstance(missing_input.exception, ConfigError)
+
+
+def test_pqr_accepts_unscored_criteria_and_weights_off_one_as_deepresearch_bench_computes(cli: typer.Typer,
+                                                                                             tmp_path: Path) -> None:
+    # DeepResearch Bench, utils/score_calculator.py::calculate_weighted_scores, worked by hand: an unscored
+    # criterion leaves its dimension's weighted mean; a dimension with none scored is 0 and keeps its weight;
+    # criterion weights are divided by the scored ones' sum, dimension weights are used as given
+    payload = json.loads((EXAMPLES_DIR / "pqr.json").read_text())
+    payload["personalization"]["GOAL"]["criteria"][1]["score"] = None  # GOAL = 0.6 * 7 / 0.6 = 7
+    payload["personalization"]["PRES"]["criteria"][0]["score"] = None  # PRES = 0
+    payload["personalization"]["CONT"]["criteria"][1]["weight"] = 0.3  # CONT = (0.5 * 8 + 0.3 * 6) / 0.8 = 7.25
+    payload["quality"]["DEIN"]["weight"] = 0.5  # Q weights sum to 1.1
+    path = tmp_path / "official.json"
+    path.write_text(json.dumps(payload))
+    result = CliRunner().invoke(cli, ["pqr", "--input", str(path)])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    p, q = printed["personalization"], printed["quality"]
+    assert p["dimensions"] == pytest.approx({"GOAL": 7.0, "CONT": 7.25, "PRES": 0.0, "ACTI": 0.7 * 6 + 0.3 * 4})
+    assert p["score"] == pytest.approx(0.35 * 7 + 0.3 * 7.25 + 0.15 * 0 + 0.2 * 5.4)  # 5.705
+    assert p["skipped_criteria"] == 2 and p["unscored_dimensions"] == ["PRES"]
+    assert q["score"] == pytest.approx(0.5 * 6 + 0.3 * 7 + 0.3 * 7.5) and q["weight_sum"] == pytest.approx(1.1)
 
 
 def test_bad_json_names_file_and_line(tmp_path: Path) -> None:

@@ -72,33 +72,43 @@ def test_bundled_example_scores() -> None:
     assert result.overall == pytest.approx((6.4 + 6.75 + (20 / 3 + 7.5) / 2) / 3)
 
 
-def test_dimension_weights_not_summing_to_one_name_the_axis_and_weights() -> None:
+# Where the paper is silent (weights off 1, unscored criteria) the values below are DeepResearch Bench's
+# utils/score_calculator.py::calculate_weighted_scores (github.com/Ayanami0730/deep_research_bench), worked
+# by hand from reading that function: per dimension sum(w_c s_c) / sum(w_c) over the scored criteria (0 when
+# none is scored), then sum(w_d * S_d) with the dimension weights as given.
+
+
+def test_dimension_weights_not_summing_to_one_are_used_as_given() -> None:
     payload = _judged()
-    payload["personalization"]["GOAL"]["weight"] = 0.5
-    with pytest.raises(ValidationError) as caught:
-        PQRInput.model_validate(payload)
-    error = caught.value.errors()[0]
-    assert error["loc"] == ("personalization",)
-    assert "personalization dimension weights must sum to 1" in error["msg"]
-    assert "GOAL=0.5, CONT=0.3, PRES=0.2, ACTI=0.1" in error["msg"]
-    assert "sum to 1.1" in error["msg"]
+    payload["personalization"]["GOAL"]["weight"] = 0.5  # 0.5 + 0.3 + 0.2 + 0.1 = 1.1
+    p = pqr_scores(PQRInput.model_validate(payload)).personalization
+    # total_target_score += dim_target_avg * dim_weight, never divided by the weights' sum
+    assert p.score == pytest.approx(0.5 * 7 + 0.3 * 5 + 0.2 * 7 + 0.1 * 10)  # 7.4, not 7.4 / 1.1
+    assert p.weight_sum == pytest.approx(1.1) and p.coverage == pytest.approx(1.0)
 
 
-def test_sub_criterion_weights_not_summing_to_one_name_the_dimension() -> None:
+def test_sub_criterion_weights_not_summing_to_one_are_divided_by_their_sum() -> None:
     payload = _judged()
-    payload["quality"]["DEIN"]["criteria"][0]["weight"] = 0.1
-    with pytest.raises(ValidationError) as caught:
-        PQRInput.model_validate(payload)
-    error = caught.value.errors()[0]
-    assert error["loc"] == ("quality", "DEIN")
-    assert "sub-criterion weights must sum to 1" in error["msg"]
-    assert "#1=0.1, #2=0.8" in error["msg"]
+    payload["quality"]["DEIN"]["criteria"][0]["weight"] = 0.1  # 0.1 + 0.8 = 0.9
+    q = pqr_scores(PQRInput.model_validate(payload)).quality
+    # dim_target_weighted_sum / dim_total_weight
+    assert q.dimensions["DEIN"] == pytest.approx((0.1 * 5 + 0.8 * 10) / 0.9)  # 9.444...
+    assert q.score == pytest.approx(0.5 * (8.5 / 0.9) + 0.25 * 6 + 0.25 * 2)  # 6.7222...
 
 
-def test_weight_tolerance_accepts_three_decimal_thirds_but_not_two_decimal_thirds() -> None:
-    DimensionJudgement.model_validate(_dimension(1.0, (0.333, 5), (0.333, 5), (0.333, 5)))
-    with pytest.raises(ValidationError, match="sum to 0.99"):
-        DimensionJudgement.model_validate(_dimension(1.0, (0.33, 5), (0.33, 5), (0.33, 5)))
+def test_two_decimal_thirds_give_the_mean_within_a_dimension_and_scale_an_axis() -> None:
+    dimension = DimensionJudgement.model_validate(_dimension(0.33, (0.33, 3), (0.33, 6), (0.33, 9)))
+    assert dimension.score == pytest.approx(6.0) and dimension.weight_sum == pytest.approx(0.99)
+    payload = _judged(quality={"insight": _dimension(0.33, (0.33, 3), (0.33, 6), (0.33, 9))}, quality_source="shipped")
+    assert pqr_scores(PQRInput.model_validate(payload)).quality.score == pytest.approx(0.33 * 6)  # 1.98
+
+
+@pytest.mark.parametrize("weight", [-0.1, float("nan"), float("inf")])
+def test_negative_or_non_finite_weights_are_rejected(weight: float) -> None:
+    with pytest.raises(ValidationError):
+        DimensionJudgement.model_validate(_dimension(weight, (1.0, 5)))
+    with pytest.raises(ValidationError):
+        DimensionJudgement.model_validate(_dimension(1.0, (weight, 5)))
 
 
 def test_missing_and_unknown_dimensions_are_errors() -> None:
@@ -121,22 +131,23 @@ def test_shipped_quality_criteria_keep_their_own_dimensions() -> None:
     assert result.quality.score == pytest.approx(0.6 * 5 + 0.4 * 8)
 
 
-def test_skipped_criteria_give_the_weighted_mean_of_the_scored_ones_and_lower_coverage() -> None:
+def test_skipped_criteria_leave_their_dimension_and_an_unscored_dimension_scores_zero() -> None:
     payload = _judged()
-    # GOAL: criteria (0.5, 8) and (0.5, skipped) -> S_GOAL = 8, coverage 0.5
+    # GOAL: criteria (0.5, 8) and (0.5, unscored) -> S_GOAL = 0.5 * 8 / 0.5 = 8, coverage 0.5
     payload["personalization"]["GOAL"] = {"weight": 0.4, "criteria": [{"weight": 0.5, "score": 8},
                                                                        {"weight": 0.5, "score": None}]}
-    # ACTI: its only criterion skipped -> no S_ACTI; P is the weighted mean over GOAL, CONT, PRES
+    # ACTI: its only criterion unscored -> dim_total_weight 0 -> S_ACTI = 0, and ACTI keeps its weight
     payload["personalization"]["ACTI"] = {"weight": 0.1, "criteria": [{"weight": 1.0, "score": None}]}
     result = pqr_scores(PQRInput.model_validate(payload))
     p = result.personalization
-    assert p.dimensions == {"GOAL": 8.0, "CONT": 5.0, "PRES": 7.0, "ACTI": None}
-    assert p.score == pytest.approx((0.4 * 8 + 0.3 * 5 + 0.2 * 7) / 0.9)
+    assert p.dimensions == {"GOAL": 8.0, "CONT": 5.0, "PRES": 7.0, "ACTI": 0.0}
+    assert p.score == pytest.approx(0.4 * 8 + 0.3 * 5 + 0.2 * 7 + 0.1 * 0)  # 6.1, not renormalised over 0.9
     assert p.coverage == pytest.approx(0.4 * 0.5 + 0.3 + 0.2)
-    assert p.skipped_criteria == 2
+    assert p.skipped_criteria == 2 and p.unscored_dimensions == ["ACTI"]
     # with nothing skipped the same code is exactly Eq. 1
     full = pqr_scores(PQRInput.model_validate(_judged()))
     assert full.personalization.score == pytest.approx(6.7) and full.personalization.coverage == pytest.approx(1.0)
+    assert full.personalization.unscored_dimensions == []
 
 
 def test_exact_duplicate_triplets_count_once_but_the_same_claim_with_two_sources_counts_twice() -> None:
@@ -184,12 +195,36 @@ def test_fully_supported_and_cited_report_scores_ten() -> None:
 def test_uncited_claim_cannot_be_supported() -> None:
     with pytest.raises(ValidationError, match="uncited claim cannot be supported"):
         ClaimCheck(claim="x", supported=True)
+    with pytest.raises(ValidationError, match="could not be read cannot be supported"):
+        ClaimCheck(claim="x", source="[1]", source_read=False, supported=True)
+
+
+def test_claims_whose_source_was_unreadable_count_unsupported_or_leave_fas_denominator() -> None:
+    claims = [{"claim": "a", "source": "[1]", "supported": True},
+              {"claim": "b", "source": "[2]", "supported": False},
+              {"claim": "c", "source": "[3]", "source_read": False},
+              {"claim": "d", "source": "[3]", "source_read": False},
+              {"claim": "e"}]
+    unsupported = pqr_scores(PQRInput.model_validate(_judged(claims))).reliability
+    assert unsupported.factual_accuracy == pytest.approx(10 * 1 / 4) and unsupported.n_unreadable == 2
+    assert unsupported.citation_coverage == pytest.approx(10 * 4 / 5) and unsupported.fa_denominator == 4
+    excluded = pqr_scores(PQRInput.model_validate(_judged(claims, unreadable="exclude"))).reliability
+    assert excluded.factual_accuracy == pytest.approx(10 * 1 / 2) and excluded.fa_denominator == 2
+    assert excluded.citation_coverage == pytest.approx(8.0)  # still cited
+    # nothing readable and excluded: FA has no denominator
+    none_read = reliability_from_claims([ClaimCheck(claim="c", source="[3]", source_read=False)], unreadable="exclude")
+    assert none_read.factual_accuracy is None and none_read.score is None and not none_read.no_cited_claims
+    # pooled FA (FACT) uses each report's denominator
+    pooled = aggregate_pqr([pqr_scores(PQRInput.model_validate(_judged(claims, unreadable="exclude")))])
+    assert pooled.pooled_factual_accuracy == pytest.approx(5.0)
 
 
 @pytest.mark.parametrize("counts", [(3, 4, 1), (3, 2, 3), (-1, 0, 0)])
 def test_inconsistent_claim_counts_raise(counts: tuple[int, int, int]) -> None:
     with pytest.raises(ValueError, match="supported <= cited <= total"):
         factual_reliability(*counts)
+    with pytest.raises(ValueError, match="unreadable <= cited - supported"):
+        factual_reliability(4, 3, 2, n_unreadable=2)
 
 
 def test_aggregate_averages_each_column_and_pools_triplets_the_fact_way() -> None:

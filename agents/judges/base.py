@@ -17,7 +17,7 @@ import statistics
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Any, Awaitable, Callable, ClassVar, NamedTuple, Protocol, Sequence
+from typing import Any, Awaitable, Callable, ClassVar, Generic, NamedTuple, Protocol, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,7 +25,7 @@ from agents.gateway import Gateway, ModelCallError
 from agents.judges.store import ArtifactStore
 from agents.response import SystemResponse
 from benchmarks.case import Case
-from benchmarks.degradation import Degradation
+from benchmarks.degradation import Degradation, degradation
 from benchmarks.errors import ConfigError
 from benchmarks.named_registry import NamedRegistry
 
@@ -72,6 +72,65 @@ class JudgeFailed(Exception):
     """This judgment cannot be made (the model's output could not be scored); the reason is recorded."""
 
 
+# --------------------------------------------------------------------------- degenerate outputs
+
+T = TypeVar("T", bound=BaseModel)
+
+
+def blank(text: str | None) -> bool:
+    """No letter or digit: empty, spaces, or punctuation only (`","`, `");"`), nothing a score can rest on."""
+    return not text or not any(ch.isalnum() for ch in text)
+
+
+def quoted(text: str, limit: int = 40) -> str:
+    """A model's text in a problem's description: repr'd, cut to `limit` characters."""
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+@dataclass(frozen=True)
+class Gated(Generic[T]):
+    """A judge's output past the degenerate-output gate: the answer kept, what is still degenerate in
+    it (empty: sound), and the re-ask as a `judge_output_gated` degradation when there was one."""
+
+    output: T
+    problems: list[str]
+    degraded: list[Degradation]
+    source: str = ""  # who answered, for a failure's reason: "<role> model <model>"
+
+    def failure(self, what: str, problems: Sequence[str]) -> JudgeFailed:
+        """The failed judgment's reason: which model, what stayed degenerate after asking again."""
+        return JudgeFailed(f"{self.source}: {what} still degenerate after asking again: {'; '.join(problems)}")
+
+    def or_fail(self, what: str) -> T:
+        """The output, or JudgeFailed naming the model and what stayed degenerate after asking again."""
+        if self.problems:
+            raise self.failure(what, self.problems)
+        return self.output
+
+
+def with_note(messages: list[dict[str, str]], problems: Sequence[str]) -> list[dict[str, str]]:
+    """The same request with a note on what was unusable in the previous answer: a new prompt, so a
+    new sample (the response cache cannot hand back the same answer)."""
+    note = (f"\n\n# Note\nYour previous answer to this task could not be used: {'; '.join(problems)}. "
+            "Answer again, following the task exactly.")
+    return [*messages[:-1], {**messages[-1], "content": messages[-1]["content"] + note}]
+
+
+async def ask_again_once(gateway: Gateway, role: str, messages: list[dict[str, str]], schema: type[T],
+                         problems_of: Callable[[T], list[str]], step: str) -> Gated[T]:
+    """A structured judge output; when `problems_of` finds it degenerate, asked once more with a note
+    naming what was wrong (recorded as `judge_output_gated` at `step`), and the second answer kept
+    with whatever is still wrong in it. What then happens to a still degenerate output (a failed
+    judgment, spans removed, a criterion left unscored) is the judge's to decide."""
+    source = f"{role} model {gateway.settings(role).model}"
+    output = await gateway.structured(role, messages, schema)
+    problems = problems_of(output)
+    if not problems:
+        return Gated(output, [], [], source)
+    again = await gateway.structured(role, with_note(messages, problems), schema)
+    return Gated(again, problems_of(again), [degradation("judge_output_gated", step, "; ".join(problems))], source)
+
+
 class PageSource(Protocol):
     """What a judge needs from the run's web: fetch a URL (through its cache), get a page's text."""
 
@@ -83,8 +142,11 @@ class JudgeEnv:
     """What a judge may use besides the case and the response."""
 
     gateway: Gateway
-    web: Callable[[], PageSource] | None = None  # the run's web (search + fetch + cache), started on first use
+    web: Callable[[], Awaitable[PageSource]] | None = None  # the run's web (search + fetch + cache), started on first use
     store: ArtifactStore | None = None  # artifacts generated once and reused (PQR criteria, BESPOKE rubrics)
+    # the run's source store: the text a system read, by its sha256 (raises LookupError when absent);
+    # how PQR's R reads a cited source that has no web address (gold information, a context item)
+    sources: Callable[[str], str] | None = None
 
     def model_identity(self, role: str) -> dict[str, Any]:
         """What identifies the model behind `role` in a stored artifact's key (no secrets)."""
@@ -143,6 +205,11 @@ class Judge(ABC):
     @property
     def role(self) -> str:
         return self.roles[0]
+
+    @property
+    def step(self) -> str:
+        """Where this judge's degradations are recorded, e.g. `judge:pqr`."""
+        return f"judge:{self.key}"
 
     def requirements(self) -> list[Requirement]:
         """What a case must carry for this judge (under this config) to apply."""

@@ -11,6 +11,9 @@
   (Table 17); recall = share contained. An empty gold list scores 0.0 and is flagged `empty_gold`.
 The headline is the paper's Table 4 "Avg.": the four criteria and recall x 100, averaged.
 Roles: `bespoke_rubric`, `bespoke_judge` (E_p), `bespoke_recall` (E_r); each falls back to `judge`.
+
+Degenerate output: E_p's reasoning or feedback on any criterion empty or punctuation only is asked
+again once (a `judge_output_gated` degradation); still so, the judgment fails with the reason.
 """
 
 from __future__ import annotations
@@ -20,7 +23,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.judges.base import Judge, JudgeConfig, JudgeEnv, JudgeResult, Requirement, each_details, has, register_judge
+from agents.judges.base import (
+    Judge,
+    JudgeConfig,
+    JudgeEnv,
+    JudgeResult,
+    Requirement,
+    ask_again_once,
+    blank,
+    each_details,
+    has,
+    quoted,
+    register_judge,
+)
 from agents.judges.material import response_section
 from agents.prompts import Section, build_messages
 from agents.response import SystemResponse
@@ -135,6 +150,20 @@ class _CriterionJudgment(BaseModel):
 EVALUATION = create_model("BespokeEvaluation", **{c: (_CriterionJudgment, ...) for c in BESPOKE_CRITERIA})
 
 
+def evaluation_problems(evaluation: BaseModel) -> list[str]:
+    """What in E_p's output no score can rest on: a criterion's reasoning or feedback that is empty or
+    punctuation only (SmolLM2 answered `","`)."""
+    problems = []
+    for criterion in BESPOKE_CRITERIA:
+        judged = getattr(evaluation, criterion)
+        for part in ("reasoning", "feedback"):
+            text = getattr(judged, part)
+            if blank(text):
+                problems.append(f"the {part} on {CRITERION_TITLES[criterion].lower()} is empty or punctuation only "
+                                f"({quoted(text)})")
+    return problems
+
+
 def evaluation_messages(case: Case, response: SystemResponse, rubric: dict[str, Any],
                         grouped: list[tuple[str, list[RJPair]]], with_feedback: bool) -> list[dict[str, str]]:
     return build_messages(
@@ -213,11 +242,13 @@ class BespokeJudge(Judge):
                        rubric: tuple[dict[str, Any], str | None], env: JudgeEnv) -> JudgeResult:
         found, key = rubric
         claims = case.gold.information_claims if self.config.recall else []
-        evaluation, *contained = await asyncio.gather(
-            env.gateway.structured(ROLE_EVALUATOR, evaluation_messages(case, response, found, grouped,
-                                                                       self.config.feedback_in_shots), EVALUATION),
+        gated, *contained = await asyncio.gather(
+            ask_again_once(env.gateway, ROLE_EVALUATOR,
+                           evaluation_messages(case, response, found, grouped, self.config.feedback_in_shots),
+                           EVALUATION, evaluation_problems, self.step),
             *(env.gateway.structured(ROLE_RECALL, recall_messages(claim, response), _Contained) for claim in claims),
         )
+        evaluation = gated.or_fail("the evaluation")
         judged = {c: getattr(evaluation, c) for c in BESPOKE_CRITERIA}
         scores = bespoke_scores(BespokeInput.model_validate({
             "ratings": {c: j.score for c, j in judged.items()},
@@ -240,6 +271,7 @@ class BespokeJudge(Judge):
                 if scores.average is not None else "mean of the four criteria x20",
             },
             flags=["empty_gold"] if scores.empty_gold else [],
+            degraded=gated.degraded,
         )
 
 

@@ -8,7 +8,15 @@ Q — the same for DEIN, LOGC, CLAR, per task (no persona); when the case ships 
 criteria (`gold.criteria`, `gold.dimension_weights`) those are used as they are, dimensions included.
 R — see `agents.judges.pqr_reliability`.
 
-The math (weighted means, skipped criteria, FA/CC conventions, overall) is `benchmarks.metrics.pqr`.
+The math (weighted means, unscored criteria, FA/CC conventions, overall) is `benchmarks.metrics.pqr`.
+
+Degenerate output: a criterion the scorer left blank (no score), or whose analysis is empty or
+punctuation only, has the axis asked again once (a `judge_output_gated` degradation). An analysis
+still degenerate fails the judgment with the reason; a criterion still blank is handled as
+DeepResearch Bench's `calculate_weighted_scores` handles an unscored criterion (left out of its
+dimension's weighted mean; a dimension with none scored scores 0) and recorded as
+`criterion_unscored`; an axis none of whose criteria was scored fails the judgment. R's gates and
+its unreadable sources: `agents.judges.pqr_reliability`.
 Model roles: `pqr_criteria` (stages 1-2), `pqr_judge` (stage 3), `pqr_fact_checker` (R); each falls
 back to `judge`. The prompts are this project's own words in the structure of Appendix I.
 """
@@ -22,14 +30,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
 from agents.judges.base import (
+    Gated,
     Judge,
     JudgeConfig,
     JudgeEnv,
     JudgeFailed,
     JudgeResult,
     Requirement,
+    ask_again_once,
+    blank,
     each_details,
     has,
+    quoted,
     register_judge,
 )
 from agents.judges.material import per_item_model, persona_text, response_section
@@ -37,6 +49,7 @@ from agents.judges.pqr_reliability import ReliabilitySettings, judge_reliability
 from agents.prompts import Section, build_messages
 from agents.response import SystemResponse
 from benchmarks.case import Case
+from benchmarks.degradation import Degradation, degradation
 from benchmarks.metrics.pqr import (
     PERSONALIZATION_DIMENSIONS,
     QUALITY_DIMENSIONS,
@@ -127,6 +140,11 @@ class PQRJudgeConfig(JudgeConfig):
         default="llm", description="Claim deduplication: exact (claim, source) pairs only, or also a model pass."
     )
     max_source_chars: int = Field(default=12000, ge=500, description="Source text shown to the support check.")
+    unreadable: Literal["unsupported", "exclude"] = Field(
+        default="unsupported", description="Claims whose cited source could not be read: unsupported (v_i = 0, "
+        "the paper's Eq. 4 for unknown) or left out of FA's denominator ('exclude'; FA is undefined when no cited "
+        "source could be read). Either way the report counts them (source_unreadable)."
+    )
 
     @field_validator("axes")
     @classmethod
@@ -282,6 +300,32 @@ class CriterionScore(BaseModel):
     score: int | None = Field(ge=0, le=10, description="Integer 0-10; null only if the report gives nothing to judge it on.")
 
 
+def _criterion_verdicts(criteria: dict[str, Any], scored: BaseModel) -> list[tuple[str, CriterionScore]]:
+    """(criterion id as the scorer is shown it, e.g. GOAL_2; its verdict) for every criterion of the axis."""
+    return [(key, getattr(getattr(scored, _field_name(code)), key))
+            for code, dimension in criteria["dimensions"].items()
+            for key in (c["id"].replace("-", "_") for c in dimension["criteria"])]
+
+
+def unscored_criteria(criteria: dict[str, Any], scored: BaseModel) -> list[str]:
+    return [cid for cid, verdict in _criterion_verdicts(criteria, scored) if verdict.score is None]
+
+
+def blank_analyses(criteria: dict[str, Any], scored: BaseModel) -> list[str]:
+    """A scored criterion whose analysis is empty or punctuation only: a score resting on nothing."""
+    return [f"the analysis of {cid} is empty or punctuation only ({quoted(verdict.analysis)})"
+            for cid, verdict in _criterion_verdicts(criteria, scored)
+            if verdict.score is not None and blank(verdict.analysis)]
+
+
+def scoring_problems(criteria: dict[str, Any], scored: BaseModel) -> list[str]:
+    problems = blank_analyses(criteria, scored)
+    unscored = unscored_criteria(criteria, scored)
+    if unscored:
+        problems.append(f"criteria {', '.join(unscored)} were left without a score (give each an integer 0-10)")
+    return problems
+
+
 def _field_name(code: str) -> str:
     return DIMENSIONS[code].field if code in DIMENSIONS else "".join(ch if ch.isalnum() else "_" for ch in code.lower())
 
@@ -399,18 +443,34 @@ class PQRJudge(Judge):
                          prepared: dict[str, tuple[dict[str, Any], str | None]] | None = None) -> JudgeResult:
         return await self.score(case, response, prepared if prepared is not None else await self.prepare(case, env), env)
 
+    async def score_axis(self, axis: str, criteria: dict[str, Any], case: Case, response: SystemResponse,
+                         env: JudgeEnv) -> tuple[BaseModel, list[Degradation]]:
+        """The scorer's output for one axis, past the gate: asked again once when it left a criterion
+        blank or an analysis degenerate."""
+        gated: Gated[BaseModel] = await ask_again_once(
+            env.gateway, ROLE_SCORER, scoring_messages(axis, criteria, case.query.text, persona_text(case), response),
+            scores_model(criteria), lambda output: scoring_problems(criteria, output), self.step)
+        blank_left = blank_analyses(criteria, gated.output)
+        if blank_left:
+            raise gated.failure(f"{axis} scores", blank_left)
+        degraded = list(gated.degraded)
+        unscored = unscored_criteria(criteria, gated.output)
+        total = sum(len(d["criteria"]) for d in criteria["dimensions"].values())
+        if len(unscored) == total:
+            raise JudgeFailed(f"{gated.source}: no criterion of {axis} was scored, even when asked again")
+        if unscored:
+            degraded.append(degradation("criterion_unscored", self.step, f"{axis}: {', '.join(unscored)} left without "
+                                        "a score when asked again; left out of their dimension's weighted mean",
+                                        count=len(unscored)))
+        return gated.output, degraded
+
     async def score(self, case: Case, response: SystemResponse, criteria: dict[str, tuple[dict[str, Any], str | None]],
                     env: JudgeEnv) -> JudgeResult:
-        task, persona = case.query.text, persona_text(case)
-        calls = {
-            axis: env.gateway.structured(ROLE_SCORER, scoring_messages(axis, found, task, persona, response),
-                                         scores_model(found))
-            for axis, (found, _) in criteria.items()
-        }
+        calls = {axis: self.score_axis(axis, found, case, response, env) for axis, (found, _) in criteria.items()}
         reliability_call = (
             judge_reliability(response, env, ReliabilitySettings(
                 role=ROLE_FACTS, no_citation=self.config.no_citation, dedupe=self.config.dedupe,
-                max_source_chars=self.config.max_source_chars))
+                max_source_chars=self.config.max_source_chars, unreadable=self.config.unreadable, step=self.step))
             if "R" in self.config.axes else None
         )
         outputs = await asyncio.gather(*calls.values(), *([reliability_call] if reliability_call else []))
@@ -418,8 +478,10 @@ class PQRJudge(Judge):
         details: dict[str, Any] = {}
         flat: dict[str, float | None] = {}
         flags: list[str] = []
+        degraded: list[Degradation] = []
         axis_scores: dict[str, float | None] = {}
-        for axis, output in scored.items():
+        for axis, (output, axis_degraded) in scored.items():
+            degraded += axis_degraded
             found, key = criteria[axis]
             judgements, record = judged_dimensions(found, output)
             axis_result: AxisScore = (
@@ -433,12 +495,14 @@ class PQRJudge(Judge):
                 flags.append("skipped_criteria")
             details[axis] = {
                 "score": axis_result.score, "coverage": axis_result.coverage,
-                "skipped_criteria": axis_result.skipped_criteria, "criteria_source": found["source"],
+                "skipped_criteria": axis_result.skipped_criteria,
+                "unscored_dimensions": axis_result.unscored_dimensions, "criteria_source": found["source"],
                 "criteria_key": key, "weights": found["weights"], "weights_given": found["weights_given"],
                 "weights_analysis": found["analysis"], "dimensions": record,
             }
         if reliability_call is not None:
-            reliability, record = outputs[-1]
+            reliability, record, reliability_degraded = outputs[-1]
+            degraded += reliability_degraded
             axis_scores["R"] = reliability.score
             flat.update({"R": reliability.score, "FA": reliability.factual_accuracy, "CC": reliability.citation_coverage})
             details["R"] = {**reliability.model_dump(), **record}
@@ -446,6 +510,8 @@ class PQRJudge(Judge):
                 flags.append("no_cited_claims")
             if record.get("source_text_mismatches"):
                 flags.append("source_text_mismatch")
+            if record.get("unreadable_sources"):
+                flags.append("unreadable_sources")
         if set(self.config.axes) == {"P", "Q", "R"}:
             headline = overall_score(axis_scores["P"], axis_scores["Q"], axis_scores["R"])
             details["score_is"] = "overall = (P + Q + R) / 3"
@@ -454,15 +520,15 @@ class PQRJudge(Judge):
             headline = None if any(s is None for s in judged) else sum(judged) / len(judged)
             details["score_is"] = f"mean of {', '.join(self.config.axes)} (not the overall PQR score)"
         flat["overall"] = headline if set(self.config.axes) == {"P", "Q", "R"} else None
-        if any(s is None for a, s in axis_scores.items() if a in ("P", "Q")):
-            raise JudgeFailed("no criterion of an axis was scored")
-        return self.result(headline, criteria=flat, details=details, flags=flags)
+        return self.result(headline, criteria=flat, details=details, flags=flags, degraded=degraded)
 
     def aggregate(self, results: list[JudgeResult]) -> dict[str, Any]:
         """Criterion means (the paper's table columns), plus FACT's pooled FA and CC over every triplet of
         every report, and how many reports cited no claim."""
         figures = super().aggregate(results)
-        reliability = [FactualReliability.model_validate({k: d["R"][k] for k in FactualReliability.model_fields})
+        # a field added since (n_unreadable, fa_denominator) takes its default in older results
+        reliability = [FactualReliability.model_validate({k: d["R"][k] for k in FactualReliability.model_fields
+                                                          if k in d["R"]})
                        for d in each_details(results) if "R" in d]
         if reliability:
             figures["reliability"] = pooled_reliability(reliability).model_dump()

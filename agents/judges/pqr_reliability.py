@@ -5,12 +5,20 @@
    `ref_idx` is constrained to the response's own citation numbers.
 2. Deduplicate: exact duplicate (claim, source) pairs count once (`benchmarks.metrics.pqr`); with
    `dedupe = "llm"` a second model pass also merges restatements of the same fact citing the same source.
-3. Read each cited source through the run's web (its cache, so on replay exactly what was recorded).
-   For this project's pipelines a citation carries the URL and the sha256 of the text the system
-   read; a fetched text whose hash differs is still judged, and counted as a mismatch.
+3. Read each cited source: a web address through the run's web (its cache, so on replay exactly what
+   was recorded); a source with no web address (gold information, a context item) from the run's
+   source store by the sha256 its citation carries (`JudgeEnv.sources`), i.e. exactly the text the
+   system read. For this project's pipelines a web citation carries the URL and that sha256 too; a
+   fetched text whose hash differs is still judged, and counted as a mismatch.
 4. Check support per source: supported / unsupported / unknown (unknown counts as unsupported, Eq. 4);
-   a source that cannot be read makes its claims unknown, with the reason.
+   a source that cannot be read makes its claims unknown, with the reason. Unreadable sources are
+   counted per report (`unreadable_sources`, a `source_unreadable` degradation); with
+   `unreadable = "exclude"` their claims leave FA's denominator.
 5. FA and CC from `benchmarks.metrics.pqr.reliability_from_claims`.
+
+Degenerate output: an extracted fact, or a support verdict's reasoning, that is empty or punctuation
+only has that call asked again once (a `judge_output_gated` degradation); still so, the judgment fails
+with the reason.
 """
 
 from __future__ import annotations
@@ -22,12 +30,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.judges.base import JudgeEnv
+from agents.judges.base import JudgeEnv, ask_again_once, blank, quoted
 from agents.judges.material import item_keys, numbered, per_item_model, response_section
 from agents.prompts import Section, build_messages
 from agents.response import Citation, SystemResponse
+from benchmarks.degradation import Degradation, degradation
 from benchmarks.errors import AtelierError
-from benchmarks.metrics.pqr import ClaimCheck, FactualReliability, NoCitation, reliability_from_claims
+from benchmarks.metrics.pqr import ClaimCheck, FactualReliability, NoCitation, Unreadable, reliability_from_claims
 
 Verdict = Literal["supported", "unsupported", "unknown"]
 
@@ -38,6 +47,8 @@ class ReliabilitySettings:
     no_citation: NoCitation = "zero"
     dedupe: Literal["exact", "llm"] = "llm"
     max_source_chars: int = 12000
+    unreadable: Unreadable = "unsupported"
+    step: str = "judge:pqr"  # where gated outputs and unreadable sources are recorded
 
 
 @dataclass
@@ -48,6 +59,7 @@ class Triplet:
     citation: Citation | None
     verdict: Verdict | None = None
     reason: str = ""
+    source_read: bool = True
 
 
 # --------------------------------------------------------------------------- 1. extraction
@@ -80,6 +92,13 @@ def _extraction_model(citations: int) -> type[BaseModel]:
         url=(str, Field(description="The cited reference's URL; '' when uncited.")),
     )
     return create_model("ExtractedClaims", claims=(list[claim], Field(description="One item per (fact, reference).")))
+
+
+def extraction_problems(extracted: BaseModel) -> list[str]:
+    blanks = [c.fact for c in extracted.claims if blank(c.fact)]
+    if not blanks:
+        return []
+    return [f"{len(blanks)} extracted statement(s) are empty or punctuation only (e.g. {quoted(blanks[0])})"]
 
 
 def references_text(citations: list[Citation]) -> str:
@@ -171,27 +190,48 @@ class _SupportVerdict(BaseModel):
 
 async def read_source(triplet: Triplet, env: JudgeEnv) -> tuple[str | None, str, bool | None]:
     """(text or None, reason when unreadable, text matches the citation's sha256 (None: no hash))."""
+    expected = triplet.citation.sha256 if triplet.citation else None
+    web_address = bool(triplet.url) and triplet.url.lower().startswith(("http://", "https://"))
+    if expected and not (triplet.citation and triplet.citation.url):  # no web address: what the system read
+        return stored_source(expected, env)
     if not triplet.url:
-        return None, "the cited reference has no URL to read", None
-    if not triplet.url.lower().startswith(("http://", "https://")):
+        return None, "the cited reference has no URL and no stored text to read", None
+    if not web_address:
         return None, f"the cited source {triplet.url[:80]!r} is not a web address", None
     if env.web is None:
         return None, "no web to read the source from", None
     try:
-        page = await env.web().fetch(triplet.url)
+        page = await (await env.web()).fetch(triplet.url)
     except AtelierError as exc:  # refused, failed, or not recorded on replay: its claims are unknown
         return None, f"source not readable: {exc}", None
-    expected = (triplet.citation.model_dump().get("sha256") if triplet.citation else None)
     matches = None if not expected else hashlib.sha256(page.text.encode("utf-8")).hexdigest() == expected
     return page.text, "", matches
+
+
+def stored_source(sha: str, env: JudgeEnv) -> tuple[str | None, str, bool | None]:
+    """A cited text from the run's source store, by the sha256 its citation carries."""
+    if env.sources is None:
+        return None, f"no source store to read the cited text {sha[:12]} from", None
+    try:
+        text = env.sources(sha)
+    except LookupError as exc:
+        return None, f"source not readable: {exc}", None
+    return text, "", hashlib.sha256(text.encode("utf-8")).hexdigest() == sha
+
+
+def support_problems(answer: BaseModel) -> list[str]:
+    blanks = [key for key, verdict in answer if blank(verdict.reasoning)]
+    if not blanks:
+        return []
+    return [f"the reasoning on statement(s) {', '.join(blanks)} is empty or punctuation only"]
 
 
 async def check_source(claims: list[Triplet], env: JudgeEnv, settings: ReliabilitySettings) -> dict[str, Any]:
     text, reason, matches = await read_source(claims[0], env)
     if text is None:
         for t in claims:
-            t.verdict, t.reason = "unknown", reason
-        return {"source": claims[0].source, "url": claims[0].url, "read": False, "reason": reason}
+            t.verdict, t.reason, t.source_read = "unknown", reason, False
+        return {"source": claims[0].source, "url": claims[0].url, "read": False, "reason": reason, "degraded": []}
     shown = text[: settings.max_source_chars]
     keys = item_keys(len(claims))
     messages = build_messages(
@@ -200,18 +240,24 @@ async def check_source(claims: list[Triplet], env: JudgeEnv, settings: Reliabili
          Section("Statements", "\n".join(f"{k}: {t.claim}" for k, t in zip(keys, claims)), untrusted=True)],
         "For each statement, decide whether the source text supports it.",
     )
-    answer = await env.gateway.structured(settings.role, messages, per_item_model("SupportVerdicts", _SupportVerdict, keys))
+    gated = await ask_again_once(env.gateway, settings.role, messages,
+                                 per_item_model("SupportVerdicts", _SupportVerdict, keys), support_problems,
+                                 settings.step)
+    answer = gated.or_fail(f"the support check of source {claims[0].source}")
     for key, t in zip(keys, claims):
         verdict = getattr(answer, key)
         t.verdict, t.reason = verdict.verdict, verdict.reasoning
     return {"source": claims[0].source, "url": claims[0].url, "read": True, "text_matches_citation": matches,
-            "chars": len(text)}
+            "chars": len(text), "degraded": gated.degraded}
 
 
-async def judge_reliability(response: SystemResponse, env: JudgeEnv,
-                            settings: ReliabilitySettings) -> tuple[FactualReliability, dict[str, Any]]:
-    extracted = await env.gateway.structured(settings.role, extraction_messages(response),
-                                             _extraction_model(len(response.citations)))
+async def judge_reliability(response: SystemResponse, env: JudgeEnv, settings: ReliabilitySettings
+                            ) -> tuple[FactualReliability, dict[str, Any], list[Degradation]]:
+    """FA and CC of the response, the record of every claim and source, and what degraded."""
+    gated = await ask_again_once(env.gateway, settings.role, extraction_messages(response),
+                                 _extraction_model(len(response.citations)), extraction_problems, settings.step)
+    extracted = gated.or_fail("the claim extraction")
+    degraded = list(gated.degraded)
     triplets = [resolve(item, response.citations) for item in extracted.claims]
     unique = exact_unique(triplets)
     merged: list[list[int]] = []
@@ -222,18 +268,30 @@ async def judge_reliability(response: SystemResponse, env: JudgeEnv,
         if t.source:
             by_source.setdefault(t.source, []).append(t)
     sources = await asyncio.gather(*(check_source(group, env, settings) for group in by_source.values()))
-    checks = [ClaimCheck(claim=t.claim, source=t.source, supported=None if t.verdict in (None, "unknown")
-                         else t.verdict == "supported") for t in unique]
+    for source in sources:
+        degraded += source.pop("degraded")
+    checks = [ClaimCheck(claim=t.claim, source=t.source, source_read=t.source_read,
+                         supported=None if t.verdict in (None, "unknown") else t.verdict == "supported")
+              for t in unique]
     # exact duplicates were dropped above already; the metric counts what it is given
-    reliability = reliability_from_claims(checks, settings.no_citation).model_copy(
+    reliability = reliability_from_claims(checks, settings.no_citation, settings.unreadable).model_copy(
         update={"n_duplicates": len(triplets) - len(exact_unique(triplets))})
+    unreadable = [s for s in sources if not s["read"]]
+    if unreadable:
+        reasons = "; ".join(f"{s['source']}: {s['reason']}" for s in unreadable[:3])
+        degraded.append(degradation(
+            "source_unreadable", settings.step,
+            f"{len(unreadable)} of {len(sources)} cited sources could not be read ({reliability.n_unreadable} claim(s) "
+            f"{'left out of FA' if settings.unreadable == 'exclude' else 'counted unsupported'}): {reasons}",
+            count=len(unreadable)))
     record = {
         "n_extracted": len(triplets),
         "llm_merged": merged,
         "claims": [{"claim": t.claim, "source": t.source, "url": t.url, "verdict": t.verdict, "reason": t.reason}
                    for t in unique],
         "sources": sources,
-        "unreadable_sources": sum(not s["read"] for s in sources),
+        "unreadable_sources": len(unreadable),
+        "unreadable_claims_are": settings.unreadable,
         "source_text_mismatches": sum(s.get("text_matches_citation") is False for s in sources),
     }
-    return reliability, record
+    return reliability, record, degraded

@@ -278,7 +278,7 @@ async def search(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Co
     used = state.get("searches", 0) + state.get("fetches", 0)
     queries = queries[: max(0, options.max_tool_calls - used - 1)]  # keep a call for at least one fetch
     skip = list(state["skip_urls"]) + [s.url for s in read if s.url]
-    hits, failures = await search_web(resources.web(), queries, options.results_per_query, max(0, room), skip)
+    hits, failures = await search_web(await resources.open_web(), queries, options.results_per_query, max(0, room), skip)
     return Command(goto="read", update={
         "hits": hits, "new_sources": [],
         "searches": state.get("searches", 0) + len(queries),
@@ -295,7 +295,7 @@ async def read(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Comm
     resources = pipeline_resources(runtime, PIPELINE)
     used = state.get("searches", 0) + state.get("fetches", 0)
     hits = state.get("hits", [])[: max(0, options.max_tool_calls - used)]
-    sources, failures = await read_web_sources(resources.web(), resources.sources, hits)
+    sources, failures = await read_web_sources(await resources.open_web(), resources.sources, hits)
     return Command(goto="take_notes", update={
         "new_sources": sources,
         "sources": state.get("sources", []) + sources,
