@@ -32,7 +32,6 @@ DegradationKind = Literal[
     "judge_output_gated",
     "spans_removed",
     "criterion_unscored",
-    "conversation_gave_up",
 ]
 
 KINDS: dict[str, str] = {
@@ -50,7 +49,6 @@ KINDS: dict[str, str] = {
                           "aspects) and was asked again",
     "spans_removed": "spans a judge quoted that are not in the response were removed before scoring",
     "criterion_unscored": "a judge left a criterion unscored, even when asked again",
-    "conversation_gave_up": "the simulated user gave up on the conversation",
 }
 assert set(KINDS) == set(get_args(DegradationKind)), "every kind is described"
 

@@ -29,6 +29,7 @@ from agents.clarify import ClarifyRequest
 from agents.ledger import call_tags
 from agents.response import Citation, SystemResponse
 from agents.user_sim import GoldGuard, answer_clarification, next_user_turn
+from agents.user_sim.conversation import ConversationEnd
 from agents.user_sim.grounding import STOP_TOKEN
 from benchmarks.case import Case, ConversationTurn, Query
 from benchmarks.errors import ConfigError
@@ -50,7 +51,7 @@ class ConversationState(PipelineInput, PipelineOutput, total=False):
     opening: list[ConversationTurn]  # turns the case itself came with (iKAT), before the simulation
     turns: list[ConversationTurn]  # simulated turns so far: the user's message and the system's response
     responses: list[SystemResponse]  # per simulated turn, the system's citations and meta (its text is in `turns`)
-    stop_reason: str
+    ended: ConversationEnd
     redacted: int  # gold spans the guard cut from the user's messages
 
 
@@ -78,13 +79,13 @@ async def simulated_user(
     responses = [*state["responses"], state["response"].model_copy(update={"text": ""})]
     update: dict[str, Any] = {"turns": turns, "responses": responses}
     if len(turns) >= _options(runtime).max_turns:
-        return Command(goto="close", update={**update, "stop_reason": "turn_budget"})
+        return Command(goto="close", update={**update, "ended": "turn_budget"})
     case = case_from_input(state, context)
     so_far = [*state["opening"], *turns]
     reply = await next_user_turn(resources_for(context).gateway, case, so_far, guard=GoldGuard(case))
     update["redacted"] = state["redacted"] + reply.redacted
-    if reply.stop:
-        return Command(goto="close", update={**update, "stop_reason": "stop_token"})
+    if reply.ended is not None:
+        return Command(goto="close", update={**update, "ended": reply.ended})
     query = Query(text=reply.text, previous_turns=so_far, language=asked.language)
     return Command(goto="recall", update={**update, "query": query})
 
@@ -96,11 +97,12 @@ async def recall(state: ConversationState, runtime: Runtime[EpisodeContext]) -> 
     return Command(goto="system", update={"user_context": user_context})
 
 
-def transcript(turns: list[ConversationTurn], responses: list[SystemResponse], stop_reason: str) -> SystemResponse:
+def transcript(turns: list[ConversationTurn], responses: list[SystemResponse], ended: ConversationEnd) -> SystemResponse:
     """The conversation as one response: each turn's user message and system response, in order;
-    citations pooled (first occurrence of each source); per-turn detail in `meta`."""
+    citations pooled (first occurrence of each source), and every turn's degraded steps; per-turn
+    detail in `meta`."""
     blocks = [f"## Turn {i}\n\n**User:** {t.utterance}\n\n**Assistant:** {t.response}" for i, t in enumerate(turns, 1)]
-    if stop_reason == "stop_token":
+    if ended in ("satisfied", "gave_up"):
         blocks.append(f"**User:** {STOP_TOKEN}")
     citations: dict[str, Citation] = {}
     for response in responses:
@@ -110,14 +112,15 @@ def transcript(turns: list[ConversationTurn], responses: list[SystemResponse], s
         "conversation": {
             "turns": [{"user": t.utterance, "assistant": t.response, "meta": r.meta} for t, r in zip(turns, responses)],
             "user_turns": len(turns),
-            "stop_reason": stop_reason,
+            "ended": ended,
         }
     }
-    return SystemResponse(text="\n\n".join(blocks), citations=list(citations.values()), meta=meta)
+    return SystemResponse(text="\n\n".join(blocks), citations=list(citations.values()), meta=meta,
+                          degraded=[d for r in responses for d in r.degraded])
 
 
 def close(state: ConversationState) -> PipelineOutput:
-    response = transcript(state["turns"], state["responses"], state["stop_reason"])
+    response = transcript(state["turns"], state["responses"], state["ended"])
     response.meta["conversation"]["redacted_gold_spans"] = state["redacted"]
     return {"response": response}
 

@@ -52,6 +52,10 @@ def summarize(
             "degraded_episodes": sum(1 for r in answered if r.system_degraded),
             "judges": {},
         }
+        ends = Counter(r.response.meta["conversation"]["ended"] for r in answered
+                       if r.response and "ended" in r.response.meta.get("conversation", {}))
+        if ends:  # how its conversations with the simulated user ended (satisfied, gave_up, turn_budget, ...)
+            entry["conversations"] = dict(sorted(ends.items()))
         for judge in judges:
             values = list(_scores(mine, system, judge).values())
             low, high = bootstrap_ci(values, seed=seed)

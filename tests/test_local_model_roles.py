@@ -131,7 +131,7 @@ def test_the_simulated_user_talks_with_a_system_on_the_local_model(tmp_path):
     [result] = lines(folder / "results.jsonl")
     assert result["status"] == "ok", result.get("error")
     conversation = result["response"]["meta"]["conversation"]
-    assert 1 <= conversation["user_turns"] <= 2 and conversation["stop_reason"]
+    assert 1 <= conversation["user_turns"] <= 2 and conversation["ended"]
     ledger = lines(folder / "ledger.jsonl")
     sim = [e for e in ledger if e["role"] == "user_sim"]
     assert sim and all(e["node"] for e in sim)

@@ -50,13 +50,13 @@ def test_transcript_is_the_conversation_turn_by_turn():
              ConversationTurn(utterance="Cheaper, please.", response="Buy dried lentils [1][2].")]
     responses = [SystemResponse(text="a", citations=[Citation(source_id="s1", url="https://a.example/")]),
                  SystemResponse(text="b", citations=[Citation(source_id="s1"), Citation(source_id="s2")], meta={"k": 1})]
-    response = transcript(turns, responses, "stop_token")
+    response = transcript(turns, responses, "satisfied")
     assert response.text == ("## Turn 1\n\n**User:** Plan my meals.\n\n**Assistant:** Eat lentils [1].\n\n"
                              "## Turn 2\n\n**User:** Cheaper, please.\n\n**Assistant:** Buy dried lentils [1][2].\n\n"
                              f"**User:** {STOP_TOKEN}")
     assert [c.source_id for c in response.citations] == ["s1", "s2"] and response.citations[0].url == "https://a.example/"
     conversation = response.meta["conversation"]
-    assert conversation["user_turns"] == 2 and conversation["stop_reason"] == "stop_token"
+    assert conversation["user_turns"] == 2 and conversation["ended"] == "satisfied"
     assert conversation["turns"][1] == {"user": "Cheaper, please.", "assistant": "Buy dried lentils [1][2].", "meta": {"k": 1}}
     assert not transcript(turns[:1], responses[:1], "turn_budget").text.endswith(STOP_TOKEN)
 
@@ -66,6 +66,7 @@ def conversation_recipe(tmp_path, max_turns=3):
         "name": "talk",
         "benchmark": {"name": "tiny"},
         "systems": [{"name": "talk", "memory": {"backend": "full"}, "conversation": {"max_turns": max_turns}}],
+        "models": {"user_sim": {"model": "scripted?seed=2"}},  # a seed whose user follows up on some case
         "judges": [{"name": "lampqa_aspects"}],
         "run": {"out_dir": str(tmp_path / "out")},
     })
@@ -92,6 +93,13 @@ def test_a_conversation_runs_within_its_turn_budget_and_judges_see_the_transcrip
         assert users[case_id] == (turns if stopped else turns - 1)
         assert turns == 3 or stopped
         assert result["scores"]["lampqa_aspects"] is not None  # the judges scored the transcript
+    # how each conversation ended is counted per system, in the summary and the report
+    summary = json.loads(folder.summary.read_text())
+    ended = Counter(r["response"]["meta"]["conversation"]["ended"] for r in results.values())
+    assert summary["systems"]["talk"]["conversations"] == dict(sorted(ended.items()))
+    assert set(ended) <= {"satisfied", "gave_up", "turn_budget", "nothing_left_to_say"}
+    row = folder.report.read_text().split('id="conversations"')[1].split("</table>")[0]
+    assert f"<td>talk</td>" in row and all(f'<td class="num">{ended.get(e, 0)}</td>' in row for e in ended)
     # the system's later turns carry the conversation so far; never any gold
     assert any("The conversation so far" in m for m in system_messages["system"])
     assert not any(GOLD_SENTINEL in m for m in system_messages["system"])
@@ -196,7 +204,7 @@ async def test_studio_serves_the_simulate_graph_on_the_embedded_defaults(cache_d
     out = await studio.simulate.ainvoke({"benchmark": "sample", "case_id": "q01"})
     assert out["response"].text.startswith("## Turn 1\n\n**User:** ")
     conversation = out["response"].meta["conversation"]
-    assert 1 <= conversation["user_turns"] <= 3 and conversation["stop_reason"] in ("stop_token", "turn_budget")
+    assert 1 <= conversation["user_turns"] <= 3 and conversation["ended"] in ("satisfied", "gave_up", "turn_budget", "nothing_left_to_say")
     assert out["judgments"] and out["judgments"][0].judge == "lampqa_aspects"
 
 

@@ -76,7 +76,12 @@ async def test_a_turn_stops_on_the_stop_token_or_when_satisfied_and_is_scrubbed_
     case = tiny_case()
     for data in ({"message": STOP_TOKEN, "satisfied": False}, {"message": "thanks!", "satisfied": True},
                  {"message": f"ok {STOP_TOKEN}", "satisfied": False}):
-        assert (await next_user_turn(ScriptedAnswers(data), case, turns)).stop
+        assert (await next_user_turn(ScriptedAnswers(data), case, turns)).ended == "satisfied"
+    for data in ({"message": STOP_TOKEN, "satisfied": False, "gave_up": True},
+                 {"message": "this is useless", "satisfied": True, "gave_up": True}):  # giving up outranks it
+        assert (await next_user_turn(ScriptedAnswers(data), case, turns)).ended == "gave_up"
+    only_gold = ScriptedAnswers({"message": GOLD_SENTINEL, "satisfied": False})
+    assert (await next_user_turn(only_gold, case, turns)).ended == "nothing_left_to_say"
     gateway = ScriptedAnswers({"message": f"No pasta, I'm vegetarian — {GOLD_SENTINEL}", "satisfied": False})
     turn = await next_user_turn(gateway, case, turns)
     assert not turn.stop and turn.text.startswith("No pasta, I'm vegetarian") and GOLD_SENTINEL not in turn.text
