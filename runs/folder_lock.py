@@ -24,6 +24,7 @@ class RunFolderLock:
         self.folder = Path(folder)
         self.what = what
         self._fd: int | None = None
+        self._made: list[Path] = []  # the folders acquiring made, deepest first
 
     @property
     def held(self) -> bool:
@@ -33,6 +34,9 @@ class RunFolderLock:
         """Take the lock (creating the folder), or raise ConfigError naming the process holding it."""
         if self._fd is not None:
             return self
+        if self.folder.exists() and not self.folder.is_dir():
+            raise ConfigError(f"{self.folder} is a file, not a run folder: give --out a new or existing run folder")
+        self._made = [p for p in (self.folder, *self.folder.parents) if not p.exists()]
         self.folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -48,9 +52,18 @@ class RunFolderLock:
         return self
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor releases the lock
-            self._fd = None
+        """Let the folder go; one this lock made and nothing else wrote to (a run refused before its
+        first file: a failed preflight, a bad recipe) is removed again, so a refusal leaves no trace."""
+        if self._fd is None:
+            return
+        if self._made and [p.name for p in self.folder.iterdir()] == [LOCK_NAME]:
+            (self.folder / LOCK_NAME).unlink()
+            for made in self._made:
+                if any(made.iterdir()):
+                    break
+                made.rmdir()
+        os.close(self._fd)  # closing the descriptor releases the lock
+        self._fd = None
 
     def __enter__(self) -> "RunFolderLock":
         return self.acquire()
