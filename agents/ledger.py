@@ -2,6 +2,9 @@
 
 Tags other than the role come from context: the runner sets the case with `call_tags(case=...)`
 and LangGraph supplies the node name, so graph code never threads ids through by hand.
+
+A line is written with the run's keys redacted (`benchmarks.redaction`): a provider's error that
+quotes the key it was sent is kept, the key is not. Entries kept in memory are as recorded.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from agents.collect import collecting
 from benchmarks.json_input import read_appended_jsonl, validation_error
+from benchmarks.redaction import active_redactor
 
 _tags: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("atelier_call_tags", default={})
 _captured: contextvars.ContextVar[list["LedgerEntry"] | None] = contextvars.ContextVar("atelier_ledger_capture",
@@ -115,7 +119,10 @@ class Ledger:
 
     def append(self, entries: list[LedgerEntry]) -> None:
         """Add entries recorded elsewhere (a remote worker's calls) as they are."""
-        text = "".join(entry.model_dump_json() + "\n" for entry in entries)
+        text = ""
+        if self.path:
+            redactor = active_redactor()
+            text = "".join(redactor.redact(entry.model_dump_json()) + "\n" for entry in entries)
         with self._lock:
             self.entries.extend(entries)
             if self.path and text:

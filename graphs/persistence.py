@@ -10,6 +10,10 @@ a step's checkpoint is mostly 1-2 KB, and deflating it cost 40-80 µs per step i
 (where zlib's state is cold) to save about 1 KB of disk. Reading a checkpoint back (resume,
 `atelier trace`) puts the values back in place; checkpoints written by earlier versions (without
 references, or compressed from 512 bytes) load as they are.
+
+No key reaches the file: every serialized value and checkpoint metadata pass through the run's
+redactor (`benchmarks.redaction`) before they are written or compressed — the error a failed node
+leaves in its pending writes may quote the key a provider refused.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from benchmarks.errors import DataError
+from benchmarks.redaction import Redactor, active_redactor
 from graphs.serde import serializer
 
 _KEEP_APART = 512  # bytes: smaller values stay inline (a reference would save nothing)
@@ -39,11 +44,14 @@ _SUFFIX = "+zlib"
 
 class RunSerializer(SerializerProtocol):
     """Wraps a LangGraph serializer (`graphs.serde.serializer()`): large state values are stored once
-    in `conn`'s `checkpoint_values` table (see the module docstring), the rest compressed inline."""
+    in `conn`'s `checkpoint_values` table (see the module docstring), the rest compressed inline.
+    `redactor` (default: the run's) blanks keys out of every value written."""
 
-    def __init__(self, conn: sqlite3.Connection, serde: SerializerProtocol | None = None) -> None:
+    def __init__(self, conn: sqlite3.Connection, serde: SerializerProtocol | None = None,
+                 redactor: Redactor | None = None) -> None:
         self.conn = conn
         self.serde = serde or serializer()
+        self.redactor = redactor if redactor is not None else active_redactor()
         self._stored: set[str] = set()
         self._loaded: LRUCache[str, tuple[str, bytes]] = LRUCache(maxsize=256)
 
@@ -60,6 +68,7 @@ class RunSerializer(SerializerProtocol):
         kind, data = self.serde.dumps_typed(value)
         if len(data) < _KEEP_APART:
             return value
+        data = self.redactor.redact_bytes(data)
         key = hashlib.sha256(kind.encode() + b"\0" + data).hexdigest()
         if key not in self._stored:
             self.conn.execute("INSERT OR IGNORE INTO checkpoint_values (key, type, value) VALUES (?, ?, ?)",
@@ -73,6 +82,7 @@ class RunSerializer(SerializerProtocol):
         else:  # a pending write's value
             obj = self._apart(obj)
         kind, data = self.serde.dumps_typed(obj)
+        data = self.redactor.redact_bytes(data)  # same length: the serialization stays readable
         return (kind + _SUFFIX, zlib.compress(data)) if len(data) >= _COMPRESS_FROM else (kind, data)
 
     # ------------------------------------------------------------------ reading
@@ -135,6 +145,13 @@ class InlineSqliteSaver(SqliteSaver):
         with self.lock:
             self._commit()
 
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        redactor = getattr(self.serde, "redactor", None)  # the metadata is written as JSON, past the serializer
+        if redactor:
+            metadata = redactor.redact_data(metadata)
+        return super().put(config, checkpoint, metadata, new_versions)
+
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self.get_tuple(config)
 
@@ -165,13 +182,30 @@ class InlineSqliteSaver(SqliteSaver):
 
 
 
+def unreadable(path: Path, exc: BaseException) -> DataError:
+    """The error of a checkpoint database that cannot be read (truncated, not SQLite, damaged)."""
+    return DataError(f"not a readable checkpoint database ({exc}); delete it to go on (episodes that were "
+                     "cut short then start again from their beginning)", file=path)
+
+
+def connect_checkpoints(path: Path) -> sqlite3.Connection:
+    """A connection to a checkpoint database (created when missing); a folder in its place, or a
+    file SQLite cannot open, is a DataError naming it."""
+    if path.is_dir():
+        raise DataError("is a folder, not a checkpoint database: move it away to go on", file=path)
+    try:
+        return sqlite3.connect(str(path), check_same_thread=False)
+    except sqlite3.DatabaseError as exc:
+        raise unreadable(path, exc) from None
+
+
 @contextlib.asynccontextmanager
-async def run_checkpointer(folder: str | Path) -> AsyncIterator[InlineSqliteSaver]:
+async def run_checkpointer(folder: str | Path, *, redactor: Redactor | None = None) -> AsyncIterator[InlineSqliteSaver]:
     """The checkpointer of a run folder (created when missing); a file that is not a checkpoint
-    database is a DataError naming it, before any graph runs."""
+    database is a DataError naming it, before any graph runs. `redactor`: default, the run's."""
     path = Path(folder) / "checkpoints.sqlite"
-    with contextlib.closing(sqlite3.connect(str(path), check_same_thread=False)) as conn:
-        serde = RunSerializer(conn)
+    with contextlib.closing(connect_checkpoints(path)) as conn:
+        serde = RunSerializer(conn, redactor=redactor)
         saver = InlineSqliteSaver(conn, serde=serde)
         try:
             # WAL without a sync per commit: a killed process loses nothing (the OS holds the log), and
@@ -182,8 +216,7 @@ async def run_checkpointer(folder: str | Path) -> AsyncIterator[InlineSqliteSave
             serde.setup()
             saver.setup()
         except sqlite3.DatabaseError as exc:
-            raise DataError(f"not a readable checkpoint database ({exc}); delete it to go on (episodes that were "
-                            "cut short then start again from their beginning)", file=path) from None
+            raise unreadable(path, exc) from None
         try:
             yield saver
         finally:

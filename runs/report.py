@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from benchmarks.case import Case
 from benchmarks.degradation import KINDS, counts_by_kind
+from benchmarks.redaction import active_redactor
 from runs.results import ResultRecord, result_key
 from runs.usage import format_cost
 
@@ -260,4 +261,4 @@ def write_report(
         cost_axis=cost_axis,
         failing_kinds=[d["kind"] for d in summary["episodes"].get("degraded", []) if not d["tolerated"]],
     )
-    Path(path).write_text(html, encoding="utf-8")
+    Path(path).write_text(active_redactor().redact(html), encoding="utf-8")  # no key, even one an error quoted

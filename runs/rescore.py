@@ -23,6 +23,7 @@ from agents.judges.base import check_judge_fit, create_judge
 from agents.ledger import call_tags, capture_calls
 from agents.settings import ModelSettings
 from benchmarks.errors import ConfigError, DataError
+from benchmarks.redaction import redacting
 from benchmarks.json_input import read_json_file, validation_error
 from graphs.judge import ARTIFACTS_DIR
 from graphs.sources import SOURCES_DIR
@@ -101,7 +102,7 @@ class Rescore:
         return self.runner.folder
 
     async def run(self) -> RunFolder:
-        with RunFolderLock(self.folder.path, "rescore"):
+        with RunFolderLock(self.folder.path, "rescore"), redacting(self.runner.redactor):  # its recipe's keys too
             return await self._run()
 
     async def _run(self) -> RunFolder:

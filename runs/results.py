@@ -3,6 +3,8 @@
 Each line has an idempotent key `<case id>::<system>`. A resumed run skips keys already
 finished; an episode that failed is recorded with its reason and retried on resume, and when a
 key appears more than once the last line wins — so nothing is lost or counted twice.
+
+Lines and JSON files are written with the run's keys redacted (`benchmarks.redaction`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
 from benchmarks.atomic_files import write_atomically
 from benchmarks.degradation import Degradation
+from benchmarks.errors import DataError
 from benchmarks.json_input import read_appended_jsonl, validation_error
+from benchmarks.redaction import active_redactor
 
 
 def result_key(case_id: str, system: str) -> str:
@@ -51,7 +55,9 @@ class ResultRecord(BaseModel):
     user_context: ContextUsed | None = None
     judgments: list[JudgeResult] = Field(default_factory=list)
     scores: dict[str, float | None] = Field(default_factory=dict, description="Headline score per judge.")
-    latency_s: float = 0.0
+    # finite, so what is written reads back: JSON has no NaN (pydantic would write null), and a file
+    # holding one is refused where it is read, naming its line, rather than copied on (a rescore)
+    latency_s: float = Field(default=0.0, allow_inf_nan=False, description="The episode's wall time in seconds.")
     dry_run: bool = False
     finished_at: float = 0.0
 
@@ -99,11 +105,15 @@ class ResultsFile:
                 record = ResultRecord.model_validate(data)
             except ValidationError as exc:
                 raise validation_error(exc, file=self.path, line=number) from None
+            if record.key != result_key(record.case_id, record.system):  # summaries group by system, resume by key
+                raise DataError(f"key {record.key!r} is not its case and system "
+                                f"({result_key(record.case_id, record.system)!r}): the line was edited or damaged",
+                                file=self.path, line=number, field="key")
             records[record.key] = record
         return records
 
     def append(self, record: ResultRecord) -> None:
-        line = record.model_dump_json() + "\n"
+        line = active_redactor().redact(record.model_dump_json()) + "\n"
         with self._lock:
             with self.path.open("a", encoding="utf-8") as fh:
                 fh.write(line)
@@ -112,4 +122,5 @@ class ResultsFile:
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
-    write_atomically(path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    text = json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+    write_atomically(path, active_redactor().redact(text))

@@ -8,7 +8,9 @@ answer from the response cache, tokens, latency and status from the ledger.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -64,18 +66,23 @@ def _epoch(iso: str) -> float:
 
 
 def _checkpoints(path: Path, thread_id: str) -> list[tuple[str, Any]]:
+    """Every checkpoint of one episode, by namespace. A database that cannot be read (a folder, a
+    truncated or foreign file, a damaged value) is a DataError naming it."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from graphs.persistence import RunSerializer
+    from graphs.persistence import RunSerializer, connect_checkpoints, unreadable
 
-    with sqlite3.connect(str(path), check_same_thread=False) as conn:
-        namespaces = [row[0] for row in conn.execute(
-            "SELECT DISTINCT checkpoint_ns FROM checkpoints WHERE thread_id = ?", (thread_id,))]
-        saver = SqliteSaver(conn, serde=RunSerializer(conn))
-        out = []
-        for namespace in namespaces:
-            config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": namespace}}
-            out += [(namespace, item) for item in saver.list(config)]
+    with contextlib.closing(connect_checkpoints(path)) as conn:
+        try:
+            namespaces = [row[0] for row in conn.execute(
+                "SELECT DISTINCT checkpoint_ns FROM checkpoints WHERE thread_id = ?", (thread_id,))]
+            saver = SqliteSaver(conn, serde=RunSerializer(conn))
+            out = []
+            for namespace in namespaces:
+                config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": namespace}}
+                out += [(namespace, item) for item in saver.list(config)]
+        except (sqlite3.DatabaseError, zlib.error) as exc:  # OperationalError too: no `checkpoints` table
+            raise unreadable(path, exc) from None
     return out
 
 

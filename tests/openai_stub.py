@@ -24,6 +24,9 @@ Server kinds (`kind=`) emulate what real servers accept as structured output:
 
 `api_key=` makes every request without that bearer key fail with 401, `models=` every request
 for another model fail with 404 (an unknown model), as OpenAI and vLLM answer them.
+`echo_key_on=TEXT` refuses (400) every request whose messages contain TEXT with an error message
+that quotes the request's Authorization header in full, as some providers and proxies echo the
+key they were given: a test plants a key and checks it reaches no file.
 
 Usage (manual):  python tests/openai_stub.py --port 8011 [--kind llamacpp]
 then point a role at it: model = "openai/gpt-4o-mini", api_base = "http://127.0.0.1:8011/v1".
@@ -80,6 +83,7 @@ class OpenAIStub:
         kind: str = "openai",
         api_key: str | None = None,
         models: tuple[str, ...] | None = None,
+        echo_key_on: str | None = None,
     ) -> None:
         if kind not in SERVER_KINDS:
             raise ValueError(f"unknown stub server kind {kind!r}; valid: {', '.join(SERVER_KINDS)}")
@@ -87,6 +91,7 @@ class OpenAIStub:
         self.kind = kind
         self.api_key = api_key
         self.models = models
+        self.echo_key_on = echo_key_on
         self.requests: list[dict[str, Any]] = []
         self._script: deque[str] = deque()
         self._lock = threading.Lock()
@@ -132,6 +137,8 @@ class OpenAIStub:
         """The (status, message) this server kind refuses the request with, or None."""
         if self.api_key is not None and authorization != f"Bearer {self.api_key}":
             return 401, "Incorrect API key provided. You can find your API key at https://platform.example/keys."
+        if self.echo_key_on is not None and self.echo_key_on in json.dumps(body.get("messages", []), ensure_ascii=False):
+            return 400, f"stub: 'Authorization: {authorization}' is refused for this request"
         if self.models is not None and body.get("model") not in self.models:
             return 404, f"The model `{body.get('model')}` does not exist or you do not have access to it."
         accepted, status, message = SERVER_KINDS[self.kind]

@@ -8,6 +8,8 @@ The command runs in this process (`runs.cli.main`), so the tiny test benchmark i
 from __future__ import annotations
 
 import json
+import math
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -50,6 +52,13 @@ def one_error_line(err: str) -> str:
     assert "Traceback" not in err
     assert lines[0].startswith("error: ")
     return lines[0]
+
+
+def the_error(err: str) -> str:
+    """The one error line of a command that may say something first (`preflight ok`, `resuming ...`)."""
+    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if line.startswith("error: ")]
+    return line
 
 
 def write(path: Path, text: str | bytes) -> Path:
@@ -210,6 +219,61 @@ def test_out_naming_a_regular_file_is_refused(tmp_path, capsys, monkeypatch, cac
     assert code == 2
     assert f"{target} is a file, not a run folder" in one_error_line(err)
     assert target.read_text() == "my notes"
+
+
+def test_a_result_line_whose_system_is_not_its_key_is_named_by_file_and_line(tmp_path, capsys, monkeypatch, cache_dir):
+    recipe, folder = run_folder(tmp_path, capsys, monkeypatch)
+    results = folder / "results.jsonl"
+    lines = results.read_text().splitlines()
+    edited = json.loads(lines[1])
+    edited["system"] = "other"  # the summary would look for a system the recipe does not have
+    results.write_text("\n".join([lines[0], json.dumps(edited), *lines[2:]]) + "\n")
+    for command in (["run", str(recipe), "--no-progress", "--out", str(folder)], ["report", str(folder)]):
+        code, _, err = atelier(capsys, monkeypatch, *command)
+        assert code == 2, err
+        assert f"{results}:2 field 'key': key '{edited['key']}' is not its case and system" in the_error(err)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "text", "folder"])
+def test_a_damaged_checkpoint_database_is_named_by_trace(tmp_path, capsys, monkeypatch, cache_dir, damage):
+    _, folder = run_folder(tmp_path, capsys, monkeypatch)
+    checkpoints = folder / "checkpoints.sqlite"
+    raw = checkpoints.read_bytes()
+    checkpoints.unlink()
+    if damage == "truncated":
+        checkpoints.write_bytes(raw[: len(raw) // 3])
+    elif damage == "text":
+        checkpoints.write_text("these are my notes, not a database\n")
+    else:
+        checkpoints.mkdir()
+    code, _, err = atelier(capsys, monkeypatch, "trace", str(folder), "tiny:0", "--all")
+    assert code == 2, err
+    line = one_error_line(err)
+    assert line.startswith(f"error: {checkpoints}: ")
+    assert ("is a folder, not a checkpoint database" if damage == "folder" else "not a readable checkpoint database") in line
+    if damage == "folder":  # a run resumed in that folder says the same, before any episode
+        code, _, err = atelier(capsys, monkeypatch, "run", str(tmp_path / "tiny.toml"), "--no-progress", "--no-preflight",
+                               "--out", str(folder))
+        assert code == 2 and f"{checkpoints}: is a folder" in the_error(err)
+
+
+def test_a_nan_latency_is_refused_where_it_is_read_not_copied_into_a_rescore(tmp_path, capsys, monkeypatch, cache_dir):
+    """JSON has no NaN: a rescore copying one wrote `null` and then refused its own results file.
+    Every latency written is finite, and a file holding a NaN is refused at once, naming its line."""
+    recipe, folder = run_folder(tmp_path, capsys, monkeypatch)
+    results = folder / "results.jsonl"
+    lines = results.read_text().splitlines()
+    assert all(math.isfinite(json.loads(line)["latency_s"]) for line in lines)
+    lines[0] = re.sub(r'"latency_s": ?[0-9.e-]+', '"latency_s": NaN', lines[0])  # Python's json reads it
+    assert "NaN" in lines[0]
+    results.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "rescored"
+    for command in (["rescore", str(folder), "--judge", "lampqa_aspects", "--no-progress", "--out", str(out)],
+                    ["run", str(recipe), "--no-progress", "--out", str(folder)]):
+        code, _, err = atelier(capsys, monkeypatch, *command)
+        assert code == 2, err
+        assert f"{results}:1 field 'latency_s': Input should be a finite number" in the_error(err)
+    assert not (out / "results.jsonl").exists()
 
 
 # ------------------------------------------------------------------------------------ bugs

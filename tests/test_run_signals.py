@@ -1,5 +1,5 @@
-"""A run killed or interrupted midway, as a user would do it: `kill -9` then resume, Ctrl-C then the
-printed resume command; and a faulty model, where every episode must end scored or failed."""
+"""A run killed or interrupted midway, as a user would do it: `kill -9` then resume, Ctrl-C or SIGTERM
+then the printed resume command; and a faulty model, where every episode must end scored or failed."""
 
 from __future__ import annotations
 
@@ -102,6 +102,28 @@ def test_ctrl_c_prints_how_to_resume_and_the_printed_command_finishes_the_run(tm
     _, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err
     assert "episodes: 6 scored, 0 failed (of 6)" in err
+
+
+def test_sigterm_ends_a_run_as_ctrl_c_does_with_its_own_exit_code_and_the_resume_command(tmp_path):
+    """A `kill`, a supervisor or a scheduler stops a run with SIGTERM: what finished is kept, the
+    resume command printed, and the exit code is 143 (128 + SIGTERM) so a script can tell it from Ctrl-C."""
+    folder = tmp_path / "run"
+    process = start(run_args(folder), tmp_path / "cache")
+    wait_for_results(folder, 1, process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    assert "terminated (SIGTERM):" in err and "Traceback" not in err
+    kept = {record["key"] for record in lines(folder / "results.jsonl") if record["status"] == "ok"}
+    assert 1 <= len(kept) < 6 and f"{len(kept)} of 6 episodes are done" in err
+    command = next(line for line in err.splitlines() if line.startswith("resume with: atelier "))
+    args = shlex.split(command.removeprefix("resume with: atelier "))
+    assert args[args.index("--out") + 1] == str(folder)
+
+    resumed = start(args, tmp_path / "cache")  # the folder was let go: the printed command takes it
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert f"{len(kept)} of 6 episodes already done" in err and "episodes: 6 scored, 0 failed (of 6)" in err
 
 
 @pytest.mark.slow

@@ -9,6 +9,10 @@ Errors end a command with one line on stderr, never a bare traceback:
   a command line click refuses (an unknown flag, a value of the wrong type);
 - exit 1: anything else, i.e. a bug: the line names the exception and the file holding its full
   traceback (`$ATELIER_CACHE_DIR/errors/`, default `~/.cache/atelier/errors/`).
+
+No key is in an error line or an error file: the values of `--api-key`/`--token` and of the
+environment variables named like keys are redacted (`benchmarks.redaction`) from the command line
+and the traceback they keep, and from whatever the command writes.
 """
 
 from __future__ import annotations
@@ -64,23 +68,32 @@ EXIT_BAD_INPUT = 2
 EXIT_BUG = 1
 
 
+def _redactor():
+    """The keys this command knows without a run: its key options' values and the environment's."""
+    from benchmarks.redaction import Redactor
+
+    return Redactor.for_command_line(sys.argv[1:])
+
+
 def _fail(message: str, code: int) -> None:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    typer.secho(f"error: {_redactor().redact(message)}", fg=typer.colors.RED, err=True)
     sys.exit(code)
 
 
 def _write_traceback(exc: BaseException) -> Path:
-    """The full traceback of an unexpected error, kept in a file of its own."""
+    """The full traceback of an unexpected error, kept in a file of its own (keys redacted)."""
     from datetime import datetime
 
     from benchmarks.data_files import cache_dir
 
-    text = "".join(traceback.format_exception(exc))
+    redactor = _redactor()
+    command = " ".join(redactor.redact_argv(sys.argv[1:]))
+    text = redactor.redact("".join(traceback.format_exception(exc)))
     name = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
     for folder in (cache_dir() / "errors", Path(tempfile.gettempdir()) / "atelier-errors"):
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_text(f"atelier {' '.join(sys.argv[1:])}\n\n{text}", encoding="utf-8")
+            (folder / name).write_text(f"atelier {command}\n\n{text}", encoding="utf-8")
             return folder / name
         except OSError:
             continue
@@ -89,9 +102,13 @@ def _write_traceback(exc: BaseException) -> Path:
 
 def main() -> None:
     import runs  # noqa: F401  (applies the offline defaults)
+    from benchmarks.redaction import redacting
 
     try:
-        code = app(standalone_mode=False)  # errors come here, to be told in one line
+        # what any command writes (a gateway's ledger, a simulation's) leaves out the keys its command
+        # line and environment give; a run installs its own redactor, which knows its recipe's keys too
+        with redacting(_redactor()):
+            code = app(standalone_mode=False)  # errors come here, to be told in one line
     except typer.TyperException as exc:  # click's errors (typer vendors click): a flag or argument refused
         if type(exc).__name__ == "NoArgsIsHelpError":  # `atelier` or `atelier bench` alone: the help
             exc.show()

@@ -1,7 +1,8 @@
 """`atelier run RECIPE`: run a recipe's grid and write a run folder.
 
 Exit codes (see `runs.outcome`): 0 all episodes scored, 3 some failed, 2 bad input or a failed
-preflight (nothing started), 130 interrupted (the same command resumes), 1 a bug.
+preflight (nothing started), 130 interrupted by Ctrl-C and 143 stopped by SIGTERM (either way what
+finished is kept and the printed command resumes), 1 a bug.
 """
 
 from __future__ import annotations
@@ -18,6 +19,41 @@ import typer
 class ExecutorName(str, Enum):
     local = "local"
     ray = "ray"
+
+
+# 128 + SIGTERM, the code shells and supervisors give a process SIGTERM ended, so a script can tell a
+# stop it asked for (143) from a person's Ctrl-C (130); the run ends the same way for both
+EXIT_TERMINATED = 143
+
+
+class Terminated(Exception):
+    """The run received SIGTERM (a `kill`, a supervisor or a scheduler stopping it)."""
+
+
+async def _stopped_by_sigterm(work):
+    """Await `work`; SIGTERM cancels it as Ctrl-C does (the runner's own cleanup runs: episodes in
+    flight stop, finished ones stay recorded, the folder is let go), then raises `Terminated`."""
+    import asyncio
+    import signal
+
+    loop, task, received = asyncio.get_running_loop(), asyncio.current_task(), []
+
+    def stop() -> None:
+        received.append(signal.SIGTERM)
+        task.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGTERM, stop)
+    except (NotImplementedError, RuntimeError):  # not the main thread, or no signals (Windows): SIGTERM stays
+        return await work  # the OS's to handle, as before — a run started there is not one a `kill` reaches
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if received:
+            raise Terminated from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def run(
@@ -52,25 +88,31 @@ def run(
     from runs.recipe import load_recipe
     from runs.runner import Runner
 
-    if ray_address and executor is ExecutorName.local:
-        raise ConfigError("--ray-address names a Ray cluster, but --executor is local")
-    chosen = executor.value if executor else ("ray" if ray_address else None)
-    names = [n.strip() for n in systems.split(",") if n.strip()] if systems else None
-    loaded = load_recipe(recipe).with_overrides(model=model, api_base=api_base, api_key=api_key, limit=limit,
-                                               concurrency=concurrency, seed=seed, systems=names,
-                                               executor=chosen, ray_address=ray_address)
-    runner = Runner(loaded, out, progress=progress, say=lambda message: typer.echo(message, err=True),
-                    preflight=preflight, lock=lock)
+    try:  # the runner releases the lock when its run ends; a refusal before it lets it go here
+        if ray_address and executor is ExecutorName.local:
+            raise ConfigError("--ray-address names a Ray cluster, but --executor is local")
+        chosen = executor.value if executor else ("ray" if ray_address else None)
+        names = [n.strip() for n in systems.split(",") if n.strip()] if systems else None
+        loaded = load_recipe(recipe).with_overrides(model=model, api_base=api_base, api_key=api_key, limit=limit,
+                                                   concurrency=concurrency, seed=seed, systems=names,
+                                                   executor=chosen, ray_address=ray_address)
+        runner = Runner(loaded, out, progress=progress, say=lambda message: typer.echo(message, err=True),
+                        preflight=preflight, lock=lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
     try:
-        folder = asyncio.run(runner.run())
-    except KeyboardInterrupt:
+        folder = asyncio.run(_stopped_by_sigterm(runner.run()))
+    except (KeyboardInterrupt, Terminated) as stop:
         done = runner.already_done + _finished_now(runner)
         again = " ".join(shlex.quote(a) for a in sys.argv[1:])
         if "--out" not in sys.argv:
             again += f" --out {shlex.quote(str(runner.folder.path))}"
-        typer.echo(f"\ninterrupted: {done} of {runner.expected or '?'} episodes are done and kept in "
+        how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
+        typer.echo(f"\n{how}: {done} of {runner.expected or '?'} episodes are done and kept in "
                    f"{runner.folder.results}.\nresume with: atelier {again}", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED) from None
     _print_summary(folder.summary)
     outcome = runner.outcome
     for line in outcome.lines():

@@ -179,6 +179,7 @@ class EpisodeWorker:
     async def run(self, episode_fn: EpisodeFn, episode: Episode, checkpoints: list[Any],
                   cases: list[Any]) -> EpisodeOutput:
         from agents.ledger import capture_calls
+        from benchmarks.redaction import Redactor, redacting
         from tools.web import capture_web_log
 
         if self._cpu_at_first is None:
@@ -188,7 +189,8 @@ class EpisodeWorker:
         thread = {"configurable": {"thread_id": episode.key}}
         await self.saver.adelete_thread(episode.key)  # a retried attempt starts from what the driver had
         await copy_checkpoints(checkpoints, self.saver)
-        with capture_calls() as calls, capture_web_log() as web_log:
+        # the worker's own files (its scratch ledger, checkpoints) blank the keys its context knows, as the driver's do
+        with capture_calls() as calls, capture_web_log() as web_log, redacting(Redactor.for_settings(context)):
             record = await episode_fn(self.graph, episode.case, episode.system, context)
         taken = [t async for t in self.saver.alist(thread)]
         await self.saver.adelete_thread(episode.key)

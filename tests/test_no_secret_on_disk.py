@@ -1,0 +1,291 @@
+"""Keys never reach the disk. A provider that echoes the key it was sent (the stub's `echo_key_on`)
+fails one case's calls; the run is given the key each way a recipe or the command line can give it,
+and no file of the run folder or of the Atelier cache holds the key afterwards, binary files included.
+A command that crashes with the key on its command line leaves an error file without it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+from runs.cli import main
+from tests.openai_stub import OpenAIStub
+
+KEY = "sk-planted-3f9a7c2e5b1d4e6f8a0b2c4d6e8f0a1b"
+ECHOED_ON = "running shoes"  # in the question of case tiny:1 only: preflight and the other cases pass
+
+
+def recipe_text(base_url: str, key_line: str) -> str:
+    roles = "\n".join(f'[models.{role}]\nmodel = "openai/atelier-stub"\napi_base = "{base_url}"\n'
+                      f"max_retries = 0\n{key_line}\n" for role in ("system", "judge"))
+    return f'''name = "t"
+[benchmark]
+name = "tiny"
+{roles}
+[[systems]]
+name = "none"
+memory = {{ backend = "none" }}
+[[judges]]
+name = "lampqa_aspects"
+'''
+
+
+def atelier(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["atelier", *args])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main()
+    out, err = capsys.readouterr()
+    return exited.value.code or 0, out, err
+
+
+def _cells(path: Path) -> list[bytes]:
+    """Every value of every table of an SQLite file, and each one zlib-compressed, decompressed
+    (checkpoints compress what they store: a plain search of the file would miss it)."""
+    out = []
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            for row in conn.execute(f'SELECT * FROM "{table}"'):
+                for value in row:
+                    data = value if isinstance(value, bytes) else str(value).encode()
+                    out.append(data)
+                    with contextlib.suppress(zlib.error):
+                        out.append(zlib.decompress(data))
+    return out
+
+
+def files_holding(needle: str, *roots: Path) -> list[Path]:
+    """Every file under `roots` whose bytes hold `needle`, SQLite files' compressed values included."""
+    found = []
+    for path in (p for root in roots for p in sorted(root.rglob("*")) if p.is_file()):
+        data = path.read_bytes()
+        pieces = [data, *(_cells(path) if data.startswith(b"SQLite format 3\0") else [])]
+        if any(needle.encode() in piece for piece in pieces):
+            found.append(path)
+    return found
+
+
+def run_with_key(tmp_path, capsys, monkeypatch, key_line: str, *extra: str) -> tuple[Path, str]:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ATELIER_CACHE_DIR", str(cache))
+    with OpenAIStub(api_key=KEY, echo_key_on=ECHOED_ON) as stub:
+        recipe = tmp_path / "recipe.toml"
+        recipe.write_text(recipe_text(stub.base_url, key_line))
+        code, _, err = atelier(capsys, monkeypatch, "run", str(recipe), "--no-progress", "--out",
+                               str(tmp_path / "run"), *extra)
+        echoed = [r for r in stub.requests if r["behaviour"] == "refused 400"]
+    assert echoed, "the stub never echoed the key: the test would prove nothing"
+    assert code == 3, err  # tiny:1 failed with the echoing error, the other cases were scored
+    results = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    failed = [r for r in results if r["status"] == "error"]
+    assert [r["case_id"] for r in failed] == ["tiny:1"]
+    assert "Authorization: Bearer sk-" in failed[0]["error"] and "[redacted]" in failed[0]["error"]
+    return cache, err
+
+
+def assert_nowhere(tmp_path: Path, cache: Path) -> None:
+    assert (tmp_path / "run" / "checkpoints.sqlite").exists() and any(cache.rglob("*"))  # there was something to search
+    assert files_holding(KEY, tmp_path / "run", cache) == []
+    assert files_holding(KEY[:16], tmp_path / "run", cache) == []  # nor a key cut short (errors are clipped)
+
+
+def test_a_key_in_the_recipe_is_in_no_file(tmp_path, capsys, monkeypatch):
+    cache, _ = run_with_key(tmp_path, capsys, monkeypatch, f'api_key = "{KEY}"')
+    assert_nowhere(tmp_path, cache)
+
+
+def test_a_key_given_with_api_key_on_the_command_line_is_in_no_file(tmp_path, capsys, monkeypatch):
+    cache, _ = run_with_key(tmp_path, capsys, monkeypatch, "", "--api-key", KEY)
+    assert_nowhere(tmp_path, cache)
+
+
+def test_a_key_named_by_api_key_env_is_in_no_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ATELIER_TEST_PLANTED", KEY)  # a name no rule would guess holds a key
+    cache, _ = run_with_key(tmp_path, capsys, monkeypatch, 'api_key_env = "ATELIER_TEST_PLANTED"')
+    assert_nowhere(tmp_path, cache)
+
+
+# ------------------------------------------------------------------------------ error files
+
+ENV_KEY = "tvly-planted-9e8d7c6b5a4f3e2d1c0b"
+
+
+@pytest.mark.parametrize("flag", [["--api-key", KEY], [f"--api-key={KEY}"]])
+def test_a_crash_keeps_its_traceback_but_not_the_keys_of_its_command_line(tmp_path, capsys, monkeypatch, flag):
+    import runs.recipe
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ATELIER_CACHE_DIR", str(cache))
+    monkeypatch.setenv("SEARCH_SERVICE_API_KEY", ENV_KEY)  # named like a key: litellm or a web service reads it
+
+    def broken(path):  # a bug whose message quotes both keys, the first cut where the error line clips it
+        raise RuntimeError("x" * (300 - len("RuntimeError: ") - 20) + f"{KEY} then {ENV_KEY} in a bug")
+
+    monkeypatch.setattr(runs.recipe, "load_recipe", broken)
+    recipe = tmp_path / "t.toml"
+    recipe.write_text("name = 't'\n")
+    code, _, err = atelier(capsys, monkeypatch, "run", str(recipe), *flag, "--no-progress")
+    assert code == 1
+    assert "(a bug; full traceback in " in err and KEY[:16] not in err
+    [trace] = (cache / "errors").iterdir()
+    text = trace.read_text()
+    first = text.splitlines()[0]
+    assert first == f"atelier run {recipe} " + ("--api-key [redacted]" if len(flag) == 2 else "--api-key=[redacted]") \
+        + " --no-progress"
+    assert "Traceback (most recent call last)" in text and "in a bug" in text  # the traceback is all there,
+    assert "sk-…[redacted] then tvl…[redacted]" in text  # but for the keys
+    assert files_holding(KEY[:16], cache) == [] and files_holding(ENV_KEY[:16], cache) == []
+
+
+def test_whatever_a_command_writes_leaves_out_the_key_of_its_command_line(tmp_path, capsys, monkeypatch):
+    """Not only runs: any command's writers (a gateway's ledger, a simulation's files) get the keys
+    its command line gives."""
+    import runs.recipe
+    from benchmarks.errors import ConfigError
+    from runs.results import write_json_atomic
+
+    def writes_then_refuses(path):
+        write_json_atomic(tmp_path / "written.json", {"error": f"the provider said {KEY}"})
+        raise ConfigError(f"refused with key {KEY}")
+
+    monkeypatch.setattr(runs.recipe, "load_recipe", writes_then_refuses)
+    code, _, err = atelier(capsys, monkeypatch, "run", str(tmp_path / "r.toml"), "--api-key", KEY, "--no-progress")
+    assert code == 2 and err.strip() == "error: refused with key sk-…[redacted]"
+    assert json.loads((tmp_path / "written.json").read_text()) == {"error": "the provider said sk-…[redacted]"}
+
+
+# ------------------------------------------------------------------------------ the redactor
+
+
+def test_a_key_is_blanked_whole_escaped_or_cut_short_and_nothing_else_is():
+    from benchmarks.redaction import Redactor
+
+    redactor = Redactor([KEY, "sk-q\"uo<te>-key-000"])
+    assert redactor.redact(f"Incorrect API key provided: {KEY}.") == "Incorrect API key provided: sk-…[redacted]."
+    assert redactor.redact(json.dumps({"error": f"key sk-q\"uo<te>-key-000"})) == '{"error": "key sk-…[redacted]"}'
+    assert redactor.redact("<p>sk-q&quot;uo&lt;te&gt;-key-000</p>") == "<p>sk-…[redacted]</p>"
+    assert redactor.redact("<p>sk-q&#34;uo&lt;te&gt;-key-000</p>") == "<p>sk-…[redacted]</p>"  # jinja's escaping
+    clipped = f"refused: {KEY}"[:30]  # an error clipped to its first 30 characters
+    assert redactor.redact(clipped) == "refused: sk-…[redacted]"
+    assert redactor.redact(json.dumps({"error": clipped})) == '{"error": "refused: sk-…[redacted]"}'
+    # another key that merely starts alike, and text that is no key, are left alone
+    other = "sk-planted-3f9a7c2e5b1d4e6f8a0b2c4d6e8f0XYZ"
+    assert redactor.redact(other) == other and redactor.redact("sk-plant") == "[redacted]"
+    assert redactor.redact("sk-plantedness") == "sk-plantedness"
+    assert redactor.redact("nothing secret here") == "nothing secret here"
+
+
+def test_placeholders_shorter_than_a_key_are_not_secrets():
+    from benchmarks.redaction import Redactor
+
+    redactor = Redactor(["none", "EMPTY", "sk-x", "sk-local"])
+    assert redactor.secrets == {"sk-local"}
+    assert redactor.redact("system none, key EMPTY") == "system none, key EMPTY"
+
+
+def test_bytes_are_blanked_byte_for_byte_so_a_serialized_value_still_loads():
+    from benchmarks.redaction import Redactor
+    from graphs.serde import serializer
+
+    serde = serializer()
+    kind, data = serde.dumps_typed({"error": f"refused: {KEY}", "tokens": [3, 4]})
+    blanked = Redactor([KEY]).redact_bytes(data)
+    assert len(blanked) == len(data) and KEY.encode() not in blanked
+    assert serde.loads_typed((kind, blanked)) == {"error": "refused: " + "*" * len(KEY), "tokens": [3, 4]}
+    cut = f"refused: {KEY}"[:25].encode()
+    assert Redactor([KEY]).redact_bytes(cut + b"\xa5") == b"refused: " + b"*" * 16 + b"\xa5"
+
+
+def test_a_checkpoint_holds_no_key(tmp_path):
+    import asyncio
+
+    from benchmarks.redaction import Redactor
+    from graphs.persistence import run_checkpointer
+
+    async def write() -> None:
+        async with run_checkpointer(tmp_path, redactor=Redactor([KEY])) as saver:
+            config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            checkpoint = {"v": 1, "id": "1", "ts": "2025-01-01T00:00:00+00:00", "channel_values": {
+                "error": f"refused: {KEY}", "long": f"refused: {KEY} " + "x" * 4000}, "channel_versions": {},
+                "versions_seen": {}, "pending_sends": []}
+            saved = saver.put(config, checkpoint, {"source": "loop", "note": KEY}, {})
+            saver.put_writes(saved, [("__error__", RuntimeError(f"refused: {KEY}"))], "task")
+
+    asyncio.run(write())
+    assert files_holding(KEY[:16], tmp_path) == []
+    assert files_holding("refused: " + "*" * len(KEY), tmp_path) == [tmp_path / "checkpoints.sqlite"]
+
+
+def test_the_command_line_loses_the_values_of_its_key_options():
+    from benchmarks.redaction import Redactor, key_flag_values
+
+    argv = ["run", "r.toml", "--api-key", KEY, "--token=tok-0123456789", "--model", "m"]
+    assert key_flag_values(argv) == {KEY, "tok-0123456789"}
+    assert Redactor.for_command_line(argv, {}).redact_argv(argv) == [
+        "run", "r.toml", "--api-key", "[redacted]", "--token=[redacted]", "--model", "m"]
+
+
+def test_variables_named_like_keys():
+    from benchmarks.redaction import is_key_name, key_variables
+
+    for name in ("OPENAI_API_KEY", "ATELIER_API_KEY", "TAVILY_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY",
+                 "AWS_SESSION_TOKEN", "DB_PASSWORD", "api_key", "token", "Authorization", "MY_APIKEY"):
+        assert is_key_name(name), name
+    for name in ("TOKENIZERS_PARALLELISM", "HF_TOKEN_FILE", "max_tokens", "api_key_env", "GPG_KEY", "PATH", "key"):
+        assert not is_key_name(name), name
+    assert key_variables({"OPENAI_API_KEY": "sk-a", "HF_TOKEN": "hf_x", "PATH": "/bin"}) == {"sk-a", "hf_x"}
+
+
+def test_every_documented_key_variable_of_a_web_service_is_named_like_a_key():
+    """Outside a run (the CLI's error file) keys are found by the variable's name: each web service's
+    documented variable must match, or its key would be missed."""
+    from benchmarks.redaction import is_key_name
+    from tools.api_keys import KeyedServiceConfig
+    from tools.readers.registry import READERS
+    from tools.search.registry import PROVIDERS
+
+    options = [cls.Options for registry in (PROVIDERS, READERS) for cls in (registry.get(n) for n in registry.names())]
+    keyed = [o for o in options if issubclass(o, KeyedServiceConfig)]
+    assert {o.api_key_env for o in keyed} >= {"TAVILY_API_KEY", "SERPER_API_KEY", "BRAVE_API_KEY", "JINA_API_KEY"}
+    assert all(is_key_name(o.api_key_env) for o in keyed)
+
+
+def test_a_run_knows_every_key_its_recipe_gives_or_names(monkeypatch):
+    from benchmarks.redaction import Redactor
+    from runs.recipe import parse_recipe
+
+    monkeypatch.setenv("ATELIER_TEST_JUDGE_KEY", "judge-key-0123456789")  # named by api_key_env only
+    monkeypatch.setenv("TAVILY_API_KEY", ENV_KEY)  # the web provider's documented variable
+    recipe = parse_recipe({
+        "name": "t", "benchmark": {"name": "tiny"},
+        "models": {"system": {"model": "openai/m", "api_key": KEY,
+                              "extra": {"extra_headers": {"Authorization": "Bearer hdr-key-0123456789"}}},
+                   "judge": {"model": "openai/m", "api_key_env": "ATELIER_TEST_JUDGE_KEY"}},
+        "systems": [{"name": "none", "memory": {"backend": "none"},
+                     "models": {"system": {"model": "openai/m", "api_key": "system-own-key-0123"}}}],
+        "judges": [{"name": "lampqa_aspects"}],
+        "web": {"provider": "tavily", "provider_options": {"api_key": "tavily-recipe-key-0123"},
+                "reader": "jina", "reader_options": {"api_key": "jina-recipe-key-0123"}},
+    })
+    secrets = Redactor.for_settings(recipe).secrets
+    assert {KEY, "judge-key-0123456789", "hdr-key-0123456789", "system-own-key-0123", ENV_KEY,
+            "tavily-recipe-key-0123", "jina-recipe-key-0123"} <= secrets
+
+
+def test_writers_use_the_run_s_redactor_and_the_environment_s_outside_a_run(tmp_path, monkeypatch):
+    from benchmarks.redaction import Redactor, active_redactor, redacting
+    from runs.results import write_json_atomic
+
+    monkeypatch.setenv("SOME_SERVICE_TOKEN", ENV_KEY)
+    assert active_redactor().secrets >= {ENV_KEY}
+    with redacting(Redactor([KEY])):
+        write_json_atomic(tmp_path / "in-run.json", {"error": f"{KEY} {ENV_KEY}"})
+    write_json_atomic(tmp_path / "outside.json", {"error": f"{KEY} {ENV_KEY}"})
+    assert json.loads((tmp_path / "in-run.json").read_text())["error"] == f"sk-…[redacted] {ENV_KEY}"
+    assert json.loads((tmp_path / "outside.json").read_text())["error"] == f"{KEY} tvl…[redacted]"
