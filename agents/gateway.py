@@ -639,6 +639,8 @@ class Gateway:
         completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
         hidden = getattr(response, "_hidden_params", None) or {}
         cost = hidden.get("response_cost")
+        if settings.input_cost_per_token is not None:  # the role's own price wins over litellm's map
+            cost = prompt_tokens * settings.input_cost_per_token + completion_tokens * settings.output_cost_per_token
         if self.cache is not None:
             self.cache.put(key, {"content": content, "prompt_tokens": prompt_tokens, "finish_reason": finish_reason,
                                  "completion_tokens": completion_tokens, "model": settings.model,

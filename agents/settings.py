@@ -45,6 +45,9 @@ class ModelSettings(BaseModel):
     rpm: int | None = Field(default=None, gt=0, description="Requests per minute allowed for this model.")
     max_concurrency: int = Field(default=8, gt=0, description="Calls in flight at once for this model.")
     extra: dict[str, Any] = Field(default_factory=dict, description="Passed to litellm as is (top_p, ...).")
+    input_cost_per_token: float | None = Field(default=None, ge=0, description="USD per prompt token, for a model "
+                                               "litellm has no price for (a self-hosted or new one); both or neither.")
+    output_cost_per_token: float | None = Field(default=None, ge=0, description="USD per completion token.")
     structured_mode: Literal["auto"] | StructuredMode = Field(
         default="auto",
         description="How structured answers are asked for: `auto` tries json_schema, json_object (+ schema), "
@@ -63,6 +66,12 @@ class ModelSettings(BaseModel):
             except LocalModelError as exc:
                 raise ValueError(str(exc)) from None
         return value
+
+    @model_validator(mode="after")
+    def _both_prices(self) -> "ModelSettings":
+        if (self.input_cost_per_token is None) != (self.output_cost_per_token is None):
+            raise ValueError("give both input_cost_per_token and output_cost_per_token, or neither")
+        return self
 
     @model_validator(mode="after")
     def _bounded_local_answers(self) -> "ModelSettings":

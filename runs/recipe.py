@@ -104,6 +104,10 @@ class RunSection(_Strict):
     executor: Literal["local", "ray"] = Field(default="local", description="local: asyncio in this process; "
                                               "ray: episodes on a Ray cluster's nodes.")
     ray: RaySection = Field(default_factory=RaySection)
+    budget_usd: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="Stop starting episodes before spend could pass this "
+        "(USD; each episode reserves its forecast high end until it finishes); exit 3 'budget reached', resumable "
+        "with a larger budget.")
     tolerate: list[str] = Field(
         default_factory=list, description="Degradation kinds this run accepts: still reported, no longer failing "
         "its exit code (benchmarks.degradation.KINDS).")

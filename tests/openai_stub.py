@@ -84,7 +84,11 @@ class OpenAIStub:
         api_key: str | None = None,
         models: tuple[str, ...] | None = None,
         echo_key_on: str | None = None,
+        answer_fill: float | None = None,
     ) -> None:
+        """`answer_fill`: answers of realistic length — a text answer runs to that share of the request's
+        max_tokens, and usage counts tokens (cl100k) rather than words (a cost forecast is checked
+        against such a run)."""
         if kind not in SERVER_KINDS:
             raise ValueError(f"unknown stub server kind {kind!r}; valid: {', '.join(SERVER_KINDS)}")
         self.hang_s = hang_s
@@ -92,6 +96,7 @@ class OpenAIStub:
         self.api_key = api_key
         self.models = models
         self.echo_key_on = echo_key_on
+        self.answer_fill = answer_fill
         self.requests: list[dict[str, Any]] = []
         self._script: deque[str] = deque()
         self._lock = threading.Lock()
@@ -156,12 +161,15 @@ class OpenAIStub:
                 content = content[: len(content) // 2]
         else:
             content = compose_text(messages, seed=7, lead="Stub model answer.")
+            if self.answer_fill is not None and body.get("max_tokens"):
+                content = _filled(content, int(body["max_tokens"] * self.answer_fill))
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool is not None:
             message = {"role": "assistant", "content": None, "tool_calls": [
                 {"id": "call_stub", "type": "function", "function": {"name": tool, "arguments": content}}]}
-        prompt_tokens = sum(_words(str(m.get("content", ""))) for m in messages)
-        completion_tokens = _words(content)
+        count = _tokens if self.answer_fill is not None else _words
+        prompt_tokens = sum(count(str(m.get("content", ""))) for m in messages)
+        completion_tokens = count(content)
         return {
             "id": f"chatcmpl-stub{len(self.requests)}",
             "object": "chat.completion",
@@ -283,3 +291,18 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _tokens(text: str) -> int:
+    from memory.budget import count_tokens
+
+    return count_tokens(text)
+
+
+def _filled(text: str, tokens: int) -> str:
+    """`text`, its words repeated until it is about `tokens` long."""
+    words = text.split() or ["answer"]
+    out: list[str] = []
+    while _tokens(" ".join(out)) < tokens:
+        out += words[: max(1, tokens - len(out))]
+    return " ".join(out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -48,6 +49,49 @@ def check(
         f"ok: {path}: benchmark {b.name} (split {b.split or spec.split_default}, "
         f"setting {b.setting or spec.setting_default}{limit}); systems: {systems}; judges: {judges}"
     )
+
+
+@recipe_app.command("cost")
+def cost(
+    path: Path = typer.Argument(..., help="A recipe TOML file."),
+    model: Optional[str] = typer.Option(None, "--model", help="Price the run with this model on every role."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="The endpoint --model is served at."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Forecast the first N cases only."),
+    sample: int = typer.Option(2, "--sample", min=1, max=20, help="Cases measured by the scripted dry run."),
+    as_json: bool = typer.Option(False, "--json", help="Print the forecast as JSON."),
+) -> None:
+    """Forecast a run's calls, tokens and dollars per role and system, as a low-high range, with no
+    provider call: prompts measured by a scripted dry run on a sample of the cases, completions
+    bounded by each role's max_tokens, prices from the role's own or litellm's cost map."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from runs.cli._common import print_json
+    from runs.cost import forecast, format_usd
+    from runs.recipe import load_recipe
+
+    recipe = load_recipe(path).with_overrides(model=model, api_base=api_base, limit=limit)
+    recipe.check_roles_named()
+    predicted = forecast(recipe, sample=sample)
+    if as_json:
+        print_json(predicted.model_dump(mode="json"))
+        return
+    table = Table(title=f"{predicted.recipe}: {predicted.episodes} episodes (measured on {predicted.sampled_cases} "
+                        "cases, scripted dry run)")
+    for column in ("role", "model", "calls", "prompt tokens", "completion tokens", "USD"):
+        table.add_column(column)
+    for role in predicted.roles.values():
+        table.add_row(role.role, role.model, f"{role.calls.low:,.0f} – {role.calls.high:,.0f}",
+                      f"{role.prompt_tokens.low:,.0f} – {role.prompt_tokens.high:,.0f}",
+                      f"{role.completion_tokens.low:,.0f} – {role.completion_tokens.high:,.0f}", format_usd(role.usd))
+    console = Console()
+    console.print(table)
+    calls = predicted.total["calls"]
+    console.print(f"total: {calls.low:,.0f} – {calls.high:,.0f} calls, {format_usd(predicted.total['usd'])}"
+                  + (f" (no price for: {', '.join(predicted.total['unpriced_roles'])})"
+                     if predicted.total["unpriced_roles"] else ""))
+    for note in predicted.notes:
+        console.print(f"note: {note}")
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
