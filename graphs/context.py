@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.settings import ModelSettings, settings_for_role
 from benchmarks.case import Case, ViewAblation
@@ -33,7 +33,7 @@ class SystemSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, description="Names the system in results, and its folders in the run folder.")
     pipeline: str = "direct"
     memory: dict[str, Any] = Field(default_factory=lambda: {"backend": "none"})
     setting: str | None = Field(default=None, description="Overrides the benchmark setting for this system.")
@@ -47,6 +47,18 @@ class SystemSpec(BaseModel):
     conversation: ConversationOptions | None = Field(
         default=None, description="Talk with the simulated user for several turns (graphs/simulate.py)."
     )
+
+    @field_validator("name")
+    @classmethod
+    def _a_name_not_a_path(cls, name: str) -> str:
+        """The name becomes a folder of the run folder (memory stores, agents' work): it may not lead
+        out of it, or be the folder itself."""
+        separators = any(c in "/\\" for c in name)
+        controls = any(ord(c) < 32 or ord(c) == 127 for c in name)
+        if name.strip() in ("", ".", "..") or separators or controls:
+            raise ValueError(f"{name!r} is not a name: a system's name is a folder in the run folder, so it may not be "
+                             "blank, '.' or '..', or hold '/', '\\' or control characters")
+        return name
 
 
 class BenchmarkRef(BaseModel):

@@ -4,6 +4,11 @@ Both steps are nodes so Studio shows extraction and retrieval separately; the ba
 work comes from the runtime context (`system.memory`). It takes the case by reference
 (`{"benchmark", "case_id"}`); with `profile_case_id` set (a system's `random_profile` option) the
 memory reads that case's user history — another user's — for the asker's query.
+
+Every recall first makes sure the user's history is ingested (ingest skips the events it has): an
+episode resumed past `ingest` in a new process, whose backend has not seen the user yet, gets the
+memory back before it recalls — rebuilt from the run's memory journal (memory/journal.py), then
+topped up from the history.
 """
 
 from __future__ import annotations
@@ -36,12 +41,15 @@ class MemoryState(MemoryInput, MemoryOutput, total=False):
 
 
 async def ingest_history(resources: Resources, view: CaseView) -> None:
-    await resources.memory.ingest(view.user_id, view.history)
+    await (await resources.open_memory()).ingest(view.user_id, view.history)
 
 
 async def recall_context(resources: Resources, view: CaseView, owner: CaseView | None = None) -> UserContext:
-    """What the memory holds about `owner`'s user (default: the asker) for the asker's query."""
-    return await resources.memory.context((owner or view).user_id, memory_query(view))
+    """What the memory holds about `owner`'s user (default: the asker) for the asker's query, once
+    `owner`'s history is in it (a no-op when the `ingest` step ran in this process)."""
+    owner = owner or view
+    await ingest_history(resources, owner)
+    return await (await resources.open_memory()).context(owner.user_id, memory_query(view))
 
 
 async def ingest(state: MemoryState, runtime: Runtime[EpisodeContext]) -> Command[Literal["recall"]]:

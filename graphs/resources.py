@@ -20,10 +20,12 @@ from agents.judges.base import Judge, create_judge
 from agents.ledger import Ledger
 from agents.structured_output import ModeMemory
 from benchmarks.errors import ConfigError
+from benchmarks.redaction import active_redactor
 from graphs.context import EpisodeContext
 from graphs.inputs import GraphInputError
 from graphs.sources import SourceStore
 from memory.base import MemoryBackend, MemoryEnv
+from memory.journal import journaled
 from memory.registry import create_backend
 from tools.web import Web, build_web
 
@@ -41,15 +43,22 @@ class Resources:
     @property
     def memory(self) -> MemoryBackend:
         """The system's memory backend, made on first use: a process that only judges, or a Ray
-        run's driver (its episodes run on the workers), opens no store in the run folder."""
+        run's driver (its episodes run on the workers), opens no store in the run folder. In a run
+        its store is `<run>/memory/<system>/`, with the memory journal a resumed run rebuilds it from
+        (memory/journal.py)."""
         if self._memory is None:
             with self._memory_lock:
                 if self._memory is None:
                     context = self.context
-                    store = Path(context.run_dir) / "memory" / context.system.name if context.run_dir else None
-                    self._memory = create_backend(context.system.memory,
-                                                  MemoryEnv(gateway=self.gateway, store_dir=store))
+                    store = (run_path(context.run_dir, "memory", context.system.name, what="system name")
+                             if context.run_dir else None)
+                    self._memory = journaled(create_backend(context.system.memory,
+                                                            MemoryEnv(gateway=self.gateway, store_dir=store)))
         return self._memory
+
+    async def open_memory(self) -> MemoryBackend:
+        """`memory` from a graph node: the backend (its stores, its embedder) is made off the event loop."""
+        return self._memory if self._memory is not None else await asyncio.to_thread(lambda: self.memory)
 
     async def open_web(self) -> Web:
         """`web()` from a graph node: the first call starts the sandbox web off the event loop (a
@@ -66,6 +75,19 @@ class Resources:
                 _webs[key] = build_web(self.context.web)
             self._web = _webs[key]
             return self._web
+
+
+def run_path(run_dir: str | Path, *parts: str, what: str) -> Path:
+    """`<run_dir>/<parts...>`, resolved, for parts made from names (a system name, a case or user
+    id): refused unless it stays inside the run folder — a name that is `..`, an absolute path or
+    holds a separator, or a symlink out of the folder, would put files elsewhere. `what` says what
+    the parts came from, for the error."""
+    root = Path(run_dir).resolve()
+    path = root.joinpath(*parts).resolve()
+    if root not in path.parents:  # strictly inside: a name of "." would be the run folder itself
+        names = "/".join(parts)
+        raise GraphInputError(f"{what} makes the path {names!r}, which leads out of the run folder {root} (to {path})")
+    return path
 
 
 _lock = threading.Lock()
@@ -153,5 +175,6 @@ async def release(context: EpisodeContext) -> None:
     if web is not None:
         if context.run_dir and web.log:
             with (Path(context.run_dir) / "web_log.jsonl").open("a", encoding="utf-8") as fh:
-                fh.writelines(entry.model_dump_json() + "\n" for entry in web.log)
+                redactor = active_redactor()  # a request's identity holds no key; a provider's option might
+                fh.writelines(redactor.redact(entry.model_dump_json()) + "\n" for entry in web.log)
         await web.aclose()

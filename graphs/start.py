@@ -15,7 +15,7 @@ from langgraph.runtime import Runtime
 from benchmarks.case import CaseView
 from graphs.context import EpisodeContext
 from graphs.inputs import case_from_input, case_view, input_meta, memory_view, options_for, system_inputs
-from graphs.memory import ingest_history, recall_context
+from graphs.memory import recall_context
 from graphs.pipelines import PipelineOptions
 from graphs.resources import Resources, resources_for
 
@@ -61,9 +61,7 @@ async def start_inputs(
     if state.get("view") is None:
         update = system_inputs(case_from_input(state, context), context, pipeline, resources.sources)
     merged = {**state, **update}
-    owner = memory_view(merged, context)
-    await ingest_history(resources, owner)
-    update["user_context"] = await recall_context(resources, case_view(merged, context), owner)
+    update["user_context"] = await recall_context(resources, case_view(merged, context), memory_view(merged, context))
     return {**merged, "user_context": update["user_context"]}, update
 
 

@@ -9,17 +9,21 @@ Backends are async-safe: ingest and recall may run concurrently for different us
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Sequence, get_args
+from typing import Any, Callable, ClassVar, Literal, Sequence, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.gateway import Gateway
 from benchmarks.case import CaseView, ConversationTurn, HistoryEvent
 from benchmarks.degradation import Degradation
+from memory.clock import read_clock
 
 ContextForm = Literal["none", "raw", "profile", "persona"]
 
@@ -98,11 +102,25 @@ class MemoryEnv:
 class MemoryBackend(ABC):
     name: ClassVar[str]
     config_model: ClassVar[type[MemoryConfig]]
+    # How a run's later process gets this backend's state back (memory/journal.py): False, it is
+    # rebuilt by replaying the run's memory journal; True, the backend's own store under `store_dir`
+    # holds it exactly and is reopened.
+    persists_state: ClassVar[bool] = False
+    # True when recall changes what later recalls or ingests see (hierarchical: a search heats sessions).
+    recall_changes_state: ClassVar[bool] = False
+    # False for a backend that keeps nothing (`none`): there is nothing to journal or rebuild.
+    keeps_state: ClassVar[bool] = True
 
     def __init__(self, config: MemoryConfig, env: MemoryEnv | None = None) -> None:
         self.config = config
         self.env = env or MemoryEnv()
         self._user_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self.clock: Callable[[], float] = time.time  # seconds; tests substitute their own
+
+    def now(self) -> float:
+        """The time as this backend's state records it: its clock, read through the clock tape of the
+        operation in progress (memory/clock.py), so a replayed operation sees the times it first saw."""
+        return read_clock(self.clock)
 
     def user_lock(self, user_id: str) -> asyncio.Lock:
         """Serialises ingestion per user (different users proceed in parallel)."""
@@ -119,9 +137,32 @@ class MemoryBackend(ABC):
     async def aclose(self) -> None:
         """Release stores and connections."""
 
+    async def state_digest(self, user_id: str) -> str | None:
+        """A digest of everything the backend holds about the user (None: it cannot tell). Two
+        backends with equal digests give equal contexts for every query: a rebuilt memory is checked
+        against the digest its journal recorded."""
+        return None
+
+    def reset_store(self) -> None:
+        """Forget what an earlier process left in the store (`store_dir`), before the run's memory
+        journal rebuilds it; a backend whose store `persists_state` keeps it."""
+
     def budget(self, budget: int | None) -> int:
         return budget if budget is not None else self.config.budget_tokens
 
 
 def as_query(query: MemoryQuery | str) -> MemoryQuery:
     return query if isinstance(query, MemoryQuery) else MemoryQuery(text=query)
+
+
+def digest_of(state: Any) -> str:
+    """The sha256 of `state` as canonical JSON (sorted keys; pydantic models and sets as plain data)."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, BaseModel):
+            return value.model_dump(mode="json")
+        if isinstance(value, (set, frozenset)):
+            return sorted(value)
+        raise TypeError(f"not JSON: {type(value).__name__}")
+
+    text = json.dumps(state, sort_keys=True, ensure_ascii=False, default=plain)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -86,6 +86,11 @@ class MidTermMemory:
         self.sessions: dict[str, TopicSession] = {}
         self._next_id = 1
 
+    @property
+    def sessions_opened(self) -> int:
+        """Topic sessions opened so far (evicted ones included): the next one's number, minus one."""
+        return self._next_id - 1
+
     def match_score(self, session: TopicSession, vector: np.ndarray, keywords: set[str], keyword_weight: float) -> float:
         return float(session.vector @ vector) + keyword_weight * jaccard(session.keywords, keywords)
 

@@ -9,13 +9,19 @@ config entries (bypassing the name check, which does not know registered provide
 the scripted model included — by running the gateway coroutine on the event loop that called
 mem0 (bound with `bind_loop`). mem0's only JSON request is its memory extraction, answered as a
 validated `Mem0Extraction` (the output format of mem0's ADDITIVE_EXTRACTION_PROMPT).
+
+mem0 writes today's date into that prompt and offers no parameter for it; `extraction_date(day)`
+sets it, so an add replayed on another day (a resumed run rebuilding its memory) asks the very
+request it asked first, which the response cache then answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import threading
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 from mem0.configs.embeddings.base import BaseEmbedderConfig
 from mem0.configs.llms.base import BaseLlmConfig
@@ -107,6 +113,31 @@ class AtelierEmbedding(EmbeddingBase):
 
 _registered = False
 _lock = threading.Lock()
+_extraction_day: contextvars.ContextVar[str | None] = contextvars.ContextVar("atelier_mem0_day", default=None)
+
+
+@contextlib.contextmanager
+def extraction_date(day: str) -> Iterator[None]:
+    """mem0 adds inside this block date their extraction prompt `day` (ISO) instead of today."""
+    token = _extraction_day.set(day)
+    try:
+        yield
+    finally:
+        _extraction_day.reset(token)
+
+
+def _date_extraction_prompts() -> None:
+    from mem0.memory import main
+
+    build = getattr(main, "generate_additive_extraction_prompt", None)
+    if build is None:
+        raise RuntimeError("this mem0ai no longer builds its extraction prompt with generate_additive_extraction_prompt: "
+                           "memory/mem0_bridge.py cannot date it, so a resumed run could not rebuild mem0's memory")
+
+    def dated(*args: Any, current_date: str | None = None, **kwargs: Any) -> str:
+        return build(*args, current_date=current_date or _extraction_day.get(), **kwargs)
+
+    main.generate_additive_extraction_prompt = dated
 
 
 def register_with_mem0() -> None:
@@ -115,6 +146,7 @@ def register_with_mem0() -> None:
         if not _registered:
             LlmFactory.register_provider(PROVIDER, f"{__name__}.GatewayLLM", GatewayLlmConfig)
             EmbedderFactory.provider_to_class[PROVIDER] = f"{__name__}.AtelierEmbedding"
+            _date_extraction_prompts()
             _registered = True
 
 

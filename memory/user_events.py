@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from benchmarks.case import HistoryEvent
-from memory.base import MemoryBackend
+from memory.base import MemoryBackend, digest_of
 
 
 class UserEvents:
@@ -35,6 +35,12 @@ class UserEvents:
         for event in new:
             store[event.id] = event
         return new
+
+    def forget(self, user_id: str, ids: Iterable[str]) -> None:
+        """Drop these events of the user (an ingest that failed half-way takes back what it added)."""
+        store = self._by_user.get(user_id, {})
+        for event_id in ids:
+            store.pop(event_id, None)
 
     def events(self, user_id: str) -> list[HistoryEvent]:
         return list(self._by_user.get(user_id, {}).values())
@@ -71,3 +77,6 @@ class RawHistoryBackend(MemoryBackend):
     async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
         async with self.user_lock(user_id):
             self._events.add(user_id, events)
+
+    async def state_digest(self, user_id: str) -> str:
+        return digest_of(self._events.events(user_id))

@@ -57,6 +57,9 @@ class ResultRecord(BaseModel):
     scores: dict[str, float | None] = Field(default_factory=dict, description="Headline score per judge.")
     # finite, so what is written reads back: JSON has no NaN (pydantic would write null), and a file
     # holding one is refused where it is read, naming its line, rather than copied on (a rescore)
+    resumed_from: str | None = Field(
+        default=None, description="The step an episode continued from when an earlier process of the run left it "
+        "unfinished (its last checkpoint's next step: recall, direct, judge, ...); None when it ran from its start.")
     latency_s: float = Field(default=0.0, allow_inf_nan=False, description="The episode's wall time in seconds.")
     dry_run: bool = False
     finished_at: float = 0.0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import platform
 import secrets
+import sqlite3
 import sys
 import time
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from agents.ledger import call_tags, capture_calls, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.errors import ConfigError, DataError
 from benchmarks.json_input import read_appended_jsonl, read_json_file, validation_error
+from benchmarks.redaction import Redactor, redacting
 from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
 from graphs.episode import episode_graph_for
 from graphs.heap import settled_heap
@@ -111,7 +113,8 @@ class Runner:
         preflight: bool = True,
         lock: RunFolderLock | None = None,
     ) -> None:
-        """`lock`: the run folder's lock, when the caller took it already (the CLI does, first)."""
+        """`lock`: the run folder's lock, when the caller took it already (the CLI does, first); the
+        run releases it when it ends."""
         self.recipe = recipe
         if folder is not None and folder.exists() and not folder.is_dir():
             raise ConfigError(f"{folder} is a file, not a run folder: give --out a new or existing run folder")
@@ -124,6 +127,7 @@ class Runner:
         self.say = say or (lambda message: None)
         self.preflight = preflight
         self.cache_dir = recipe.cache.location
+        self.redactor = Redactor.for_settings(recipe)  # every key the run knows: blanked from all it writes
         self.outcome: RunOutcome | None = None
         self.expected = 0  # episodes of the current recipe, known once the cases are loaded
         self.already_done = 0  # of those, finished in an earlier session of this run folder
@@ -162,13 +166,12 @@ class Runner:
         recipe.check_roles_named()  # no role silently scripted beside a real model
         check_web_config(self.web)  # a provider without its API key fails here, before any episode
         check_systems_available(recipe.systems)  # so does a system whose optional extra is missing
-        held = self.lock.held
-        self.lock.acquire()  # one process per run folder, before reading anything in it
+        self.lock.acquire()  # one process per run folder, before reading anything in it (the CLI took it first)
         try:
-            return await self._run()
+            with redacting(self.redactor):  # the ledger, results, checkpoints, summary and report use it
+                return await self._run()
         finally:
-            if not held:
-                self.lock.release()
+            self.lock.release()
 
     async def _run(self) -> RunFolder:
         recipe = self.recipe
@@ -194,8 +197,8 @@ class Runner:
             self.say(f"preflight ok ({passed.seconds:.1f} s)")
         if passed is not None and passed.calls:
             with self.folder.ledger.open("a", encoding="utf-8") as fh:  # the probes cost what calls cost
-                fh.writelines(e.model_copy(update={"run_id": self.run_id}).model_dump_json() + "\n"
-                              for e in passed.calls)
+                fh.writelines(self.redactor.redact(e.model_copy(update={"run_id": self.run_id}).model_dump_json())
+                              + "\n" for e in passed.calls)
         web = searched_web(recipe)
         if web and web.get("warning"):
             self.say(f"warning: {web['warning']}")
@@ -270,9 +273,14 @@ class Runner:
                     user_id=case.user_id, setting=system.setting or case.setting)
         with capture_calls() as calls:
             try:
+                base["resumed_from"] = await Runner._resumed_from(graph, config)
                 with call_tags(case=case.id, system=system.name):
                     out = await run_with_simulated_user(graph, case, config, context)
             except Exception as exc:  # noqa: BLE001 - one failed episode is recorded and the run goes on
+                if Runner._run_stopping(graph):
+                    # Ctrl-C closed the run's checkpoints and stores under the running episode: it did
+                    # not fail. Left unrecorded, the resumed run continues it from its last checkpoint.
+                    raise asyncio.CancelledError(f"the run stopped during episode {key}") from exc
                 out = exc
         base["dry_run"] = any(call.dry_run for call in calls)  # some call of this session was scripted
         if isinstance(out, Exception):
@@ -291,6 +299,32 @@ class Runner:
             latency_s=round(time.perf_counter() - started, 4),
             finished_at=time.time(),
         )
+
+    @staticmethod
+    async def _resumed_from(graph, config: dict[str, Any]) -> str | None:
+        """The step an episode continues from when an earlier process left it unfinished (its last
+        checkpoint's next nodes, e.g. `recall`); None when it starts afresh."""
+        saver = graph.checkpointer
+        if saver is None or await saver.aget_tuple(config) is None:
+            return None
+        return ", ".join((await graph.aget_state(config)).next) or None
+
+    @staticmethod
+    def _run_stopping(graph) -> bool:
+        """Whether the run is shutting down under its episodes (Ctrl-C): the episode's task is being
+        cancelled, or the run's checkpoint database is closed already (the run closes it, then its
+        stores, while episodes still run; what fails then is the shutdown, not the episode)."""
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            return True
+        conn = getattr(graph.checkpointer, "conn", None)
+        if not isinstance(conn, sqlite3.Connection):
+            return False
+        try:
+            conn.total_changes  # noqa: B018 - any use of a closed connection raises
+        except sqlite3.ProgrammingError:
+            return True
+        return False
 
     def _check_resumable(self) -> bool:
         """Refuses a folder whose outputs another recipe made (see `runs.resume`). True when the

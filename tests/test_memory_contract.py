@@ -9,7 +9,8 @@ import pytest
 
 from agents.gateway import Gateway
 from agents.settings import ModelSettings
-from benchmarks.case import ChatMessage, ChatSession, MemorySnippet, PTKBStatement, SearchQueryRecord, SearchSession
+from benchmarks.case import (ChatMessage, ChatSession, ExplicitPersona, MemorySnippet, PTKBStatement,
+                             SearchQueryRecord, SearchSession)
 from memory.base import MemoryEnv, MemoryQuery
 from memory.budget import count_tokens
 from memory.registry import backend_names, create_backend
@@ -91,3 +92,24 @@ async def test_unicode_survives(backend):
     if ctx.form == "raw":
         assert "乌龙茶 🍵" in ctx.text and "שלום" in ctx.text
     assert set(ctx.event_ids) <= {"zoe:u1"}
+
+
+async def test_the_state_digest_says_what_the_memory_holds(backend):
+    """What a resumed run checks a rebuilt memory against (memory/journal.py): it changes with what
+    is ingested, not with ingesting it again, and it is one user's."""
+    empty = await backend.state_digest("alice")
+    await ingest_all(backend)
+    held = await backend.state_digest("alice")
+    await backend.ingest("alice", history("alice", USERS["alice"]))
+    assert await backend.state_digest("alice") == held
+    if backend.name == "none":
+        assert held == empty  # it keeps nothing
+        return
+    if backend.name == "persona":  # it keeps persona events only
+        assert held == empty
+        await backend.ingest("alice", [ExplicitPersona(id="alice:persona", attributes={"Basic Attributes": {"Age": "34"}})])
+        assert await backend.state_digest("alice") != held
+        return
+    assert held != empty and held != await backend.state_digest("bob")
+    await backend.ingest("alice", [MemorySnippet(id="alice:m9", text="ALICEWORD I moved to Porto.")])
+    assert await backend.state_digest("alice") != held

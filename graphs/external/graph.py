@@ -36,6 +36,7 @@ from graphs.external.launcher import run_agent_job
 from graphs.external.options import ExternalOptions
 from graphs.inputs import PipelineInput, PipelineOutput
 from graphs.pipelines import PipelineSpec, register_pipeline
+from graphs.resources import run_path
 from graphs.start import meta_of, pipeline_context, pipeline_options_of, pipeline_resources, start_inputs, view_of
 from tools.agent_web import WebSession
 from tools.errors import ReplayMiss
@@ -72,13 +73,23 @@ def _run_workdir(context: EpisodeContext, case_id: str) -> Path | None:
     """`<run>/external/<system>/<case>/`: the agent's input, output, log, response and timings."""
     if not context.run_dir:
         return None
-    return Path(context.run_dir) / "external" / context.system.name / re.sub(r"[^A-Za-z0-9_.-]+", "_", case_id)
+    return run_path(context.run_dir, "external", context.system.name, re.sub(r"[^A-Za-z0-9_.-]+", "_", case_id),
+                    what="system name and case id")
 
 
 def _workdir(context: EpisodeContext, case_id: str) -> Path:
     folder = _run_workdir(context, case_id) or Path(tempfile.mkdtemp(prefix="atelier-external-"))
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def _job_files(workdir: Path, job: dict[str, Any]) -> Path:
+    """The job's input written, the last attempt's output and timings removed; the output's path."""
+    (workdir / "input.json").write_text(json.dumps(job, ensure_ascii=False, indent=1), encoding="utf-8")
+    (workdir / TIMINGS).unlink(missing_ok=True)
+    output = workdir / "output.json"
+    output.unlink(missing_ok=True)
+    return output
 
 
 def _write_timings(workdir: Path, wall_s: float, run_s: float | None) -> None:
@@ -150,14 +161,14 @@ def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]
 async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> Command[Literal["__end__"]]:
     context = pipeline_context(runtime, PIPELINE)
     options = _options(runtime)
-    options.check_available()
+    await asyncio.to_thread(options.check_available)  # probes the OS boundary: a subprocess, off the event loop
     spec = AGENTS[options.agent]
     resources = pipeline_resources(runtime, PIPELINE)
     endpoint = await asyncio.to_thread(endpoint_for, context)
     web = await asyncio.to_thread(resources.web)
     tags = {k: v for k, v in current_tags().items() if k in ("case", "system")}
     case_id = tags.get("case") or view_of(state, runtime, PIPELINE).id
-    workdir = _workdir(context, case_id)
+    workdir = await asyncio.to_thread(_workdir, context, case_id)
     roles = {**spec.call_roles, **options.call_roles}
     with endpoint.session(resources.gateway, web, agent=spec.name, tags=tags, roles=roles,
                           max_results=options.max_results, page_chars=options.page_chars,
@@ -166,11 +177,8 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         job = {"agent": spec.name, "brief": state["brief"], "settings": options.settings,
                "today": options.today.isoformat() if options.today else None,
                "endpoint": {"openai_base": endpoint.openai_base, "web_root": web_session.root}}
-        (workdir / "input.json").write_text(json.dumps(job, ensure_ascii=False, indent=1), encoding="utf-8")
-        output = workdir / "output.json"
-        output.unlink(missing_ok=True)
+        output = await asyncio.to_thread(_job_files, workdir, job)
         env = session_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy)
-        (workdir / TIMINGS).unlink(missing_ok=True)
         started = time.perf_counter()
         code = await run_agent_job(options.python, spec.name, workdir / "input.json", output, workdir / "agent.log",
                                    env, options.timeout_s, options.isolation)

@@ -15,10 +15,10 @@ term pages (most recent first). Defaults are MemoryOS's.
 from __future__ import annotations
 
 import asyncio
-import time
+import copy
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 from pydantic import Field
@@ -26,7 +26,7 @@ from pydantic import Field
 from agents.embeddings import Embedder, get_embedder
 from agents.memory_curator import analyze_profile, extract_knowledge, summarize_topics
 from benchmarks.case import HistoryEvent
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query
+from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from memory.budget import pack, render_event
 from memory.hierarchy import Fact, FactMatch, HeatWeights, LongTermMemory, MidTermMemory, Page, PageMatch, TopicSession
 from memory.registry import register_backend
@@ -88,6 +88,7 @@ class HierarchicalMemory(MemoryBackend):
     name = "hierarchical"
     config_model = HierarchicalConfig
     config: HierarchicalConfig
+    recall_changes_state = True  # a search raises the heat of the sessions it visits
 
     def __init__(self, config, env=None) -> None:
         super().__init__(config, env)
@@ -97,7 +98,6 @@ class HierarchicalMemory(MemoryBackend):
         self.weights = HeatWeights(
             self.config.heat_alpha, self.config.heat_beta, self.config.heat_gamma, self.config.recency_tau_hours
         )
-        self.clock: Callable[[], float] = time.time  # seconds; tests substitute their own
 
     # ------------------------------------------------------------------ helpers
 
@@ -121,18 +121,29 @@ class HierarchicalMemory(MemoryBackend):
     # ------------------------------------------------------------------ ingest
 
     async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
+        """All of `events` or none of them: a failed LLM call puts the tiers back as they were, so
+        the ingest retried later (in this process, or replayed from a journal) makes the same steps."""
         async with self.user_lock(user_id):
             new = self._events.unseen(user_id, events)
             if not new:
                 return
+            before = copy.deepcopy(self._users.get(user_id))
             memory = self._user(user_id)
-            with memory_step("ingest"):
-                for event in new:
-                    if len(memory.short_term) >= self.config.short_term_capacity:
-                        await self._move_to_mid_term(memory)
-                    memory.short_term.append(Page(event.id, render_event(event)))
-                    self._events.add(user_id, [event])
-                    await self._promote_if_hot(user_id, memory)
+            try:
+                with memory_step("ingest"):
+                    for event in new:
+                        if len(memory.short_term) >= self.config.short_term_capacity:
+                            await self._move_to_mid_term(memory)
+                        memory.short_term.append(Page(event.id, render_event(event)))
+                        self._events.add(user_id, [event])  # promotion may cite it
+                        await self._promote_if_hot(user_id, memory)
+            except BaseException:
+                self._events.forget(user_id, [event.id for event in new])
+                if before is None:
+                    del self._users[user_id]
+                else:
+                    self._users[user_id] = before
+                raise
 
     async def _move_to_mid_term(self, memory: UserTiers) -> None:
         batch = list(memory.short_term)[: self.config.evict_batch]
@@ -143,7 +154,7 @@ class HierarchicalMemory(MemoryBackend):
         vectors = await self._embed([p.text for p in batch] + summaries)
         for page, vector in zip(batch, vectors):
             page.vector = vector
-        now = self.clock()
+        now = self.now()
         for summary, words, vector in zip(summaries, keywords, vectors[len(batch) :]):
             memory.mid_term.insert(
                 summary, words, vector, batch, now, self.config.topic_similarity_threshold, self.config.keyword_weight
@@ -152,7 +163,7 @@ class HierarchicalMemory(MemoryBackend):
             memory.short_term.popleft()
 
     async def _promote_if_hot(self, user_id: str, memory: UserTiers) -> None:
-        session, heat = memory.mid_term.hottest(self.clock())
+        session, heat = memory.mid_term.hottest(self.now())
         if session is None or heat < self.config.promotion_heat or not session.unanalyzed():
             return
         await self._promote(user_id, memory, session)
@@ -175,7 +186,7 @@ class HierarchicalMemory(MemoryBackend):
             for fact, vector in zip(facts, vectors):
                 cited = [i for i in dict.fromkeys(fact.event_ids) if i in page_ids]
                 long_term.facts.append(Fact(fact.fact.strip(), cited or page_ids, vector))
-        memory.mid_term.mark_promoted(session, self.clock())
+        memory.mid_term.mark_promoted(session, self.now())
 
     # ------------------------------------------------------------------ recall
 
@@ -186,11 +197,33 @@ class HierarchicalMemory(MemoryBackend):
         async with self.user_lock(user_id):  # a search updates session heat
             query_vector = (await self._embed([as_query(query).text]))[0]
             pages = memory.mid_term.search(
-                query_vector, self.clock(), self.config.top_sessions, self.config.session_threshold,
+                query_vector, self.now(), self.config.top_sessions, self.config.session_threshold,
                 self.config.page_threshold, self.config.max_pages,
             )
             facts = memory.long_term.search_facts(query_vector, self.config.max_facts, self.config.fact_threshold)
         return self._combine(memory, pages, facts, self.budget(budget))
+
+    async def state_digest(self, user_id: str) -> str:
+        """The tiers as plain data: pages, sessions with their heat counters and times, the profile
+        and the facts (vectors left out: they follow from the texts)."""
+        memory = self._users.get(user_id)
+        if memory is None:
+            return digest_of({"events": []})
+        mid = memory.mid_term
+        return digest_of({
+            "events": [e.id for e in self._events.events(user_id)],
+            "short_term": [p.event_id for p in memory.short_term],
+            "sessions": [
+                {"id": s.id, "summary": s.summary, "keywords": s.keywords, "pages": list(s.pages),
+                 "visits": s.visits, "length": s.length, "retrievals": s.retrievals, "analyzed": s.analyzed,
+                 "last_visit": repr(s.last_visit)}
+                for s in mid.sessions.values()
+            ],
+            "sessions_opened": mid.sessions_opened,
+            "traits": memory.long_term.traits,
+            "profile_sources": memory.long_term.profile_sources,
+            "facts": [[f.text, f.event_ids] for f in memory.long_term.facts],
+        })
 
     def _combine(self, memory: UserTiers, pages: list[PageMatch], facts: list[FactMatch], budget: int) -> UserContext:
         long_term = memory.long_term

@@ -8,7 +8,13 @@ events behind the memories it shows (only ids this user really ingested are kept
 Users are separated by mem0's `user_id` scope (a hash of our user id, since mem0 rejects ids with
 spaces) and, again, by keeping only results of that scope. The store lives under
 `<store_dir>/mem0` (a temporary directory when the backend has none) together with the list of
-event ids already added, so a resumed run does not add them twice.
+event ids already added, so a later instance on the same store does not add them twice.
+
+In a run the store is not reopened by a later process: an add killed half-way leaves memories
+that the next add would see (and its LLM would answer differently to), so a resumed run empties
+the store (`reset_store`) and replays the run's memory journal into a new folder under it
+(memory/journal.py). Each add dates mem0's extraction prompt with the day the backend's clock
+gives, so the replayed adds send the requests the first ones sent and the response cache answers.
 """
 
 from __future__ import annotations
@@ -17,15 +23,18 @@ import asyncio
 import hashlib
 import json
 import logging
+import secrets
+import shutil
 import tempfile
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from pydantic import Field
 
 from benchmarks.case import ChatSession, HistoryEvent
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query
+from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from memory.budget import pack
 from memory.registry import register_backend
 from memory.steps import memory_step
@@ -107,7 +116,7 @@ class Mem0Backend(MemoryBackend):
         from mem0.configs.base import MemoryConfig as Mem0MemoryConfig
         from mem0.vector_stores.configs import VectorStoreConfig
 
-        from memory.mem0_bridge import embedder_config, llm_config
+        from memory.mem0_bridge import embedder_config, llm_config  # (also dates mem0's prompts)
 
         config = Mem0MemoryConfig(
             vector_store=VectorStoreConfig(
@@ -146,6 +155,8 @@ class Mem0Backend(MemoryBackend):
             if not new:
                 return
             memory = await self._mem0()
+            from memory.mem0_bridge import extraction_date
+
             size = self.config.events_per_add
             with memory_step("ingest"):
                 for start in range(0, len(new), size):
@@ -153,7 +164,10 @@ class Mem0Backend(MemoryBackend):
                     messages = [m for e in batch for m in event_messages(e)]
                     ids = [e.id for e in batch]
                     if messages:
-                        await memory.add(messages, user_id=mem0_user_key(user_id), metadata={EVENT_IDS_KEY: json.dumps(ids)})
+                        day = datetime.fromtimestamp(self.now(), timezone.utc).date().isoformat()
+                        with extraction_date(day):
+                            await memory.add(messages, user_id=mem0_user_key(user_id),
+                                             metadata={EVENT_IDS_KEY: json.dumps(ids)})
                     self._record(user_id, ids)
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
@@ -189,6 +203,29 @@ class Mem0Backend(MemoryBackend):
         return UserContext(backend=self.name, form="profile", text=packed.text, event_ids=event_ids, scores=scores,
                            tokens=packed.tokens,
                            degraded=degraded)
+
+    async def state_digest(self, user_id: str) -> str:
+        """The events added and the memories mem0 keeps for the user (their texts and the events
+        each cites; mem0's ids and timestamps differ from one build to the next)."""
+        known = sorted(self.ingested_ids(user_id))
+        if not known:
+            return digest_of({"events": [], "memories": []})
+        memory = await self._mem0()
+        found = await memory.get_all(filters={"user_id": mem0_user_key(user_id)}, top_k=1_000_000)
+        memories = sorted([hit.get("memory") or "", (hit.get("metadata") or {}).get(EVENT_IDS_KEY, "[]")]
+                          for hit in found.get("results", []))
+        return digest_of({"events": known, "memories": memories})
+
+    def reset_store(self) -> None:
+        """Empty the store (chromadb, mem0's history, the events added): a run rebuilds it from its
+        journal rather than reopen what a killed process may have left half-written."""
+        if self._memory is not None:
+            raise RuntimeError("mem0's store is open: reset it before the first ingest or recall")
+        shutil.rmtree(self._root)  # all of <store_dir>/mem0 is ours
+        if self._tmp is None:  # a folder of its own: chromadb keeps each path it opened in the process,
+            self._root = self._root / f"build-{secrets.token_hex(4)}"  # and one opened again would be stale
+        (self._root / "ingested").mkdir(parents=True)
+        self._ingested.clear()
 
     async def aclose(self) -> None:
         if self._memory is not None:

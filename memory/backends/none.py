@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal, Sequence
 
 from benchmarks.case import HistoryEvent
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext
+from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, digest_of
 from memory.registry import register_backend
 
 
@@ -17,9 +17,13 @@ class NoneConfig(MemoryConfig):
 class NoMemory(MemoryBackend):
     name = "none"
     config_model = NoneConfig
+    keeps_state = False
 
     async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
         return None
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
         return UserContext(backend=self.name, form="none")
+
+    async def state_digest(self, user_id: str) -> str:
+        return digest_of(None)

@@ -13,7 +13,7 @@ from typing import Literal, Sequence
 from pydantic import Field
 
 from benchmarks.case import ExplicitPersona, HistoryEvent, persona_facets
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query
+from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from memory.facets import Facet, FacetRanker, FacetSelection, select_facets
 from memory.registry import register_backend
 
@@ -44,6 +44,9 @@ class PersonaMemory(MemoryBackend):
             for event in events:
                 if isinstance(event, ExplicitPersona):
                     self._personas[user_id] = event  # a later persona supersedes an earlier one
+
+    async def state_digest(self, user_id: str) -> str:
+        return digest_of(self._personas.get(user_id))
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
         persona = self._personas.get(user_id)

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from agents.persona_distiller import FACET_PATHS, distil_persona, nest_facets
 from benchmarks.case import HistoryEvent
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query
+from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from memory.facets import Facet, FacetRanker, FacetSelection, select_facets
 from memory.history_text import history_chunks
 from memory.registry import register_backend
@@ -80,6 +80,10 @@ class PersonaModel(MemoryBackend):
         """The user's known facets in schema order, each with the events it came from."""
         state = self._facets.get(user_id, {})
         return [Facet(p, state[p].value, tuple(state[p].event_ids)) for p in FACET_PATHS if p in state]
+
+    async def state_digest(self, user_id: str) -> str:
+        facets = {path: [s.value, s.event_ids] for path, s in self._facets.get(user_id, {}).items()}
+        return digest_of({"events": self._events.events(user_id), "facets": facets})
 
     def persona(self, user_id: str) -> dict:
         """The distilled persona in the nested PDR layout (like `personas_en.jsonl.gz` records)."""

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from agents.profiler import UserProfile, build_profile, build_query_profile
 from benchmarks.case import HistoryEvent
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query
+from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from memory.history_text import history_chunks, history_text
 from memory.profile_text import profile_context
 from memory.registry import register_backend
@@ -60,6 +60,9 @@ class GeneralProfile(MemoryBackend):
 
     def profile(self, user_id: str) -> UserProfile | None:
         return self._profiles.get(user_id)
+
+    async def state_digest(self, user_id: str) -> str:
+        return digest_of({"events": self._events.events(user_id), "profile": self._profiles.get(user_id)})
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
         profile = self._profiles.get(user_id)

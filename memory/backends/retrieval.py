@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agents.profiler import build_query_profile
 from agents.query_expansion import expand_query
 from benchmarks.case import HistoryEvent
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query
+from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from memory.budget import pack, render_event
 from memory.embedders import memory_embedder
 from memory.history_text import history_text
@@ -103,6 +103,9 @@ class RetrievalMemory(MemoryBackend):
     name = "retrieval"
     config_model = RetrievalConfig
     config: RetrievalConfig
+    # its events file and chromadb collections are the state, written as ingested (the events after
+    # the vectors), and a later process reopens them: nothing to rebuild
+    persists_state = True
 
     def __init__(self, config, env=None) -> None:
         super().__init__(config, env)
@@ -193,6 +196,12 @@ class RetrievalMemory(MemoryBackend):
         if len(rankings) == 1:
             return rankings[0]
         return reciprocal_rank_fusion(rankings, k=self.config.rrf_k)
+
+    async def state_digest(self, user_id: str) -> str:
+        """The stored events (the lexical index follows from them) and how many vectors hold them."""
+        events = await asyncio.to_thread(self.events.events, user_id)
+        vectors = await asyncio.to_thread(self.dense.count, user_id) if self.dense is not None else 0
+        return digest_of({"events": events, "vectors": vectors})
 
     async def aclose(self) -> None:
         if self.dense is not None:

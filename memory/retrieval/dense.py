@@ -137,6 +137,12 @@ class DenseIndex:
             self._counts[user_id] = collection.count()
         return len(new)
 
+    def count(self, user_id: str) -> int:
+        """Passages stored for the user (0 when there is no collection of theirs)."""
+        if self._collection(user_id, create=False) is None:
+            return 0
+        return self._counts.get(user_id, 0)
+
     def search(self, user_id: str, queries: Sequence[str], top_n: int) -> list[dict[str, float]]:
         """Per query, the `top_n` nearest events: id -> cosine similarity, best first."""
         collection = self._collection(user_id, create=False)

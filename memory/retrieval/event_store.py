@@ -1,7 +1,8 @@
 """Each user's history events, kept in memory and, given a directory, in one JSON Lines file per user.
 
 The file lets a later backend instance on the same store (a resumed run) see what an earlier one
-ingested: it is read on the first access to that user. Lines are only ever appended.
+ingested: it is read on the first access to that user. Lines are only ever appended; a last line
+torn by a killed process is cut off when the file is read.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pydantic import BaseModel, ConfigDict
 
 from benchmarks.case import HistoryEvent
 from benchmarks.errors import DataError
-from benchmarks.loaders._records import read_jsonl
+from benchmarks.json_input import read_appended_jsonl
+from benchmarks.loaders._records import validate
 from memory.user_events import UserEvents
 
 
@@ -54,7 +56,10 @@ class EventStore:
             path = self._path(user_id)
             if path is None or not path.exists():
                 return
-            records = read_jsonl(path, StoredEvent)
+            # a last line torn by a killed process is cut off: its events were not all stored, and the
+            # ingest that wrote them is done again by the episode that resumes
+            lines = read_appended_jsonl(path, repair=True).values
+            records = [validate(StoredEvent, data, file=path, line=number) for number, data in lines]
             strangers = [r.user_id for r in records if r.user_id != user_id]
             if strangers:
                 raise DataError(f"holds events of user {strangers[0]!r}, expected only {user_id!r}", file=path)

@@ -413,14 +413,16 @@ class RayExecutor:
 
     async def _deliver(self, episode: Episode, output: EpisodeOutput) -> None:
         """Write what the episode produced into the run folder: ledger, web log, files, checkpoints."""
+        from benchmarks.redaction import active_redactor
         from graphs.resources import resources_for
 
         if output.calls:
             resources_for(episode.context).gateway.ledger.append(output.calls)
         async with self._files_lock:
             if output.web_log:
+                redactor = active_redactor()
                 with (self.run_dir / "web_log.jsonl").open("a", encoding="utf-8") as fh:
-                    fh.writelines(line + "\n" for line in output.web_log)
+                    fh.writelines(redactor.redact(line) + "\n" for line in output.web_log)
             for relative, content in output.files.items():
                 if relative in _SHARED_STATE:
                     _merge_modes(self.run_dir / relative, content)
