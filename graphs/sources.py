@@ -58,6 +58,11 @@ class SourceStore:
         self._recent[sha] = text
         return sha
 
+    async def aput(self, text: str) -> str:
+        """`put` from a graph node: a text not yet written is written off the event loop."""
+        sha = text_sha256(text)
+        return sha if self._recent.get(sha) is not None else await asyncio.to_thread(self.put, text)
+
     def get(self, sha: str) -> str:
         text = self._recent.get(sha)
         if text is not None:
@@ -133,7 +138,7 @@ async def read_web_sources(
         if not page.text.strip():
             return degradation("fetch_failed", step, f"{url}: no text extracted")
         title = page.title or hit.title
-        return SourceRef(id=web_source_id(page.url), url=page.url, title=title, sha256=store.put(page.text),
+        return SourceRef(id=web_source_id(page.url), url=page.url, title=title, sha256=await store.aput(page.text),
                          chars=len(page.text))
 
     outcomes = await asyncio.gather(*(one(hit) for hit in hits))

@@ -11,6 +11,7 @@ for several turns (graphs/simulate.py; `system.conversation` sets the turn budge
 """
 
 from agents.gateway import configured_litellm
+from graphs.heavy_imports import import_heavy_libraries
 from graphs.deep_research.graph import build_deep_research_graph
 from graphs.direct import build_direct_graph
 from graphs.episode import build_episode_graph
@@ -25,6 +26,7 @@ from graphs.rag import build_rag_graph
 # --allow-blocking): what loads lazily on a first call — litellm's import reads the working folder —
 # is loaded now, with the graphs.
 configured_litellm()
+import_heavy_libraries()
 
 episode = build_episode_graph()
 direct = build_direct_graph()

@@ -141,10 +141,10 @@ class WebCache:
             write_if_absent(self._blob_path(record.body_sha256), answer.body)
         write_if_absent(self._record_path(record.key), record.model_dump_json(indent=1))
 
-    def _copied_out(self, answer: CachedAnswer) -> CachedAnswer:
+    async def _copied_out(self, answer: CachedAnswer) -> CachedAnswer:
         if self.copy is not None and answer.record.key not in self._copied:
-            self.copy.keep(answer)
             self._copied.add(answer.record.key)
+            await asyncio.to_thread(self.copy.keep, answer)  # disk writes stay off the event loop
         return answer
 
     def records(self) -> Iterator[CacheRecord]:
@@ -158,13 +158,13 @@ class WebCache:
         if self.mode != "live":
             known = self._recent.get(key)
             if known is not None:
-                return self._copied_out(known)
+                return await self._copied_out(known)
             record = self.load(key)
             if record is not None:
                 known = CachedAnswer(record=record, body=self.body(record), from_cache=True)
                 if len(known.body) <= self._recent.maxsize:  # a bigger body is read from disk each time
                     self._recent[key] = known
-                return self._copied_out(known)
+                return await self._copied_out(known)
             if self.mode == "replay":
                 raise ReplayMiss(
                     f"replay: no recorded {kind} for {canonical_json(request)} in {self.root} (key {key[:16]})"
@@ -179,9 +179,9 @@ class WebCache:
 
     async def _go_live(self, kind: RequestKind, key: str, request: dict[str, Any], live: LiveCall) -> CachedAnswer:
         response, body = await live()
-        if self.mode == "record":
-            record = self.store(kind, request, response, body)
+        if self.mode == "record":  # written off the event loop: a server may refuse blocking calls on it
+            record = await asyncio.to_thread(self.store, kind, request, response, body)
         else:
             record = CacheRecord(key=key, kind=kind, request=request, recorded_at=datetime.now(UTC), response=response,
                                  body_sha256=hashlib.sha256(body).hexdigest() if body is not None else None)
-        return self._copied_out(CachedAnswer(record=record, body=body or b"", from_cache=False))
+        return await self._copied_out(CachedAnswer(record=record, body=body or b"", from_cache=False))

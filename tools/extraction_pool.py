@@ -57,6 +57,10 @@ def _pool(workers: int) -> ProcessPoolExecutor:
         return _pools[workers]
 
 
+def _in_pool(workers: int, body: bytes, content_type: str, url: str) -> ExtractedText:
+    return _pool(workers).submit(extract_text, body, content_type, url).result()
+
+
 # Extraction is a pure function of (body, content type, URL): a page read again — by another
 # system or case of the same run, or replayed from the web cache — is not extracted again.
 _recent: LRUCache[tuple[str, str, str], ExtractedText] = LRUCache(maxsize=512)
@@ -70,10 +74,8 @@ async def extract_text_async(body: bytes, content_type: str, url: str, workers: 
         return known
     if workers <= 0:
         extracted = await asyncio.to_thread(extract_text, body, content_type, url)
-    else:
-        extracted = await asyncio.get_running_loop().run_in_executor(
-            _pool(workers), extract_text, body, content_type, url
-        )
+    else:  # handed to the pool from a thread: starting its processes writes to pipes, off the event loop
+        extracted = await asyncio.to_thread(_in_pool, workers, body, content_type, url)
     _recent[key] = extracted
     return extracted
 

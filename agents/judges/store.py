@@ -77,8 +77,8 @@ class ArtifactStore:
         try:
             artifact = await create()
             record = {"kind": kind, "key": key, "identity": identity, "artifact": artifact}
-            for directory in self.directories:
-                record = _write_once(self._path(directory, kind, key), record)
+            for directory in self.directories:  # off the event loop: a server may refuse blocking calls on it
+                record = await asyncio.to_thread(_write_once, self._path(directory, kind, key), record)
             artifact = record["artifact"]  # another process may have written it first
             self.created += 1
             pending.set_result(artifact)

@@ -216,10 +216,10 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 async def endpoint_relay(host: str, port: int) -> AsyncIterator[str]:
     """A Unix socket (its path) whose every connection is relayed to `host`:`port` on this event
     loop: an isolated job's one way out. Closed, with its connections, on exit."""
-    folder = tempfile.mkdtemp(prefix="atelier-endpoint-")  # 0700: this user's
+    folder = await asyncio.to_thread(tempfile.mkdtemp, prefix="atelier-endpoint-")  # 0700: this user's; off the loop
     path = os.path.join(folder, "endpoint.sock")
     if len(path.encode()) > UNIX_PATH_MAX:
-        os.rmdir(folder)
+        await asyncio.to_thread(os.rmdir, folder)
         raise ConfigError(f"the endpoint relay's socket path {path} is longer than a Unix socket allows: set a shorter TMPDIR")
     links: set[asyncio.Task] = set()
 
@@ -246,7 +246,7 @@ async def endpoint_relay(host: str, port: int) -> AsyncIterator[str]:
             link.cancel()
         if links:
             await asyncio.wait(list(links))
-        shutil.rmtree(folder)  # the socket (which Python 3.13's server.close() removes itself)
+        await asyncio.to_thread(shutil.rmtree, folder)  # the socket (which Python 3.13's server.close() removes itself)
 
 
 _lock = threading.Lock()
