@@ -27,6 +27,7 @@ from agents.judges.base import JudgeResult
 from agents.planner import ReportForm, ResearchBrief
 from agents.response import Citation, SystemResponse
 from benchmarks.case import Case, CaseView, ConversationTurn, Query
+from benchmarks.degradation import Degradation
 from graphs.deep_research.state import Clarification, Findings, Note
 from graphs.inputs import GoldContext
 from graphs.sources import WebHit
@@ -39,6 +40,7 @@ STATE_TYPES: tuple[type, ...] = (
     SystemResponse,
     Citation,
     JudgeResult,
+    Degradation,  # what degraded, held in the pipelines' state until the response carries it
     # the pipelines' inputs and what they read
     GoldContext,
     SourceRef,

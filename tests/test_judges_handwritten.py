@@ -339,7 +339,7 @@ def test_a_case_lacking_what_the_judge_needs_fails_with_what_is_missing() -> Non
 def test_plain_citations_without_a_hash_are_read_and_not_counted_as_mismatches(tmp_path) -> None:
     response = SystemResponse(text="Oslo [1].", citations=[Citation(source_id="a", url="https://a.example/oslo")])
     claims = [{"fact": "Oslo is the capital of Norway.", "ref_idx": "1", "url": ""}]
-    env = JudgeEnv(gateway=HandWritten(pqr_answers(claims=claims)), web=lambda: FakeWeb({"https://a.example/oslo": PAGE_A}))
+    env = JudgeEnv(gateway=HandWritten(pqr_answers(claims=claims)), web=serving(FakeWeb({"https://a.example/oslo": PAGE_A})))
     result = run(create_judge({"name": "pqr", "axes": ["R"]}), pdr_case(), response, env)
     assert result.score == pytest.approx((10 + 10) / 2) and result.details["R"]["source_text_mismatches"] == 0
 
