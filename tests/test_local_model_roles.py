@@ -102,7 +102,6 @@ def test_pqr_and_aepd_judge_on_the_local_model(tmp_path):
         assert set(pqr["criteria"]) >= {"P", "Q", "R"}  # the weights' scale no longer fails it
     else:  # SmolLM2 may write analyses of punctuation only ("]["), twice: gated, never averaged in
         assert "still degenerate after asking again" in pqr["error"] and "local/smollm2" in pqr["error"]
-        assert any(d["kind"] == "judge_output_gated" for d in pqr["degraded"])
 
 
 def test_pairwise_lampqa_judges_on_the_local_model(tmp_path):
