@@ -18,23 +18,41 @@ from tests.test_cli_e2e import atelier, env, lines  # noqa: F401 (env: the CLI t
 def test_synthesized_contexts_make_the_pdr_context_settings_runnable(tmp_path, env):
     out = tmp_path / "contexts"
     done = atelier("simulate", "history", "--benchmark", "pdr", "--limit", "3", "--out", str(out), env=env)
-    assert done.returncode == 0, done.stderr
+    # a dry run's history cannot be reversed into its persona: the gate fails, naming the users; the file is written
+    assert done.returncode == 3, done.stderr
+    stderr = done.stderr.splitlines()
+    gate = stderr[stderr.index("reversibility gate:") + 1:]
+    assert [line.split(":")[0] for line in gate[:3]] == ["  User1", "  User2", "  User3"]
+    assert all("facets recovered, below the minimum 50%" in line for line in gate[:3])
+    assert any(line.startswith("overall reversibility: ") for line in stderr)
     printed = json.loads(done.stdout)
-    assert printed["overall"]["users"] == 3 and printed["overall"]["protocol_ok"] and printed["dry_run"]
+    assert printed["overall"]["users"] == 3 and printed["dry_run"]
+    assert printed["users"] == {"User1": "complete", "User2": "complete", "User3": "complete"}
 
     manifest = json.loads((out / "manifest.json").read_text())
     assert list(manifest["per_user"]) == ["User1", "User2", "User3"]
     for figures in manifest["per_user"].values():
         protocol = figures["protocol"]
-        assert protocol["ok"] and min(protocol["items_per_tag"].values()) >= 5
-        assert 0.2 <= protocol["conversational_share"] <= 0.5 and not protocol["unlinked_items"]
+        assert not protocol["content_failures"] and protocol["items"] == figures["synthesis"]["items_written"]
+        # items per tag count what the inverse pass cited: the scripted checker cites no real item id
+        assert protocol["counted_by"] == "attribution" and protocol["counted_items"] == 0
+        assert len(protocol["tags_below_minimum"]) == protocol["preference_tags"]
         assert figures["reversibility"]["traits"] == protocol["traits_total"]
         assert 0 <= figures["reversibility"]["recovered_share"] <= 1
+        assert figures["reversibility_problems"]
     overall = manifest["overall"]["reversibility"]
     assert overall["traits"] == sum(f["reversibility"]["traits"] for f in manifest["per_user"].values())
     assert set(overall["per_user_recovered_share"]) == {"User1", "User2", "User3"}
     assert manifest["job"]["models"]["history_writer"]["model"] == "scripted" and manifest["seed"] == 0
     assert len(lines(out / "contexts_en.jsonl")) == 3 and lines(out / "ledger.jsonl")
+
+    # without the inverse pass the items count for their labels, once they pass the content checks
+    labels = atelier("simulate", "check", "--contexts", str(out / "contexts_en.jsonl"), env=env)
+    assert labels.returncode == 0, labels.stderr
+    for figures in json.loads(labels.stdout)["per_user"].values():
+        protocol = figures["protocol"]
+        assert protocol["ok"] and protocol["counted_by"] == "labels" and not protocol["content_failures"]
+        assert min(protocol["items_per_tag"].values()) >= 5 and 0.2 <= protocol["conversational_share"] <= 0.5
 
     benchmark = manifest["recipe"]["benchmark"]
     recipe = tmp_path / "context.toml"
@@ -65,6 +83,32 @@ def test_bad_options_are_refused_with_the_reason(tmp_path, env):
     done = atelier("simulate", "history", "--limit", "1", "--conversational-share", "0.7", "--out", str(tmp_path / "x"),
                    env=env)
     assert done.returncode == 2 and "conversational_share" in done.stderr and "0.5" in done.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_role_settings_come_from_a_recipe_and_the_command_line_wins(tmp_path, env):
+    recipe = tmp_path / "history.toml"
+    recipe.write_text('[models.user_sim]\nmodel = "scripted?seed=1"\nmax_tokens = 300\n'
+                      '[models.history_checker]\nmodel = "scripted?seed=2"\n'
+                      '[benchmark]\nname = "pdr"\n')  # a run recipe's other tables are not read
+    out = tmp_path / "h"
+    done = atelier("simulate", "history", "--users", "User1", "--recipe", str(recipe), "--max-tokens", "900",
+                   "--out", str(out), "--no-check", "--no-progress", env=env)
+    assert done.returncode == 0, done.stderr
+    models = json.loads((out / "manifest.json").read_text())["job"]["models"]
+    assert models["history_writer"]["model"] == "scripted?seed=1"  # history_writer falls back to user_sim
+    assert models["history_checker"]["model"] == "scripted?seed=2"
+    assert models["history_writer"]["max_tokens"] == models["history_checker"]["max_tokens"] == 900
+
+    recipe.write_text('[models.history_writer]\nmodel = "scripted"\nmax_tokens = 0\n')
+    bad = atelier("simulate", "history", "--users", "User1", "--recipe", str(recipe), "--out", str(tmp_path / "x"),
+                  env=env)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert f"{recipe}: models.history_writer.max_tokens: Input should be greater than 0" in bad.stderr
+    recipe.write_text('[models.writer_of_histories]\nmodel = "scripted"\n')
+    bad = atelier("simulate", "history", "--users", "User1", "--recipe", str(recipe), "--out", str(tmp_path / "x"),
+                  env=env)
+    assert bad.returncode == 2 and f"{recipe}: models.writer_of_histories: not a role" in bad.stderr
     assert not (tmp_path / "x").exists()
 
 

@@ -1,12 +1,15 @@
 """`atelier simulate ...`: the simulated user outside runs.
 
-- `simulate history` synthesizes PDR-Bench dynamic contexts (a contexts file + manifest);
-- `simulate check` checks an existing contexts file against the protocol (and reversibility);
+- `simulate history` synthesizes PDR-Bench dynamic contexts (a contexts file + manifest), or
+  continues the history an existing `--out` holds;
+- `simulate check` checks an existing contexts file: item content, the protocol, and (with a
+  model) reversibility;
 - `simulate feedback` rates a run's responses as its users would (BESPOKE criteria) and writes
   them as response–judgment pairs (`[benchmark] rj_pairs_file` feeds them to later runs).
 Each prints JSON on stdout and ends like `atelier run` (runs.outcome): counts and the most common
-reasons on stderr; exit 0 when everything succeeded, 3 when a user, a rating or the protocol
-failed (what succeeded is still written), 2 on bad input.
+reasons on stderr; exit 0 when everything succeeded, 3 when a user, a rating, a content check,
+the protocol or the reversibility gate failed or a history is incomplete (what succeeded is still
+written), 2 on bad input.
 """
 
 from __future__ import annotations
@@ -32,9 +35,84 @@ def _settings(model: str, api_base: Optional[str], api_key_env: Optional[str], t
     return ModelSettings(**{k: v for k, v in values.items() if v is not None})
 
 
+HISTORY_ROLES = ("user_sim", "history_writer", "history_checker")
+MIN_RECOVERED_HELP = ("Reversibility gate: the least share of persona facets the inverse pass must recover, per user "
+                      "and pooled over users (default 0.5); any "
+                      "contradicted facet fails too.")
+
+
+def recipe_roles(path: Path) -> dict:
+    """The simulated user's model settings in a recipe's `[models]` table (`user_sim`,
+    `history_writer`, `history_checker`); its other tables and roles (a run recipe's systems and
+    judges) are not read. Mistakes name the file and the field."""
+    import tomllib
+
+    from pydantic import ValidationError
+
+    from agents.settings import ModelSettings
+    from runs.recipe import KNOWN_ROLES
+
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read recipe {path}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    models = data.get("models", {})
+    if not isinstance(models, dict):
+        raise ConfigError(f"{path}: models: expected a table of roles ([models.history_writer], ...)")
+    unknown = [role for role in models if role not in KNOWN_ROLES]
+    if unknown:
+        raise ConfigError(f"{path}: models.{unknown[0]}: not a role; the simulated user's are "
+                          f"{', '.join(HISTORY_ROLES)}")
+    roles = {}
+    for role in HISTORY_ROLES:
+        if role in models:
+            try:
+                roles[role] = ModelSettings.model_validate(models[role])
+            except ValidationError as exc:
+                raise ConfigError(f"{path}: models.{role}.{_first_error(exc)}") from None
+    return roles
+
+
+def history_models(recipe: Optional[Path], model: Optional[str], checker_model: Optional[str], *,
+                   api_base: Optional[str], api_key_env: Optional[str], temperature: Optional[float], seed: int,
+                   max_retries: Optional[int], max_tokens: Optional[int]) -> dict:
+    """The writer's and the checker's settings: the recipe's roles (`history_writer`, else `user_sim`;
+    `history_checker`, else the writer's), then what the command line says, which wins: `--model`
+    (the writer, and the checker unless `--checker-model` or the recipe names one), `--max-tokens`,
+    `--api-base`, `--api-key-env`, `--max-retries` (both roles), `--temperature` (the writer) and
+    `--seed` (both: part of what decides the answers)."""
+    from agents.settings import ModelSettings
+
+    roles = recipe_roles(recipe) if recipe else {}
+    writer = roles.get("history_writer") or roles.get("user_sim") or ModelSettings()
+    checker = roles.get("history_checker")
+    if model:
+        writer = _settings(model, api_base, api_key_env, temperature, seed, max_retries)
+    if checker_model:
+        checker = _settings(checker_model, api_base, api_key_env, None, seed, max_retries)
+    if checker is None:
+        if model:  # the command line's writer checks too (at the default temperature)
+            checker = writer.model_copy(update={"temperature": ModelSettings().temperature})
+        else:  # as the gateway falls back: history_checker -> user_sim; else the writer
+            checker = roles.get("user_sim") or writer
+    common = {"seed": seed, "api_base": api_base, "api_key_env": api_key_env, "max_retries": max_retries,
+              "max_tokens": max_tokens}
+    common = {k: v for k, v in common.items() if v is not None}
+    try:
+        writer = ModelSettings.model_validate({**writer.model_dump(), **common,
+                                               **({"temperature": temperature} if temperature is not None else {})})
+        checker = ModelSettings.model_validate({**checker.model_dump(), **common})
+    except ValueError as exc:
+        raise ConfigError(f"simulate: {_first_error(exc)}") from None
+    return {"history_writer": writer, "history_checker": checker}
+
+
 def history(
     benchmark: str = typer.Option("pdr", "--benchmark", help="Benchmark whose personas get a history (pdr)."),
-    out: Path = typer.Option(..., "--out", help="Folder for contexts_<language>.jsonl, manifest.json, ledger.jsonl."),
+    out: Path = typer.Option(..., "--out", help="Folder for contexts_<language>.jsonl, manifest.json, synthesis.jsonl, "
+                                                "ledger.jsonl; an existing one is continued."),
     language: str = typer.Option("en", "--language", help="Persona file and writing language (en | zh)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="The first N personas (file order)."),
     users: Optional[str] = typer.Option(None, "--users", help="Comma-separated user ids instead of --limit."),
@@ -46,14 +124,28 @@ def history(
     conversational_share: float = typer.Option(0.35, "--conversational-share", help="Target share, 0.2-0.5."),
     period_days: int = typer.Option(90, "--period-days", help="Days the items are spread over."),
     end_date: str = typer.Option("2025-06-30", "--end-date", help="Last day of the period (ISO date)."),
-    model: str = typer.Option("scripted", "--model", help="Writer (and checker) model: a litellm string or scripted."),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="A TOML file whose [models.user_sim], "
+                                          "[models.history_writer] and [models.history_checker] set the roles "
+                                          "(a run recipe will do: its other tables are not read)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Writer (and checker) model: a litellm string, "
+                                        "local/smollm2 or scripted (default: the recipe's, else scripted)."),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Variable holding the API key."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Writer temperature."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1,
+                                             help="The writer's and checker's max_tokens (local models: 512)."),
+    max_tokens_ceiling: Optional[int] = typer.Option(
+        None, "--max-tokens-ceiling", min=1,
+        help="An answer cut at max_tokens is asked again with double the budget, up to this (default 4 x max_tokens)."),
+    regenerations: int = typer.Option(1, "--regenerations", min=0, max=10,
+                                      help="New drafts per item and session after one was rejected or failed."),
     max_retries: Optional[int] = typer.Option(None, "--max-retries", min=0, max=20,
                                               help="Retries per model call on timeouts, 429 and 5xx (default 4)."),
     checker_model: Optional[str] = typer.Option(None, "--checker-model", help="Model for the reversibility check."),
     check: bool = typer.Option(True, "--check/--no-check", help="Run the reversibility check."),
+    min_recovered: Optional[float] = typer.Option(None, "--min-recovered", min=0.0, max=1.0, help=MIN_RECOVERED_HELP),
+    time_limit: float = typer.Option(25.0, "--time-limit", min=0.0,
+                                     help="Minutes; the session then ends cleanly (run again to continue). 0: none."),
     concurrency: int = typer.Option(2, "--concurrency", min=1, help="Users synthesized at once."),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Use the response cache ($ATELIER_CACHE_DIR/llm)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar over users."),
@@ -62,6 +154,8 @@ def history(
     from pydantic import ValidationError
 
     from agents.user_sim import HistoryOptions
+    from agents.user_sim.history import WritingEffort
+    from agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED
     from runs.simulate_history import HistoryJob, choose_users, pdr_personas, run_history_job
 
     try:
@@ -76,17 +170,22 @@ def history(
         raise ConfigError(f"--benchmark {benchmark!r}: only pdr reads a contexts file (its option contexts_file)")
     if language not in ("en", "zh"):
         raise ConfigError(f"--language {language!r}: pdr has en and zh")
-    writer = _settings(model, api_base, api_key_env, temperature, seed, max_retries)
-    checker = _settings(checker_model or model, api_base, api_key_env, None, seed, max_retries)
+    models = history_models(recipe, model, checker_model, api_base=api_base, api_key_env=api_key_env,
+                            temperature=temperature, seed=seed, max_retries=max_retries, max_tokens=max_tokens)
     chosen = choose_users(pdr_personas(language), users.split(",") if users else None, limit)
     job = HistoryJob(benchmark=benchmark, users=chosen, options=options, check=check, concurrency=concurrency,
-                     models={"history_writer": writer, "history_checker": checker})
+                     models=models, min_recovered=DEFAULT_MIN_RECOVERED if min_recovered is None else min_recovered,
+                     time_limit_s=time_limit * 60 or None,
+                     effort=WritingEffort(max_tokens_ceiling=max_tokens_ceiling, regenerations=regenerations))
     manifest = run_history_job(job, out, cache=cache, progress=progress)
     print_json({
         "out": str(out),
         "contexts_file": str(out / manifest["contexts_file"]),
         "dry_run": manifest["dry_run"],
+        "sessions": manifest["sessions"],
+        "time_limit_reached": manifest["time_limit_reached"],
         "overall": manifest["overall"],
+        "users": {u: f["synthesis"]["status"] for u, f in manifest["per_user"].items()},
         "failed": manifest["failed"],
         "recipe": manifest["recipe"],
     })
@@ -95,20 +194,33 @@ def history(
 
 def check(
     contexts: Path = typer.Option(..., "--contexts", help="A contexts file in the pdr loader's format."),
-    language: str = typer.Option("en", "--language", help="Which pdr personas it belongs to (en | zh)."),
+    language: str = typer.Option("en", "--language", help="Which pdr personas it belongs to (en | zh), and the "
+                                                          "language its items must be written in."),
     reversibility: bool = typer.Option(False, "--reversibility/--no-reversibility",
-                                       help="Also run the inverse pass (needs --model)."),
-    model: str = typer.Option("scripted", "--model", help="Checker model for --reversibility."),
+                                       help="Also run the inverse pass (a model): items per tag then count what it "
+                                            "cited, and the reversibility gate applies."),
+    min_recovered: Optional[float] = typer.Option(None, "--min-recovered", min=0.0, max=1.0, help=MIN_RECOVERED_HELP),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="A TOML file whose [models.history_checker] (else "
+                                          "[models.user_sim]) is the checker."),
+    model: Optional[str] = typer.Option(None, "--model", help="Checker model for --reversibility (default: the "
+                                        "recipe's, else scripted)."),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Variable holding the API key."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="The checker's max_tokens."),
 ) -> None:
-    """Check a contexts file against PDR's annotation protocol (per user and overall); exit 3 on a violation."""
+    """Check a contexts file: the content of every item, PDR's annotation protocol (per user and
+    overall) and, with --reversibility, the reversibility gate; exit 3 on a violation."""
     import asyncio
 
+    from agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED
     from runs.simulate_history import check_contexts
 
-    checker = _settings(model, api_base, api_key_env, None, 0) if reversibility else None
-    report = asyncio.run(check_contexts(contexts, language, checker))
+    checker = None
+    if reversibility:
+        checker = history_models(recipe, model, None, api_base=api_base, api_key_env=api_key_env, temperature=None,
+                                 seed=0, max_retries=None, max_tokens=max_tokens)["history_checker"]
+    gate = DEFAULT_MIN_RECOVERED if min_recovered is None else min_recovered
+    report = asyncio.run(check_contexts(contexts, language, checker, min_recovered=gate))
     print_json(report)
     _exit_like_a_run(report)
 
@@ -140,7 +252,8 @@ def feedback(
 
 
 def _exit_like_a_run(report: dict) -> None:
-    """Counts and the most common reasons on stderr; exit 3 when a user failed or breaks the protocol."""
+    """Counts and the most common reasons on stderr; exit 3 when a user failed, is incomplete, or
+    fails a check or the gate."""
     from runs.simulate_history import history_outcome
 
     code, lines = history_outcome(report)
