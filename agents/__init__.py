@@ -1,3 +1,4 @@
-"""LLM roles: prompts, node functions and the model gateway every LLM call goes through."""
-
-from agents import offline as _offline  # noqa: F401  (offline defaults before any library import)
+"""LLM roles: each role's prompts and the node functions that call it (planner, researcher, writer,
+clarifier, profiler, ...), the judges (`agents/judges/`) and the simulated user (`agents/user_sim/`).
+What every model call passes through — the gateway, its providers, cache, ledger and structured
+output — is `agents/models/`."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages, user_sections
 from agents.response import SystemResponse
 from benchmarks.case import CaseView

@@ -10,8 +10,8 @@ import functools
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.budgeted import ShortItem, at_most
-from agents.gateway import Gateway
+from agents.models.budgeted import ShortItem, at_most
+from agents.models.gateway import Gateway
 from agents.prompts import build_messages, user_sections
 from benchmarks.case import Query
 
@@ -23,7 +23,7 @@ ROLE = (
 
 @functools.cache  # one class per budget: the gateway builds each class's JSON schema once
 def _clarify_decision_model(max_questions: int, always: bool = False) -> type[BaseModel]:
-    """The clarifier's answer, its question budget in the schema (`agents.budgeted`)."""
+    """The clarifier's answer, its question budget in the schema (`agents.models.budgeted`)."""
     return create_model(
         "ClarifyDecision",
         need_clarification=(bool, Field(description="True only when an answer would change the research or the report.")),

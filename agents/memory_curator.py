@@ -16,7 +16,7 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, Field
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages
 
 # --------------------------------------------------------------------------- topics

@@ -17,7 +17,7 @@ from typing import Literal, Mapping
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages
 
 # Table 5 plus the fields at least half of the 25 released personas fill in

@@ -19,11 +19,11 @@ from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.budgeted import ITEM_CHARS, ShortItem, at_most, distinct_items
-from agents.gateway import Gateway
+from agents.models.budgeted import ITEM_CHARS, ShortItem, at_most, distinct_items
+from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages, user_sections
 from benchmarks.case import Query
-from benchmarks.degradation import Degradation, degradation
+from benchmarks.common.degradation import Degradation, degradation
 
 UserFacts = at_most(str, 10, description="Facts about the user that must shape the research (place, budget, health, "
                                          "constraints, goals). Empty if none are known.")
@@ -113,7 +113,7 @@ def checked_queries(queries: Sequence[str], stand_in: str, step: str,
     return kept, problems
 
 
-# The answers' models, each with its budgets in its schema (`agents.budgeted`); one class per budget,
+# The answers' models, each with its budgets in its schema (`agents.models.budgeted`); one class per budget,
 # as the gateway builds each class's JSON schema once.
 
 def _queries(max_queries: int, description: str | None = None) -> Any:

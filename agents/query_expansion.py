@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal, Sequence
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages, conversation_section
 from benchmarks.case import ConversationTurn
 

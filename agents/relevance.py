@@ -14,7 +14,7 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages, conversation_section
 from benchmarks.case import ConversationTurn
 

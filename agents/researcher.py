@@ -11,8 +11,8 @@ from typing import Sequence
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.budgeted import ShortItem, at_most, distinct_items
-from agents.gateway import Gateway
+from agents.models.budgeted import ShortItem, at_most, distinct_items
+from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages
 
 ROLE = (
@@ -34,7 +34,7 @@ class Coverage(BaseModel):
     follow_up_queries: list[str] = Field(default_factory=list, description="Searches that would fill what is missing.")
 
 
-# The answers' models with their budgets in the schema (`agents.budgeted`), one class per budget.
+# The answers' models with their budgets in the schema (`agents.models.budgeted`), one class per budget.
 
 @functools.cache
 def _source_notes_model(max_notes: int) -> type[SourceNotes]:

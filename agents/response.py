@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from benchmarks.degradation import Degradation
+from benchmarks.common.degradation import Degradation
 
 
 class Citation(BaseModel):
@@ -27,5 +27,5 @@ class SystemResponse(BaseModel):
     citations: list[Citation] = Field(default_factory=list)
     meta: dict[str, Any] = Field(default_factory=dict)
     degraded: list[Degradation] = Field(
-        default_factory=list, description="Steps of the system that fell back (benchmarks.degradation)."
+        default_factory=list, description="Steps of the system that fell back (benchmarks.common.degradation)."
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from agents.citations import CitationReport, SourceRef, check_citations, source_line
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.planner import ResearchBrief, clarification_section
 from agents.prompts import Section, build_messages, user_sections
 from benchmarks.case import Query

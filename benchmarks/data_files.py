@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from benchmarks.errors import DataError
+from benchmarks.common.errors import DataError
 
 ENV_DATA_DIR = "ATELIER_DATA_DIR"
 ENV_CACHE_DIR = "ATELIER_CACHE_DIR"

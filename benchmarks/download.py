@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.data_files import DataFile, sha256_file
-from benchmarks.errors import DataError
+from benchmarks.common.errors import DataError
 
 _CHUNK = 1 << 20
 

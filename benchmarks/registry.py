@@ -8,8 +8,8 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.case import Case
-from benchmarks.errors import DataError
-from benchmarks.named_registry import NamedRegistry
+from benchmarks.common.errors import DataError
+from benchmarks.common.named_registry import NamedRegistry
 
 
 class NoOptions(BaseModel):

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import Field
 
 from benchmarks.case import Case, RJPair
-from benchmarks.errors import DataError
+from benchmarks.common.errors import DataError
 from benchmarks.loaders._records import RawRecord, existing_path, read_jsonl
 
 

@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.settings import ModelSettings, settings_for_role
+from agents.models.settings import ModelSettings, settings_for_role
 from benchmarks.case import Case, ViewAblation
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from tools.config import WebConfig
 
 

@@ -29,7 +29,7 @@ from typing_extensions import TypedDict
 from agents.citations import SourceRef
 from agents.response import SystemResponse
 from benchmarks.case import Case, CaseView, Query
-from benchmarks.errors import AtelierError
+from benchmarks.common.errors import AtelierError
 from benchmarks.registry import load_cases
 from graphs.context import BenchmarkRef, EpisodeContext
 from graphs.pipelines import GoldContextOptions, PipelineOptions, pipeline_options

@@ -12,7 +12,7 @@ a step's checkpoint is mostly 1-2 KB, and deflating it cost 40-80 µs per step i
 references, or compressed from 512 bytes) load as they are.
 
 No key reaches the file: every serialized value and checkpoint metadata pass through the run's
-redactor (`benchmarks.redaction`) before they are written or compressed — the error a failed node
+redactor (`benchmarks.common.redaction`) before they are written or compressed — the error a failed node
 leaves in its pending writes may quote the key a provider refused.
 """
 
@@ -32,8 +32,8 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from benchmarks.errors import DataError
-from benchmarks.redaction import Redactor, active_redactor
+from benchmarks.common.errors import DataError
+from benchmarks.common.redaction import Redactor, active_redactor
 from graphs.serde import serializer
 
 _KEEP_APART = 512  # bytes: smaller values stay inline (a reference would save nothing)

@@ -17,8 +17,8 @@ from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from benchmarks.errors import ConfigError
-from benchmarks.named_registry import NamedRegistry
+from benchmarks.common.errors import ConfigError
+from benchmarks.common.named_registry import NamedRegistry
 
 
 class PipelineOptions(BaseModel):

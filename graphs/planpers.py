@@ -17,9 +17,9 @@ from langgraph.types import Command
 from pydantic import Field
 
 from agents.answerer import answer
-from agents.gateway import ModelCallError
+from agents.models.gateway import ModelCallError
 from agents.planner import plan_aspects
-from benchmarks.degradation import Degradation, degradation
+from benchmarks.common.degradation import Degradation, degradation
 from graphs.context import EpisodeContext
 from graphs.inputs import PipelineInput, PipelineOutput
 from graphs.pipelines import AnswerBudgetOptions, PipelineSpec, register_pipeline

@@ -26,11 +26,11 @@ from langgraph.types import Command
 from pydantic import Field
 
 from agents.citations import SourceRef
-from agents.gateway import ModelCallError
+from agents.models.gateway import ModelCallError
 from agents.planner import checked_queries, search_queries
 from agents.response import SystemResponse
 from agents.writer import write_answer
-from benchmarks.degradation import Degradation, degradation
+from benchmarks.common.degradation import Degradation, degradation
 from graphs.context import EpisodeContext
 from graphs.inputs import PipelineInput, PipelineOutput
 from graphs.pipelines import AnswerBudgetOptions, GoldContextOptions, PipelineSpec, register_pipeline

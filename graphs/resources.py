@@ -3,6 +3,11 @@
 All episodes of one system in one run share a gateway (so one ledger and one response cache)
 and one memory backend (so a user's history is ingested once, however many cases they have).
 All systems of a run share one web (one sandbox, one web cache), started on first use.
+
+What a run's contexts share is owned by one `RunState` per run id: its ledger, its response
+caches, its webs and each context's `Resources`. Releasing a run's last context releases it — the
+caches closed, the webs stopped — so a process that runs many runs (tests, a notebook, a bench)
+keeps nothing of the ones that ended.
 """
 
 from __future__ import annotations
@@ -14,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from agents.cache import RedisResponseCache, ResponseCache, open_response_cache
-from agents.gateway import Gateway
+from agents.models.cache import RedisResponseCache, ResponseCache, open_response_cache
+from agents.models.gateway import Gateway
 from agents.judges.base import Judge, create_judge
-from agents.ledger import Ledger
-from agents.structured_output import ModeMemory
-from benchmarks.errors import ConfigError
-from benchmarks.redaction import active_redactor
+from agents.models.ledger import Ledger
+from agents.models.structured_output import ModeMemory
+from benchmarks.common.errors import ConfigError
+from benchmarks.common.redaction import active_redactor
 from graphs.context import EpisodeContext
 from graphs.inputs import GraphInputError
 from graphs.sources import SourceStore
@@ -70,10 +75,11 @@ class Resources:
         if self._web is not None:
             return self._web
         with _lock:
-            key = _web_key(self.context)
-            if key not in _webs:
-                _webs[key] = build_web(self.context.web)
-            self._web = _webs[key]
+            webs = _run_state(self.context).webs
+            key = self.context.web.model_dump_json()
+            if key not in webs:
+                webs[key] = build_web(self.context.web)
+            self._web = webs[key]
             return self._web
 
 
@@ -90,11 +96,26 @@ def run_path(run_dir: str | Path, *parts: str, what: str) -> Path:
     return path
 
 
+@dataclass
+class RunState:
+    """What one run's contexts share in this process, released with the run's last context."""
+
+    run_id: str
+    ledger: Ledger
+    resources: dict[str, Resources] = field(default_factory=dict)  # context key -> its resources
+    caches: dict[str, ResponseCache | RedisResponseCache] = field(default_factory=dict)  # by location
+    webs: dict[str, Web] = field(default_factory=dict)  # by the web's settings
+
+    def cache(self, location: str | None) -> ResponseCache | RedisResponseCache | None:
+        if not location:
+            return None
+        if location not in self.caches:
+            self.caches[location] = open_response_cache(location)
+        return self.caches[location]
+
+
 _lock = threading.Lock()
-_resources: dict[str, Resources] = {}
-_ledgers: dict[str, Ledger] = {}
-_caches: dict[str, ResponseCache | RedisResponseCache] = {}
-_webs: dict[str, Web] = {}
+_runs: dict[str, RunState] = {}  # run id -> its state, while some context of the run is in use
 # The context objects already seen: a node looks its resources up by identity first (contexts are
 # settings, never changed once made), which spares serialising the context on every model call.
 _seen: dict[int, tuple[EpisodeContext, str]] = {}
@@ -109,23 +130,13 @@ def on_release(closer: Callable[[EpisodeContext], Awaitable[None]]) -> Callable[
     return closer
 
 
-def _web_key(context: EpisodeContext) -> str:
-    return f"{context.run_id}:{context.web.model_dump_json()}"
-
-
-def _shared_ledger(context: EpisodeContext) -> Ledger:
-    path = str(Path(context.run_dir) / "ledger.jsonl") if context.run_dir else f"memory:{context.run_id}"
-    if path not in _ledgers:
-        _ledgers[path] = Ledger(None if path.startswith("memory:") else path, run_id=context.run_id)
-    return _ledgers[path]
-
-
-def _shared_cache(context: EpisodeContext) -> ResponseCache | RedisResponseCache | None:
-    if not context.cache_dir:
-        return None
-    if context.cache_dir not in _caches:
-        _caches[context.cache_dir] = open_response_cache(context.cache_dir)
-    return _caches[context.cache_dir]
+def _run_state(context: EpisodeContext) -> RunState:
+    """The state of `context`'s run (made on first use; call under `_lock`)."""
+    state = _runs.get(context.run_id)
+    if state is None:
+        ledger = Ledger(Path(context.run_dir) / "ledger.jsonl" if context.run_dir else None, run_id=context.run_id)
+        state = _runs[context.run_id] = RunState(context.run_id, ledger)
+    return state
 
 
 def context_key(context: EpisodeContext) -> str:
@@ -143,38 +154,47 @@ def context_key(context: EpisodeContext) -> str:
 def resources_for(context: EpisodeContext | None) -> Resources:
     context = context or EpisodeContext()
     key = context_key(context)
-    resources = _resources.get(key)
+    run = _runs.get(context.run_id)
+    resources = run.resources.get(key) if run is not None else None
     if resources is not None:
         return resources
     with _lock:
-        if key not in _resources:
+        run = _run_state(context)
+        if key not in run.resources:
             try:
                 roles = context.role_models()
             except ConfigError as exc:  # a context set by hand (Studio) naming an unknown pipeline or option
                 raise GraphInputError(f"runtime context: {exc}") from None
-            gateway = Gateway(roles, cache=_shared_cache(context), ledger=_shared_ledger(context),
+            gateway = Gateway(roles, cache=run.cache(context.cache_dir), ledger=run.ledger,
                               modes=ModeMemory.in_folder(context.run_dir))
             judges = [create_judge(j) for j in context.judges]
-            _resources[key] = Resources(context=context, gateway=gateway, judges=judges,
-                                        sources=SourceStore.for_run(context.run_dir))
-        return _resources[key]
+            run.resources[key] = Resources(context=context, gateway=gateway, judges=judges,
+                                           sources=SourceStore.for_run(context.run_dir))
+        return run.resources[key]
 
 
 async def release(context: EpisodeContext) -> None:
     """Close what a context opened (memory stores, the web, local model servers) and forget it (end
     of a run). What the web searched and fetched is listed in `<run_dir>/web_log.jsonl`."""
     with _lock:
-        resources = _resources.pop(context_key(context), None)
-        web = _webs.pop(_web_key(context), None)
+        run = _runs.get(context.run_id)
+        resources = run.resources.pop(context_key(context), None) if run is not None else None
+        # the run's last context takes the run's shared state with it: its webs and caches
+        ended = run is not None and not run.resources
+        if ended:
+            del _runs[context.run_id]
+    webs = list(run.webs.values()) if ended else []
     for closer in _closers:  # first: a pipeline's servers (an agent endpoint) may serve the gateway
         await closer(context)
     if resources is not None:
         if resources._memory is not None:
             await resources._memory.aclose()
         await resources.gateway.aclose()
-    if web is not None:
+    for web in webs:
         if context.run_dir and web.log:
             with (Path(context.run_dir) / "web_log.jsonl").open("a", encoding="utf-8") as fh:
                 redactor = active_redactor()  # a request's identity holds no key; a provider's option might
                 fh.writelines(redactor.redact(entry.model_dump_json()) + "\n" for entry in web.log)
         await web.aclose()
+    for cache in run.caches.values() if ended else []:
+        cache.close()

@@ -27,7 +27,7 @@ from agents.judges.base import JudgeResult
 from agents.planner import ReportForm, ResearchBrief
 from agents.response import Citation, SystemResponse
 from benchmarks.case import Case, CaseView, ConversationTurn, Query
-from benchmarks.degradation import Degradation
+from benchmarks.common.degradation import Degradation
 from graphs.deep_research.state import Clarification, Findings, Note
 from graphs.inputs import GoldContext
 from graphs.sources import WebHit

@@ -26,13 +26,13 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agents.clarify import ClarifyRequest
-from agents.ledger import call_tags
+from agents.models.ledger import call_tags
 from agents.response import Citation, SystemResponse
 from agents.user_sim import GoldGuard, answer_clarification, next_user_turn
 from agents.user_sim.conversation import ConversationEnd
 from agents.user_sim.grounding import STOP_TOKEN
 from benchmarks.case import Case, ConversationTurn, Query
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from graphs.context import ConversationOptions, EpisodeContext
 from graphs.inputs import PipelineInput, PipelineOutput, case_from_input, case_view, memory_view
 from graphs.memory import recall_context

@@ -18,9 +18,9 @@ from cachetools import LRUCache
 from pydantic import BaseModel
 
 from agents.citations import CitationReport, SourceRef
-from benchmarks.atomic_files import write_if_absent
+from benchmarks.common.atomic_files import write_if_absent
 from benchmarks.data_files import cache_dir
-from benchmarks.degradation import Degradation, degradation
+from benchmarks.common.degradation import Degradation, degradation
 from tools.errors import ReplayMiss, WebError
 from tools.urls import web_source_id
 from tools.web import Web

@@ -10,7 +10,11 @@ whichever pipeline the context's `system.pipeline` names.
 for several turns (graphs/simulate.py; `system.conversation` sets the turn budget).
 """
 
-from agents.gateway import configured_litellm
+from benchmarks.common.offline import apply_offline_defaults
+
+apply_offline_defaults()  # the graphs' entry point for Studio: before the libraries below load
+
+from agents.models.gateway import configured_litellm  # noqa: E402
 from graphs.heavy_imports import import_heavy_libraries
 from graphs.deep_research.graph import build_deep_research_graph
 from graphs.direct import build_direct_graph

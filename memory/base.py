@@ -20,9 +20,9 @@ from typing import Any, Callable, ClassVar, Literal, Sequence, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from benchmarks.case import CaseView, ConversationTurn, HistoryEvent
-from benchmarks.degradation import Degradation
+from benchmarks.common.degradation import Degradation
 from memory.clock import read_clock
 
 ContextForm = Literal["none", "raw", "profile", "persona"]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterable, NamedTuple
 
 from benchmarks.case import HistoryEvent
-from benchmarks.degradation import Degradation, degradation
+from benchmarks.common.degradation import Degradation, degradation
 
 
 @lru_cache(maxsize=1)

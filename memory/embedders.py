@@ -1,7 +1,7 @@
 """The embedder behind memory's dense index: which model, and a cache of query vectors.
 
 `memory_embedder(model, api_base, api_key_env)` resolves the local MiniLM ("local", the offline
-default) or any litellm embedding model (`agents.embeddings`). Documents are embedded in batches
+default) or any litellm embedding model (`agents.models.embeddings`). Documents are embedded in batches
 and never cached (each is embedded once, at ingest); queries go through an LRU cache because a
 conversation repeats its earlier turns in every later query and evaluations repeat queries.
 """
@@ -15,8 +15,8 @@ from typing import Sequence
 import numpy as np
 from cachetools import LRUCache
 
-from agents.embeddings import Embedder, get_embedder
-from benchmarks.errors import ConfigError
+from agents.models.embeddings import Embedder, get_embedder
+from benchmarks.common.errors import ConfigError
 
 
 class CachingEmbedder:

@@ -12,8 +12,8 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from agents.embeddings import Embedder, get_embedder
-from benchmarks.degradation import Degradation
+from agents.models.embeddings import Embedder, get_embedder
+from benchmarks.common.degradation import Degradation
 from memory.budget import pack
 
 FacetSelection = Literal["all", "relevant"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from benchmarks.case import HistoryEvent
-from benchmarks.degradation import Degradation, degradation
+from benchmarks.common.degradation import Degradation, degradation
 from memory.budget import count_tokens, pack, render_event
 
 

@@ -34,10 +34,10 @@ from typing import Annotated, Any, Literal, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from agents.ledger import call_tags, capture_calls
+from agents.models.ledger import call_tags, capture_calls
 from benchmarks.case import HistoryEvent
-from benchmarks.errors import DataError
-from benchmarks.json_input import read_appended_jsonl, validation_error
+from benchmarks.common.errors import DataError
+from benchmarks.common.json_input import read_appended_jsonl, validation_error
 from memory.base import MemoryBackend, MemoryQuery, UserContext, as_query
 from memory.clock import ClockTape, on_tape
 

@@ -5,7 +5,7 @@ validates provider names against a fixed list. `register_with_mem0()` adds an `a
 to mem0's LlmFactory and EmbedderFactory; `llm_config` / `embedder_config` build the matching
 config entries (bypassing the name check, which does not know registered providers).
 
-`GatewayLLM` sends every request through `agents.gateway.Gateway` — cache, retries, ledger and
+`GatewayLLM` sends every request through `agents.models.gateway.Gateway` — cache, retries, ledger and
 the scripted model included — by running the gateway coroutine on the event loop that called
 mem0 (bound with `bind_loop`). mem0's only JSON request is its memory extraction, answered as a
 validated `Mem0Extraction` (the output format of mem0's ADDITIVE_EXTRACTION_PROMPT).
@@ -32,8 +32,8 @@ from mem0.llms.configs import LlmConfig
 from mem0.utils.factory import EmbedderFactory, LlmFactory
 from pydantic import BaseModel, Field
 
-from agents.embeddings import get_embedder
-from agents.gateway import Gateway
+from agents.models.embeddings import get_embedder
+from agents.models.gateway import Gateway
 
 PROVIDER = "atelier"
 

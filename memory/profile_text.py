@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from benchmarks.degradation import Degradation
+from benchmarks.common.degradation import Degradation
 from memory.base import UserContext
 from memory.budget import pack
 

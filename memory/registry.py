@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.named_registry import NamedRegistry
+from benchmarks.common.named_registry import NamedRegistry
 from memory.base import MemoryBackend, MemoryConfig, MemoryEnv
 
 BACKENDS: NamedRegistry[type[MemoryBackend]] = NamedRegistry(

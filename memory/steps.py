@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-from agents.ledger import call_tags, current_tags
+from agents.models.ledger import call_tags, current_tags
 
 
 @contextlib.contextmanager

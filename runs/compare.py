@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from runs.comparisons import CORRECTION, adjust, paired_row
 from runs.results import ResultRecord, ResultsFile
 from runs.usage import format_cost

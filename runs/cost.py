@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agents.settings import ModelSettings, settings_for_role
+from agents.models.settings import ModelSettings, settings_for_role
 from runs.recipe import Recipe
 
 TYPICAL_SHARE = 0.25  # of max_tokens a completion uses, at the low end of the range
@@ -100,7 +100,7 @@ def price_of(settings: ModelSettings) -> Price:
 
 
 def _model_info(model: str) -> dict[str, Any]:
-    from agents.gateway import configured_litellm
+    from agents.models.gateway import configured_litellm
 
     try:
         return dict(configured_litellm().get_model_info(model))
@@ -142,7 +142,7 @@ def _dry_recipe(recipe: Recipe, sample: int, folder: Path) -> Recipe:
 
 def _measure(recipe: Recipe, sample: int) -> tuple[list[Any], int]:
     """The ledger of a scripted dry run of `recipe` on `sample` cases, and how many cases it ran."""
-    from agents.ledger import read_ledger
+    from agents.models.ledger import read_ledger
     from runs.runner import Runner
 
     with tempfile.TemporaryDirectory(prefix="atelier-cost-") as scratch:

@@ -12,7 +12,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 
 LOCK_NAME = ".atelier.lock"
 

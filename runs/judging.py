@@ -11,7 +11,7 @@ import asyncio
 from typing import Iterable
 
 from agents.judges.base import ComparativeJudge, Judge, JudgeResult
-from agents.ledger import call_tags
+from agents.models.ledger import call_tags
 from benchmarks.case import Case
 from graphs.context import EpisodeContext
 from graphs.judge import judge_env

@@ -36,12 +36,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, PrivateAttr, ValidationError
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.judges.bespoke import BASE_SCALE, CRITERION_TITLES, FeedbackVerdict, feedback_messages, rubric_text
 from agents.judges.material import persona_text
 from agents.judges.pqr import DIMENSIONS
 from benchmarks.case import Case
-from benchmarks.errors import ConfigError, DataError
+from benchmarks.common.errors import ConfigError, DataError
 from benchmarks.metrics.agreement import (
     CriterionAgreement,
     LabelledScore,

@@ -1,16 +1,16 @@
 """A recipe's models, probed: what `atelier model check RECIPE` prints and a run's preflight asks.
 
 Roles are the recipe's (`system`, `judge`, `user_sim`, ...) plus each system's own overrides,
-named `<system>:<role>`. The probe itself is `agents.model_probe.probe_models`.
+named `<system>:<role>`. The probe itself is `agents.models.model_probe.probe_models`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from agents.model_probe import ModelProbe, probe_models
-from agents.settings import ModelSettings
-from agents.structured_output import ModeMemory
+from agents.models.model_probe import ModelProbe, probe_models
+from agents.models.settings import ModelSettings
+from agents.models.structured_output import ModeMemory
 from runs.recipe import Recipe
 
 

@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from benchmarks.degradation import counts_by_kind
+from benchmarks.common.degradation import counts_by_kind
 from runs.results import ResultRecord
 
 EXIT_OK = 0

@@ -1,7 +1,7 @@
 """Preflight: everything a run needs, checked before any episode, in a few seconds.
 
 - every model a role uses answers the text and structured probe of `atelier model check`
-  (`agents.model_probe.probe_models`; the scripted model passes at once; an unknown model name or an
+  (`agents.models.model_probe.probe_models`; the scripted model passes at once; an unknown model name or an
   unreachable `api_base` fails here, not in every episode);
 - the keys those models and the web provider need are present;
 - the benchmark's data files are present and match their registered sha256;
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from agents.ledger import Ledger, LedgerEntry, call_tags
-from agents.settings import ModelSettings
+from agents.models.ledger import Ledger, LedgerEntry, call_tags
+from agents.models.settings import ModelSettings
 from benchmarks.case import Case
-from benchmarks.errors import AtelierError, ConfigError
+from benchmarks.common.errors import AtelierError, ConfigError
 from runs.recipe import Recipe
 
 PROBE_TIMEOUT_S = 7.0  # per model, its text and structured probe together; models are probed concurrently
@@ -79,17 +79,17 @@ def key_problems(settings: ModelSettings) -> list[str]:
 
 async def probe_problem(settings: ModelSettings, where: list[str], ledger: Ledger | None = None,
                         timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when the model answers `agents.model_probe.probe_models`' text and structured probe (the
+    """None when the model answers `agents.models.model_probe.probe_models`' text and structured probe (the
     probe `atelier model check` runs), within `timeout_s` in all; else why not, in one line. The
     probe's calls go into `ledger` (they cost what any call costs)."""
     if settings.is_scripted:
         return None
-    from agents.model_probe import probe_models
+    from agents.models.model_probe import probe_models
 
     if settings.is_local:
         # Probing would start its server, which a run replayed from the cache never does; what can
         # be wrong before the first call (no extra, no weights) is what parsing the spec checks.
-        from agents.local_model import LocalModelError, parse_local_model
+        from agents.models.local_model import LocalModelError, parse_local_model
 
         try:
             parse_local_model(settings.model)

@@ -30,11 +30,11 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 
 from agents.judges.base import JUDGES
-from agents.settings import ROLE_FALLBACK, ROLES, ModelSettings
+from agents.models.settings import ROLE_FALLBACK, ROLES, ModelSettings
 from benchmarks.case import Case
-from benchmarks.degradation import check_kinds
-from benchmarks.errors import ConfigError
-from benchmarks.json_input import validate_strictly
+from benchmarks.common.degradation import check_kinds
+from benchmarks.common.errors import ConfigError
+from benchmarks.common.json_input import validate_strictly
 from benchmarks.registry import BENCHMARKS, get_benchmark, load_cases
 from benchmarks.rj_pairs import with_rj_pairs
 from graphs.context import SystemSpec
@@ -110,7 +110,7 @@ class RunSection(_Strict):
         "with a larger budget.")
     tolerate: list[str] = Field(
         default_factory=list, description="Degradation kinds this run accepts: still reported, no longer failing "
-        "its exit code (benchmarks.degradation.KINDS).")
+        "its exit code (benchmarks.common.degradation.KINDS).")
 
     @field_validator("tolerate")
     @classmethod

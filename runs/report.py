@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from benchmarks.case import Case
-from benchmarks.degradation import KINDS, counts_by_kind
-from benchmarks.redaction import active_redactor
+from benchmarks.common.degradation import KINDS, counts_by_kind
+from benchmarks.common.redaction import active_redactor
 from runs.results import ResultRecord, result_key
 from runs.usage import format_cost
 

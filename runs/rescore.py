@@ -20,11 +20,11 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from agents.judges.base import check_judge_fit, create_judge
-from agents.ledger import call_tags, capture_calls
-from agents.settings import ModelSettings
-from benchmarks.errors import ConfigError, DataError
-from benchmarks.redaction import redacting
-from benchmarks.json_input import read_json_file, validation_error
+from agents.models.ledger import call_tags, capture_calls
+from agents.models.settings import ModelSettings
+from benchmarks.common.errors import ConfigError, DataError
+from benchmarks.common.redaction import redacting
+from benchmarks.common.json_input import read_json_file, validation_error
 from graphs.judge import ARTIFACTS_DIR
 from graphs.sources import SOURCES_DIR
 from graphs.resources import release

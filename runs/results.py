@@ -4,7 +4,7 @@ Each line has an idempotent key `<case id>::<system>`. A resumed run skips keys 
 finished; an episode that failed is recorded with its reason and retried on resume, and when a
 key appears more than once the last line wins — so nothing is lost or counted twice.
 
-Lines and JSON files are written with the run's keys redacted (`benchmarks.redaction`).
+Lines and JSON files are written with the run's keys redacted (`benchmarks.common.redaction`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from pydantic import BaseModel, Field, ValidationError, computed_field, field_va
 
 from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
-from benchmarks.atomic_files import write_atomically
-from benchmarks.degradation import Degradation
-from benchmarks.errors import DataError
-from benchmarks.json_input import read_appended_jsonl, validation_error
-from benchmarks.redaction import active_redactor
+from benchmarks.common.atomic_files import write_atomically
+from benchmarks.common.degradation import Degradation
+from benchmarks.common.errors import DataError
+from benchmarks.common.json_input import read_appended_jsonl, validation_error
+from benchmarks.common.redaction import active_redactor
 
 
 def result_key(case_id: str, system: str) -> str:

@@ -27,11 +27,12 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agents.judges.base import ComparativeJudge, Judge, check_judge_fit, create_judge
-from agents.ledger import call_tags, capture_calls, ledger_totals, read_ledger
+from agents.models.ledger import call_tags, capture_calls, ledger_totals, read_ledger
 from benchmarks.case import Case
-from benchmarks.errors import ConfigError, DataError
-from benchmarks.json_input import read_appended_jsonl, read_json_file, validation_error
-from benchmarks.redaction import Redactor, redacting
+from benchmarks.common.errors import ConfigError, DataError
+from benchmarks.common.offline import apply_offline_defaults
+from benchmarks.common.json_input import read_appended_jsonl, read_json_file, validation_error
+from benchmarks.common.redaction import Redactor, redacting
 from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
 from graphs.episode import episode_graph_for
 from graphs.heap import settled_heap
@@ -162,6 +163,7 @@ class Runner:
         return self.recipe.cases()
 
     async def run(self) -> RunFolder:
+        apply_offline_defaults()  # a run started from Python: before the libraries its episodes drive load
         recipe = self.recipe
         recipe.check_roles_named()  # no role silently scripted beside a real model
         check_web_config(self.web)  # a provider without its API key fails here, before any episode

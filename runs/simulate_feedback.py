@@ -14,14 +14,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agents.cache import ResponseCache
-from agents.gateway import Gateway, ModelCallError
-from agents.ledger import Ledger, call_tags
-from agents.settings import ModelSettings
+from agents.models.cache import ResponseCache
+from agents.models.gateway import Gateway, ModelCallError
+from agents.models.ledger import Ledger, call_tags
+from agents.models.settings import ModelSettings
 from agents.user_sim import rate_response
-from benchmarks.atomic_files import write_atomically
+from benchmarks.common.atomic_files import write_atomically
 from benchmarks.data_files import cache_dir
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from runs.recipe import Recipe
 from runs.results import ResultsFile
 

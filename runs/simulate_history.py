@@ -35,10 +35,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.cache import ResponseCache
-from agents.gateway import Gateway, ModelCallError
-from agents.ledger import Ledger, call_tags
-from agents.settings import ModelSettings
+from agents.models.cache import ResponseCache
+from agents.models.gateway import Gateway, ModelCallError
+from agents.models.ledger import Ledger, call_tags
+from agents.models.settings import ModelSettings
 from agents.user_sim import HistoryOptions, check_protocol, check_reversibility, synthesize_history
 from agents.user_sim.history import (
     SynthesisEvent,
@@ -52,10 +52,10 @@ from agents.user_sim.history import (
 )
 from agents.user_sim.protocol import problem_kind
 from agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED, reversibility_problems
-from benchmarks.atomic_files import write_atomically
+from benchmarks.common.atomic_files import write_atomically
 from benchmarks.data_files import cache_dir
-from benchmarks.errors import ConfigError, DataError
-from benchmarks.json_input import read_appended_jsonl
+from benchmarks.common.errors import ConfigError, DataError
+from benchmarks.common.json_input import read_appended_jsonl
 from benchmarks.loaders.pdr import ContextRecord, context_history, read_contexts, read_language
 from runs.folder_lock import RunFolderLock
 from runs.outcome import EXIT_FAILURES, EXIT_OK, most_common_lines, reason_of

@@ -13,7 +13,7 @@ from itertools import combinations
 from typing import Any, Callable, Iterable
 
 from agents.judges.base import JudgeResult
-from benchmarks.degradation import counts_by_kind
+from benchmarks.common.degradation import counts_by_kind
 from benchmarks.metrics.statistics import bootstrap_ci, paired_test
 from runs.results import ResultRecord
 

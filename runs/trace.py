@@ -16,8 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agents.ledger import LedgerEntry, read_ledger
-from benchmarks.errors import ConfigError
+from agents.models.ledger import LedgerEntry, read_ledger
+from benchmarks.common.errors import ConfigError
 from runs.results import ResultRecord, ResultsFile, result_key
 
 _INTERNAL = ("branch:", "__start__", "__pregel_", "__interrupt__", "__resume__")
@@ -90,7 +90,7 @@ def _calls_from_cache(entries: list[LedgerEntry], cache_dir: str | None) -> list
     calls = [Call(entry) for entry in entries]
     if not cache_dir or not Path(cache_dir).exists():
         return calls
-    from agents.cache import ResponseCache
+    from agents.models.cache import ResponseCache
 
     cache = ResponseCache(cache_dir)
     try:

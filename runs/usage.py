@@ -9,8 +9,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from agents.ledger import LedgerEntry, ledger_totals
-from agents.settings import ROLE_FALLBACK
+from agents.models.ledger import LedgerEntry, ledger_totals
+from agents.models.settings import ROLE_FALLBACK
 from runs.results import ResultRecord
 
 

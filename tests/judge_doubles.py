@@ -6,10 +6,10 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.response import Citation
-from agents.settings import ModelSettings
-from benchmarks.errors import AtelierError
+from agents.models.settings import ModelSettings
+from benchmarks.common.errors import AtelierError
 
 Answer = dict[str, Any] | Callable[[list[dict[str, Any]], ModelSettings], dict[str, Any]]
 

@@ -26,11 +26,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agents.cache import ResponseCache
-from agents.gateway import Gateway
-from agents.ledger import Ledger
-from agents.openai_api import EndpointSession
-from benchmarks.errors import AtelierError, ConfigError
+from agents.models.cache import ResponseCache
+from agents.models.gateway import Gateway
+from agents.models.ledger import Ledger
+from agents.models.openai_api import EndpointSession
+from benchmarks.common.errors import AtelierError, ConfigError
 from graphs.external import agents, launcher
 from graphs.external.agents import session_env
 from graphs.external.endpoint import AgentEndpoint

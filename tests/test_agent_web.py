@@ -11,8 +11,8 @@ import textwrap
 import httpx
 import pytest
 
-from agents.gateway import Gateway
-from agents.ledger import Ledger
+from agents.models.gateway import Gateway
+from agents.models.ledger import Ledger
 from graphs.external.agents import CHILD
 from graphs.external.endpoint import AgentEndpoint
 from tools.config import WebConfig

@@ -1,4 +1,4 @@
-"""`benchmarks.atomic_files`: the one way cache and run files are (re)written."""
+"""`benchmarks.common.atomic_files`: the one way cache and run files are (re)written."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from benchmarks.atomic_files import atomic_writer, write_atomically, write_if_absent
+from benchmarks.common.atomic_files import atomic_writer, write_atomically, write_if_absent
 
 
 def test_writes_bytes_and_text_into_new_folders_and_replaces_what_was_there(tmp_path):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from graphs.bench import covered_seconds
+from runs.bench.graph import covered_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 

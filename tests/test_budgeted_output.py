@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError, create_model
 
 from agents import clarifier, planner, researcher
-from agents.budgeted import ITEM_CHARS, ShortItem, at_most
-from agents.gateway import Gateway, _Answered
+from agents.models.budgeted import ITEM_CHARS, ShortItem, at_most
+from agents.models.gateway import Gateway, _Answered
 from benchmarks.case import Query
 
 QUERY = Query(text="Plan my trip")

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.data_files import DataFile, verify_file
 from benchmarks.download import fetch_checked
-from benchmarks.errors import DataError
+from benchmarks.common.errors import DataError
 
 PLAIN = b'{"taskid": 1, "task": "plan a trip"}\n{"taskid": 2, "task": "compare laptops"}\n'
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from agents.ledger import Ledger, capture_calls, call_tags
-from benchmarks.errors import ConfigError
+from agents.models.ledger import Ledger, capture_calls, call_tags
+from benchmarks.common.errors import ConfigError
 from runs.executors.limits import ModelLimitsActor
 from runs.executors.ray import _NewFiles, forwarded_env
 from runs.recipe import parse_recipe

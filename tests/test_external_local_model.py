@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.local_model import SERVERS
+from agents.models.local_model import SERVERS
 from runs.recipe import parse_recipe
 from runs.runner import run_recipe
 from tests.test_local_model import local_model_installed  # noqa: F401 (autouse: skips, or fails in CI, without the extra)

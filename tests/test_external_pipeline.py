@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.errors import ConfigError
-from graphs.bench import compare_graphs
+from benchmarks.common.errors import ConfigError
+from runs.bench.graph import compare_graphs
 from graphs.external import launcher
 from graphs.sources import SourceStore
 from runs.recipe import load_recipe, parse_recipe

@@ -8,10 +8,10 @@ from collections import defaultdict
 
 import pytest
 
-from agents.gateway import Gateway
-from agents.ledger import current_tags
+from agents.models.gateway import Gateway
+from agents.models.ledger import current_tags
 from benchmarks.case import ViewAblation, facet_matches
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from benchmarks.registry import load_cases
 from runs.recipe import parse_recipe
 from runs.runner import run_recipe

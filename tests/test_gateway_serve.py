@@ -179,7 +179,7 @@ def test_serve_refuses_bad_flags_in_one_line(flags, said):
 
 
 def test_the_host_check_passes_loopback_and_public_hosts():
-    from benchmarks.errors import ConfigError
+    from benchmarks.common.errors import ConfigError
 
     for host in ("127.0.0.1", "127.0.0.2", "localhost", "::1"):
         checked_host(host, public=False)
@@ -189,7 +189,7 @@ def test_the_host_check_passes_loopback_and_public_hosts():
 
 
 def test_the_api_key_is_generated_or_checked():
-    from benchmarks.errors import ConfigError
+    from benchmarks.common.errors import ConfigError
 
     generated, made = checked_token(None)
     assert made and generated.startswith("atl-") and len(generated) >= 30 and generated != checked_token(None)[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from graphs.heap import settled_heap
 from runs.runner import run_recipe
 from tests.test_runner import recipe

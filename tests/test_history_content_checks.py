@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.user_sim import HistoryOptions, check_protocol, synthesize_history
 from agents.user_sim.history import history_rules
 from agents.user_sim.persona import persona_traits, preference_tags

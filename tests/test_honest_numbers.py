@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from agents.judges.base import JudgeResult
 from agents.planner import checked_queries
 from agents.response import SystemResponse
-from benchmarks.degradation import Degradation, counts_by_kind, degradation
-from benchmarks.errors import ConfigError
+from benchmarks.common.degradation import Degradation, counts_by_kind, degradation
+from benchmarks.common.errors import ConfigError
 from memory.budget import pack
 from runs.cli import app
 from runs.outcome import EXIT_FAILURES, EXIT_OK, outcome_of

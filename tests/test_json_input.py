@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from benchmarks.errors import DataError
-from benchmarks.json_input import parse_json, read_appended_jsonl, validate_strictly
+from benchmarks.common.errors import DataError
+from benchmarks.common.json_input import parse_json, read_appended_jsonl, validate_strictly
 
 
 @pytest.mark.parametrize(

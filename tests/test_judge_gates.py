@@ -16,7 +16,7 @@ from agents.judges.base import JudgeEnv, blank, create_judge
 from agents.judges.store import ArtifactStore
 from agents.response import Citation, SystemResponse
 from benchmarks.case import Case, Gold, Persona, PTKBStatement, Query, RJPair
-from benchmarks.degradation import counts_by_kind
+from benchmarks.common.degradation import counts_by_kind
 from graphs.sources import SourceStore
 from tests.judge_doubles import FakeWeb, HandWritten, prompt, serving, sha256
 

@@ -8,11 +8,11 @@ import asyncio
 
 import pytest
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.judges.base import JudgeEnv, create_judge
 from agents.judges.store import ArtifactStore
 from agents.response import Citation, SystemResponse
-from agents.settings import ModelSettings
+from agents.models.settings import ModelSettings
 from benchmarks.case import Case, Criterion, Gold, Persona, PTKBStatement, Query, RJPair, RubricAspect
 from tests.judge_doubles import FakeWeb, HandWritten, HashedCitation, prompt, serving, sha256
 
@@ -346,7 +346,7 @@ def test_plain_citations_without_a_hash_are_read_and_not_counted_as_mismatches(t
 
 def test_every_judge_role_is_a_known_role_falling_back_to_judge() -> None:
     from agents.judges.base import JUDGES
-    from agents.settings import JUDGE_ROLES, ROLE_FALLBACK
+    from agents.models.settings import JUDGE_ROLES, ROLE_FALLBACK
 
     roles = {role for _, cls in JUDGES.items() for role in cls.roles}
     assert roles <= set(JUDGE_ROLES) and all(ROLE_FALLBACK[role] == "judge" for role in JUDGE_ROLES)

@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.judges.base import JudgeEnv, create_judge
 from agents.response import SystemResponse
-from agents.settings import JUDGE_ROLES, ModelSettings
-from benchmarks.errors import ConfigError
+from agents.models.settings import JUDGE_ROLES, ModelSettings
+from benchmarks.common.errors import ConfigError
 from benchmarks.loaders.sample import sample_pages
 from benchmarks.registry import load_cases
 from runs.recipe import parse_recipe

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from benchmarks.case import Case
 from benchmarks.data_files import ENV_DATA_DIR, data_dir
-from benchmarks.errors import DataError
+from benchmarks.common.errors import DataError
 from benchmarks.registry import load_cases
 
 FIXTURES = Path(__file__).parent / "fixtures"

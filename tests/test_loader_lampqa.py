@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.errors import ConfigError, DataError
+from benchmarks.common.errors import ConfigError, DataError
 from benchmarks.registry import load_cases
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lampqa"

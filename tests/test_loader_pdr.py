@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.errors import ConfigError, DataError
+from benchmarks.common.errors import ConfigError, DataError
 from benchmarks.registry import load_cases
 
 CONTEXTS = Path(__file__).parent / "fixtures" / "pdr_contexts" / "contexts_en.jsonl"

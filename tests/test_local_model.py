@@ -19,11 +19,11 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from agents.gateway import Gateway, ModelCallError
-from agents.ledger import Ledger
-from agents.local_model import SERVERS, LlamaServer, parse_local_model
-from agents.settings import ModelSettings
-from agents.structured_output import MODES_FILE, ModeMemory
+from agents.models.gateway import Gateway, ModelCallError
+from agents.models.ledger import Ledger
+from agents.models.local_model import SERVERS, LlamaServer, parse_local_model
+from agents.models.settings import ModelSettings
+from agents.models.structured_output import MODES_FILE, ModeMemory
 from graphs.pipelines import pipeline_names
 from runs.recipe import parse_recipe
 from runs.runner import run_recipe
@@ -213,7 +213,7 @@ def test_a_fully_cached_rerun_starts_no_server(tmp_path, cache_dir, monkeypatch)
 def test_the_server_exits_when_its_parent_dies(tmp_path):
     script = (
         "import os, sys\n"
-        "from agents.local_model import LlamaServer, parse_local_model\n"
+        "from agents.models.local_model import LlamaServer, parse_local_model\n"
         "server = LlamaServer(parse_local_model('local/smollm2')).start()\n"
         "print(server._process.pid, flush=True)\n"
         "os._exit(0)  # no clean-up: the child must notice by itself\n"

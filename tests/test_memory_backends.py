@@ -13,13 +13,13 @@ from typing import Any, Callable, TypedDict
 import numpy as np
 import pytest
 
-from agents.gateway import Gateway
-from agents.ledger import current_tags
+from agents.models.gateway import Gateway
+from agents.models.ledger import current_tags
 from agents.memory_curator import ProfileAnalysis, ProfileTrait, TopicSummaries, TopicSummary, UserFact, UserKnowledge
 from agents.persona_distiller import FACET_PATHS, FacetUpdate, PersonaUpdate, RELEASED_FACETS
 from agents.profiler import CriterionGuidance, InterestProfile, PresentationSignals, QueryProfile, UserProfile
 from agents.relevance import SessionJudgment, judge_sessions_batch
-from agents.settings import ModelSettings
+from agents.models.settings import ModelSettings
 from benchmarks.case import (
     ChatMessage,
     ChatSession,

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from agents.gateway import Gateway
-from agents.settings import ModelSettings
+from agents.models.gateway import Gateway
+from agents.models.settings import ModelSettings
 from benchmarks.case import (ChatMessage, ChatSession, ExplicitPersona, MemorySnippet, PTKBStatement,
                              SearchQueryRecord, SearchSession)
 from memory.base import MemoryEnv, MemoryQuery

@@ -11,10 +11,10 @@ import typer
 from typer.testing import CliRunner
 
 from benchmarks.case import Case, ConversationTurn, Gold, HistoryEvent, MemorySnippet, Query
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from benchmarks.registry import load_cases
 from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, memory_query
-from memory.bench import synthetic_histories, synthetic_queries
+from runs.bench.memory import synthetic_histories, synthetic_queries
 from memory.evaluation import evaluate_retrieval, gold_qrels, user_histories
 from runs.cli import memory as memory_cli
 from runs.cli.memory import backend_config, parse_assignments

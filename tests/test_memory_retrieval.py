@@ -9,11 +9,11 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.query_expansion import expansion_messages
-from agents.settings import ModelSettings
+from agents.models.settings import ModelSettings
 from benchmarks.case import ConversationTurn, ChatMessage, ChatSession, MemorySnippet, PTKBStatement, SearchQueryRecord, SearchSession
-from benchmarks.errors import DataError
+from benchmarks.common.errors import DataError
 from memory.base import MemoryEnv, MemoryQuery
 from memory.budget import count_tokens
 from memory.registry import create_backend

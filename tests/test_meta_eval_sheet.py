@@ -13,7 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from benchmarks.errors import ConfigError, DataError
+from benchmarks.common.errors import ConfigError, DataError
 from runs.cli import judges as judges_cli
 from runs.meta_eval import SHEET_COLUMNS, read_labels, run_scores
 from runs.recipe import parse_recipe

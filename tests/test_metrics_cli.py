@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from benchmarks.errors import AtelierError, ConfigError, DataError
+from benchmarks.common.errors import AtelierError, ConfigError, DataError
 from benchmarks.metrics.registry import EXAMPLES_DIR, METRICS, read_metric_input, run_metric
 from runs.cli import metric as metric_cli
 

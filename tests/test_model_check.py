@@ -9,11 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agents.gateway import Gateway
-from agents.model_bench import ModelBenchSettings, run_model_bench
-from agents.model_probe import probe_models
-from agents.settings import ModelSettings
-from agents.structured_output import MODES_FILE, ModeMemory
+from agents.models.gateway import Gateway
+from runs.bench.model import ModelBenchSettings, run_model_bench
+from agents.models.model_probe import probe_models
+from agents.models.settings import ModelSettings
+from agents.models.structured_output import MODES_FILE, ModeMemory
 from runs.model_check import probe_recipe, recipe_models
 from runs.recipe import parse_recipe
 from tests.openai_stub import OpenAIStub

@@ -147,7 +147,7 @@ def test_whatever_a_command_writes_leaves_out_the_key_of_its_command_line(tmp_pa
     """Not only runs: any command's writers (a gateway's ledger, a simulation's files) get the keys
     its command line gives."""
     import runs.recipe
-    from benchmarks.errors import ConfigError
+    from benchmarks.common.errors import ConfigError
     from runs.results import write_json_atomic
 
     def writes_then_refuses(path):
@@ -164,7 +164,7 @@ def test_whatever_a_command_writes_leaves_out_the_key_of_its_command_line(tmp_pa
 
 
 def test_a_key_is_blanked_whole_escaped_or_cut_short_and_nothing_else_is():
-    from benchmarks.redaction import Redactor
+    from benchmarks.common.redaction import Redactor
 
     redactor = Redactor([KEY, "sk-q\"uo<te>-key-000"])
     assert redactor.redact(f"Incorrect API key provided: {KEY}.") == "Incorrect API key provided: sk-…[redacted]."
@@ -182,7 +182,7 @@ def test_a_key_is_blanked_whole_escaped_or_cut_short_and_nothing_else_is():
 
 
 def test_placeholders_shorter_than_a_key_are_not_secrets():
-    from benchmarks.redaction import Redactor
+    from benchmarks.common.redaction import Redactor
 
     redactor = Redactor(["none", "EMPTY", "sk-x", "sk-local"])
     assert redactor.secrets == {"sk-local"}
@@ -190,7 +190,7 @@ def test_placeholders_shorter_than_a_key_are_not_secrets():
 
 
 def test_bytes_are_blanked_byte_for_byte_so_a_serialized_value_still_loads():
-    from benchmarks.redaction import Redactor
+    from benchmarks.common.redaction import Redactor
     from graphs.serde import serializer
 
     serde = serializer()
@@ -205,7 +205,7 @@ def test_bytes_are_blanked_byte_for_byte_so_a_serialized_value_still_loads():
 def test_a_checkpoint_holds_no_key(tmp_path):
     import asyncio
 
-    from benchmarks.redaction import Redactor
+    from benchmarks.common.redaction import Redactor
     from graphs.persistence import run_checkpointer
 
     async def write() -> None:
@@ -223,7 +223,7 @@ def test_a_checkpoint_holds_no_key(tmp_path):
 
 
 def test_the_command_line_loses_the_values_of_its_key_options():
-    from benchmarks.redaction import Redactor, key_flag_values
+    from benchmarks.common.redaction import Redactor, key_flag_values
 
     argv = ["run", "r.toml", "--api-key", KEY, "--token=tok-0123456789", "--model", "m"]
     assert key_flag_values(argv) == {KEY, "tok-0123456789"}
@@ -232,7 +232,7 @@ def test_the_command_line_loses_the_values_of_its_key_options():
 
 
 def test_variables_named_like_keys():
-    from benchmarks.redaction import is_key_name, key_variables
+    from benchmarks.common.redaction import is_key_name, key_variables
 
     for name in ("OPENAI_API_KEY", "ATELIER_API_KEY", "TAVILY_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY",
                  "AWS_SESSION_TOKEN", "DB_PASSWORD", "api_key", "token", "Authorization", "MY_APIKEY"):
@@ -245,7 +245,7 @@ def test_variables_named_like_keys():
 def test_every_documented_key_variable_of_a_web_service_is_named_like_a_key():
     """Outside a run (the CLI's error file) keys are found by the variable's name: each web service's
     documented variable must match, or its key would be missed."""
-    from benchmarks.redaction import is_key_name
+    from benchmarks.common.redaction import is_key_name
     from tools.api_keys import KeyedServiceConfig
     from tools.readers.registry import READERS
     from tools.search.registry import PROVIDERS
@@ -257,7 +257,7 @@ def test_every_documented_key_variable_of_a_web_service_is_named_like_a_key():
 
 
 def test_a_run_knows_every_key_its_recipe_gives_or_names(monkeypatch):
-    from benchmarks.redaction import Redactor
+    from benchmarks.common.redaction import Redactor
     from runs.recipe import parse_recipe
 
     monkeypatch.setenv("ATELIER_TEST_JUDGE_KEY", "judge-key-0123456789")  # named by api_key_env only
@@ -279,7 +279,7 @@ def test_a_run_knows_every_key_its_recipe_gives_or_names(monkeypatch):
 
 
 def test_writers_use_the_run_s_redactor_and_the_environment_s_outside_a_run(tmp_path, monkeypatch):
-    from benchmarks.redaction import Redactor, active_redactor, redacting
+    from benchmarks.common.redaction import Redactor, active_redactor, redacting
     from runs.results import write_json_atomic
 
     monkeypatch.setenv("SOME_SERVICE_TOKEN", ENV_KEY)

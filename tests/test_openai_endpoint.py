@@ -10,11 +10,11 @@ import openai
 import pytest
 from jsonschema import Draft202012Validator
 
-from agents.cache import ResponseCache
-from agents.gateway import Gateway
-from agents.ledger import Ledger
-from agents.openai_api import EndpointSession
-from agents.settings import ModelSettings
+from agents.models.cache import ResponseCache
+from agents.models.gateway import Gateway
+from agents.models.ledger import Ledger
+from agents.models.openai_api import EndpointSession
+from agents.models.settings import ModelSettings
 from graphs.external.endpoint import AgentEndpoint
 from tests.openai_stub import OpenAIStub
 
@@ -129,7 +129,7 @@ def test_a_litellm_embedding_model_embeds_over_http_without_litellm_logging(endp
     endpoint's local embedder), without litellm's own logging while no callback consumes it."""
     from litellm.litellm_core_utils.litellm_logging import Logging
 
-    from agents.embeddings import LiteLLMEmbedder
+    from agents.models.embeddings import LiteLLMEmbedder
 
     logged = []
     monkeypatch.setattr(Logging, "success_handler", lambda self, *a, **k: logged.append("success"))
@@ -173,7 +173,7 @@ def test_a_recursive_schema_is_refused_at_once_without_a_model_call(endpoint):
 
 
 def test_schema_problems_are_found_by_a_bounded_walk():
-    from agents.openai_api import MAX_SCHEMA_DEPTH, schema_problem
+    from agents.models.openai_api import MAX_SCHEMA_DEPTH, schema_problem
 
     cycle = {"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}},
              "$ref": "#/$defs/A"}

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from benchmarks.errors import DataError
+from benchmarks.common.errors import DataError
 from graphs.persistence import RunSerializer
 from memory.base import UserContext
 

@@ -12,8 +12,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from agents.clarify import ClarifyAnswers, ClarifyRequest
-from agents.gateway import Gateway
-from benchmarks.errors import ConfigError
+from agents.models.gateway import Gateway
+from benchmarks.common.errors import ConfigError
 from benchmarks.registry import load_cases
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.deep_research.graph import build_deep_research_graph
@@ -44,7 +44,7 @@ def prompts(monkeypatch):
     original = Gateway._request
 
     async def spy(self, role, messages, **kwargs):
-        from agents.ledger import current_tags
+        from agents.models.ledger import current_tags
 
         seen.append((current_tags().get("node", ""), role, json.dumps(messages, ensure_ascii=False)))
         return await original(self, role, messages, **kwargs)
@@ -348,7 +348,7 @@ async def test_deep_research_with_gold_context_reads_the_gold_information_and_ne
 
 
 async def test_a_failed_note_taking_call_is_recorded_and_the_report_still_written(tmp_path, monkeypatch):
-    from agents.gateway import StructuredOutputError
+    from agents.models.gateway import StructuredOutputError
 
     original = Gateway.structured
     failed = []
@@ -381,7 +381,7 @@ async def test_a_failed_note_taking_call_is_recorded_and_the_report_still_writte
 async def test_a_planning_step_a_model_cannot_do_falls_back_and_is_recorded(tmp_path, monkeypatch, pipeline, broken,
                                                                             recorded):
     """A weak model that cannot fill a plan's schema still gets an answer, and the fallback is recorded."""
-    from agents.gateway import StructuredOutputError
+    from agents.models.gateway import StructuredOutputError
 
     original = Gateway.structured
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from runs.recipe import load_recipe
 
 GOOD = """

@@ -18,7 +18,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.errors import AtelierError
+from benchmarks.common.errors import AtelierError
 from runs.preflight import PreflightError
 from runs.recipe import load_recipe
 from runs.runner import run_recipe

@@ -137,7 +137,7 @@ def test_a_run_where_everything_failed_gets_a_page_that_says_so(tmp_path, cache_
 def test_report_re_renders_a_run_folder(tmp_path, cache_dir):
     from typer.testing import CliRunner
 
-    from benchmarks.errors import ConfigError
+    from benchmarks.common.errors import ConfigError
     from runs.cli import app
 
     folder = run_recipe(recipe(tmp_path), tmp_path / "run", progress=False)

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from agents.judges.base import JudgeResult
 from agents.response import SystemResponse
-from agents.settings import ROLE_FALLBACK
+from agents.models.settings import ROLE_FALLBACK
 from benchmarks.metrics.statistics import bootstrap_ci
 from runs.cli import judges as judges_cli
 from runs.recipe import parse_recipe
@@ -369,7 +369,7 @@ def test_meta_eval_against_another_judges_run_and_bespoke_feedback_accuracy(tmp_
 
 
 def test_bench_judge_reuses_criteria_once_per_pair(cache_dir) -> None:
-    from agents.judges.bench import bench_judge
+    from runs.bench.judge import bench_judge
 
     result = asyncio.run(bench_judge(pairs=3, systems=3))
     reuse, fresh = result["with_reuse"], result["without_reuse"]

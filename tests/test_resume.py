@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from agents.cache import ResponseCache
-from agents.gateway import Gateway
-from agents.ledger import Ledger
-from agents.settings import ModelSettings
+from agents.models.cache import ResponseCache
+from agents.models.gateway import Gateway
+from agents.models.ledger import Ledger
+from agents.models.settings import ModelSettings
 from runs.resume import JUDGE_SIDE, SYSTEM_SIDE, check_resume
 
 BASE = {

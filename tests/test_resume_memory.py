@@ -27,12 +27,12 @@ from typing import Any, Callable
 import pytest
 from pydantic import ValidationError
 
-from agents.cache import ResponseCache
-from agents.gateway import Gateway
-from agents.ledger import Ledger
-from agents.settings import ModelSettings
+from agents.models.cache import ResponseCache
+from agents.models.gateway import Gateway
+from agents.models.ledger import Ledger
+from agents.models.settings import ModelSettings
 from benchmarks.case import ChatMessage, ChatSession, MemorySnippet, PTKBStatement
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.inputs import GraphInputError
 from graphs.resources import release, resources_for, run_path

@@ -87,7 +87,7 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
 def test_the_lock_refuses_a_second_holder_in_the_same_process_too(tmp_path):
     import pytest
 
-    from benchmarks.errors import ConfigError
+    from benchmarks.common.errors import ConfigError
 
     with RunFolderLock(tmp_path / "f"):
         with pytest.raises(ConfigError, match=f"pid {os.getpid()}"):

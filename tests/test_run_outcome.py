@@ -9,7 +9,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from agents.ledger import LedgerEntry, ledger_totals
+from agents.models.ledger import LedgerEntry, ledger_totals
 from runs.cli import app
 from runs.outcome import EXIT_FAILURES, EXIT_OK, outcome_of
 from runs.recipe import parse_recipe
@@ -102,7 +102,7 @@ def test_a_clean_run_exits_zero_and_a_resumed_one_says_what_was_done(tmp_path, c
 
 
 def test_failed_judgments_are_counted_and_fail_the_exit_code(tmp_path, cache_dir, monkeypatch):
-    from agents.gateway import ModelCallError
+    from agents.models.gateway import ModelCallError
     from agents.judges.lampqa import LampQAAspectJudge
 
     async def broken(self, case, response, env, prepared=None):
@@ -145,7 +145,7 @@ def test_systems_seed_and_concurrency_overrides(tmp_path, cache_dir):
     base = recipe(tmp_path)
     only = base.with_overrides(systems=["full"], seed=7, concurrency=9)
     assert [s.name for s in only.systems] == ["full"] and only.seed == 7 and only.run.concurrency == 9
-    from benchmarks.errors import ConfigError
+    from benchmarks.common.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"--systems: no system 'ful' in recipe 't'; valid: none, full"):
         base.with_overrides(systems=["ful"])

@@ -8,7 +8,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from runs.cli import app
 from runs.compare import compare_runs
 from runs.recipe import parse_recipe
@@ -113,7 +113,7 @@ def test_list_shows_every_kind_with_typed_options():
 
 
 def test_bench_runner_measures_efficiency_overhead_memory_and_checkpoints(tmp_path, cache_dir):
-    from runs.bench_runner import RunnerBenchSettings, _critical_steps, efficiency_bound, run_runner_benchmark
+    from runs.bench.runner import RunnerBenchSettings, _critical_steps, efficiency_bound, run_runner_benchmark
 
     assert _critical_steps([(0, 1), (0.5, 1.5), (2, 3)]) == 2  # two overlapping calls, then one more
     floor = {"litellm_ms_per_call": 4.0, "langgraph_ms_per_one_node_episode": 1.0}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from runs.recipe import parse_recipe
 from runs.results import ResultsFile
 from runs.runner import Runner, run_recipe
@@ -130,7 +130,7 @@ def test_systems_never_see_gold(tmp_path, cache_dir, monkeypatch):
 
 
 def test_a_web_provider_without_its_key_stops_the_run_before_any_episode(tmp_path, cache_dir, monkeypatch):
-    from benchmarks.errors import ConfigError
+    from benchmarks.common.errors import ConfigError
 
     monkeypatch.delenv("SERPER_API_KEY", raising=False)
     data = recipe(tmp_path).model_dump(mode="python")
@@ -160,7 +160,7 @@ async def test_the_runs_web_is_shared_recorded_in_the_run_folder_and_logged(tmp_
 
 
 def test_a_run_folder_only_resumes_the_recipe_that_made_it(tmp_path, cache_dir):
-    from benchmarks.errors import ConfigError
+    from benchmarks.common.errors import ConfigError
 
     folder = run_recipe(recipe(tmp_path), progress=False)
     changed = recipe(tmp_path, model="scripted?seed=9")

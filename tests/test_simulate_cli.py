@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks.errors import DataError
+from benchmarks.common.errors import DataError
 from benchmarks.registry import load_cases
 from benchmarks.rj_pairs import with_rj_pairs
 from runs.recipe import parse_recipe
@@ -146,7 +146,7 @@ def test_feedback_turns_a_runs_responses_into_rj_pairs_for_later_runs(tmp_path, 
 def test_simulated_rj_pairs_let_the_bespoke_judge_score_a_benchmark_without_them(tmp_path, cache_dir):
     import asyncio
 
-    from benchmarks.errors import ConfigError
+    from benchmarks.common.errors import ConfigError
     from runs.simulate_feedback import rate_run
 
     lampqa = {"name": "lampqa", "limit": 2,

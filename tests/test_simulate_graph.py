@@ -12,7 +12,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from agents.clarify import ClarifyAnswers, ClarifyRequest
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages
 from agents.response import Citation, SystemResponse
 from agents.user_sim import STOP_TOKEN

@@ -9,8 +9,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from agents.gateway import Gateway
-from agents.ledger import current_tags
+from agents.models.gateway import Gateway
+from agents.models.ledger import current_tags
 from runs.recipe import parse_recipe
 from runs.runner import run_recipe
 from tests.conftest import GOLD_SENTINEL

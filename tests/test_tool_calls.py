@@ -8,8 +8,8 @@ import pytest
 from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
-from agents.scripted import schema_instance
-from agents.tool_calls import flatten_messages, openai_tool_calls, schema_model, tool_turn_schema
+from agents.models.scripted import schema_instance
+from agents.models.tool_calls import flatten_messages, openai_tool_calls, schema_model, tool_turn_schema
 
 PLAN = {"type": "object", "properties": {"steps": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
         "required": ["steps"]}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from agents.clarify import ClarifyRequest
-from agents.gateway import Gateway
-from agents.settings import ModelSettings
+from agents.models.gateway import Gateway
+from agents.models.settings import ModelSettings
 from agents.user_sim import DONT_KNOW, STOP_TOKEN, answer_clarification, next_user_turn, rate_response
 from agents.user_sim.feedback import UserFeedback
 from benchmarks.case import ConversationTurn

@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from agents.gateway import Gateway
-from agents.settings import ModelSettings
+from agents.models.gateway import Gateway
+from agents.models.settings import ModelSettings
 from agents.user_sim import HistoryOptions, check_protocol, check_reversibility, plan_history, synthesize_history
 from agents.user_sim.history import history_rules
 from agents.user_sim.persona import persona_traits, preference_tags
@@ -130,7 +130,7 @@ class RecordingGateway:
         self.requests: list[tuple[str, list[dict], str]] = []
 
     def settings(self, role):
-        from agents.settings import ModelSettings
+        from agents.models.settings import ModelSettings
 
         return ModelSettings()
 
@@ -195,7 +195,7 @@ def test_the_same_seed_gives_the_same_history_from_the_cache_and_another_seed_an
 
 
 async def test_synthesis_and_its_checks_run_over_litellms_http_path():
-    from agents.settings import ModelSettings
+    from agents.models.settings import ModelSettings
     from tests.openai_stub import OpenAIStub
 
     attributes = load_suite().personas["u4"].attributes()
@@ -244,7 +244,7 @@ class TraitWriter(Gateway):
         self.requests: list[tuple[str, str]] = []  # (trait, prompt)
 
     async def structured(self, role, messages, schema):
-        from agents.gateway import StructuredOutputError
+        from agents.models.gateway import StructuredOutputError
         from agents.user_sim.history import REJECTED_TITLE, TRAIT_TITLE
 
         prompt = messages[-1]["content"]

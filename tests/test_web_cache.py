@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.errors import DataError
+from benchmarks.common.errors import DataError
 from tools.cache import WebCache, request_key
 from tools.config import SandboxConfig, WebConfig
 from tools.errors import FetchFailed, NetworkDisabled, ReplayMiss

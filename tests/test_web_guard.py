@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from tools.asgi_server import AsgiServer
 from tools.caps import FetchCaps
 from tools.config import WebConfig

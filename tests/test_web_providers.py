@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from tools.asgi_server import AsgiServer
 from tools.config import SandboxConfig, WebConfig
 from tools.errors import SearchFailed

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from benchmarks.data_files import data_dir
-from benchmarks.errors import ConfigError, DataError
+from benchmarks.common.errors import ConfigError, DataError
 from tools.config import SandboxConfig, WebConfig
 from tools.sandbox.app import PAGE_SIZE
 from tools.sandbox.corpus import SAMPLE_PAGES, load_corpus, wiki_url

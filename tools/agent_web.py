@@ -34,8 +34,8 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Host, Route, Router
 
 from agents.citations import SourceRef
-from agents.openai_api import EndpointSession, TokenRegistry
-from benchmarks.degradation import Degradation, degradation
+from agents.models.openai_api import EndpointSession, TokenRegistry
+from benchmarks.common.degradation import Degradation, degradation
 from tools.errors import ReplayMiss, WebError
 from tools.urls import canonical_url, web_source_id
 from tools.web import Web

@@ -32,8 +32,8 @@ from typing import Any, Literal
 from cachetools import LRUCache
 from pydantic import BaseModel
 
-from benchmarks.atomic_files import write_atomically, write_if_absent
-from benchmarks.errors import DataError
+from benchmarks.common.atomic_files import write_atomically, write_if_absent
+from benchmarks.common.errors import DataError
 from tools.config import CacheMode
 from tools.errors import ReplayMiss
 

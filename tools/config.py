@@ -28,8 +28,8 @@ from pydantic import (
     model_validator,
 )
 
-from benchmarks.errors import ConfigError
-from benchmarks.json_input import validate_strictly
+from benchmarks.common.errors import ConfigError
+from benchmarks.common.json_input import validate_strictly
 from tools.caps import FetchCaps
 from tools.url_guard import HostEntry
 

@@ -6,8 +6,8 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
-from benchmarks.errors import ConfigError
-from benchmarks.named_registry import NamedRegistry, UnknownNameError
+from benchmarks.common.errors import ConfigError
+from benchmarks.common.named_registry import NamedRegistry, UnknownNameError
 from tools.api_keys import KeyedServiceConfig
 from tools.http import GuardedHttp
 

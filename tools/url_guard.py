@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from tools.errors import FetchFailed, FetchRefused
 
 ALLOWED_SCHEMES = ("http", "https")

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field
 
-from agents.collect import collecting
+from benchmarks.common.collect import collecting
 from benchmarks.data_files import cache_dir
 from tools.asgi_server import AsgiServer
 from tools.cache import CachedAnswer, RequestKind, WebCache

@@ -45,7 +45,7 @@ from agents.judges.material import numbered, response_section
 from agents.prompts import Section, build_messages, conversation_section
 from agents.response import SystemResponse
 from benchmarks.case import Case
-from benchmarks.degradation import degradation
+from benchmarks.common.degradation import degradation
 from benchmarks.metrics.aepd import AEPDInput, aepd_scores
 
 ROLE = "aepd_judge"

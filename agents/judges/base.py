@@ -21,13 +21,13 @@ from typing import Any, Awaitable, Callable, ClassVar, Generic, NamedTuple, Prot
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.gateway import Gateway, ModelCallError
+from agents.models.gateway import Gateway, ModelCallError
 from agents.judges.store import ArtifactStore
 from agents.response import SystemResponse
 from benchmarks.case import Case
-from benchmarks.degradation import Degradation, degradation
-from benchmarks.errors import ConfigError
-from benchmarks.named_registry import NamedRegistry
+from benchmarks.common.degradation import Degradation, degradation
+from benchmarks.common.errors import ConfigError
+from benchmarks.common.named_registry import NamedRegistry
 
 
 class JudgeConfig(BaseModel):

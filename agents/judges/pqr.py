@@ -49,7 +49,7 @@ from agents.judges.pqr_reliability import ReliabilitySettings, judge_reliability
 from agents.prompts import Section, build_messages
 from agents.response import SystemResponse
 from benchmarks.case import Case
-from benchmarks.degradation import Degradation, degradation
+from benchmarks.common.degradation import Degradation, degradation
 from benchmarks.metrics.pqr import (
     PERSONALIZATION_DIMENSIONS,
     QUALITY_DIMENSIONS,

@@ -34,8 +34,8 @@ from agents.judges.base import JudgeEnv, ask_again_once, blank, quoted
 from agents.judges.material import item_keys, numbered, per_item_model, response_section
 from agents.prompts import Section, build_messages
 from agents.response import Citation, SystemResponse
-from benchmarks.degradation import Degradation, degradation
-from benchmarks.errors import AtelierError
+from benchmarks.common.degradation import Degradation, degradation
+from benchmarks.common.errors import AtelierError
 from benchmarks.metrics.pqr import ClaimCheck, FactualReliability, NoCitation, Unreadable, reliability_from_claims
 
 Verdict = Literal["supported", "unsupported", "unknown"]

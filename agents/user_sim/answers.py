@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field
 
 from agents.clarify import DONT_KNOW, ClarifyAnswers, ClarifyRequest
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages
 from agents.user_sim.disclosure import GoldGuard
 from agents.user_sim.grounding import SIMULATOR_ROLE, STOP_TOKEN, user_sections

@@ -14,7 +14,7 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, Field
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.prompts import build_messages, conversation_section
 from agents.user_sim.disclosure import GoldGuard
 from agents.user_sim.grounding import SIMULATOR_ROLE, STOP_TOKEN, user_sections

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages
 from agents.user_sim.grounding import SIMULATOR_ROLE, user_sections
 from benchmarks.case import Case, RJPair

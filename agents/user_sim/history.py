@@ -47,10 +47,10 @@ from typing import Any, Callable, Iterable, Literal, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from agents.gateway import Gateway, ModelCallError, StructuredOutputError
-from agents.ledger import capture_calls
+from agents.models.gateway import Gateway, ModelCallError, StructuredOutputError
+from agents.models.ledger import capture_calls
 from agents.prompts import Section, build_messages, json_instructions
-from agents.tasks import gather_or_cancel
+from benchmarks.common.tasks import gather_or_cancel
 from agents.user_sim.persona import Trait, persona_traits, render_persona
 from agents.user_sim.protocol import (
     CONVERSATIONAL_RANGE,
@@ -62,7 +62,7 @@ from agents.user_sim.protocol import (
     item_problems,
     problem_kind,
 )
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from benchmarks.loaders.pdr import (
     ContextClick,
     ContextDialogue,

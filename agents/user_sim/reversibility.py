@@ -26,10 +26,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, computed_field, create_model
 
-from agents.budgeted import at_most
-from agents.gateway import Gateway
+from agents.models.budgeted import at_most
+from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages
-from agents.tasks import gather_or_cancel
+from benchmarks.common.tasks import gather_or_cancel
 from agents.user_sim.history import ask_within_budget
 from agents.user_sim.persona import Trait, persona_traits
 from benchmarks.case import HistoryEvent

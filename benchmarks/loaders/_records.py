@@ -15,8 +15,8 @@ from typing import Any, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from benchmarks.errors import ConfigError, DataError
-from benchmarks.json_input import parse_json, validation_error
+from benchmarks.common.errors import ConfigError, DataError
+from benchmarks.common.json_input import parse_json, validation_error
 
 RecordT = TypeVar("RecordT", bound=BaseModel)
 ItemT = TypeVar("ItemT")

@@ -40,7 +40,7 @@ from benchmarks.case import (
     SearchResultClick,
     SearchSession,
 )
-from benchmarks.errors import ConfigError, DataError
+from benchmarks.common.errors import ConfigError, DataError
 from benchmarks.loaders._records import (
     RawRecord,
     deterministic_subset,

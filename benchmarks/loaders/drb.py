@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from benchmarks.case import Case, Criterion, Gold, Query
 from benchmarks.data_files import resolve
-from benchmarks.errors import DataError
+from benchmarks.common.errors import DataError
 from benchmarks.loaders._records import RawRecord, deterministic_subset, index_unique, read_jsonl
 from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from benchmarks.case import Case, ConversationTurn, Gold, PTKBStatement, Query
 from benchmarks.data_files import resolve
-from benchmarks.errors import ConfigError, DataError
+from benchmarks.common.errors import ConfigError, DataError
 from benchmarks.loaders._records import (
     RawRecord,
     deterministic_subset,

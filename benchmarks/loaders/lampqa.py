@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.case import Case, Gold, PastQuestion, Query, RubricAspect
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from benchmarks.loaders._records import RawRecord, deterministic_subset, existing_path, index_unique, read_json_or_jsonl
 from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 

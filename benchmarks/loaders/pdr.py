@@ -51,7 +51,7 @@ from benchmarks.case import (
     persona_facets,
 )
 from benchmarks.data_files import resolve
-from benchmarks.errors import ConfigError, DataError
+from benchmarks.common.errors import ConfigError, DataError
 from benchmarks.loaders._records import (
     RawRecord,
     deterministic_subset,

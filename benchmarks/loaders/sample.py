@@ -37,8 +37,8 @@ from benchmarks.case import (
     SearchSession,
     persona_facets,
 )
-from benchmarks.errors import ConfigError, DataError
-from benchmarks.json_input import parse_json
+from benchmarks.common.errors import ConfigError, DataError
+from benchmarks.common.json_input import parse_json
 from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 
 BENCHMARK = "sample"

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from benchmarks.errors import ConfigError, DataError
-from benchmarks.json_input import read_json_file
+from benchmarks.common.errors import ConfigError, DataError
+from benchmarks.common.json_input import read_json_file
 from benchmarks.metrics import aepd, agreement, bespoke, lampqa, locomo, pqr, prefeval, ranking, statistics
 from benchmarks.metrics.models import MetricInput, MetricResult
 

@@ -22,14 +22,14 @@ from pydantic import Field
 from agents.citations import SourceRef
 from agents.clarifier import decide_clarification
 from agents.clarify import ClarifyAnswers, ClarifyRequest
-from agents.gateway import ModelCallError
+from agents.models.gateway import ModelCallError
 from agents.planner import ResearchBrief, Subtopic, checked_queries, plan_research, whole_question
 from agents.planner import reflect as reflect_on_gaps
 from agents.planner import write_brief as brief_for_user
 from agents.researcher import assess_coverage, take_notes
 from agents.response import SystemResponse
 from agents.writer import write_report as write_cited_report
-from benchmarks.degradation import Degradation, degradation
+from benchmarks.common.degradation import Degradation, degradation
 from graphs.context import EpisodeContext
 from graphs.deep_research.state import (
     Clarification,

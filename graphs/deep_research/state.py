@@ -15,7 +15,7 @@ from typing_extensions import TypedDict
 
 from agents.citations import SourceRef
 from agents.planner import ResearchBrief
-from benchmarks.degradation import Degradation
+from benchmarks.common.degradation import Degradation
 from graphs.inputs import PipelineInput, PipelineOutput
 from graphs.sources import WebHit
 

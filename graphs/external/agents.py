@@ -45,7 +45,7 @@ AGENTS: dict[str, AgentSpec] = {
 
 def check_installed(spec: AgentSpec, python: str | None) -> None:
     """Fail before the agent starts when it cannot: no such interpreter, or (in this one) no agent."""
-    from benchmarks.errors import ConfigError
+    from benchmarks.common.errors import ConfigError
 
     if python is not None and not os.access(python, os.X_OK):
         raise ConfigError(f"pipeline_options.python: {python} is not an executable interpreter")
@@ -107,7 +107,7 @@ def session_env(openai_base: str, token: str, web_root: str, proxy: str) -> dict
 
 def endpoint_address(env: dict[str, str]) -> tuple[str, int]:
     """The endpoint (host, port) a session's URLs all name: what an isolated agent may reach."""
-    from benchmarks.errors import AtelierError
+    from benchmarks.common.errors import AtelierError
 
     named = {(parts.hostname, parts.port) for key in SESSION_URLS if key in env for parts in [urlsplit(env[key])]}
     if len(named) != 1:

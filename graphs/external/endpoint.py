@@ -1,7 +1,7 @@
 """`AgentEndpoint`: the loopback server external agents talk to, one per run and system.
 
 It serves, on 127.0.0.1 and a free port:
-- `/v1/...` the OpenAI-compatible API over the run's gateway (`agents.openai_api`);
+- `/v1/...` the OpenAI-compatible API over the run's gateway (`agents.models.openai_api`);
 - `/s/<token>/...` the agent web: SearXNG search, pages and MCP tools over the run's `Web`
   (`tools.agent_web`).
 
@@ -21,8 +21,8 @@ from typing import Callable, Iterator
 
 from starlette.applications import Starlette
 
-from agents.gateway import Gateway
-from agents.openai_api import EndpointSession, Sessions, openai_routes
+from agents.models.gateway import Gateway
+from agents.models.openai_api import EndpointSession, Sessions, openai_routes
 from graphs.context import EpisodeContext
 from graphs.resources import on_release
 from tools.agent_web import WebSession, WebSessions, agent_web_routes

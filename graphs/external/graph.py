@@ -26,9 +26,9 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agents.external_brief import agent_brief
-from agents.ledger import current_tags
+from agents.models.ledger import current_tags
 from agents.response import Citation, SystemResponse
-from benchmarks.errors import AtelierError
+from benchmarks.common.errors import AtelierError
 from graphs.context import EpisodeContext
 from graphs.external.agents import AGENTS, session_env
 from graphs.external.endpoint import endpoint_for

@@ -36,7 +36,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import AsyncIterator, Literal
 
-from benchmarks.errors import AtelierError, ConfigError
+from benchmarks.common.errors import AtelierError, ConfigError
 from graphs.external.agents import CHILD, base_env, child_command, endpoint_address
 
 Isolation = Literal["namespaces", "none"]

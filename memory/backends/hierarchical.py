@@ -23,7 +23,7 @@ from typing import Literal, Sequence
 import numpy as np
 from pydantic import Field
 
-from agents.embeddings import Embedder, get_embedder
+from agents.models.embeddings import Embedder, get_embedder
 from agents.memory_curator import analyze_profile, extract_knowledge, summarize_topics
 from benchmarks.case import HistoryEvent
 from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from benchmarks.case import HistoryEvent
-from benchmarks.errors import DataError
+from benchmarks.common.errors import DataError
 from memory.embedders import CachingEmbedder
 from memory.retrieval.event_store import user_key
 

@@ -15,8 +15,8 @@ from typing import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.case import HistoryEvent
-from benchmarks.errors import DataError
-from benchmarks.json_input import read_appended_jsonl
+from benchmarks.common.errors import DataError
+from benchmarks.common.json_input import read_appended_jsonl
 from benchmarks.loaders._records import validate
 from memory.user_events import UserEvents
 

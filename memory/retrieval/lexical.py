@@ -15,7 +15,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from memory.retrieval.event_store import EventStore
 
 Stemming = Literal["english", "none"]

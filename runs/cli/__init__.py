@@ -11,7 +11,7 @@ Errors end a command with one line on stderr, never a bare traceback:
   traceback (`$ATELIER_CACHE_DIR/errors/`, default `~/.cache/atelier/errors/`).
 
 No key is in an error line or an error file: the values of `--api-key`/`--token` and of the
-environment variables named like keys are redacted (`benchmarks.redaction`) from the command line
+environment variables named like keys are redacted (`benchmarks.common.redaction`) from the command line
 and the traceback they keep, and from whatever the command writes.
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import typer
 
-from benchmarks.errors import AtelierError
+from benchmarks.common.errors import AtelierError
 
 app = typer.Typer(
     name="atelier",
@@ -70,7 +70,7 @@ EXIT_BUG = 1
 
 def _redactor():
     """The keys this command knows without a run: its key options' values and the environment's."""
-    from benchmarks.redaction import Redactor
+    from benchmarks.common.redaction import Redactor
 
     return Redactor.for_command_line(sys.argv[1:])
 
@@ -101,8 +101,10 @@ def _write_traceback(exc: BaseException) -> Path:
 
 
 def main() -> None:
-    import runs  # noqa: F401  (applies the offline defaults)
-    from benchmarks.redaction import redacting
+    from benchmarks.common.offline import apply_offline_defaults
+
+    apply_offline_defaults()  # before any library a command drives is imported
+    from benchmarks.common.redaction import redacting
 
     try:
         # what any command writes (a gateway's ledger, a simulation's) leaves out the keys its command

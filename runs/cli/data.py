@@ -80,7 +80,7 @@ def data_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
 
 def _check_files(dataset: str | None, report: CheckReport) -> None:
     from benchmarks.data_files import locate, registered_files, verify_file
-    from benchmarks.errors import DataError
+    from benchmarks.common.errors import DataError
 
     for entry in registered_files(dataset):
         found = locate(entry.relpath)
@@ -102,7 +102,7 @@ def _check_files(dataset: str | None, report: CheckReport) -> None:
 
 
 def _check_benchmarks(names: list[str], report: CheckReport) -> None:
-    from benchmarks.errors import AtelierError
+    from benchmarks.common.errors import AtelierError
     from benchmarks.registry import get_benchmark, load_cases
 
     for name in names:
@@ -127,7 +127,7 @@ def data_check(
 ) -> None:
     """Check every registered file's sha256, parse every record, load every benchmark split; exit 1 on any failure."""
     from benchmarks.data_files import registered_files
-    from benchmarks.errors import ConfigError
+    from benchmarks.common.errors import ConfigError
     from benchmarks.registry import benchmark_names, get_benchmark
 
     datasets = sorted({f.dataset for f in registered_files()})

@@ -29,7 +29,7 @@ def checked_token(token: str | None) -> tuple[str, bool]:
     """The API key to require, and whether it was generated here (None: make one)."""
     import secrets
 
-    from benchmarks.errors import ConfigError
+    from benchmarks.common.errors import ConfigError
 
     if token is None:
         return "atl-" + secrets.token_urlsafe(24), True
@@ -41,8 +41,8 @@ def checked_token(token: str | None) -> tuple[str, bool]:
 
 def checked_host(host: str, public: bool) -> None:
     """Refuse to listen beyond this machine unless asked to in so many words (`--public`)."""
-    from agents.openai_api import is_loopback_host
-    from benchmarks.errors import ConfigError
+    from agents.models.openai_api import is_loopback_host
+    from benchmarks.common.errors import ConfigError
 
     if not public and not is_loopback_host(host):
         raise ConfigError(f"--host {host}: not a loopback address; whoever reaches the gateway spends its provider "
@@ -76,13 +76,13 @@ def serve(
     from pydantic import ValidationError
     from starlette.applications import Starlette
 
-    from agents.cache import ResponseCache
-    from agents.gateway import Gateway
-    from agents.ledger import Ledger
-    from agents.openai_api import EndpointSession, RequestGuard, Sessions, loopback_hosts, openai_routes
-    from agents.settings import ROLES, ModelSettings
+    from agents.models.cache import ResponseCache
+    from agents.models.gateway import Gateway
+    from agents.models.ledger import Ledger
+    from agents.models.openai_api import EndpointSession, RequestGuard, Sessions, loopback_hosts, openai_routes
+    from agents.models.settings import ROLES, ModelSettings
     from benchmarks.data_files import cache_dir
-    from benchmarks.errors import ConfigError
+    from benchmarks.common.errors import ConfigError
     from tools.agent_web import PAGES_HOST, WebSession, WebSessions, agent_web_routes
     from tools.asgi_server import AsgiServer
 

@@ -29,8 +29,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     ) -> None:
         """Framework ms per LLM call, tokens, and deep_research's wall time over its critical path (JSON); with
         several --pipeline, each one's figures and a per-case side-by-side table."""
-        from graphs.bench import bench_graph as run
-        from graphs.bench import compare_graphs
+        from runs.bench.graph import bench_graph as run
+        from runs.bench.graph import compare_graphs
 
         settings = dict(latency_ms=latency_ms, cases=cases, case_ids=case, benchmark=benchmark, memory=memory,
                         options=parse_assignments(option, "--option"), checkpointer=checkpointer)

@@ -12,7 +12,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from runs.cli._common import machine_facts, print_json, run_folder_option
 
 
@@ -48,7 +48,7 @@ def judge_models(models: dict[str, Any], model: str | None, api_base: str | None
                  roles: list[str]) -> dict[str, Any]:
     """Judge-role model settings: the file's, then `--model/--api-base/--api-key` over `judge` and any
     judge role already set (the other judge roles fall back to `judge`)."""
-    from agents.settings import ModelSettings
+    from agents.models.settings import ModelSettings
 
     update = {k: v for k, v in (("model", model), ("api_base", api_base), ("api_key", api_key)) if v}
     settings = {role: ModelSettings.model_validate(s) for role, s in models.items()}
@@ -73,7 +73,7 @@ def rescore(
     """Judge a finished run's responses again (other judges or judge models); no system runs.
 
     Writes a new run folder beside RUN_DIR (config.json names the original) and prints its path last."""
-    from agents.settings import JUDGE_ROLES
+    from agents.models.settings import JUDGE_ROLES
     from runs.cli.run import _print_summary
     from runs.rescore import rescore_run
 
@@ -124,8 +124,8 @@ def meta_eval(
     report: dict[str, Any] = {"run": str(run_dir), "judge": judge,
                               **agreement(scores, truth, criterion or None, Bootstrap(seed=seed))}
     if feedback:
-        from agents.gateway import Gateway
-        from agents.settings import ModelSettings
+        from agents.models.gateway import Gateway
+        from agents.models.settings import ModelSettings
         from runs.rescore import load_run
 
         _, recipe, _ = load_run(run_dir)
@@ -189,8 +189,8 @@ def bench_judge(
     """PQR prompt tokens per judged report with criteria reuse and without; prints JSON."""
     import asyncio
 
-    from agents.judges.bench import bench_judge as run_bench
-    from agents.settings import ModelSettings
+    from runs.bench.judge import bench_judge as run_bench
+    from agents.models.settings import ModelSettings
 
     settings = ModelSettings.model_validate({k: v for k, v in (("model", model), ("api_base", api_base)) if v})
     result = asyncio.run(run_bench(pairs=pairs, systems=systems, benchmark=benchmark, setting=setting,

@@ -17,7 +17,7 @@ from typing import Any, Optional
 import typer
 from pydantic import BaseModel, ValidationError
 
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from runs.cli._common import machine_facts, print_json
 
 
@@ -73,8 +73,8 @@ def backend_config(backend: str, params: list[str]):
 
 
 def _gateway(model: str, api_base: Optional[str]):
-    from agents.gateway import Gateway
-    from agents.settings import ModelSettings
+    from agents.models.gateway import Gateway
+    from agents.models.settings import ModelSettings
 
     settings = ModelSettings(model=model, api_base=api_base)
     return Gateway({"system": settings, "memory": settings})
@@ -178,7 +178,7 @@ def bench_memory(
 ) -> None:
     """Ingest N synthetic events, time recalls; print ingest items/s, recall p50/p95 ms, peak RSS MB."""
     from memory.base import MemoryEnv
-    from memory.bench import peak_rss_mb, run_bench
+    from runs.bench.memory import peak_rss_mb, run_bench
     from memory.registry import create_backend
 
     config = backend_config(backend, param)

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from runs.cli._common import print_json
 
 _LIST_WORD = "list"

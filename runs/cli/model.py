@@ -34,8 +34,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         threads: Optional[int] = typer.Option(None, "--threads", help="llama.cpp threads (default: half the usable cores)."),
     ) -> None:
         """Serve a local GGUF model with an OpenAI-compatible API (llama-cpp-python) until Ctrl-C."""
-        from agents.local_model import parse_local_model, serve_on_socket
-        from agents.loopback import bind_socket
+        from agents.models.local_model import parse_local_model, serve_on_socket
+        from benchmarks.common.loopback import bind_socket
 
         model = f"local?gguf={gguf}" if gguf else "local/smollm2"
         spec = parse_local_model(model)
@@ -78,7 +78,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         max_tokens: int = typer.Option(96, "--max-tokens", min=1, help="Completion length asked for."),
     ) -> None:
         """Tokens/s, time to first token (streamed) and the framework's time as a share of the model's (JSON)."""
-        from agents.model_bench import ModelBenchSettings, run_model_bench
+        from runs.bench.model import ModelBenchSettings, run_model_bench
 
         settings = _recipe(recipe, model or (None if recipe else "local/smollm2"), api_base, api_key).role_models()
         chosen = settings.get(role) or settings["system"]

@@ -76,7 +76,7 @@ def run(
     """Run every (case x system) episode of RECIPE; print the run folder's path last."""
     import asyncio
 
-    from benchmarks.errors import ConfigError
+    from benchmarks.common.errors import ConfigError
     from runs.cli._common import run_folder_option
     from runs.folder_lock import RunFolderLock
 

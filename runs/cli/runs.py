@@ -74,7 +74,7 @@ def bench_runner(
 ) -> None:
     """Runner efficiency against the ideal wall time, framework ms per LLM call, peak RSS and checkpoint
     bytes per episode (JSON)."""
-    from runs.bench_runner import RunnerBenchSettings, run_runner_benchmark
+    from runs.bench.runner import RunnerBenchSettings, run_runner_benchmark
     from runs.cli._common import machine_facts, print_json
 
     settings = RunnerBenchSettings(cases=cases, latency_ms=latency_ms, concurrency=concurrency, pipeline=pipeline,

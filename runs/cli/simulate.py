@@ -21,13 +21,13 @@ from typing import Optional
 
 import typer
 
-from benchmarks.errors import ConfigError
+from benchmarks.common.errors import ConfigError
 from runs.cli._common import print_json
 
 
 def _settings(model: str, api_base: Optional[str], api_key_env: Optional[str], temperature: Optional[float], seed: int,
               max_retries: Optional[int] = None):
-    from agents.settings import ModelSettings
+    from agents.models.settings import ModelSettings
 
     values = {"model": model, "api_base": api_base, "api_key_env": api_key_env, "seed": seed, "max_retries": max_retries}
     if temperature is not None:
@@ -49,7 +49,7 @@ def recipe_roles(path: Path) -> dict:
 
     from pydantic import ValidationError
 
-    from agents.settings import ModelSettings
+    from agents.models.settings import ModelSettings
     from runs.recipe import KNOWN_ROLES
 
     try:
@@ -83,7 +83,7 @@ def history_models(recipe: Optional[Path], model: Optional[str], checker_model: 
     (the writer, and the checker unless `--checker-model` or the recipe names one), `--max-tokens`,
     `--api-base`, `--api-key-env`, `--max-retries` (both roles), `--temperature` (the writer) and
     `--seed` (both: part of what decides the answers)."""
-    from agents.settings import ModelSettings
+    from agents.models.settings import ModelSettings
 
     roles = recipe_roles(recipe) if recipe else {}
     writer = roles.get("history_writer") or roles.get("user_sim") or ModelSettings()

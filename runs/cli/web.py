@@ -71,7 +71,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed"),
     ) -> None:
         """Search latency p50/p95 and fetch+extract pages/s on the sandbox web (JSON)."""
-        from tools.web_benchmark import WebBenchmarkSettings, run_web_benchmark
+        from runs.bench.web import WebBenchmarkSettings, run_web_benchmark
 
         settings = WebBenchmarkSettings(
             corpus=corpus, ranker=ranker.value, queries=queries, pages=pages, concurrency=concurrency, seed=seed

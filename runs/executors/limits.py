@@ -2,7 +2,7 @@
 model's concurrency bound and requests-per-minute bucket, asked by the gateway of every worker.
 
 The gateway keeps calling `semaphore(model, bound)` and `limiter(model, rpm)` as it does in one
-process (`agents.gateway._ModelLimits`); `ClusterLimits` answers with objects of the same shape
+process (`agents.models.gateway._ModelLimits`); `ClusterLimits` answers with objects of the same shape
 whose waiting happens in the actor, so adding nodes never adds calls in flight or per minute.
 
 A slot is a lease: released when the call ends, reclaimed when the node holding it dies (a killed
@@ -117,7 +117,7 @@ def start_limits_actor(run_id: str, node_id: str):
 
 
 class ClusterLimits:
-    """What a worker's gateway asks for a model's slot and rate (see `agents.gateway.set_model_limits`)."""
+    """What a worker's gateway asks for a model's slot and rate (see `agents.models.gateway.set_model_limits`)."""
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
@@ -139,7 +139,7 @@ class ClusterLimits:
 
 def _per_node(model: str) -> str:
     """A local model (`local/...`) is served by each node's own server: its bound holds per node."""
-    from agents.local_model import is_local
+    from agents.models.local_model import is_local
 
     if not is_local(model):
         return model

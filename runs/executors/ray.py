@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.ledger import LedgerEntry
-from agents.structured_output import MODES_FILE
-from benchmarks.atomic_files import write_atomically, write_if_absent
+from agents.models.ledger import LedgerEntry
+from agents.models.structured_output import MODES_FILE
+from benchmarks.common.atomic_files import write_atomically, write_if_absent
 from runs.executors.base import Episode, EpisodeFn
 from runs.results import ResultRecord
 
@@ -117,9 +117,11 @@ class EpisodeWorker:
             os.environ[name] = value
         import ray
 
-        import runs  # noqa: F401  (the offline defaults, before litellm or chromadb load)
+        from benchmarks.common.offline import apply_offline_defaults
+
+        apply_offline_defaults()  # before litellm or chromadb load
         import litellm  # noqa: F401  (seconds to import: paid while the worker starts, not by its first episode)
-        from agents.gateway import set_model_limits
+        from agents.models.gateway import set_model_limits
         from runs.executors.limits import ClusterLimits
 
         set_model_limits(ClusterLimits(run_id))
@@ -178,8 +180,8 @@ class EpisodeWorker:
 
     async def run(self, episode_fn: EpisodeFn, episode: Episode, checkpoints: list[Any],
                   cases: list[Any]) -> EpisodeOutput:
-        from agents.ledger import capture_calls
-        from benchmarks.redaction import Redactor, redacting
+        from agents.models.ledger import capture_calls
+        from benchmarks.common.redaction import Redactor, redacting
         from tools.web import capture_web_log
 
         if self._cpu_at_first is None:
@@ -263,7 +265,7 @@ class RayExecutor:
     # ------------------------------------------------------------------ start and stop
 
     async def start(self) -> "RayExecutor":
-        from benchmarks.errors import ConfigError
+        from benchmarks.common.errors import ConfigError
 
         address = self.settings.address or os.environ.get("RAY_ADDRESS")
         if address is None and "ray" not in sys.modules:
@@ -413,7 +415,7 @@ class RayExecutor:
 
     async def _deliver(self, episode: Episode, output: EpisodeOutput) -> None:
         """Write what the episode produced into the run folder: ledger, web log, files, checkpoints."""
-        from benchmarks.redaction import active_redactor
+        from benchmarks.common.redaction import active_redactor
         from graphs.resources import resources_for
 
         if output.calls:

@@ -24,7 +24,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from benchmarks.data_files import resolve
-from benchmarks.errors import ConfigError, DataError
+from benchmarks.common.errors import ConfigError, DataError
 from benchmarks.loaders._records import RawRecord, read_jsonl
 from tools.urls import canonical_url
 

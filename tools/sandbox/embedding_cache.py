@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.embeddings import Embedder
-from benchmarks.atomic_files import atomic_writer
+from agents.models.embeddings import Embedder
+from benchmarks.common.atomic_files import atomic_writer
 from benchmarks.data_files import cache_dir
 from tools.sandbox.corpus import Corpus, Document
 

@@ -85,7 +85,7 @@ class DenseRanker:
     name = "dense"
 
     def __init__(self, corpus: Corpus, embedder_name: str = "local") -> None:
-        from agents.embeddings import get_embedder
+        from agents.models.embeddings import get_embedder
         from tools.sandbox.embedding_cache import corpus_embeddings
 
         self._embedder = get_embedder(embedder_name)

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from benchmarks.named_registry import NamedRegistry
+from benchmarks.common.named_registry import NamedRegistry
 from tools.search.base import SearchProvider
 from tools.service import service_class, service_options
 

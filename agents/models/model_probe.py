@@ -13,10 +13,10 @@ from typing import Mapping
 
 from pydantic import BaseModel, Field
 
-from agents.gateway import Gateway, ModelCallError
-from agents.ledger import Ledger, LedgerEntry
-from agents.settings import ModelSettings
-from agents.structured_output import ModeMemory
+from agents.models.gateway import Gateway, ModelCallError
+from agents.models.ledger import Ledger, LedgerEntry
+from agents.models.settings import ModelSettings
+from agents.models.structured_output import ModeMemory
 
 PROBE_MAX_TOKENS = 32
 PROBE_TIMEOUT_S = 60.0

@@ -18,7 +18,7 @@ starting the sandbox or spawning extraction workers). Per episode:
   counted by the pipeline as it runs: parallel calls count once) times the latency;
   `wall_over_critical_path` = wall / critical path shows whether parallel work really overlaps.
 - `prompt_tokens`, `completion_tokens` (as the ledger counts them) and `embedding_calls` (not LLM calls).
-- `stack_floor` (graphs/stack_floor.py): litellm's own CPU per completion and a bare one-node
+- `stack_floor` (runs/bench/stack_floor.py): litellm's own CPU per completion and a bare one-node
   LangGraph invocation on this machine, the libraries' share that no change of ours can remove
   (with a litellm callback registered, litellm's success logging runs after the call returns, so
   part of it lands in the framework figure; with none, the gateway skips it).
@@ -41,13 +41,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents.settings import ModelSettings
+from agents.models.settings import ModelSettings
 from benchmarks.registry import load_cases
 from graphs.context import EpisodeContext, SystemSpec
 from graphs.heap import settled_heap
 from graphs.pipelines import PIPELINES, pipeline_options, pipeline_variant
 from graphs.resources import release, resources_for
-from graphs.stack_floor import measure_stack_floor
+from runs.bench.stack_floor import measure_stack_floor
 from tools.config import WebConfig
 
 

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from agents.answerer import answer_messages
-from agents.gateway import Gateway
+from agents.models.gateway import Gateway
 from agents.judges.base import JudgeEnv, create_judge
 from agents.judges.store import ArtifactStore
-from agents.ledger import Ledger
+from agents.models.ledger import Ledger
 from agents.response import SystemResponse
-from agents.scripted import compose_text
-from agents.settings import ModelSettings
+from agents.models.scripted import compose_text
+from agents.models.settings import ModelSettings
 from benchmarks.case import Case
 from benchmarks.registry import load_cases
 

@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import warnings
 from typing import Awaitable, Iterable, TypeVar
 
 T = TypeVar("T")
-
-# litellm's acompletion builds the provider coroutine in a worker thread; a call cancelled while
-# that thread runs leaves the coroutine unstarted (no request was sent) and Python warns when it is
-# collected. Harmless, and noise on a command's stderr.
-warnings.filterwarnings("ignore", message=r"coroutine '.*acompletion' was never awaited", category=RuntimeWarning)
 
 
 async def gather_or_cancel(calls: Iterable[Awaitable[T]]) -> list[T]:

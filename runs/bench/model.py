@@ -21,9 +21,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agents.answerer import answer_messages
-from agents.gateway import Gateway
-from agents.ledger import Ledger
-from agents.settings import ModelSettings
+from agents.models.gateway import Gateway
+from agents.models.ledger import Ledger
+from agents.models.settings import ModelSettings
 
 
 class ModelBenchSettings(BaseModel):

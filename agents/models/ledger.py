@@ -3,7 +3,7 @@
 Tags other than the role come from context: the runner sets the case with `call_tags(case=...)`
 and LangGraph supplies the node name, so graph code never threads ids through by hand.
 
-A line is written with the run's keys redacted (`benchmarks.redaction`): a provider's error that
+A line is written with the run's keys redacted (`benchmarks.common.redaction`): a provider's error that
 quotes the key it was sent is kept, the key is not. Entries kept in memory are as recorded.
 """
 
@@ -18,9 +18,9 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel, ValidationError
 
-from agents.collect import collecting
-from benchmarks.json_input import read_appended_jsonl, validation_error
-from benchmarks.redaction import active_redactor
+from benchmarks.common.collect import collecting
+from benchmarks.common.json_input import read_appended_jsonl, validation_error
+from benchmarks.common.redaction import active_redactor
 
 _tags: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("atelier_call_tags", default={})
 _captured: contextvars.ContextVar[list["LedgerEntry"] | None] = contextvars.ContextVar("atelier_ledger_capture",

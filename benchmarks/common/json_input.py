@@ -20,7 +20,7 @@ from typing import Any, Sequence, TypeVar
 
 from pydantic import BaseModel, SecretStr, ValidationError
 
-from benchmarks.errors import DataError
+from benchmarks.common.errors import DataError
 
 
 def parse_json(text: str | bytes, *, file: str | Path | None = None, line: int | None = None) -> Any:

@@ -14,7 +14,7 @@ a fixed latency per call and no response cache, so every call waits like a provi
   that is not waiting on the model (LangGraph, checkpoints, gateway, litellm, the scripted model's
   own text composition);
 - peak RSS, and checkpoint bytes per episode (checkpoints.sqlite on disk);
-- `stack_floor` (graphs/stack_floor.py): what the stack itself costs on this machine before
+- `stack_floor` (runs/bench/stack_floor.py): what the stack itself costs on this machine before
   Atelier adds anything — litellm's own CPU per completion (`mock_response`: no model, no network,
   one of the episodes' prompts) and a bare one-node LangGraph graph (no checkpointer) — and the
   efficiency a single event loop could reach at that cost, `efficiency_bound` = min(1, critical
@@ -42,10 +42,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agents.ledger import read_ledger
+from agents.models.ledger import read_ledger
 from benchmarks.case import Case
 from benchmarks.registry import load_cases
-from graphs.stack_floor import measure_stack_floor
+from runs.bench.stack_floor import measure_stack_floor
 from runs.recipe import parse_recipe
 from runs.runner import Runner
 

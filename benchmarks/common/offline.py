@@ -1,12 +1,14 @@
 """Offline defaults of this project, applied by the project itself rather than the user's shell.
 
-Each is a default: a variable the user already set wins. Importing any Atelier package that
-talks to a library applies them before that library is imported.
+Each is a default: a variable the user already set wins. The entry points apply them before the
+libraries they drive are imported — the CLI, the graphs LangGraph Studio loads, a Ray worker, a run
+started from Python (`Runner.run`) — importing a module changes nothing.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 _PROJECT_STATE = Path(os.environ.get("ATELIER_STATE_DIR") or Path.home() / ".cache" / "atelier")
@@ -29,6 +31,7 @@ DEFAULTS = {
 def apply_offline_defaults() -> None:
     for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)
-
-
-apply_offline_defaults()
+    # litellm's acompletion builds the provider coroutine in a worker thread; a call cancelled while
+    # that thread runs leaves the coroutine unstarted (no request was sent) and Python warns when it
+    # is collected. Harmless, and noise on a command's stderr.
+    warnings.filterwarnings("ignore", message=r"coroutine '.*acompletion' was never awaited", category=RuntimeWarning)

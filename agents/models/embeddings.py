@@ -106,7 +106,7 @@ class LiteLLMEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         import litellm
 
-        from agents.gateway import litellm_call_scope
+        from agents.models.gateway import litellm_call_scope
 
         out: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):

@@ -14,8 +14,8 @@ from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
 from agents.answerer import answer_messages
-from agents.gateway import configured_litellm, litellm_call_scope
-from agents.scripted import PROVIDER
+from agents.models.gateway import configured_litellm, litellm_call_scope
+from agents.models.scripted import PROVIDER
 from benchmarks.case import CaseView
 
 

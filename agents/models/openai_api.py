@@ -50,10 +50,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agents.gateway import Gateway, ModelCallError
-from agents.ledger import call_tags
-from agents.scripted import token_estimate
-from agents.tool_calls import (
+from agents.models.gateway import Gateway, ModelCallError
+from agents.models.ledger import call_tags
+from agents.models.scripted import token_estimate
+from agents.models.tool_calls import (
     TOOL_TURN_NOTE,
     content_text,
     flatten_messages,
@@ -487,8 +487,8 @@ class RequestGuard:
 
 async def embed_texts(session: EndpointSession, texts: list[str]) -> list[list[float]]:
     """Embed with the session's embedder, through the gateway's cache, with one ledger line."""
-    from agents.cache import request_key
-    from agents.embeddings import get_embedder
+    from agents.models.cache import request_key
+    from agents.models.embeddings import get_embedder
 
     gateway = session.gateway
     key = request_key({"embedding": session.embedder, "texts": texts})

@@ -10,7 +10,7 @@ import importlib
 import threading
 from typing import Generic, Iterable, TypeVar
 
-from benchmarks.errors import AtelierError
+from benchmarks.common.errors import AtelierError
 
 T = TypeVar("T")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 
-from benchmarks.errors import AtelierError
+from benchmarks.common.errors import AtelierError
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

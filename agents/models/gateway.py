@@ -8,7 +8,7 @@ GGUF models served by llama.cpp on loopback for the run):
     -> provider call with timeout -> bounded retries with jittered exponential backoff on
     timeouts / 429 / 5xx; errors no retry can fix (bad request, validation errors whatever their
     status, unknown model, authentication) fail at once with the server's message
-    -> (structured) the strongest output mode the endpoint accepts (`agents.structured_output`),
+    -> (structured) the strongest output mode the endpoint accepts (`agents.models.structured_output`),
     parse + validate into a pydantic model, one repair attempt
     -> cache store -> one ledger line per request
 
@@ -24,6 +24,7 @@ import functools
 import json
 import re
 import threading
+import weakref
 import time
 import uuid
 from concurrent.futures import Future
@@ -32,15 +33,15 @@ from typing import Any, Mapping, TypeVar
 
 from pydantic import BaseModel, SecretStr, ValidationError
 
-from agents.cache import ResponseCache, request_key
-from agents.ledger import Ledger
-from agents.local_model import SERVERS, LocalModelError, LocalModelSpec
+from agents.models.cache import ResponseCache, request_key
+from agents.models.ledger import Ledger
+from agents.models.local_model import SERVERS, LocalModelError, LocalModelSpec
 from agents.prompts import json_instructions, repair_instructions
-from agents.provider_errors import Verdict, classify, server_message, status_of
-from agents.scripted import PROVIDER as SCRIPTED_PROVIDER, parse_model_string, register_with_litellm
-from agents.settings import ModelSettings, settings_for_role
-from agents.structured_output import MODES, ModeMemory, StructuredMode, answer_text, mode_params, supported_modes
-from agents.trace import traced_request
+from agents.models.provider_errors import Verdict, classify, server_message, status_of
+from agents.models.scripted import PROVIDER as SCRIPTED_PROVIDER, parse_model_string, register_with_litellm
+from agents.models.settings import ModelSettings, settings_for_role
+from agents.models.structured_output import MODES, ModeMemory, StructuredMode, answer_text, mode_params, supported_modes
+from agents.models.trace import traced_request
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -202,15 +203,19 @@ class _ModelLimits:
 
     def __init__(self) -> None:
         self._limiters: dict[tuple[str, int], Any] = {}
-        self._semaphores: dict[tuple[str, int, int], asyncio.Semaphore] = {}
+        # per event loop (a semaphore belongs to one), held weakly: a loop that ended (each
+        # `asyncio.run`) takes its semaphores with it
+        self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, int], asyncio.Semaphore]]
+        self._semaphores = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     def semaphore(self, model: str, bound: int) -> asyncio.Semaphore:
-        key = (model, bound, id(asyncio.get_running_loop()))
+        loop = asyncio.get_running_loop()
         with self._lock:
-            if key not in self._semaphores:
-                self._semaphores[key] = asyncio.Semaphore(bound)
-            return self._semaphores[key]
+            mine = self._semaphores.setdefault(loop, {})
+            if (model, bound) not in mine:
+                mine[(model, bound)] = asyncio.Semaphore(bound)
+            return mine[(model, bound)]
 
     def limiter(self, model: str, rpm: int):
         from aiolimiter import AsyncLimiter
