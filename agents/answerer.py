@@ -7,7 +7,7 @@ stands in for their past posts; with no context it is the non-personalised basel
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages, user_sections

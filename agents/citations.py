@@ -29,7 +29,8 @@ built from the sources actually cited, with the sha256 of each text.
 from __future__ import annotations
 
 import re
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -83,9 +84,7 @@ _LIST_HEADING = re.compile(
     re.IGNORECASE,
 )
 # an entry of a source list: `[1] Title. URL`, `[^1]: ...`, `1. ...`, `1) ...`, `- ...`, `* ...`, a bare URL
-_LIST_ENTRY = re.compile(
-    r"[ \t]*(?:\[\^?\d+\]|\d+[.)](?=[ \t]|$)|[-*+•](?=[ \t]|$)|<?(?:https?://|www\.)\S+>?[ \t]*$)"
-)
+_LIST_ENTRY = re.compile(r"[ \t]*(?:\[\^?\d+\]|\d+[.)](?=[ \t]|$)|[-*+•](?=[ \t]|$)|<?(?:https?://|www\.)\S+>?[ \t]*$)")
 _CONTINUATION = re.compile(r"(?: {2,}|\t)\S")  # an indented line continuing the entry above
 _INLINE_MARKER = re.compile(r"\S[ \t]*\[\d+(?:\s*[,;–-]\s*\d+)*\]")  # a citation after the entry's start
 
@@ -123,7 +122,7 @@ def split_own_source_list(text: str) -> tuple[str, str]:
     """`text` split into its body and the source list the model wrote at its very end ("" if none)."""
     lines = text.split("\n")
     for index, line in enumerate(lines):
-        if _LIST_HEADING.fullmatch(line.rstrip()) and _is_list_tail(lines[index + 1:]):
+        if _LIST_HEADING.fullmatch(line.rstrip()) and _is_list_tail(lines[index + 1 :]):
             return "\n".join(lines[:index]).rstrip(), "\n".join(lines[index:])
     return text, ""
 
@@ -181,8 +180,13 @@ def check_citations(text: str, shown: Sequence[SourceRef], *, heading: str = "So
     body = _MARKER.sub(replace, body)
     cited = sorted(renumber.items(), key=lambda item: item[1])
     citations = [
-        Citation(source_id=shown[old - 1].id, url=shown[old - 1].url, title=shown[old - 1].title,
-                 sha256=shown[old - 1].sha256, number=new)
+        Citation(
+            source_id=shown[old - 1].id,
+            url=shown[old - 1].url,
+            title=shown[old - 1].title,
+            sha256=shown[old - 1].sha256,
+            number=new,
+        )
         for old, new in cited
     ]
     if citations:

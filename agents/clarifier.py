@@ -26,9 +26,16 @@ def _clarify_decision_model(max_questions: int, always: bool = False) -> type[Ba
     """The clarifier's answer, its question budget in the schema (`agents.models.budgeted`)."""
     return create_model(
         "ClarifyDecision",
-        need_clarification=(bool, Field(description="True only when an answer would change the research or the report.")),
-        questions=at_most(ShortItem, max_questions, min_items=1 if always else 0,
-                          description="Short, specific questions; empty if none is needed."),
+        need_clarification=(
+            bool,
+            Field(description="True only when an answer would change the research or the report."),
+        ),
+        questions=at_most(
+            ShortItem,
+            max_questions,
+            min_items=1 if always else 0,
+            description="Short, specific questions; empty if none is needed.",
+        ),
     )
 
 
@@ -42,17 +49,26 @@ def clarify_messages(
     query: Query, context_text: str, max_questions: int, *, always: bool = False
 ) -> list[dict[str, str]]:
     if always:
-        task = (f"Ask the user between 1 and {max_questions} clarifying question(s) before researching, "
-                f"the ones whose answers would improve the report most. {_ASK_WHAT} Set need_clarification to true.")
+        task = (
+            f"Ask the user between 1 and {max_questions} clarifying question(s) before researching, "
+            f"the ones whose answers would improve the report most. {_ASK_WHAT} Set need_clarification to true."
+        )
     else:
-        task = (f"Decide whether to ask the user up to {max_questions} clarifying question(s) before researching. "
-                f"{_ASK_WHAT} If the task is clear enough, set need_clarification to false and leave the "
-                "questions empty.")
+        task = (
+            f"Decide whether to ask the user up to {max_questions} clarifying question(s) before researching. "
+            f"{_ASK_WHAT} If the task is clear enough, set need_clarification to false and leave the "
+            "questions empty."
+        )
     return build_messages(ROLE, user_sections(query, context_text), task)
 
 
 async def decide_clarification(
-    gateway: Gateway, query: Query, context_text: str, max_questions: int, *, always: bool = False,
+    gateway: Gateway,
+    query: Query,
+    context_text: str,
+    max_questions: int,
+    *,
+    always: bool = False,
     role: str = "clarifier",
 ) -> list[str]:
     """The questions to ask (at most `max_questions`; empty when none is needed, unless `always`)."""

@@ -17,14 +17,16 @@ class ClarifyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     questions: list[str] = Field(min_length=1, description="What the system asks before it starts researching.")
-    problem: str | None = Field(default=None, description="Why the previous answer could not be used, when this "
-                                                          "is the same question asked again.")
+    problem: str | None = Field(
+        default=None,
+        description="Why the previous answer could not be used, when this is the same question asked again.",
+    )
 
 
 class ClarifyAnswers(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    answers: list[str] = Field(description="One answer per question, in order; \"I don't know\" is allowed.")
+    answers: list[str] = Field(description='One answer per question, in order; "I don\'t know" is allowed.')
 
     def aligned(self, request: ClarifyRequest) -> list[tuple[str, str]]:
         """(question, answer) pairs; a question left unanswered counts as "I don't know".

@@ -12,7 +12,8 @@ Pages are untrusted history in the prompt, each headed by its event id so result
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, Field
 

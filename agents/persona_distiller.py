@@ -13,7 +13,8 @@ facets that history touches, each with its full new value and the ids of the ite
 
 from __future__ import annotations
 
-from typing import Literal, Mapping
+from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
@@ -32,7 +33,10 @@ PDR_PERSONA_SCHEMA: dict[str, dict[str, tuple[str, ...]] | tuple[str, ...]] = {
     "Behavioral Characteristics": {
         "Online Usage Habits": ("High-frequency Apps and Usage Duration", "Online Social Behavior"),
         "Offline Long-term Behavior": (
-            "Daily Routine", "Consumption Cycle", "Consumption Characteristics", "Periodic Mobility",
+            "Daily Routine",
+            "Consumption Cycle",
+            "Consumption Characteristics",
+            "Periodic Mobility",
         ),
     },
     "Environment": {
@@ -45,7 +49,11 @@ PDR_PERSONA_SCHEMA: dict[str, dict[str, tuple[str, ...]] | tuple[str, ...]] = {
         "Travel Preferences": ("Frequency", "Destinations", "Travel Style"),
         "Content Preferences": ("Article Collection", "Short Videos", "Screenshots", "Books, Movies, Singers, Actors"),
         "Exercise Preferences": (
-            "Exercise Habits", "Exercise Goals", "Exercise Types", "Other Investments", "Exercise Locations",
+            "Exercise Habits",
+            "Exercise Goals",
+            "Exercise Types",
+            "Other Investments",
+            "Exercise Locations",
         ),
     },
     "Health Status": {
@@ -65,81 +73,81 @@ SEPARATOR = " > "
 # Experience or beside it, ...). 19% of the facets PDR personas fill were missing without them
 # (Risk Appetite alone is in 15 of 25); tests/test_persona_schema.py derives them from the data again.
 RELEASED_FACETS: tuple[str, ...] = (
-    'Basic Attributes > Identity Characteristics > Academic Interests',
-    'Basic Attributes > Family Status > Parental Expectations',
-    'Basic Attributes > Long-term Spatial Characteristics > Environmental Influence',
-    'Environment > Time > Time Management',
-    'Financial Information > Investment Experience > Risk Management > Risk Appetite',
-    'Basic Attributes > Identity Characteristics > Cultural Background',
-    'Basic Attributes > Long-term Spatial Characteristics > Hometown Memories',
-    'Behavioral Characteristics > Online Usage Habits > Use of Digital Tools',
-    'Behavioral Characteristics > Environment > Time > Time Preference',
-    'Behavioral Characteristics > Environment > Time > Time Management',
-    'Behavioral Characteristics > Environment > Geographical Location > Frequent Places',
-    'Behavioral Characteristics > Environment > Geographical Location > Travel Radius',
-    'Behavioral Characteristics > Personality Traits > Personality',
-    'Behavioral Characteristics > Personality Traits > Decision-making Style',
-    'Behavioral Characteristics > Personality Traits > Shopping Preference',
-    'Behavioral Characteristics > Preferences and Interests > Lifestyle Preferences > Diet',
-    'Behavioral Characteristics > Preferences and Interests > Lifestyle Preferences > Accommodation Preferences',
-    'Behavioral Characteristics > Preferences and Interests > Lifestyle Preferences > Shopping',
-    'Behavioral Characteristics > Preferences and Interests > Lifestyle Preferences > Services',
-    'Behavioral Characteristics > Preferences and Interests > Travel Preferences > Frequency',
-    'Behavioral Characteristics > Preferences and Interests > Travel Preferences > Destinations',
-    'Behavioral Characteristics > Preferences and Interests > Travel Preferences > Travel Style',
-    'Behavioral Characteristics > Preferences and Interests > Content Preferences > Article Collection',
-    'Behavioral Characteristics > Preferences and Interests > Content Preferences > Short Videos',
-    'Behavioral Characteristics > Preferences and Interests > Content Preferences > Screenshots',
-    'Behavioral Characteristics > Preferences and Interests > Content Preferences > Books, Movies, Singers, Actors',
-    'Behavioral Characteristics > Preferences and Interests > Exercise Preferences > Exercise Habits',
-    'Behavioral Characteristics > Preferences and Interests > Exercise Preferences > Exercise Goals',
-    'Behavioral Characteristics > Preferences and Interests > Exercise Preferences > Exercise Types',
-    'Behavioral Characteristics > Preferences and Interests > Exercise Preferences > Other Investments',
-    'Behavioral Characteristics > Preferences and Interests > Exercise Preferences > Exercise Locations',
-    'Basic Attributes > Identity Characteristics > Cultural Influence',
-    'Financial Information > Investment Experience > Future Plans',
-    'Financial Information > Risk Management > Risk Appetite',
-    'Basic Attributes > Long-term Spatial Characteristics > Upbringing Background',
-    'Behavioral Characteristics > Offline Long-term Behavior > Learning Habits',
-    'Environment > Time > Balance Between Study and Leisure',
-    'Environment > Geographical Location > Transportation Mode',
-    'Personality Traits > Interpersonal Relationships / Social Style',
-    'Financial Information > Risk Management > Emergency Preparedness',
-    'Personality Traits > Communication Style',
-    'Behavioral Characteristics > Online Usage Habits > Content Preferences',
-    'Basic Attributes > Identity Characteristics > Educational Background > Undergraduate',
-    'Basic Attributes > Identity Characteristics > Educational Background > Graduate',
-    'Behavioral Characteristics > Health Status > Physical Condition > Medical History',
-    'Behavioral Characteristics > Health Status > Physical Condition > Mental Condition',
-    'Behavioral Characteristics > Health Status > Physical Condition > Physical Fitness',
-    'Behavioral Characteristics > Health Status > Health Needs > Health Needs',
-    'Behavioral Characteristics > Financial Information > Financial Status > Income Structure',
-    'Behavioral Characteristics > Financial Information > Financial Status > Asset Status',
-    'Behavioral Characteristics > Financial Information > Financial Status > Consumption Characteristics',
-    'Behavioral Characteristics > Financial Information > Financial Status > Debt Situation',
-    'Behavioral Characteristics > Financial Information > Investment Experience > Investment Background',
-    'Behavioral Characteristics > Financial Information > Investment Experience > Knowledge Level',
-    'Behavioral Characteristics > Financial Information > Investment Experience > Investment Goals',
-    'Behavioral Characteristics > Financial Information > Risk Management > Risk Appetite',
-    'Basic Attributes > Identity Characteristics > Career Development',
-    'Behavioral Characteristics > Online Usage Habits > Content Consumption',
-    'Behavioral Characteristics > Environment > Time > Time Allocation',
-    'Behavioral Characteristics > Financial Information > Investment Experience > Risk Management',
-    'Basic Attributes > Long-term Spatial Characteristics > Work Environment',
-    'Environment > Time > Work Rhythm',
-    'Basic Attributes > Identity Characteristics > Career Experience',
-    'Environment > Time > Weekend Schedule',
-    'Health Status > Health Needs',
-    'Behavioral Characteristics > Offline Long-term Behavior > Time Management',
-    'Basic Attributes > Family Status > Family Atmosphere > Permanent Residence',
-    'Basic Attributes > Family Status > Family Atmosphere > Hometown',
-    'Basic Attributes > Family Status > Family Atmosphere > Living Environment Influence',
-    'Behavioral Characteristics > Environment > Time > Weekend Schedule',
-    'Behavioral Characteristics > Online Usage Habits > Learning Habits',
-    'Preferences and Interests > Travel Preferences > Travel Companions',
-    'Financial Information > Investment Experience > Risk Management > Emergency Preparedness',
-    'Behavioral Characteristics > Online Usage Habits > Content Participation',
-    'Environment > Time > Time Allocation',
+    "Basic Attributes > Identity Characteristics > Academic Interests",
+    "Basic Attributes > Family Status > Parental Expectations",
+    "Basic Attributes > Long-term Spatial Characteristics > Environmental Influence",
+    "Environment > Time > Time Management",
+    "Financial Information > Investment Experience > Risk Management > Risk Appetite",
+    "Basic Attributes > Identity Characteristics > Cultural Background",
+    "Basic Attributes > Long-term Spatial Characteristics > Hometown Memories",
+    "Behavioral Characteristics > Online Usage Habits > Use of Digital Tools",
+    "Behavioral Characteristics > Environment > Time > Time Preference",
+    "Behavioral Characteristics > Environment > Time > Time Management",
+    "Behavioral Characteristics > Environment > Geographical Location > Frequent Places",
+    "Behavioral Characteristics > Environment > Geographical Location > Travel Radius",
+    "Behavioral Characteristics > Personality Traits > Personality",
+    "Behavioral Characteristics > Personality Traits > Decision-making Style",
+    "Behavioral Characteristics > Personality Traits > Shopping Preference",
+    "Behavioral Characteristics > Preferences and Interests > Lifestyle Preferences > Diet",
+    "Behavioral Characteristics > Preferences and Interests > Lifestyle Preferences > Accommodation Preferences",
+    "Behavioral Characteristics > Preferences and Interests > Lifestyle Preferences > Shopping",
+    "Behavioral Characteristics > Preferences and Interests > Lifestyle Preferences > Services",
+    "Behavioral Characteristics > Preferences and Interests > Travel Preferences > Frequency",
+    "Behavioral Characteristics > Preferences and Interests > Travel Preferences > Destinations",
+    "Behavioral Characteristics > Preferences and Interests > Travel Preferences > Travel Style",
+    "Behavioral Characteristics > Preferences and Interests > Content Preferences > Article Collection",
+    "Behavioral Characteristics > Preferences and Interests > Content Preferences > Short Videos",
+    "Behavioral Characteristics > Preferences and Interests > Content Preferences > Screenshots",
+    "Behavioral Characteristics > Preferences and Interests > Content Preferences > Books, Movies, Singers, Actors",
+    "Behavioral Characteristics > Preferences and Interests > Exercise Preferences > Exercise Habits",
+    "Behavioral Characteristics > Preferences and Interests > Exercise Preferences > Exercise Goals",
+    "Behavioral Characteristics > Preferences and Interests > Exercise Preferences > Exercise Types",
+    "Behavioral Characteristics > Preferences and Interests > Exercise Preferences > Other Investments",
+    "Behavioral Characteristics > Preferences and Interests > Exercise Preferences > Exercise Locations",
+    "Basic Attributes > Identity Characteristics > Cultural Influence",
+    "Financial Information > Investment Experience > Future Plans",
+    "Financial Information > Risk Management > Risk Appetite",
+    "Basic Attributes > Long-term Spatial Characteristics > Upbringing Background",
+    "Behavioral Characteristics > Offline Long-term Behavior > Learning Habits",
+    "Environment > Time > Balance Between Study and Leisure",
+    "Environment > Geographical Location > Transportation Mode",
+    "Personality Traits > Interpersonal Relationships / Social Style",
+    "Financial Information > Risk Management > Emergency Preparedness",
+    "Personality Traits > Communication Style",
+    "Behavioral Characteristics > Online Usage Habits > Content Preferences",
+    "Basic Attributes > Identity Characteristics > Educational Background > Undergraduate",
+    "Basic Attributes > Identity Characteristics > Educational Background > Graduate",
+    "Behavioral Characteristics > Health Status > Physical Condition > Medical History",
+    "Behavioral Characteristics > Health Status > Physical Condition > Mental Condition",
+    "Behavioral Characteristics > Health Status > Physical Condition > Physical Fitness",
+    "Behavioral Characteristics > Health Status > Health Needs > Health Needs",
+    "Behavioral Characteristics > Financial Information > Financial Status > Income Structure",
+    "Behavioral Characteristics > Financial Information > Financial Status > Asset Status",
+    "Behavioral Characteristics > Financial Information > Financial Status > Consumption Characteristics",
+    "Behavioral Characteristics > Financial Information > Financial Status > Debt Situation",
+    "Behavioral Characteristics > Financial Information > Investment Experience > Investment Background",
+    "Behavioral Characteristics > Financial Information > Investment Experience > Knowledge Level",
+    "Behavioral Characteristics > Financial Information > Investment Experience > Investment Goals",
+    "Behavioral Characteristics > Financial Information > Risk Management > Risk Appetite",
+    "Basic Attributes > Identity Characteristics > Career Development",
+    "Behavioral Characteristics > Online Usage Habits > Content Consumption",
+    "Behavioral Characteristics > Environment > Time > Time Allocation",
+    "Behavioral Characteristics > Financial Information > Investment Experience > Risk Management",
+    "Basic Attributes > Long-term Spatial Characteristics > Work Environment",
+    "Environment > Time > Work Rhythm",
+    "Basic Attributes > Identity Characteristics > Career Experience",
+    "Environment > Time > Weekend Schedule",
+    "Health Status > Health Needs",
+    "Behavioral Characteristics > Offline Long-term Behavior > Time Management",
+    "Basic Attributes > Family Status > Family Atmosphere > Permanent Residence",
+    "Basic Attributes > Family Status > Family Atmosphere > Hometown",
+    "Basic Attributes > Family Status > Family Atmosphere > Living Environment Influence",
+    "Behavioral Characteristics > Environment > Time > Weekend Schedule",
+    "Behavioral Characteristics > Online Usage Habits > Learning Habits",
+    "Preferences and Interests > Travel Preferences > Travel Companions",
+    "Financial Information > Investment Experience > Risk Management > Emergency Preparedness",
+    "Behavioral Characteristics > Online Usage Habits > Content Participation",
+    "Environment > Time > Time Allocation",
 )
 
 
@@ -203,7 +211,9 @@ class FacetUpdate(BaseModel):
         facet = str(info.data.get("facet", ""))
         echoes = {*_SCHEMA_TEXT, facet.lower(), facet.split(SEPARATOR)[-1].lower()}
         if not said or said in echoes or any(said in text for text in _SCHEMA_TEXT if len(said) > 12):
-            raise ValueError(f"the value {value!r} repeats the schema's text instead of saying something about the user")
+            raise ValueError(
+                f"the value {value!r} repeats the schema's text instead of saying something about the user"
+            )
         return value
 
 
@@ -212,14 +222,16 @@ class PersonaUpdate(BaseModel):
 
 
 # The descriptions of the fields an update is asked in, as a weak model echoes them.
-_SCHEMA_TEXT = {" ".join(str(f.description).lower().split()).strip(" .")
-                for model in (FacetUpdate, PersonaUpdate) for f in model.model_fields.values() if f.description}
+_SCHEMA_TEXT = {
+    " ".join(str(f.description).lower().split()).strip(" .")
+    for model in (FacetUpdate, PersonaUpdate)
+    for f in model.model_fields.values()
+    if f.description
+}
 _SCHEMA_TEXT |= {"the facet's updated value", "the facet's new value", "updated value", "value"}
 
 
-async def distil_persona(
-    gateway: Gateway, role: str, current: Mapping[str, str], new_history: str
-) -> PersonaUpdate:
+async def distil_persona(gateway: Gateway, role: str, current: Mapping[str, str], new_history: str) -> PersonaUpdate:
     sections = [
         Section("Persona schema (facet paths)", "\n".join(FACET_PATHS)),
         Section("Current persona", "\n".join(f"{p}: {v}" for p, v in current.items()) or "(empty: nothing known yet)"),

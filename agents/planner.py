@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Literal, Sequence
+from collections.abc import Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
@@ -25,8 +26,12 @@ from agents.prompts import Section, build_messages, user_sections
 from benchmarks.case import Query
 from benchmarks.common.degradation import Degradation, degradation
 
-UserFacts = at_most(str, 10, description="Facts about the user that must shape the research (place, budget, health, "
-                                         "constraints, goals). Empty if none are known.")
+UserFacts = at_most(
+    str,
+    10,
+    description="Facts about the user that must shape the research (place, budget, health, "
+    "constraints, goals). Empty if none are known.",
+)
 MustCover = at_most(str, 8, description="What the report must answer for this user.")
 
 ROLE = (
@@ -37,8 +42,10 @@ ROLE = (
 
 class ReportForm(BaseModel):
     length: Literal["short", "medium", "long"] = Field(description="How much this user wants to read.")
-    structure: str = Field(description="How to lay it out for this user, e.g. 'numbers-first bullet list', "
-                                       "'step-by-step prose', 'executive summary then table'.")
+    structure: str = Field(
+        description="How to lay it out for this user, e.g. 'numbers-first bullet list', "
+        "'step-by-step prose', 'executive summary then table'."
+    )
     tone: str = Field(description="e.g. casual, warm, formal, professional.")
     expertise: str = Field(description="What the reader already knows: what to explain, what to skip.")
 
@@ -50,7 +57,7 @@ class ResearchBrief(BaseModel):
     form: ReportForm
 
     @classmethod
-    def plain(cls, query: Query) -> "ResearchBrief":
+    def plain(cls, query: Query) -> ResearchBrief:
         """The brief when none could be written: the question as asked, nothing known of the user."""
         form = ReportForm(length="medium", structure="clear sections", tone="neutral", expertise="unknown")
         return cls(question=query.text, user_facts=[], must_cover=[], form=form)
@@ -65,8 +72,10 @@ class ResearchBrief(BaseModel):
 
     def render_form(self) -> str:
         form = self.form
-        return (f"Length: {form.length}\nStructure: {form.structure}\nTone: {form.tone}\n"
-                f"Reader's expertise: {form.expertise}")
+        return (
+            f"Length: {form.length}\nStructure: {form.structure}\nTone: {form.tone}\n"
+            f"Reader's expertise: {form.expertise}"
+        )
 
 
 class Subtopic(BaseModel):
@@ -82,14 +91,17 @@ def whole_question(brief: ResearchBrief) -> list[Subtopic]:
 
 # A URL, a bare domain or path ("example.com/x"), or a search-engine address is not a query: a weak
 # model asked for queries sometimes writes the links it expects to find.
-_URL_LIKE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|www\.)\S*$"  # a scheme, or www.
-                       r"|^[\w-]+(?:\.[\w-]+)+/\S*$"  # a domain with a path
-                       r"|^[\w-]+(?:\.[\w-]+)*\.(?:com|org|net|edu|gov|info|io|uk|de|fr|eu)$",  # a bare domain
-                       re.IGNORECASE)
+_URL_LIKE = re.compile(
+    r"^(?:[a-z][a-z0-9+.-]*://|www\.)\S*$"  # a scheme, or www.
+    r"|^[\w-]+(?:\.[\w-]+)+/\S*$"  # a domain with a path
+    r"|^[\w-]+(?:\.[\w-]+)*\.(?:com|org|net|edu|gov|info|io|uk|de|fr|eu)$",  # a bare domain
+    re.IGNORECASE,
+)
 
 
-def checked_queries(queries: Sequence[str], stand_in: str, step: str,
-                    seen: Sequence[str] = ()) -> tuple[list[str], list[Degradation]]:
+def checked_queries(
+    queries: Sequence[str], stand_in: str, step: str, seen: Sequence[str] = ()
+) -> tuple[list[str], list[Degradation]]:
     """The queries a search can use — not empty, not a URL, not a repeat (of another or of `seen`) —
     and what was wrong with the rest. When none is left, `stand_in` (the question, the sub-topic)
     is searched instead, and that is recorded too: a search never silently runs on something the
@@ -99,8 +111,15 @@ def checked_queries(queries: Sequence[str], stand_in: str, step: str,
     done = {q.casefold() for q in seen}
     for query in queries:
         text = " ".join(query.split())
-        why = ("empty" if not text else "a URL, not a query" if _URL_LIKE.match(text)
-               else "a repeat" if text.casefold() in done else None)
+        why = (
+            "empty"
+            if not text
+            else "a URL, not a query"
+            if _URL_LIKE.match(text)
+            else "a repeat"
+            if text.casefold() in done
+            else None
+        )
         if why:
             problems.append(degradation("invalid_query", step, f"{query!r} is {why}"))
             continue
@@ -116,14 +135,16 @@ def checked_queries(queries: Sequence[str], stand_in: str, step: str,
 # The answers' models, each with its budgets in its schema (`agents.models.budgeted`); one class per budget,
 # as the gateway builds each class's JSON schema once.
 
+
 def _queries(max_queries: int, description: str | None = None) -> Any:
     return at_most(ShortItem, max_queries, min_items=1, description=description)
 
 
 @functools.cache
 def _subtopic_model(max_queries: int) -> type[Subtopic]:
-    return create_model("Subtopic", __base__=Subtopic,
-                        queries=_queries(max_queries, Subtopic.model_fields["queries"].description))
+    return create_model(
+        "Subtopic", __base__=Subtopic, queries=_queries(max_queries, Subtopic.model_fields["queries"].description)
+    )
 
 
 @functools.cache
@@ -136,7 +157,9 @@ def _reflection_model(max_subtopics: int, max_queries: int) -> type[BaseModel]:
     return create_model(
         "Reflection",
         enough=(bool, Field(description="True when the notes already answer everything the report must cover.")),
-        gaps=at_most(_subtopic_model(max_queries), max_subtopics, description="What is still missing, as new sub-topics."),
+        gaps=at_most(
+            _subtopic_model(max_queries), max_subtopics, description="What is still missing, as new sub-topics."
+        ),
     )
 
 
@@ -147,15 +170,18 @@ def _search_queries_model(max_queries: int) -> type[BaseModel]:
 
 @functools.cache
 def _aspects_model(max_aspects: int) -> type[BaseModel]:
-    return create_model("Aspects", aspects=at_most(
-        ShortItem, max_aspects, min_items=1, description="Aspects the user expects to see in the response."))
+    return create_model(
+        "Aspects",
+        aspects=at_most(
+            ShortItem, max_aspects, min_items=1, description="Aspects the user expects to see in the response."
+        ),
+    )
 
 
 def _subtopics(subtopics: Sequence[Subtopic]) -> list[Subtopic]:
     """As plain `Subtopic`s (the type graph state holds), their queries stripped of blanks and
     repeats (`checked_queries` decides, where they are searched, what else cannot be used)."""
-    return [Subtopic(title=t.title, why_for_user=t.why_for_user, queries=distinct_items(t.queries))
-            for t in subtopics]
+    return [Subtopic(title=t.title, why_for_user=t.why_for_user, queries=distinct_items(t.queries)) for t in subtopics]
 
 
 def clarification_section(clarifications: Sequence[tuple[str, str]]) -> Section:
@@ -164,7 +190,10 @@ def clarification_section(clarifications: Sequence[tuple[str, str]]) -> Section:
 
 
 async def write_brief(
-    gateway: Gateway, query: Query, context_text: str, clarifications: Sequence[tuple[str, str]] = (),
+    gateway: Gateway,
+    query: Query,
+    context_text: str,
+    clarifications: Sequence[tuple[str, str]] = (),
     role: str = "planner",
 ) -> ResearchBrief:
     sections = user_sections(query, context_text)
@@ -178,8 +207,9 @@ async def write_brief(
         "they write and what they asked for before. Use only what you were told about the user; invent nothing."
     )
     brief = await gateway.structured(role, build_messages(ROLE, sections, task), ResearchBrief)
-    return brief.model_copy(update={"user_facts": distinct_items(brief.user_facts),
-                                    "must_cover": distinct_items(brief.must_cover)})
+    return brief.model_copy(
+        update={"user_facts": distinct_items(brief.user_facts), "must_cover": distinct_items(brief.must_cover)}
+    )
 
 
 async def plan_research(
@@ -191,13 +221,20 @@ async def plan_research(
         f"user and write up to {max_queries} web search queries that use the user's specifics (place, budget, "
         "constraints) so the results fit them rather than an average reader."
     )
-    plan = await gateway.structured(role, build_messages(ROLE, [Section("Research brief", brief.render())], task),
-                                    _research_plan_model(max_subtopics, max_queries))
+    plan = await gateway.structured(
+        role,
+        build_messages(ROLE, [Section("Research brief", brief.render())], task),
+        _research_plan_model(max_subtopics, max_queries),
+    )
     return _subtopics(plan.subtopics)
 
 
 async def reflect(
-    gateway: Gateway, brief: ResearchBrief, findings: str, max_subtopics: int, max_queries: int,
+    gateway: Gateway,
+    brief: ResearchBrief,
+    findings: str,
+    max_subtopics: int,
+    max_queries: int,
     role: str = "planner",
 ) -> list[Subtopic]:
     """The gaps to research next (empty when the notes are enough)."""
@@ -207,8 +244,9 @@ async def reflect(
         f"or contradictory, describe up to {max_subtopics} new sub-topics with up to {max_queries} search queries "
         "each; otherwise set enough to true and give no gaps."
     )
-    reflection = await gateway.structured(role, build_messages(ROLE, sections, task),
-                                          _reflection_model(max_subtopics, max_queries))
+    reflection = await gateway.structured(
+        role, build_messages(ROLE, sections, task), _reflection_model(max_subtopics, max_queries)
+    )
     # "enough" beside gaps it names contradicts itself: the gaps are researched while the budget
     # allows (the rounds left decide, not which half of the answer to believe)
     return _subtopics(reflection.gaps)
@@ -222,8 +260,9 @@ async def search_queries(
         "question. Put the user's specifics (place, budget, constraints, level) into the queries where they "
         "change what should be found."
     )
-    result = await gateway.structured(role, build_messages(ROLE, user_sections(query, context_text), task),
-                                      _search_queries_model(max_queries))
+    result = await gateway.structured(
+        role, build_messages(ROLE, user_sections(query, context_text), task), _search_queries_model(max_queries)
+    )
     return distinct_items(result.queries)
 
 
@@ -242,6 +281,7 @@ async def plan_aspects(
         "considering what you know about the user: their past questions, situation and preferences. "
         f"Give at most {max_aspects} aspects, most important first."
     )
-    result = await gateway.structured(role, build_messages(PLAN_ROLE, user_sections(query, context_text), task),
-                                      _aspects_model(max_aspects))
+    result = await gateway.structured(
+        role, build_messages(PLAN_ROLE, user_sections(query, context_text), task), _aspects_model(max_aspects)
+    )
     return distinct_items(result.aspects)

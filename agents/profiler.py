@@ -12,7 +12,7 @@ its evidence; callers drop cited ids that are not real events.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
@@ -93,13 +93,13 @@ class UserProfile(BaseModel):
         return out
 
 
-async def build_profile(
-    gateway: Gateway, role: str, history: str, existing: UserProfile | None = None
-) -> UserProfile:
+async def build_profile(gateway: Gateway, role: str, history: str, existing: UserProfile | None = None) -> UserProfile:
     sections = []
     if existing is not None:
         sections.append(Section("Existing profile", existing.model_dump_json(indent=1)))
-    sections.append(Section("New history" if existing else "The user's search and chat history", history, untrusted=True))
+    sections.append(
+        Section("New history" if existing else "The user's search and chat history", history, untrusted=True)
+    )
     messages = build_messages(PROFILE_ROLE, sections, PROFILE_UPDATE_TASK if existing else PROFILE_TASK)
     return await gateway.structured(role, messages, UserProfile)
 
@@ -166,4 +166,6 @@ async def build_query_profile(
     if previous_turns:
         sections.append(conversation_section(previous_turns))
     sections.append(Section("The user's search and chat history", history, untrusted=True))
-    return await gateway.structured(role, build_messages(QUERY_PROFILE_ROLE, sections, QUERY_PROFILE_TASK), QueryProfile)
+    return await gateway.structured(
+        role, build_messages(QUERY_PROFILE_ROLE, sections, QUERY_PROFILE_TASK), QueryProfile
+    )

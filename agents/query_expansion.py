@@ -11,7 +11,8 @@ The expansion is free text; the retriever searches with the query followed by it
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages, conversation_section

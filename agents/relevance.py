@@ -9,8 +9,9 @@ dropped).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Literal, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, Field, create_model
 
@@ -18,9 +19,7 @@ from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages, conversation_section
 from benchmarks.case import ConversationTurn
 
-ROLE = (
-    "You are a strict reviewer selecting history sessions that help personalize the response to THIS query."
-)
+ROLE = "You are a strict reviewer selecting history sessions that help personalize the response to THIS query."
 RULES = (
     "Explicit rule: If the session is related to the query and will help personalize the response to that "
     "query, you MUST accept it (set keep=true). If not, reject. Keep ONLY if the session includes "
@@ -46,8 +45,13 @@ TASK_BATCH = (
 )
 
 Signal = Literal[
-    "stable_preference", "explicit_constraint", "background", "environment", "prior_choice",
-    "adjacent_constraint", "none",
+    "stable_preference",
+    "explicit_constraint",
+    "background",
+    "environment",
+    "prior_choice",
+    "adjacent_constraint",
+    "none",
 ]
 
 
@@ -95,7 +99,11 @@ async def judge_session(
 
 
 async def judge_sessions_batch(
-    gateway: Gateway, role: str, query: str, sessions: Sequence[tuple[str, str]], previous_turns: Sequence[ConversationTurn] = ()
+    gateway: Gateway,
+    role: str,
+    query: str,
+    sessions: Sequence[tuple[str, str]],
+    previous_turns: Sequence[ConversationTurn] = (),
 ) -> dict[str, SessionJudgment]:
     """Verdicts by session id for `sessions` = (id, text). The prompt labels sessions S1, S2, ...
     (short labels the model can copy exactly); verdicts for labels not asked about are dropped,

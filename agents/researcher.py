@@ -7,7 +7,7 @@ code), not by asking the model to keep track of where it read something.
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, Field, create_model
 
@@ -25,7 +25,7 @@ class SourceNotes(BaseModel):
     notes: list[str] = Field(
         default_factory=list,
         description="Self-contained facts from this source (with its numbers, names and conditions) that help "
-                    "answer the sub-topic for this user. Empty if the source is not useful.",
+        "answer the sub-topic for this user. Empty if the source is not useful.",
     )
 
 
@@ -36,16 +36,25 @@ class Coverage(BaseModel):
 
 # The answers' models with their budgets in the schema (`agents.models.budgeted`), one class per budget.
 
+
 @functools.cache
 def _source_notes_model(max_notes: int) -> type[SourceNotes]:
-    return create_model("SourceNotes", __base__=SourceNotes, notes=at_most(
-        str, max_notes, description=SourceNotes.model_fields["notes"].description))
+    return create_model(
+        "SourceNotes",
+        __base__=SourceNotes,
+        notes=at_most(str, max_notes, description=SourceNotes.model_fields["notes"].description),
+    )
 
 
 @functools.cache
 def _coverage_model(max_queries: int) -> type[Coverage]:
-    return create_model("Coverage", __base__=Coverage, follow_up_queries=at_most(
-        ShortItem, max_queries, description=Coverage.model_fields["follow_up_queries"].description))
+    return create_model(
+        "Coverage",
+        __base__=Coverage,
+        follow_up_queries=at_most(
+            ShortItem, max_queries, description=Coverage.model_fields["follow_up_queries"].description
+        ),
+    )
 
 
 def _focus_section(topic: str, focus: str) -> Section:
@@ -53,7 +62,12 @@ def _focus_section(topic: str, focus: str) -> Section:
 
 
 async def take_notes(
-    gateway: Gateway, topic: str, focus: str, source_title: str, source_text: str, max_notes: int,
+    gateway: Gateway,
+    topic: str,
+    focus: str,
+    source_title: str,
+    source_text: str,
+    max_notes: int,
     role: str = "researcher",
 ) -> list[str]:
     sections = [
@@ -70,7 +84,12 @@ async def take_notes(
 
 
 async def assess_coverage(
-    gateway: Gateway, topic: str, focus: str, notes: Sequence[str], max_queries: int, role: str = "researcher",
+    gateway: Gateway,
+    topic: str,
+    focus: str,
+    notes: Sequence[str],
+    max_queries: int,
+    role: str = "researcher",
 ) -> Coverage:
     sections = [
         _focus_section(topic, focus),

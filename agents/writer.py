@@ -7,7 +7,7 @@ appends the source list itself.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from agents.citations import CitationReport, SourceRef, check_citations, source_line
 from agents.models.gateway import Gateway

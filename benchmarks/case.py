@@ -8,7 +8,7 @@ boundary is enforced by the type, not by convention.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -135,16 +135,14 @@ class ExplicitPersona(_Event):
 
 
 HistoryEvent = Annotated[
-    Union[
-        MemorySnippet,
-        ChatSession,
-        SearchSession,
-        PTKBStatement,
-        PastQuestion,
-        DialogueTurn,
-        PreferenceStatement,
-        ExplicitPersona,
-    ],
+    MemorySnippet
+    | ChatSession
+    | SearchSession
+    | PTKBStatement
+    | PastQuestion
+    | DialogueTurn
+    | PreferenceStatement
+    | ExplicitPersona,
     Field(discriminator="kind"),
 ]
 EVENT_KINDS = (
@@ -167,7 +165,9 @@ def persona_facets(attributes: dict[str, Any], prefix: str = "") -> list[tuple[s
         if isinstance(value, dict):
             out.extend(persona_facets(value, path))
         elif isinstance(value, list):
-            out.append((path, "; ".join(json.dumps(v, ensure_ascii=False) if isinstance(v, dict) else str(v) for v in value)))
+            out.append(
+                (path, "; ".join(json.dumps(v, ensure_ascii=False) if isinstance(v, dict) else str(v) for v in value))
+            )
         else:
             out.append((path, str(value)))
     return out
@@ -298,11 +298,14 @@ class ViewAblation(_Model):
     def hides_facet(self, path: str) -> bool:
         return any(facet_matches(pattern, path) for pattern in self.facets)
 
-    def unmatched_facets(self, cases: "list[Case]") -> list[str]:
+    def unmatched_facets(self, cases: list[Case]) -> list[str]:
         """The facet patterns that match no persona facet and no history trait of any of `cases`
         (most likely typos: they would silently hide nothing)."""
-        paths = {p for c in cases for p in [*(f for f, _ in (c.persona.facets() if c.persona else [])),
-                                             *c.history_traits.values()]}
+        paths = {
+            p
+            for c in cases
+            for p in [*(f for f, _ in (c.persona.facets() if c.persona else [])), *c.history_traits.values()]
+        }
         return [pattern for pattern in self.facets if not any(facet_matches(pattern, p) for p in paths)]
 
 
@@ -350,14 +353,17 @@ class Case(_CaseBase):
         persona = self.persona
         if hide is not None and hide.active:
             history = [
-                e for e in history
+                e
+                for e in history
                 if e.kind not in hide.history_kinds and not hide.hides_facet(self.history_traits.get(e.id, ""))
             ]
             if persona is not None and hide.facets:
                 persona = persona.model_copy(update={"attributes": _without_facets(persona.attributes, hide)})
         persona_events = [persona.as_event()] if persona is not None else []
-        if hide is not None and ("persona" in hide.history_kinds or (persona is not None and not persona.attributes
-                                                                      and self.persona.attributes)):
+        if hide is not None and (
+            "persona" in hide.history_kinds
+            or (persona is not None and not persona.attributes and self.persona.attributes)
+        ):
             persona_events = []  # hidden as a kind, or every facet of it hidden
         if setting == "task_only":
             history = []

@@ -16,7 +16,7 @@ Upstream URLs are pinned to a commit where one is known. Notes on provenance:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from benchmarks.data_files import DataFile, RecordCounter, register_file
 from benchmarks.loaders import _wiki_summaries, drb, ikat, locomo, pdr, prefeval
@@ -34,12 +34,30 @@ WIKI_WHEEL = (
 
 # file -> (sha256 as stored (gzip), sha256 of the plain upstream file)
 PDR_FILES = {
-    "tasks_en.jsonl.gz": ("d4ea5b06de2870f2cba25cd589aded298b5753e772809ccc96a029b36dedf330", "304175e7d92b552710e31e3ae9fcf86c645cb72b31a973b0e6eb835a1a1a8d9f"),
-    "tasks_zh.jsonl.gz": ("f3df4a8e1258c49684161bcba381ed62dcade3262bffee544321f15cb24b88cf", "6253e1e10974747907d7e26dff7bf69bd36f98761752da86ec927a44d2892d93"),
-    "personas_en.jsonl.gz": ("b8decdc46ddb49d23257b049af105038fcb9bafeeae6112e7887abdf6687404d", "4fbd651033892bdaa48dcc5eca0372a4c4aa113672fe014ca75286d4c49bfee5"),
-    "personas_zh.jsonl.gz": ("ea81f2e7e302d919a5c06970dc1c9788a4bf6af77470e2e3eea9a495b5b7e122", "7d1e3982d4ea3e22f87965db598bb7a32d107c07669a79d3031ea0554a472973"),
-    "queries250_en.jsonl.gz": ("402adf9589e0ac2b5167a9831c44246d1d74a906f8159c58524baebc173df971", "e1b782361ec57ac3b21c34a143c74a34a57b42df222e42b7d6efb978ff998091"),
-    "queries250_zh.jsonl.gz": ("54d0a6cf50ec4ab5f79f6e3c8225ead76e426a681b6e242ca4a94f5e3f38fc60", "1532a3258c46537667eb90a434f030e918d17965cdb67481dd3399b1ddbcacfd"),
+    "tasks_en.jsonl.gz": (
+        "d4ea5b06de2870f2cba25cd589aded298b5753e772809ccc96a029b36dedf330",
+        "304175e7d92b552710e31e3ae9fcf86c645cb72b31a973b0e6eb835a1a1a8d9f",
+    ),
+    "tasks_zh.jsonl.gz": (
+        "f3df4a8e1258c49684161bcba381ed62dcade3262bffee544321f15cb24b88cf",
+        "6253e1e10974747907d7e26dff7bf69bd36f98761752da86ec927a44d2892d93",
+    ),
+    "personas_en.jsonl.gz": (
+        "b8decdc46ddb49d23257b049af105038fcb9bafeeae6112e7887abdf6687404d",
+        "4fbd651033892bdaa48dcc5eca0372a4c4aa113672fe014ca75286d4c49bfee5",
+    ),
+    "personas_zh.jsonl.gz": (
+        "ea81f2e7e302d919a5c06970dc1c9788a4bf6af77470e2e3eea9a495b5b7e122",
+        "7d1e3982d4ea3e22f87965db598bb7a32d107c07669a79d3031ea0554a472973",
+    ),
+    "queries250_en.jsonl.gz": (
+        "402adf9589e0ac2b5167a9831c44246d1d74a906f8159c58524baebc173df971",
+        "e1b782361ec57ac3b21c34a143c74a34a57b42df222e42b7d6efb978ff998091",
+    ),
+    "queries250_zh.jsonl.gz": (
+        "54d0a6cf50ec4ab5f79f6e3c8225ead76e426a681b6e242ca4a94f5e3f38fc60",
+        "1532a3258c46537667eb90a434f030e918d17965cdb67481dd3399b1ddbcacfd",
+    ),
 }
 PDR_UPSTREAM_DIRS = {"tasks": "task_data", "personas": "persona_data", "queries250": "prompt_data"}
 PDR_COUNTERS: dict[str, RecordCounter] = {
@@ -167,7 +185,11 @@ PREFEVAL_SHA256 = {
 
 # relpath -> (sha256, dataset, what it is)
 LOCAL_DOCUMENTS = {
-    "README.md": ("c6693ffd40a785f9cf334602371868b105116415690f91f080fc6516565f710a", "data", "the data directory's README"),
+    "README.md": (
+        "c6693ffd40a785f9cf334602371868b105116415690f91f080fc6516565f710a",
+        "data",
+        "the data directory's README",
+    ),
     "pdr_bench/upstream_manifest.json": (
         "a2034cb3e65d251d718bb3b92d3f6bd1ade75785868e82ef1305674f65596c6f",
         "pdr",
@@ -176,9 +198,21 @@ LOCAL_DOCUMENTS = {
     "pdr_bench/LICENSE": ("b7157c80db8a70de38e1a26bdefb55ad3ce7f86165336b0ba850dc02658a0812", "pdr", "Apache-2.0"),
     "ikat/LICENSE": ("4556c7a1023720ed758d0afc06d2dd9ddc9afb9d079d6e7d4efc5dfd27011c62", "ikat", "MIT"),
     "locomo/LICENSE": ("41003d4a74749c0220e33dd415042164b5a1093ed401f36277234f772d22d3d0", "locomo", "CC BY-NC 4.0"),
-    "prefeval/LICENSE": ("41003d4a74749c0220e33dd415042164b5a1093ed401f36277234f772d22d3d0", "prefeval", "CC BY-NC 4.0"),
-    "deep_research_bench/LICENSE": ("c71d239df91726fc519c6eb72d318ec65820627232b2f796219e87dcf35d0ab4", "drb", "Apache-2.0"),
-    "wiki_summaries/LICENSE": ("65ce8b5b5b04a08886255e406c22b037c592f741978e3d55d41968850e31ff90", "wiki", "CC BY-SA 4.0 attribution note"),
+    "prefeval/LICENSE": (
+        "41003d4a74749c0220e33dd415042164b5a1093ed401f36277234f772d22d3d0",
+        "prefeval",
+        "CC BY-NC 4.0",
+    ),
+    "deep_research_bench/LICENSE": (
+        "c71d239df91726fc519c6eb72d318ec65820627232b2f796219e87dcf35d0ab4",
+        "drb",
+        "Apache-2.0",
+    ),
+    "wiki_summaries/LICENSE": (
+        "65ce8b5b5b04a08886255e406c22b037c592f741978e3d55d41968850e31ff90",
+        "wiki",
+        "CC BY-SA 4.0 attribution note",
+    ),
 }
 
 

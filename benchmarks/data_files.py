@@ -17,9 +17,9 @@ import hashlib
 import importlib
 import os
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from benchmarks.common.errors import DataError
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.data_files import DataFile, sha256_file
 from benchmarks.common.errors import DataError
+from benchmarks.data_files import DataFile, sha256_file
 
 _CHUNK = 1 << 20
 
@@ -76,9 +76,11 @@ def _extract_member(entry: DataFile, archive: Path, target: Path) -> Path:
 
 
 def _gzip(source: Path, target: Path) -> Path:
-    with source.open("rb") as src, target.open("wb") as raw, gzip.GzipFile(
-        filename="", mode="wb", fileobj=raw, mtime=0
-    ) as dst:
+    with (
+        source.open("rb") as src,
+        target.open("wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as dst,
+    ):
         for block in iter(lambda: src.read(_CHUNK), b""):
             dst.write(block)
     return target

@@ -36,8 +36,9 @@ def with_rj_pairs(cases: list[Case], path: Path) -> list[Case]:
     cover are returned unchanged). A file covering none of the cases is an error: wrong file."""
     pairs = read_rj_pairs(path)
     if cases and not any(c.id in pairs for c in cases):
-        raise DataError(f"no R-J pairs for any of the {len(cases)} cases (e.g. {cases[0].id!r})", file=path,
-                        field="case_id")
+        raise DataError(
+            f"no R-J pairs for any of the {len(cases)} cases (e.g. {cases[0].id!r})", file=path, field="case_id"
+        )
     out = []
     for case in cases:
         extra = pairs.get(case.id)

@@ -56,8 +56,10 @@ class SystemSpec(BaseModel):
         separators = any(c in "/\\" for c in name)
         controls = any(ord(c) < 32 or ord(c) == 127 for c in name)
         if name.strip() in ("", ".", "..") or separators or controls:
-            raise ValueError(f"{name!r} is not a name: a system's name is a folder in the run folder, so it may not be "
-                             "blank, '.' or '..', or hold '/', '\\' or control characters")
+            raise ValueError(
+                f"{name!r} is not a name: a system's name is a folder in the run folder, so it may not be "
+                "blank, '.' or '..', or hold '/', '\\' or control characters"
+            )
         return name
 
 
@@ -76,7 +78,9 @@ class EpisodeContext(BaseModel):
 
     run_id: str = "studio"
     run_dir: str | None = Field(default=None, description="Where the ledger and memory stores go.")
-    cache_dir: str | None = Field(default=None, description="The LLM response cache: a directory or a redis:// URL; none disables it.")
+    cache_dir: str | None = Field(
+        default=None, description="The LLM response cache: a directory or a redis:// URL; none disables it."
+    )
     models: dict[str, ModelSettings] = Field(default_factory=_default_models)
     system: SystemSpec = Field(default_factory=lambda: SystemSpec(name="direct-full", memory={"backend": "full"}))
     judges: list[dict[str, Any]] = Field(default_factory=lambda: [{"name": "lampqa_aspects"}])
@@ -88,8 +92,8 @@ class EpisodeContext(BaseModel):
     clarify_answerer: Literal["person", "simulated_user", "none"] = Field(
         default="person",
         description="Who answers a system's clarifying questions: 'person' (the graph interrupts; in Studio you "
-                    "answer), 'simulated_user' (the graph interrupts; the run answers with the simulated user, "
-                    "graphs/simulate.py) or 'none' (the step is skipped and recorded as skipped).",
+        "answer), 'simulated_user' (the graph interrupts; the run answers with the simulated user, "
+        "graphs/simulate.py) or 'none' (the step is skipped and recorded as skipped).",
     )
 
     def role_models(self) -> dict[str, ModelSettings]:

@@ -29,12 +29,21 @@ async def write_answer(state: DirectState, runtime: Runtime[EpisodeContext]) -> 
 
 
 def build_direct_graph():
-    graph = StateGraph(DirectState, context_schema=EpisodeContext, input_schema=PipelineInput,
-                       output_schema=PipelineOutput)
+    graph = StateGraph(
+        DirectState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput
+    )
     graph.add_node("answer", write_answer)
     graph.add_edge(START, "answer")
     return graph.compile(name=PIPELINE)
 
 
-register_pipeline(PipelineSpec(PIPELINE, "answer from the user's context, no search", build_direct_graph,
-                               PipelineOptions, uses_web=False, step=write_answer))
+register_pipeline(
+    PipelineSpec(
+        PIPELINE,
+        "answer from the user's context, no search",
+        build_direct_graph,
+        PipelineOptions,
+        uses_web=False,
+        step=write_answer,
+    )
+)

@@ -12,7 +12,8 @@ where it talks with the simulated user for several turns (graphs/simulate.py).
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Literal, Sequence
+from collections.abc import Sequence
+from typing import Annotated, Literal
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -62,8 +63,9 @@ def judged(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> str:
     return "judge" if any(not judge.comparative for judge in judges) else END
 
 
-def build_episode_graph(pipelines: str | Sequence[str] | None = None, checkpointer=None,
-                        conversations: Sequence[str] = ()):
+def build_episode_graph(
+    pipelines: str | Sequence[str] | None = None, checkpointer=None, conversations: Sequence[str] = ()
+):
     """An episode graph with a branch for each of `pipelines` (default: every registered one), and
     for each of `conversations` a branch where that pipeline talks with the simulated user for
     several turns (`<pipeline>_conversation`, graphs/simulate.py), taken by systems with
@@ -79,10 +81,14 @@ def build_episode_graph(pipelines: str | Sequence[str] | None = None, checkpoint
         if spec.pipeline in names and spec.conversation is None:
             return spec.pipeline
         kind = "conversation branch" if spec.conversation is not None else "pipeline"
-        raise GraphInputError(f"this episode graph has no {kind} for pipeline {spec.pipeline!r}; it has: "
-                              f"{', '.join([*names, *map(conversation_branch, talks)])}")
+        raise GraphInputError(
+            f"this episode graph has no {kind} for pipeline {spec.pipeline!r}; it has: "
+            f"{', '.join([*names, *map(conversation_branch, talks)])}"
+        )
 
-    graph = StateGraph(EpisodeState, context_schema=EpisodeContext, input_schema=EpisodeInput, output_schema=EpisodeOutput)
+    graph = StateGraph(
+        EpisodeState, context_schema=EpisodeContext, input_schema=EpisodeInput, output_schema=EpisodeOutput
+    )
     graph.add_node("prepare", prepare)
     # the memory graph's two nodes, in place rather than as a subgraph: a nested graph costs each
     # episode its own loop and checkpoints (~3 ms of CPU) and adds nothing here
@@ -104,6 +110,8 @@ def build_episode_graph(pipelines: str | Sequence[str] | None = None, checkpoint
 def episode_graph_for(systems: Sequence, checkpointer=None):
     """The episode graph a run of these systems needs: a plain branch for each pipeline some system
     runs as is, a conversation branch for each one some system runs in conversation."""
-    return build_episode_graph(sorted({s.pipeline for s in systems if s.conversation is None}),
-                               checkpointer=checkpointer,
-                               conversations=sorted({s.pipeline for s in systems if s.conversation}))
+    return build_episode_graph(
+        sorted({s.pipeline for s in systems if s.conversation is None}),
+        checkpointer=checkpointer,
+        conversations=sorted({s.pipeline for s in systems if s.conversation}),
+    )

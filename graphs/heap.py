@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 # Freezing is process-wide, so blocks that overlap (two runs in one process, a benchmark inside a
 # settled worker) share it: the heap is handed back when the last one ends, never under another.

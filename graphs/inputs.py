@@ -19,8 +19,9 @@ never touches gold:
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 from cachetools import LRUCache
 from pydantic import BaseModel, Field
@@ -118,9 +119,7 @@ def case_from_input(state: Mapping[str, Any], context: EpisodeContext) -> Case:
         return case if isinstance(case, Case) else Case.model_validate(case)
     benchmark, case_id = state.get("benchmark") or "sample", state.get("case_id")
     if not case_id:
-        raise GraphInputError(
-            'give the case: {"benchmark": "sample", "case_id": "q01"} (or a whole case under "case")'
-        )
+        raise GraphInputError('give the case: {"benchmark": "sample", "case_id": "q01"} (or a whole case under "case")')
     remembered = _remembered.get((context.run_id, benchmark, case_id))
     if remembered is not None:
         return remembered
@@ -211,8 +210,11 @@ def gold_context(case: Case, context: EpisodeContext, noise_ratio: float, seed: 
         )
     noise = round(noise_ratio * len(items))
     if noise:
-        unrelated = [c for c in _other_cases(case, context)
-                     if c.query.text != case.query.text and (c.task_id is None or c.task_id != case.task_id)]
+        unrelated = [
+            c
+            for c in _other_cases(case, context)
+            if c.query.text != case.query.text and (c.task_id is None or c.task_id != case.task_id)
+        ]
         pool = sorted({claim for c in unrelated for claim in c.gold.information_claims} - set(items))
         if len(pool) < noise:
             raise GraphInputError(

@@ -8,7 +8,8 @@ so each retry is a new call in the same node.)
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from langgraph.types import interrupt
 from pydantic import BaseModel, ValidationError
@@ -34,5 +35,8 @@ def ask_until_usable(request: R, parse: Callable[[Any], T], expected: str) -> T:
         try:
             return parse(value)
         except (ValidationError, ValueError) as exc:
-            request = request.model_copy(update={"problem": f"the answer {value!r} could not be used "
-                                                            f"({problem_of(exc)}); resume with {expected}"})
+            request = request.model_copy(
+                update={
+                    "problem": f"the answer {value!r} could not be used ({problem_of(exc)}); resume with {expected}"
+                }
+            )

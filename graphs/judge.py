@@ -57,8 +57,12 @@ def artifact_store(context: EpisodeContext) -> ArtifactStore:
 
 
 def judge_env(resources: Resources) -> JudgeEnv:
-    return JudgeEnv(gateway=resources.gateway, web=resources.open_web, store=artifact_store(resources.context),
-                    sources=resources.sources.get)
+    return JudgeEnv(
+        gateway=resources.gateway,
+        web=resources.open_web,
+        store=artifact_store(resources.context),
+        sources=resources.sources.get,
+    )
 
 
 def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Literal["run_judge"]]:
@@ -68,8 +72,11 @@ def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Lit
         raise GraphInputError('give the response to judge: {"response": {"text": "..."}} next to the case')
     response = SystemResponse.model_validate(response)
     judges = resources_for(runtime.context).judges
-    tasks = [Send("run_judge", JudgeTask(judge_index=i, case=case, response=response))
-             for i, judge in enumerate(judges) if not judge.comparative]
+    tasks = [
+        Send("run_judge", JudgeTask(judge_index=i, case=case, response=response))
+        for i, judge in enumerate(judges)
+        if not judge.comparative
+    ]
     return Command(goto=tasks)
 
 

@@ -23,8 +23,9 @@ import hashlib
 import sqlite3
 import time
 import zlib
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator, Sequence
+from typing import Any
 
 from cachetools import LRUCache
 from langchain_core.runnables import RunnableConfig
@@ -47,8 +48,9 @@ class RunSerializer(SerializerProtocol):
     in `conn`'s `checkpoint_values` table (see the module docstring), the rest compressed inline.
     `redactor` (default: the run's) blanks keys out of every value written."""
 
-    def __init__(self, conn: sqlite3.Connection, serde: SerializerProtocol | None = None,
-                 redactor: Redactor | None = None) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, serde: SerializerProtocol | None = None, redactor: Redactor | None = None
+    ) -> None:
         self.conn = conn
         self.serde = serde or serializer()
         self.redactor = redactor if redactor is not None else active_redactor()
@@ -56,14 +58,20 @@ class RunSerializer(SerializerProtocol):
         self._loaded: LRUCache[str, tuple[str, bytes]] = LRUCache(maxsize=256)
 
     def setup(self) -> None:
-        self.conn.execute("CREATE TABLE IF NOT EXISTS checkpoint_values "
-                          "(key TEXT NOT NULL UNIQUE, type TEXT NOT NULL, value BLOB NOT NULL)")  # appended in rowid order
+        self.conn.execute(
+            "CREATE TABLE IF NOT EXISTS checkpoint_values "
+            "(key TEXT NOT NULL UNIQUE, type TEXT NOT NULL, value BLOB NOT NULL)"
+        )  # appended in rowid order
 
     # ------------------------------------------------------------------ writing
 
     def _apart(self, value: Any) -> Any:
         """`value`, or a reference to it once it is in the table."""
-        if value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) < _KEEP_APART // 4):
+        if (
+            value is None
+            or isinstance(value, (bool, int, float))
+            or (isinstance(value, str) and len(value) < _KEEP_APART // 4)
+        ):
             return value  # small for sure: not serialized twice (most channel values of a step)
         kind, data = self.serde.dumps_typed(value)
         if len(data) < _KEEP_APART:
@@ -71,8 +79,10 @@ class RunSerializer(SerializerProtocol):
         data = self.redactor.redact_bytes(data)
         key = hashlib.sha256(kind.encode() + b"\0" + data).hexdigest()
         if key not in self._stored:
-            self.conn.execute("INSERT OR IGNORE INTO checkpoint_values (key, type, value) VALUES (?, ?, ?)",
-                              (key, kind, zlib.compress(data)))
+            self.conn.execute(
+                "INSERT OR IGNORE INTO checkpoint_values (key, type, value) VALUES (?, ?, ?)",
+                (key, kind, zlib.compress(data)),
+            )
             self._stored.add(key)
         return {_REF: key}
 
@@ -145,8 +155,13 @@ class InlineSqliteSaver(SqliteSaver):
         with self.lock:
             self._commit()
 
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: ChannelVersions) -> RunnableConfig:
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         redactor = getattr(self.serde, "redactor", None)  # the metadata is written as JSON, past the serializer
         if redactor:
             metadata = redactor.redact_data(metadata)
@@ -155,17 +170,29 @@ class InlineSqliteSaver(SqliteSaver):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self.get_tuple(config)
 
-    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
         for item in self.list(config, filter=filter, before=before, limit=limit):
             yield item
 
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-                   new_versions: ChannelVersions) -> RunnableConfig:
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         return self.put(config, checkpoint, metadata, new_versions)
 
-    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                          task_path: str = "") -> None:
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
         self.put_writes(config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
@@ -180,12 +207,13 @@ class InlineSqliteSaver(SqliteSaver):
         self.commit()
 
 
-
-
 def unreadable(path: Path, exc: BaseException) -> DataError:
     """The error of a checkpoint database that cannot be read (truncated, not SQLite, damaged)."""
-    return DataError(f"not a readable checkpoint database ({exc}); delete it to go on (episodes that were "
-                     "cut short then start again from their beginning)", file=path)
+    return DataError(
+        f"not a readable checkpoint database ({exc}); delete it to go on (episodes that were "
+        "cut short then start again from their beginning)",
+        file=path,
+    )
 
 
 def connect_checkpoints(path: Path) -> sqlite3.Connection:

@@ -12,8 +12,9 @@ search).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -27,7 +28,7 @@ class PipelineOptions(BaseModel):
     random_profile: bool = Field(
         default=False,
         description="Answer with another user's context instead of the asker's (LaMP-QA's random-profile "
-                    "control): the memory backend reads a different user's history, chosen with the seed.",
+        "control): the memory backend reads a different user's history, chosen with the seed.",
     )
     seed: int | None = Field(default=None, description="Seed of this system's random choices (default: the run's).")
 
@@ -53,12 +54,14 @@ class GoldContextOptions(PipelineOptions):
         description="Replace search with the case's gold information (BESPOKE Table 6); cases without any fail.",
     )
     noise_ratio: float = Field(
-        default=0.0, ge=0.0, le=1.0,
+        default=0.0,
+        ge=0.0,
+        le=1.0,
         description="With gold_context: the share of gold items replaced by other cases' gold information (seeded).",
     )
 
     @model_validator(mode="after")
-    def _noise_needs_gold(self) -> "GoldContextOptions":
+    def _noise_needs_gold(self) -> GoldContextOptions:
         if self.noise_ratio and not self.gold_context:
             raise ValueError("noise_ratio only applies with gold_context = true")
         return self

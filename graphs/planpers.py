@@ -45,11 +45,16 @@ async def plan(state: PlanPersState, runtime: Runtime[EpisodeContext]) -> Comman
     try:
         aspects = await plan_aspects(gateway, query, state["user_context"].text, options.max_aspects)
     except ModelCallError as exc:  # answer without a plan, and say so
-        aspects, update = [], {**update, "degraded": [degradation("step_fallback", "plan",
-                                                                  f"answered without a plan: {exc}")]}
+        aspects, update = (
+            [],
+            {**update, "degraded": [degradation("step_fallback", "plan", f"answered without a plan: {exc}")]},
+        )
     else:
         if not aspects:
-            update = {**update, "degraded": [degradation("empty_answer", "plan", "no aspects; answered without a plan")]}
+            update = {
+                **update,
+                "degraded": [degradation("empty_answer", "plan", "no aspects; answered without a plan")],
+            }
     return Command(goto="answer", update={**update, "plan": aspects})
 
 
@@ -63,13 +68,21 @@ async def write_answer(state: PlanPersState, runtime: Runtime[EpisodeContext]) -
 
 
 def build_planpers_graph():
-    graph = StateGraph(PlanPersState, context_schema=EpisodeContext, input_schema=PipelineInput,
-                       output_schema=PipelineOutput)
+    graph = StateGraph(
+        PlanPersState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput
+    )
     graph.add_node("plan", plan)
     graph.add_node("answer", write_answer)
     graph.add_edge(START, "plan")
     return graph.compile(name=PIPELINE)
 
 
-register_pipeline(PipelineSpec(PIPELINE, "LaMP-QA PlanPers: plan the aspects this user expects, then answer",
-                               build_planpers_graph, PlanPersOptions, uses_web=False))
+register_pipeline(
+    PipelineSpec(
+        PIPELINE,
+        "LaMP-QA PlanPers: plan the aspects this user expects, then answer",
+        build_planpers_graph,
+        PlanPersOptions,
+        uses_web=False,
+    )
+)

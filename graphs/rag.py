@@ -71,8 +71,9 @@ async def retrieve(state: RagState, runtime: Runtime[EpisodeContext]) -> Command
         written = await search_queries(resources.gateway, query, state["user_context"].text, options.max_queries)
     except ModelCallError as exc:  # search the question as asked, and say so
         written = []
-        degraded.append(degradation("step_fallback", "retrieve", f"search queries (searching the question as "
-                                                                 f"asked): {exc}"))
+        degraded.append(
+            degradation("step_fallback", "retrieve", f"search queries (searching the question as asked): {exc}")
+        )
     if written or not degraded:
         queries, problems = checked_queries(written, query.text, "retrieve")
         degraded += problems
@@ -81,8 +82,16 @@ async def retrieve(state: RagState, runtime: Runtime[EpisodeContext]) -> Command
     web = await resources.open_web()
     hits, not_searched = await search_web(web, queries, options.results_per_query, options.max_pages, step="retrieve")
     sources, not_read = await read_web_sources(web, resources.sources, hits, step="retrieve")
-    return Command(goto="answer", update={**update, "queries": queries, "hits": hits, "sources": sources,
-                                          "degraded": degraded + not_searched + not_read})
+    return Command(
+        goto="answer",
+        update={
+            **update,
+            "queries": queries,
+            "hits": hits,
+            "sources": sources,
+            "degraded": degraded + not_searched + not_read,
+        },
+    )
 
 
 async def answer(state: RagState, runtime: Runtime[EpisodeContext]) -> PipelineOutput:
@@ -91,25 +100,34 @@ async def answer(state: RagState, runtime: Runtime[EpisodeContext]) -> PipelineO
     sources = state.get("sources", [])
     texts = [resources.sources.get(s.sha256)[: options.page_chars] for s in sources]
     query = view_of(state, runtime, PIPELINE).query
-    report = await write_answer(resources.gateway, query, state["user_context"].text, sources, texts,
-                                options.answer_tokens)
+    report = await write_answer(
+        resources.gateway, query, state["user_context"].text, sources, texts, options.answer_tokens
+    )
     meta = meta_of(state, runtime, PIPELINE) | {
         "citations": report.stats,
         "queries": state.get("queries", []),
         "critical_path_calls": 1 if state.get("gold_context") is not None else 2,
     }
-    return {"response": SystemResponse(text=report.text, citations=report.citations, meta=meta,
-                                       degraded=[*state.get("degraded", []), *citation_degradations(report, "answer")])}
+    return {
+        "response": SystemResponse(
+            text=report.text,
+            citations=report.citations,
+            meta=meta,
+            degraded=[*state.get("degraded", []), *citation_degradations(report, "answer")],
+        )
+    }
 
 
 def build_rag_graph():
-    graph = StateGraph(RagState, context_schema=EpisodeContext, input_schema=PipelineInput,
-                       output_schema=PipelineOutput)
+    graph = StateGraph(
+        RagState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput
+    )
     graph.add_node("retrieve", retrieve)
     graph.add_node("answer", answer)
     graph.add_edge(START, "retrieve")
     return graph.compile(name=PIPELINE)
 
 
-register_pipeline(PipelineSpec(PIPELINE, "one round of web search, answer with checked citations", build_rag_graph,
-                               RagOptions))
+register_pipeline(
+    PipelineSpec(PIPELINE, "one round of web search, answer with checked citations", build_rag_graph, RagOptions)
+)

@@ -13,15 +13,14 @@ keeps nothing of the ones that ended.
 from __future__ import annotations
 
 import asyncio
-
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable
 
+from agents.judges.base import Judge, create_judge
 from agents.models.cache import RedisResponseCache, ResponseCache, open_response_cache
 from agents.models.gateway import Gateway
-from agents.judges.base import Judge, create_judge
 from agents.models.ledger import Ledger
 from agents.models.structured_output import ModeMemory
 from benchmarks.common.errors import ConfigError
@@ -55,10 +54,14 @@ class Resources:
             with self._memory_lock:
                 if self._memory is None:
                     context = self.context
-                    store = (run_path(context.run_dir, "memory", context.system.name, what="system name")
-                             if context.run_dir else None)
-                    self._memory = journaled(create_backend(context.system.memory,
-                                                            MemoryEnv(gateway=self.gateway, store_dir=store)))
+                    store = (
+                        run_path(context.run_dir, "memory", context.system.name, what="system name")
+                        if context.run_dir
+                        else None
+                    )
+                    self._memory = journaled(
+                        create_backend(context.system.memory, MemoryEnv(gateway=self.gateway, store_dir=store))
+                    )
         return self._memory
 
     async def open_memory(self) -> MemoryBackend:
@@ -165,11 +168,16 @@ def resources_for(context: EpisodeContext | None) -> Resources:
                 roles = context.role_models()
             except ConfigError as exc:  # a context set by hand (Studio) naming an unknown pipeline or option
                 raise GraphInputError(f"runtime context: {exc}") from None
-            gateway = Gateway(roles, cache=run.cache(context.cache_dir), ledger=run.ledger,
-                              modes=ModeMemory.in_folder(context.run_dir))
+            gateway = Gateway(
+                roles,
+                cache=run.cache(context.cache_dir),
+                ledger=run.ledger,
+                modes=ModeMemory.in_folder(context.run_dir),
+            )
             judges = [create_judge(j) for j in context.judges]
-            run.resources[key] = Resources(context=context, gateway=gateway, judges=judges,
-                                           sources=SourceStore.for_run(context.run_dir))
+            run.resources[key] = Resources(
+                context=context, gateway=gateway, judges=judges, sources=SourceStore.for_run(context.run_dir)
+            )
         return run.resources[key]
 
 

@@ -97,7 +97,9 @@ async def recall(state: ConversationState, runtime: Runtime[EpisodeContext]) -> 
     return Command(goto="system", update={"user_context": user_context})
 
 
-def transcript(turns: list[ConversationTurn], responses: list[SystemResponse], ended: ConversationEnd) -> SystemResponse:
+def transcript(
+    turns: list[ConversationTurn], responses: list[SystemResponse], ended: ConversationEnd
+) -> SystemResponse:
     """The conversation as one response: each turn's user message and system response, in order;
     citations pooled (first occurrence of each source), and every turn's degraded steps; per-turn
     detail in `meta`."""
@@ -115,8 +117,12 @@ def transcript(turns: list[ConversationTurn], responses: list[SystemResponse], e
             "ended": ended,
         }
     }
-    return SystemResponse(text="\n\n".join(blocks), citations=list(citations.values()), meta=meta,
-                          degraded=[d for r in responses for d in r.degraded])
+    return SystemResponse(
+        text="\n\n".join(blocks),
+        citations=list(citations.values()),
+        meta=meta,
+        degraded=[d for r in responses for d in r.degraded],
+    )
 
 
 def close(state: ConversationState) -> PipelineOutput:
@@ -126,8 +132,9 @@ def close(state: ConversationState) -> PipelineOutput:
 
 
 def build_conversation_graph(pipeline: str = "direct"):
-    graph = StateGraph(ConversationState, context_schema=EpisodeContext, input_schema=PipelineInput,
-                       output_schema=PipelineOutput)
+    graph = StateGraph(
+        ConversationState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput
+    )
     graph.add_node("open", open_conversation)
     graph.add_node("system", PIPELINES.get(pipeline).build())
     graph.add_node("simulated_user", simulated_user)
@@ -180,12 +187,15 @@ async def run_with_simulated_user(graph, case: Case, config: dict[str, Any], con
         for pending_interrupt in pending:
             request = as_clarify_request(pending_interrupt.value)
             if request is None:
-                raise RuntimeError(f"the episode stopped at an interrupt the simulated user cannot answer: "
-                                   f"{pending_interrupt.value!r}")
+                raise RuntimeError(
+                    f"the episode stopped at an interrupt the simulated user cannot answer: {pending_interrupt.value!r}"
+                )
             if context.clarify_answerer != "simulated_user":
-                raise ConfigError(f"system {context.system.name!r} asked the user {len(request.questions)} clarifying "
-                                  f"question(s) on case {case.id!r}, but this run's simulated user does not answer "
-                                  "them (set [user_sim] clarify = true)")
+                raise ConfigError(
+                    f"system {context.system.name!r} asked the user {len(request.questions)} clarifying "
+                    f"question(s) on case {case.id!r}, but this run's simulated user does not answer "
+                    "them (set [user_sim] clarify = true)"
+                )
             with call_tags(node=_interrupting_node(tasks, pending_interrupt.id) or "interrupt"):
                 simulated = await answer_clarification(gateway, case, request)
             resume[pending_interrupt.id] = simulated.answers

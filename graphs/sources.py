@@ -11,20 +11,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from cachetools import LRUCache
 from pydantic import BaseModel
 
 from agents.citations import CitationReport, SourceRef
 from benchmarks.common.atomic_files import write_if_absent
-from benchmarks.data_files import cache_dir
 from benchmarks.common.degradation import Degradation, degradation
+from benchmarks.data_files import cache_dir
 from tools.errors import ReplayMiss, WebError
 from tools.urls import web_source_id
 from tools.web import Web
-
 
 SOURCES_DIR = "sources"  # in the run folder
 
@@ -44,7 +43,7 @@ class SourceStore:
         self._recent: LRUCache[str, str] = LRUCache(maxsize=256)  # texts put or read last
 
     @classmethod
-    def for_run(cls, run_dir: str | None) -> "SourceStore":
+    def for_run(cls, run_dir: str | None) -> SourceStore:
         return cls(Path(run_dir) / SOURCES_DIR if run_dir else cache_dir() / SOURCES_DIR)
 
     def _path(self, sha: str) -> str:
@@ -76,8 +75,13 @@ class SourceStore:
         return text
 
     def gold_source(self, text: str, number: int) -> SourceRef:
-        return SourceRef(id=gold_source_id(text), kind="gold", title=f"Gold information {number}",
-                         sha256=self.put(text), chars=len(text))
+        return SourceRef(
+            id=gold_source_id(text),
+            kind="gold",
+            title=f"Gold information {number}",
+            sha256=self.put(text),
+            chars=len(text),
+        )
 
 
 class WebHit(BaseModel):
@@ -108,9 +112,12 @@ async def search_web(
     outcomes = await asyncio.gather(*(one(q) for q in queries))
     failures = [o for o in outcomes if isinstance(o, Degradation)]
     ranked = sorted(
-        ((result.rank, i, WebHit(url=result.url, title=result.title, query=q, rank=result.rank))
-         for i, (q, results) in enumerate(zip(queries, outcomes)) if not isinstance(results, Degradation)
-         for result in results),
+        (
+            (result.rank, i, WebHit(url=result.url, title=result.title, query=q, rank=result.rank))
+            for i, (q, results) in enumerate(zip(queries, outcomes))
+            if not isinstance(results, Degradation)
+            for result in results
+        ),
         key=lambda item: (item[0], item[1]),
     )
     hits: dict[str, WebHit] = {}
@@ -138,8 +145,13 @@ async def read_web_sources(
         if not page.text.strip():
             return degradation("fetch_failed", step, f"{url}: no text extracted")
         title = page.title or hit.title
-        return SourceRef(id=web_source_id(page.url), url=page.url, title=title, sha256=await store.aput(page.text),
-                         chars=len(page.text))
+        return SourceRef(
+            id=web_source_id(page.url),
+            url=page.url,
+            title=title,
+            sha256=await store.aput(page.text),
+            chars=len(page.text),
+        )
 
     outcomes = await asyncio.gather(*(one(hit) for hit in hits))
     return ([o for o in outcomes if isinstance(o, SourceRef)], [o for o in outcomes if isinstance(o, Degradation)])
@@ -151,5 +163,11 @@ def citation_degradations(report: CitationReport, step: str) -> list[Degradation
     if not removed:
         return []
     numbers = ", ".join(map(str, report.stats.get("unresolved_numbers") or []))
-    return [degradation("citation_removed", step, f"cited [{numbers}] but read {report.stats.get('sources_read')} "
-                                                  "sources", count=removed)]
+    return [
+        degradation(
+            "citation_removed",
+            step,
+            f"cited [{numbers}] but read {report.stats.get('sources_read')} sources",
+            count=removed,
+        )
+    ]

@@ -8,7 +8,8 @@ options add, and the user's context from the configured memory backend.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, TypeVar
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from langgraph.runtime import Runtime
 
@@ -19,7 +20,7 @@ from graphs.memory import recall_context
 from graphs.pipelines import PipelineOptions
 from graphs.resources import Resources, resources_for
 
-O = TypeVar("O", bound=PipelineOptions)
+OptionsT = TypeVar("OptionsT", bound=PipelineOptions)
 
 
 _as_pipeline: dict[tuple[int, str], tuple[EpisodeContext, EpisodeContext]] = {}
@@ -39,7 +40,7 @@ def pipeline_context(runtime: Runtime[EpisodeContext], pipeline: str) -> Episode
     return known[1]
 
 
-def pipeline_options_of(runtime: Runtime[EpisodeContext], pipeline: str, model: type[O]) -> O:
+def pipeline_options_of(runtime: Runtime[EpisodeContext], pipeline: str, model: type[OptionsT]) -> OptionsT:
     options = options_for(pipeline_context(runtime, pipeline), pipeline)
     assert isinstance(options, model), f"{pipeline} options are {type(options).__name__}, not {model.__name__}"
     return options

@@ -14,12 +14,12 @@ from benchmarks.common.offline import apply_offline_defaults
 
 apply_offline_defaults()  # the graphs' entry point for Studio: before the libraries below load
 
-from agents.models.gateway import configured_litellm  # noqa: E402
-from graphs.heavy_imports import import_heavy_libraries
+from agents.models.gateway import configured_litellm
 from graphs.deep_research.graph import build_deep_research_graph
 from graphs.direct import build_direct_graph
 from graphs.episode import build_episode_graph
 from graphs.external.graph import build_external_graph
+from graphs.heavy_imports import import_heavy_libraries
 from graphs.judge import build_judge_graph
 from graphs.memory import build_memory_graph
 from graphs.pipelines import PIPELINES

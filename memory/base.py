@@ -14,9 +14,10 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Literal, Sequence, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -47,7 +48,9 @@ class MemoryQuery(BaseModel):
 
     def turn_texts(self, responses: bool = False) -> list[str]:
         """Each previous turn as one text: its utterance, followed by the response if asked for."""
-        return [f"{t.utterance}\n{t.response}" if responses and t.response else t.utterance for t in self.previous_turns]
+        return [
+            f"{t.utterance}\n{t.response}" if responses and t.response else t.utterance for t in self.previous_turns
+        ]
 
 
 QueryMode = Literal["raw", "resolved", "context"]
@@ -157,6 +160,7 @@ def as_query(query: MemoryQuery | str) -> MemoryQuery:
 
 def digest_of(state: Any) -> str:
     """The sha256 of `state` as canonical JSON (sorted keys; pydantic models and sets as plain data)."""
+
     def plain(value: Any) -> Any:
         if isinstance(value, BaseModel):
             return value.model_dump(mode="json")

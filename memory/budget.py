@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from benchmarks.case import HistoryEvent
 from benchmarks.common.degradation import Degradation, degradation
@@ -49,8 +50,14 @@ class Packed(NamedTuple):
         """A `memory_budget_cut` when the budget left items out: a context never loses history silently."""
         if not self.cut:
             return []
-        return [degradation("memory_budget_cut", step, f"{self.cut} of {self.offered} {what} left out by the "
-                                                       f"{budget}-token budget", count=self.cut)]
+        return [
+            degradation(
+                "memory_budget_cut",
+                step,
+                f"{self.cut} of {self.offered} {what} left out by the {budget}-token budget",
+                count=self.cut,
+            )
+        ]
 
 
 def pack(items: Iterable[tuple[str, str]], budget: int) -> Packed:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
-_tape: contextvars.ContextVar["ClockTape | None"] = contextvars.ContextVar("atelier_memory_clock_tape", default=None)
+_tape: contextvars.ContextVar[ClockTape | None] = contextvars.ContextVar("atelier_memory_clock_tape", default=None)
 
 
 class ClockTape:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from cachetools import LRUCache
@@ -35,7 +35,9 @@ class CachingEmbedder:
         return self.embedder.name
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        parts = [self.embedder.embed(list(texts[i : i + self.batch_size])) for i in range(0, len(texts), self.batch_size)]
+        parts = [
+            self.embedder.embed(list(texts[i : i + self.batch_size])) for i in range(0, len(texts), self.batch_size)
+        ]
         self.documents_embedded += len(texts)
         return np.concatenate(parts) if parts else np.zeros((0, self.embedder.dim), dtype=np.float32)
 
@@ -51,7 +53,9 @@ class CachingEmbedder:
         return np.stack([known[t] for t in texts])
 
 
-def memory_embedder(model: str, api_base: str | None = None, api_key_env: str | None = None, batch_size: int = 256) -> CachingEmbedder:
+def memory_embedder(
+    model: str, api_base: str | None = None, api_key_env: str | None = None, batch_size: int = 256
+) -> CachingEmbedder:
     """The embedder named `model`; an API key, if the model needs one, comes from `api_key_env`."""
     api_key = None
     if api_key_env:

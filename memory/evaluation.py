@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field

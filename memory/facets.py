@@ -7,8 +7,9 @@ the PDR schema and either render it whole or rank its facets against the query w
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -90,6 +91,10 @@ async def select_facets(
     by_path = {f.path: f for f in ordered}
     packed = pack(((f.path, f.render()) for f in ordered), budget)
     kept = [by_path[p] for p in packed.ids]
-    return PackedFacets(text=packed.text, facets=kept, tokens=packed.tokens,
-                        scores={p: scores[p] for p in packed.ids if p in scores},
-                        degraded=packed.degraded("recall", "persona facets", budget))
+    return PackedFacets(
+        text=packed.text,
+        facets=kept,
+        tokens=packed.tokens,
+        scores={p: scores[p] for p in packed.ids if p in scores},
+        degraded=packed.degraded("recall", "persona facets", budget),
+    )

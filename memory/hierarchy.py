@@ -91,7 +91,9 @@ class MidTermMemory:
         """Topic sessions opened so far (evicted ones included): the next one's number, minus one."""
         return self._next_id - 1
 
-    def match_score(self, session: TopicSession, vector: np.ndarray, keywords: set[str], keyword_weight: float) -> float:
+    def match_score(
+        self, session: TopicSession, vector: np.ndarray, keywords: set[str], keyword_weight: float
+    ) -> float:
         return float(session.vector @ vector) + keyword_weight * jaccard(session.keywords, keywords)
 
     def insert(
@@ -113,7 +115,9 @@ class MidTermMemory:
             default=None,
         )
         if best is None or self.match_score(best, vector, keywords, keyword_weight) < threshold:
-            best = TopicSession(id=f"topic-{self._next_id}", summary=summary, keywords=keywords, vector=vector, last_visit=now)
+            best = TopicSession(
+                id=f"topic-{self._next_id}", summary=summary, keywords=keywords, vector=vector, last_visit=now
+            )
             self._next_id += 1
             self.sessions[best.id] = best
         added = [p for p in pages if p.event_id not in best.pages]

@@ -6,8 +6,8 @@ cited ids that are real (`UserEvents.known`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from benchmarks.case import HistoryEvent
 from benchmarks.common.degradation import Degradation, degradation
@@ -24,9 +24,15 @@ class HistoryText:
         """A `memory_budget_cut` when the budget kept events from `reader` (a profiler, a judge)."""
         if not self.cut:
             return []
-        return [degradation("memory_budget_cut", step, f"{self.cut} of {self.cut + len(self.event_ids)} history "
-                                                       f"events not read by {reader} ({budget}-token budget)",
-                            count=self.cut)]
+        return [
+            degradation(
+                "memory_budget_cut",
+                step,
+                f"{self.cut} of {self.cut + len(self.event_ids)} history "
+                f"events not read by {reader} ({budget}-token budget)",
+                count=self.cut,
+            )
+        ]
 
 
 def history_text(events: Sequence[HistoryEvent], budget_tokens: int) -> HistoryText:

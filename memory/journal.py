@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Sequence, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -76,7 +77,7 @@ class RecallEntry(_Entry):
     digest: str | None = None
 
 
-JournalEntry = Annotated[Union[BackendEntry, IngestEntry, RecallEntry], Field(discriminator="op")]
+JournalEntry = Annotated[BackendEntry | IngestEntry | RecallEntry, Field(discriminator="op")]
 _ENTRY: TypeAdapter[BackendEntry | IngestEntry | RecallEntry] = TypeAdapter(JournalEntry)
 
 
@@ -154,9 +155,13 @@ class JournaledMemory(MemoryBackend):
                     raise MemoryRebuildError(
                         f"this journal is not one of memory backend {self.inner.name!r} configured as the run's "
                         f"system is ({config}); restore the run's recipe, or choose a new --out folder",
-                        file=self.path, line=number)
+                        file=self.path,
+                        line=number,
+                    )
             elif isinstance(entry, BackendEntry):
-                raise DataError("a second backend line: the journal was written by two runs", file=self.path, line=number)
+                raise DataError(
+                    "a second backend line: the journal was written by two runs", file=self.path, line=number
+                )
             else:
                 pending.setdefault(entry.user_id, []).append((number, entry))
         self.inner.reset_store()
@@ -212,7 +217,10 @@ class JournaledMemory(MemoryBackend):
             f"the memory of user {user_id!r} rebuilt from this journal differs from the one the run had after this "
             f"{entry.op} ({len(asked)} of the {len(calls)} model calls of the rebuild were not answered by the "
             f"response cache, which holds the first answers{clock}); results resumed on it would differ: resume with "
-            "the run's response cache, or choose a new --out folder", file=self.path, line=number)
+            "the run's response cache, or choose a new --out folder",
+            file=self.path,
+            line=number,
+        )
 
     # ------------------------------------------------------------------ the protocol
 
@@ -250,8 +258,15 @@ class JournaledMemory(MemoryBackend):
             with on_tape(tape):
                 context = await self.inner.context(user_id, query, budget)
             digest = await self.inner.state_digest(user_id)
-            entry = RecallEntry(user_id=user_id, task=task, query=query, budget=budget, context=context,
-                                clock=tape.readings, digest=digest)
+            entry = RecallEntry(
+                user_id=user_id,
+                task=task,
+                query=query,
+                budget=budget,
+                context=context,
+                clock=tape.readings,
+                digest=digest,
+            )
             self._append(entry)
             if task is not None:
                 self._recalls[task] = entry
@@ -275,4 +290,3 @@ def journaled(backend: MemoryBackend) -> MemoryBackend:
     if backend.env.store_dir is None or not needs_journal(backend):
         return backend
     return JournaledMemory(backend, Path(backend.env.store_dir) / JOURNAL_FILE)
-

@@ -21,7 +21,8 @@ import asyncio
 import contextlib
 import contextvars
 import threading
-from typing import Any, Iterator, Literal
+from collections.abc import Iterator
+from typing import Any, Literal
 
 from mem0.configs.embeddings.base import BaseEmbedderConfig
 from mem0.configs.llms.base import BaseLlmConfig
@@ -131,8 +132,10 @@ def _date_extraction_prompts() -> None:
 
     build = getattr(main, "generate_additive_extraction_prompt", None)
     if build is None:
-        raise RuntimeError("this mem0ai no longer builds its extraction prompt with generate_additive_extraction_prompt: "
-                           "memory/mem0_bridge.py cannot date it, so a resumed run could not rebuild mem0's memory")
+        raise RuntimeError(
+            "this mem0ai no longer builds its extraction prompt with generate_additive_extraction_prompt: "
+            "memory/mem0_bridge.py cannot date it, so a resumed run could not rebuild mem0's memory"
+        )
 
     def dated(*args: Any, current_date: str | None = None, **kwargs: Any) -> str:
         return build(*args, current_date=current_date or _extraction_day.get(), **kwargs)

@@ -7,7 +7,7 @@ events the profile was built from: all of them shaped it, the cited ones most di
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from benchmarks.common.degradation import Degradation
 from memory.base import UserContext
@@ -32,5 +32,6 @@ def profile_context(
     real = set(built_from)
     cited = [event_id for key in packed.ids for event_id in blocks[int(key)][1] if event_id in real]
     event_ids = list(dict.fromkeys([*cited, *built_from]))
-    return UserContext(backend=backend, form="profile", text=packed.text, event_ids=event_ids, tokens=packed.tokens,
-                       degraded=degraded)
+    return UserContext(
+        backend=backend, form="profile", text=packed.text, event_ids=event_ids, tokens=packed.tokens, degraded=degraded
+    )

@@ -7,7 +7,7 @@ its own (evaluation, benchmarks, tests) tags its calls here so the ledger reads 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from agents.models.ledger import call_tags, current_tags
 

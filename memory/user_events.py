@@ -6,7 +6,7 @@ Backends that keep raw events use this rather than their own dicts, so "skip kno
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from benchmarks.case import HistoryEvent
 from memory.base import MemoryBackend, digest_of

@@ -33,8 +33,11 @@ def _load(run_dir: Path) -> dict[str, Any]:
 
 
 def _scores(records: list[ResultRecord], system: str, judge: str) -> dict[tuple[str, str], float]:
-    return {(r.benchmark, r.case_id): r.scores[judge] for r in records
-            if r.system == system and r.ok and r.scores.get(judge) is not None}
+    return {
+        (r.benchmark, r.case_id): r.scores[judge]
+        for r in records
+        if r.system == system and r.ok and r.scores.get(judge) is not None
+    }
 
 
 def compare_runs(run_dirs: list[Path], *, baseline: str | None = None, seed: int = 0) -> dict[str, Any]:
@@ -50,17 +53,24 @@ def compare_runs(run_dirs: list[Path], *, baseline: str | None = None, seed: int
     for label, run in zip(labels, runs):
         for system, stats in run["summary"]["systems"].items():
             calls = stats.get("usage", {}).get("calls", {}).get("system")
-            entries.append({
-                "id": f"{label}:{system}", "run": label, "system": system,
-                "benchmark": run["summary"]["benchmark"].get("name"), "dry_run": run["summary"].get("dry_run", False),
-                "n": stats["n"], "errors": stats["errors"],
-                # what degraded in the system's steps (and in how many episodes): a score on less web or
-                # less memory than asked for is no improvement, whatever its value
-                "degraded": stats.get("degraded", {}), "degraded_episodes": stats.get("degraded_episodes", 0),
-                "judges": {j: stats["judges"].get(j) for j in judges},
-                "cost": format_cost(calls) if calls else "–",
-                "scores": {j: _scores(run["records"], system, j) for j in judges},
-            })
+            entries.append(
+                {
+                    "id": f"{label}:{system}",
+                    "run": label,
+                    "system": system,
+                    "benchmark": run["summary"]["benchmark"].get("name"),
+                    "dry_run": run["summary"].get("dry_run", False),
+                    "n": stats["n"],
+                    "errors": stats["errors"],
+                    # what degraded in the system's steps (and in how many episodes): a score on less web or
+                    # less memory than asked for is no improvement, whatever its value
+                    "degraded": stats.get("degraded", {}),
+                    "degraded_episodes": stats.get("degraded_episodes", 0),
+                    "judges": {j: stats["judges"].get(j) for j in judges},
+                    "cost": format_cost(calls) if calls else "–",
+                    "scores": {j: _scores(run["records"], system, j) for j in judges},
+                }
+            )
     ids = [e["id"] for e in entries]
     if baseline is not None and baseline not in ids:
         raise ConfigError(f"--baseline {baseline!r} is not one of: {', '.join(ids)}")
@@ -75,10 +85,16 @@ def compare_runs(run_dirs: list[Path], *, baseline: str | None = None, seed: int
                 rows.append({"judge": judge, "entry": entry["id"], **row})
     for entry in entries:
         del entry["scores"]
-    return {"runs": [{"label": label, "dir": r["dir"], "recipe": r["config"]["recipe"]["name"]}
-                     for label, r in zip(labels, runs)],
-            "judges": judges, "entries": entries, "baseline": base["id"],
-            "correction": CORRECTION, "comparisons": adjust(rows)}
+    return {
+        "runs": [
+            {"label": label, "dir": r["dir"], "recipe": r["config"]["recipe"]["name"]} for label, r in zip(labels, runs)
+        ],
+        "judges": judges,
+        "entries": entries,
+        "baseline": base["id"],
+        "correction": CORRECTION,
+        "comparisons": adjust(rows),
+    }
 
 
 def _mean_ci(stats: dict[str, Any] | None) -> str:
@@ -104,22 +120,34 @@ def print_comparison(comparison: dict[str, Any], console) -> None:
     for column in ("run", "system", *comparison["judges"], "failed", "degraded", "system cost"):
         table.add_column(column)
     for e in comparison["entries"]:
-        table.add_row(e["run"], e["system"] + (" (dry run)" if e["dry_run"] else ""),
-                      *(_mean_ci(e["judges"][j]) for j in comparison["judges"]), str(e["errors"]),
-                      degraded_text(e), e["cost"])
+        table.add_row(
+            e["run"],
+            e["system"] + (" (dry run)" if e["dry_run"] else ""),
+            *(_mean_ci(e["judges"][j]) for j in comparison["judges"]),
+            str(e["errors"]),
+            degraded_text(e),
+            e["cost"],
+        )
     console.print(table)
     if not comparison["comparisons"]:
         console.print(f"no paired comparisons: no entry shares two or more scored cases with {comparison['baseline']}")
         return
-    paired = Table(title=f"paired on shared cases, against {comparison['baseline']} "
-                         f"(p adjusted together: {comparison['correction']})")
+    paired = Table(
+        title=f"paired on shared cases, against {comparison['baseline']} "
+        f"(p adjusted together: {comparison['correction']})"
+    )
     for column in ("judge", "entry", "pairs", "difference", "95% CI", "p", "adjusted p"):
         paired.add_column(column)
     for c in comparison["comparisons"]:
-        paired.add_row(c["judge"], c["entry"], str(c["n"]), f"{c['mean_difference']:+.3f}",
-                       f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}]",
-                       f"{c['permutation_p']:.3g}" if c["permutation_p"] is not None else "–",
-                       (f"{c['p_adjusted']:.3g}" + (" *" if c["significant"] else "")) if c["p_adjusted"] is not None else "–")
+        paired.add_row(
+            c["judge"],
+            c["entry"],
+            str(c["n"]),
+            f"{c['mean_difference']:+.3f}",
+            f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}]",
+            f"{c['permutation_p']:.3g}" if c["permutation_p"] is not None else "–",
+            (f"{c['p_adjusted']:.3g}" + (" *" if c["significant"] else "")) if c["p_adjusted"] is not None else "–",
+        )
     console.print(paired)
 
 

@@ -10,7 +10,8 @@ rate); `significant` reads the adjusted value at ALPHA.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from benchmarks.metrics.statistics import paired_test
 from runs.results import ResultRecord
@@ -20,8 +21,9 @@ CORRECTION = "Benjamini-Hochberg"
 
 
 def scores_by_case(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, float]:
-    return {r.case_id: r.scores[judge] for r in records
-            if r.system == system and r.ok and r.scores.get(judge) is not None}
+    return {
+        r.case_id: r.scores[judge] for r in records if r.system == system and r.ok and r.scores.get(judge) is not None
+    }
 
 
 def paired_row(a: Mapping[str, float], b: Mapping[str, float], *, seed: int = 0) -> dict[str, Any] | None:
@@ -117,8 +119,9 @@ def _trade_off(judgments: list[Any], kind: str, a: str, b: str) -> tuple[float |
     return float(kendalltau([x for x, _ in pairs], [y for _, y in pairs]).statistic), len(pairs)
 
 
-def versus_paper(records: list[ResultRecord], paper_rows: list[Mapping[str, Any]],
-                 cases: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def versus_paper(
+    records: list[ResultRecord], paper_rows: list[Mapping[str, Any]], cases: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """For each number a paper reports (`[[report.paper]]`), ours on the system that stands for the
     paper's row: the mean over our scored cases of the judge's metric (`score`, a criterion, a details
     path); `history.ndcg@K` / `history.recall@K` / `history.precision@K`, the memory's ranking of the
@@ -138,6 +141,15 @@ def versus_paper(records: list[ResultRecord], paper_rows: list[Mapping[str, Any]
             else:
                 values = [v for v in (judgment_value(j, metric) for j in judgments) if v is not None]
                 ours, n = (sum(values) / len(values) if values else None), len(values)
-            out.append({"row": row["row"], "system": row["system"], "judge": row.get("judge"), "metric": metric,
-                        "paper": paper_value, "ours": ours, "n": n})
+            out.append(
+                {
+                    "row": row["row"],
+                    "system": row["system"],
+                    "judge": row.get("judge"),
+                    "metric": metric,
+                    "paper": paper_value,
+                    "ours": ours,
+                    "n": n,
+                }
+            )
     return out

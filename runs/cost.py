@@ -45,10 +45,10 @@ class Span(BaseModel):
     high: float
 
     @classmethod
-    def of(cls, low: float, high: float, digits: int = 0) -> "Span":
+    def of(cls, low: float, high: float, digits: int = 0) -> Span:
         return cls(low=round(low, digits), high=round(high, digits))
 
-    def __add__(self, other: "Span") -> "Span":
+    def __add__(self, other: Span) -> Span:
         return Span(low=round(self.low + other.low, 6), high=round(self.high + other.high, 6))
 
 
@@ -82,7 +82,8 @@ class CostForecast(BaseModel):
     systems: dict[str, dict[str, Any]]
     total: dict[str, Any]
     per_episode_usd_high: dict[str, float | None] = Field(
-        description="Per system, the most one episode may cost (what a budget reserves before it starts).")
+        description="Per system, the most one episode may cost (what a budget reserves before it starts)."
+    )
     notes: list[str] = Field(default_factory=list)
 
 
@@ -90,12 +91,18 @@ def price_of(settings: ModelSettings) -> Price:
     if settings.is_scripted or settings.is_local:
         return Price(input_per_token=0.0, output_per_token=0.0, source="free")
     if settings.input_cost_per_token is not None and settings.output_cost_per_token is not None:
-        return Price(input_per_token=settings.input_cost_per_token, output_per_token=settings.output_cost_per_token,
-                     source="recipe")
+        return Price(
+            input_per_token=settings.input_cost_per_token,
+            output_per_token=settings.output_cost_per_token,
+            source="recipe",
+        )
     info = _model_info(settings.model)
     if info.get("input_cost_per_token") is not None and info.get("output_cost_per_token") is not None:
-        return Price(input_per_token=info["input_cost_per_token"], output_per_token=info["output_cost_per_token"],
-                     source="litellm")
+        return Price(
+            input_per_token=info["input_cost_per_token"],
+            output_per_token=info["output_cost_per_token"],
+            source="litellm",
+        )
     return Price(input_per_token=None, output_per_token=None, source="unknown")
 
 
@@ -167,8 +174,9 @@ def forecast(recipe: Recipe, *, sample: int = 2) -> CostForecast:
             grouped[(entry.system, entry.role)].append(entry)
 
     roles: dict[str, RoleForecast] = {}
-    systems: dict[str, dict[str, Any]] = {s.name: {"calls": Span.of(0, 0), "usd": Span.of(0, 0, 6)}
-                                          for s in recipe.systems}
+    systems: dict[str, dict[str, Any]] = {
+        s.name: {"calls": Span.of(0, 0), "usd": Span.of(0, 0, 6)} for s in recipe.systems
+    }
     per_episode_high: dict[str, float | None] = {s.name: 0.0 for s in recipe.systems}
     specs = {s.name: s for s in recipe.systems}
     for (system, role), entries in sorted(grouped.items()):
@@ -181,16 +189,35 @@ def forecast(recipe: Recipe, *, sample: int = 2) -> CostForecast:
         prompt_span = Span.of(prompt * SPREAD[0], prompt * SPREAD[1])
         shortest = sum(e.completion_tokens if e.kind != "text" else limit * TYPICAL_SHARE for e in entries) * per_case
         completion_span = Span.of(shortest * calls.low / measured, calls.high * limit)
-        usd = (Span.of(prompt_span.low * price.input_per_token + completion_span.low * price.output_per_token,
-                       prompt_span.high * price.input_per_token + completion_span.high * price.output_per_token, 6)
-               if price.known else None)
+        usd = (
+            Span.of(
+                prompt_span.low * price.input_per_token + completion_span.low * price.output_per_token,
+                prompt_span.high * price.input_per_token + completion_span.high * price.output_per_token,
+                6,
+            )
+            if price.known
+            else None
+        )
         if assumed:
-            notes.append(f"role {role} ({settings.model}) has no max_tokens and litellm knows no output limit: "
-                         f"{DEFAULT_MAX_TOKENS} tokens assumed per completion")
+            notes.append(
+                f"role {role} ({settings.model}) has no max_tokens and litellm knows no output limit: "
+                f"{DEFAULT_MAX_TOKENS} tokens assumed per completion"
+            )
         previous = roles.get(role)
-        roles[role] = _merged(previous, RoleForecast(
-            role=role, model=settings.model, calls=calls, prompt_tokens=prompt_span, completion_tokens=completion_span,
-            max_tokens=limit, max_tokens_assumed=assumed, price=price, usd=usd))
+        roles[role] = _merged(
+            previous,
+            RoleForecast(
+                role=role,
+                model=settings.model,
+                calls=calls,
+                prompt_tokens=prompt_span,
+                completion_tokens=completion_span,
+                max_tokens=limit,
+                max_tokens_assumed=assumed,
+                price=price,
+                usd=usd,
+            ),
+        )
         systems[system]["calls"] = systems[system]["calls"] + calls
         if usd is None or systems[system]["usd"] is None:
             systems[system]["usd"] = None
@@ -208,11 +235,16 @@ def forecast(recipe: Recipe, *, sample: int = 2) -> CostForecast:
         "usd": total_usd,
         "unpriced_roles": sorted(r.role for r in roles.values() if r.usd is None),
     }
-    return CostForecast(recipe=recipe.name, episodes=episodes, sampled_cases=measured_cases, roles=roles,
-                        systems=systems, total=total,
-                        per_episode_usd_high={k: (round(v, 6) if v is not None else None)
-                                              for k, v in per_episode_high.items()},
-                        notes=list(dict.fromkeys(notes)))
+    return CostForecast(
+        recipe=recipe.name,
+        episodes=episodes,
+        sampled_cases=measured_cases,
+        roles=roles,
+        systems=systems,
+        total=total,
+        per_episode_usd_high={k: (round(v, 6) if v is not None else None) for k, v in per_episode_high.items()},
+        notes=list(dict.fromkeys(notes)),
+    )
 
 
 def _merged(previous: RoleForecast | None, new: RoleForecast) -> RoleForecast:
@@ -222,16 +254,20 @@ def _merged(previous: RoleForecast | None, new: RoleForecast) -> RoleForecast:
         return new
     usd = previous.usd + new.usd if previous.usd is not None and new.usd is not None else None
     model = previous.model if previous.model == new.model else f"{previous.model}, {new.model}"
-    return new.model_copy(update={
-        "model": model, "calls": previous.calls + new.calls, "usd": usd,
-        "prompt_tokens": previous.prompt_tokens + new.prompt_tokens,
-        "completion_tokens": previous.completion_tokens + new.completion_tokens,
-        "max_tokens": max(previous.max_tokens, new.max_tokens),
-        "max_tokens_assumed": previous.max_tokens_assumed or new.max_tokens_assumed})
+    return new.model_copy(
+        update={
+            "model": model,
+            "calls": previous.calls + new.calls,
+            "usd": usd,
+            "prompt_tokens": previous.prompt_tokens + new.prompt_tokens,
+            "completion_tokens": previous.completion_tokens + new.completion_tokens,
+            "max_tokens": max(previous.max_tokens, new.max_tokens),
+            "max_tokens_assumed": previous.max_tokens_assumed or new.max_tokens_assumed,
+        }
+    )
 
 
 def format_usd(span: Span | None) -> str:
     if span is None:
         return "unknown"
     return f"${span.low:,.4f} – ${span.high:,.4f}" if span.high < 1 else f"${span.low:,.2f} – ${span.high:,.2f}"
-

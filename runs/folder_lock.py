@@ -30,7 +30,7 @@ class RunFolderLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self) -> "RunFolderLock":
+    def acquire(self) -> RunFolderLock:
         """Take the lock (creating the folder), or raise ConfigError naming the process holding it."""
         if self._fd is not None:
             return self
@@ -44,8 +44,10 @@ class RunFolderLock:
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            raise ConfigError(f"{self.folder} is in use by another atelier process (pid {holder}); wait for it "
-                              f"to end, or give this {self.what} another --out folder") from None
+            raise ConfigError(
+                f"{self.folder} is in use by another atelier process (pid {holder}); wait for it "
+                f"to end, or give this {self.what} another --out folder"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         self._fd = fd
@@ -65,7 +67,7 @@ class RunFolderLock:
         os.close(self._fd)  # closing the descriptor releases the lock
         self._fd = None
 
-    def __enter__(self) -> "RunFolderLock":
+    def __enter__(self) -> RunFolderLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

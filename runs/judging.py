@@ -8,7 +8,7 @@ Nothing here runs a system: the only model calls are the judges' own roles.
 from __future__ import annotations
 
 import asyncio
-from typing import Iterable
+from collections.abc import Iterable
 
 from agents.judges.base import ComparativeJudge, Judge, JudgeResult
 from agents.models.ledger import call_tags
@@ -19,8 +19,9 @@ from graphs.resources import resources_for
 from runs.results import ResultRecord
 
 
-async def judge_again(case: Case, record: ResultRecord, context: EpisodeContext,
-                      judges: Iterable[Judge] | None = None) -> list[JudgeResult]:
+async def judge_again(
+    case: Case, record: ResultRecord, context: EpisodeContext, judges: Iterable[Judge] | None = None
+) -> list[JudgeResult]:
     """`context`'s judges (or `judges` among them) on `record`'s stored response; comparative judges excepted."""
     resources = resources_for(context)
     chosen = [j for j in (judges if judges is not None else resources.judges) if not j.comparative]
@@ -36,7 +37,9 @@ def judgments_due(record: ResultRecord, judges: Iterable[Judge]) -> list[Judge]:
     return [judge for judge in judges if not judge.comparative and judge.key not in done]
 
 
-def comparisons_due(records: dict[str, ResultRecord], judge: ComparativeJudge) -> list[tuple[ResultRecord, ResultRecord]]:
+def comparisons_due(
+    records: dict[str, ResultRecord], judge: ComparativeJudge
+) -> list[tuple[ResultRecord, ResultRecord]]:
     """(record, baseline record) pairs this judge has not yet judged successfully."""
     baseline = {r.case_id: r for r in records.values() if r.system == judge.baseline and r.ok}
     due = []
@@ -49,8 +52,9 @@ def comparisons_due(records: dict[str, ResultRecord], judge: ComparativeJudge) -
     return due
 
 
-async def judge_comparisons(records: dict[str, ResultRecord], cases: dict[str, Case],
-                            contexts: dict[str, EpisodeContext], concurrency: int = 4) -> list[ResultRecord]:
+async def judge_comparisons(
+    records: dict[str, ResultRecord], cases: dict[str, Case], contexts: dict[str, EpisodeContext], concurrency: int = 4
+) -> list[ResultRecord]:
     """Every comparative judge on every (system, baseline) pair of responses to the same case, where it
     is not already done. Returns the updated records (to append: the last line of a key wins)."""
     updated: dict[str, ResultRecord] = {}
@@ -60,8 +64,9 @@ async def judge_comparisons(records: dict[str, ResultRecord], cases: dict[str, C
         resources = resources_for(contexts[record.system])
         async with limit:
             with call_tags(case=record.case_id, system=record.system, node="compare"):
-                result = await judge.judge_pair(cases[record.case_id], record.response, other.response,
-                                                judge_env(resources))
+                result = await judge.judge_pair(
+                    cases[record.case_id], record.response, other.response, judge_env(resources)
+                )
         return record.key, result
 
     tasks = []

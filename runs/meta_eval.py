@@ -36,10 +36,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, PrivateAttr, ValidationError
 
-from agents.models.gateway import Gateway
 from agents.judges.bespoke import BASE_SCALE, CRITERION_TITLES, FeedbackVerdict, feedback_messages, rubric_text
 from agents.judges.material import persona_text
 from agents.judges.pqr import DIMENSIONS
+from agents.models.gateway import Gateway
 from benchmarks.case import Case
 from benchmarks.common.errors import ConfigError, DataError
 from benchmarks.metrics.agreement import (
@@ -65,13 +65,16 @@ class Label(BaseModel):
 
     case_id: str = Field(min_length=1)
     system: str = Field(min_length=1)
-    criterion: str = Field(min_length=1, description=f"A criterion of the judge's `criteria`, a PQR sub-criterion id "
-                                                     f"(e.g. GOAL-1), or {HEADLINE!r}.")
+    criterion: str = Field(
+        min_length=1,
+        description=f"A criterion of the judge's `criteria`, a PQR sub-criterion id (e.g. GOAL-1), or {HEADLINE!r}.",
+    )
     score: FiniteFloat
     feedback: str | None = None
     criterion_text: str | None = Field(
-        default=None, description="A PQR sub-criterion's wording; when given it must be the judge's for that case "
-        "(sub-criterion ids repeat across queries and criteria generations, their wording does not)."
+        default=None,
+        description="A PQR sub-criterion's wording; when given it must be the judge's for that case "
+        "(sub-criterion ids repeat across queries and criteria generations, their wording does not).",
     )
     _line: int | None = PrivateAttr(default=None)  # where it was read, for error messages and the unmatched list
 
@@ -100,8 +103,9 @@ def read_labels(path: Path) -> LabelFile:
         text = raw.decode("utf-8-sig")  # a spreadsheet's "CSV UTF-8" starts with a byte-order mark
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise DataError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the sheet as \"CSV UTF-8\"",
-                        file=path, line=line) from None
+        raise DataError(
+            f'not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the sheet as "CSV UTF-8"', file=path, line=line
+        ) from None
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson", ".json") or (suffix not in (".csv", ".tsv") and text.lstrip().startswith("{")):
         found = LabelFile(path=str(path), format="jsonl", labels=_jsonl_labels(text, path))
@@ -109,8 +113,11 @@ def read_labels(path: Path) -> LabelFile:
         labels, unlabelled = _sheet_labels(text, path)
         found = LabelFile(path=str(path), format="csv", labels=labels, unlabelled_rows=unlabelled)
     if not found.labels:
-        raise DataError("no labels in the file" + (f" ({found.unlabelled_rows} rows have an empty label)"
-                                                  if found.unlabelled_rows else ""), file=path)
+        raise DataError(
+            "no labels in the file"
+            + (f" ({found.unlabelled_rows} rows have an empty label)" if found.unlabelled_rows else ""),
+            file=path,
+        )
     _refuse_duplicates(found.labels, path)
     return found
 
@@ -132,8 +139,19 @@ def _jsonl_labels(text: str, path: Path) -> list[Label]:
 
 
 # The sheet's columns, in the order a person reads them: what to label, the label, then the material.
-SHEET_COLUMNS = ("case_id", "system", "criterion", "scale", "label", "feedback", "description", "criterion_text",
-                 "query", "persona", "response")
+SHEET_COLUMNS = (
+    "case_id",
+    "system",
+    "criterion",
+    "scale",
+    "label",
+    "feedback",
+    "description",
+    "criterion_text",
+    "query",
+    "persona",
+    "response",
+)
 _REQUIRED = ("case_id", "system", "criterion", "label")
 _SCALE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*-\s*(-?\d+(?:\.\d+)?)\s*$")
 # Spreadsheets run a cell starting with one of these as a formula; the sheet prefixes such text with "'".
@@ -158,8 +176,12 @@ def _sheet_labels(text: str, path: Path) -> tuple[list[Label], int]:
             header = [cell.strip().lower() for cell in row]
             missing = [c for c in _REQUIRED if c not in header and not (c == "label" and "score" in header)]
             if missing:
-                raise DataError(f"the sheet's header lacks column(s) {', '.join(map(repr, missing))} "
-                                f"(it has: {', '.join(repr(c) for c in header if c)})", file=path, line=start)
+                raise DataError(
+                    f"the sheet's header lacks column(s) {', '.join(map(repr, missing))} "
+                    f"(it has: {', '.join(repr(c) for c in header if c)})",
+                    file=path,
+                    line=start,
+                )
             continue
         cells = {name: (row[i] if i < len(row) else "") for i, name in enumerate(header) if name}
         value = (cells.get("label") if "label" in header else cells.get("score", "")).strip()
@@ -173,13 +195,20 @@ def _sheet_labels(text: str, path: Path) -> tuple[list[Label], int]:
         score = _number(value, path, start, column)
         scale = _SCALE.match(cells.get("scale", ""))
         if scale and not float(scale[1]) <= score <= float(scale[2]):
-            raise DataError(f"column '{column}': {value} is outside the criterion's scale {scale[0].strip()}",
-                            file=path, line=start)
+            raise DataError(
+                f"column '{column}': {value} is outside the criterion's scale {scale[0].strip()}", file=path, line=start
+            )
         criterion_text = _unescaped(cells.get("criterion_text", "")).strip()
-        labels.append(Label(case_id=cells["case_id"].strip(), system=cells["system"].strip(),
-                            criterion=cells["criterion"].strip(), score=score,
-                            feedback=_unescaped(cells.get("feedback", "")).strip() or None,
-                            criterion_text=criterion_text or None).at(start))
+        labels.append(
+            Label(
+                case_id=cells["case_id"].strip(),
+                system=cells["system"].strip(),
+                criterion=cells["criterion"].strip(),
+                score=score,
+                feedback=_unescaped(cells.get("feedback", "")).strip() or None,
+                criterion_text=criterion_text or None,
+            ).at(start)
+        )
     if header is None:
         raise DataError("the sheet is empty (no header row)", file=path)
     return labels, unlabelled
@@ -203,8 +232,12 @@ def _refuse_duplicates(labels: list[Label], path: Path) -> None:
     for label in labels:
         key = (label.case_id, label.system, label.criterion)
         if key in seen:
-            raise DataError(f"a second label for case {key[0]!r}, system {key[1]!r}, criterion {key[2]!r} "
-                            f"(the first is on line {seen[key]._line})", file=path, line=label._line)
+            raise DataError(
+                f"a second label for case {key[0]!r}, system {key[1]!r}, criterion {key[2]!r} "
+                f"(the first is on line {seen[key]._line})",
+                file=path,
+                line=label._line,
+            )
         seen[key] = label
 
 
@@ -291,8 +324,9 @@ def run_scores(run_dir: Path, judge: str) -> RunScores:
         if value is None or not math.isfinite(value):  # a NaN read back from a results file scores nothing
             unscored.add(key)
         else:
-            scores[key] = JudgedScore(case_id=record.case_id, system=record.system, criterion=criterion, score=value,
-                                      **about)
+            scores[key] = JudgedScore(
+                case_id=record.case_id, system=record.system, criterion=criterion, score=value, **about
+            )
 
     for record in records.values():
         result = _judgment(record, judge)
@@ -303,16 +337,30 @@ def run_scores(run_dir: Path, judge: str) -> RunScores:
             add(record, name, value, feedback=feedback.get(name))
         for code, row in sub_criteria(result.details):
             add(record, row["id"], row.get("score"), dimension=code, text=row.get("criterion"))
-    return RunScores(run=str(run_dir), judge=judge, records={(r.case_id, r.system): r for r in records.values()},
-                     scores=scores, unscored=unscored)
+    return RunScores(
+        run=str(run_dir),
+        judge=judge,
+        records={(r.case_id, r.system): r for r in records.values()},
+        scores=scores,
+        unscored=unscored,
+    )
 
 
 def labels_from_run(run_dir: Path, judge: str) -> LabelFile:
     """A run's scores by `judge` as labels: each criterion, the headline as `score`, PQR sub-criteria
     (with their wording), and feedback."""
     found = run_scores(run_dir, judge)
-    labels = [Label(case_id=s.case_id, system=s.system, criterion=s.criterion, score=s.score, feedback=s.feedback,
-                    criterion_text=s.text) for s in found.scores.values()]
+    labels = [
+        Label(
+            case_id=s.case_id,
+            system=s.system,
+            criterion=s.criterion,
+            score=s.score,
+            feedback=s.feedback,
+            criterion_text=s.text,
+        )
+        for s in found.scores.values()
+    ]
     return LabelFile(path=str(run_dir), format="run", labels=labels)
 
 
@@ -355,8 +403,9 @@ def match_labels(scores: RunScores, labels: list[Label], selected: set[str] | No
             continue
         key = (label.case_id, label.system, label.criterion)
         judged = scores.scores.get(key)
-        if judged is not None and (label.criterion_text is None or judged.text is None
-                                   or _same_wording(label.criterion_text, judged.text)):
+        if judged is not None and (
+            label.criterion_text is None or judged.text is None or _same_wording(label.criterion_text, judged.text)
+        ):
             matched.append((judged, label))
             continue
         if judged is not None:
@@ -371,8 +420,11 @@ def match_labels(scores: RunScores, labels: list[Label], selected: set[str] | No
             reason = "no_judge_score"
         else:
             reason = "unknown_criterion"
-        unmatched.append(UnmatchedLabel(line=label._line, case_id=label.case_id, system=label.system,
-                                        criterion=label.criterion, reason=reason))
+        unmatched.append(
+            UnmatchedLabel(
+                line=label._line, case_id=label.case_id, system=label.system, criterion=label.criterion, reason=reason
+            )
+        )
     return Matching(matched=matched, unmatched=unmatched, not_selected=not_selected)
 
 
@@ -392,30 +444,44 @@ class Bootstrap(BaseModel):
 
 
 def _agreement(pairs: list[tuple[JudgedScore, Label]], bootstrap: Bootstrap, unit: str = "case") -> CriterionAgreement:
-    items = [LabelledScore(case_id=j.case_id if unit == "case" else f"{j.case_id}::{j.criterion}",
-                           system=j.system, model=j.score, human=lb.score) for j, lb in pairs]
+    items = [
+        LabelledScore(
+            case_id=j.case_id if unit == "case" else f"{j.case_id}::{j.criterion}",
+            system=j.system,
+            model=j.score,
+            human=lb.score,
+        )
+        for j, lb in pairs
+    ]
     return criterion_agreement(items, bootstrap.confidence, bootstrap.n_resamples, bootstrap.seed)
 
 
-def agreement(scores: RunScores, labels: LabelFile, criteria: list[str] | None = None,
-              bootstrap: Bootstrap | None = None) -> dict[str, Any]:
+def agreement(
+    scores: RunScores, labels: LabelFile, criteria: list[str] | None = None, bootstrap: Bootstrap | None = None
+) -> dict[str, Any]:
     """The agreement report: which labels matched, per criterion figures and their average, and for
     PQR sub-criteria the per-(query, sub-criterion) figures by dimension and overall."""
     bootstrap = bootstrap or Bootstrap()
     selected = set(criteria) if criteria else None
     if selected is not None:
-        known = {s.criterion for s in scores.scores.values()} | {s.dimension for s in scores.scores.values() if s.dimension}
+        known = {s.criterion for s in scores.scores.values()} | {
+            s.dimension for s in scores.scores.values() if s.dimension
+        }
         unknown = sorted(selected - known)
         if unknown:
-            raise ConfigError(f"--criterion {', '.join(unknown)}: judge {scores.judge!r} has no such criterion in "
-                              f"{scores.run} (its criteria: {', '.join(sorted(_top_level(scores)))})")
+            raise ConfigError(
+                f"--criterion {', '.join(unknown)}: judge {scores.judge!r} has no such criterion in "
+                f"{scores.run} (its criteria: {', '.join(sorted(_top_level(scores)))})"
+            )
     matching = match_labels(scores, labels.labels, selected)
     reasons = Counter(u.reason for u in matching.unmatched)
     if not matching.matched:
         where = "; ".join(f"{UNMATCHED_REASONS[r]}: {n}" for r, n in reasons.most_common())
         selection = f", {matching.not_selected} outside --criterion" if matching.not_selected else ""
-        raise ConfigError(f"none of the {len(labels.labels)} labels in {labels.path} matches a score of judge "
-                          f"{scores.judge!r} in {scores.run} ({where or 'no label selected'}{selection})")
+        raise ConfigError(
+            f"none of the {len(labels.labels)} labels in {labels.path} matches a score of judge "
+            f"{scores.judge!r} in {scores.run} ({where or 'no label selected'}{selection})"
+        )
 
     by_criterion: dict[str, list[tuple[JudgedScore, Label]]] = {}
     by_dimension: dict[str, list[tuple[JudgedScore, Label]]] = {}
@@ -428,9 +494,13 @@ def agreement(scores: RunScores, labels: LabelFile, criteria: list[str] | None =
     averaged = {name: a for name, a in per.items() if name != HEADLINE}
     report: dict[str, Any] = {
         "labels": {
-            "file": labels.path, "format": labels.format, "read": len(labels.labels),
-            "unlabelled_rows": labels.unlabelled_rows, "matched": len(matching.matched),
-            "not_selected": matching.not_selected, "unmatched": len(matching.unmatched),
+            "file": labels.path,
+            "format": labels.format,
+            "read": len(labels.labels),
+            "unlabelled_rows": labels.unlabelled_rows,
+            "matched": len(matching.matched),
+            "not_selected": matching.not_selected,
+            "unmatched": len(matching.unmatched),
             "unmatched_by_reason": dict(reasons.most_common()),
         },
         "unmatched": [u.model_dump() for u in matching.unmatched],
@@ -445,13 +515,18 @@ def agreement(scores: RunScores, labels: LabelFile, criteria: list[str] | None =
 
 def _top_level(scores: RunScores) -> set[str]:
     return {s.criterion for s in scores.scores.values() if s.dimension is None} | {
-        s.dimension for s in scores.scores.values() if s.dimension}
+        s.dimension for s in scores.scores.values() if s.dimension
+    }
 
 
-def _sub_criteria_report(by_dimension: dict[str, list[tuple[JudgedScore, Label]]], bootstrap: Bootstrap) -> dict[str, Any]:
+def _sub_criteria_report(
+    by_dimension: dict[str, list[tuple[JudgedScore, Label]]], bootstrap: Bootstrap
+) -> dict[str, Any]:
     """PDR-Bench Appendix C's unit: each (query, sub-criterion) compares the responses to the query.
     Per dimension, their average, and over every sub-criterion (one scale, so one figure is sound)."""
-    dimensions = {code: _agreement(pairs, bootstrap, unit="sub_criterion") for code, pairs in sorted(by_dimension.items())}
+    dimensions = {
+        code: _agreement(pairs, bootstrap, unit="sub_criterion") for code, pairs in sorted(by_dimension.items())
+    }
     every = [pair for pairs in by_dimension.values() for pair in pairs]
     per_query: dict[tuple[str, str], list[tuple[JudgedScore, Label]]] = {}
     for judged, label in every:
@@ -459,13 +534,22 @@ def _sub_criteria_report(by_dimension: dict[str, list[tuple[JudgedScore, Label]]
     units = []
     for (case_id, criterion), pairs in sorted(per_query.items()):
         first = pairs[0][0]
-        comparisons = [(a, b) for i, a in enumerate(pairs) for b in pairs[i + 1:]]
-        agreeing = sum(1 for (ja, la), (jb, lb) in comparisons
-                       if _sign(ja.score - jb.score) == _sign(la.score - lb.score))
-        units.append({"case_id": case_id, "sub_criterion": criterion, "dimension": first.dimension,
-                      "criterion_text": first.text, "responses": len(pairs), "pairs": len(comparisons),
-                      "agreeing_pairs": agreeing,
-                      "mard": math.fsum(abs(j.score - lb.score) for j, lb in pairs) / len(pairs)})
+        comparisons = [(a, b) for i, a in enumerate(pairs) for b in pairs[i + 1 :]]
+        agreeing = sum(
+            1 for (ja, la), (jb, lb) in comparisons if _sign(ja.score - jb.score) == _sign(la.score - lb.score)
+        )
+        units.append(
+            {
+                "case_id": case_id,
+                "sub_criterion": criterion,
+                "dimension": first.dimension,
+                "criterion_text": first.text,
+                "responses": len(pairs),
+                "pairs": len(comparisons),
+                "agreeing_pairs": agreeing,
+                "mard": math.fsum(abs(j.score - lb.score) for j, lb in pairs) / len(pairs),
+            }
+        )
     return {
         "scale": SUB_CRITERION_SCALE,
         "dimensions": {code: a.model_dump() for code, a in dimensions.items()},
@@ -487,8 +571,14 @@ def report_json(report: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- feedback (BESPOKE Table 20)
 
 
-async def feedback_agreement(scores: RunScores, labels: list[Label], cases: dict[str, Case], gateway: Gateway,
-                             run_dir: Path, concurrency: int = 8) -> dict[str, Any]:
+async def feedback_agreement(
+    scores: RunScores,
+    labels: list[Label],
+    cases: dict[str, Case],
+    gateway: Gateway,
+    run_dir: Path,
+    concurrency: int = 8,
+) -> dict[str, Any]:
     """BESPOKE's feedback accuracy per criterion, and their mean (Table 3's "Avg."): the meta-judge
     compares the two feedbacks in the context of the query, gold need, rubric and response (Table 20)."""
     judge = scores.judge
@@ -498,23 +588,45 @@ async def feedback_agreement(scores: RunScores, labels: list[Label], cases: dict
         record = scores.records[(judged.case_id, judged.system)]
         result = _judgment(record, judge)
         rubric = _rubric_text(run_dir, result.details.get("rubric_key"))
-        messages = feedback_messages(judged.criterion, cases[judged.case_id], record.response.text, rubric,
-                                     label.feedback or "", judged.feedback or "")
+        messages = feedback_messages(
+            judged.criterion,
+            cases[judged.case_id],
+            record.response.text,
+            rubric,
+            label.feedback or "",
+            judged.feedback or "",
+        )
         async with limit:
             verdict = await gateway.structured("meta_judge", messages, FeedbackVerdict)
         return judged.criterion, verdict.decision == "O"
 
-    compared = [(scores.scores[key], label) for label in labels
-                if label.feedback and (key := (label.case_id, label.system, label.criterion)) in scores.scores
-                and scores.scores[key].feedback and label.case_id in cases]
+    compared = [
+        (scores.scores[key], label)
+        for label in labels
+        if label.feedback
+        and (key := (label.case_id, label.system, label.criterion)) in scores.scores
+        and scores.scores[key].feedback
+        and label.case_id in cases
+    ]
     if not compared:
         raise ConfigError("no response has feedback from both the judge and the labels on the same criterion")
     outcomes = await asyncio.gather(*(one(judged, label) for judged, label in compared))
     names = sorted({name for name, _ in outcomes})
-    per = {name: {"n": sum(1 for n, _ in outcomes if n == name),
-                  "accuracy": feedback_accuracy([ok for n, ok in outcomes if n == name])} for name in names}
-    return {"criteria": per, "average": {"criteria": names, "n": len(outcomes),
-                                         "accuracy": math.fsum(p["accuracy"] for p in per.values()) / len(per)}}
+    per = {
+        name: {
+            "n": sum(1 for n, _ in outcomes if n == name),
+            "accuracy": feedback_accuracy([ok for n, ok in outcomes if n == name]),
+        }
+        for name in names
+    }
+    return {
+        "criteria": per,
+        "average": {
+            "criteria": names,
+            "n": len(outcomes),
+            "accuracy": math.fsum(p["accuracy"] for p in per.values()) / len(per),
+        },
+    }
 
 
 def _rubric_text(run_dir: Path, key: str | None) -> str:
@@ -543,16 +655,21 @@ def _bespoke_guide() -> dict[str, tuple[str, str]]:
         elif title:
             blocks[title] = f"{blocks[title]} {line}".strip() if title in blocks else line
     guide = {name: ("1-5", f"{title_}: {blocks[title_.lower()]}") for name, title_ in CRITERION_TITLES.items()}
-    guide["recall"] = ("0-1", "Recall: the share of the gold information claims the response states without "
-                              "contradicting them (0 none, 1 all).")
+    guide["recall"] = (
+        "0-1",
+        "Recall: the share of the gold information claims the response states without "
+        "contradicting them (0 none, 1 all).",
+    )
     return guide
 
 
 def _sub_criterion_guide(code: str, text: str) -> str:
     dimension = DIMENSIONS.get(code)
     about = f"{dimension.title} ({code}): {dimension.definition}" if dimension else code
-    return (f"{about}\nCriterion: {text}\nScore 0-10: 0-2 very poor (almost completely fails), 2-4 poor, "
-            "4-6 average, 6-8 good, 8-10 excellent (fully or exceptionally meets it).")
+    return (
+        f"{about}\nCriterion: {text}\nScore 0-10: 0-2 very poor (almost completely fails), 2-4 poor, "
+        "4-6 average, 6-8 good, 8-10 excellent (fully or exceptionally meets it)."
+    )
 
 
 class SheetSummary(BaseModel):
@@ -562,9 +679,13 @@ class SheetSummary(BaseModel):
     rows: int
     responses: int
     criteria: list[str] = Field(description="The criteria of the rows (PQR sub-criteria by dimension, e.g. GOAL-*).")
-    cases_without_query: list[str] = Field(description="Cases the benchmark no longer holds: their query cell is empty.")
-    responses_over_cell_limit: int = Field(description=f"Responses longer than a spreadsheet cell holds "
-                                                       f"({SPREADSHEET_CELL_LIMIT} characters): cut when opened.")
+    cases_without_query: list[str] = Field(
+        description="Cases the benchmark no longer holds: their query cell is empty."
+    )
+    responses_over_cell_limit: int = Field(
+        description=f"Responses longer than a spreadsheet cell holds "
+        f"({SPREADSHEET_CELL_LIMIT} characters): cut when opened."
+    )
 
 
 def sheet_judge(run_dir: Path, records: dict[str, ResultRecord], judge: str | None) -> str:
@@ -589,8 +710,10 @@ def write_sheet(run_dir: Path, out: Path, judge: str | None = None, criteria: li
     judge = sheet_judge(run_dir, records, judge)
     name = next((j.get("name") for j in recipe.judges if (j.get("label") or j.get("name")) == judge), judge)
     guide = _bespoke_guide() if name == "bespoke" else {}
-    judged = sorted((r for r in records.values() if _judgment(r, judge) is not None and r.response is not None),
-                    key=lambda r: (r.case_id, r.system))
+    judged = sorted(
+        (r for r in records.values() if _judgment(r, judge) is not None and r.response is not None),
+        key=lambda r: (r.case_id, r.system),
+    )
     wanted = {r.case_id for r in judged}
     cases = {c.id: c for c in recipe.cases(limited=False) if c.id in wanted}
     selected = set(criteria) if criteria else None
@@ -601,8 +724,16 @@ def write_sheet(run_dir: Path, out: Path, judge: str | None = None, criteria: li
         result = _judgment(record, judge)
         found = sub_criteria(result.details)
         if found:
-            items = [(row["id"], SUB_CRITERION_SCALE, _sub_criterion_guide(code, row.get("criterion", "")),
-                      row.get("criterion", ""), code) for code, row in found]
+            items = [
+                (
+                    row["id"],
+                    SUB_CRITERION_SCALE,
+                    _sub_criterion_guide(code, row.get("criterion", "")),
+                    row.get("criterion", ""),
+                    code,
+                )
+                for code, row in found
+            ]
         else:
             items = [(key, *guide.get(key, ("", "")), "", key) for key in result.criteria]
         items = [item for item in items if selected is None or item[0] in selected or item[4] in selected]
@@ -613,12 +744,26 @@ def write_sheet(run_dir: Path, out: Path, judge: str | None = None, criteria: li
         over_limit += len(text) > SPREADSHEET_CELL_LIMIT
         for criterion, scale, description, wording, group in items:
             names[f"{group}-*" if found else criterion] = None
-            rows.append([record.case_id, record.system, criterion, scale, "", "", _escaped(description),
-                         _escaped(wording), _escaped(case.query.text if case else ""),
-                         _escaped(persona_text(case) if case else ""), _escaped(text)])
+            rows.append(
+                [
+                    record.case_id,
+                    record.system,
+                    criterion,
+                    scale,
+                    "",
+                    "",
+                    _escaped(description),
+                    _escaped(wording),
+                    _escaped(case.query.text if case else ""),
+                    _escaped(persona_text(case) if case else ""),
+                    _escaped(text),
+                ]
+            )
     if not rows:
-        raise ConfigError(f"judge {judge!r} in {run_dir} scored no response" +
-                          (f" on {', '.join(sorted(selected))}" if selected else ""))
+        raise ConfigError(
+            f"judge {judge!r} in {run_dir} scored no response"
+            + (f" on {', '.join(sorted(selected))}" if selected else "")
+        )
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer, dialect="excel")
     writer.writerow(SHEET_COLUMNS)
@@ -627,6 +772,13 @@ def write_sheet(run_dir: Path, out: Path, judge: str | None = None, criteria: li
         out.write_text(buffer.getvalue(), encoding="utf-8-sig", newline="")
     except OSError as exc:
         raise DataError(f"cannot write the sheet: {exc.strerror}", file=out) from None
-    return SheetSummary(path=str(out), run=str(run_dir), judge=judge, rows=len(rows),
-                        responses=len({(r[0], r[1]) for r in rows}), criteria=list(names),
-                        cases_without_query=sorted(wanted - set(cases)), responses_over_cell_limit=over_limit)
+    return SheetSummary(
+        path=str(out),
+        run=str(run_dir),
+        judge=judge,
+        rows=len(rows),
+        responses=len({(r[0], r[1]) for r in rows}),
+        criteria=list(names),
+        cases_without_query=sorted(wanted - set(cases)),
+        responses_over_cell_limit=over_limit,
+    )

@@ -18,8 +18,8 @@ A judgment whose score is undefined by its protocol (PQR's R for a report citing
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 from benchmarks.common.degradation import counts_by_kind
 from runs.results import ResultRecord
@@ -80,9 +80,15 @@ class RunOutcome:
             "judged": self.judged,
             "unmeasured": self.unmeasured,
             "degraded_episodes": self.degraded_episodes,
-            "degraded": [{"kind": kind, "count": n, "tolerated": kind in self.tolerated,
-                          "episodes": self.degraded_cases.get(kind, [])}
-                         for kind, n in sorted(self.degraded.items())],
+            "degraded": [
+                {
+                    "kind": kind,
+                    "count": n,
+                    "tolerated": kind in self.tolerated,
+                    "episodes": self.degraded_cases.get(kind, []),
+                }
+                for kind, n in sorted(self.degraded.items())
+            ],
             "failure_reasons": [{"reason": r, "count": n} for r, n in self.episode_reasons.most_common()],
             "judgment_failure_reasons": [{"reason": r, "count": n} for r, n in self.judgment_reasons.most_common()],
         }
@@ -98,19 +104,30 @@ class RunOutcome:
         head += f" (of {self.expected})"
         if self.undefined:
             head += f"; {self.undefined} judgment{'s' * (self.undefined != 1)} undefined by protocol"
-        unmeasured = [f"not measured (n = 0): {len(self.unmeasured)} paper-table number"
-                      f"{'s' * (len(self.unmeasured) != 1)}, e.g. {self.unmeasured[0]}"] if self.unmeasured else []
-        return [head, *self.degradation_lines(), *unmeasured,
-                *most_common_lines("episode failures", self.episode_reasons, top),
-                *most_common_lines("judgment failures", self.judgment_reasons, top)]
+        unmeasured = (
+            [
+                f"not measured (n = 0): {len(self.unmeasured)} paper-table number"
+                f"{'s' * (len(self.unmeasured) != 1)}, e.g. {self.unmeasured[0]}"
+            ]
+            if self.unmeasured
+            else []
+        )
+        return [
+            head,
+            *self.degradation_lines(),
+            *unmeasured,
+            *most_common_lines("episode failures", self.episode_reasons, top),
+            *most_common_lines("judgment failures", self.judgment_reasons, top),
+        ]
 
     def degradation_lines(self) -> list[str]:
         if not self.degraded:
             return []
-        kinds = ", ".join(f"{kind} {n}" + (" (tolerated)" if kind in self.tolerated else "")
-                          for kind, n in sorted(self.degraded.items()))
-        return [f"degraded: {self.degraded_episodes} episode{'s' * (self.degraded_episodes != 1)} "
-                f"(by kind: {kinds})"]
+        kinds = ", ".join(
+            f"{kind} {n}" + (" (tolerated)" if kind in self.tolerated else "")
+            for kind, n in sorted(self.degraded.items())
+        )
+        return [f"degraded: {self.degraded_episodes} episode{'s' * (self.degraded_episodes != 1)} (by kind: {kinds})"]
 
 
 def most_common_lines(title: str, reasons: Counter[str], top: int = 3) -> list[str]:
@@ -120,8 +137,14 @@ def most_common_lines(title: str, reasons: Counter[str], top: int = 3) -> list[s
     return [f"most common {title}:", *(f"  {n} x {reason}" for reason, n in reasons.most_common(top))]
 
 
-def outcome_of(records: Iterable[ResultRecord], expected_keys: Iterable[str], judges: Iterable[str] = (), *,
-               baselines: Mapping[str, str] | None = None, tolerate: Iterable[str] = ()) -> RunOutcome:
+def outcome_of(
+    records: Iterable[ResultRecord],
+    expected_keys: Iterable[str],
+    judges: Iterable[str] = (),
+    *,
+    baselines: Mapping[str, str] | None = None,
+    tolerate: Iterable[str] = (),
+) -> RunOutcome:
     """Tally the latest record of each expected key (records of other keys are ignored). An answered
     episode counts as scored only when each of `judges` gave it a judgment that did not fail.
     `baselines`: judge key -> the system that judge compares others with, and so never judges

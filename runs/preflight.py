@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from agents.models.ledger import Ledger, LedgerEntry, call_tags
 from agents.models.settings import ModelSettings
@@ -34,8 +34,11 @@ class PreflightError(ConfigError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         count = f"{len(problems)} problem{'s' * (len(problems) != 1)}"
-        super().__init__(f"preflight failed ({count}); nothing was started:\n  " + "\n  ".join(problems)
-                         + "\n(`atelier run --no-preflight` skips these checks)")
+        super().__init__(
+            f"preflight failed ({count}); nothing was started:\n  "
+            + "\n  ".join(problems)
+            + "\n(`atelier run --no-preflight` skips these checks)"
+        )
 
 
 # ----------------------------------------------------------------------------- models
@@ -77,8 +80,9 @@ def key_problems(settings: ModelSettings) -> list[str]:
     return [f"needs {', '.join(missing)} (set it, or api_key_env / api_key in the recipe)"] if missing else []
 
 
-async def probe_problem(settings: ModelSettings, where: list[str], ledger: Ledger | None = None,
-                        timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+async def probe_problem(
+    settings: ModelSettings, where: list[str], ledger: Ledger | None = None, timeout_s: float = PROBE_TIMEOUT_S
+) -> str | None:
     """None when the model answers `agents.models.model_probe.probe_models`' text and structured probe (the
     probe `atelier model check` runs), within `timeout_s` in all; else why not, in one line. The
     probe's calls go into `ledger` (they cost what any call costs)."""
@@ -99,12 +103,13 @@ async def probe_problem(settings: ModelSettings, where: list[str], ledger: Ledge
     quick = settings.model_copy(update={"max_retries": 0, "timeout_s": min(settings.timeout_s, timeout_s)})
     try:
         [probe] = await asyncio.wait_for(probe_models({label: quick for label in where}), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return f"no answer within {timeout_s:g} s"
     if ledger is not None:
         ledger.entries.extend(probe.calls)
-    failed = next(((kind, step) for kind, step in (("text", probe.text), ("structured", probe.structured))
-                   if not step.ok), None)
+    failed = next(
+        ((kind, step) for kind, step in (("text", probe.text), ("structured", probe.structured)) if not step.ok), None
+    )
     if failed is None:
         return None
     text = " ".join(f"{failed[0]} probe: {failed[1].error}".split())
@@ -166,8 +171,9 @@ def judge_problems(recipe: Recipe, cases: Sequence[Case]) -> list[str]:
     from agents.judges.base import check_judge_fit, create_judge
 
     try:
-        check_judge_fit([create_judge(j) for j in recipe.judges], cases, recipe.benchmark.name,
-                        [s.name for s in recipe.systems])
+        check_judge_fit(
+            [create_judge(j) for j in recipe.judges], cases, recipe.benchmark.name, [s.name for s in recipe.systems]
+        )
     except AtelierError as exc:
         return [line.strip() for line in str(exc).splitlines()[1:] if line.strip()] or [str(exc)]
     return []
@@ -180,7 +186,8 @@ def needs_web_probe(recipe: Recipe) -> bool:
     from graphs.pipelines import PIPELINES
 
     used = any(PIPELINES.get(s.pipeline).uses_web for s in recipe.systems) or any(
-        create_judge(j).uses_web for j in recipe.judges)
+        create_judge(j).uses_web for j in recipe.judges
+    )
     web = recipe.web
     return used and web.mode != "replay" and (not web.uses_sandbox or bool(web.sandbox_settings.url))
 
@@ -200,7 +207,7 @@ async def web_problem(recipe: Recipe, timeout_s: float = PROBE_TIMEOUT_S) -> str
             await asyncio.wait_for(web.search("weather", 1), timeout_s)
         finally:
             await web.aclose()
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return f"web: provider {recipe.web.provider!r} gave no search result within {timeout_s:g} s"
     except Exception as exc:  # noqa: BLE001 - any failure is the answer to the probe
         return f"web: provider {recipe.web.provider!r} is not reachable: {type(exc).__name__}: {exc}"[:300]
@@ -219,8 +226,9 @@ async def preflight_problems(recipe: Recipe, cases: Sequence[Case], ledger: Ledg
         problems += [f"{', '.join(where)} ({settings.model}): {p}" for p in key_problems(settings)]
     problems += data_problems(recipe.benchmark.name)
     problems += judge_problems(recipe, cases)
-    probed = await asyncio.gather(*(probe_problem(settings, where, ledger) for settings, where in uses),
-                                  web_problem(recipe))
+    probed = await asyncio.gather(
+        *(probe_problem(settings, where, ledger) for settings, where in uses), web_problem(recipe)
+    )
     for (settings, where), problem in zip(uses, probed[:-1]):
         if problem:
             base = f" at {settings.api_base}" if settings.api_base else ""
@@ -245,4 +253,3 @@ async def preflight(recipe: Recipe, cases: Sequence[Case]) -> Preflight:
     if problems:
         raise PreflightError(problems)
     return Preflight(time.perf_counter() - started, list(ledger.entries))
-

@@ -25,7 +25,7 @@ import re
 import tomllib
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 
@@ -86,31 +86,49 @@ class BenchmarkSection(_Strict):
 class RaySection(_Strict):
     """`[run.ray]`: where and how episodes run when `executor = "ray"` (see runs/executors/ray.py)."""
 
-    address: str | None = Field(default=None, description="The cluster (`host:port` of `ray start --head`, or "
-                                "'auto'); unset: $RAY_ADDRESS, else a cluster started for this run alone.")
-    workers: int | None = Field(default=None, gt=0, le=1024,
-                                description="Episode workers (actors) across the cluster; unset: one per node.")
+    address: str | None = Field(
+        default=None,
+        description="The cluster (`host:port` of `ray start --head`, or "
+        "'auto'); unset: $RAY_ADDRESS, else a cluster started for this run alone.",
+    )
+    workers: int | None = Field(
+        default=None, gt=0, le=1024, description="Episode workers (actors) across the cluster; unset: one per node."
+    )
     cpus_per_worker: float = Field(default=1.0, ge=0, description="CPUs each worker reserves on its node.")
-    max_retries: int = Field(default=3, ge=0, le=100,
-                             description="Times an episode worker is restarted when it or its node dies "
-                             "(its episodes in flight run again each time).")
-    scratch_dir: str | None = Field(default=None, description="Node-local folder for workers' memory stores and "
-                                    "web records before they reach the driver; unset: the system's temp folder.")
+    max_retries: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="Times an episode worker is restarted when it or its node dies "
+        "(its episodes in flight run again each time).",
+    )
+    scratch_dir: str | None = Field(
+        default=None,
+        description="Node-local folder for workers' memory stores and "
+        "web records before they reach the driver; unset: the system's temp folder.",
+    )
 
 
 class RunSection(_Strict):
     concurrency: int = Field(default=4, gt=0, le=256, description="Episodes in flight at once.")
     out_dir: str = Field(default="runs/out", description="Run folders are created inside it.")
-    executor: Literal["local", "ray"] = Field(default="local", description="local: asyncio in this process; "
-                                              "ray: episodes on a Ray cluster's nodes.")
+    executor: Literal["local", "ray"] = Field(
+        default="local", description="local: asyncio in this process; ray: episodes on a Ray cluster's nodes."
+    )
     ray: RaySection = Field(default_factory=RaySection)
     budget_usd: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False, description="Stop starting episodes before spend could pass this "
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Stop starting episodes before spend could pass this "
         "(USD; each episode reserves its forecast high end until it finishes); exit 3 'budget reached', resumable "
-        "with a larger budget.")
+        "with a larger budget.",
+    )
     tolerate: list[str] = Field(
-        default_factory=list, description="Degradation kinds this run accepts: still reported, no longer failing "
-        "its exit code (benchmarks.common.degradation.KINDS).")
+        default_factory=list,
+        description="Degradation kinds this run accepts: still reported, no longer failing "
+        "its exit code (benchmarks.common.degradation.KINDS).",
+    )
 
     @field_validator("tolerate")
     @classmethod
@@ -124,8 +142,10 @@ class PaperRow(_Strict):
 
     row: str = Field(min_length=1, description="The paper's label of the row, e.g. 'OpenAI Deep Research'.")
     system: str = Field(description="Our system that stands for it (a name in [[systems]]).")
-    judge: str | None = Field(default=None, description="The judge whose numbers these are (a name in [[judges]]); "
-                              "none for history-retrieval metrics.")
+    judge: str | None = Field(
+        default=None,
+        description="The judge whose numbers these are (a name in [[judges]]); none for history-retrieval metrics.",
+    )
     values: dict[str, float] = Field(
         min_length=1,
         description="Metric -> the paper's value. `score` is the judge's headline score; a criterion the judge "
@@ -136,7 +156,9 @@ class PaperRow(_Strict):
 
 
 class ReportSection(_Strict):
-    baseline: str | None = Field(default=None, description="The system others are compared against (default: the first).")
+    baseline: str | None = Field(
+        default=None, description="The system others are compared against (default: the first)."
+    )
     reproduces: str | None = Field(default=None, description="The paper table this recipe reproduces, as a citation.")
     note: str = Field(default="", description="How our setting differs from the paper's, shown with its numbers.")
     paper: list[PaperRow] = Field(default_factory=list)
@@ -145,9 +167,11 @@ class ReportSection(_Strict):
 class CacheSection(_Strict):
     enabled: bool = True
     dir: str | None = Field(default=None, description="Default: $ATELIER_CACHE_DIR/llm (~/.cache/atelier/llm).")
-    url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://",
-                            description="A Redis server holding the cache instead of `dir`: one cache for every "
-                            "node of a cluster.")
+    url: str | None = Field(
+        default=None,
+        pattern=r"^(redis|rediss|unix)://",
+        description="A Redis server holding the cache instead of `dir`: one cache for every node of a cluster.",
+    )
 
     @property
     def location(self) -> str | None:
@@ -165,7 +189,7 @@ class UserSimSection(_Strict):
     clarify: bool = Field(
         default=False,
         description="Answer systems' clarifying questions (deep_research's clarify interrupt) with the simulated user; "
-                    "off: systems skip the step and record it as skipped.",
+        "off: systems skip the step and record it as skipped.",
     )
 
 
@@ -182,7 +206,9 @@ class Recipe(_Strict):
     judges: list[dict[str, Any]] = Field(default_factory=list)
     run: RunSection = Field(default_factory=RunSection)
     cache: CacheSection = Field(default_factory=CacheSection)
-    report: ReportSection = Field(default_factory=ReportSection, description="The [report] table: baseline, paper numbers.")
+    report: ReportSection = Field(
+        default_factory=ReportSection, description="The [report] table: baseline, paper numbers."
+    )
     user_sim: UserSimSection = Field(default_factory=UserSimSection, description="The [user_sim] table.")
     web: WebConfig = Field(default_factory=WebConfig, description="The [web] table: provider, cache mode, caps.")
     source: str | None = Field(default=None, description="The file it was read from.")
@@ -215,8 +241,12 @@ class Recipe(_Strict):
         model, every role the run uses must be set — `scripted` included, when that is meant."""
         explicit = {**self.models}
         real = [f"models.{role} = {s.model!r}" for role, s in explicit.items() if not s.is_scripted]
-        real += [f"systems[{i}].models.{role} = {m.model!r}" for i, system in enumerate(self.systems)
-                 for role, m in system.models.items() if not m.is_scripted]
+        real += [
+            f"systems[{i}].models.{role} = {m.model!r}"
+            for i, system in enumerate(self.systems)
+            for role, m in system.models.items()
+            if not m.is_scripted
+        ]
         if not real:
             return
         unset = []
@@ -232,7 +262,8 @@ class Recipe(_Strict):
                 f"{self.source or 'recipe'}: {', '.join(f'[models.{r}]' for r in unset)} not set, so "
                 f"{'those roles' if len(unset) > 1 else 'the ' + unset[0] + ' role'} would be answered by the offline "
                 f"`scripted` model while {real[0]}; set {'them' if len(unset) > 1 else 'it'} "
-                "(model = \"scripted\" to mean it), or give --model for every role")
+                '(model = "scripted" to mean it), or give --model for every role'
+            )
 
     def with_overrides(
         self,
@@ -247,10 +278,12 @@ class Recipe(_Strict):
         systems: list[str] | None = None,
         executor: str | None = None,
         ray_address: str | None = None,
-    ) -> "Recipe":
+    ) -> Recipe:
         """Command-line overrides: `model`/`api_base`/`api_key` apply to every role and system;
         `systems` keeps only the named systems (in the recipe's order)."""
-        update: dict[str, Any] = {k: v for k, v in (("model", model), ("api_base", api_base), ("api_key", api_key)) if v}
+        update: dict[str, Any] = {
+            k: v for k, v in (("model", model), ("api_base", api_base), ("api_key", api_key)) if v
+        }
         try:
             ModelSettings.model_validate(update)
         except ValidationError as exc:
@@ -259,7 +292,9 @@ class Recipe(_Strict):
             raise ConfigError(f"{flag}: {first['msg'].removeprefix('Value error, ')}") from None
         data = self.model_dump(mode="python")
         if update:
-            data["models"] = {role: {**s.model_dump(exclude_unset=True), **update} for role, s in self.role_models().items()}
+            data["models"] = {
+                role: {**s.model_dump(exclude_unset=True), **update} for role, s in self.role_models().items()
+            }
             for system in data["systems"]:
                 system["models"] = {role: {**s, **update} for role, s in system["models"].items()}
         if limit is not None:
@@ -274,8 +309,10 @@ class Recipe(_Strict):
             known = [s["name"] for s in data["systems"]]
             unknown = [name for name in systems if name not in known]
             if unknown:
-                raise ConfigError(f"--systems: no system {', '.join(map(repr, unknown))} in recipe {self.name!r}; "
-                                  f"valid: {', '.join(known)}")
+                raise ConfigError(
+                    f"--systems: no system {', '.join(map(repr, unknown))} in recipe {self.name!r}; "
+                    f"valid: {', '.join(known)}"
+                )
             data["systems"] = [s for s in data["systems"] if s["name"] in systems]
         if executor is not None:
             data["run"]["executor"] = executor
@@ -296,8 +333,8 @@ def _validator_model() -> type[BaseModel]:
     registered, so pydantic itself reports unknown names with the valid choices."""
     memory_configs = tuple(BACKENDS.get(n).config_model for n in BACKENDS.names())
     judge_configs = tuple(JUDGES.get(n).config_model for n in JUDGES.names())
-    MemoryUnion = Annotated[Union[memory_configs], Field(discriminator="backend")]  # type: ignore[valid-type]
-    JudgeUnion = Annotated[Union[judge_configs], Field(discriminator="name")]  # type: ignore[valid-type]
+    MemoryUnion = Annotated[memory_configs, Field(discriminator="backend")]  # type: ignore[valid-type]
+    JudgeUnion = Annotated[judge_configs, Field(discriminator="name")]  # type: ignore[valid-type]
     Pipeline = Literal[tuple(PIPELINES.names())]  # type: ignore[valid-type]
     Benchmark = Literal[tuple(BENCHMARKS.names())]  # type: ignore[valid-type]
     Role = Literal[KNOWN_ROLES]  # type: ignore[valid-type]
@@ -359,7 +396,9 @@ def _check_report(report: ReportSection, systems: list[str], judges: list[str], 
             problems.append(f"report.paper[{i}].system: no system {row.system!r}; valid: {', '.join(systems)}")
         only_history = all(metric.startswith("history.") for metric in row.values)
         if (row.judge is None and not only_history) or (row.judge is not None and row.judge not in judges):
-            problems.append(f"report.paper[{i}].judge: no judge {row.judge!r} in [[judges]]; valid: {', '.join(judges) or 'none'}")
+            problems.append(
+                f"report.paper[{i}].judge: no judge {row.judge!r} in [[judges]]; valid: {', '.join(judges) or 'none'}"
+            )
     if problems:
         raise ConfigError(f"invalid recipe: {source}: " + "; ".join(problems))
 
@@ -374,8 +413,9 @@ def _check_values(data: dict[str, Any], source: str) -> None:
     while pending:
         loc, value = pending.pop()
         if len(loc) > MAX_DEPTH:
-            raise ConfigError(f"invalid recipe: {source}: {_key_path(loc[:MAX_DEPTH])}: nested more than "
-                              f"{MAX_DEPTH} levels deep")
+            raise ConfigError(
+                f"invalid recipe: {source}: {_key_path(loc[:MAX_DEPTH])}: nested more than {MAX_DEPTH} levels deep"
+            )
         if isinstance(value, dict):
             pending.extend((loc + (key,), item) for key, item in value.items())
         elif isinstance(value, list):
@@ -383,8 +423,10 @@ def _check_values(data: dict[str, Any], source: str) -> None:
         elif isinstance(value, str) and "\x00" in value:
             raise ConfigError(f"invalid recipe: {source}: {_key_path(loc)}: a NUL character is not valid in a value")
         elif isinstance(value, (datetime.date, datetime.time)):
-            raise ConfigError(f"invalid recipe: {source}: {_key_path(loc)}: a TOML date or time is not a valid value "
-                              "here (quote it if it is meant as text)")
+            raise ConfigError(
+                f"invalid recipe: {source}: {_key_path(loc)}: a TOML date or time is not a valid value "
+                "here (quote it if it is meant as text)"
+            )
 
 
 def load_recipe(path: str | Path) -> Recipe:
@@ -455,8 +497,11 @@ def _line_of(text: str | None, loc: tuple[Any, ...], value: Any) -> int | None:
     paths = _table_paths(lines)
     tables = [loc[:n] for n in range(len(loc) - 1, -1, -1) if loc[:n] in set(paths)]
     for table in tables[:1] + [None]:  # the innermost table that has lines, then anywhere
-        hits = [i for i, line in enumerate(lines, start=1)
-                if (table is None or paths[i - 1] == table) and pattern.search(line)]
+        hits = [
+            i
+            for i, line in enumerate(lines, start=1)
+            if (table is None or paths[i - 1] == table) and pattern.search(line)
+        ]
         if len(hits) == 1:
             return hits[0]
     return None
@@ -482,8 +527,11 @@ def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
             message = f"missing '{key}'"
         else:
             # a discriminated union puts the tag in the path (memory.full.budget); drop it
-            loc = [p for i, p in enumerate(loc) if not (i > 0 and loc[i - 1] in ("memory",) and isinstance(p, str)
-                                                         and p in BACKENDS.names())]
+            loc = [
+                p
+                for i, p in enumerate(loc)
+                if not (i > 0 and loc[i - 1] in ("memory",) and isinstance(p, str) and p in BACKENDS.names())
+            ]
             if len(loc) >= 3 and loc[0] == "judges" and isinstance(loc[1], int) and loc[2] in JUDGES.names():
                 loc.pop(2)
             if loc and loc[-1] == "[key]":

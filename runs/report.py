@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import io
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from benchmarks.case import Case
 from benchmarks.common.degradation import KINDS, counts_by_kind
@@ -40,13 +41,16 @@ def _svg(fig) -> str:
     fig.savefig(buffer, format="svg")
     _pyplot().close(fig)
     svg = buffer.getvalue()
-    return svg[svg.index("<svg"):]
+    return svg[svg.index("<svg") :]
 
 
 def _judged(summary: dict[str, Any]) -> tuple[list[str], list[str]]:
     systems = list(summary["systems"])
-    judges = [j for j in summary.get("judges", []) if any(
-        s["judges"].get(j, {}).get("n") for s in summary["systems"].values())]
+    judges = [
+        j
+        for j in summary.get("judges", [])
+        if any(s["judges"].get(j, {}).get("n") for s in summary["systems"].values())
+    ]
     return systems, judges
 
 
@@ -86,8 +90,10 @@ def _distribution_chart(summary: dict[str, Any], records: list[ResultRecord]) ->
     fig, axes = plt.subplots(1, len(judges), figsize=(max(4.5, 1.3 * len(systems)) * len(judges), 3.6), squeeze=False)
     rng = np.random.default_rng(0)
     for ax, judge in zip(axes[0], judges):
-        data = [[r.scores[judge] for r in records if r.system == s and r.ok and r.scores.get(judge) is not None]
-                for s in systems]
+        data = [
+            [r.scores[judge] for r in records if r.system == s and r.ok and r.scores.get(judge) is not None]
+            for s in systems
+        ]
         positions = [i for i, values in enumerate(data) if values]
         ax.boxplot([data[i] for i in positions], positions=positions, widths=0.5, showfliers=False)
         for i in positions:
@@ -109,7 +115,8 @@ def _cost_chart(summary: dict[str, Any]) -> tuple[str | None, str]:
     if not systems or not judges or not any(p["provider_calls"] or p["calls"] for p in points.values()):
         return None, ""
     priced = all(p["cost_usd"] is not None and not p["unpriced_calls"] for p in points.values()) and any(
-        p["cost_usd"] for p in points.values())
+        p["cost_usd"] for p in points.values()
+    )
     axis = "USD per episode" if priced else "tokens per episode (prompt + completion)"
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(judges), figsize=(4.8 * len(judges), 3.6), squeeze=False)
@@ -133,8 +140,16 @@ def _cost_chart(summary: dict[str, Any]) -> tuple[str | None, str]:
 # ----------------------------------------------------------------------------- view helpers
 
 
-_EMPTY_CALLS = {"calls": 0, "provider_calls": 0, "cache_hits": 0, "errors": 0, "prompt_tokens": 0,
-                "completion_tokens": 0, "cost_usd": 0.0, "unpriced_calls": 0}
+_EMPTY_CALLS = {
+    "calls": 0,
+    "provider_calls": 0,
+    "cache_hits": 0,
+    "errors": 0,
+    "prompt_tokens": 0,
+    "completion_tokens": 0,
+    "cost_usd": 0.0,
+    "unpriced_calls": 0,
+}
 
 
 def _system_calls(summary: dict[str, Any], system: str, kind: str = "system") -> dict[str, Any]:
@@ -210,17 +225,26 @@ def _cases_view(records: list[ResultRecord], cases: dict[str, Case], systems: li
         for system in systems:
             record = by_case[case_id].get(system)
             text, citations = response_parts(record) if record else ("", [])
-            cells.append({"system": system, "record": record, "text": text, "citations": citations,
-                          "anchor": cell_anchor(result_key(case_id, system))})
-        out.append({
-            "id": case_id,
-            "anchor": "case-" + anchor(case_id),
-            "user": first.user_id,
-            "setting": first.setting,
-            "query": case.query.text if case else None,
-            "need": case.gold.information_need if case else None,
-            "cells": cells,
-        })
+            cells.append(
+                {
+                    "system": system,
+                    "record": record,
+                    "text": text,
+                    "citations": citations,
+                    "anchor": cell_anchor(result_key(case_id, system)),
+                }
+            )
+        out.append(
+            {
+                "id": case_id,
+                "anchor": "case-" + anchor(case_id),
+                "user": first.user_id,
+                "setting": first.setting,
+                "query": case.query.text if case else None,
+                "need": case.gold.information_need if case else None,
+                "cells": cells,
+            }
+        )
     return out
 
 

@@ -23,13 +23,13 @@ from agents.judges.base import check_judge_fit, create_judge
 from agents.models.ledger import call_tags, capture_calls
 from agents.models.settings import ModelSettings
 from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.common.redaction import redacting
 from benchmarks.common.json_input import read_json_file, validation_error
+from benchmarks.common.redaction import redacting
 from graphs.judge import ARTIFACTS_DIR
-from graphs.sources import SOURCES_DIR
 from graphs.resources import release
-from runs.judging import judge_again, judge_comparisons
+from graphs.sources import SOURCES_DIR
 from runs.folder_lock import RunFolderLock
+from runs.judging import judge_again, judge_comparisons
 from runs.recipe import Recipe, parse_recipe
 from runs.results import ResultRecord, ResultsFile, write_json_atomic
 from runs.runner import RunFolder, Runner, _progress
@@ -47,7 +47,10 @@ def load_run(run_dir: Path) -> tuple[dict[str, Any], Recipe, dict[str, ResultRec
     data = config.get("recipe") if isinstance(config, dict) else None
     if not isinstance(data, dict):
         raise DataError("holds no recipe (field 'recipe'): the run folder's config.json is damaged", file=folder.config)
-    for settings in [*data.get("models", {}).values(), *(m for s in data.get("systems", []) for m in s.get("models", {}).values())]:
+    for settings in [
+        *data.get("models", {}).values(),
+        *(m for s in data.get("systems", []) for m in s.get("models", {}).values()),
+    ]:
         if settings.get("api_key") == MASKED:  # never reuse a masked secret as a key
             settings["api_key"] = None
     try:
@@ -57,8 +60,13 @@ def load_run(run_dir: Path) -> tuple[dict[str, Any], Recipe, dict[str, ResultRec
     return config, recipe, ResultsFile(folder.results).load()
 
 
-def rescore_recipe(original: Recipe, run_dir: Path, judges: list[dict[str, Any]], models: dict[str, ModelSettings],
-                   web_mode: Literal["replay", "live", "record"]) -> Recipe:
+def rescore_recipe(
+    original: Recipe,
+    run_dir: Path,
+    judges: list[dict[str, Any]],
+    models: dict[str, ModelSettings],
+    web_mode: Literal["replay", "live", "record"],
+) -> Recipe:
     """The original recipe with new judges (and judge models), the original's web replayed, and its
     run folders placed beside the original."""
     data = original.model_dump(mode="python", exclude={"source"})
@@ -67,18 +75,25 @@ def rescore_recipe(original: Recipe, run_dir: Path, judges: list[dict[str, Any]]
     kept, dropped = paper_rows_for(data["report"]["paper"], judges)
     data["report"] = {**data["report"], "paper": kept}
     if dropped:
-        print(f"note: {len(dropped)} paper row{'s' * (len(dropped) != 1)} of the original left out of the rescore: "
-              f"{'their judge is' if len(dropped) != 1 else 'its judge is'} not rescored "
-              f"({', '.join(sorted({str(row['judge']) for row in dropped}))})", file=sys.stderr)
-    data["models"] = {**{role: s.model_dump() for role, s in original.models.items()},
-                      **{role: s.model_dump() for role, s in models.items()}}
+        print(
+            f"note: {len(dropped)} paper row{'s' * (len(dropped) != 1)} of the original left out of the rescore: "
+            f"{'their judge is' if len(dropped) != 1 else 'its judge is'} not rescored "
+            f"({', '.join(sorted({str(row['judge']) for row in dropped}))})",
+            file=sys.stderr,
+        )
+    data["models"] = {
+        **{role: s.model_dump() for role, s in original.models.items()},
+        **{role: s.model_dump() for role, s in models.items()},
+    }
     web = original.web
     data["web"] = web.model_copy(update={"mode": web_mode, "cache_dir": web.cache_dir or run_dir / "web"}).model_dump()
     data["run"] = {**data["run"], "out_dir": str(run_dir.parent)}
     return parse_recipe(data, source=f"rescore of {run_dir}")
 
 
-def paper_rows_for(rows: list[dict[str, Any]], judges: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def paper_rows_for(
+    rows: list[dict[str, Any]], judges: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The original's paper rows a rescore with `judges` can still fill (rows of no judge — history
     metrics — and rows of a judge it runs), and the rows it cannot."""
     keys = {j.get("label") or j.get("name") for j in judges}
@@ -87,9 +102,16 @@ def paper_rows_for(rows: list[dict[str, Any]], judges: list[dict[str, Any]]) -> 
 
 
 class Rescore:
-    def __init__(self, run_dir: Path, judges: list[dict[str, Any]], *, models: dict[str, ModelSettings] | None = None,
-                 out: Path | None = None, web_mode: Literal["replay", "live", "record"] = "replay",
-                 progress: bool = True) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        judges: list[dict[str, Any]],
+        *,
+        models: dict[str, ModelSettings] | None = None,
+        out: Path | None = None,
+        web_mode: Literal["replay", "live", "record"] = "replay",
+        progress: bool = True,
+    ) -> None:
         if not judges:
             raise ConfigError("name at least one judge to rescore with (--judge NAME)")
         self.original_dir = run_dir
@@ -114,10 +136,13 @@ class Rescore:
         cases = {c.id: c for c in recipe.cases(limited=False) if c.id in wanted}
         lost = sorted(wanted - set(cases))
         if lost:
-            raise ConfigError(f"{len(lost)} cases of {self.original_dir} are no longer in benchmark {b.name!r} "
-                              f"(e.g. {lost[0]}): cannot rescore them")
-        check_judge_fit([create_judge(j) for j in recipe.judges], list(cases.values()), b.name,
-                        [s.name for s in recipe.systems])
+            raise ConfigError(
+                f"{len(lost)} cases of {self.original_dir} are no longer in benchmark {b.name!r} "
+                f"(e.g. {lost[0]}): cannot rescore them"
+            )
+        check_judge_fit(
+            [create_judge(j) for j in recipe.judges], list(cases.values()), b.name, [s.name for s in recipe.systems]
+        )
         self.folder.path.mkdir(parents=True, exist_ok=True)
         # the criteria and rubrics the original generated, and the texts its systems read (R reads a
         # source with no URL — gold information, a context item — by its sha256 from the run's store)
@@ -125,14 +150,19 @@ class Rescore:
             if (self.original_dir / kept).is_dir():
                 shutil.copytree(self.original_dir / kept, self.folder.path / kept, dirs_exist_ok=True)
         # judging needs no memory: the systems' contexts carry the `none` backend
-        contexts = {s.name: runner.context_for(s.model_copy(update={"memory": {"backend": "none"}}))
-                    for s in recipe.systems}
+        contexts = {
+            s.name: runner.context_for(s.model_copy(update={"memory": {"backend": "none"}})) for s in recipe.systems
+        }
         config = runner._config([cases[i] for i in sorted(cases)])
         _, dropped = paper_rows_for(self.original.report.model_dump(mode="json")["paper"], recipe.judges)
-        config["rescore_of"] = {"run_id": self.original_config.get("run_id"), "path": str(self.original_dir.resolve()),
-                                # failed episodes have no response to judge: they are left out
-                                "episodes": len(stored), "failed_episodes_left_out": len(self.records) - len(stored),
-                                "paper_rows_left_out": dropped}
+        config["rescore_of"] = {
+            "run_id": self.original_config.get("run_id"),
+            "path": str(self.original_dir.resolve()),
+            # failed episodes have no response to judge: they are left out
+            "episodes": len(stored),
+            "failed_episodes_left_out": len(self.records) - len(stored),
+            "paper_rows_left_out": dropped,
+        }
         write_json_atomic(self.folder.config, config)
 
         results = ResultsFile(self.folder.results)
@@ -145,8 +175,14 @@ class Rescore:
                 with call_tags(case=record.case_id, system=record.system), capture_calls() as calls:
                     judgments = await judge_again(cases[record.case_id], record, contexts[record.system])
             # a dry run when its response was, or its judges' answers are, the scripted model's
-            fresh = record.model_copy(update={"run_id": runner.run_id, "judgments": [], "scores": {},
-                                              "dry_run": record.dry_run or any(c.dry_run for c in calls)})
+            fresh = record.model_copy(
+                update={
+                    "run_id": runner.run_id,
+                    "judgments": [],
+                    "scores": {},
+                    "dry_run": record.dry_run or any(c.dry_run for c in calls),
+                }
+            )
             rescored = fresh.with_judgments(judgments)
             results.append(rescored)
             return rescored

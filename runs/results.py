@@ -58,8 +58,10 @@ class ResultRecord(BaseModel):
     # finite, so what is written reads back: JSON has no NaN (pydantic would write null), and a file
     # holding one is refused where it is read, naming its line, rather than copied on (a rescore)
     resumed_from: str | None = Field(
-        default=None, description="The step an episode continued from when an earlier process of the run left it "
-        "unfinished (its last checkpoint's next step: recall, direct, judge, ...); None when it ran from its start.")
+        default=None,
+        description="The step an episode continued from when an earlier process of the run left it "
+        "unfinished (its last checkpoint's next step: recall, direct, judge, ...); None when it ran from its start.",
+    )
     latency_s: float = Field(default=0.0, allow_inf_nan=False, description="The episode's wall time in seconds.")
     dry_run: bool = False
     finished_at: float = 0.0
@@ -68,8 +70,10 @@ class ResultRecord(BaseModel):
     def ok(self) -> bool:
         return self.status == "ok"
 
-    @computed_field(description="Every degraded step of the episode: memory's, the system's, then each judge's "
-                                "(each is also kept where it happened).")
+    @computed_field(
+        description="Every degraded step of the episode: memory's, the system's, then each judge's "
+        "(each is also kept where it happened)."
+    )
     @property
     def degraded(self) -> list[Degradation]:
         return [*self.system_degraded, *(d for j in self.judgments for d in j.degraded)]
@@ -77,8 +81,10 @@ class ResultRecord(BaseModel):
     @property
     def system_degraded(self) -> list[Degradation]:
         """What degraded before any judge: in memory and in the system's pipeline."""
-        return [*(self.user_context.degraded if self.user_context else []),
-                *(self.response.degraded if self.response else [])]
+        return [
+            *(self.user_context.degraded if self.user_context else []),
+            *(self.response.degraded if self.response else []),
+        ]
 
     @field_validator("response", mode="before")
     @classmethod
@@ -86,7 +92,7 @@ class ResultRecord(BaseModel):
         """Result files written before responses were kept whole hold the text alone."""
         return {"text": value} if isinstance(value, str) else value
 
-    def with_judgments(self, judgments: list[JudgeResult]) -> "ResultRecord":
+    def with_judgments(self, judgments: list[JudgeResult]) -> ResultRecord:
         """This record with `judgments` added, replacing earlier ones of the same judges."""
         keys = {j.judge for j in judgments}
         kept = [j for j in self.judgments if j.judge not in keys] + judgments
@@ -109,9 +115,13 @@ class ResultsFile:
             except ValidationError as exc:
                 raise validation_error(exc, file=self.path, line=number) from None
             if record.key != result_key(record.case_id, record.system):  # summaries group by system, resume by key
-                raise DataError(f"key {record.key!r} is not its case and system "
-                                f"({result_key(record.case_id, record.system)!r}): the line was edited or damaged",
-                                file=self.path, line=number, field="key")
+                raise DataError(
+                    f"key {record.key!r} is not its case and system "
+                    f"({result_key(record.case_id, record.system)!r}): the line was edited or damaged",
+                    file=self.path,
+                    line=number,
+                    field="key",
+                )
             records[record.key] = record
         return records
 

@@ -58,8 +58,10 @@ def system_identity(recipe: dict[str, Any]) -> dict[str, Any]:
         "web": recipe.get("web"),
         "user_sim": recipe.get("user_sim") or {"clarify": False},  # folders from before [user_sim] did not ask
         "systems": {s.get("name"): {k: v for k, v in s.items() if k != "models"} for s in systems},
-        **{f"models.{role}": {s.get("name"): _role_identities(recipe, s, (role,))[role] for s in systems}
-           for role in SYSTEM_SIDE},
+        **{
+            f"models.{role}": {s.get("name"): _role_identities(recipe, s, (role,))[role] for s in systems}
+            for role in SYSTEM_SIDE
+        },
     }
 
 
@@ -78,12 +80,16 @@ def _shared(before: dict[str, Any], now: dict[str, Any]) -> tuple[dict[str, Any]
     """Both identities restricted to the systems both recipes have: a resumed run may add systems or
     leave some out (`--systems`); a system kept under its name must not have changed."""
     names = set((before.get("systems") or before.get("models") or {}).keys()) & set(
-        (now.get("systems") or now.get("models") or {}).keys())
+        (now.get("systems") or now.get("models") or {}).keys()
+    )
 
     def keep(identity: dict[str, Any]) -> dict[str, Any]:
-        return {key: {n: v for n, v in value.items() if n in names}
-                if key.startswith(_PER_SYSTEM) and isinstance(value, dict) else value
-                for key, value in identity.items()}
+        return {
+            key: {n: v for n, v in value.items() if n in names}
+            if key.startswith(_PER_SYSTEM) and isinstance(value, dict)
+            else value
+            for key, value in identity.items()
+        }
 
     return keep(before), keep(now)
 

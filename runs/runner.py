@@ -18,11 +18,12 @@ import secrets
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -30,15 +31,15 @@ from agents.judges.base import ComparativeJudge, Judge, check_judge_fit, create_
 from agents.models.ledger import call_tags, capture_calls, ledger_totals, read_ledger
 from benchmarks.case import Case
 from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.common.offline import apply_offline_defaults
 from benchmarks.common.json_input import read_appended_jsonl, read_json_file, validation_error
+from benchmarks.common.offline import apply_offline_defaults
 from benchmarks.common.redaction import Redactor, redacting
 from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
 from graphs.episode import episode_graph_for
 from graphs.heap import settled_heap
 from graphs.inputs import forget_cases, remember_cases
-from graphs.pipelines import PIPELINES, check_systems_available
 from graphs.persistence import run_checkpointer
+from graphs.pipelines import PIPELINES, check_systems_available
 from graphs.resources import release, resources_for
 from graphs.simulate import run_with_simulated_user
 from runs.executors import Episode, open_executor
@@ -47,8 +48,8 @@ from runs.judging import judge_again, judge_comparisons, judgments_due
 from runs.outcome import RunOutcome, outcome_of
 from runs.preflight import preflight
 from runs.recipe import Recipe
-from runs.resume import check_resume
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
+from runs.resume import check_resume
 from runs.usage import system_usage
 from tools.config import WebConfig
 from tools.web import check_web_config, web_description
@@ -84,7 +85,7 @@ class RunFolder:
 
 
 def new_run_id(recipe: Recipe) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     return f"{recipe.name}-{stamp}-{secrets.token_hex(2)}"
 
 
@@ -153,8 +154,11 @@ class Runner:
             judges=self.recipe.judges,
             web=self.web,
             seed=self.recipe.seed,
-            benchmark=BenchmarkRef(name=self.recipe.benchmark.name, split=self.recipe.benchmark.split,
-                                   options=self.recipe.benchmark.options),
+            benchmark=BenchmarkRef(
+                name=self.recipe.benchmark.name,
+                split=self.recipe.benchmark.split,
+                options=self.recipe.benchmark.options,
+            ),
             # [user_sim] clarify: systems ask and the simulated user answers (graphs/simulate.py); else they skip it
             clarify_answerer="simulated_user" if self.recipe.user_sim.clarify else "none",
         )
@@ -184,23 +188,28 @@ class Runner:
             passed = await preflight(recipe, cases)
         else:  # a judge the cases cannot feed is refused all the same
             passed = None
-            check_judge_fit([create_judge(j) for j in recipe.judges], cases, recipe.benchmark.name,
-                            [s.name for s in recipe.systems])
+            check_judge_fit(
+                [create_judge(j) for j in recipe.judges], cases, recipe.benchmark.name, [s.name for s in recipe.systems]
+            )
         self.folder.path.mkdir(parents=True, exist_ok=True)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
         config = self._config(cases)
         write_json_atomic(self.folder.config, config)
 
-        for path, consequence in ((self.folder.results, "its episode is run again"),
-                                  (self.folder.ledger, "that call is missing from the ledger")):
+        for path, consequence in (
+            (self.folder.results, "its episode is run again"),
+            (self.folder.ledger, "that call is missing from the ledger"),
+        ):
             _mend_torn_line(path, consequence)
         read_ledger(self.folder.ledger)  # a bad line is reported now, not after every episode has run
         if passed is not None:
             self.say(f"preflight ok ({passed.seconds:.1f} s)")
         if passed is not None and passed.calls:
             with self.folder.ledger.open("a", encoding="utf-8") as fh:  # the probes cost what calls cost
-                fh.writelines(self.redactor.redact(e.model_copy(update={"run_id": self.run_id}).model_dump_json())
-                              + "\n" for e in passed.calls)
+                fh.writelines(
+                    self.redactor.redact(e.model_copy(update={"run_id": self.run_id}).model_dump_json()) + "\n"
+                    for e in passed.calls
+                )
         web = searched_web(recipe)
         if web and web.get("warning"):
             self.say(f"warning: {web['warning']}")
@@ -209,13 +218,19 @@ class Runner:
         keys = set(expected_keys([c.id for c in cases], [s.name for s in recipe.systems]))
         latest = {k: r for k, r in results.load().items() if k in keys}
         done = {k for k, r in latest.items() if r.ok}
-        todo = [(case, system) for system in recipe.systems for case in cases
-                if result_key(case.id, system.name) not in done]
+        todo = [
+            (case, system)
+            for system in recipe.systems
+            for case in cases
+            if result_key(case.id, system.name) not in done
+        ]
         rejudge = self._to_rejudge(latest, cases, contexts, judgments_changed)
         self.expected, self.already_done = len(keys), len(done)
         if done:
-            self.say(f"resuming {self.folder.path}: {len(done)} of {len(keys)} episodes already done, "
-                     f"{len(todo)} to run" + (f", {len(rejudge)} to judge again" if rejudge else ""))
+            self.say(
+                f"resuming {self.folder.path}: {len(done)} of {len(keys)} episodes already done, "
+                f"{len(todo)} to run" + (f", {len(rejudge)} to judge again" if rejudge else "")
+            )
 
         try:
             async with run_checkpointer(self.folder.path) as saver:
@@ -242,14 +257,19 @@ class Runner:
                     async with self._executor(graph) as executor:
                         with _progress(self.progress, total=len(keys), done=len(done) - len(rejudge)) as bar:
                             tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
-                            tasks += [asyncio.create_task(judged_again(stored, case, judges))
-                                      for stored, case, judges in rejudge]
+                            tasks += [
+                                asyncio.create_task(judged_again(stored, case, judges))
+                                for stored, case, judges in rejudge
+                            ]
                             for finished in asyncio.as_completed(tasks):
                                 record = await finished
                                 bar.advance(record.ok)
             if rejudge:
-                print(f"note: judged {len(rejudge)} stored response{'s' * (len(rejudge) != 1)} again "
-                      "(their systems did not run again)", file=sys.stderr)
+                print(
+                    f"note: judged {len(rejudge)} stored response{'s' * (len(rejudge) != 1)} again "
+                    "(their systems did not run again)",
+                    file=sys.stderr,
+                )
             # judges comparing two systems' responses (LaMP-QA pairwise) run once both exist
             by_id = {c.id: c for c in cases}
             for record in await judge_comparisons(results.load(), by_id, contexts, recipe.run.concurrency):
@@ -263,22 +283,30 @@ class Runner:
 
     def _executor(self, graph):
         """Where this run's episodes execute (the recipe's `[run] executor`), open for the block."""
-        return open_executor(self.recipe, self._episode, graph, run_id=self.run_id, run_dir=self.folder.path,
-                             progress=self.progress)
+        return open_executor(
+            self.recipe, self._episode, graph, run_id=self.run_id, run_dir=self.folder.path, progress=self.progress
+        )
 
     @staticmethod  # what every executor runs, in this process or on a cluster's worker
     async def _episode(graph, case: Case, system: SystemSpec, context: EpisodeContext) -> ResultRecord:
         key = result_key(case.id, system.name)
         config = {"configurable": {"thread_id": key}}
         started = time.perf_counter()
-        base = dict(key=key, run_id=context.run_id, case_id=case.id, system=system.name, benchmark=case.benchmark,
-                    user_id=case.user_id, setting=system.setting or case.setting)
+        base = dict(
+            key=key,
+            run_id=context.run_id,
+            case_id=case.id,
+            system=system.name,
+            benchmark=case.benchmark,
+            user_id=case.user_id,
+            setting=system.setting or case.setting,
+        )
         with capture_calls() as calls:
             try:
                 base["resumed_from"] = await Runner._resumed_from(graph, config)
                 with call_tags(case=case.id, system=system.name):
                     out = await run_with_simulated_user(graph, case, config, context)
-            except Exception as exc:  # noqa: BLE001 - one failed episode is recorded and the run goes on
+            except Exception as exc:
                 if Runner._run_stopping(graph):
                     # Ctrl-C closed the run's checkpoints and stores under the running episode: it did
                     # not fail. Left unrecorded, the resumed run continues it from its last checkpoint.
@@ -286,16 +314,24 @@ class Runner:
                 out = exc
         base["dry_run"] = any(call.dry_run for call in calls)  # some call of this session was scripted
         if isinstance(out, Exception):
-            return ResultRecord(**base, status="error", error=f"{type(out).__name__}: {out}",
-                                latency_s=time.perf_counter() - started, finished_at=time.time())
+            return ResultRecord(
+                **base,
+                status="error",
+                error=f"{type(out).__name__}: {out}",
+                latency_s=time.perf_counter() - started,
+                finished_at=time.time(),
+            )
         user_context = out.get("user_context")
         judgments = out.get("judgments", [])
         return ResultRecord(
             **base,
             status="ok",
             response=out["response"],
-            user_context=ContextUsed(**user_context.model_dump(include={"backend", "form", "event_ids", "tokens", "text", "degraded"}))
-            if user_context else None,
+            user_context=ContextUsed(
+                **user_context.model_dump(include={"backend", "form", "event_ids", "tokens", "text", "degraded"})
+            )
+            if user_context
+            else None,
             judgments=judgments,
             scores={j.judge: j.score for j in judgments},
             latency_s=round(time.perf_counter() - started, 4),
@@ -337,8 +373,11 @@ class Runner:
         try:
             check = check_resume(stored.recipe, self.recipe.model_dump(mode="json"))
         except (ValidationError, ValueError, TypeError, AttributeError) as exc:  # edited by hand, or another version
-            raise DataError(f"its recipe cannot be read back ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
-                            "restore it, or choose a new --out folder", file=self.folder.config) from None
+            raise DataError(
+                f"its recipe cannot be read back ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+                "restore it, or choose a new --out folder",
+                file=self.folder.config,
+            ) from None
         if check.refused:
             raise ConfigError(
                 f"{self.folder.path} holds a run of a different recipe ({', '.join(check.refused)} changed); "
@@ -346,8 +385,13 @@ class Runner:
             )
         return check.judgments_changed
 
-    def _to_rejudge(self, latest: dict[str, ResultRecord], cases: list[Case], contexts: dict[str, EpisodeContext],
-                    judgments_changed: bool) -> list[tuple[ResultRecord, Case, list[Judge]]]:
+    def _to_rejudge(
+        self,
+        latest: dict[str, ResultRecord],
+        cases: list[Case],
+        contexts: dict[str, EpisodeContext],
+        judgments_changed: bool,
+    ) -> list[tuple[ResultRecord, Case, list[Judge]]]:
         """Stored responses to judge again, with the judges to do it: every judge when the judges
         changed, else those whose judgment is missing or failed (comparative judges are left to
         `judge_comparisons`, which redoes theirs the same way)."""
@@ -367,7 +411,7 @@ class Runner:
         previous = _stored_config(self.folder.config)
         return {
             "run_id": self.run_id,
-            "started_at": (previous and previous.started_at) or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "started_at": (previous and previous.started_at) or datetime.now(UTC).isoformat(timespec="seconds"),
             "recipe": self.recipe.model_dump(mode="json"),
             "cache_dir": self.cache_dir,
             "cases": [c.id for c in cases],
@@ -387,9 +431,11 @@ def searched_web(recipe: Recipe) -> dict[str, Any] | None:
         return None
     described = web_description(recipe.web)
     if recipe.report.reproduces and described["corpus"] == "sample":
-        described["warning"] = (f"this recipe reproduces {recipe.report.reproduces} but searched the bundled sample "
-                                f"corpus ({described['documents']} pages on UK household topics); set [web.sandbox] "
-                                "corpus = \"wiki\" (or a real search provider)")
+        described["warning"] = (
+            f"this recipe reproduces {recipe.report.reproduces} but searched the bundled sample "
+            f"corpus ({described['documents']} pages on UK household topics); set [web.sandbox] "
+            'corpus = "wiki" (or a real search provider)'
+        )
     return described
 
 
@@ -421,20 +467,24 @@ def finish_run(folder: RunFolder, config: dict[str, Any], cases: list[Case] | No
     baselines = {j.key: j.baseline for j in judge_objects if isinstance(j, ComparativeJudge)}
     outcome = outcome_of(records, keys, judges, baselines=baselines, tolerate=recipe["run"].get("tolerate", []))
     ledger = read_ledger(folder.ledger)
-    summary = summarize(records, systems, judges, seed=recipe.get("seed", 0),
-                        aggregates={j.key: j.aggregate for j in judge_objects})
+    summary = summarize(
+        records, systems, judges, seed=recipe.get("seed", 0), aggregates={j.key: j.aggregate for j in judge_objects}
+    )
     for name, usage in system_usage(records, ledger, systems, config["cases"]).items():
         summary["systems"][name]["usage"] = usage
     report = recipe.get("report") or {}
-    summary["versus_baseline"] = versus_baseline(records, systems, judges, report.get("baseline"),
-                                                 seed=recipe.get("seed", 0))
+    summary["versus_baseline"] = versus_baseline(
+        records, systems, judges, report.get("baseline"), seed=recipe.get("seed", 0)
+    )
     by_id = {case.id: case for case in cases} if cases is not None else run_cases(config)
     summary["paper"] = versus_paper(records, report.get("paper") or [], by_id)
     summary["web"] = searched_web(Recipe.model_validate(recipe))
     outcome.unmeasured = [f"{row['row']} / {row['metric']}" for row in summary["paper"] if not row["n"]]
     case_ids = set(config["cases"])
     # the run's calls: its episodes' and its own (preflight), not those of systems or cases left out since
-    calls = [e for e in ledger if (e.case_id is None or e.case_id in case_ids) and (e.system is None or e.system in systems)]
+    calls = [
+        e for e in ledger if (e.case_id is None or e.case_id in case_ids) and (e.system is None or e.system in systems)
+    ]
     summary = {
         "run_id": config["run_id"],
         # true exactly when some call was answered by `scripted` (a rescore's responses: their own flag)
@@ -449,8 +499,6 @@ def finish_run(folder: RunFolder, config: dict[str, Any], cases: list[Case] | No
     write_json_atomic(folder.summary, summary)
     write_report(folder.report, config=config, summary=summary, records=records, cases=by_id)
     return outcome
-
-
 
 
 class _StoredConfig(BaseModel):
@@ -473,16 +521,21 @@ def _stored_config(path: Path) -> _StoredConfig | None:
     except ValidationError as exc:
         error = validation_error(exc, file=path)
         problem, line = f"field '{error.field}': {error.detail}", None
-    raise DataError(f"{problem}; the run folder's {path.name} is damaged: restore it, or choose a new --out folder",
-                    file=path, line=line)
+    raise DataError(
+        f"{problem}; the run folder's {path.name} is damaged: restore it, or choose a new --out folder",
+        file=path,
+        line=line,
+    )
 
 
 def _mend_torn_line(path: Path, consequence: str) -> None:
     """Cut a line the previous process died writing, so appending goes on from a clean end."""
     torn = read_appended_jsonl(path, repair=True).torn_line
     if torn is not None:
-        print(f"note: {path}:{torn}: dropped a torn last line (the run stopped while writing it); {consequence}",
-              file=sys.stderr)
+        print(
+            f"note: {path}:{torn}: dropped a torn last line (the run stopped while writing it); {consequence}",
+            file=sys.stderr,
+        )
 
 
 class _progress:
@@ -492,12 +545,18 @@ class _progress:
         self.enabled, self.total, self.done = enabled, total, done
         self.failed = 0
 
-    def __enter__(self) -> "_progress":
+    def __enter__(self) -> _progress:
         if self.enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(TextColumn("episodes"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(), transient=False)
+            self._bar = Progress(
+                TextColumn("episodes"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[failed]} failed"),
+                TimeElapsedColumn(),
+                transient=False,
+            )
             self._bar.start()
             self._task = self._bar.add_task("run", total=self.total, completed=self.done, failed=0)
         return self

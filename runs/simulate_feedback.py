@@ -20,8 +20,8 @@ from agents.models.ledger import Ledger, call_tags
 from agents.models.settings import ModelSettings
 from agents.user_sim import rate_response
 from benchmarks.common.atomic_files import write_atomically
-from benchmarks.data_files import cache_dir
 from benchmarks.common.errors import ConfigError
+from benchmarks.data_files import cache_dir
 from runs.recipe import Recipe
 from runs.results import ResultsFile
 
@@ -33,18 +33,25 @@ def _run_recipe(run_dir: Path) -> Recipe:
     return Recipe.model_validate(json.loads(config.read_text(encoding="utf-8"))["recipe"])
 
 
-async def rate_run(run_dir: Path, out: Path, user_sim: ModelSettings | None = None, *, concurrency: int = 4,
-                   cache: bool = True) -> dict[str, Any]:
+async def rate_run(
+    run_dir: Path, out: Path, user_sim: ModelSettings | None = None, *, concurrency: int = 4, cache: bool = True
+) -> dict[str, Any]:
     """Rate every ok result of the run in `run_dir`; write R-J pairs to `out`; return counts."""
     recipe = _run_recipe(run_dir)
     cases = {c.id: c for c in recipe.cases(limited=False)}
-    results = [r for r in ResultsFile(run_dir / "results.jsonl").load().values()
-               if r.ok and r.response is not None and r.response.text.strip()]
+    results = [
+        r
+        for r in ResultsFile(run_dir / "results.jsonl").load().values()
+        if r.ok and r.response is not None and r.response.text.strip()
+    ]
     if not results:
         raise ConfigError(f"--run {run_dir}: no finished responses to rate")
     settings = user_sim or recipe.role_models()["user_sim"]
-    gateway = Gateway({"user_sim": settings}, cache=ResponseCache(cache_dir() / "llm") if cache else None,
-                      ledger=Ledger(out.with_suffix(".ledger.jsonl"), run_id=f"feedback-{run_dir.name}"))
+    gateway = Gateway(
+        {"user_sim": settings},
+        cache=ResponseCache(cache_dir() / "llm") if cache else None,
+        ledger=Ledger(out.with_suffix(".ledger.jsonl"), run_id=f"feedback-{run_dir.name}"),
+    )
     limit = asyncio.Semaphore(concurrency)
 
     async def one(result) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,9 +53,9 @@ from agents.user_sim.history import (
 from agents.user_sim.protocol import problem_kind
 from agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED, reversibility_problems
 from benchmarks.common.atomic_files import write_atomically
-from benchmarks.data_files import cache_dir
 from benchmarks.common.errors import ConfigError, DataError
 from benchmarks.common.json_input import read_appended_jsonl
+from benchmarks.data_files import cache_dir
 from benchmarks.loaders.pdr import ContextRecord, context_history, read_contexts, read_language
 from runs.folder_lock import RunFolderLock
 from runs.outcome import EXIT_FAILURES, EXIT_OK, most_common_lines, reason_of
@@ -79,8 +79,12 @@ class HistoryJob(BaseModel):
     models: dict[str, ModelSettings] = Field(default_factory=lambda: {r: ModelSettings() for r in ROLES})
     effort: WritingEffort = Field(default_factory=WritingEffort)
     check: bool = Field(default=True, description="Run the reversibility check (two model passes per user).")
-    min_recovered: float = Field(default=DEFAULT_MIN_RECOVERED, ge=0.0, le=1.0,
-                                 description="The reversibility gate: the least share of facets recovered.")
+    min_recovered: float = Field(
+        default=DEFAULT_MIN_RECOVERED,
+        ge=0.0,
+        le=1.0,
+        description="The reversibility gate: the least share of facets recovered.",
+    )
     concurrency: int = Field(default=2, gt=0, description="Users synthesized at once.")
     time_limit_s: float | None = Field(default=None, gt=0, description="End the session cleanly after this long.")
 
@@ -115,9 +119,16 @@ class UserOutcome:
 # --------------------------------------------------------------------------- checking one record
 
 
-async def record_figures(gateway: Gateway, attributes: dict[str, Any], record: ContextRecord, language: str, *,
-                         reversibility: bool, min_recovered: float,
-                         max_tokens_ceiling: int | None = None) -> dict[str, Any]:
+async def record_figures(
+    gateway: Gateway,
+    attributes: dict[str, Any],
+    record: ContextRecord,
+    language: str,
+    *,
+    reversibility: bool,
+    min_recovered: float,
+    max_tokens_ceiling: int | None = None,
+) -> dict[str, Any]:
     """The content checks and protocol figures of one user's record and, if asked, its
     reversibility verdicts and gate. With the inverse pass run, items per tag count the items it
     cited. A checker that fails is recorded as the reason the gate is not passed."""
@@ -126,16 +137,18 @@ async def record_figures(gateway: Gateway, attributes: dict[str, Any], record: C
     if reversibility:
         try:
             with call_tags(node="reversibility"):
-                report = await check_reversibility(gateway, attributes, context_history(record),
-                                                   max_tokens_ceiling=max_tokens_ceiling)
+                report = await check_reversibility(
+                    gateway, attributes, context_history(record), max_tokens_ceiling=max_tokens_ceiling
+                )
         except ModelCallError as exc:
             figures["reversibility_problems"] = [f"reversibility: the check failed: {exc}"]
         else:
             figures["reversibility"] = report.model_dump()
             figures["reversibility_problems"] = reversibility_problems(report, min_recovered)
             attribution = report.evidence
-    figures["protocol"] = check_protocol(attributes, record, rules=history_rules(attributes, language),
-                                         attribution=attribution).model_dump()
+    figures["protocol"] = check_protocol(
+        attributes, record, rules=history_rules(attributes, language), attribution=attribution
+    ).model_dump()
     return dict(sorted(figures.items(), key=lambda kv: kv[0] != "protocol"))
 
 
@@ -160,7 +173,9 @@ def pooled_figures(outcomes: list[UserOutcome], min_recovered: float | None) -> 
         "conversational_share": round(talk / counted, 4) if counted else 0.0,
         "min_items_per_tag": min((n for p in protocol for n in p["items_per_tag"].values()), default=0),
         "unlinked_items": sum(len(p["unlinked_items"]) for p in protocol),
-        "protocol_ok": bool(done) and all(p["ok"] for p in protocol) and len(done) == len(outcomes)
+        "protocol_ok": bool(done)
+        and all(p["ok"] for p in protocol)
+        and len(done) == len(outcomes)
         and all(o.complete for o in done),
     }
     reports = [o.figures["reversibility"] for o in done if "reversibility" in o.figures]
@@ -172,14 +187,20 @@ def pooled_figures(outcomes: list[UserOutcome], min_recovered: float | None) -> 
             "traits": traits,
             "counts": counts,
             "recovered_share": share,
-            "per_user_recovered_share": {o.user_id: o.figures["reversibility"]["recovered_share"]
-                                         for o in done if "reversibility" in o.figures},
+            "per_user_recovered_share": {
+                o.user_id: o.figures["reversibility"]["recovered_share"] for o in done if "reversibility" in o.figures
+            },
         }
         if min_recovered is not None:
             out["reversibility"]["min_recovered"] = min_recovered
             out["reversibility"]["problems"] = (
-                [f"reversibility: {share:.1%} of {traits} facets recovered over {len(reports)} user(s), below the "
-                 f"minimum {min_recovered:.0%}"] if share < min_recovered else [])
+                [
+                    f"reversibility: {share:.1%} of {traits} facets recovered over {len(reports)} user(s), below the "
+                    f"minimum {min_recovered:.0%}"
+                ]
+                if share < min_recovered
+                else []
+            )
     return out
 
 
@@ -197,8 +218,11 @@ class Journal:
                 self.prior.append(SynthesisEvent.model_validate(data))
             except ValidationError as exc:
                 first = exc.errors()[0]
-                raise DataError(f"not a synthesis event: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}",
-                                file=path, line=number) from None
+                raise DataError(
+                    f"not a synthesis event: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}",
+                    file=path,
+                    line=number,
+                ) from None
         self.new: list[SynthesisEvent] = []
 
     def append(self, event: SynthesisEvent) -> None:
@@ -222,18 +246,26 @@ def _check_resumable(out_dir: Path, job: HistoryJob) -> dict[str, Any] | None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DataError(f"cannot read the manifest of the history this folder holds: {exc}", file=path) from None
     now = job.model_dump(mode="json")
-    differences = [f"benchmark = {before.get('benchmark')!r}, now {now['benchmark']!r}"] \
-        if before.get("benchmark") != now["benchmark"] else []
-    differences += [f"options.{k} = {before.get('options', {}).get(k)!r}, now {v!r}" for k, v in now["options"].items()
-                    if before.get("options", {}).get(k) != v]
+    differences = (
+        [f"benchmark = {before.get('benchmark')!r}, now {now['benchmark']!r}"]
+        if before.get("benchmark") != now["benchmark"]
+        else []
+    )
+    differences += [
+        f"options.{k} = {before.get('options', {}).get(k)!r}, now {v!r}"
+        for k, v in now["options"].items()
+        if before.get("options", {}).get(k) != v
+    ]
     writer_before = before.get("models", {}).get("history_writer", {})
     writer = job.models["history_writer"]
     if _writer_identity(writer_before) != _writer_identity(writer.model_dump(mode="json")):
         differences.append(f"models.history_writer.model = {writer_before.get('model')!r}, now {writer.model!r}")
     if differences:
-        raise ConfigError(f"{out_dir} holds a history written with {differences[0]}"
-                          f"{f' (and {len(differences) - 1} more difference(s))' if len(differences) > 1 else ''}: "
-                          "continue it with the same options and writer model, or give another --out")
+        raise ConfigError(
+            f"{out_dir} holds a history written with {differences[0]}"
+            f"{f' (and {len(differences) - 1} more difference(s))' if len(differences) > 1 else ''}: "
+            "continue it with the same options and writer model, or give another --out"
+        )
     return previous
 
 
@@ -246,13 +278,15 @@ def _writer_identity(settings: dict[str, Any]) -> Any:
         return settings.get("model"), settings.get("api_base")
 
 
-def synthesis_summary(plan_size: int, traits: dict[str, TraitReport], events: list[SynthesisEvent],
-                      resumed: int) -> dict[str, Any]:
+def synthesis_summary(
+    plan_size: int, traits: dict[str, TraitReport], events: list[SynthesisEvent], resumed: int
+) -> dict[str, Any]:
     """One user's synthesis for the manifest: status, counts, this session's events, and the traits
     not complete with the reason for each missing item."""
     written = sum(t.written for t in traits.values())
-    rejected_by = Counter(problem_kind(part.strip()) for e in events if e.kind == "rejected"
-                          for part in e.detail.split("; "))
+    rejected_by = Counter(
+        problem_kind(part.strip()) for e in events if e.kind == "rejected" for part in e.detail.split("; ")
+    )
     return {
         "status": "complete" if written == plan_size else "partial" if written else "missing",
         "items_planned": plan_size,
@@ -275,26 +309,41 @@ def missing_reasons(synthesis: dict[str, Any] | None) -> Counter[str]:
 # --------------------------------------------------------------------------- one user
 
 
-async def _one_user(gateway: Gateway, job: HistoryJob, user_id: str, attributes: dict[str, Any],
-                    journal: Journal) -> UserOutcome:
+async def _one_user(
+    gateway: Gateway, job: HistoryJob, user_id: str, attributes: dict[str, Any], journal: Journal
+) -> UserOutcome:
     with call_tags(case=user_id):
         with call_tags(node="write_history"):
-            history = await synthesize_history(gateway, user_id, attributes, job.options, effort=job.effort,
-                                               prior=journal.of(user_id), on_event=journal.append)
+            history = await synthesize_history(
+                gateway,
+                user_id,
+                attributes,
+                job.options,
+                effort=job.effort,
+                prior=journal.of(user_id),
+                on_event=journal.append,
+            )
         outcome = _outcome_of(user_id, attributes, job, journal)
         if outcome.record is not None:
             outcome.figures = await record_figures(
-                gateway, attributes, outcome.record, job.options.language,
-                reversibility=job.check and history.complete, min_recovered=job.min_recovered,
-                max_tokens_ceiling=job.effort.max_tokens_ceiling)
+                gateway,
+                attributes,
+                outcome.record,
+                job.options.language,
+                reversibility=job.check and history.complete,
+                min_recovered=job.min_recovered,
+                max_tokens_ceiling=job.effort.max_tokens_ceiling,
+            )
             if job.check and not history.complete:
                 outcome.figures["reversibility_problems"] = [
-                    "reversibility: not checked, the history is incomplete (continue it with the same --out)"]
+                    "reversibility: not checked, the history is incomplete (continue it with the same --out)"
+                ]
     return outcome
 
 
-def _outcome_of(user_id: str, attributes: dict[str, Any], job: HistoryJob, journal: Journal,
-                unattempted: str = "not attempted") -> UserOutcome:
+def _outcome_of(
+    user_id: str, attributes: dict[str, Any], job: HistoryJob, journal: Journal, unattempted: str = "not attempted"
+) -> UserOutcome:
     """A user's outcome from the journal: the record of its accepted items and what became of its plan."""
     plan = plan_history(user_id, attributes, job.options)
     events = journal.of(user_id)
@@ -302,8 +351,9 @@ def _outcome_of(user_id: str, attributes: dict[str, Any], job: HistoryJob, journ
     traits = trait_reports(plan, events, unattempted=unattempted)
     now = accepted_items(events)
     new = {e.slots[0] for e in journal.of(user_id, session_only=True) if e.kind == "accepted"}
-    resumed = sum(1 for slot in accepted_items([e for e in journal.prior if e.user == user_id])
-                  if slot in now and slot not in new)
+    resumed = sum(
+        1 for slot in accepted_items([e for e in journal.prior if e.user == user_id]) if slot in now and slot not in new
+    )
     summary = synthesis_summary(len(plan), traits, journal.of(user_id, session_only=True), resumed)
     items = len(record.memories) + len(record.dialogues) + len(record.searches)
     error = None
@@ -314,8 +364,14 @@ def _outcome_of(user_id: str, attributes: dict[str, Any], job: HistoryJob, journ
 
 
 def _write_contexts(path: Path, outcomes: list[UserOutcome]) -> None:
-    write_atomically(path, "".join(json.dumps(o.record.model_dump(exclude_none=True), ensure_ascii=False) + "\n"
-                                   for o in outcomes if o.record is not None))
+    write_atomically(
+        path,
+        "".join(
+            json.dumps(o.record.model_dump(exclude_none=True), ensure_ascii=False) + "\n"
+            for o in outcomes
+            if o.record is not None
+        ),
+    )
 
 
 class _UserProgress:
@@ -324,14 +380,19 @@ class _UserProgress:
     def __init__(self, enabled: bool, total: int) -> None:
         self.enabled, self.total, self.failed = enabled, total, 0
 
-    def __enter__(self) -> "_UserProgress":
+    def __enter__(self) -> _UserProgress:
         if self.enabled:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(TextColumn("users"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
-                                 console=Console(stderr=True))  # stdout carries the JSON
+            self._bar = Progress(
+                TextColumn("users"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[failed]} failed"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+            )  # stdout carries the JSON
             self._bar.start()
             self._task = self._bar.add_task("history", total=self.total, failed=0)
         return self
@@ -355,13 +416,18 @@ def _dry_run(gateway: Gateway, journal: Journal, outcomes: list[UserOutcome]) ->
     for event in [*journal.prior, *journal.new]:
         if event.kind == "accepted" and event.slots:
             last[(event.user, event.slots[0])] = event
-    written = {(o.user_id, i.id) for o in outcomes if o.record is not None
-               for i in [*o.record.memories, *o.record.dialogues, *o.record.searches]}
+    written = {
+        (o.user_id, i.id)
+        for o in outcomes
+        if o.record is not None
+        for i in [*o.record.memories, *o.record.dialogues, *o.record.searches]
+    }
     return any(e.dry_run and (e.user, (e.item or {}).get("id")) in written for e in last.values())
 
 
-async def synthesize_contexts(job: HistoryJob, out_dir: Path, *, cache: bool = True,
-                              progress: bool = False) -> dict[str, Any]:
+async def synthesize_contexts(
+    job: HistoryJob, out_dir: Path, *, cache: bool = True, progress: bool = False
+) -> dict[str, Any]:
     """Run (or continue) the job; write the contexts file, the journal, the manifest and the ledger
     into `out_dir`; return the manifest."""
     personas = pdr_personas(job.options.language)
@@ -372,18 +438,29 @@ async def synthesize_contexts(job: HistoryJob, out_dir: Path, *, cache: bool = T
         return await _synthesize_locked(job, out_dir, personas, cache=cache, progress=progress)
 
 
-async def _synthesize_locked(job: HistoryJob, out_dir: Path, personas: dict[str, dict[str, Any]], *, cache: bool,
-                             progress: bool) -> dict[str, Any]:
+async def _synthesize_locked(
+    job: HistoryJob, out_dir: Path, personas: dict[str, dict[str, Any]], *, cache: bool, progress: bool
+) -> dict[str, Any]:
     started = time.monotonic()
     previous = _check_resumable(out_dir, job)
     journal = Journal(out_dir / JOURNAL)
     sessions = int((previous or {}).get("sessions", 0)) + 1
     contexts_name = f"contexts_{job.options.language}.jsonl"
     contexts_path = out_dir / contexts_name
-    write_json_atomic(out_dir / MANIFEST, {  # the job first: a session killed early can still be continued
-        **(previous or {}), "job": job.model_dump(mode="json"), "sessions": sessions, "session_finished": False})
-    gateway = Gateway(dict(job.models), cache=ResponseCache(cache_dir() / "llm") if cache else None,
-                      ledger=Ledger(out_dir / "ledger.jsonl", run_id=f"history-{out_dir.name}"))
+    write_json_atomic(
+        out_dir / MANIFEST,
+        {  # the job first: a session killed early can still be continued
+            **(previous or {}),
+            "job": job.model_dump(mode="json"),
+            "sessions": sessions,
+            "session_finished": False,
+        },
+    )
+    gateway = Gateway(
+        dict(job.models),
+        cache=ResponseCache(cache_dir() / "llm") if cache else None,
+        ledger=Ledger(out_dir / "ledger.jsonl", run_id=f"history-{out_dir.name}"),
+    )
     limit = asyncio.Semaphore(job.concurrency)
     finished: dict[str, UserOutcome] = {}
     try:
@@ -413,17 +490,24 @@ async def _synthesize_locked(job: HistoryJob, out_dir: Path, personas: dict[str,
             continue
         outcome = _outcome_of(user, personas[user], job, journal, unattempted=NOT_ATTEMPTED)
         if outcome.record is not None:  # content checks and figures need no model
-            outcome.figures = await record_figures(gateway, personas[user], outcome.record, job.options.language,
-                                                   reversibility=False, min_recovered=job.min_recovered)
+            outcome.figures = await record_figures(
+                gateway,
+                personas[user],
+                outcome.record,
+                job.options.language,
+                reversibility=False,
+                min_recovered=job.min_recovered,
+            )
             if job.check:
                 outcome.figures["reversibility_problems"] = [
-                    "reversibility: not checked, the session's time limit came first (continue with the same --out)"]
+                    "reversibility: not checked, the session's time limit came first (continue with the same --out)"
+                ]
         outcomes.append(outcome)
     _write_contexts(contexts_path, outcomes)
     written = [o.user_id for o in outcomes if o.record is not None]
     manifest = {
-        "created_at": (previous or {}).get("created_at") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": (previous or {}).get("created_at") or datetime.now(UTC).isoformat(timespec="seconds"),
+        "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "sessions": sessions,
         "session_finished": True,
         "session_seconds": round(time.monotonic() - started, 1),
@@ -454,8 +538,14 @@ async def _synthesize_locked(job: HistoryJob, out_dir: Path, personas: dict[str,
 # --------------------------------------------------------------------------- `simulate check`
 
 
-async def check_contexts(path: Path, language: str, checker: ModelSettings | None, *,
-                         min_recovered: float = DEFAULT_MIN_RECOVERED, cache: bool = True) -> dict[str, Any]:
+async def check_contexts(
+    path: Path,
+    language: str,
+    checker: ModelSettings | None,
+    *,
+    min_recovered: float = DEFAULT_MIN_RECOVERED,
+    cache: bool = True,
+) -> dict[str, Any]:
     """Content checks and protocol figures (and, with a `checker` model, reversibility and its gate)
     of an existing contexts file."""
     personas = pdr_personas(language)
@@ -463,14 +553,21 @@ async def check_contexts(path: Path, language: str, checker: ModelSettings | Non
     unknown = [u for u in records if u not in personas]
     if unknown:
         raise DataError(f"user {unknown[0]!r} has no {language} persona", file=path, field="userid")
-    gateway = Gateway({"history_checker": checker or ModelSettings()},
-                      cache=ResponseCache(cache_dir() / "llm") if cache else None)
+    gateway = Gateway(
+        {"history_checker": checker or ModelSettings()}, cache=ResponseCache(cache_dir() / "llm") if cache else None
+    )
     outcomes = []
     try:
         for user_id, record in records.items():
             with call_tags(case=user_id):
-                figures = await record_figures(gateway, personas[user_id], record, language,
-                                               reversibility=checker is not None, min_recovered=min_recovered)
+                figures = await record_figures(
+                    gateway,
+                    personas[user_id],
+                    record,
+                    language,
+                    reversibility=checker is not None,
+                    min_recovered=min_recovered,
+                )
             outcomes.append(UserOutcome(user_id, record=record, figures=figures))
     finally:
         await gateway.aclose()
@@ -496,8 +593,10 @@ def history_outcome(report: dict[str, Any], top: int = 3) -> tuple[int, list[str
     failed = report["failed"]
     per_user = report["per_user"]
     incomplete = [u for u, f in per_user.items() if (f.get("synthesis") or {}).get("status", "complete") != "complete"]
-    problems = {u: [*f.get("protocol", {}).get("problems", []), *f.get("reversibility_problems", [])]
-                for u, f in per_user.items()}
+    problems = {
+        u: [*f.get("protocol", {}).get("problems", []), *f.get("reversibility_problems", [])]
+        for u, f in per_user.items()
+    }
     breaking = [u for u, found in problems.items() if found and u not in incomplete]
     within = len(per_user) - len(breaking) - len(incomplete)
     head = f"users: {within} within the protocol"
@@ -508,21 +607,27 @@ def history_outcome(report: dict[str, Any], top: int = 3) -> tuple[int, list[str
     head += f", {len(failed)} failed (of {len(per_user) + len(failed)})"
     lines = [head]
     if report.get("time_limit_reached"):
-        lines.append(f"the session's time limit was reached after {report.get('session_seconds', 0) / 60:.1f} min: "
-                     "run the same command again (same --out) to continue")
+        lines.append(
+            f"the session's time limit was reached after {report.get('session_seconds', 0) / 60:.1f} min: "
+            "run the same command again (same --out) to continue"
+        )
     missing: Counter[str] = Counter()
     for synthesis in [*(f.get("synthesis") for f in per_user.values()), *report.get("failed_synthesis", {}).values()]:
         missing.update(missing_reasons(synthesis))
     lines += most_common_lines("user failures", Counter(reason_of(error) for error in failed.values()), top)
     lines += most_common_lines("reasons items are missing", missing, top)
-    lines += most_common_lines("protocol problems", Counter(reason_of(p) for u, found in problems.items()
-                                                            for p in found if not p.startswith("reversibility:")), top)
+    lines += most_common_lines(
+        "protocol problems",
+        Counter(reason_of(p) for u, found in problems.items() for p in found if not p.startswith("reversibility:")),
+        top,
+    )
     gated = [(u, [p for p in found if p.startswith("reversibility:")]) for u, found in problems.items()]
     gated = [(u, found) for u, found in gated if found]
     if gated:
         lines.append("reversibility gate:")
-        lines += [f"  {u}: " + "; ".join(p.removeprefix("reversibility: ") for p in found)
-                  for u, found in gated[:GATE_LINES]]
+        lines += [
+            f"  {u}: " + "; ".join(p.removeprefix("reversibility: ") for p in found) for u, found in gated[:GATE_LINES]
+        ]
         if len(gated) > GATE_LINES:
             lines.append(f"  ... and {len(gated) - GATE_LINES} more user(s)")
     overall = report["overall"].get("reversibility", {}).get("problems", [])

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable, Iterable
 from itertools import combinations
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from agents.judges.base import JudgeResult
 from benchmarks.common.degradation import counts_by_kind
@@ -21,9 +22,7 @@ from runs.results import ResultRecord
 def _scores(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, float]:
     """Case id -> score, in case-id order."""
     scores = {
-        r.case_id: r.scores[judge]
-        for r in records
-        if r.system == system and r.ok and r.scores.get(judge) is not None
+        r.case_id: r.scores[judge] for r in records if r.system == system and r.ok and r.scores.get(judge) is not None
     }
     return dict(sorted(scores.items()))
 
@@ -52,8 +51,11 @@ def summarize(
             "degraded_episodes": sum(1 for r in answered if r.system_degraded),
             "judges": {},
         }
-        ends = Counter(r.response.meta["conversation"]["ended"] for r in answered
-                       if r.response and "ended" in r.response.meta.get("conversation", {}))
+        ends = Counter(
+            r.response.meta["conversation"]["ended"]
+            for r in answered
+            if r.response and "ended" in r.response.meta.get("conversation", {})
+        )
         if ends:  # how its conversations with the simulated user ended (satisfied, gave_up, turn_budget, ...)
             entry["conversations"] = dict(sorted(ends.items()))
         for judge in judges:

@@ -74,8 +74,12 @@ def _checkpoints(path: Path, thread_id: str) -> list[tuple[str, Any]]:
 
     with contextlib.closing(connect_checkpoints(path)) as conn:
         try:
-            namespaces = [row[0] for row in conn.execute(
-                "SELECT DISTINCT checkpoint_ns FROM checkpoints WHERE thread_id = ?", (thread_id,))]
+            namespaces = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT DISTINCT checkpoint_ns FROM checkpoints WHERE thread_id = ?", (thread_id,)
+                )
+            ]
             saver = SqliteSaver(conn, serde=RunSerializer(conn))
             out = []
             for namespace in namespaces:
@@ -124,8 +128,11 @@ def load_trace(run_dir: str | Path, case_id: str, system: str | None = None) -> 
     if not items:
         raise ConfigError(f"no checkpoints for case {case_id!r} of system {system!r}: the episode never started")
     items.sort(key=lambda pair: (pair[1].checkpoint["ts"], pair[1].checkpoint["id"]))
-    ledger = [e for e in (read_ledger(folder.ledger) if folder.ledger.exists() else [])
-              if e.case_id == case_id and e.system == system]
+    ledger = [
+        e
+        for e in (read_ledger(folder.ledger) if folder.ledger.exists() else [])
+        if e.case_id == case_id and e.system == system
+    ]
 
     steps: list[Step] = []
     previous: dict[str, Any] = {}  # per namespace: the last checkpoint seen
@@ -138,12 +145,24 @@ def load_trace(run_dir: str | Path, case_id: str, system: str | None = None) -> 
         changed = {k: v for k, v in visible.items() if k not in before or before[k] != v}
         nodes = _next_nodes(parent.checkpoint.get("channel_values", {})) if parent else []
         if source == "input":
-            nodes, changed = ["(input)"], _visible(values.get("__start__") or {}) if isinstance(values.get("__start__"), dict) else changed
+            nodes, changed = (
+                ["(input)"],
+                _visible(values.get("__start__") or {}) if isinstance(values.get("__start__"), dict) else changed,
+            )
         start = _epoch(parent.checkpoint["ts"]) if parent else None
         end = _epoch(item.checkpoint["ts"])
         mine = [e for e in ledger if e.node in nodes and (start is None or start <= e.ts) and e.ts <= end + 0.001]
-        steps.append(Step(len(steps) + 1, _where(namespace), source, nodes, item.checkpoint["ts"], changed,
-                          _calls_from_cache(mine, config.get("cache_dir"))))
+        steps.append(
+            Step(
+                len(steps) + 1,
+                _where(namespace),
+                source,
+                nodes,
+                item.checkpoint["ts"],
+                changed,
+                _calls_from_cache(mine, config.get("cache_dir")),
+            )
+        )
         previous[namespace] = item
     return steps
 
@@ -182,8 +201,10 @@ def render_step(step: Step, total: int, console, width: int = 600) -> None:
         console.print(Text("(no state change)", style="dim"))
     for call in step.calls:
         e = call.entry
-        head = (f"{e.role} · {e.model} · {e.kind} · {e.prompt_tokens}+{e.completion_tokens} tokens · "
-                f"{e.latency_ms:.0f} ms · {'cache hit' if e.cache_hit else 'provider'} · {e.status}")
+        head = (
+            f"{e.role} · {e.model} · {e.kind} · {e.prompt_tokens}+{e.completion_tokens} tokens · "
+            f"{e.latency_ms:.0f} ms · {'cache hit' if e.cache_hit else 'provider'} · {e.status}"
+        )
         body = Text()
         if call.messages:
             for message in call.messages:
@@ -202,7 +223,9 @@ def render_step(step: Step, total: int, console, width: int = 600) -> None:
 KEYS = "n/→/space next · p/← previous · g first · G last · q quit"
 
 
-def step_through(steps: list[Step], *, start: int = 0, interactive: bool = True, console=None, width: int = 600) -> None:
+def step_through(
+    steps: list[Step], *, start: int = 0, interactive: bool = True, console=None, width: int = 600
+) -> None:
     import typer
     from rich.console import Console
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -29,8 +30,11 @@ def _latency(values: list[float]) -> dict[str, float | None]:
     array = np.asarray(values, dtype=float)
     # fsum: exact, so the mean does not depend on the order of the result lines (numpy's summation
     # does, in its last bits, which rounding can turn into a different fourth decimal)
-    return {"mean": round(math.fsum(values) / len(values), 4), "p50": round(float(np.percentile(array, 50)), 4),
-            "p95": round(float(np.percentile(array, 95)), 4)}
+    return {
+        "mean": round(math.fsum(values) / len(values), 4),
+        "p50": round(float(np.percentile(array, 50)), 4),
+        "p95": round(float(np.percentile(array, 95)), 4),
+    }
 
 
 def system_usage(

@@ -29,35 +29,58 @@ def tiny_cases(request: LoadRequest) -> list[Case]:
         "u1": [
             MemorySnippet(id="u1:m1", text="I am vegetarian and allergic to soy.", timestamp="2025-03-01"),
             MemorySnippet(id="u1:m2", text="I train for a half marathon on weekends.", timestamp="2025-04-01"),
-            ChatSession(id="u1:c1", timestamp="2025-05-01", messages=[
-                ChatMessage(role="user", content="Give me short answers with bullet points, please."),
-                ChatMessage(role="assistant", content="Sure, I will keep it brief."),
-            ]),
+            ChatSession(
+                id="u1:c1",
+                timestamp="2025-05-01",
+                messages=[
+                    ChatMessage(role="user", content="Give me short answers with bullet points, please."),
+                    ChatMessage(role="assistant", content="Sure, I will keep it brief."),
+                ],
+            ),
         ],
-        "u2": [MemorySnippet(id="u2:m1", text="Ich lerne gerade Spanisch — 東京に住んでいます.", timestamp="2024-01-01")],
+        "u2": [
+            MemorySnippet(id="u2:m1", text="Ich lerne gerade Spanisch — 東京に住んでいます.", timestamp="2024-01-01")
+        ],
     }
     cases = []
-    for i, (user, question) in enumerate([("u1", "Plan my meals for a training week."),
-                                          ("u1", "Which running shoes should I buy?"),
-                                          ("u2", "How do I practise languages daily?")]):
-        cases.append(Case(
-            id=f"tiny:{i}", benchmark="tiny", user_id=user, setting=request.setting,
-            query=Query(text=question), history=history[user],
-            persona=Persona(user_id=user, attributes={"Basic Attributes": {"Occupation": f"tester {user}"}}),
-            gold=Gold(
-                information_need=f"{GOLD_SENTINEL} need {i}",
-                rubric_aspects=[RubricAspect(aspect=f"{GOLD_SENTINEL} aspect {i}.{k}", reason="because", evidence="e")
-                                for k in range(2)],
-                relevant_history_ids=[history[user][0].id],
-            ),
-        ))
+    for i, (user, question) in enumerate(
+        [
+            ("u1", "Plan my meals for a training week."),
+            ("u1", "Which running shoes should I buy?"),
+            ("u2", "How do I practise languages daily?"),
+        ]
+    ):
+        cases.append(
+            Case(
+                id=f"tiny:{i}",
+                benchmark="tiny",
+                user_id=user,
+                setting=request.setting,
+                query=Query(text=question),
+                history=history[user],
+                persona=Persona(user_id=user, attributes={"Basic Attributes": {"Occupation": f"tester {user}"}}),
+                gold=Gold(
+                    information_need=f"{GOLD_SENTINEL} need {i}",
+                    rubric_aspects=[
+                        RubricAspect(aspect=f"{GOLD_SENTINEL} aspect {i}.{k}", reason="because", evidence="e")
+                        for k in range(2)
+                    ],
+                    relevant_history_ids=[history[user][0].id],
+                ),
+            )
+        )
     return cases[: request.limit] if request.limit else cases
 
 
-register_benchmark(BenchmarkSpec(
-    name="tiny", description="three test cases", splits=("all",),
-    settings=("context", "task_only", "persona", "persona+context"), load=tiny_cases,
-))
+register_benchmark(
+    BenchmarkSpec(
+        name="tiny",
+        description="three test cases",
+        splits=("all",),
+        settings=("context", "task_only", "persona", "persona+context"),
+        load=tiny_cases,
+    )
+)
 
 
 @pytest.fixture

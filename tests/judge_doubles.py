@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from agents.models.gateway import Gateway
-from agents.response import Citation
 from agents.models.settings import ModelSettings
+from agents.response import Citation
 from benchmarks.common.errors import AtelierError
 
 Answer = dict[str, Any] | Callable[[list[dict[str, Any]], ModelSettings], dict[str, Any]]

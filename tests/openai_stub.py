@@ -123,7 +123,7 @@ class OpenAIStub:
         with self._lock:
             return self._script.popleft() if self._script else "ok"
 
-    def start(self) -> "OpenAIStub":
+    def start(self) -> OpenAIStub:
         self._thread = threading.Thread(target=self._server.serve_forever, name="openai-stub", daemon=True)
         self._thread.start()
         return self
@@ -132,7 +132,7 @@ class OpenAIStub:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "OpenAIStub":
+    def __enter__(self) -> OpenAIStub:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -142,7 +142,9 @@ class OpenAIStub:
         """The (status, message) this server kind refuses the request with, or None."""
         if self.api_key is not None and authorization != f"Bearer {self.api_key}":
             return 401, "Incorrect API key provided. You can find your API key at https://platform.example/keys."
-        if self.echo_key_on is not None and self.echo_key_on in json.dumps(body.get("messages", []), ensure_ascii=False):
+        if self.echo_key_on is not None and self.echo_key_on in json.dumps(
+            body.get("messages", []), ensure_ascii=False
+        ):
             return 400, f"stub: 'Authorization: {authorization}' is refused for this request"
         if self.models is not None and body.get("model") not in self.models:
             return 404, f"The model `{body.get('model')}` does not exist or you do not have access to it."
@@ -165,8 +167,13 @@ class OpenAIStub:
                 content = _filled(content, int(body["max_tokens"] * self.answer_fill))
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool is not None:
-            message = {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_stub", "type": "function", "function": {"name": tool, "arguments": content}}]}
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_stub", "type": "function", "function": {"name": tool, "arguments": content}}
+                ],
+            }
         count = _tokens if self.answer_fill is not None else _words
         prompt_tokens = sum(count(str(m.get("content", ""))) for m in messages)
         completion_tokens = count(content)
@@ -208,7 +215,9 @@ class OpenAIStub:
 
             def do_GET(self) -> None:
                 if self.path.rstrip("/").endswith("/models"):
-                    self._send(200, json.dumps({"object": "list", "data": [{"id": "stub", "object": "model"}]}).encode())
+                    self._send(
+                        200, json.dumps({"object": "list", "data": [{"id": "stub", "object": "model"}]}).encode()
+                    )
                 else:
                     self._send(404, b'{"error": {"message": "not found"}}')
 
@@ -223,7 +232,9 @@ class OpenAIStub:
                     status, message = refused
                     with stub._lock:
                         stub.requests.append({"behaviour": f"refused {status}", "mode": asked_mode(body), "body": body})
-                    error = {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
+                    error = {
+                        "error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}
+                    }
                     self._send(status, json.dumps(error).encode())
                     return
                 behaviour = stub._next()
@@ -233,7 +244,12 @@ class OpenAIStub:
                     error = {"error": {"message": "stub: the request is invalid", "type": "invalid_request_error"}}
                     self._send(400, json.dumps(error).encode())
                 elif behaviour == "invalid500":
-                    self._send(500, json.dumps({"error": {"message": SERVER_KINDS["llamacpp"][2], "type": "internal_server_error"}}).encode())
+                    self._send(
+                        500,
+                        json.dumps(
+                            {"error": {"message": SERVER_KINDS["llamacpp"][2], "type": "internal_server_error"}}
+                        ).encode(),
+                    )
                 elif behaviour in ("429", "500", "503"):
                     error = {"error": {"message": f"stub {behaviour}", "type": "stub_error", "code": behaviour}}
                     self._send(int(behaviour), json.dumps(error).encode(), {"Retry-After": "0"})
@@ -264,7 +280,9 @@ class OpenAIStub:
                     finish = "stop" if i == len(words) - 1 else None
                     event = base | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
                     self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
-                self.wfile.write(f"data: {json.dumps(base | {'choices': [], 'usage': completion['usage']})}\n\n".encode())
+                self.wfile.write(
+                    f"data: {json.dumps(base | {'choices': [], 'usage': completion['usage']})}\n\n".encode()
+                )
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
                 self.close_connection = True

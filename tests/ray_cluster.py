@@ -68,9 +68,23 @@ class LocalRayCluster:
     def _start(self, ip: str, args: list[str]) -> Node:
         log = self.temp / f"node-{ip}.log"
         process = subprocess.Popen(
-            [RAY, "start", "--block", "--node-ip-address", ip, "--num-cpus", str(self.cpus),
-             "--dashboard-agent-listen-port", str(free_port()), "--disable-usage-stats", *args],
-            env=self.env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                RAY,
+                "start",
+                "--block",
+                "--node-ip-address",
+                ip,
+                "--num-cpus",
+                str(self.cpus),
+                "--dashboard-agent-listen-port",
+                str(free_port()),
+                "--disable-usage-stats",
+                *args,
+            ],
+            env=self.env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         node = Node(ip, process, log)
         self.nodes.append(node)
@@ -78,9 +92,21 @@ class LocalRayCluster:
 
     def start_head(self) -> None:
         self.port = free_port()
-        self._start("127.0.0.2", ["--head", "--port", str(self.port), "--include-dashboard=false",
-                                  "--dashboard-port", str(free_port()), "--ray-client-server-port", str(free_port()),
-                                  "--temp-dir", str(self.temp)])
+        self._start(
+            "127.0.0.2",
+            [
+                "--head",
+                "--port",
+                str(self.port),
+                "--include-dashboard=false",
+                "--dashboard-port",
+                str(free_port()),
+                "--ray-client-server-port",
+                str(free_port()),
+                "--temp-dir",
+                str(self.temp),
+            ],
+        )
 
     def add_worker(self) -> Node:
         return self._start(f"127.0.0.{len(self.nodes) + 2}", ["--address", self.address])

@@ -166,7 +166,7 @@ RUNNER = textwrap.dedent('''
         return {"report": json.dumps(outcomes)}
 ''')
 
-LAUNCHER = textwrap.dedent('''
+LAUNCHER = textwrap.dedent("""
     import asyncio, json, sys
     from pathlib import Path
     from graphs.external import agents, launcher
@@ -179,7 +179,7 @@ LAUNCHER = textwrap.dedent('''
                                               folder / "agent.log", env, 60, isolation))
     launcher.close_servers()
     print(code)
-''')
+""")
 
 
 class Canary:
@@ -218,8 +218,13 @@ class Canary:
                 said.append(self.udp.recv(4096))
             except BlockingIOError:
                 break
-        return {next((name for name in WAYS_OUT if f"/{name} ".encode() in data or data == name.encode()),
-                     data.decode(errors="replace")[:60]) for data in said}
+        return {
+            next(
+                (name for name in WAYS_OUT if f"/{name} ".encode() in data or data == name.encode()),
+                data.decode(errors="replace")[:60],
+            )
+            for data in said
+        }
 
     def close(self) -> None:
         for listener in (self.tcp, self.udp, self.unix):
@@ -265,14 +270,24 @@ def canary():
 
 
 def write_job(folder: Path, attempts: list[str], **probe) -> Path:
-    (folder / "input.json").write_text(json.dumps({"agent": AGENT, "brief": "", "settings": {"attempts": attempts, **probe}}))
+    (folder / "input.json").write_text(
+        json.dumps({"agent": AGENT, "brief": "", "settings": {"attempts": attempts, **probe}})
+    )
     return folder / "input.json"
 
 
 async def attempt(folder: Path, env: dict, isolation: str, attempts: list[str], **probe) -> dict:
     """Run the attempts as a job of the `bypass` agent, through the launcher; how each ended."""
-    code = await launcher.run_agent_job(None, AGENT, write_job(folder, attempts, **probe), folder / "output.json",
-                                        folder / "agent.log", env, 120, isolation)
+    code = await launcher.run_agent_job(
+        None,
+        AGENT,
+        write_job(folder, attempts, **probe),
+        folder / "output.json",
+        folder / "agent.log",
+        env,
+        120,
+        isolation,
+    )
     assert code == 0, (folder / "agent.log").read_text()
     return json.loads(json.loads((folder / "output.json").read_text())["report"])
 
@@ -294,8 +309,9 @@ async def leftover_sleepers(isolated: bool) -> list[psutil.Process]:
     return sleepers
 
 
-async def test_no_way_out_of_the_boundary_reaches_the_machine_but_the_endpoint_does(bypass_agent, endpoint, canary,
-                                                                                    tmp_path):
+async def test_no_way_out_of_the_boundary_reaches_the_machine_but_the_endpoint_does(
+    bypass_agent, endpoint, canary, tmp_path
+):
     attempts = ["uncover_tmp", *WAYS_OUT, "new_namespace", "endpoint", "sleeper"]
     outcomes = await attempt(tmp_path, endpoint.env, "namespaces", attempts, **canary.addresses)
     assert canary.heard() == set()
@@ -313,8 +329,9 @@ async def test_no_way_out_of_the_boundary_reaches_the_machine_but_the_endpoint_d
     assert outcomes["sleeper"] > 0 and not await leftover_sleepers(isolated=True)  # killed with its job, reaped
 
 
-async def test_without_the_boundary_the_same_attempts_reach_the_machine(bypass_agent, endpoint, canary, tmp_path,
-                                                                        monkeypatch):
+async def test_without_the_boundary_the_same_attempts_reach_the_machine(
+    bypass_agent, endpoint, canary, tmp_path, monkeypatch
+):
     """`isolation = "none"` runs the agent with no boundary, even where none could be made."""
     monkeypatch.setattr(launcher, "boundary_problem", lambda python: "unshare: unshare failed: Operation not permitted")
     outcomes = await attempt(tmp_path, endpoint.env, "none", [*WAYS_OUT, "endpoint"], **canary.addresses)
@@ -329,8 +346,14 @@ def test_a_provider_key_in_the_runs_environment_is_out_of_the_agents_reach(runne
     environment never has it, and inside the boundary no process's environment that has it is readable."""
     write_job(tmp_path, ["environ"], key=PLANTED_KEY)
     env = {**os.environ, "OPENAI_API_KEY": PLANTED_KEY, "ANTHROPIC_API_KEY": PLANTED_KEY}
-    done = subprocess.run([sys.executable, "-c", LAUNCHER, str(runners), str(tmp_path), isolation, endpoint.base_url],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, str(runners), str(tmp_path), isolation, endpoint.base_url],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.stdout.split() == ["0"], done.stderr[-2000:]
     seen = json.loads(json.loads((tmp_path / "output.json").read_text())["report"])["environ"]
     assert seen["own"] is False and seen["parent"] is False  # the job's parent is the agent server
@@ -342,22 +365,38 @@ def test_a_provider_key_in_the_runs_environment_is_out_of_the_agents_reach(runne
 
 async def test_a_machine_that_cannot_make_the_boundary_refuses_external_agents_unless_told_none(monkeypatch, tmp_path):
     monkeypatch.setattr(launcher, "boundary_problem", lambda python: "unshare: unshare failed: Operation not permitted")
-    refusal = ('pipeline_options.isolation: external agents run inside Linux namespaces (unshare: own network, '
-               'processes and /tmp), which cannot be made here (unshare: unshare failed: Operation not permitted); '
-               'set isolation = "none" to run them with no OS boundary')
+    refusal = (
+        "pipeline_options.isolation: external agents run inside Linux namespaces (unshare: own network, "
+        "processes and /tmp), which cannot be made here (unshare: unshare failed: Operation not permitted); "
+        'set isolation = "none" to run them with no OS boundary'
+    )
     with pytest.raises(ConfigError) as refused:
         ExternalOptions(agent="gpt_researcher").check_available()
     assert str(refused.value) == refusal
     ExternalOptions(agent="gpt_researcher", isolation="none").check_available()  # asked for: no refusal
 
-    recipe = parse_recipe({
-        "name": "isolation", "benchmark": {"name": "sample", "limit": 1}, "models": {"system": {"model": "scripted"}},
-        "systems": [{"name": "gptr-bounded", "pipeline": "external", "memory": {"backend": "none"},
-                     "pipeline_options": {"agent": "gpt_researcher"}},
-                    {"name": "gptr-unbounded", "pipeline": "external", "memory": {"backend": "none"},
-                     "pipeline_options": {"agent": "gpt_researcher", "isolation": "none"}}],
-        "run": {"out_dir": str(tmp_path / "runs")},
-    })
+    recipe = parse_recipe(
+        {
+            "name": "isolation",
+            "benchmark": {"name": "sample", "limit": 1},
+            "models": {"system": {"model": "scripted"}},
+            "systems": [
+                {
+                    "name": "gptr-bounded",
+                    "pipeline": "external",
+                    "memory": {"backend": "none"},
+                    "pipeline_options": {"agent": "gpt_researcher"},
+                },
+                {
+                    "name": "gptr-unbounded",
+                    "pipeline": "external",
+                    "memory": {"backend": "none"},
+                    "pipeline_options": {"agent": "gpt_researcher", "isolation": "none"},
+                },
+            ],
+            "run": {"out_dir": str(tmp_path / "runs")},
+        }
+    )
     with pytest.raises(ConfigError) as refused:
         check_systems_available(recipe.systems)
     assert str(refused.value) == f"systems[0] (gptr-bounded): {refusal}"
@@ -368,8 +407,9 @@ async def test_a_machine_that_cannot_make_the_boundary_refuses_external_agents_u
     servers = dict(launcher._servers)
     env = session_env("http://127.0.0.1:9/v1", "atl-x", "http://127.0.0.1:9/s/x", "http://127.0.0.1:9")
     with pytest.raises(ConfigError, match="^pipeline_options.isolation: external agents run inside Linux namespaces"):
-        await launcher.run_agent_job(None, "gpt_researcher", write_job(tmp_path, []), tmp_path / "output.json",
-                                     tmp_path / "agent.log", env, 30)
+        await launcher.run_agent_job(
+            None, "gpt_researcher", write_job(tmp_path, []), tmp_path / "output.json", tmp_path / "agent.log", env, 30
+        )
     assert launcher._servers == servers  # refused before any agent process started
 
 
@@ -381,9 +421,14 @@ def test_the_probe_says_why_the_boundary_cannot_be_made():
 
 
 def test_an_isolated_agent_reaches_one_endpoint_address():
-    assert agents.endpoint_address(session_env("http://127.0.0.1:5/v1", "t", "http://127.0.0.1:5/s/x",
-                                               "http://127.0.0.1:5")) == ("127.0.0.1", 5)
+    assert agents.endpoint_address(
+        session_env("http://127.0.0.1:5/v1", "t", "http://127.0.0.1:5/s/x", "http://127.0.0.1:5")
+    ) == ("127.0.0.1", 5)
     with pytest.raises(AtelierError, match="it names 127.0.0.1:5, 127.0.0.1:9$"):
-        agents.endpoint_address(session_env("http://127.0.0.1:5/v1", "t", "http://127.0.0.1:9/s/x", "http://127.0.0.1:5"))
+        agents.endpoint_address(
+            session_env("http://127.0.0.1:5/v1", "t", "http://127.0.0.1:9/s/x", "http://127.0.0.1:5")
+        )
     with pytest.raises(AtelierError, match="must be on 127.0.0.1 with a port; its session names example.org:5"):
-        agents.endpoint_address(session_env("http://example.org:5/v1", "t", "http://example.org:5/s", "http://example.org:5"))
+        agents.endpoint_address(
+            session_env("http://example.org:5/v1", "t", "http://example.org:5/s", "http://example.org:5")
+        )

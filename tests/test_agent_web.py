@@ -23,8 +23,9 @@ from tools.web import build_web
 async def agent_web(tmp_path):
     endpoint = AgentEndpoint().start()
     web = build_web(WebConfig(cache_dir=tmp_path / "web"))
-    with endpoint.session(Gateway(ledger=Ledger(None)), web, agent="a", tags={"case": "c"}, roles={},
-                          max_results=3, page_chars=300) as (_, session):
+    with endpoint.session(
+        Gateway(ledger=Ledger(None)), web, agent="a", tags={"case": "c"}, roles={}, max_results=3, page_chars=300
+    ) as (_, session):
         yield endpoint, web, session
     await web.aclose()
     endpoint.stop()
@@ -33,7 +34,9 @@ async def agent_web(tmp_path):
 async def test_searxng_search_and_pages_go_through_the_run_web(agent_web):
     endpoint, web, session = agent_web
     async with httpx.AsyncClient(timeout=30) as client:
-        answer = (await client.get(f"{session.root}/search", params={"q": "laptop battery life", "format": "json"})).json()
+        answer = (
+            await client.get(f"{session.root}/search", params={"q": "laptop battery life", "format": "json"})
+        ).json()
         results = answer["results"]
         # page addresses are the same on any port and for any session: prompts quoting them replay
         assert 1 <= len(results) <= 3 and all(r["url"].startswith("http://pages.atelier.invalid/") for r in results)
@@ -48,7 +51,9 @@ async def test_searxng_search_and_pages_go_through_the_run_web(agent_web):
         unknown = await client.get(f"{endpoint.base_url}/s/not-a-session/search", params={"q": "x"})
     assert missing.status_code == 404 and unknown.status_code == 404
     assert [(e.kind, e.request.get("query") or e.request.get("url")) for e in web.log] == [
-        ("search", "laptop battery life"), ("fetch", citable)]
+        ("search", "laptop battery life"),
+        ("fetch", citable),
+    ]
     source = session.source_for(results[0]["url"])
     assert source is session.source_for(citable) and source.url == citable and source.sha256
     fetched = await web.fetch(citable)

@@ -15,7 +15,7 @@ def test_writes_bytes_and_text_into_new_folders_and_replaces_what_was_there(tmp_
     write_atomically(target, b"\x00old")
     assert target.read_bytes() == b"\x00old"
     write_atomically(str(target), "névé\n")
-    assert target.read_bytes() == "névé\n".encode("utf-8")
+    assert target.read_bytes() == "névé\n".encode()
     assert sorted(p.name for p in target.parent.iterdir()) == ["file.json"]  # no temporary file left
 
 

@@ -14,8 +14,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def bench(*args: str) -> dict:
-    done = subprocess.run([str(Path(sys.executable).parent / "atelier"), "bench", "graph", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "atelier"), "bench", "graph", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 

@@ -41,24 +41,48 @@ def _topics(n: int) -> list[dict]:
 
 # (step, the call, the model's over-long answer, where the budget sits in the schema sent, what the step returns)
 STEPS = {
-    "clarify": (lambda g: clarifier.decide_clarification(g, QUERY, "", max_questions=2),
-                {"need_clarification": True, "questions": _many(40)},
-                [("questions", 2)], _many(2)),
-    "search queries": (lambda g: planner.search_queries(g, QUERY, "", max_queries=3),
-                       {"queries": _many(9)}, [("queries", 3)], _many(3)),
-    "aspects": (lambda g: planner.plan_aspects(g, QUERY, "", max_aspects=2),
-                {"aspects": _many(9)}, [("aspects", 2)], _many(2)),
-    "plan": (lambda g: planner.plan_research(g, BRIEF, max_subtopics=2, max_queries=1),
-             {"subtopics": _topics(5)}, [("subtopics", 2), ("$defs.Subtopic.queries", 1)],
-             [planner.Subtopic(title=f"topic {i}", why_for_user="it matters", queries=["item 0"]) for i in range(2)]),
-    "reflect": (lambda g: planner.reflect(g, BRIEF, "notes", max_subtopics=1, max_queries=2),
-                {"enough": False, "gaps": _topics(4)}, [("gaps", 1), ("$defs.Subtopic.queries", 2)],
-                [planner.Subtopic(title="topic 0", why_for_user="it matters", queries=_many(2))]),
-    "notes": (lambda g: researcher.take_notes(g, "topic", "", "a source", "text", max_notes=3),
-              {"notes": _many(12)}, [("notes", 3)], _many(3)),
-    "coverage": (lambda g: researcher.assess_coverage(g, "topic", "", ["a note"], max_queries=2),
-                 {"covered": False, "follow_up_queries": _many(7)}, [("follow_up_queries", 2)],
-                 researcher.Coverage(covered=False, follow_up_queries=_many(2))),
+    "clarify": (
+        lambda g: clarifier.decide_clarification(g, QUERY, "", max_questions=2),
+        {"need_clarification": True, "questions": _many(40)},
+        [("questions", 2)],
+        _many(2),
+    ),
+    "search queries": (
+        lambda g: planner.search_queries(g, QUERY, "", max_queries=3),
+        {"queries": _many(9)},
+        [("queries", 3)],
+        _many(3),
+    ),
+    "aspects": (
+        lambda g: planner.plan_aspects(g, QUERY, "", max_aspects=2),
+        {"aspects": _many(9)},
+        [("aspects", 2)],
+        _many(2),
+    ),
+    "plan": (
+        lambda g: planner.plan_research(g, BRIEF, max_subtopics=2, max_queries=1),
+        {"subtopics": _topics(5)},
+        [("subtopics", 2), ("$defs.Subtopic.queries", 1)],
+        [planner.Subtopic(title=f"topic {i}", why_for_user="it matters", queries=["item 0"]) for i in range(2)],
+    ),
+    "reflect": (
+        lambda g: planner.reflect(g, BRIEF, "notes", max_subtopics=1, max_queries=2),
+        {"enough": False, "gaps": _topics(4)},
+        [("gaps", 1), ("$defs.Subtopic.queries", 2)],
+        [planner.Subtopic(title="topic 0", why_for_user="it matters", queries=_many(2))],
+    ),
+    "notes": (
+        lambda g: researcher.take_notes(g, "topic", "", "a source", "text", max_notes=3),
+        {"notes": _many(12)},
+        [("notes", 3)],
+        _many(3),
+    ),
+    "coverage": (
+        lambda g: researcher.assess_coverage(g, "topic", "", ["a note"], max_queries=2),
+        {"covered": False, "follow_up_queries": _many(7)},
+        [("follow_up_queries", 2)],
+        researcher.Coverage(covered=False, follow_up_queries=_many(2)),
+    ),
 }
 
 

@@ -7,8 +7,10 @@ from agents.citations import SourceRef, check_citations
 
 
 def sources(n: int) -> list[SourceRef]:
-    return [SourceRef(id=f"w-{i}", url=f"https://site{i}.example/page", title=f"Page {i}", sha256=f"{i:064x}")
-            for i in range(1, n + 1)]
+    return [
+        SourceRef(id=f"w-{i}", url=f"https://site{i}.example/page", title=f"Page {i}", sha256=f"{i:064x}")
+        for i in range(1, n + 1)
+    ]
 
 
 def test_kept_markers_are_renumbered_by_first_use_and_listed():
@@ -21,7 +23,10 @@ def test_kept_markers_are_renumbered_by_first_use_and_listed():
         "[3] Page 2. https://site2.example/page",
     ]
     assert [(c.number, c.source_id, c.sha256) for c in report.citations] == [
-        (1, "w-3", f"{3:064x}"), (2, "w-1", f"{1:064x}"), (3, "w-2", f"{2:064x}")]
+        (1, "w-3", f"{3:064x}"),
+        (2, "w-1", f"{1:064x}"),
+        (3, "w-2", f"{2:064x}"),
+    ]
     assert report.stats["markers"] == 5 and report.stats["resolved"] == 5 and report.stats["unresolved_removed"] == 0
     assert report.stats["sources_read"] == 3 and report.stats["sources_cited"] == 3
 
@@ -59,11 +64,14 @@ LISTING_2 = "\n\n## Sources\n[1] Page 1. https://site1.example/page\n[2] Page 2.
 
 
 def test_a_sentence_starting_with_sources_is_prose_and_every_section_is_kept():
-    text = ("## Budget\nAir costs 600 [1].\n\nSources disagree on 8 GB [2]; most say 16 GB [3].\n\n"
-            "## Recommendation\nBuy 16 GB [1].")
+    text = (
+        "## Budget\nAir costs 600 [1].\n\nSources disagree on 8 GB [2]; most say 16 GB [3].\n\n"
+        "## Recommendation\nBuy 16 GB [1]."
+    )
     report = check_citations(text, sources(3))
     assert report.text == text + "\n\n## Sources\n" + "\n".join(
-        f"[{i}] Page {i}. https://site{i}.example/page" for i in (1, 2, 3))
+        f"[{i}] Page {i}. https://site{i}.example/page" for i in (1, 2, 3)
+    )
     assert report.stats["model_source_list_removed"] is False
     assert report.stats["markers"] == 4 and report.stats["resolved"] == 4 and report.stats["unresolved_removed"] == 0
 
@@ -71,8 +79,10 @@ def test_a_sentence_starting_with_sources_is_prose_and_every_section_is_kept():
 def test_a_sources_heading_followed_by_prose_and_more_sections_is_kept():
     text = "## Sources\nThe sources disagree on price [2].\n\n## Recommendation\nBook early [1]."
     report = check_citations(text, sources(2))
-    assert report.text == ("## Sources\nThe sources disagree on price [1].\n\n## Recommendation\nBook early [2]."
-                           "\n\n## Sources\n[1] Page 2. https://site2.example/page\n[2] Page 1. https://site1.example/page")
+    assert report.text == (
+        "## Sources\nThe sources disagree on price [1].\n\n## Recommendation\nBook early [2]."
+        "\n\n## Sources\n[1] Page 2. https://site2.example/page\n[2] Page 1. https://site1.example/page"
+    )
     assert report.stats["model_source_list_removed"] is False and report.stats["markers"] == 2
 
 
@@ -85,9 +95,11 @@ def test_a_list_heading_followed_by_prose_at_the_end_is_kept():
 
 
 def test_a_trailing_model_list_of_any_entry_form_is_replaced():
-    text = ("Answer [2].\n\n**References:**\n[1] Made-up title. https://made-up.example\n\n"
-            "1. Invented paper\n   continued on an indented line\n- bullet entry\n* starred entry\n"
-            "https://bare.example/url\n\nSources:\n[2] Another invented one")
+    text = (
+        "Answer [2].\n\n**References:**\n[1] Made-up title. https://made-up.example\n\n"
+        "1. Invented paper\n   continued on an indented line\n- bullet entry\n* starred entry\n"
+        "https://bare.example/url\n\nSources:\n[2] Another invented one"
+    )
     report = check_citations(text, sources(2))
     assert report.text == "Answer [1].\n\n## Sources\n[1] Page 2. https://site2.example/page"
     assert report.stats["model_source_list_removed"] is True
@@ -115,7 +127,8 @@ def test_a_link_form_marker_of_a_source_read_becomes_the_plain_marker():
     text = "Fares rose [2](https://elsewhere.example/a_(b)). See [the guide](https://guide.example) [1]."
     report = check_citations(text, sources(2))
     assert report.text == "Fares rose [1]. See [the guide](https://guide.example) [2]." + (
-        "\n\n## Sources\n[1] Page 2. https://site2.example/page\n[2] Page 1. https://site1.example/page")
+        "\n\n## Sources\n[1] Page 2. https://site2.example/page\n[2] Page 1. https://site1.example/page"
+    )
     assert "elsewhere" not in report.text
     assert report.stats["link_urls_dropped"] == 1 and report.stats["unresolved_removed"] == 0
     assert report.stats["markers"] == 2
@@ -138,7 +151,8 @@ def test_bracketed_years_are_left_as_text_and_counted():
     text = "In [2023] fares rose [1]; over [2019-2021] and [1999] they fell [2, 2020]. A blog [7] agrees."
     report = check_citations(text, sources(2))
     assert report.text.split("\n\n## Sources\n")[0] == (
-        "In [2023] fares rose [1]; over [2019-2021] and [1999] they fell [2] [2020]. A blog agrees.")
+        "In [2023] fares rose [1]; over [2019-2021] and [1999] they fell [2] [2020]. A blog agrees."
+    )
     assert report.stats["years_left"] == 4
     assert report.stats["markers"] == 3 and report.stats["resolved"] == 2
     assert report.stats["unresolved_removed"] == 1 and report.stats["unresolved_numbers"] == [7]
@@ -159,11 +173,14 @@ def test_a_year_sized_number_is_a_citation_when_that_many_sources_were_shown():
 
 
 def test_source_n_forms_are_rewritten_to_the_canonical_marker():
-    text = ("Costs rose [Source 2], fell [source 1, 3], held [Sources 1-2] (Source 3) [Source: 2] "
-            "[source #1]. A forum [Source 9] and (source 8) disagree.")
+    text = (
+        "Costs rose [Source 2], fell [source 1, 3], held [Sources 1-2] (Source 3) [Source: 2] "
+        "[source #1]. A forum [Source 9] and (source 8) disagree."
+    )
     report = check_citations(text, sources(3))
     assert report.text.split("\n\n## Sources\n")[0] == (
-        "Costs rose [1], fell [2, 3], held [2, 1] [3] [1] [2]. A forum and disagree.")
+        "Costs rose [1], fell [2, 3], held [2, 1] [3] [1] [2]. A forum and disagree."
+    )
     assert [c.source_id for c in report.citations] == ["w-2", "w-1", "w-3"]
     assert report.stats["markers"] == 10 and report.stats["resolved"] == 8
     assert report.stats["unresolved_removed"] == 2 and report.stats["unresolved_numbers"] == [8, 9]

@@ -33,8 +33,16 @@ def lines(path: Path) -> list[dict]:
 def test_quickstart_twice_second_run_all_cache_hits(tmp_path, env):
     runs = []
     for name in ("first", "second"):
-        done = atelier("run", "runs/recipes/quickstart.toml", "--model", "scripted", "--no-progress",
-                       "--out", str(tmp_path / name), env=env)
+        done = atelier(
+            "run",
+            "runs/recipes/quickstart.toml",
+            "--model",
+            "scripted",
+            "--no-progress",
+            "--out",
+            str(tmp_path / name),
+            env=env,
+        )
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip().splitlines()[-1] == str(tmp_path / name)  # the run folder, last
         runs.append(tmp_path / name)
@@ -49,15 +57,28 @@ def test_quickstart_twice_second_run_all_cache_hits(tmp_path, env):
     assert sum(not e["cache_hit"] for e in lines(first / "ledger.jsonl")) > len(lines(first / "results.jsonl"))
     ledger = lines(second / "ledger.jsonl")
     assert ledger and all(e["cache_hit"] for e in ledger)  # zero provider calls
-    scores = lambda folder: {r["key"]: r["scores"] for r in lines(folder / "results.jsonl")}  # noqa: E731
+    scores = lambda folder: {r["key"]: r["scores"] for r in lines(folder / "results.jsonl")}
     assert scores(first) == scores(second)
 
 
 def test_quickstart_through_litellm_http_path(tmp_path, env):
     with OpenAIStub() as stub:
-        done = atelier("run", "runs/recipes/quickstart.toml", "--model", "openai/gpt-4o-mini",
-                       "--api-base", stub.base_url, "--api-key", "sk-stub", "--limit", "2", "--no-progress",
-                       "--out", str(tmp_path / "http"), env=env)
+        done = atelier(
+            "run",
+            "runs/recipes/quickstart.toml",
+            "--model",
+            "openai/gpt-4o-mini",
+            "--api-base",
+            stub.base_url,
+            "--api-key",
+            "sk-stub",
+            "--limit",
+            "2",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "http"),
+            env=env,
+        )
         assert done.returncode == 0, done.stderr
         requests = list(stub.requests)
     ledger = lines(tmp_path / "http" / "ledger.jsonl")

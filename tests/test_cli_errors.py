@@ -78,7 +78,9 @@ def run_folder(tmp_path, capsys, monkeypatch) -> tuple[Path, Path]:
 
 
 def test_a_recipe_that_is_not_utf8_is_named_with_its_line(tmp_path, capsys, monkeypatch, cache_dir):
-    recipe = write(tmp_path / "latin1.toml", TINY.replace('name = "t"', 'name = "t"\ndescription = "caf\xe9"').encode("latin-1"))
+    recipe = write(
+        tmp_path / "latin1.toml", TINY.replace('name = "t"', 'name = "t"\ndescription = "caf\xe9"').encode("latin-1")
+    )
     code, _, err = atelier(capsys, monkeypatch, "recipe", "check", str(recipe))
     assert code == 2
     assert f"{recipe}:3: not valid UTF-8" in one_error_line(err)
@@ -95,10 +97,16 @@ def test_a_recipe_nested_200000_deep_is_one_error(tmp_path, capsys, monkeypatch,
     ("old", "new", "expected"),
     [
         ("[[judges]]", "[run]\nconcurrency = true\n[[judges]]", "run.concurrency: Input should be a valid integer"),
-        ('[models.judge]\nmodel = "scripted"', '[models.judge]\nmodel = "scripted?error_rate=2"',
-         "models.judge.model: 'scripted?error_rate=2': error_rate: Input should be less than or equal to 1"),
-        ('[models.judge]\nmodel = "scripted"', '[models.judge]\nmodel = "scripted?bogus=1"',
-         "models.judge.model: 'scripted?bogus=1': bogus: unknown parameter"),
+        (
+            '[models.judge]\nmodel = "scripted"',
+            '[models.judge]\nmodel = "scripted?error_rate=2"',
+            "models.judge.model: 'scripted?error_rate=2': error_rate: Input should be less than or equal to 1",
+        ),
+        (
+            '[models.judge]\nmodel = "scripted"',
+            '[models.judge]\nmodel = "scripted?bogus=1"',
+            "models.judge.model: 'scripted?bogus=1': bogus: unknown parameter",
+        ),
         ('name = "t"', 'name = "t"\nseed = 2024-01-01', "seed: a TOML date or time is not a valid value"),
     ],
     ids=["concurrency-true", "error-rate-2", "unknown-scripted-parameter", "toml-date"],
@@ -114,21 +122,31 @@ def test_recipe_values_lax_parsing_would_take_are_refused(tmp_path, capsys, monk
 
 def test_a_bad_model_flag_is_named(tmp_path, capsys, monkeypatch, cache_dir):
     recipe = write(tmp_path / "tiny.toml", TINY)
-    code, _, err = atelier(capsys, monkeypatch, "run", str(recipe), "--model", "scripted?bogus=1", "--out", str(tmp_path / "r"))
+    code, _, err = atelier(
+        capsys, monkeypatch, "run", str(recipe), "--model", "scripted?bogus=1", "--out", str(tmp_path / "r")
+    )
     assert code == 2
     assert "--model: 'scripted?bogus=1': bogus: unknown parameter" in one_error_line(err)
     assert not (tmp_path / "r").exists()
 
 
-def test_an_api_key_in_the_web_provider_options_is_kept_for_the_run_but_not_written(tmp_path, capsys, monkeypatch, cache_dir):
+def test_an_api_key_in_the_web_provider_options_is_kept_for_the_run_but_not_written(
+    tmp_path, capsys, monkeypatch, cache_dir
+):
     monkeypatch.delenv("SERPER_API_KEY", raising=False)
-    recipe = write(tmp_path / "keyed.toml", TINY + '\n[web]\nprovider = "serper"\n[web.provider_options]\napi_key = "sk-in-the-recipe"\n')
+    recipe = write(
+        tmp_path / "keyed.toml",
+        TINY + '\n[web]\nprovider = "serper"\n[web.provider_options]\napi_key = "sk-in-the-recipe"\n',
+    )
     code, out, err = atelier(capsys, monkeypatch, "recipe", "check", str(recipe))
     assert code == 0 and out.startswith("ok: "), err
     code, _, err = atelier(capsys, monkeypatch, "run", str(recipe), "--no-progress", "--out", str(tmp_path / "run"))
     assert code == 0, err
-    assert not any("sk-in-the-recipe" in path.read_text(errors="replace")
-                   for path in (tmp_path / "run").rglob("*") if path.is_file())
+    assert not any(
+        "sk-in-the-recipe" in path.read_text(errors="replace")
+        for path in (tmp_path / "run").rglob("*")
+        if path.is_file()
+    )
 
 
 # ------------------------------------------------------------------------------------ data files
@@ -159,7 +177,9 @@ def test_a_query_line_nested_200000_deep_is_named_by_file_and_line(tmp_path, cap
     lines = query.read_text().splitlines()
     lines[4] = DEEP
     query.write_text("\n".join(lines) + "\n")
-    code, _, err = atelier(capsys, monkeypatch, "run", str(benchmark_recipe(tmp_path, "drb")), "--out", str(tmp_path / "r"))
+    code, _, err = atelier(
+        capsys, monkeypatch, "run", str(benchmark_recipe(tmp_path, "drb")), "--out", str(tmp_path / "r")
+    )
     assert code == 2
     assert f"{query}:5: invalid JSON: nested too deeply" in one_error_line(err)
 
@@ -167,7 +187,9 @@ def test_a_query_line_nested_200000_deep_is_named_by_file_and_line(tmp_path, cap
 def test_locomo_nested_200000_deep_is_named_by_file(tmp_path, capsys, monkeypatch, cache_dir, data_copy):
     root = data_copy("locomo/locomo10.json")
     write(root / "locomo/locomo10.json", f'[{{"sample_id": {DEEP}}}]')
-    code, _, err = atelier(capsys, monkeypatch, "run", str(benchmark_recipe(tmp_path, "locomo")), "--out", str(tmp_path / "r"))
+    code, _, err = atelier(
+        capsys, monkeypatch, "run", str(benchmark_recipe(tmp_path, "locomo")), "--out", str(tmp_path / "r")
+    )
     assert code == 2
     assert f"{root / 'locomo/locomo10.json'}: invalid JSON: nested too deeply" in one_error_line(err)
 
@@ -175,7 +197,9 @@ def test_locomo_nested_200000_deep_is_named_by_file(tmp_path, capsys, monkeypatc
 def test_an_empty_query_file_is_refused_not_run_as_zero_cases(tmp_path, capsys, monkeypatch, cache_dir, data_copy):
     root = data_copy("deep_research_bench/query.jsonl", "deep_research_bench/criteria.jsonl")
     write(root / "deep_research_bench/query.jsonl", "")
-    code, _, err = atelier(capsys, monkeypatch, "run", str(benchmark_recipe(tmp_path, "drb")), "--out", str(tmp_path / "r"))
+    code, _, err = atelier(
+        capsys, monkeypatch, "run", str(benchmark_recipe(tmp_path, "drb")), "--out", str(tmp_path / "r")
+    )
     assert code == 2
     assert f"{root / 'deep_research_bench/query.jsonl'}: holds no records" in one_error_line(err)
     assert not (tmp_path / "r" / "results.jsonl").exists()
@@ -250,10 +274,20 @@ def test_a_damaged_checkpoint_database_is_named_by_trace(tmp_path, capsys, monke
     assert code == 2, err
     line = one_error_line(err)
     assert line.startswith(f"error: {checkpoints}: ")
-    assert ("is a folder, not a checkpoint database" if damage == "folder" else "not a readable checkpoint database") in line
+    assert (
+        "is a folder, not a checkpoint database" if damage == "folder" else "not a readable checkpoint database"
+    ) in line
     if damage == "folder":  # a run resumed in that folder says the same, before any episode
-        code, _, err = atelier(capsys, monkeypatch, "run", str(tmp_path / "tiny.toml"), "--no-progress", "--no-preflight",
-                               "--out", str(folder))
+        code, _, err = atelier(
+            capsys,
+            monkeypatch,
+            "run",
+            str(tmp_path / "tiny.toml"),
+            "--no-progress",
+            "--no-preflight",
+            "--out",
+            str(folder),
+        )
         assert code == 2 and f"{checkpoints}: is a folder" in the_error(err)
 
 
@@ -268,8 +302,10 @@ def test_a_nan_latency_is_refused_where_it_is_read_not_copied_into_a_rescore(tmp
     assert "NaN" in lines[0]
     results.write_text("\n".join(lines) + "\n")
     out = tmp_path / "rescored"
-    for command in (["rescore", str(folder), "--judge", "lampqa_aspects", "--no-progress", "--out", str(out)],
-                    ["run", str(recipe), "--no-progress", "--out", str(folder)]):
+    for command in (
+        ["rescore", str(folder), "--judge", "lampqa_aspects", "--no-progress", "--out", str(out)],
+        ["run", str(recipe), "--no-progress", "--out", str(folder)],
+    ):
         code, _, err = atelier(capsys, monkeypatch, *command)
         assert code == 2, err
         assert f"{results}:1 field 'latency_s': Input should be a finite number" in the_error(err)

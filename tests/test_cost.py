@@ -28,8 +28,9 @@ def test_the_quickstart_priced_for_gpt_4o_mini_without_a_provider_call(capsys, m
         return await real(*args, **kwargs)
 
     monkeypatch.setattr(litellm, "acompletion", scripted_only)
-    code, out, err = atelier(capsys, monkeypatch, "recipe", "cost", QUICKSTART, "--model", "openai/gpt-4o-mini",
-                             "--limit", "2", "--json")
+    code, out, err = atelier(
+        capsys, monkeypatch, "recipe", "cost", QUICKSTART, "--model", "openai/gpt-4o-mini", "--limit", "2", "--json"
+    )
     assert code == 0, err
     predicted = json.loads(out)
     assert predicted["episodes"] == 4 and predicted["sampled_cases"] == 2
@@ -42,8 +43,18 @@ def test_the_quickstart_priced_for_gpt_4o_mini_without_a_provider_call(capsys, m
 
 
 def test_an_unknown_price_is_null_never_zero(capsys, monkeypatch, cache_dir):
-    code, out, _ = atelier(capsys, monkeypatch, "recipe", "cost", QUICKSTART, "--model", "openai/atelier-unpriced",
-                           "--limit", "1", "--json")
+    code, out, _ = atelier(
+        capsys,
+        monkeypatch,
+        "recipe",
+        "cost",
+        QUICKSTART,
+        "--model",
+        "openai/atelier-unpriced",
+        "--limit",
+        "1",
+        "--json",
+    )
     predicted = json.loads(out)
     assert code == 0 and predicted["total"]["usd"] is None
     assert predicted["total"]["unpriced_roles"] == ["lampqa_judge", "system"]
@@ -52,8 +63,14 @@ def test_an_unknown_price_is_null_never_zero(capsys, monkeypatch, cache_dir):
 
 def test_a_stub_run_of_realistic_answers_falls_inside_the_forecast(tmp_path, cache_dir):
     with OpenAIStub(answer_fill=0.5) as stub:
-        model = {"model": "openai/stub-model", "api_base": stub.base_url, "api_key": "sk-stub", "max_retries": 0,
-                 "input_cost_per_token": 2e-6, "output_cost_per_token": 8e-6}
+        model = {
+            "model": "openai/stub-model",
+            "api_base": stub.base_url,
+            "api_key": "sk-stub",
+            "max_retries": 0,
+            "input_cost_per_token": 2e-6,
+            "output_cost_per_token": 8e-6,
+        }
         data = load_recipe(QUICKSTART).model_dump(mode="python")
         data["models"] = {"system": {**model, "max_tokens": 400}, "judge": {**model, "max_tokens": 300}}
         data["benchmark"]["limit"] = 3

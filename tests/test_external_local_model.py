@@ -41,19 +41,29 @@ def lines(path: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_both_external_agents_run_on_the_local_model_behind_the_gateway_endpoint(tmp_path, cache_dir):
-    recipe = parse_recipe({
-        "name": "external-local",
-        "benchmark": {"name": "sample", "split": "all", "setting": "context", "limit": 1},
-        "models": {role: {"model": LOCAL, "max_tokens": n} for role, n in MAX_TOKENS.items()},
-        "systems": [
-            {"name": "odr", "pipeline": "external", "memory": {"backend": "full", "budget_tokens": 150},
-             "pipeline_options": {"agent": "open_deep_research", **SMALL_WEB, "settings": ODR}},
-            {"name": "gptr", "pipeline": "external", "memory": {"backend": "full", "budget_tokens": 150},
-             "pipeline_options": {"agent": "gpt_researcher", **SMALL_WEB, "settings": GPTR}},
-        ],
-        "judges": [],
-        "run": {"out_dir": str(tmp_path), "concurrency": 2},
-    })
+    recipe = parse_recipe(
+        {
+            "name": "external-local",
+            "benchmark": {"name": "sample", "split": "all", "setting": "context", "limit": 1},
+            "models": {role: {"model": LOCAL, "max_tokens": n} for role, n in MAX_TOKENS.items()},
+            "systems": [
+                {
+                    "name": "odr",
+                    "pipeline": "external",
+                    "memory": {"backend": "full", "budget_tokens": 150},
+                    "pipeline_options": {"agent": "open_deep_research", **SMALL_WEB, "settings": ODR},
+                },
+                {
+                    "name": "gptr",
+                    "pipeline": "external",
+                    "memory": {"backend": "full", "budget_tokens": 150},
+                    "pipeline_options": {"agent": "gpt_researcher", **SMALL_WEB, "settings": GPTR},
+                },
+            ],
+            "judges": [],
+            "run": {"out_dir": str(tmp_path), "concurrency": 2},
+        }
+    )
     folder = run_recipe(recipe, progress=False)
     results = {r["system"]: r for r in lines(folder.results)}
     ledger = lines(folder.ledger)
@@ -73,8 +83,11 @@ def test_both_external_agents_run_on_the_local_model_behind_the_gateway_endpoint
         asked = Counter(e["node"].split(":", 1)[1] for e in mine if e["status"] == "ok" and e["kind"] != "repair")
         assert asked == Counter(meta["calls"])
         # real answers, counted by the server: no cache, no estimate, no answer past its role's budget
-        assert all(e["prompt_tokens"] > 0 and 1 <= e["completion_tokens"] <= MAX_TOKENS[e["role"]] and not e["cache_hit"]
-                   for e in llm if e["status"] == "ok")
+        assert all(
+            e["prompt_tokens"] > 0 and 1 <= e["completion_tokens"] <= MAX_TOKENS[e["role"]] and not e["cache_hit"]
+            for e in llm
+            if e["status"] == "ok"
+        )
     structured = [e for e in ledger if e["kind"] == "structured"]
     # open_deep_research asks structured answers (its brief, its tool turns); the endpoint refused
     # json_schema once, then every one came from the grammar-constrained json_object mode

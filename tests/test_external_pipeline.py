@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.common.errors import ConfigError
-from runs.bench.graph import compare_graphs
 from graphs.external import launcher
 from graphs.sources import SourceStore
+from runs.bench.graph import compare_graphs
 from runs.recipe import load_recipe, parse_recipe
 from runs.runner import RunFolder, run_recipe
 
@@ -36,25 +36,48 @@ RESEARCHER_SEED = 4
 
 def external_recipe(tmp_path: Path, out: str):
     odr_settings = {"max_researcher_iterations": 2, "max_react_tool_calls": 2, "max_concurrent_research_units": 1}
-    return parse_recipe({
-        "name": "external",
-        "benchmark": {"name": "sample", "setting": "context", "limit": 1},
-        "models": {"system": {"model": "scripted"}, "judge": {"model": "scripted"}},
-        "systems": [
-            {"name": "odr-full", "pipeline": "external", "memory": {"backend": "full"},
-             "models": {"researcher": {"model": f"scripted?seed={RESEARCHER_SEED}"}},
-             "pipeline_options": {"agent": "open_deep_research", "today": "2026-01-15", "settings": odr_settings}},
-            {"name": "gptr-full", "pipeline": "external", "memory": {"backend": "full"},
-             "pipeline_options": {"agent": "gpt_researcher", "today": "2026-01-15",
-                                  "settings": {"MAX_ITERATIONS": 2, "MAX_SEARCH_RESULTS_PER_QUERY": 3,
-                                               "TOTAL_WORDS": 300}}},
-            {"name": "odr-broken", "pipeline": "external", "memory": {"backend": "none"},
-             "pipeline_options": {"agent": "open_deep_research", "settings": {"research_model": "no-such-provider:x"}}},
-        ],
-        "judges": [{"name": "lampqa_aspects"}],
-        "cache": {"dir": str(tmp_path / "llm")},
-        "run": {"out_dir": str(tmp_path / out), "concurrency": 3},
-    })
+    return parse_recipe(
+        {
+            "name": "external",
+            "benchmark": {"name": "sample", "setting": "context", "limit": 1},
+            "models": {"system": {"model": "scripted"}, "judge": {"model": "scripted"}},
+            "systems": [
+                {
+                    "name": "odr-full",
+                    "pipeline": "external",
+                    "memory": {"backend": "full"},
+                    "models": {"researcher": {"model": f"scripted?seed={RESEARCHER_SEED}"}},
+                    "pipeline_options": {
+                        "agent": "open_deep_research",
+                        "today": "2026-01-15",
+                        "settings": odr_settings,
+                    },
+                },
+                {
+                    "name": "gptr-full",
+                    "pipeline": "external",
+                    "memory": {"backend": "full"},
+                    "pipeline_options": {
+                        "agent": "gpt_researcher",
+                        "today": "2026-01-15",
+                        "settings": {"MAX_ITERATIONS": 2, "MAX_SEARCH_RESULTS_PER_QUERY": 3, "TOTAL_WORDS": 300},
+                    },
+                },
+                {
+                    "name": "odr-broken",
+                    "pipeline": "external",
+                    "memory": {"backend": "none"},
+                    "pipeline_options": {
+                        "agent": "open_deep_research",
+                        "settings": {"research_model": "no-such-provider:x"},
+                    },
+                },
+            ],
+            "judges": [{"name": "lampqa_aspects"}],
+            "cache": {"dir": str(tmp_path / "llm")},
+            "run": {"out_dir": str(tmp_path / out), "concurrency": 3},
+        }
+    )
 
 
 def lines(path: Path) -> list[dict]:
@@ -93,8 +116,10 @@ def test_external_agents_run_through_the_gateway_endpoint_and_the_run_web(runs):
         assert all(e["case_id"] == results[name]["case_id"] and e["status"] == "ok" for e in mine)
         assert meta["searches"] > 0, f"{agent} never searched: the web path went untested"
         # citations are sources the agent was shown, by their citable URL (never the endpoint's page URL)
-        assert all(c["source_id"].startswith("w-") and not c["url"].startswith("http://127.0.0.1")
-                   for c in response["citations"])
+        assert all(
+            c["source_id"].startswith("w-") and not c["url"].startswith("http://127.0.0.1")
+            for c in response["citations"]
+        )
         assert "http://127.0.0.1" not in response["text"] and "pages.atelier.invalid" not in response["text"]
         for source in meta["sources_read"]:  # every text the agent read is in the run's source store
             assert source["url"] in seen_urls and len(store.get(source["sha256"])) == source["chars"]
@@ -111,8 +136,11 @@ def test_external_agents_run_through_the_gateway_endpoint_and_the_run_web(runs):
 def test_the_agents_ran_inside_their_boundary(runs):
     """By default (`isolation = "namespaces"`) each agent's server, and so every episode forked from
     it, runs under `unshare` (tests/test_agent_isolation.py tries the ways out of it)."""
-    bounded = {agent for (_, agent, isolated), server in launcher._servers.items()
-               if isolated and Path(server.process.args[0]).name == "unshare"}
+    bounded = {
+        agent
+        for (_, agent, isolated), server in launcher._servers.items()
+        if isolated and Path(server.process.args[0]).name == "unshare"
+    }
     assert {"open_deep_research", "gpt_researcher"} <= bounded
 
 
@@ -126,9 +154,12 @@ def test_a_failing_agent_fails_its_episode_with_the_agents_reason(runs):
 def test_a_second_run_of_the_recipe_replays_from_the_cache(runs):
     first, second = runs
     summary = json.loads(second.summary.read_text())
-    assert summary["ledger"]["provider_calls"] == 0 and summary["ledger"]["cache_hits"] == summary["ledger"]["calls"] > 0
-    ok = lambda folder: {(r["system"], r["case_id"]): (r["response"], r["scores"])  # noqa: E731
-                         for r in lines(folder.results) if r["status"] == "ok"}
+    assert (
+        summary["ledger"]["provider_calls"] == 0 and summary["ledger"]["cache_hits"] == summary["ledger"]["calls"] > 0
+    )
+    ok = lambda folder: {
+        (r["system"], r["case_id"]): (r["response"], r["scores"]) for r in lines(folder.results) if r["status"] == "ok"
+    }
     assert ok(first) == ok(second) and len(ok(first)) == 2
 
 
@@ -136,7 +167,9 @@ async def test_bench_graph_sets_an_external_agent_beside_deep_research_on_the_sa
     # what `atelier bench graph --pipeline deep_research --pipeline external:open_deep_research --case q13` prints
     result = await compare_graphs(["deep_research", "external:open_deep_research"], 0, case_ids=["q13"])
     assert result["cases"] == ["q13"] and [r["pipeline"] for r in result["pipelines"]] == [
-        "deep_research", "external:open_deep_research"]
+        "deep_research",
+        "external:open_deep_research",
+    ]
     assert result["pipelines"][1]["options"] == {"agent": "open_deep_research"}
     mine = result["side_by_side"]["q13"]["external:open_deep_research"]
     [episode] = result["pipelines"][1]["episodes"]
@@ -150,23 +183,66 @@ async def test_bench_graph_sets_an_external_agent_beside_deep_research_on_the_sa
 def test_external_options_are_typed_in_the_recipe(tmp_path):
     base = {"name": "x", "benchmark": {"name": "sample"}, "run": {"out_dir": str(tmp_path)}}
     with pytest.raises(ConfigError, match=r"systems\[0\]\.pipeline_options\.agent: .*open_deep_research"):
-        parse_recipe({**base, "systems": [{"name": "a", "pipeline": "external", "memory": {"backend": "none"},
-                                           "pipeline_options": {"agent": "devin"}}]})
+        parse_recipe(
+            {
+                **base,
+                "systems": [
+                    {
+                        "name": "a",
+                        "pipeline": "external",
+                        "memory": {"backend": "none"},
+                        "pipeline_options": {"agent": "devin"},
+                    }
+                ],
+            }
+        )
     with pytest.raises(ConfigError, match=r"systems\[0\]\.pipeline_options\.max_result: unknown key"):
-        parse_recipe({**base, "systems": [{"name": "a", "pipeline": "external", "memory": {"backend": "none"},
-                                           "pipeline_options": {"agent": "gpt_researcher", "max_result": 3}}]})
+        parse_recipe(
+            {
+                **base,
+                "systems": [
+                    {
+                        "name": "a",
+                        "pipeline": "external",
+                        "memory": {"backend": "none"},
+                        "pipeline_options": {"agent": "gpt_researcher", "max_result": 3},
+                    }
+                ],
+            }
+        )
     with pytest.raises(ConfigError, match=r"systems\[0\]\.pipeline_options\.agent: unknown key"):
-        parse_recipe({**base, "systems": [{"name": "a", "pipeline": "direct", "memory": {"backend": "none"},
-                                           "pipeline_options": {"agent": "x"}}]})
+        parse_recipe(
+            {
+                **base,
+                "systems": [
+                    {
+                        "name": "a",
+                        "pipeline": "direct",
+                        "memory": {"backend": "none"},
+                        "pipeline_options": {"agent": "x"},
+                    }
+                ],
+            }
+        )
 
 
 def test_a_system_whose_agent_cannot_start_is_refused_before_any_episode(tmp_path):
-    recipe = parse_recipe({
-        "name": "x", "benchmark": {"name": "sample", "limit": 1}, "run": {"out_dir": str(tmp_path)},
-        "systems": [{"name": "direct-none", "pipeline": "direct", "memory": {"backend": "none"}},
-                    {"name": "elsewhere", "pipeline": "external", "memory": {"backend": "none"},
-                     "pipeline_options": {"agent": "gpt_researcher", "python": str(tmp_path / "no-python")}}],
-    })
+    recipe = parse_recipe(
+        {
+            "name": "x",
+            "benchmark": {"name": "sample", "limit": 1},
+            "run": {"out_dir": str(tmp_path)},
+            "systems": [
+                {"name": "direct-none", "pipeline": "direct", "memory": {"backend": "none"}},
+                {
+                    "name": "elsewhere",
+                    "pipeline": "external",
+                    "memory": {"backend": "none"},
+                    "pipeline_options": {"agent": "gpt_researcher", "python": str(tmp_path / "no-python")},
+                },
+            ],
+        }
+    )
     with pytest.raises(ConfigError, match=r"systems\[1\] \(elsewhere\): pipeline_options\.python: .*no-python is not"):
         run_recipe(recipe, progress=False)
     assert not list(tmp_path.glob("*/results.jsonl"))  # no episode ran
@@ -175,8 +251,13 @@ def test_a_system_whose_agent_cannot_start_is_refused_before_any_episode(tmp_pat
 def test_the_external_agents_recipe_grids_deep_research_against_both_agents():
     path = ROOT / "runs" / "recipes" / "external_agents.toml"
     data = tomllib.loads(path.read_text())
-    grid = {(s["pipeline"], s.get("pipeline_options", {}).get("agent"), s["memory"]["backend"]) for s in data["systems"]}
-    assert grid == {(p, a, m) for p, a in (("deep_research", None), ("external", "open_deep_research"),
-                                           ("external", "gpt_researcher")) for m in ("none", "full")}
+    grid = {
+        (s["pipeline"], s.get("pipeline_options", {}).get("agent"), s["memory"]["backend"]) for s in data["systems"]
+    }
+    assert grid == {
+        (p, a, m)
+        for p, a in (("deep_research", None), ("external", "open_deep_research"), ("external", "gpt_researcher"))
+        for m in ("none", "full")
+    }
     assert data["benchmark"]["name"] == "sample"
     assert len(load_recipe(path).systems) == 6

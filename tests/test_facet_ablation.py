@@ -58,22 +58,30 @@ def test_hiding_every_facet_leaves_no_persona_event(u1_case):
 def test_recipe_keys_are_typed_and_errors_name_the_key():
     base = {"name": "a", "benchmark": {"name": "sample"}, "judges": []}
     with pytest.raises(ConfigError, match=r"systems\[0\]\.hide\.history_kinds\[0\]: must be one of"):
-        parse_recipe({**base, "systems": [{"name": "s", "memory": {"backend": "full"}, "hide": {"history_kinds": ["diary"]}}]})
+        parse_recipe(
+            {**base, "systems": [{"name": "s", "memory": {"backend": "full"}, "hide": {"history_kinds": ["diary"]}}]}
+        )
     with pytest.raises(ConfigError, match=r"systems\[0\]\.hide\.facet: unknown key"):
         parse_recipe({**base, "systems": [{"name": "s", "memory": {"backend": "full"}, "hide": {"facet": ["Diet"]}}]})
     with pytest.raises(ConfigError, match=r"systems\[0\]\.conversation\.max_turns"):
-        parse_recipe({**base, "systems": [{"name": "s", "memory": {"backend": "full"}, "conversation": {"max_turns": 0}}]})
+        parse_recipe(
+            {**base, "systems": [{"name": "s", "memory": {"backend": "full"}, "conversation": {"max_turns": 0}}]}
+        )
 
 
 def ablation_recipe(tmp_path, facets):
-    return parse_recipe({
-        "name": "ablate",
-        "benchmark": {"name": "sample", "setting": "persona+context"},
-        "systems": [{"name": "all", "memory": {"backend": "full", "budget_tokens": 20000}},
-                    {"name": "no-diet", "memory": {"backend": "full", "budget_tokens": 20000}, "hide": {"facets": facets}}],
-        "judges": [],
-        "run": {"out_dir": str(tmp_path / "out")},
-    })
+    return parse_recipe(
+        {
+            "name": "ablate",
+            "benchmark": {"name": "sample", "setting": "persona+context"},
+            "systems": [
+                {"name": "all", "memory": {"backend": "full", "budget_tokens": 20000}},
+                {"name": "no-diet", "memory": {"backend": "full", "budget_tokens": 20000}, "hide": {"facets": facets}},
+            ],
+            "judges": [],
+            "run": {"out_dir": str(tmp_path / "out")},
+        }
+    )
 
 
 def test_a_pattern_matching_nothing_is_refused_before_any_episode(tmp_path):
@@ -107,7 +115,8 @@ def test_the_simulated_users_recipe_is_valid_and_its_ablations_match():
     recipe = load_recipe("runs/recipes/simulated_users.toml")
     cases = recipe.cases()
     check_hidden_facets(cases, recipe.systems)
-    check_judge_fit([create_judge(j) for j in recipe.judges], cases, recipe.benchmark.name,
-                    [s.name for s in recipe.systems])
+    check_judge_fit(
+        [create_judge(j) for j in recipe.judges], cases, recipe.benchmark.name, [s.name for s in recipe.systems]
+    )
     assert recipe.user_sim.clarify and any(s.conversation for s in recipe.systems)
     assert any(s.hide.active for s in recipe.systems)

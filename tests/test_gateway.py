@@ -55,7 +55,13 @@ async def test_success_records_server_tokens_and_cost(stub, tmp_path):
     assert entry.prompt_tokens == sum(len(m["content"].split()) for m in body["messages"])
     assert entry.completion_tokens == len(answer.split())
     assert entry.cost_usd is not None and entry.cost_usd > 0  # gpt-4o-mini is priced in litellm's map
-    assert (entry.run_id, entry.case_id, entry.role, entry.cache_hit, entry.attempts) == ("r1", "case-1", "judge", False, 1)
+    assert (entry.run_id, entry.case_id, entry.role, entry.cache_hit, entry.attempts) == (
+        "r1",
+        "case-1",
+        "judge",
+        False,
+        1,
+    )
     assert entry.dry_run is False
 
 
@@ -219,8 +225,14 @@ async def test_a_litellm_callback_a_user_registers_still_sees_every_call(monkeyp
             self.events.append("failure")
 
     seen = Seen()
-    for name in ("input_callback", "success_callback", "failure_callback", "_async_input_callback",
-                 "_async_success_callback", "_async_failure_callback"):  # litellm copies callbacks into these
+    for name in (
+        "input_callback",
+        "success_callback",
+        "failure_callback",
+        "_async_input_callback",
+        "_async_success_callback",
+        "_async_failure_callback",
+    ):  # litellm copies callbacks into these
         monkeypatch.setattr(litellm, name, [])
     monkeypatch.setattr(litellm, "callbacks", [seen])
     if provider == "scripted":
@@ -243,20 +255,25 @@ async def test_scripted_structured_instances_are_valid_and_seeded():
     a = await _scripted().structured("judge", MESSAGES, AspectScore)
     b = await _scripted().structured("judge", MESSAGES, AspectScore)
     assert a == b
-    answers = {(await _scripted().structured("judge", [{"role": "user", "content": f"q{i}"}], AspectScore)).match_score
-               for i in range(30)}
+    answers = {
+        (await _scripted().structured("judge", [{"role": "user", "content": f"q{i}"}], AspectScore)).match_score
+        for i in range(30)
+    }
     assert answers == {0, 1, 2}  # seeded by the prompt: varied, but each answer fixed
 
 
 async def test_scripted_draws_a_new_sample_for_another_request_seed():
     """A judge's repeats ask with seeds 0, 1, 2...: like a sampling model, the scripted one answers
     each seed its own way, and each seed always the same."""
+
     def seeded(seed: int) -> Gateway:
         return Gateway({"judge": ModelSettings(model="scripted", seed=seed)})
 
     prompts = [[{"role": "user", "content": f"q{i}"}] for i in range(12)]
-    by_seed = {seed: [(await seeded(seed).structured("judge", m, AspectScore)).match_score for m in prompts]
-               for seed in (0, 1, 2)}
+    by_seed = {
+        seed: [(await seeded(seed).structured("judge", m, AspectScore)).match_score for m in prompts]
+        for seed in (0, 1, 2)
+    }
     assert by_seed[0] == [(await _scripted().structured("judge", m, AspectScore)).match_score for m in prompts]
     assert by_seed[0] != by_seed[1] != by_seed[2]
     assert by_seed[1] == [(await seeded(1).structured("judge", m, AspectScore)).match_score for m in prompts]
@@ -279,8 +296,9 @@ async def test_scripted_fault_injection_goes_through_retries_and_repair():
 
 
 async def test_scripted_latency_and_timeout():
-    gw = Gateway({"system": ModelSettings(model="scripted?latency_ms=400", timeout_s=0.1, max_retries=1,
-                                          retry_backoff_s=0.001)})
+    gw = Gateway(
+        {"system": ModelSettings(model="scripted?latency_ms=400", timeout_s=0.1, max_retries=1, retry_backoff_s=0.001)}
+    )
     with pytest.raises(ModelCallError, match="timed out"):
         await gw.text("system", MESSAGES)
 
@@ -352,8 +370,11 @@ async def test_identical_requests_in_flight_share_one_provider_call(stub, tmp_pa
 
 
 async def test_identical_scripted_requests_in_flight_share_one_call(tmp_path):
-    gw = Gateway({"judge": ModelSettings(model="scripted?latency_ms=50")}, cache=ResponseCache(tmp_path / "cache"),
-                 ledger=Ledger(None))
+    gw = Gateway(
+        {"judge": ModelSettings(model="scripted?latency_ms=50")},
+        cache=ResponseCache(tmp_path / "cache"),
+        ledger=Ledger(None),
+    )
     answers = await asyncio.gather(*(gw.text("judge", MESSAGES) for _ in range(3)))
     assert answers[0] == answers[1] == answers[2] and answers[0].startswith("DRY RUN")
     assert [e.cache_hit for e in gw.ledger.entries] == [False, True, True]
@@ -372,8 +393,11 @@ async def test_a_failed_call_in_flight_fails_its_waiters_with_the_same_error(stu
 
 
 async def test_a_cancelled_call_in_flight_leaves_its_waiter_to_ask_itself(tmp_path):
-    gw = Gateway({"judge": ModelSettings(model="scripted?latency_ms=300")}, cache=ResponseCache(tmp_path / "cache"),
-                 ledger=Ledger(None))
+    gw = Gateway(
+        {"judge": ModelSettings(model="scripted?latency_ms=300")},
+        cache=ResponseCache(tmp_path / "cache"),
+        ledger=Ledger(None),
+    )
     leader = asyncio.create_task(gw.text("judge", MESSAGES))
     waiter = asyncio.create_task(gw.text("judge", MESSAGES))
     await asyncio.sleep(0.05)

@@ -30,7 +30,9 @@ def _serve(*args: str, env: dict[str, str] | None = None):
     """A `gateway serve` process; yields it with its base URL (…/v1) and the lines it printed first."""
     command = [sys.executable, "-m", "runs.cli", "gateway", "serve", "--model", "scripted", "--port", "0", *args]
     full_env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV} | {"PYTHONUNBUFFERED": "1"} | (env or {})
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=ROOT)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=ROOT
+    )
     try:
         first = process.stdout.readline()
         found = re.search(r"(http://127\.0\.0\.1:\d+/v1)", first)
@@ -57,7 +59,11 @@ def _wait_until_served(base: str) -> None:
 
 def test_gateway_serve_answers_openai_clients_and_writes_a_ledger(tmp_path):
     ledger = tmp_path / "ledger.jsonl"
-    with _serve("--ledger", str(ledger), "--no-cache", "--web", "--role", "final_report=writer") as (process, base, lines):
+    with _serve("--ledger", str(ledger), "--no-cache", "--web", "--role", "final_report=writer") as (
+        process,
+        base,
+        lines,
+    ):
         token = re.fullmatch(r"API key: (atl-\S+)\n", lines[1]).group(1)  # generated, printed once
         search = re.search(r"(http://\S+/search)", process.stdout.readline()).group(1).replace("<api-key>", token)
         client = openai.OpenAI(base_url=base, api_key=token, max_retries=0)
@@ -69,7 +75,8 @@ def test_gateway_serve_answers_openai_clients_and_writes_a_ledger(tmp_path):
     assert found["results"] and all(r["citable_url"] for r in found["results"])
     entries = [json.loads(line) for line in ledger.read_text().splitlines()]
     assert [(e["node"], e["role"], e["system"], e["run_id"]) for e in entries] == [
-        ("gateway:final_report", "writer", "gateway", "gateway")]
+        ("gateway:final_report", "writer", "gateway", "gateway")
+    ]
 
 
 TOKEN = "test-token-0123456789abcdef"
@@ -81,7 +88,10 @@ def sealed(tmp_path_factory):
     """A server with its token from the environment and a 64 KiB body cap: (base URL, port, ledger)."""
     ledger = tmp_path_factory.mktemp("sealed") / "ledger.jsonl"
     with _serve("--ledger", str(ledger), "--no-cache", "--max-body-bytes", str(CAP), env={TOKEN_ENV: TOKEN}) as (
-            process, base, lines):
+        process,
+        base,
+        lines,
+    ):
         assert TOKEN not in "".join(lines)  # a key the user gave is not echoed
         yield base, int(re.search(r":(\d+)/v1", base).group(1)), ledger
 
@@ -145,8 +155,10 @@ def _raw_response(port: int, head: str, chunks: list[bytes]) -> bytes:
 def test_serve_caps_a_streamed_body_without_waiting_for_its_end(sealed):
     base, port, ledger = sealed
     entries_before = ledger.read_text().count("\n") if ledger.exists() else 0
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
-            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+        "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     piece = b"x" * 8192
     chunks = [b"%x\r\n" % len(piece) + piece + b"\r\n"] * (2 * CAP // len(piece))  # twice the cap, then nothing
     answer = _raw_response(port, head, chunks)
@@ -154,24 +166,37 @@ def test_serve_caps_a_streamed_body_without_waiting_for_its_end(sealed):
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     assert b"over the endpoint's limit of 65536 bytes" in answer
     # a declared length over the cap is refused before any of it is read
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {300 * 2**20}\r\n\r\n")
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {300 * 2**20}\r\n\r\n"
+    )
     declared = _raw_response(port, head, [])
     assert declared.startswith(b"HTTP/1.1 413") and b"limit of 65536 bytes" in declared
     assert (ledger.read_text().count("\n") if ledger.exists() else 0) == entries_before  # no model was asked
     assert _post(base, content=json.dumps(ASK).encode()).status_code == 200  # a body under the cap is served
 
 
-@pytest.mark.parametrize(("flags", "said"), [
-    (["--host", "0.0.0.0"], "--host 0.0.0.0: not a loopback address"),
-    (["--host", "192.0.2.7"], "--host 192.0.2.7: not a loopback address"),
-    (["--token", "short"], "--token"),
-    (["--model", "scripted?latency_ms=inf"], "--model: 'scripted?latency_ms=inf': latency_ms: Input should be a finite"),
-])
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--host", "0.0.0.0"], "--host 0.0.0.0: not a loopback address"),
+        (["--host", "192.0.2.7"], "--host 192.0.2.7: not a loopback address"),
+        (["--token", "short"], "--token"),
+        (
+            ["--model", "scripted?latency_ms=inf"],
+            "--model: 'scripted?latency_ms=inf': latency_ms: Input should be a finite",
+        ),
+    ],
+)
 def test_serve_refuses_bad_flags_in_one_line(flags, said):
-    finished = subprocess.run([sys.executable, "-m", "runs.cli", "gateway", "serve", "--port", "0", *flags],
-                              capture_output=True, text=True, cwd=ROOT, timeout=120,
-                              env={k: v for k, v in os.environ.items() if k != TOKEN_ENV})
+    finished = subprocess.run(
+        [sys.executable, "-m", "runs.cli", "gateway", "serve", "--port", "0", *flags],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != TOKEN_ENV},
+    )
     assert finished.returncode == 2 and finished.stdout == ""  # refused before anything is served
     assert finished.stderr.count("\n") == 1 and said in finished.stderr
     if flags[0] == "--host":

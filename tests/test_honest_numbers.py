@@ -25,13 +25,23 @@ from tests.test_cli_errors import atelier, one_error_line
 from tests.test_report import render, table
 
 
-def record(case: str, system: str, *, system_degraded=(), judge_degraded=(), score=0.5, error=None,
-           judge="j") -> ResultRecord:
+def record(
+    case: str, system: str, *, system_degraded=(), judge_degraded=(), score=0.5, error=None, judge="j"
+) -> ResultRecord:
     judgment = JudgeResult(judge=judge, score=None if error else score, error=error, degraded=list(judge_degraded))
-    return ResultRecord(key=result_key(case, system), run_id="r", case_id=case, system=system, benchmark="b",
-                        user_id="u", setting="s", status="ok",
-                        response=SystemResponse(text="x", degraded=list(system_degraded)),
-                        judgments=[judgment], scores={judge: judgment.score})
+    return ResultRecord(
+        key=result_key(case, system),
+        run_id="r",
+        case_id=case,
+        system=system,
+        benchmark="b",
+        user_id="u",
+        setting="s",
+        status="ok",
+        response=SystemResponse(text="x", degraded=list(system_degraded)),
+        judgments=[judgment],
+        scores={judge: judgment.score},
+    )
 
 
 # ----------------------------------------------------------------------------- the record and the exit code
@@ -93,8 +103,12 @@ def test_the_pairwise_baseline_is_not_counted_as_unjudged():
 
 
 def test_unknown_degradation_kinds_are_refused_in_a_recipe():
-    data = {"name": "t", "benchmark": {"name": "tiny"}, "systems": [{"name": "a", "memory": {"backend": "none"}}],
-            "run": {"tolerate": ["memory_budget_cutt"]}}
+    data = {
+        "name": "t",
+        "benchmark": {"name": "tiny"},
+        "systems": [{"name": "a", "memory": {"backend": "none"}}],
+        "run": {"tolerate": ["memory_budget_cutt"]},
+    }
     with pytest.raises(ConfigError, match="memory_budget_cutt.*valid: step_fallback"):
         parse_recipe(data)
     data["run"]["tolerate"] = ["memory_budget_cut"]
@@ -105,8 +119,11 @@ def test_unknown_degradation_kinds_are_refused_in_a_recipe():
 
 
 def test_checked_queries_replace_urls_blanks_and_repeats_and_say_so():
-    kept, problems = checked_queries(["https://example.com/a", "  ", "emergency fund size", "Emergency  fund size",
-                                      "bbc.co.uk", "example.org/page"], "the question", "retrieve")
+    kept, problems = checked_queries(
+        ["https://example.com/a", "  ", "emergency fund size", "Emergency  fund size", "bbc.co.uk", "example.org/page"],
+        "the question",
+        "retrieve",
+    )
     assert kept == ["emergency fund size"]
     assert [p.kind for p in problems] == ["invalid_query"] * 5
     assert "a URL" in problems[0].detail and "empty" in problems[1].detail and "a repeat" in problems[2].detail
@@ -116,7 +133,9 @@ def test_checked_queries_replace_urls_blanks_and_repeats_and_say_so():
     assert [p.kind for p in problems] == ["invalid_query", "empty_answer"]
     assert "searched 'the question' instead" in problems[1].detail
 
-    kept, problems = checked_queries(["node.js event loop", "Python 3.12 release"], "q", "search", seen=["python 3.12 release"])
+    kept, problems = checked_queries(
+        ["node.js event loop", "Python 3.12 release"], "q", "search", seen=["python 3.12 release"]
+    )
     assert kept == ["node.js event loop"] and problems[0].detail.endswith("is a repeat")
 
 
@@ -131,8 +150,11 @@ def test_a_budget_that_cuts_history_says_how_much():
 
 
 def test_counts_by_kind_sums_counts():
-    items = [Degradation(kind="fetch_failed", step="read", count=2), Degradation(kind="fetch_failed", step="read"),
-             Degradation(kind="citation_removed", step="answer", count=3)]
+    items = [
+        Degradation(kind="fetch_failed", step="read", count=2),
+        Degradation(kind="fetch_failed", step="read"),
+        Degradation(kind="citation_removed", step="answer", count=3),
+    ]
     assert counts_by_kind(items) == {"citation_removed": 3, "fetch_failed": 3}
 
 
@@ -140,21 +162,27 @@ def test_counts_by_kind_sums_counts():
 
 
 def rag_recipe(tmp_path, web: dict, name="rag", **extra):
-    return parse_recipe({
-        "name": name,
-        "benchmark": {"name": "tiny", "limit": 2},
-        "models": {"system": {"model": "scripted"}, "judge": {"model": "scripted"}},
-        "systems": [{"name": "rag", "pipeline": "rag", "memory": {"backend": "none"}}],
-        "judges": [{"name": "lampqa_aspects"}],
-        "web": web,
-        "run": {"out_dir": str(tmp_path / "out"), **extra},
-    })
+    return parse_recipe(
+        {
+            "name": name,
+            "benchmark": {"name": "tiny", "limit": 2},
+            "models": {"system": {"model": "scripted"}, "judge": {"model": "scripted"}},
+            "systems": [{"name": "rag", "pipeline": "rag", "memory": {"backend": "none"}}],
+            "judges": [{"name": "lampqa_aspects"}],
+            "web": web,
+            "run": {"out_dir": str(tmp_path / "out"), **extra},
+        }
+    )
 
 
 def test_a_run_whose_web_failed_in_every_episode_exits_3_with_counts_by_kind(tmp_path, cache_dir):
     # a search engine that is not there: every search fails, and so does the run
-    web = {"provider": "searxng", "provider_options": {"base_url": "http://127.0.0.1:9"}, "allow_hosts": ["127.0.0.1:9"],
-           "mode": "live"}
+    web = {
+        "provider": "searxng",
+        "provider_options": {"base_url": "http://127.0.0.1:9"},
+        "allow_hosts": ["127.0.0.1:9"],
+        "mode": "live",
+    }
     runner = Runner(rag_recipe(tmp_path, web), tmp_path / "run", progress=False, preflight=False)
     import asyncio
 
@@ -174,8 +202,15 @@ def test_a_run_whose_web_failed_in_every_episode_exits_3_with_counts_by_kind(tmp
 def test_a_replay_over_an_empty_record_fails_its_episodes_naming_the_miss(tmp_path, cache_dir, capsys, monkeypatch):
     empty = tmp_path / "empty-web"
     empty.mkdir()
-    code, _, err = atelier(capsys, monkeypatch, "run", write_recipe(tmp_path, {"mode": "replay", "cache_dir": str(empty)}),
-                           "--out", str(tmp_path / "run"), "--no-progress")
+    code, _, err = atelier(
+        capsys,
+        monkeypatch,
+        "run",
+        write_recipe(tmp_path, {"mode": "replay", "cache_dir": str(empty)}),
+        "--out",
+        str(tmp_path / "run"),
+        "--no-progress",
+    )
     assert code == EXIT_FAILURES, err
     assert "ReplayMiss" in err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -190,18 +225,23 @@ def test_a_replayed_run_keeps_its_own_complete_web_record(tmp_path, cache_dir):
     own = sorted(p.name for p in (second.path / "web" / "records").glob("*/*.json"))
     assert own and own == sorted(p.name for p in (first.path / "web" / "records").glob("*/*.json"))
     # ... so the replay can itself be replayed, and gives the same answers
-    third = run_recipe(rag_recipe(tmp_path, {"mode": "replay", "cache_dir": str(second.path / "web")}),
-                       tmp_path / "third", progress=False)
-    texts = [{json.loads(line)["key"]: json.loads(line)["response"]["text"] for line in f.results.read_text().splitlines()}
-             for f in (second, third)]
+    third = run_recipe(
+        rag_recipe(tmp_path, {"mode": "replay", "cache_dir": str(second.path / "web")}),
+        tmp_path / "third",
+        progress=False,
+    )
+    texts = [
+        {json.loads(line)["key"]: json.loads(line)["response"]["text"] for line in f.results.read_text().splitlines()}
+        for f in (second, third)
+    ]
     assert texts[0] == texts[1]
 
 
 def write_recipe(tmp_path, web: dict, models: str | None = None) -> str:
-    web_lines = "".join(f'{k} = {json.dumps(v)}\n' for k, v in web.items())
+    web_lines = "".join(f"{k} = {json.dumps(v)}\n" for k, v in web.items())
     path = tmp_path / "recipe.toml"
     models = models or '[models.system]\nmodel = "scripted"\n[models.judge]\nmodel = "scripted"'
-    path.write_text(f'''name = "t"
+    path.write_text(f"""name = "t"
 [benchmark]
 name = "tiny"
 limit = 2
@@ -213,18 +253,21 @@ memory = {{ backend = "none" }}
 [[judges]]
 name = "lampqa_aspects"
 [web]
-{web_lines}''')
+{web_lines}""")
     return str(path)
 
 
 def test_a_real_system_model_with_an_unset_judge_is_refused_naming_the_role(tmp_path, capsys, monkeypatch):
-    path = write_recipe(tmp_path, {}, models='[models.system]\nmodel = "openai/gpt-4o-mini"\napi_key_env = "NO_SUCH_KEY"')
+    path = write_recipe(
+        tmp_path, {}, models='[models.system]\nmodel = "openai/gpt-4o-mini"\napi_key_env = "NO_SUCH_KEY"'
+    )
     code, _, err = atelier(capsys, monkeypatch, "recipe", "check", path)
     line = one_error_line(err)
     assert code == 2
     assert "[models.judge] not set" in line and "openai/gpt-4o-mini" in line
-    named = write_recipe(tmp_path, {}, models='[models.system]\nmodel = "openai/gpt-4o-mini"\n'
-                                              '[models.judge]\nmodel = "scripted"')
+    named = write_recipe(
+        tmp_path, {}, models='[models.system]\nmodel = "openai/gpt-4o-mini"\n[models.judge]\nmodel = "scripted"'
+    )
     code, out, err = atelier(capsys, monkeypatch, "recipe", "check", named)
     assert code == 0 and out.startswith("ok: "), err  # scripted mixed in on purpose: named, so allowed
 
@@ -236,9 +279,15 @@ def test_a_real_model_on_every_role_from_the_command_line_is_not_refused(tmp_pat
     with pytest.raises(ConfigError, match=r"\[models\.judge\] not set"):
         load_recipe(path).check_roles_named()
     load_recipe(path).with_overrides(model="openai/gpt-4o").check_roles_named()
-    user_sim = parse_recipe({"name": "t", "benchmark": {"name": "tiny"}, "user_sim": {"clarify": True},
-                             "models": {"system": {"model": "openai/x"}, "judge": {"model": "openai/x"}},
-                             "systems": [{"name": "a", "pipeline": "deep_research", "memory": {"backend": "none"}}]})
+    user_sim = parse_recipe(
+        {
+            "name": "t",
+            "benchmark": {"name": "tiny"},
+            "user_sim": {"clarify": True},
+            "models": {"system": {"model": "openai/x"}, "judge": {"model": "openai/x"}},
+            "systems": [{"name": "a", "pipeline": "deep_research", "memory": {"backend": "none"}}],
+        }
+    )
     with pytest.raises(ConfigError, match=r"\[models\.user_sim\] not set"):
         user_sim.check_roles_named()
 
@@ -262,8 +311,9 @@ def test_dry_run_is_true_exactly_when_a_call_was_scripted(tmp_path, cache_dir):
 def test_paper_numbers_with_nothing_measured_read_not_measured_and_fail_the_run(tmp_path, cache_dir):
     data = rag_recipe(tmp_path, {}).model_dump(mode="python")
     # a criterion the judge does not report: no case can measure it
-    data["report"] = {"paper": [{"row": "their system", "system": "rag", "judge": "lampqa_aspects",
-                                 "values": {"GOAL": 7.5}}]}
+    data["report"] = {
+        "paper": [{"row": "their system", "system": "rag", "judge": "lampqa_aspects", "values": {"GOAL": 7.5}}]
+    }
     runner = Runner(parse_recipe(data), tmp_path / "run", progress=False, preflight=False)
     import asyncio
 
@@ -278,26 +328,48 @@ def test_paper_numbers_with_nothing_measured_read_not_measured_and_fail_the_run(
 
 def test_rescore_takes_any_judge_on_a_paper_recipe_run(tmp_path, cache_dir):
     data = rag_recipe(tmp_path, {}).model_dump(mode="python")
-    data["report"] = {"paper": [{"row": "theirs", "system": "rag", "judge": "lampqa_aspects", "values": {"score": 0.5}}]}
+    data["report"] = {
+        "paper": [{"row": "theirs", "system": "rag", "judge": "lampqa_aspects", "values": {"score": 0.5}}]
+    }
     folder = run_recipe(parse_recipe(data), tmp_path / "run", progress=False)
-    result = CliRunner().invoke(app, ["rescore", str(folder.path), "--judge", "lampqa_direct", "--model", "scripted",
-                                      "--out", str(tmp_path / "rescore"), "--no-progress"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "rescore",
+            str(folder.path),
+            "--judge",
+            "lampqa_direct",
+            "--model",
+            "scripted",
+            "--out",
+            str(tmp_path / "rescore"),
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 0, result.output
     config = json.loads((tmp_path / "rescore" / "config.json").read_text())
     assert config["rescore_of"]["paper_rows_left_out"][0]["row"] == "theirs"
-    assert "1 paper row of the original left out of the rescore: its judge is not rescored (lampqa_aspects)" in result.output
+    assert (
+        "1 paper row of the original left out of the rescore: its judge is not rescored (lampqa_aspects)"
+        in result.output
+    )
     summary = json.loads((tmp_path / "rescore" / "summary.json").read_text())
     assert summary["systems"]["rag"]["judges"]["lampqa_direct"]["n"] == 2
 
 
 def test_compare_shows_what_degraded_beside_the_scores(tmp_path, cache_dir):
     good = run_recipe(rag_recipe(tmp_path, {}), tmp_path / "good", progress=False)
-    web = {"provider": "searxng", "provider_options": {"base_url": "http://127.0.0.1:9"}, "allow_hosts": ["127.0.0.1:9"],
-           "mode": "live"}
+    web = {
+        "provider": "searxng",
+        "provider_options": {"base_url": "http://127.0.0.1:9"},
+        "allow_hosts": ["127.0.0.1:9"],
+        "mode": "live",
+    }
     import asyncio
 
-    bad = asyncio.run(Runner(rag_recipe(tmp_path, web, name="noweb"), tmp_path / "bad", progress=False,
-                             preflight=False).run())
+    bad = asyncio.run(
+        Runner(rag_recipe(tmp_path, web, name="noweb"), tmp_path / "bad", progress=False, preflight=False).run()
+    )
     result = CliRunner().invoke(app, ["compare", str(good.path), str(bad.path), "--html", str(tmp_path / "c.html")])
     assert result.exit_code == 0, result.output
     assert "search_failed" in result.output
@@ -309,8 +381,9 @@ def test_the_report_panel_counts_what_results_jsonl_holds(tmp_path, cache_dir):
     """Chromium renders the "what went wrong" panel: one row per kind, its count the sum over the
     result lines, and each listed episode links to a cell that exists on the page."""
     data = rag_recipe(tmp_path, {}).model_dump(mode="python")
-    data["systems"].append({"name": "full-tight", "pipeline": "direct",
-                            "memory": {"backend": "full", "budget_tokens": 12}})
+    data["systems"].append(
+        {"name": "full-tight", "pipeline": "direct", "memory": {"backend": "full", "budget_tokens": 12}}
+    )
     folder = run_recipe(parse_recipe(data), tmp_path / "run", progress=False)
     expected: dict[str, int] = {}
     for line in folder.results.read_text().splitlines():

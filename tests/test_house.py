@@ -64,8 +64,9 @@ def test_importing_every_package_changes_nothing_in_the_environment():
         "print(json.dumps(sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))))\n"
     )
     clean = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
-    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=clean, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
 
@@ -74,9 +75,18 @@ def test_a_runs_shared_state_is_released_with_it(tmp_path, cache_dir):
     from agents.models.gateway import _LIMITS
     from graphs import resources
 
-    recipe = parse_recipe({"name": "house", "benchmark": {"name": "tiny", "limit": 1},
-                           "systems": [{"name": "a", "memory": {"backend": "full"}}, {"name": "b", "pipeline": "rag", "memory": {"backend": "none"}}],
-                           "judges": [{"name": "lampqa_aspects"}], "run": {"out_dir": str(tmp_path / "out")}})
+    recipe = parse_recipe(
+        {
+            "name": "house",
+            "benchmark": {"name": "tiny", "limit": 1},
+            "systems": [
+                {"name": "a", "memory": {"backend": "full"}},
+                {"name": "b", "pipeline": "rag", "memory": {"backend": "none"}},
+            ],
+            "judges": [{"name": "lampqa_aspects"}],
+            "run": {"out_dir": str(tmp_path / "out")},
+        }
+    )
     for attempt in range(3):
         run_recipe(recipe, tmp_path / f"run{attempt}", progress=False)
     assert resources._runs == {}  # no ledger, cache, web or context resources kept of ended runs

@@ -55,7 +55,9 @@ def test_strict_validation_takes_values_as_the_file_spells_them():
         rate: float = 0.5
         enabled: bool = True
 
-    assert validate_strictly(Settings, {"workers": 3, "rate": 1, "enabled": False}) == Settings(workers=3, rate=1.0, enabled=False)
+    assert validate_strictly(Settings, {"workers": 3, "rate": 1, "enabled": False}) == Settings(
+        workers=3, rate=1.0, enabled=False
+    )
     for bad in ({"workers": True}, {"workers": "3"}, {"workers": 2.0}, {"enabled": 1}):
         with pytest.raises(ValidationError):
             validate_strictly(Settings, bad)

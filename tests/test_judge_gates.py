@@ -40,36 +40,68 @@ def kinds(result) -> dict[str, int]:
     return counts_by_kind(result.degraded)
 
 
-@pytest.mark.parametrize(("text", "degenerate"), [
-    (",", True), (");", True), ("", True), ("  \n", True), ("...", True), ("—", True),
-    ("ok", False), ("5", False), ("Zu kurz.", False), ("東京", False),
-])
+@pytest.mark.parametrize(
+    ("text", "degenerate"),
+    [
+        (",", True),
+        (");", True),
+        ("", True),
+        ("  \n", True),
+        ("...", True),
+        ("—", True),
+        ("ok", False),
+        ("5", False),
+        ("Zu kurz.", False),
+        ("東京", False),
+    ],
+)
 def test_blank_means_no_letter_or_digit(text, degenerate) -> None:
     assert blank(text) is degenerate
 
 
 # --------------------------------------------------------------------------- BESPOKE
 
-PAIRS = [RJPair(response="Old answer", score=3, feedback="fine", criterion=c)
-         for c in ("need_alignment", "content_depth", "tone", "explanation_style")]
+PAIRS = [
+    RJPair(response="Old answer", score=3, feedback="fine", criterion=c)
+    for c in ("need_alignment", "content_depth", "tone", "explanation_style")
+]
 RATINGS = {"need_alignment": 4, "content_depth": 3, "tone": 5, "explanation_style": 2}
 
 
 def evaluation(feedback: dict[str, str] | None = None, reasoning: dict[str, str] | None = None) -> dict:
     feedback, reasoning = feedback or {}, reasoning or {}
-    return {c: {"reasoning": reasoning.get(c, f"{c} reasoning"), "score": s, "feedback": feedback.get(c, f"{c} feedback")}
-            for c, s in RATINGS.items()}
+    return {
+        c: {"reasoning": reasoning.get(c, f"{c} reasoning"), "score": s, "feedback": feedback.get(c, f"{c} feedback")}
+        for c, s in RATINGS.items()
+    }
 
 
 def bespoke_run(answer, tmp_path):
-    case = Case(id="b1", benchmark="t", user_id="u", query=Query(text="How do tides work?"),
-                gold=Gold(information_need="need", rj_pairs=PAIRS))
-    gateway = HandWritten({
-        "_Rubric": {"analysis": "a", "need_alignment": "n", "content_depth": "d", "tone": "t", "explanation_style": "e"},
-        "BespokeEvaluation": answer,
-    })
-    result = run(create_judge({"name": "bespoke", "recall": False}), case, SystemResponse(text="x"),
-                 JudgeEnv(gateway=gateway, store=ArtifactStore([tmp_path])))
+    case = Case(
+        id="b1",
+        benchmark="t",
+        user_id="u",
+        query=Query(text="How do tides work?"),
+        gold=Gold(information_need="need", rj_pairs=PAIRS),
+    )
+    gateway = HandWritten(
+        {
+            "_Rubric": {
+                "analysis": "a",
+                "need_alignment": "n",
+                "content_depth": "d",
+                "tone": "t",
+                "explanation_style": "e",
+            },
+            "BespokeEvaluation": answer,
+        }
+    )
+    result = run(
+        create_judge({"name": "bespoke", "recall": False}),
+        case,
+        SystemResponse(text="x"),
+        JudgeEnv(gateway=gateway, store=ArtifactStore([tmp_path])),
+    )
     return result, gateway
 
 
@@ -79,10 +111,13 @@ def test_bespoke_sound_feedback_passes_the_gate_with_one_call(tmp_path) -> None:
     assert result.score == pytest.approx((80 + 60 + 100 + 40) / 4)
 
 
-@pytest.mark.parametrize(("degenerate", "named"), [
-    (evaluation(feedback={"tone": ","}), "the feedback on tone"),  # what SmolLM2 answered
-    (evaluation(reasoning={"content_depth": "   "}), "the reasoning on content depth"),
-])
+@pytest.mark.parametrize(
+    ("degenerate", "named"),
+    [
+        (evaluation(feedback={"tone": ","}), "the feedback on tone"),  # what SmolLM2 answered
+        (evaluation(reasoning={"content_depth": "   "}), "the reasoning on content depth"),
+    ],
+)
 def test_bespoke_degenerate_then_sound_is_scored_with_the_re_ask_recorded(tmp_path, degenerate, named) -> None:
     result, gateway = bespoke_run(first_then(degenerate, evaluation()), tmp_path)
     assert result.error is None and result.score == pytest.approx((80 + 60 + 100 + 40) / 4)
@@ -98,8 +133,10 @@ def test_bespoke_degenerate_then_sound_is_scored_with_the_re_ask_recorded(tmp_pa
 def test_bespoke_degenerate_twice_fails_the_judgment_with_the_reason(tmp_path) -> None:
     result, gateway = bespoke_run(evaluation(feedback={"tone": ","}), tmp_path)
     assert result.failed and result.score is None and gateway.count("BespokeEvaluation") == 2
-    assert result.error.startswith("bespoke_judge model hand-written: the evaluation still degenerate after asking "
-                                   "again: the feedback on tone is empty or punctuation only (',')")
+    assert result.error.startswith(
+        "bespoke_judge model hand-written: the evaluation still degenerate after asking "
+        "again: the feedback on tone is empty or punctuation only (',')"
+    )
 
 
 # --------------------------------------------------------------------------- AEPD
@@ -109,22 +146,37 @@ RESPONSE = "Kyoto has many temples.  Vegetarian shojin ryori is served at Buddhi
 
 
 def aepd_case() -> Case:
-    return Case(id="ikat:1", benchmark="t", user_id="u", query=Query(text="What should I see in Kyoto?"),
-                history=[PTKBStatement(id=f"p{i}", text=t) for i, t in enumerate(PROFILE, start=1)])
+    return Case(
+        id="ikat:1",
+        benchmark="t",
+        user_id="u",
+        query=Query(text="What should I see in Kyoto?"),
+        history=[PTKBStatement(id=f"p{i}", text=t) for i, t in enumerate(PROFILE, start=1)],
+    )
 
 
 def annotation(topic: str = "Visiting Kyoto", **contents: str) -> dict:
-    spans = {"Temples": "Kyoto has many temples.", "Food": "vegetarian SHOJIN ryori is served at Buddhist temples.",
-             "Transport": "", **contents}
+    spans = {
+        "Temples": "Kyoto has many temples.",
+        "Food": "vegetarian SHOJIN ryori is served at Buddhist temples.",
+        "Transport": "",
+        **contents,
+    }
     personal = {"Temples": ["1"], "Food": ["2"], "Transport": []}
-    return {"topic": topic, "aspects": [{"aspect": name, "profile_statements": personal.get(name, []), "content": span}
-                                        for name, span in spans.items()]}
+    return {
+        "topic": topic,
+        "aspects": [
+            {"aspect": name, "profile_statements": personal.get(name, []), "content": span}
+            for name, span in spans.items()
+        ],
+    }
 
 
 def aepd_run(answer, **config):
     gateway = HandWritten({"TurnAnnotation": answer})
-    result = run(create_judge({"name": "aepd", **config}), aepd_case(), SystemResponse(text=RESPONSE),
-                 JudgeEnv(gateway=gateway))
+    result = run(
+        create_judge({"name": "aepd", **config}), aepd_case(), SystemResponse(text=RESPONSE), JudgeEnv(gateway=gateway)
+    )
     return result, gateway
 
 
@@ -140,22 +192,34 @@ def test_aepd_sound_annotation_passes_the_gate() -> None:
 
 def test_the_reproduced_defect_a_punctuation_topic_with_one_aspect_outside_the_response_fails() -> None:
     # SmolLM2 on main: topic ");", one aspect whose span is not in the response -> D_score 1.0
-    degenerate = {"topic": ");", "aspects": [{"aspect": "x", "profile_statements": [], "content": "not in it"},
-                                             {"aspect": "X", "profile_statements": [], "content": ""}]}
+    degenerate = {
+        "topic": ");",
+        "aspects": [
+            {"aspect": "x", "profile_statements": [], "content": "not in it"},
+            {"aspect": "X", "profile_statements": [], "content": ""},
+        ],
+    }
     result, gateway = aepd_run(degenerate)
     assert result.failed and result.score is None and gateway.count("TurnAnnotation") == 2
-    assert result.error.startswith("aepd_judge model hand-written: the aspect annotation still degenerate after "
-                                   "asking again: the topic is empty or punctuation only (');')")
+    assert result.error.startswith(
+        "aepd_judge model hand-written: the aspect annotation still degenerate after "
+        "asking again: the topic is empty or punctuation only (');')"
+    )
     assert "1 distinct possible aspect(s) of the topic; at least 2 are needed" in result.error
     # the schema itself asks for at least min_aspects aspects (a grammar-constrained server enforces it)
     with pytest.raises(ValidationError, match="at least 2 items"):
-        annotation_model(2, 2, 25).model_validate({"topic": "t", "aspects": [
-            {"aspect": "a", "profile_statements": [], "content": ""}]})
+        annotation_model(2, 2, 25).model_validate(
+            {"topic": "t", "aspects": [{"aspect": "a", "profile_statements": [], "content": ""}]}
+        )
 
 
 def test_aepd_too_few_distinct_aspects_then_enough_is_scored_and_twice_fails() -> None:
-    repeated = {"topic": "Visiting Kyoto", "aspects": [{"aspect": name, "profile_statements": [], "content": ""}
-                                                       for name in ("Temples", " temples ", "TEMPLES")]}
+    repeated = {
+        "topic": "Visiting Kyoto",
+        "aspects": [
+            {"aspect": name, "profile_statements": [], "content": ""} for name in ("Temples", " temples ", "TEMPLES")
+        ],
+    }
     result, gateway = aepd_run(first_then(repeated, annotation()), min_aspects=3)
     assert result.error is None and result.score == pytest.approx(0.5)
     assert kinds(result) == {"judge_output_gated": 1} and gateway.count("TurnAnnotation") == 2
@@ -206,38 +270,58 @@ def test_aepd_min_aspects_cannot_exceed_max_aspects() -> None:
 
 # --------------------------------------------------------------------------- PQR: P and Q scores
 
-FIELDS = {"GOAL": "goal_alignment", "CONT": "content_alignment", "PRES": "presentation_fit",
-          "ACTI": "actionability_practicality"}
+FIELDS = {
+    "GOAL": "goal_alignment",
+    "CONT": "content_alignment",
+    "PRES": "presentation_fit",
+    "ACTI": "actionability_practicality",
+}
 WEIGHTS = {"GOAL": 0.4, "CONT": 0.3, "PRES": 0.2, "ACTI": 0.1}
 CRITERIA = {"GOAL": [0.5, 0.5], "CONT": [1.0], "PRES": [1.0], "ACTI": [1.0]}
 SCORED = {"GOAL": [(8, "clear"), (2, "weak")], "CONT": [(5, "ok")], "PRES": [(7, "ok")], "ACTI": [(10, "ok")]}
 
 
 def pdr_case() -> Case:
-    return Case(id="c1", benchmark="t", user_id="u1", query=Query(text="Plan a week in Norway on a budget."),
-                persona=Persona(user_id="u1", attributes={"Basic Attributes": {"Occupation": "student"}}))
+    return Case(
+        id="c1",
+        benchmark="t",
+        user_id="u1",
+        query=Query(text="Plan a week in Norway on a budget."),
+        persona=Persona(user_id="u1", attributes={"Basic Attributes": {"Occupation": "student"}}),
+    )
 
 
 def p_scores(**changes: list[tuple[int | None, str]]) -> dict:
     table = {**SCORED, **changes}
-    return {FIELDS[code]: {f"{code}_{i}": {"analysis": a, "score": s} for i, (s, a) in enumerate(rows, start=1)}
-            for code, rows in table.items()}
+    return {
+        FIELDS[code]: {f"{code}_{i}": {"analysis": a, "score": s} for i, (s, a) in enumerate(rows, start=1)}
+        for code, rows in table.items()
+    }
 
 
 def p_answers(scores) -> dict:
     def criteria(messages, _settings):
         code = next(c for c in CRITERIA if f"({c})" in prompt(messages).split("# The research task")[0])
-        return {"analysis": "a", "criteria": [{"criterion": f"{code} criterion {i}", "explanation": "why", "weight": w}
-                                              for i, w in enumerate(CRITERIA[code], start=1)]}
+        return {
+            "analysis": "a",
+            "criteria": [
+                {"criterion": f"{code} criterion {i}", "explanation": "why", "weight": w}
+                for i, w in enumerate(CRITERIA[code], start=1)
+            ],
+        }
 
-    return {"PDimensionWeights": {"analysis": "w", "weights": WEIGHTS}, "DimensionCriteria": criteria,
-            "PScores": scores}
+    return {
+        "PDimensionWeights": {"analysis": "w", "weights": WEIGHTS},
+        "DimensionCriteria": criteria,
+        "PScores": scores,
+    }
 
 
 def p_run(scores):
     gateway = HandWritten(p_answers(scores))
-    return run(create_judge({"name": "pqr", "axes": ["P"]}), pdr_case(), SystemResponse(text="r"),
-               JudgeEnv(gateway=gateway)), gateway
+    return run(
+        create_judge({"name": "pqr", "axes": ["P"]}), pdr_case(), SystemResponse(text="r"), JudgeEnv(gateway=gateway)
+    ), gateway
 
 
 def test_pqr_fully_scored_passes_the_gate() -> None:
@@ -290,27 +374,35 @@ def test_pqr_punctuation_analysis_then_sound_is_scored_and_twice_fails() -> None
     failed, _ = p_run(degenerate)
     assert failed.failed and failed.score is None
     assert failed.error.startswith(
-        "pqr_judge model hand-written: P scores still degenerate after asking again: the analysis of CONT_1")
+        "pqr_judge model hand-written: P scores still degenerate after asking again: the analysis of CONT_1"
+    )
 
 
 # --------------------------------------------------------------------------- PQR: R
 
 PAGE_A = "Oslo is the capital of Norway and its largest city."
 PAGE_B = "Bergen has about 285,000 inhabitants."
-CLAIMS = [{"fact": "Oslo is the capital of Norway.", "ref_idx": "1", "url": ""},
-          {"fact": "Bergen has 285,000 inhabitants.", "ref_idx": "2", "url": ""}]
+CLAIMS = [
+    {"fact": "Oslo is the capital of Norway.", "ref_idx": "1", "url": ""},
+    {"fact": "Bergen has 285,000 inhabitants.", "ref_idx": "2", "url": ""},
+]
 
 
 def support(reasoning: str = "the source says so"):
     def answer(messages, _settings):
         lines = [line for line in prompt(messages).split("# Statements")[1].splitlines() if line.startswith("c")]
         return {line.split(":")[0]: {"reasoning": reasoning, "verdict": "supported"} for line in lines}
+
     return answer
 
 
 def r_run(response, env_extra=None, claims=CLAIMS, support_answer=None, **config):
-    gateway = HandWritten({"ExtractedClaims": claims if callable(claims) else {"claims": claims},
-                           "SupportVerdicts": support_answer or support()})
+    gateway = HandWritten(
+        {
+            "ExtractedClaims": claims if callable(claims) else {"claims": claims},
+            "SupportVerdicts": support_answer or support(),
+        }
+    )
     env = JudgeEnv(gateway=gateway, **(env_extra or {}))
     judge = create_judge({"name": "pqr", "axes": ["R"], "dedupe": "exact", **config})
     return run(judge, pdr_case(), response, env), gateway
@@ -318,9 +410,13 @@ def r_run(response, env_extra=None, claims=CLAIMS, support_answer=None, **config
 
 def gold_response() -> SystemResponse:
     """Two gold-context citations: no URL, the sha256 of the text the system read."""
-    return SystemResponse(text="Oslo is the capital [1]. Bergen has 285,000 people [2].", citations=[
-        Citation(source_id="g-a", title="Gold information 1", sha256=sha256(PAGE_A), number=1),
-        Citation(source_id="g-b", title="Gold information 2", sha256=sha256(PAGE_B), number=2)])
+    return SystemResponse(
+        text="Oslo is the capital [1]. Bergen has 285,000 people [2].",
+        citations=[
+            Citation(source_id="g-a", title="Gold information 1", sha256=sha256(PAGE_A), number=1),
+            Citation(source_id="g-b", title="Gold information 2", sha256=sha256(PAGE_B), number=2),
+        ],
+    )
 
 
 def test_r_reads_gold_context_sources_from_the_runs_source_store(tmp_path) -> None:

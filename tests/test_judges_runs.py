@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from agents.models.gateway import Gateway
 from agents.judges.base import JudgeEnv, create_judge
-from agents.response import SystemResponse
+from agents.models.gateway import Gateway
 from agents.models.settings import JUDGE_ROLES, ModelSettings
+from agents.response import SystemResponse
 from benchmarks.common.errors import ConfigError
 from benchmarks.loaders.sample import sample_pages
 from benchmarks.registry import load_cases
@@ -28,14 +28,16 @@ RANGES = {"0-1": (0, 1), "0-10": (0, 10), "0-100": (0, 100)}
 
 
 def recipe(tmp_path, benchmark: dict, judges: list[dict], systems=("none",)):
-    return parse_recipe({
-        "name": "judges",
-        "benchmark": benchmark,
-        "models": {"system": {"model": "scripted"}, "judge": {"model": "scripted"}},
-        "systems": [{"name": s, "memory": {"backend": s}} for s in systems],
-        "judges": judges,
-        "run": {"out_dir": str(tmp_path / "out"), "concurrency": 4},
-    })
+    return parse_recipe(
+        {
+            "name": "judges",
+            "benchmark": benchmark,
+            "models": {"system": {"model": "scripted"}, "judge": {"model": "scripted"}},
+            "systems": [{"name": s, "memory": {"backend": s}} for s in systems],
+            "judges": judges,
+            "run": {"out_dir": str(tmp_path / "out"), "concurrency": 4},
+        }
+    )
 
 
 def lines(path):
@@ -57,9 +59,17 @@ def assert_scored_within_range(folder, judges: list[str]) -> list[dict]:
 
 
 def test_every_judge_scores_the_sample_suite_within_its_range(tmp_path, cache_dir) -> None:
-    judges = [{"name": "pqr"}, {"name": "bespoke"}, {"name": "lampqa_aspects"}, {"name": "lampqa_direct"},
-              {"name": "lampqa_pairwise", "baseline": "none"}, {"name": "aepd", "repeats": 2}]
-    folder = run_recipe(recipe(tmp_path, {"name": "sample", "limit": 3}, judges, systems=("none", "full")), progress=False)
+    judges = [
+        {"name": "pqr"},
+        {"name": "bespoke"},
+        {"name": "lampqa_aspects"},
+        {"name": "lampqa_direct"},
+        {"name": "lampqa_pairwise", "baseline": "none"},
+        {"name": "aepd", "repeats": 2},
+    ]
+    folder = run_recipe(
+        recipe(tmp_path, {"name": "sample", "limit": 3}, judges, systems=("none", "full")), progress=False
+    )
     results = assert_scored_within_range(folder, [j["name"] for j in judges])
     # the pairwise judge compares each system with the baseline, after both episodes
     assert all(any(j["judge"] == "lampqa_pairwise" for j in r["judgments"]) == (r["system"] == "full") for r in results)
@@ -70,8 +80,14 @@ def test_every_judge_scores_the_sample_suite_within_its_range(tmp_path, cache_di
     summary = json.loads(folder.summary.read_text())
     pairwise = summary["systems"]["full"]["judges"]["lampqa_pairwise"]
     assert pairwise["n"] == 3 and summary["systems"]["none"]["judges"]["lampqa_pairwise"] == {
-        **summary["systems"]["none"]["judges"]["lampqa_pairwise"], "n": 0, "failed": 0}
-    assert pairwise["pairwise"]["n"] == 3 and pairwise["pairwise"]["flip_rate"] == pairwise["flags"].get("order_flip", 0) / 3
+        **summary["systems"]["none"]["judges"]["lampqa_pairwise"],
+        "n": 0,
+        "failed": 0,
+    }
+    assert (
+        pairwise["pairwise"]["n"] == 3
+        and pairwise["pairwise"]["flip_rate"] == pairwise["flags"].get("order_flip", 0) / 3
+    )
     assert pairwise["pairwise"]["win_rate"] == pytest.approx(pairwise["mean"])
     table = summary["systems"]["none"]["judges"]["bespoke"]["table"]
     assert set(table) == {"need_alignment", "content_depth", "tone", "explanation_style", "recall", "average"}
@@ -84,13 +100,16 @@ def test_every_judge_scores_the_sample_suite_within_its_range(tmp_path, cache_di
     assert roles - {"system"} <= set(JUDGE_ROLES) and "judge" not in roles
 
 
-@pytest.mark.parametrize(("benchmark", "judges"), [
-    ({"name": "pdr", "setting": "persona", "limit": 2}, [{"name": "pqr"}]),
-    ({"name": "ikat", "limit": 2}, [{"name": "aepd"}]),
-    ({"name": "drb", "limit": 2}, [{"name": "pqr", "axes": ["Q", "R"]}]),
-    ({"name": "locomo", "limit": 2}, [{"name": "locomo"}]),
-    ({"name": "prefeval", "limit": 2}, [{"name": "prefeval"}]),
-])
+@pytest.mark.parametrize(
+    ("benchmark", "judges"),
+    [
+        ({"name": "pdr", "setting": "persona", "limit": 2}, [{"name": "pqr"}]),
+        ({"name": "ikat", "limit": 2}, [{"name": "aepd"}]),
+        ({"name": "drb", "limit": 2}, [{"name": "pqr", "axes": ["Q", "R"]}]),
+        ({"name": "locomo", "limit": 2}, [{"name": "locomo"}]),
+        ({"name": "prefeval", "limit": 2}, [{"name": "prefeval"}]),
+    ],
+)
 def test_benchmarks_are_scored_by_the_judges_that_fit_them(tmp_path, cache_dir, benchmark, judges) -> None:
     folder = run_recipe(recipe(tmp_path, benchmark, judges), progress=False)
     results = assert_scored_within_range(folder, [j["name"] for j in judges])
@@ -103,13 +122,18 @@ def test_benchmarks_are_scored_by_the_judges_that_fit_them(tmp_path, cache_dir, 
         assert figures["prefeval"]["n"] == 2 and figures["prefeval"]["accuracy"] == pytest.approx(figures["mean"])
 
 
-@pytest.mark.parametrize(("benchmark", "judge", "lacking"), [
-    ({"name": "drb", "limit": 2}, {"name": "pqr"}, "a structured persona"),
-    ({"name": "pdr", "setting": "persona", "limit": 2}, {"name": "bespoke"}, "response-judgment pairs"),
-    ({"name": "sample", "limit": 2}, {"name": "locomo"}, "a reference answer"),
-    ({"name": "locomo", "limit": 2}, {"name": "lampqa_aspects"}, "rubric aspects"),
-])
-def test_a_judge_the_benchmark_cannot_feed_is_refused_before_the_run(tmp_path, cache_dir, benchmark, judge, lacking) -> None:
+@pytest.mark.parametrize(
+    ("benchmark", "judge", "lacking"),
+    [
+        ({"name": "drb", "limit": 2}, {"name": "pqr"}, "a structured persona"),
+        ({"name": "pdr", "setting": "persona", "limit": 2}, {"name": "bespoke"}, "response-judgment pairs"),
+        ({"name": "sample", "limit": 2}, {"name": "locomo"}, "a reference answer"),
+        ({"name": "locomo", "limit": 2}, {"name": "lampqa_aspects"}, "rubric aspects"),
+    ],
+)
+def test_a_judge_the_benchmark_cannot_feed_is_refused_before_the_run(
+    tmp_path, cache_dir, benchmark, judge, lacking
+) -> None:
     with pytest.raises(ConfigError) as caught:
         run_recipe(recipe(tmp_path, benchmark, [judge]), progress=False)
     message = str(caught.value)
@@ -119,8 +143,10 @@ def test_a_judge_the_benchmark_cannot_feed_is_refused_before_the_run(tmp_path, c
 
 def test_pairwise_baseline_must_be_a_system_of_the_recipe(tmp_path, cache_dir) -> None:
     with pytest.raises(ConfigError, match="baseline system 'nobody' is not in the recipe"):
-        run_recipe(recipe(tmp_path, {"name": "sample", "limit": 1}, [{"name": "lampqa_pairwise", "baseline": "nobody"}]),
-                   progress=False)
+        run_recipe(
+            recipe(tmp_path, {"name": "sample", "limit": 1}, [{"name": "lampqa_pairwise", "baseline": "nobody"}]),
+            progress=False,
+        )
 
 
 class CitingGateway(Gateway):
@@ -128,8 +154,14 @@ class CitingGateway(Gateway):
 
     async def structured(self, role, messages, schema):
         if schema.__name__ == "ExtractedClaims":
-            return schema.model_validate({"claims": [{"fact": "A fact from the page.", "ref_idx": "1", "url": ""},
-                                                     {"fact": "An uncited fact.", "ref_idx": "", "url": ""}]})
+            return schema.model_validate(
+                {
+                    "claims": [
+                        {"fact": "A fact from the page.", "ref_idx": "1", "url": ""},
+                        {"fact": "An uncited fact.", "ref_idx": "", "url": ""},
+                    ]
+                }
+            )
         return await super().structured(role, messages, schema)
 
 
@@ -141,8 +173,10 @@ def test_pqr_reads_cited_pages_through_the_sandbox_web_and_its_replay(tmp_path, 
     async def judged(mode: str):
         async with build_web(WebConfig(mode=mode, cache_dir=tmp_path / "web")) as web:
             read = await web.fetch(page.url)  # what the system read, as a pipeline would cite it
-            response = SystemResponse(text=f"{page.title}: a fact [1].", citations=[
-                HashedCitation(source_id=page.id, url=page.url, title=page.title, sha256=sha256(read.text))])
+            response = SystemResponse(
+                text=f"{page.title}: a fact [1].",
+                citations=[HashedCitation(source_id=page.id, url=page.url, title=page.title, sha256=sha256(read.text))],
+            )
             result = await judge.judge(case, response, JudgeEnv(gateway=CitingGateway(), web=serving(web)))
             return result, [entry.from_cache for entry in web.log]
 
@@ -166,8 +200,10 @@ def test_judges_over_litellms_http_path(cache_dir) -> None:
         settings = ModelSettings(model="openai/gpt-4o-mini", api_base=stub.base_url, api_key="sk-stub", max_retries=0)
         gateway = Gateway({"judge": settings})
         env = JudgeEnv(gateway=gateway)
-        results = [asyncio.run(create_judge({"name": name}).judge(case, SystemResponse(text="An answer."), env))
-                   for name in ("pqr", "bespoke", "lampqa_aspects")]
+        results = [
+            asyncio.run(create_judge({"name": name}).judge(case, SystemResponse(text="An answer."), env))
+            for name in ("pqr", "bespoke", "lampqa_aspects")
+        ]
         requests = len(stub.requests)
     assert all(r.error is None and r.score is not None for r in results)
     assert requests == len(gateway.ledger.entries) and all(e.prompt_tokens > 0 for e in gateway.ledger.entries)

@@ -24,7 +24,11 @@ def test_queries_history_and_gold():
     assert shoes.history[1].queries[0].clicked[0].title == "12-week half marathon plan for beginners"
     assert shoes.history[1].queries[1].clicked == []
     assert shoes.gold.information_need.startswith("Shoes for a flat-footed beginner")
-    assert shoes.gold.information_claims == ["Stability shoes suit flat feet.", "Budget under 120 USD", "Asphalt favours cushioned road shoes"]
+    assert shoes.gold.information_claims == [
+        "Stability shoes suit flat feet.",
+        "Budget under 120 USD",
+        "Asphalt favours cushioned road shoes",
+    ]
     assert [(p.score, p.feedback) for p in shoes.gold.rj_pairs] == [
         (1.0, "Too generic: ignores my flat feet and budget."),
         (5.0, "Exactly my situation."),
@@ -58,6 +62,10 @@ def test_row_for_an_unknown_query_is_a_data_error(tmp_path):
     data = tmp_path / "bespoke"
     shutil.copytree(FIXTURES, data)
     path = data / "personalized_rubric" / "personalized_rubric.jsonl"
-    path.write_text(path.read_text() + json.dumps({"user": "u09", "query-id": "u09-q7", "id": "r9", "personalized_rubric_value": "x"}) + "\n")
+    path.write_text(
+        path.read_text()
+        + json.dumps({"user": "u09", "query-id": "u09-q7", "id": "r9", "personalized_rubric_value": "x"})
+        + "\n"
+    )
     with pytest.raises(DataError, match="u09-q7"):
         load_cases("bespoke", options={"data_dir": str(data)})

@@ -19,7 +19,12 @@ def test_criteria_and_weights():
     first = cases["drb:1"]
     assert first.query.text.startswith("收集整理目前中国9阶层实际收入和财务状况")
     assert first.domain == "Finance & Business"
-    assert first.gold.dimension_weights == {"readability": 0.14, "insight": 0.36, "comprehensiveness": 0.3, "instruction_following": 0.2}
+    assert first.gold.dimension_weights == {
+        "readability": 0.14,
+        "insight": 0.36,
+        "comprehensiveness": 0.3,
+        "instruction_following": 0.2,
+    }
     assert first.gold.criteria[0].dimension == "comprehensiveness"
     assert first.gold.criteria[0].criterion == "阶层划分标准的明确性与覆盖度"
     assert first.gold.criteria[0].weight == 0.15

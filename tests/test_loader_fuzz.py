@@ -14,17 +14,18 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.case import Case
-from benchmarks.data_files import ENV_DATA_DIR, data_dir
 from benchmarks.common.errors import DataError
+from benchmarks.data_files import ENV_DATA_DIR, data_dir
 from benchmarks.registry import load_cases
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -46,7 +47,9 @@ def _first_items(n: int) -> Callable[[bytes, bool], bytes]:
 
 
 def _qrels_for(topics: tuple[str, ...]) -> Callable[[bytes, bool], bytes]:
-    return lambda raw, gz: b"\n".join(l for l in raw.splitlines() if l.split(b"_")[0].decode() in topics) + b"\n"
+    return lambda raw, gz: (
+        b"\n".join(line for line in raw.splitlines() if line.split(b"_")[0].decode() in topics) + b"\n"
+    )
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,11 @@ TARGETS = {
     ),
     "pdr_contexts": Target(
         "pdr",
-        {"pdr_bench/tasks_en.jsonl.gz": None, "pdr_bench/personas_en.jsonl.gz": None, "pdr_bench/queries250_en.jsonl.gz": _first_lines(10)},
+        {
+            "pdr_bench/tasks_en.jsonl.gz": None,
+            "pdr_bench/personas_en.jsonl.gz": None,
+            "pdr_bench/queries250_en.jsonl.gz": _first_lines(10),
+        },
         setting="context",
         options={"contexts_file": "{tmp}/contexts_en.jsonl"},
         external={"contexts_en.jsonl": FIXTURES / "pdr_contexts" / "contexts_en.jsonl"},
@@ -90,12 +97,20 @@ TARGETS = {
         external={"2025_test_topics.json": FIXTURES / "ikat2025" / "2025_test_topics.json"},
     ),
     "locomo": Target("locomo", {"locomo/locomo10.json": _first_items(1)}),
-    "prefeval_explicit": Target("prefeval", {"prefeval/explicit_preference/travel_hotel.json": None}, split="travel_hotel", setting="explicit"),
+    "prefeval_explicit": Target(
+        "prefeval", {"prefeval/explicit_preference/travel_hotel.json": None}, split="travel_hotel", setting="explicit"
+    ),
     "prefeval_choice": Target(
-        "prefeval", {"prefeval/implicit_choice_based/travel_hotel.json": _first_items(15)}, split="travel_hotel", setting="implicit_choice"
+        "prefeval",
+        {"prefeval/implicit_choice_based/travel_hotel.json": _first_items(15)},
+        split="travel_hotel",
+        setting="implicit_choice",
     ),
     "prefeval_persona": Target(
-        "prefeval", {"prefeval/implicit_persona_driven/travel_hotel.json": _first_items(10)}, split="travel_hotel", setting="implicit_persona"
+        "prefeval",
+        {"prefeval/implicit_persona_driven/travel_hotel.json": _first_items(10)},
+        split="travel_hotel",
+        setting="implicit_persona",
     ),
     "drb": Target(
         "drb",
@@ -172,7 +187,9 @@ def mutate(relpath: str, raw: bytes, kind: str, data: st.DataObject) -> bytes:
     else:  # whitespace-separated qrels: drop or replace one token
         tokens = text.split(" ")
         i = data.draw(st.integers(0, len(tokens) - 1), label="token")
-        tokens[i] = "" if kind == "delete_key" else data.draw(st.sampled_from(["x", "-3", "1.5", "9-9_9"]), label="token value")
+        tokens[i] = (
+            "" if kind == "delete_key" else data.draw(st.sampled_from(["x", "-3", "1.5", "9-9_9"]), label="token value")
+        )
         text = " ".join(tokens)
     encoded = text.encode()
     return gzip.compress(encoded, mtime=0) if gz else encoded

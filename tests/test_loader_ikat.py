@@ -13,7 +13,9 @@ from benchmarks.registry import load_cases
 TOPICS_2025 = Path(__file__).parent / "fixtures" / "ikat2025" / "2025_test_topics.json"
 
 
-@pytest.mark.parametrize(("split", "turns", "topics"), [("2023_train", 95, 11), ("2023_test", 332, 25), ("2024_test", 218, 17)])
+@pytest.mark.parametrize(
+    ("split", "turns", "topics"), [("2023_train", 95, 11), ("2023_test", 332, 25), ("2024_test", 218, 17)]
+)
 def test_one_case_per_turn_and_one_user_per_topic(split, turns, topics):
     cases = load_cases("ikat", split=split)
     assert len(cases) == turns

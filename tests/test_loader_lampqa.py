@@ -22,7 +22,10 @@ def test_profile_is_history_and_rubric_is_gold():
     assert [e.id for e in case.history] == ["profile:p1", "profile:p2"]
     assert case.history[0].question == "Is it worth learning Lean as a math undergrad?"
     assert case.history[0].narrative.startswith("I have been reading about formal proof assistants")
-    assert [a.aspect for a in case.gold.rubric_aspects] == ["Cold-emailing professors", "Prioritizing actions: broadening search vs. emailing"]
+    assert [a.aspect for a in case.gold.rubric_aspects] == [
+        "Cold-emailing professors",
+        "Prioritizing actions: broadening search vs. emailing",
+    ]
     assert case.gold.narrative.startswith("I'm currently an American sophomore")
     view = case.view()
     assert case.gold.rubric_aspects[0].reason not in view.model_dump_json()

@@ -25,7 +25,12 @@ def test_sessions_become_dialogue_turns(cases):
     case = cases[0]
     assert case.id == "locomo:conv-26:0" and case.user_id == "conv-26"
     first = case.history[0]
-    assert (first.id, first.speaker, first.session, first.timestamp) == ("D1:1", "Caroline", "session_1", "1:56 pm on 8 May, 2023")
+    assert (first.id, first.speaker, first.session, first.timestamp) == (
+        "D1:1",
+        "Caroline",
+        "session_1",
+        "1:56 pm on 8 May, 2023",
+    )
     assert all(e.kind == "dialogue_turn" for e in case.history)
     assert any("[shares an image:" in e.text for e in case.history)
     assert case.query.text == "When did Caroline go to the LGBTQ support group?"
@@ -37,7 +42,9 @@ def test_adversarial_items_use_their_own_answer_field(cases):
     assert len(adversarial) == 446
     assert all(c.gold.answer == NOT_MENTIONED and c.gold.adversarial_answer for c in adversarial)
     assert all(c.gold.adversarial_answer is None for c in cases if c.meta["category"] != 5)
-    assert next(c for c in adversarial if c.id == "locomo:conv-26:152").gold.adversarial_answer == "self-care is important"
+    assert (
+        next(c for c in adversarial if c.id == "locomo:conv-26:152").gold.adversarial_answer == "self-care is important"
+    )
 
 
 def test_evidence_ids_are_normalised_and_resolved(cases):

@@ -8,7 +8,10 @@ from benchmarks.loaders.prefeval import TOPICS
 from benchmarks.registry import load_cases
 
 
-@pytest.mark.parametrize(("setting", "kind"), [("explicit", "preference"), ("implicit_choice", "chat_session"), ("implicit_persona", "chat_session")])
+@pytest.mark.parametrize(
+    ("setting", "kind"),
+    [("explicit", "preference"), ("implicit_choice", "chat_session"), ("implicit_persona", "chat_session")],
+)
 def test_each_form_has_1000_items(setting, kind):
     cases = load_cases("prefeval", setting=setting)
     assert len(cases) == 1000

@@ -36,9 +36,19 @@ INSTALLED = all(importlib.util.find_spec(name) for name in ("llama_cpp", "llm_sm
 SMALL_BUDGETS = {
     "rag": {"max_queries": 1, "max_pages": 1, "page_chars": 800},
     "planpers": {"max_aspects": 2},
-    "deep_research": {"max_researchers": 1, "max_rounds": 1, "max_steps": 1, "queries_per_topic": 1, "max_pages": 1,
-                      "max_tool_calls": 2, "notes_per_source": 2, "page_chars": 800, "report_sources": 3,
-                      "clarify": "always", "max_questions": 1},  # the simulated user answers, on the model too
+    "deep_research": {
+        "max_researchers": 1,
+        "max_rounds": 1,
+        "max_steps": 1,
+        "queries_per_topic": 1,
+        "max_pages": 1,
+        "max_tool_calls": 2,
+        "notes_per_source": 2,
+        "page_chars": 800,
+        "report_sources": 3,
+        "clarify": "always",
+        "max_questions": 1,
+    },  # the simulated user answers, on the model too
 }
 
 
@@ -78,11 +88,15 @@ def check_real_run(folder: Path, n_results: int) -> list[dict]:
     assert all(e["structured_mode"] == "json_schema" for e in ledger if e["status"] == "refused")
     cut_structured = [e for e in structured if e["finish_reason"] == "length" and e["kind"] == "structured"]
     assert sum(e["kind"] == "repair" for e in ledger) <= len(cut_structured)  # only cut answers needed repair
-    judged = [e for e in structured if e["node"] == "run_judge" and e["status"] == "ok"]  # a refusal is the mode being learned
+    judged = [
+        e for e in structured if e["node"] == "run_judge" and e["status"] == "ok"
+    ]  # a refusal is the mode being learned
     assert judged and all(e["kind"] == "structured" and e["finish_reason"] == "stop" for e in judged)
     provider = [e for e in ledger if e["status"] == "ok" and not e["cache_hit"]]
     limits = {"text": MAX_TOKENS, "structured": STRUCTURED_TOKENS, "repair": STRUCTURED_TOKENS}
-    assert provider and all(e["prompt_tokens"] > 0 and 1 <= e["completion_tokens"] <= limits[e["kind"]] for e in provider)
+    assert provider and all(
+        e["prompt_tokens"] > 0 and 1 <= e["completion_tokens"] <= limits[e["kind"]] for e in provider
+    )
     # a character estimate would not land on the limit: these are the server's own counts
     cut = [e for e in provider if e["finish_reason"] == "length"]
     assert all(e["completion_tokens"] in (MAX_TOKENS, limits[e["kind"]]) for e in cut)
@@ -102,20 +116,30 @@ def test_every_pipeline_runs_on_the_local_model(tmp_path, cache_dir, pipeline):
     models = {role: {"model": "local/smollm2", "max_tokens": MAX_TOKENS} for role in ("system", "writer", "judge")}
     # the clarifier's question list fits: its schema stops it at max_questions (at 256 tokens SmolLM2 went on
     # listing questions until the JSON was cut, when the schema had no bound)
-    models |= {role: {"model": "local/smollm2", "max_tokens": STRUCTURED_TOKENS}
-               for role in ("planner", "researcher", "user_sim", "clarifier")}
-    recipe = parse_recipe({
-        "name": f"local-{pipeline}",
-        # one case: every node of the pipeline runs on it; two episodes side by side on the one
-        # server are the quickstart test's below
-        "benchmark": {"name": "sample", "split": "all", "setting": "context", "limit": 1},
-        "models": models,
-        "systems": [{"name": pipeline, "pipeline": pipeline, "pipeline_options": SMALL_BUDGETS.get(pipeline, {}),
-                     "memory": {"backend": "full", "budget_tokens": 400}}],
-        "judges": [{"name": "lampqa_aspects"}],
-        "user_sim": {"clarify": True},  # deep_research's clarify interrupt, answered in the run
-        "run": {"out_dir": str(tmp_path), "concurrency": 2},
-    })
+    models |= {
+        role: {"model": "local/smollm2", "max_tokens": STRUCTURED_TOKENS}
+        for role in ("planner", "researcher", "user_sim", "clarifier")
+    }
+    recipe = parse_recipe(
+        {
+            "name": f"local-{pipeline}",
+            # one case: every node of the pipeline runs on it; two episodes side by side on the one
+            # server are the quickstart test's below
+            "benchmark": {"name": "sample", "split": "all", "setting": "context", "limit": 1},
+            "models": models,
+            "systems": [
+                {
+                    "name": pipeline,
+                    "pipeline": pipeline,
+                    "pipeline_options": SMALL_BUDGETS.get(pipeline, {}),
+                    "memory": {"backend": "full", "budget_tokens": 400},
+                }
+            ],
+            "judges": [{"name": "lampqa_aspects"}],
+            "user_sim": {"clarify": True},  # deep_research's clarify interrupt, answered in the run
+            "run": {"out_dir": str(tmp_path), "concurrency": 2},
+        }
+    )
     folder = run_recipe(recipe, progress=False)
     ledger = check_real_run(folder.path, n_results=1)
     if pipeline == "deep_research":  # asked through its interrupt, answered by the simulated user on the model
@@ -137,17 +161,35 @@ def test_the_quickstart_on_the_local_model(tmp_path):
     env = {**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")}
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "runs.cli", "run", str(short), "--model", "local/smollm2", "--limit", "1",
-         "--no-progress", "--out", str(tmp_path / "run")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800,
+        [
+            sys.executable,
+            "-m",
+            "runs.cli",
+            "run",
+            str(short),
+            "--model",
+            "local/smollm2",
+            "--limit",
+            "1",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     ledger = check_real_run(tmp_path / "run", n_results=2)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     for system in ("direct-none", "direct-full"):
         assert summary["systems"][system]["judges"]["lampqa_aspects"]["n"] == 1  # every judgment scored
-    print(f"quickstart on local/smollm2, 1 case: {time.perf_counter() - started:.1f} s, "
-          f"{sum(e['completion_tokens'] for e in ledger)} completion tokens")
+    print(
+        f"quickstart on local/smollm2, 1 case: {time.perf_counter() - started:.1f} s, "
+        f"{sum(e['completion_tokens'] for e in ledger)} completion tokens"
+    )
 
 
 # ------------------------------------------------------------------ the server and the gateway
@@ -169,17 +211,25 @@ def test_the_server_serves_the_bundled_model_and_stops():
 
 async def test_structured_answers_are_grammar_constrained_and_the_mode_is_learned(tmp_path):
     ModeMemory.forget_process()
-    gateway = Gateway({"judge": ModelSettings(model="local/smollm2", max_tokens=MAX_TOKENS)},
-                      ledger=Ledger(None), modes=ModeMemory.in_folder(tmp_path))
+    gateway = Gateway(
+        {"judge": ModelSettings(model="local/smollm2", max_tokens=MAX_TOKENS)},
+        ledger=Ledger(None),
+        modes=ModeMemory.in_folder(tmp_path),
+    )
     try:
-        answers = [await gateway.structured("judge", [{"role": "user", "content": f"Name the capital of {c}."}], Capital)
-                   for c in ("France", "Italy")]
+        answers = [
+            await gateway.structured("judge", [{"role": "user", "content": f"Name the capital of {c}."}], Capital)
+            for c in ("France", "Italy")
+        ]
     finally:
         await gateway.aclose()
     assert all(isinstance(a, Capital) for a in answers)
     entries = gateway.ledger.entries
     assert [(e.structured_mode, e.status) for e in entries] == [
-        ("json_schema", "refused"), ("json_object", "ok"), ("json_object", "ok")]
+        ("json_schema", "refused"),
+        ("json_object", "ok"),
+        ("json_object", "ok"),
+    ]
     assert "Input should be 'text' or 'json_object'" in entries[0].error  # the server's own words
     assert json.loads((tmp_path / MODES_FILE).read_text())["local/smollm2"]["mode"] == "json_object"
     assert not SERVERS.running()
@@ -200,9 +250,12 @@ async def test_a_prompt_longer_than_the_context_fails_at_once_with_the_servers_m
 def test_a_fully_cached_rerun_starts_no_server(tmp_path, cache_dir, monkeypatch):
     models = {role: {"model": "local/smollm2", "max_tokens": 16} for role in ("system", "judge")}
     data = {
-        "name": "cached", "benchmark": {"name": "tiny", "limit": 1},
-        "models": models, "systems": [{"name": "none", "memory": {"backend": "none"}}],
-        "judges": [{"name": "lampqa_aspects"}], "run": {"out_dir": str(tmp_path)},
+        "name": "cached",
+        "benchmark": {"name": "tiny", "limit": 1},
+        "models": models,
+        "systems": [{"name": "none", "memory": {"backend": "none"}}],
+        "judges": [{"name": "lampqa_aspects"}],
+        "run": {"out_dir": str(tmp_path)},
     }
     run_recipe(parse_recipe(data), tmp_path / "first", progress=False)
     monkeypatch.setattr(SERVERS, "acquire", lambda spec: pytest.fail("a cached rerun started the local server"))
@@ -231,8 +284,14 @@ def test_the_server_exits_when_its_parent_dies(tmp_path):
 
 def test_model_check_and_bench_model_on_the_local_model(tmp_path):
     env = {**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")}
-    check = subprocess.run([sys.executable, "-m", "runs.cli", "model", "check", "--model", "local/smollm2", "--json"],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    check = subprocess.run(
+        [sys.executable, "-m", "runs.cli", "model", "check", "--model", "local/smollm2", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert check.returncode == 0, check.stderr[-2000:]
     [probe] = json.loads(check.stdout)
     assert probe["roles"] == ["system", "user_sim", "judge"] and probe["dry_run"] is False
@@ -240,8 +299,14 @@ def test_model_check_and_bench_model_on_the_local_model(tmp_path):
     assert probe["structured"]["ok"] and probe["structured"]["structured_mode"] == "json_object"
     assert probe["structured"]["refused_modes"] == ["json_schema"] and probe["structured"]["answer"]
 
-    bench = subprocess.run([sys.executable, "-m", "runs.cli", "bench", "model", "--requests", "2", "--max-tokens", "12"],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    bench = subprocess.run(
+        [sys.executable, "-m", "runs.cli", "bench", "model", "--requests", "2", "--max-tokens", "12"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert bench.returncode == 0, bench.stderr[-2000:]
     figures = json.loads(bench.stdout)
     assert figures["model"] == "local/smollm2" and figures["requests"] == 2

@@ -18,18 +18,24 @@ from pathlib import Path
 import pytest
 
 from agents.clarify import DONT_KNOW, ClarifyRequest
-from agents.models.gateway import Gateway
 from agents.judges.base import JudgeResult
+from agents.models.gateway import Gateway
 from agents.models.ledger import Ledger, call_tags
 from agents.models.local_model import SERVERS, parse_local_model
 from agents.models.settings import ModelSettings
-from agents.user_sim import HistoryOptions, answer_clarification, check_protocol, check_reversibility, synthesize_history
+from agents.user_sim import (
+    HistoryOptions,
+    answer_clarification,
+    check_protocol,
+    check_reversibility,
+    synthesize_history,
+)
 from agents.user_sim.history import history_rules
 from benchmarks.loaders.pdr import context_history
 from benchmarks.registry import load_cases
 from runs.recipe import parse_recipe
 from runs.runner import run_recipe
-from tests.test_local_model import INSTALLED, local_model_installed, lines  # noqa: F401 (the skip-or-fail fixture)
+from tests.test_local_model import INSTALLED, lines, local_model_installed  # noqa: F401 (the skip-or-fail fixture)
 
 MODEL = "local/smollm2"
 SHORT = 32  # the systems' answers: judged, not read
@@ -52,10 +58,21 @@ def one_server():
 
 
 def run(tmp_path: Path, benchmark: dict, systems: list[dict], judges: list[dict]) -> Path:
-    models = {"system": {"model": MODEL, "max_tokens": SHORT}, "judge": {"model": MODEL, "max_tokens": JUDGE_TOKENS},
-              "user_sim": {"model": MODEL, "max_tokens": JUDGE_TOKENS}}
-    recipe = parse_recipe({"name": "local-roles", "benchmark": {**benchmark, "limit": 1}, "models": models,
-                           "systems": systems, "judges": judges, "run": {"out_dir": str(tmp_path), "concurrency": 2}})
+    models = {
+        "system": {"model": MODEL, "max_tokens": SHORT},
+        "judge": {"model": MODEL, "max_tokens": JUDGE_TOKENS},
+        "user_sim": {"model": MODEL, "max_tokens": JUDGE_TOKENS},
+    }
+    recipe = parse_recipe(
+        {
+            "name": "local-roles",
+            "benchmark": {**benchmark, "limit": 1},
+            "models": models,
+            "systems": systems,
+            "judges": judges,
+            "run": {"out_dir": str(tmp_path), "concurrency": 2},
+        }
+    )
     return run_recipe(recipe, tmp_path / "run", progress=False).path
 
 
@@ -96,8 +113,9 @@ NO_MEMORY = {"name": "none", "memory": {"backend": "none"}}
 
 def test_pqr_and_aepd_judge_on_the_local_model(tmp_path):
     folder = run(tmp_path, TINY, [NO_MEMORY], [{"name": "pqr", "max_criteria": 1}, {"name": "aepd"}])
-    judgments, _ = check_protocol_of_run(folder, ["pqr", "aepd"],
-                                         {"pqr_criteria", "pqr_judge", "pqr_fact_checker", "aepd_judge"})
+    judgments, _ = check_protocol_of_run(
+        folder, ["pqr", "aepd"], {"pqr_criteria", "pqr_judge", "pqr_fact_checker", "aepd_judge"}
+    )
     [pqr] = [j for j in judgments if j["judge"] == "pqr"]
     if pqr["error"] is None:
         assert set(pqr["criteria"]) >= {"P", "Q", "R"}  # the weights' scale no longer fails it
@@ -114,11 +132,15 @@ def test_pairwise_lampqa_judges_on_the_local_model(tmp_path):
         assert {"first_order", "swapped_order"} <= set(pairwise["details"])
 
 
-@pytest.mark.parametrize(("benchmark", "roles"), [
-    ({"name": "sample", "split": "all", "setting": "context"}, {"bespoke_rubric", "bespoke_judge"}),  # R-J pairs
-    ({"name": "locomo"}, {"locomo_judge"}),
-    ({"name": "prefeval"}, {"prefeval_judge"}),
-], ids=["bespoke", "locomo", "prefeval"])
+@pytest.mark.parametrize(
+    ("benchmark", "roles"),
+    [
+        ({"name": "sample", "split": "all", "setting": "context"}, {"bespoke_rubric", "bespoke_judge"}),  # R-J pairs
+        ({"name": "locomo"}, {"locomo_judge"}),
+        ({"name": "prefeval"}, {"prefeval_judge"}),
+    ],
+    ids=["bespoke", "locomo", "prefeval"],
+)
 def test_bespoke_locomo_and_prefeval_judge_on_the_local_model(tmp_path, benchmark, roles):
     judge = {"sample": "bespoke"}.get(benchmark["name"], benchmark["name"])
     folder = run(tmp_path, benchmark, [{"name": "none", "memory": {"backend": "none"}}], [{"name": judge}])
@@ -140,13 +162,20 @@ def test_the_simulated_user_talks_with_a_system_on_the_local_model(tmp_path):
 
 async def test_the_simulated_user_answers_questions_and_writes_a_history(tmp_path):
     ledger = Ledger(tmp_path / "ledger.jsonl")
-    gateway = Gateway({"user_sim": ModelSettings(model=MODEL, max_tokens=JUDGE_TOKENS),
-                       "history_writer": ModelSettings(model=MODEL, max_tokens=HISTORY_TOKENS)}, ledger=ledger)
+    gateway = Gateway(
+        {
+            "user_sim": ModelSettings(model=MODEL, max_tokens=JUDGE_TOKENS),
+            "history_writer": ModelSettings(model=MODEL, max_tokens=HISTORY_TOKENS),
+        },
+        ledger=ledger,
+    )
     [case] = load_cases("tiny", split="all", setting="persona", limit=1)
     questions = ["How much time do you have for this?", "What is your mother's maiden name?"]
     # a small persona: one preference tag (five items) and one other facet
-    persona = {"Preferences and Interests": {"Hobbies": "birdwatching on weekend mornings"},
-               "Basic Attributes": {"Occupation": "nurse"}}
+    persona = {
+        "Preferences and Interests": {"Hobbies": "birdwatching on weekend mornings"},
+        "Basic Attributes": {"Occupation": "nurse"},
+    }
     try:
         with call_tags(node="clarify"):
             simulated = await answer_clarification(gateway, case, ClarifyRequest(questions=questions))

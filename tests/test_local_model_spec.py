@@ -14,8 +14,12 @@ from runs.recipe import parse_recipe
 
 
 def _recipe(model: str) -> dict:
-    return {"name": "r", "benchmark": {"name": "tiny"}, "models": {"system": {"model": model}},
-            "systems": [{"name": "s", "memory": {"backend": "none"}}]}
+    return {
+        "name": "r",
+        "benchmark": {"name": "tiny"},
+        "models": {"system": {"model": model}},
+        "systems": [{"name": "s", "memory": {"backend": "none"}}],
+    }
 
 
 @pytest.mark.parametrize(
@@ -82,6 +86,7 @@ def test_concurrent_first_calls_share_one_server_and_release_it(tmp_path, monkey
     lock = threading.Lock()
 
     with OpenAIStub() as stub:
+
         class Server:
             base_url = stub.base_url
 
@@ -101,8 +106,11 @@ def test_concurrent_first_calls_share_one_server_and_release_it(tmp_path, monkey
         answers: list[str] = []
 
         async def first_calls() -> None:
-            answers.extend(await asyncio.gather(
-                *(gateway.text("system", [{"role": "user", "content": f"question {i}"}]) for i in range(5))))
+            answers.extend(
+                await asyncio.gather(
+                    *(gateway.text("system", [{"role": "user", "content": f"question {i}"}]) for i in range(5))
+                )
+            )
 
         # on its own thread: a deadlocked event loop cannot time itself out
         worker = threading.Thread(target=asyncio.run, args=(first_calls(),), daemon=True)

@@ -7,19 +7,20 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 import pytest
 
+from agents.memory_curator import ProfileAnalysis, ProfileTrait, TopicSummaries, TopicSummary, UserFact, UserKnowledge
 from agents.models.gateway import Gateway
 from agents.models.ledger import current_tags
-from agents.memory_curator import ProfileAnalysis, ProfileTrait, TopicSummaries, TopicSummary, UserFact, UserKnowledge
-from agents.persona_distiller import FACET_PATHS, FacetUpdate, PersonaUpdate, RELEASED_FACETS
+from agents.models.settings import ModelSettings
+from agents.persona_distiller import FACET_PATHS, RELEASED_FACETS, FacetUpdate, PersonaUpdate
 from agents.profiler import CriterionGuidance, InterestProfile, PresentationSignals, QueryProfile, UserProfile
 from agents.relevance import SessionJudgment, judge_sessions_batch
-from agents.models.settings import ModelSettings
 from benchmarks.case import (
     ChatMessage,
     ChatSession,
@@ -79,8 +80,9 @@ def snippet(event_id: str, text: str, when: str | None = None) -> MemorySnippet:
 
 
 def presentation() -> PresentationSignals:
-    return PresentationSignals(organization="bullets", content_depth="brief", medium="text", tone="plain",
-                               explanation_style="examples first")
+    return PresentationSignals(
+        organization="bullets", content_depth="brief", medium="text", tone="plain", explanation_style="examples first"
+    )
 
 
 # --------------------------------------------------------------------------- persona
@@ -115,7 +117,9 @@ async def test_persona_relevant_mode_puts_the_facets_the_query_needs_first():
     memory = backend("persona", FakeGateway(lambda *_: None), facets="relevant", max_facets=1)
     await memory.ingest("u", [ExplicitPersona(id="u:persona", attributes=PERSONA)])
     ctx = await memory.context("u", "Which vegetarian curry recipes should I cook for dinner?", 500)
-    assert ctx.text == "Preferences and Interests > Lifestyle Preferences > Diet: Strict vegetarian, loves Indian curries"
+    assert (
+        ctx.text == "Preferences and Interests > Lifestyle Preferences > Diet: Strict vegetarian, loves Indian curries"
+    )
     money = await memory.context("u", "How should I invest my savings safely?", 500)
     assert money.text.startswith("Financial Information > Investment Experience > Risk Management")
 
@@ -126,15 +130,25 @@ async def test_persona_relevant_mode_puts_the_facets_the_query_needs_first():
 def general_profile(prompt: str) -> UserProfile:
     return UserProfile(
         broad_interests=["cooking"],
-        interests=[InterestProfile(interest="Vegetarian cooking", subtopics=["curries"], presentation=presentation(),
-                                   guidance=["give recipes"], evidence_ids=["u:m2", "u:invented"])],
+        interests=[
+            InterestProfile(
+                interest="Vegetarian cooking",
+                subtopics=["curries"],
+                presentation=presentation(),
+                guidance=["give recipes"],
+                evidence_ids=["u:m2", "u:invented"],
+            )
+        ],
     )
 
 
 async def test_profile_is_built_on_ingest_and_updated_with_only_the_new_events():
     gateway = FakeGateway(lambda schema, prompt: general_profile(prompt))
     memory = backend("profile", gateway)
-    first = [snippet("u:m1", "I moved to Porto", "2025-01-01"), snippet("u:m2", "I cook vegetarian curries", "2025-02-01")]
+    first = [
+        snippet("u:m1", "I moved to Porto", "2025-01-01"),
+        snippet("u:m2", "I cook vegetarian curries", "2025-02-01"),
+    ]
     await memory.ingest("u", first)
     [call] = gateway.calls
     assert (call.role, call.schema, call.node) == ("memory", "UserProfile", "ingest")
@@ -170,10 +184,16 @@ async def test_profile_folds_a_long_history_in_chunks():
 
 
 def query_profile(prompt: str) -> QueryProfile:
-    guidance = CriterionGuidance(emphasize=["protein"], avoid=["meat"], delivery="a table", reasoning="vegetarian",
-                                 evidence_ids=["u:m1", "made-up"])
-    return QueryProfile(domain="personal", need_alignment=guidance, content_depth=guidance, tone=guidance,
-                        explanation_style=guidance)
+    guidance = CriterionGuidance(
+        emphasize=["protein"],
+        avoid=["meat"],
+        delivery="a table",
+        reasoning="vegetarian",
+        evidence_ids=["u:m1", "made-up"],
+    )
+    return QueryProfile(
+        domain="personal", need_alignment=guidance, content_depth=guidance, tone=guidance, explanation_style=guidance
+    )
 
 
 async def test_query_profile_is_built_at_recall_for_the_query():
@@ -200,13 +220,16 @@ def keep_if(word: str) -> Callable[[type, str], Any]:
             keep = word in session
             return SessionJudgment(keep=keep, signal="stable_preference" if keep else "none", reason="test")
         return query_profile(prompt)
+
     return answer
 
 
 SELECTION_HISTORY = [
     snippet("u:m1", "I am vegetarian", "2025-01-01"),
     snippet("u:m2", "My car is blue", "2025-02-01"),
-    ChatSession(id="u:c1", timestamp="2025-03-01", messages=[ChatMessage(role="user", content="vegetarian protein ideas?")]),
+    ChatSession(
+        id="u:c1", timestamp="2025-03-01", messages=[ChatMessage(role="user", content="vegetarian protein ideas?")]
+    ),
     SearchSession(id="u:s1", timestamp="2025-04-01", queries=[SearchQueryRecord(query="cheap flights")]),
 ]
 
@@ -238,8 +261,11 @@ async def test_selected_profile_form_profiles_only_the_kept_sessions():
 
 
 async def test_selected_judges_a_dialogue_session_as_one():
-    turns = [DialogueTurn(id=f"D{s}:{t}", speaker="Ann", text=text, session=f"session_{s}")
-             for s, texts in ((1, ["hi", "I love hiking"]), (2, ["work is busy", "deadline friday"])) for t, text in enumerate(texts)]
+    turns = [
+        DialogueTurn(id=f"D{s}:{t}", speaker="Ann", text=text, session=f"session_{s}")
+        for s, texts in ((1, ["hi", "I love hiking"]), (2, ["work is busy", "deadline friday"]))
+        for t, text in enumerate(texts)
+    ]
     gateway = FakeGateway(keep_if("hiking"))
     memory = backend("selected", gateway, form="raw")
     await memory.ingest("ann", turns)
@@ -250,11 +276,16 @@ async def test_selected_judges_a_dialogue_session_as_one():
 
 async def test_batched_judgments_drop_verdicts_for_sessions_not_asked_about():
     def answer(schema, prompt):
-        return schema.model_validate({"verdicts": [
-            {"session_id": "S2", "keep": True, "signal": "background", "reason": "r"},
-            {"session_id": "[S1]", "keep": False, "signal": "none", "reason": "r"},
-            {"session_id": "S9", "keep": True, "signal": "background", "reason": "invented"},
-        ]})
+        return schema.model_validate(
+            {
+                "verdicts": [
+                    {"session_id": "S2", "keep": True, "signal": "background", "reason": "r"},
+                    {"session_id": "[S1]", "keep": False, "signal": "none", "reason": "r"},
+                    {"session_id": "S9", "keep": True, "signal": "background", "reason": "invented"},
+                ]
+            }
+        )
+
     gateway = FakeGateway(answer)
     verdicts = await judge_sessions_batch(gateway, "memory", "q", [("a", "text a"), ("b", "text b"), ("c", "text c")])
     assert {k: v.keep for k, v in verdicts.items()} == {"a": False, "b": True}
@@ -272,7 +303,10 @@ async def test_batched_judgments_drop_verdicts_for_sessions_not_asked_about():
 def distiller(updates_by_marker: dict[str, list[FacetUpdate]]) -> Callable[[type, str], Any]:
     def answer(schema, prompt):
         new_history = prompt.split("# New history items", 1)[1]
-        return PersonaUpdate(updates=[u for marker, us in updates_by_marker.items() if marker in new_history for u in us])
+        return PersonaUpdate(
+            updates=[u for marker, us in updates_by_marker.items() if marker in new_history for u in us]
+        )
+
     return answer
 
 
@@ -282,12 +316,18 @@ EXERCISE = "Preferences and Interests > Exercise Preferences > Exercise Habits"
 
 
 async def test_persona_model_updates_only_the_facets_new_events_touch():
-    gateway = FakeGateway(distiller({
-        "vegetarian": [FacetUpdate(facet=DIET, value="Vegetarian", event_ids=["u:e1"]),
-                       FacetUpdate(facet=JOB, value="Nurse", event_ids=["u:e2", "u:invented"])],
-        "marathon": [FacetUpdate(facet=EXERCISE, value="Runs marathons", event_ids=[])],
-        "vegan": [FacetUpdate(facet=DIET, value="Vegan since March", event_ids=["u:e4"])],
-    }))
+    gateway = FakeGateway(
+        distiller(
+            {
+                "vegetarian": [
+                    FacetUpdate(facet=DIET, value="Vegetarian", event_ids=["u:e1"]),
+                    FacetUpdate(facet=JOB, value="Nurse", event_ids=["u:e2", "u:invented"]),
+                ],
+                "marathon": [FacetUpdate(facet=EXERCISE, value="Runs marathons", event_ids=[])],
+                "vegan": [FacetUpdate(facet=DIET, value="Vegan since March", event_ids=["u:e4"])],
+            }
+        )
+    )
     memory = backend("persona_model", gateway, facets="all")
     await memory.ingest("u", [snippet("u:e1", "I am vegetarian"), snippet("u:e2", "I work as a nurse")])
     await memory.ingest("u", [snippet("u:e3", "Training for a marathon")])
@@ -311,11 +351,17 @@ async def test_persona_model_updates_only_the_facets_new_events_touch():
 
 
 async def test_persona_model_returns_the_facets_relevant_to_the_query():
-    gateway = FakeGateway(distiller({"x": [
-        FacetUpdate(facet=JOB, value="Software engineer at a bank", event_ids=["u:e1"]),
-        FacetUpdate(facet=DIET, value="Vegetarian, cooks Indian curries", event_ids=["u:e2"]),
-        FacetUpdate(facet=EXERCISE, value="Cycles to work every day", event_ids=["u:e3"]),
-    ]}))
+    gateway = FakeGateway(
+        distiller(
+            {
+                "x": [
+                    FacetUpdate(facet=JOB, value="Software engineer at a bank", event_ids=["u:e1"]),
+                    FacetUpdate(facet=DIET, value="Vegetarian, cooks Indian curries", event_ids=["u:e2"]),
+                    FacetUpdate(facet=EXERCISE, value="Cycles to work every day", event_ids=["u:e3"]),
+                ]
+            }
+        )
+    )
     memory = backend("persona_model", gateway, max_facets=2)
     await memory.ingest("u", [snippet("u:e1", "x one"), snippet("u:e2", "x two"), snippet("u:e3", "x three")])
     ctx = await memory.context("u", "Suggest a vegetarian curry recipe for dinner", 1000)
@@ -358,16 +404,29 @@ def test_heat_and_promotion_math_on_a_hand_computed_example():
     assert session.heat(0.0, mid.weights) == pytest.approx(3 + 1)  # 3 pages + recency 1
 
     # a topic at cos 0.5 with the same keyword scores 0.5 + 1.0 >= 0.6: merged, one new page counted once
-    merged = mid.insert("cooking again", ["Food"], unit(1, math.sqrt(3)), [pages[0], Page("p3", "x", unit(1, 0))],
-                        now=0.0, threshold=0.6, keyword_weight=1.0)
+    merged = mid.insert(
+        "cooking again",
+        ["Food"],
+        unit(1, math.sqrt(3)),
+        [pages[0], Page("p3", "x", unit(1, 0))],
+        now=0.0,
+        threshold=0.6,
+        keyword_weight=1.0,
+    )
     assert merged is session and session.length == 4
     # cos 0 and no shared keyword: a new session
-    other = mid.insert("taxes", ["money"], unit(0, 1), [Page("p9", "x", unit(0, 1))], now=0.0, threshold=0.6, keyword_weight=1.0)
+    other = mid.insert(
+        "taxes", ["money"], unit(0, 1), [Page("p9", "x", unit(0, 1))], now=0.0, threshold=0.6, keyword_weight=1.0
+    )
     assert other is not session and len(mid.sessions) == 2
 
-    found = mid.search(unit(1, 0), now=12 * hours, top_sessions=5, session_threshold=0.1, page_threshold=0.1, max_pages=7)
+    found = mid.search(
+        unit(1, 0), now=12 * hours, top_sessions=5, session_threshold=0.1, page_threshold=0.1, max_pages=7
+    )
     assert [m.page.event_id for m in found] == ["p0", "p1", "p2", "p3"] and other.visits == 0
-    found = mid.search(unit(1, 0), now=12 * hours, top_sessions=5, session_threshold=0.1, page_threshold=0.1, max_pages=2)
+    found = mid.search(
+        unit(1, 0), now=12 * hours, top_sessions=5, session_threshold=0.1, page_threshold=0.1, max_pages=2
+    )
     assert len(found) == 2
     # H = 1*visits + 1*length + 1*exp(-dt/24h) at 24 h, 12 h after the last visit: 2 + 4 + exp(-0.5)
     assert session.heat(24 * hours, mid.weights) == pytest.approx(6.60653, abs=1e-5)
@@ -384,17 +443,37 @@ def curator(schema, prompt):
     if schema is TopicSummaries:
         return TopicSummaries(topics=[TopicSummary(theme="food", keywords=["food"], content="cooking and eating")])
     if schema is ProfileAnalysis:
-        return ProfileAnalysis(traits=[ProfileTrait(dimension="Food Interest", level="High", reasoning="cooks a lot",
-                                                    event_ids=["u:e2", "ghost"])])
+        return ProfileAnalysis(
+            traits=[
+                ProfileTrait(
+                    dimension="Food Interest", level="High", reasoning="cooks a lot", event_ids=["u:e2", "ghost"]
+                )
+            ]
+        )
     if schema is UserKnowledge:
-        return UserKnowledge(facts=[UserFact(fact="Is vegetarian", event_ids=["u:e1"]),
-                                    UserFact(fact="Owns a wok", event_ids=["nowhere"])])
+        return UserKnowledge(
+            facts=[
+                UserFact(fact="Is vegetarian", event_ids=["u:e1"]),
+                UserFact(fact="Owns a wok", event_ids=["nowhere"]),
+            ]
+        )
     raise AssertionError(schema)
 
 
-FOOD = [snippet(f"u:e{i}", text) for i, text in enumerate(
-    ["I am vegetarian", "I cook curry every week", "I bought a wok", "Tofu stir fry recipe", "Lentil soup tonight",
-     "Baking bread at home"], start=1)]
+FOOD = [
+    snippet(f"u:e{i}", text)
+    for i, text in enumerate(
+        [
+            "I am vegetarian",
+            "I cook curry every week",
+            "I bought a wok",
+            "Tofu stir fry recipe",
+            "Lentil soup tonight",
+            "Baking bread at home",
+        ],
+        start=1,
+    )
+]
 
 
 async def test_hierarchical_moves_pages_through_the_tiers_and_promotes_a_hot_session():
@@ -412,7 +491,9 @@ async def test_hierarchical_moves_pages_through_the_tiers_and_promotes_a_hot_ses
     assert [p.event_id for p in tiers.short_term] == ["u:e5", "u:e6"]
     assert tiers.long_term.traits[0].event_ids == ["u:e2"]
     assert [(f.text, f.event_ids) for f in tiers.long_term.facts] == [
-        ("Is vegetarian", ["u:e1"]), ("Owns a wok", ["u:e1", "u:e2", "u:e3", "u:e4"])]
+        ("Is vegetarian", ["u:e1"]),
+        ("Owns a wok", ["u:e1", "u:e2", "u:e3", "u:e4"]),
+    ]
 
     ctx = await memory.context("u", "vegetarian curry recipe", 2000)
     assert len(gateway.calls) == 6  # recall makes no LLM call
@@ -442,21 +523,28 @@ CONTRACT_HISTORY = [
     snippet("u:m1", "I am vegetarian and allergic to soy.", "2025-01-03"),
     snippet("u:m2", "I run a half marathon every spring.", "2025-02-10"),
     PTKBStatement(id="u:p1", text="I live in Lisbon with my two cats."),
-    ChatSession(id="u:c1", timestamp="2025-03-05", messages=[
-        ChatMessage(role="user", content="Explain index funds to me simply, please."),
-        ChatMessage(role="assistant", content="An index fund tracks a market index at low cost."),
-    ]),
+    ChatSession(
+        id="u:c1",
+        timestamp="2025-03-05",
+        messages=[
+            ChatMessage(role="user", content="Explain index funds to me simply, please."),
+            ChatMessage(role="assistant", content="An index fund tracks a market index at low cost."),
+        ],
+    ),
 ]
 
 
-@pytest.mark.parametrize("name, options, ingest_calls, recall_calls", [
-    ("profile", {}, 1, 0),
-    ("query_profile", {}, 0, 1),
-    ("selected", {"form": "raw"}, 0, 4),
-    ("selected", {"form": "raw", "batch_size": 3}, 0, 2),
-    ("persona_model", {"facets": "all"}, 1, 0),
-    ("mem0", {}, 4, 0),
-])
+@pytest.mark.parametrize(
+    "name, options, ingest_calls, recall_calls",
+    [
+        ("profile", {}, 1, 0),
+        ("query_profile", {}, 0, 1),
+        ("selected", {"form": "raw"}, 0, 4),
+        ("selected", {"form": "raw", "batch_size": 3}, 0, 2),
+        ("persona_model", {"facets": "all"}, 1, 0),
+        ("mem0", {}, 4, 0),
+    ],
+)
 async def test_llm_calls_reach_the_ledger_with_role_and_step(name, options, ingest_calls, recall_calls, tmp_path):
     gateway = scripted_gateway()
     memory = backend(name, gateway, tmp_path, **options)
@@ -495,14 +583,19 @@ def extraction_by_event(schema, prompt):
 async def test_mem0_links_each_memory_to_its_events_and_searches_without_llm(tmp_path):
     gateway = FakeGateway(extraction_by_event)
     memory = backend("mem0", gateway, tmp_path)
-    events = [snippet("u:veg", "I am vegetarian and love lentil curry"), snippet("u:car", "My car needs new tyres"),
-              snippet("u:tax", "I file my taxes in April")]
+    events = [
+        snippet("u:veg", "I am vegetarian and love lentil curry"),
+        snippet("u:car", "My car needs new tyres"),
+        snippet("u:tax", "I file my taxes in April"),
+    ]
     try:
         await memory.ingest("u", events)
         assert [(c.schema, c.node) for c in gateway.calls] == [("Mem0Extraction", "ingest")] * 3
         ctx = await memory.context("u", "vegetarian curry recipes", 1000)
         assert len(gateway.calls) == 3  # search makes no LLM call
-        assert ctx.form == "profile" and ctx.event_ids[0] == "u:veg" and set(ctx.event_ids) == {"u:veg", "u:car", "u:tax"}
+        assert (
+            ctx.form == "profile" and ctx.event_ids[0] == "u:veg" and set(ctx.event_ids) == {"u:veg", "u:car", "u:tax"}
+        )
         assert ctx.text.splitlines()[0].startswith("- User said:") and "lentil curry" in ctx.text.splitlines()[0]
         assert ctx.scores["u:veg"] == max(ctx.scores.values())
     finally:

@@ -9,8 +9,15 @@ import pytest
 
 from agents.models.gateway import Gateway
 from agents.models.settings import ModelSettings
-from benchmarks.case import (ChatMessage, ChatSession, ExplicitPersona, MemorySnippet, PTKBStatement,
-                             SearchQueryRecord, SearchSession)
+from benchmarks.case import (
+    ChatMessage,
+    ChatSession,
+    ExplicitPersona,
+    MemorySnippet,
+    PTKBStatement,
+    SearchQueryRecord,
+    SearchSession,
+)
 from memory.base import MemoryEnv, MemoryQuery
 from memory.budget import count_tokens
 from memory.registry import backend_names, create_backend
@@ -21,16 +28,28 @@ def history(user: str, marker: str) -> list:
     return [
         MemorySnippet(id=f"{user}:m1", text=f"{marker} I am vegetarian and allergic to soy.", timestamp="2025-01-03"),
         MemorySnippet(id=f"{user}:m2", text=f"{marker} I run a half marathon every spring.", timestamp="2025-02-10"),
-        MemorySnippet(id=f"{user}:m3", text=f"{marker} My budget for travel is tight this year.", timestamp="2025-03-01"),
+        MemorySnippet(
+            id=f"{user}:m3", text=f"{marker} My budget for travel is tight this year.", timestamp="2025-03-01"
+        ),
         PTKBStatement(id=f"{user}:p1", text=f"{marker} I live in Lisbon with my two cats."),
-        ChatSession(id=f"{user}:c1", timestamp="2025-03-05", messages=[
-            ChatMessage(role="user", content=f"{marker} Explain index funds to me simply, please."),
-            ChatMessage(role="assistant", content="An index fund tracks a market index at low cost."),
-        ]),
-        SearchSession(id=f"{user}:s1", timestamp="2025-03-09", queries=[
-            SearchQueryRecord(query=f"{marker} cheap vegetarian restaurants lisbon"),
-        ]),
-        MemorySnippet(id=f"{user}:m4", text=f"{marker} 我喜欢喝乌龙茶 🍵 — und lese gern Krimis.", timestamp="2025-03-12"),
+        ChatSession(
+            id=f"{user}:c1",
+            timestamp="2025-03-05",
+            messages=[
+                ChatMessage(role="user", content=f"{marker} Explain index funds to me simply, please."),
+                ChatMessage(role="assistant", content="An index fund tracks a market index at low cost."),
+            ],
+        ),
+        SearchSession(
+            id=f"{user}:s1",
+            timestamp="2025-03-09",
+            queries=[
+                SearchQueryRecord(query=f"{marker} cheap vegetarian restaurants lisbon"),
+            ],
+        ),
+        MemorySnippet(
+            id=f"{user}:m4", text=f"{marker} 我喜欢喝乌龙茶 🍵 — und lese gern Krimis.", timestamp="2025-03-12"
+        ),
     ]
 
 
@@ -65,7 +84,7 @@ async def test_recall_returns_real_ids_within_budget(backend):
 
 async def test_one_users_memory_never_reaches_another(backend):
     await ingest_all(backend)
-    for user, marker in USERS.items():
+    for user in USERS:
         other = next(m for u, m in USERS.items() if u != user)
         ctx = await backend.context(user, "vegetarian soy marathon budget Lisbon cats index funds tea", 2000)
         assert other not in ctx.text
@@ -107,7 +126,9 @@ async def test_the_state_digest_says_what_the_memory_holds(backend):
         return
     if backend.name == "persona":  # it keeps persona events only
         assert held == empty
-        await backend.ingest("alice", [ExplicitPersona(id="alice:persona", attributes={"Basic Attributes": {"Age": "34"}})])
+        await backend.ingest(
+            "alice", [ExplicitPersona(id="alice:persona", attributes={"Basic Attributes": {"Age": "34"}})]
+        )
         assert await backend.state_digest("alice") != held
         return
     assert held != empty and held != await backend.state_digest("bob")

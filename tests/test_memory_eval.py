@@ -4,7 +4,7 @@ on iKAT, `--param` errors, and `atelier bench memory` on a small history."""
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 import typer
@@ -14,8 +14,8 @@ from benchmarks.case import Case, ConversationTurn, Gold, HistoryEvent, MemorySn
 from benchmarks.common.errors import ConfigError
 from benchmarks.registry import load_cases
 from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, memory_query
-from runs.bench.memory import synthetic_histories, synthetic_queries
 from memory.evaluation import evaluate_retrieval, gold_qrels, user_histories
+from runs.bench.memory import synthetic_histories, synthetic_queries
 from runs.cli import memory as memory_cli
 from runs.cli.memory import backend_config, parse_assignments
 
@@ -43,8 +43,18 @@ class FixedRanking(MemoryBackend):
 
 def case(case_id: str, user: str, text: str, gold: Gold, turns=()) -> Case:
     events = [MemorySnippet(id=f"e{i}", text=f"note {i}") for i in range(1, 5)]
-    return Case(id=case_id, benchmark="t", user_id=user, query=Query(text=text, resolved=f"{text} (resolved)",
-                previous_turns=[ConversationTurn(utterance=u, response=r) for u, r in turns]), history=events, gold=gold)
+    return Case(
+        id=case_id,
+        benchmark="t",
+        user_id=user,
+        query=Query(
+            text=text,
+            resolved=f"{text} (resolved)",
+            previous_turns=[ConversationTurn(utterance=u, response=r) for u, r in turns],
+        ),
+        history=events,
+        gold=gold,
+    )
 
 
 async def test_scores_are_trec_eval_means_over_judged_cases():
@@ -71,14 +81,18 @@ async def test_scores_are_trec_eval_means_over_judged_cases():
 
 async def test_no_gold_is_not_measured_never_zero():
     backend = FixedRanking({})
-    result = await evaluate_retrieval(backend, [case("c1", "u1", "q1", Gold()), case("c2", "u1", "q2", Gold(relevance={"e1": 0}))])
+    result = await evaluate_retrieval(
+        backend, [case("c1", "u1", "q1", Gold()), case("c2", "u1", "q2", Gold(relevance={"e1": 0}))]
+    )
     assert (result.n, result.skipped_without_gold) == (0, 2)
     assert result.not_measured == "not measured: no case has gold relevant history"
     summary = result.summary()
     for key in ("nDCG@3", "nDCG@10", "P@3", "R@3", "MRR", "latency_ms_p50", "latency_ms_p95"):
         assert summary[key] is None, key
     assert backend.queries == []  # nothing recalled
-    measured = await evaluate_retrieval(FixedRanking({"q1": ["e1"]}), [case("c1", "u1", "q1", Gold(relevant_history_ids=["e1"]))])
+    measured = await evaluate_retrieval(
+        FixedRanking({"q1": ["e1"]}), [case("c1", "u1", "q1", Gold(relevant_history_ids=["e1"]))]
+    )
     assert measured.not_measured is None and measured.ndcg_10 == 1.0
 
 
@@ -89,11 +103,19 @@ def test_memory_eval_without_gold_prints_null_and_exits_as_bad_input(cli, monkey
     monkeypatch.setattr(benchmarks.registry, "load_cases", lambda *args, **kwargs: no_gold)
     result = CliRunner().invoke(cli, ["memory", "eval", "--benchmark", "sample", "--split", "all", "--backend", "none"])
     assert isinstance(result.exception, ConfigError)  # the CLI's main turns it into one line and exit 2
-    assert str(result.exception) == ("--benchmark sample (split all): not measured: no case has gold relevant history "
-                                     "(3 cases; memory eval scores cases with Gold.relevant_history_ids or Gold.relevance)")
+    assert str(result.exception) == (
+        "--benchmark sample (split all): not measured: no case has gold relevant history "
+        "(3 cases; memory eval scores cases with Gold.relevant_history_ids or Gold.relevance)"
+    )
     printed = json.loads(result.stdout)
     assert {key: printed[key] for key in ("nDCG@3", "nDCG@10", "P@3", "R@3", "MRR", "n")} == {
-        "nDCG@3": None, "nDCG@10": None, "P@3": None, "R@3": None, "MRR": None, "n": 0}
+        "nDCG@3": None,
+        "nDCG@10": None,
+        "P@3": None,
+        "R@3": None,
+        "MRR": None,
+        "n": 0,
+    }
     assert printed["not_measured"] == "not measured: no case has gold relevant history"
     assert (printed["skipped_without_gold"], printed["cases_with_gold"]) == (3, 0)
 
@@ -105,13 +127,19 @@ def test_memory_eval_on_a_benchmark_without_gold_exits_2(tmp_path):
     import sys
     from pathlib import Path
 
-    done = subprocess.run([sys.executable, "-m", "runs.cli", "memory", "eval", "--benchmark", "pdr", "--backend", "none"],
-                          cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")})
+    done = subprocess.run(
+        [sys.executable, "-m", "runs.cli", "memory", "eval", "--benchmark", "pdr", "--backend", "none"],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "error: --benchmark pdr (split all): not measured: no case has gold relevant history (250 cases; memory eval "
-        "scores cases with Gold.relevant_history_ids or Gold.relevance)"]
+        "scores cases with Gold.relevant_history_ids or Gold.relevance)"
+    ]
     printed = json.loads(done.stdout)
     assert (printed["nDCG@10"], printed["n"], printed["skipped_without_gold"]) == (None, 0, 250)
 
@@ -137,9 +165,26 @@ def cli() -> typer.Typer:
 
 
 def test_memory_eval_on_ikat_prints_the_metrics(cli):
-    args = ["memory", "eval", "--benchmark", "ikat", "--split", "2023_test", "--option", "qrels=nist",
-            "--backend", "retrieval", "--param", "method=bm25", "--param", "conversation.turns=2",
-            "--query", "context", "--limit", "60"]
+    args = [
+        "memory",
+        "eval",
+        "--benchmark",
+        "ikat",
+        "--split",
+        "2023_test",
+        "--option",
+        "qrels=nist",
+        "--backend",
+        "retrieval",
+        "--param",
+        "method=bm25",
+        "--param",
+        "conversation.turns=2",
+        "--query",
+        "context",
+        "--limit",
+        "60",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     printed = json.loads(result.stdout)
@@ -158,8 +203,24 @@ def test_memory_eval_on_ikat_prints_the_metrics(cli):
 
 def test_memory_eval_labels_llm_backends_on_scripted_as_dry_runs(cli, tmp_path):
     per_query = tmp_path / "rows.jsonl"
-    args = ["memory", "eval", "--benchmark", "ikat", "--split", "2023_train", "--backend", "retrieval",
-            "--param", "method=bm25", "--param", "expansion=cot", "--limit", "10", "--per-query", str(per_query)]
+    args = [
+        "memory",
+        "eval",
+        "--benchmark",
+        "ikat",
+        "--split",
+        "2023_train",
+        "--backend",
+        "retrieval",
+        "--param",
+        "method=bm25",
+        "--param",
+        "expansion=cot",
+        "--limit",
+        "10",
+        "--per-query",
+        str(per_query),
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     printed = json.loads(result.stdout)
@@ -172,10 +233,16 @@ def test_memory_eval_labels_llm_backends_on_scripted_as_dry_runs(cli, tmp_path):
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        (["methd=bm25"], "--param methd: Extra inputs are not permitted (backend 'retrieval' fields: budget_tokens, method"),
+        (
+            ["methd=bm25"],
+            "--param methd: Extra inputs are not permitted (backend 'retrieval' fields: budget_tokens, method",
+        ),
         (["method=tfidf"], "--param method: Input should be 'bm25', 'dense' or 'hybrid'"),
         (["k=ten"], "--param k: Input should be a valid integer"),
-        (["conversation.turn=2"], "--param conversation.turn: Extra inputs are not permitted (backend 'retrieval' fields: turns, responses, mode"),
+        (
+            ["conversation.turn=2"],
+            "--param conversation.turn: Extra inputs are not permitted (backend 'retrieval' fields: turns, responses, mode",
+        ),
         (["k"], "--param 'k' is not key=value"),
     ],
 )
@@ -187,7 +254,10 @@ def test_bad_params_name_the_key_and_the_valid_fields(params, message):
 
 def test_params_are_parsed_as_json_when_they_parse():
     assert parse_assignments(["k=5", "form=raw", "conversation.weight=0.25", "x.y.z=true"], "--param") == {
-        "k": 5, "form": "raw", "conversation": {"weight": 0.25}, "x": {"y": {"z": True}},
+        "k": 5,
+        "form": "raw",
+        "conversation": {"weight": 0.25},
+        "x": {"y": {"z": True}},
     }
     config = backend_config("retrieval", ["k=5", "conversation.turns=3"])
     assert (config.k, config.conversation.turns) == (5, 3)
@@ -199,8 +269,23 @@ def test_memory_eval_rejects_an_unknown_query_mode(cli):
 
 
 def test_bench_memory_reports_throughput_latency_and_memory(cli):
-    result = CliRunner().invoke(cli, ["bench", "memory", "--backend", "retrieval", "--items", "300",
-                                      "--queries", "50", "--events-per-user", "100", "--param", "method=bm25"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            "memory",
+            "--backend",
+            "retrieval",
+            "--items",
+            "300",
+            "--queries",
+            "50",
+            "--events-per-user",
+            "100",
+            "--param",
+            "method=bm25",
+        ],
+    )
     assert result.exit_code == 0, result.output
     printed = json.loads(result.stdout)
     assert (printed["items"], printed["users"], printed["queries"]) == (300, 3, 50)

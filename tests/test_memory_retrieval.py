@@ -10,9 +10,17 @@ import pytest
 from pydantic import ValidationError
 
 from agents.models.gateway import Gateway
-from agents.query_expansion import expansion_messages
 from agents.models.settings import ModelSettings
-from benchmarks.case import ConversationTurn, ChatMessage, ChatSession, MemorySnippet, PTKBStatement, SearchQueryRecord, SearchSession
+from agents.query_expansion import expansion_messages
+from benchmarks.case import (
+    ChatMessage,
+    ChatSession,
+    ConversationTurn,
+    MemorySnippet,
+    PTKBStatement,
+    SearchQueryRecord,
+    SearchSession,
+)
 from benchmarks.common.errors import DataError
 from memory.base import MemoryEnv, MemoryQuery
 from memory.budget import count_tokens
@@ -29,14 +37,24 @@ def history(user: str) -> list:
         MemorySnippet(id=f"{user}:diet", text="I am vegetarian and allergic to peanuts.", timestamp="2025-01-02"),
         MemorySnippet(id=f"{user}:run", text="I am training for my first marathon in October.", timestamp="2025-02-01"),
         PTKBStatement(id=f"{user}:cats", text="I live in a small flat in Lisbon with two cats."),
-        ChatSession(id=f"{user}:money", timestamp="2025-03-01", messages=[
-            ChatMessage(role="user", content="Explain index funds and ETFs to me simply."),
-            ChatMessage(role="assistant", content="An index fund tracks a market index at low cost."),
-        ]),
-        SearchSession(id=f"{user}:guitar", timestamp="2025-03-04", queries=[
-            SearchQueryRecord(query="beginner guitar chords lessons"),
-        ]),
-        MemorySnippet(id=f"{user}:car", text="My old car keeps breaking down; I want an electric car.", timestamp="2025-03-09"),
+        ChatSession(
+            id=f"{user}:money",
+            timestamp="2025-03-01",
+            messages=[
+                ChatMessage(role="user", content="Explain index funds and ETFs to me simply."),
+                ChatMessage(role="assistant", content="An index fund tracks a market index at low cost."),
+            ],
+        ),
+        SearchSession(
+            id=f"{user}:guitar",
+            timestamp="2025-03-04",
+            queries=[
+                SearchQueryRecord(query="beginner guitar chords lessons"),
+            ],
+        ),
+        MemorySnippet(
+            id=f"{user}:car", text="My old car keeps breaking down; I want an electric car.", timestamp="2025-03-09"
+        ),
     ]
 
 
@@ -97,9 +115,13 @@ async def test_k_and_the_budget_cut_the_ranking(backends):
 
 @pytest.mark.parametrize("method", METHODS)
 async def test_previous_turns_resolve_a_vague_follow_up(backends, method):
-    query = MemoryQuery(text="Nice. What would it cost me per month?", previous_turns=[
-        "I want to buy a new car, can you help?", "Which electric cars are cheap to run?",
-    ])
+    query = MemoryQuery(
+        text="Nice. What would it cost me per month?",
+        previous_turns=[
+            "I want to buy a new car, can you help?",
+            "Which electric cars are cheap to run?",
+        ],
+    )
     alone = backends(method)
     with_turns = backends(method, conversation={"turns": 2})
     for backend in (alone, with_turns):
@@ -164,17 +186,24 @@ def test_passages_are_overlapping_windows_that_cover_the_text():
     assert windows[-1].split()[-1] == "w24" and all(len(w.split()) <= 10 for w in windows)
     assert windows[0].split()[-2:] == windows[1].split()[:2]  # consecutive windows share `overlap` words
     assert passages(" ".join(f"w{i}" for i in range(18)), 10, 2) == [
-        " ".join(f"w{i}" for i in range(10)), " ".join(f"w{i}" for i in range(8, 18))
+        " ".join(f"w{i}" for i in range(10)),
+        " ".join(f"w{i}" for i in range(8, 18)),
     ]
 
 
 def long_chat(user: str) -> ChatSession:
     """A chat whose one mention of sourdough comes after ~200 words of something else."""
     filler = " ".join(["We talked about tax forms, invoices and the deadlines of the quarterly VAT return."] * 14)
-    return ChatSession(id=f"{user}:long", timestamp="2025-04-01", messages=[
-        ChatMessage(role="user", content=filler),
-        ChatMessage(role="assistant", content="Also: your sourdough starter needs feeding twice a day with rye flour."),
-    ])
+    return ChatSession(
+        id=f"{user}:long",
+        timestamp="2025-04-01",
+        messages=[
+            ChatMessage(role="user", content=filler),
+            ChatMessage(
+                role="assistant", content="Also: your sourdough starter needs feeding twice a day with rye flour."
+            ),
+        ],
+    )
 
 
 async def test_a_long_event_is_found_by_a_passage_beyond_the_models_window(backends, tmp_path):
@@ -195,9 +224,10 @@ async def test_a_long_event_is_found_by_a_passage_beyond_the_models_window(backe
 
 
 async def test_recall_looks_deeper_when_one_events_passages_fill_the_nearest_places(backends):
-    sourdough = MemorySnippet(id="u:bread", text=" ".join(
-        ["My sourdough starter smells sour and my sourdough loaves come out flat and dense."] * 4
-    ))
+    sourdough = MemorySnippet(
+        id="u:bread",
+        text=" ".join(["My sourdough starter smells sour and my sourdough loaves come out flat and dense."] * 4),
+    )
     backend = backends("dense", k=2, candidates=2, passage_words=14, passage_overlap=0)
     await backend.ingest("u", history("u") + [sourdough])
     ranking = backend.dense.search("u", ["why are my sourdough loaves flat?"], 2)[0]
@@ -238,7 +268,9 @@ async def test_expansion_calls_the_gateway_once_per_recall_tagged_recall(backend
         assert [(c.role, c.node, c.kind, c.dry_run) for c in calls] == [("memory", "recall", "text", True)]
         assert set(ctx.event_ids) <= {e.id for e in history("u")}
         texts = await backend.query_texts(MemoryQuery(text="Which marathons?"))
-        assert len(texts) == 1 and texts[0].startswith("Which marathons?\n") and len(texts[0]) > len("Which marathons?\n")
+        assert (
+            len(texts) == 1 and texts[0].startswith("Which marathons?\n") and len(texts[0]) > len("Which marathons?\n")
+        )
 
 
 def test_expansion_prompts_follow_bespoke_and_fence_the_query():

@@ -33,11 +33,18 @@ def cli() -> typer.Typer:
 def run_dir(tmp_path_factory) -> Path:
     """Two sample cases x two systems, judged by BESPOKE and by PQR (P and Q) on the scripted model."""
     root = tmp_path_factory.mktemp("sheet")
-    recipe = parse_recipe({
-        "name": "sheet", "benchmark": {"name": "sample", "limit": 2},
-        "systems": [{"name": "none", "memory": {"backend": "none"}}, {"name": "full", "memory": {"backend": "full"}}],
-        "judges": [{"name": "bespoke"}, {"name": "pqr", "axes": ["P", "Q"]}], "run": {"out_dir": str(root)},
-    })
+    recipe = parse_recipe(
+        {
+            "name": "sheet",
+            "benchmark": {"name": "sample", "limit": 2},
+            "systems": [
+                {"name": "none", "memory": {"backend": "none"}},
+                {"name": "full", "memory": {"backend": "full"}},
+            ],
+            "judges": [{"name": "bespoke"}, {"name": "pqr", "axes": ["P", "Q"]}],
+            "run": {"out_dir": str(root)},
+        }
+    )
     return run_recipe(recipe, root / "run", progress=False).path
 
 
@@ -47,8 +54,14 @@ def sheet_rows(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(raw.decode("utf-8-sig"), newline="")))
 
 
-def write_rows(path: Path, rows: list[dict[str, str]], columns=SHEET_COLUMNS, delimiter: str = ",",
-               line_end: str = "\r\n", bom: bool = True) -> Path:
+def write_rows(
+    path: Path,
+    rows: list[dict[str, str]],
+    columns=SHEET_COLUMNS,
+    delimiter: str = ",",
+    line_end: str = "\r\n",
+    bom: bool = True,
+) -> Path:
     buffer = io.StringIO(newline="")
     writer = csv.DictWriter(buffer, columns, delimiter=delimiter, lineterminator=line_end, extrasaction="ignore")
     writer.writeheader()
@@ -64,8 +77,8 @@ def pca_by_hand(model: dict, human: dict) -> float:
     for case in cases:
         systems = sorted(s for c, s in model if c == case)
         for i, a in enumerate(systems):
-            for b in systems[i + 1:]:
-                sign = lambda x: (x > 0) - (x < 0)  # noqa: E731
+            for b in systems[i + 1 :]:
+                sign = lambda x: (x > 0) - (x < 0)
                 outcomes.append(sign(model[case, a] - model[case, b]) == sign(human[case, a] - human[case, b]))
     return sum(outcomes) / len(outcomes)
 
@@ -83,8 +96,10 @@ def test_sheet_round_trip_gives_hand_worked_agreement(run_dir, tmp_path, cli) ->
 
     rows = sheet_rows(sheet)
     assert tuple(rows[0]) == SHEET_COLUMNS  # no column carries the judge's own scores: labelling is blind
-    records = {(r["case_id"], r["system"]): r for r in (json.loads(line) for line in
-                                                          (run_dir / "results.jsonl").read_text().split("\n") if line)}
+    records = {
+        (r["case_id"], r["system"]): r
+        for r in (json.loads(line) for line in (run_dir / "results.jsonl").read_text().split("\n") if line)
+    }
     for row in rows:
         assert row["label"] == "" and row["feedback"] == ""
         assert row["response"].lstrip("'") == records[(row["case_id"], row["system"])]["response"]["text"]
@@ -106,9 +121,16 @@ def test_sheet_round_trip_gives_hand_worked_agreement(run_dir, tmp_path, cli) ->
     result = CliRunner().invoke(cli, ["meta-eval", str(run_dir), "--judge", "bespoke", "--labels", str(sheet)])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["labels"] | {"file": None} == {"file": None, "format": "csv", "read": 12, "unlabelled_rows": 8,
-                                                 "matched": 12, "not_selected": 0, "unmatched": 0,
-                                                 "unmatched_by_reason": {}}
+    assert report["labels"] | {"file": None} == {
+        "file": None,
+        "format": "csv",
+        "read": 12,
+        "unlabelled_rows": 8,
+        "matched": 12,
+        "not_selected": 0,
+        "unmatched": 0,
+        "unmatched_by_reason": {},
+    }
     assert list(report["criteria"]) == ["content_depth", "need_alignment", "tone"]
     tone, need, depth = (report["criteria"][name] for name in ("tone", "need_alignment", "content_depth"))
     labels = {name: {key: fill[name](value) for key, value in model[name].items()} for name in fill}
@@ -120,7 +142,7 @@ def test_sheet_round_trip_gives_hand_worked_agreement(run_dir, tmp_path, cli) ->
     assert depth["pca"] == pca_by_hand(model["content_depth"], labels["content_depth"])
     assert depth["pearson"]["statistic"] is None  # constant labels: undefined, not 0
     # mirrored and identical labels: -1 and +1 wherever the judge's scores vary
-    varied = lambda name: len(set(model[name].values())) > 1  # noqa: E731
+    varied = lambda name: len(set(model[name].values())) > 1
     assert need["pearson"]["statistic"] == (pytest.approx(-1.0) if varied("need_alignment") else None)
     assert tone["pearson"]["statistic"] == (pytest.approx(1.0) if varied("tone") else None)
     average = report["average"]
@@ -133,10 +155,18 @@ def test_sheet_round_trip_gives_hand_worked_agreement(run_dir, tmp_path, cli) ->
     # The same sheet after a spreadsheet in a comma-decimal locale saved it: semicolons, columns
     # moved, a column added, blank rows, padded cells, a decimal comma, no byte-order mark.
     moved = ("label", "notes", *[c for c in SHEET_COLUMNS if c != "label"])
-    european = [{**row, "case_id": f" {row['case_id']} ", "notes": "seen",
-                 "label": row["label"].replace(".", ",") + (",0" if row["label"].isdigit() else "")} for row in rows]
-    saved = write_rows(tmp_path / "saved.csv", european[:5] + [{}] + european[5:], columns=moved, delimiter=";",
-                       bom=False)
+    european = [
+        {
+            **row,
+            "case_id": f" {row['case_id']} ",
+            "notes": "seen",
+            "label": row["label"].replace(".", ",") + (",0" if row["label"].isdigit() else ""),
+        }
+        for row in rows
+    ]
+    saved = write_rows(
+        tmp_path / "saved.csv", european[:5] + [{}] + european[5:], columns=moved, delimiter=";", bom=False
+    )
     assert saved.read_text().startswith("label;notes;case_id;") and "3,0;seen; q" in saved.read_text()
     again = CliRunner().invoke(cli, ["meta-eval", str(run_dir), "--judge", "bespoke", "--labels", str(saved)])
     assert again.exit_code == 0, again.output
@@ -151,7 +181,8 @@ def test_pqr_sheet_rows_are_sub_criteria_checked_by_wording(run_dir, tmp_path, c
     judged = run_scores(run_dir, "pqr").scores
     subs = {key: s for key, s in judged.items() if s.dimension}
     assert len(rows) == len(subs) and json.loads(done.stdout)["criteria"] == [
-        f"{code}-*" for code in ("GOAL", "CONT", "PRES", "ACTI", "DEIN", "LOGC", "CLAR")]
+        f"{code}-*" for code in ("GOAL", "CONT", "PRES", "ACTI", "DEIN", "LOGC", "CLAR")
+    ]
     for row in rows:
         score = subs[(row["case_id"], row["system"], row["criterion"])]
         assert row["scale"] == "0-10" and row["criterion_text"] == score.text
@@ -161,20 +192,37 @@ def test_pqr_sheet_rows_are_sub_criteria_checked_by_wording(run_dir, tmp_path, c
     first["criterion_text"] = "a criterion generated anew"
     write_rows(sheet, rows)
 
-    report = json.loads(CliRunner().invoke(cli, ["meta-eval", str(run_dir), "--judge", "pqr", "--labels",
-                                                 str(sheet)]).stdout)
+    report = json.loads(
+        CliRunner().invoke(cli, ["meta-eval", str(run_dir), "--judge", "pqr", "--labels", str(sheet)]).stdout
+    )
     assert report["labels"]["unmatched_by_reason"] == {"different_wording": 1}
-    assert report["unmatched"][0] | {"line": None} == {"line": None, "case_id": first["case_id"],
-                                                        "system": first["system"], "criterion": first["criterion"],
-                                                        "reason": "different_wording"}
+    assert report["unmatched"][0] | {"line": None} == {
+        "line": None,
+        "case_id": first["case_id"],
+        "system": first["system"],
+        "criterion": first["criterion"],
+        "reason": "different_wording",
+    }
     assert report["criteria"] == {} and report["average"] is None  # no dimension score was labelled
     everything = report["sub_criteria"]["all"]
     assert (everything["n"], everything["pca"], everything["mard"]) == (len(subs) - 1, 1.0, 0.0)
     assert set(report["sub_criteria"]["dimensions"]) == {"GOAL", "CONT", "PRES", "ACTI", "DEIN", "LOGC", "CLAR"}
     assert report["sub_criteria"]["dimension_average"]["pca"] == 1.0
 
-    only = CliRunner().invoke(cli, ["meta-eval", "sheet", str(run_dir), "--judge", "pqr", "--criterion", "GOAL",
-                                    "--out", str(tmp_path / "goal.csv")])
+    only = CliRunner().invoke(
+        cli,
+        [
+            "meta-eval",
+            "sheet",
+            str(run_dir),
+            "--judge",
+            "pqr",
+            "--criterion",
+            "GOAL",
+            "--out",
+            str(tmp_path / "goal.csv"),
+        ],
+    )
     assert only.exit_code == 0, only.output
     assert {r["criterion"].split("-")[0] for r in sheet_rows(tmp_path / "goal.csv")} == {"GOAL"}
 
@@ -189,13 +237,16 @@ def test_an_empty_sheet_says_so(run_dir, tmp_path, cli) -> None:
 HEADER = "case_id,system,criterion,scale,label,response\r\n"
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    # the second row starts on line 4: the first row's response spans lines 2-3
-    ('q1,a,tone,1-5,4,"two\r\nlines"\r\nq1,b,tone,1-5,five,x\r\n', ":4: column 'label': 'five' is not a number"),
-    ("q1,a,tone,1-5,7,x\r\n", ":2: column 'label': 7 is outside the criterion's scale 1-5"),
-    ("q1,a,tone,1-5,nan,x\r\n", ":2: column 'label': 'nan' is not a finite number"),
-    ("q1,,tone,1-5,4,x\r\n", ":2: column 'system' is empty"),
-])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        # the second row starts on line 4: the first row's response spans lines 2-3
+        ('q1,a,tone,1-5,4,"two\r\nlines"\r\nq1,b,tone,1-5,five,x\r\n', ":4: column 'label': 'five' is not a number"),
+        ("q1,a,tone,1-5,7,x\r\n", ":2: column 'label': 7 is outside the criterion's scale 1-5"),
+        ("q1,a,tone,1-5,nan,x\r\n", ":2: column 'label': 'nan' is not a finite number"),
+        ("q1,,tone,1-5,4,x\r\n", ":2: column 'system' is empty"),
+    ],
+)
 def test_a_bad_row_names_the_file_line_and_column(tmp_path, body, message) -> None:
     sheet = tmp_path / "sheet.csv"
     sheet.write_text(HEADER + body, encoding="utf-8", newline="")
@@ -209,8 +260,9 @@ def test_sheet_header_and_encoding_errors(tmp_path) -> None:
     sheet.write_text("\n\ncase_id;system;criterion;grade\nq1;a;tone;4\n", encoding="utf-8")
     with pytest.raises(DataError) as caught:
         read_labels(sheet)
-    assert str(caught.value) == (f"{sheet}:3: the sheet's header lacks column(s) 'label' "
-                                 "(it has: 'case_id', 'system', 'criterion', 'grade')")
+    assert str(caught.value) == (
+        f"{sheet}:3: the sheet's header lacks column(s) 'label' (it has: 'case_id', 'system', 'criterion', 'grade')"
+    )
     sheet.write_bytes(HEADER.encode() + "q1,a,tone,1-5,4,caf\u00e9\r\n".encode("cp1252"))
     with pytest.raises(DataError, match=r"sheet.csv:2: not UTF-8 text \(byte 0xe9\); save the sheet as \"CSV UTF-8\""):
         read_labels(sheet)
@@ -218,11 +270,14 @@ def test_sheet_header_and_encoding_errors(tmp_path) -> None:
 
 def test_a_decimal_comma_and_a_score_column_are_read(tmp_path) -> None:
     sheet = tmp_path / "labels.csv"
-    sheet.write_text("Case_ID\tSystem\tCriterion\tScore\tfeedback\nq1\ta\ttone\t3,5\t'- too formal\nq1\tb\ttone\t\t\n",
-                     encoding="utf-8")
+    sheet.write_text(
+        "Case_ID\tSystem\tCriterion\tScore\tfeedback\nq1\ta\ttone\t3,5\t'- too formal\nq1\tb\ttone\t\t\n",
+        encoding="utf-8",
+    )
     read = read_labels(sheet)
     assert [(lb.case_id, lb.system, lb.criterion, lb.score, lb.feedback) for lb in read.labels] == [
-        ("q1", "a", "tone", 3.5, "- too formal")]  # the formula guard "'" taken off again
+        ("q1", "a", "tone", 3.5, "- too formal")
+    ]  # the formula guard "'" taken off again
     assert read.unlabelled_rows == 1 and read.format == "csv"
 
 

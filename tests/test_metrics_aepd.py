@@ -79,7 +79,10 @@ def test_figure_2_worked_example() -> None:
 def test_ikat_case_study_reproduces_paper_scores() -> None:
     result = aepd_scores(AEPDInput(aspects=IKAT_2_14))
     assert (result.possible_aspects, result.possible_personalized, result.turn_aspects, result.turn_personalized) == (
-        21, 6, 8, 5,
+        21,
+        6,
+        8,
+        5,
     )
     assert result.npp == pytest.approx(0.475)  # (5/8 - 6/21) / (1 - 6/21)
     assert result.npcl == pytest.approx(5 / 47)  # (19 - 22/3) / (117 - 22/3)

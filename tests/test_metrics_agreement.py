@@ -92,11 +92,17 @@ def test_correlation_input_pairs_lists() -> None:
 def test_criterion_agreement_over_a_run_with_three_systems() -> None:
     from benchmarks.metrics.agreement import LabelledScore, criterion_agreement, feedback_accuracy
 
-    items = [LabelledScore(case_id=c, system=s, model=m, human=h) for c, s, m, h in [
-        ("q1", "a", 8, 7), ("q1", "b", 5, 6), ("q1", "c", 5, 9),
-        ("q2", "a", 3, 3), ("q2", "b", 4, 2),
-        ("q3", "a", 6, 6),  # alone on its case: no pair, but counts for MARD and correlations
-    ]]
+    items = [
+        LabelledScore(case_id=c, system=s, model=m, human=h)
+        for c, s, m, h in [
+            ("q1", "a", 8, 7),
+            ("q1", "b", 5, 6),
+            ("q1", "c", 5, 9),
+            ("q2", "a", 3, 3),
+            ("q2", "b", 4, 2),
+            ("q3", "a", 6, 6),  # alone on its case: no pair, but counts for MARD and correlations
+        ]
+    ]
     result = criterion_agreement(items)
     # pairs: q1 a-b (+,+) agree; a-c (+,-) disagree; b-c (0,-) disagree; q2 a-b (-,+) disagree
     assert result.n_pairs == 4 and result.pca == pytest.approx(1 / 4)
@@ -118,9 +124,19 @@ def test_pca_interval_is_the_seeded_bootstrap_of_the_pair_outcomes() -> None:
     from benchmarks.metrics.statistics import bootstrap_ci
 
     # q1..q3 agree, q4 disagrees: outcomes (0, 1, 1, 1) in any order
-    items = [LabelledScore(case_id=f"q{i}", system=s, model=m, human=h) for i, rows in enumerate(
-        [[("a", 5, 4), ("b", 3, 2)], [("a", 1, 1), ("b", 2, 3)], [("a", 4, 5), ("b", 2, 1)], [("a", 4, 1), ("b", 2, 3)]],
-        start=1) for s, m, h in rows]
+    items = [
+        LabelledScore(case_id=f"q{i}", system=s, model=m, human=h)
+        for i, rows in enumerate(
+            [
+                [("a", 5, 4), ("b", 3, 2)],
+                [("a", 1, 1), ("b", 2, 3)],
+                [("a", 4, 5), ("b", 2, 1)],
+                [("a", 4, 1), ("b", 2, 3)],
+            ],
+            start=1,
+        )
+        for s, m, h in rows
+    ]
     result = criterion_agreement(items, confidence=0.9, n_resamples=2000, seed=7)
     assert result.pca == 0.75
     expected = bootstrap_ci([0, 1, 1, 1], 0.9, 2000, 7)
@@ -135,17 +151,26 @@ def test_average_is_the_mean_of_per_criterion_figures_never_pooled() -> None:
     """BESPOKE Table 3's Avg.: two criteria on different scales, +1 and -1, average 0."""
     from benchmarks.metrics.agreement import LabelledScore, average_agreement, criterion_agreement
 
-    rating = criterion_agreement([LabelledScore(case_id=f"q{i // 2}", system="ab"[i % 2], model=v, human=v)
-                                  for i, v in enumerate([1, 2, 3, 4])])
-    recall = criterion_agreement([LabelledScore(case_id=f"q{i // 2}", system="ab"[i % 2], model=m, human=h)
-                                  for i, (m, h) in enumerate([(0.1, 0.4), (0.2, 0.3), (0.3, 0.2), (0.4, 0.1)])])
-    constant = criterion_agreement([LabelledScore(case_id="q0", system=s, model=m, human=3) for s, m in (("a", 1), ("b", 2))])
+    rating = criterion_agreement(
+        [LabelledScore(case_id=f"q{i // 2}", system="ab"[i % 2], model=v, human=v) for i, v in enumerate([1, 2, 3, 4])]
+    )
+    recall = criterion_agreement(
+        [
+            LabelledScore(case_id=f"q{i // 2}", system="ab"[i % 2], model=m, human=h)
+            for i, (m, h) in enumerate([(0.1, 0.4), (0.2, 0.3), (0.3, 0.2), (0.4, 0.1)])
+        ]
+    )
+    constant = criterion_agreement(
+        [LabelledScore(case_id="q0", system=s, model=m, human=3) for s, m in (("a", 1), ("b", 2))]
+    )
     assert (rating.pearson.statistic, recall.pearson.statistic) == (pytest.approx(1.0), pytest.approx(-1.0))
     average = average_agreement({"rating": rating, "recall": recall})
     assert average.pearson == pytest.approx(0.0) and average.spearman == pytest.approx(0.0)
     assert average.pca == 0.5 and average.criteria == ["rating", "recall"] and average.undefined == {}
     with_constant = average_agreement({"rating": rating, "recall": recall, "flat": constant})
     # the constant criterion defines no correlation: left out of that mean, and named, not counted as 0
-    assert with_constant.pearson == pytest.approx(0.0) and with_constant.undefined == {"pearson": ["flat"],
-                                                                                       "spearman": ["flat"]}
+    assert with_constant.pearson == pytest.approx(0.0) and with_constant.undefined == {
+        "pearson": ["flat"],
+        "spearman": ["flat"],
+    }
     assert with_constant.pca == pytest.approx((1 + 0 + 0) / 3)  # flat: the judge prefers b, the labels tie

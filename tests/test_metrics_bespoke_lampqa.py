@@ -24,8 +24,13 @@ def test_bespoke_scores_follow_table_4_layout() -> None:
     judged = BespokeInput.model_validate(
         {
             "ratings": {"need_alignment": 2, "content_depth": 3, "tone": 5, "explanation_style": 4},
-            "gold_information": [{"present": True}, {"present": False}, {"present": False}, {"present": True},
-                                 {"present": False}],
+            "gold_information": [
+                {"present": True},
+                {"present": False},
+                {"present": False},
+                {"present": True},
+                {"present": False},
+            ],
         }
     )
     result = bespoke_scores(judged)
@@ -38,7 +43,9 @@ def test_bespoke_scores_follow_table_4_layout() -> None:
 
 def test_bespoke_without_gold_information_has_no_recall_or_average() -> None:
     result = bespoke_scores(
-        BespokeInput.model_validate({"ratings": {"need_alignment": 1, "content_depth": 1, "tone": 1, "explanation_style": 1}})
+        BespokeInput.model_validate(
+            {"ratings": {"need_alignment": 1, "content_depth": 1, "tone": 1, "explanation_style": 1}}
+        )
     )
     assert result.personalization == 20.0
     assert result.recall is None
@@ -74,14 +81,17 @@ def test_lampqa_direct_levels() -> None:
         check_direct_level(0.6)
 
 
-@pytest.mark.parametrize(("first", "swapped", "score", "flipped"), [
-    ("response_1", "response_2", 1.0, False),   # the candidate wins in both orders
-    ("response_2", "response_1", 0.0, False),   # the baseline wins in both orders
-    ("response_1", "response_1", 0.5, True),    # the judge always picks the first position
-    ("response_2", "response_2", 0.5, True),    # ... or always the second
-    ("tie", "tie", 0.5, False),
-    ("tie", "response_2", 0.75, True),
-])
+@pytest.mark.parametrize(
+    ("first", "swapped", "score", "flipped"),
+    [
+        ("response_1", "response_2", 1.0, False),  # the candidate wins in both orders
+        ("response_2", "response_1", 0.0, False),  # the baseline wins in both orders
+        ("response_1", "response_1", 0.5, True),  # the judge always picks the first position
+        ("response_2", "response_2", 0.5, True),  # ... or always the second
+        ("tie", "tie", 0.5, False),
+        ("tie", "response_2", 0.75, True),
+    ],
+)
 def test_pairwise_outcome_in_both_orders(first, swapped, score, flipped) -> None:
     outcome = pairwise_outcome(first, swapped)
     assert outcome.score == score and outcome.flipped is flipped

@@ -96,8 +96,9 @@ def test_input_errors_raise_atelier_errors_naming_the_field(cli: typer.Typer, tm
     assert isinstance(missing_input.exception, ConfigError)
 
 
-def test_pqr_accepts_unscored_criteria_and_weights_off_one_as_deepresearch_bench_computes(cli: typer.Typer,
-                                                                                             tmp_path: Path) -> None:
+def test_pqr_accepts_unscored_criteria_and_weights_off_one_as_deepresearch_bench_computes(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
     # DeepResearch Bench, utils/score_calculator.py::calculate_weighted_scores, worked by hand: an unscored
     # criterion leaves its dimension's weighted mean; a dimension with none scored is 0 and keeps its weight;
     # criterion weights are divided by the scored ones' sum, dimension weights are used as given
@@ -145,8 +146,14 @@ def test_missing_field_is_reported_with_its_path() -> None:
 @pytest.mark.skipif(not ATELIER.exists(), reason="the atelier console script is not installed in this environment")
 def test_console_script_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"aspects": [{"aspect": "a", "personalized": True, "words": 3}, {"aspect": "a", "personalized": False}]}))
-    completed = subprocess.run([str(ATELIER), "metric", "aepd", "--input", str(bad)], capture_output=True, text=True, timeout=60)
+    bad.write_text(
+        json.dumps(
+            {"aspects": [{"aspect": "a", "personalized": True, "words": 3}, {"aspect": "a", "personalized": False}]}
+        )
+    )
+    completed = subprocess.run(
+        [str(ATELIER), "metric", "aepd", "--input", str(bad)], capture_output=True, text=True, timeout=60
+    )
     assert completed.returncode == 2
     assert completed.stdout == ""
     lines = completed.stderr.strip().splitlines()

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from benchmarks.metrics.locomo import locomo_f1, normalize_answer, refuses, token_f1
-from benchmarks.metrics.prefeval import PrefEvalInput, PreferenceChecks, preference_verdict, prefeval_scores
+from benchmarks.metrics.prefeval import PreferenceChecks, PrefEvalInput, preference_verdict, prefeval_scores
 
 
 def test_normalisation_drops_commas_punctuation_articles_and_and() -> None:
@@ -34,27 +34,36 @@ def test_category_rules() -> None:
         locomo_f1("a", "b", 6)
 
 
-@pytest.mark.parametrize(("checks", "follows", "error"), [
-    (dict(acknowledges=True, violates=False, helpful=True), True, None),
-    (dict(acknowledges=False, violates=False, helpful=True), True, None),  # unaware but harmless
-    (dict(acknowledges=True, hallucinates=True, violates=False, helpful=True), True, None),  # as the official code
-    (dict(acknowledges=True, violates=True, helpful=True), False, "inconsistent"),
-    (dict(acknowledges=True, hallucinates=True, violates=True, helpful=True), False, "hallucinated_violation"),
-    (dict(acknowledges=False, violates=True, helpful=True), False, "unaware_violation"),
-    (dict(acknowledges=True, violates=True, helpful=False), False, "unhelpful"),  # unhelpful wins
-])
+@pytest.mark.parametrize(
+    ("checks", "follows", "error"),
+    [
+        (dict(acknowledges=True, violates=False, helpful=True), True, None),
+        (dict(acknowledges=False, violates=False, helpful=True), True, None),  # unaware but harmless
+        (dict(acknowledges=True, hallucinates=True, violates=False, helpful=True), True, None),  # as the official code
+        (dict(acknowledges=True, violates=True, helpful=True), False, "inconsistent"),
+        (dict(acknowledges=True, hallucinates=True, violates=True, helpful=True), False, "hallucinated_violation"),
+        (dict(acknowledges=False, violates=True, helpful=True), False, "unaware_violation"),
+        (dict(acknowledges=True, violates=True, helpful=False), False, "unhelpful"),  # unhelpful wins
+    ],
+)
 def test_prefeval_error_types(checks, follows, error) -> None:
     verdict = preference_verdict(PreferenceChecks(**checks))
     assert (verdict.follows, verdict.error) == (follows, error)
 
 
 def test_prefeval_summary_and_validation() -> None:
-    result = prefeval_scores(PrefEvalInput.model_validate({"items": [
-        {"acknowledges": True, "violates": False, "helpful": True},
-        {"acknowledges": False, "violates": True, "helpful": True},
-        {"acknowledges": False, "violates": False, "helpful": False},
-        {"acknowledges": True, "violates": False, "helpful": True},
-    ]}))
+    result = prefeval_scores(
+        PrefEvalInput.model_validate(
+            {
+                "items": [
+                    {"acknowledges": True, "violates": False, "helpful": True},
+                    {"acknowledges": False, "violates": True, "helpful": True},
+                    {"acknowledges": False, "violates": False, "helpful": False},
+                    {"acknowledges": True, "violates": False, "helpful": True},
+                ]
+            }
+        )
+    )
     assert result.accuracy == 0.5 and result.errors["unaware_violation"] == 1 and result.errors["unhelpful"] == 1
     assert result.acknowledgement_rate == 0.5 and result.violation_rate == 0.25
     with pytest.raises(ValidationError, match="needs acknowledges=true"):

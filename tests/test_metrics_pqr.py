@@ -124,8 +124,10 @@ def test_missing_and_unknown_dimensions_are_errors() -> None:
 
 
 def test_shipped_quality_criteria_keep_their_own_dimensions() -> None:
-    payload = _judged(quality={"insight": _dimension(0.6, (1.0, 5)), "readability": _dimension(0.4, (0.5, 10), (0.5, 6))},
-                      quality_source="shipped")
+    payload = _judged(
+        quality={"insight": _dimension(0.6, (1.0, 5)), "readability": _dimension(0.4, (0.5, 10), (0.5, 6))},
+        quality_source="shipped",
+    )
     result = pqr_scores(PQRInput.model_validate(payload))
     assert result.quality.dimensions == {"insight": 5.0, "readability": 8.0}
     assert result.quality.score == pytest.approx(0.6 * 5 + 0.4 * 8)
@@ -134,8 +136,10 @@ def test_shipped_quality_criteria_keep_their_own_dimensions() -> None:
 def test_skipped_criteria_leave_their_dimension_and_an_unscored_dimension_scores_zero() -> None:
     payload = _judged()
     # GOAL: criteria (0.5, 8) and (0.5, unscored) -> S_GOAL = 0.5 * 8 / 0.5 = 8, coverage 0.5
-    payload["personalization"]["GOAL"] = {"weight": 0.4, "criteria": [{"weight": 0.5, "score": 8},
-                                                                       {"weight": 0.5, "score": None}]}
+    payload["personalization"]["GOAL"] = {
+        "weight": 0.4,
+        "criteria": [{"weight": 0.5, "score": 8}, {"weight": 0.5, "score": None}],
+    }
     # ACTI: its only criterion unscored -> dim_total_weight 0 -> S_ACTI = 0, and ACTI keeps its weight
     payload["personalization"]["ACTI"] = {"weight": 0.1, "criteria": [{"weight": 1.0, "score": None}]}
     result = pqr_scores(PQRInput.model_validate(payload))
@@ -151,10 +155,12 @@ def test_skipped_criteria_leave_their_dimension_and_an_unscored_dimension_scores
 
 
 def test_exact_duplicate_triplets_count_once_but_the_same_claim_with_two_sources_counts_twice() -> None:
-    claims = [ClaimCheck(claim="Oslo is in Norway.", source="[1]", supported=True),
-              ClaimCheck(claim="Oslo  is in Norway.", source="[1] ", supported=True),  # same after whitespace
-              ClaimCheck(claim="Oslo is in Norway.", source="[2]", supported=False),
-              ClaimCheck(claim="Bergen is rainy.")]
+    claims = [
+        ClaimCheck(claim="Oslo is in Norway.", source="[1]", supported=True),
+        ClaimCheck(claim="Oslo  is in Norway.", source="[1] ", supported=True),  # same after whitespace
+        ClaimCheck(claim="Oslo is in Norway.", source="[2]", supported=False),
+        ClaimCheck(claim="Bergen is rainy."),
+    ]
     reliability = reliability_from_claims(claims)
     assert (reliability.n_total, reliability.n_cited, reliability.n_supported, reliability.n_duplicates) == (3, 2, 1, 1)
     assert reliability.factual_accuracy == pytest.approx(5.0)  # 1 of 2 cited triplets supported
@@ -200,11 +206,13 @@ def test_uncited_claim_cannot_be_supported() -> None:
 
 
 def test_claims_whose_source_was_unreadable_count_unsupported_or_leave_fas_denominator() -> None:
-    claims = [{"claim": "a", "source": "[1]", "supported": True},
-              {"claim": "b", "source": "[2]", "supported": False},
-              {"claim": "c", "source": "[3]", "source_read": False},
-              {"claim": "d", "source": "[3]", "source_read": False},
-              {"claim": "e"}]
+    claims = [
+        {"claim": "a", "source": "[1]", "supported": True},
+        {"claim": "b", "source": "[2]", "supported": False},
+        {"claim": "c", "source": "[3]", "source_read": False},
+        {"claim": "d", "source": "[3]", "source_read": False},
+        {"claim": "e"},
+    ]
     unsupported = pqr_scores(PQRInput.model_validate(_judged(claims))).reliability
     assert unsupported.factual_accuracy == pytest.approx(10 * 1 / 4) and unsupported.n_unreadable == 2
     assert unsupported.citation_coverage == pytest.approx(10 * 4 / 5) and unsupported.fa_denominator == 4
@@ -233,9 +241,18 @@ def test_aggregate_averages_each_column_and_pools_triplets_the_fact_way() -> Non
     # report 2: 1 uncited triplet: FA 0 (no citation), CC 0
     uncited = pqr_scores(PQRInput.model_validate(_judged([{"claim": "z"}])))
     # report 3: 4 cited triplets, 1 supported, 1 unsupported, 2 unknown: FA 2.5, CC 10
-    mixed = pqr_scores(PQRInput.model_validate(_judged([
-        {"claim": "a", "source": "s", "supported": True}, {"claim": "b", "source": "s", "supported": False},
-        {"claim": "c", "source": "s", "supported": None}, {"claim": "d", "source": "s"}])))
+    mixed = pqr_scores(
+        PQRInput.model_validate(
+            _judged(
+                [
+                    {"claim": "a", "source": "s", "supported": True},
+                    {"claim": "b", "source": "s", "supported": False},
+                    {"claim": "c", "source": "s", "supported": None},
+                    {"claim": "d", "source": "s"},
+                ]
+            )
+        )
+    )
     summary = aggregate_pqr([cited, uncited, mixed])
     assert summary.n_cases == 3 and summary.no_cited_claims == 1
     assert summary.factual_accuracy == pytest.approx((10 + 0 + 2.5) / 3)  # the uncited report is not dropped
@@ -247,8 +264,10 @@ def test_aggregate_averages_each_column_and_pools_triplets_the_fact_way() -> Non
     assert summary.dimensions["GOAL"] == pytest.approx(7.0)
     assert summary.overall == pytest.approx((6.7 + 6.5 + summary.reliability) / 3)
 
-    excluded = [pqr_scores(PQRInput.model_validate(_judged(c, no_citation="exclude")))
-                for c in ([{"source": "u", "supported": True}, {"claim": "z"}], [{"claim": "z"}])]
+    excluded = [
+        pqr_scores(PQRInput.model_validate(_judged(c, no_citation="exclude")))
+        for c in ([{"source": "u", "supported": True}, {"claim": "z"}], [{"claim": "z"}])
+    ]
     summary = aggregate_pqr(excluded)
     assert summary.factual_accuracy == pytest.approx(10.0)  # only the report with a citation
     assert summary.no_cited_claims == 1

@@ -48,7 +48,7 @@ def test_bootstrap_ci_agrees_with_scipy_percentile_bootstrap() -> None:
 def test_bootstrap_ci_width_shrinks_with_more_data_and_lower_confidence() -> None:
     rng = np.random.default_rng(2)
     small, large = rng.normal(size=20), rng.normal(size=2000)
-    width = lambda ci: ci.high - ci.low  # noqa: E731
+    width = lambda ci: ci.high - ci.low
     assert width(bootstrap_ci(large)) < width(bootstrap_ci(small))
     assert width(bootstrap_ci(small, confidence=0.5)) < width(bootstrap_ci(small, confidence=0.95))
 

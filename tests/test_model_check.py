@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 from agents.models.gateway import Gateway
-from runs.bench.model import ModelBenchSettings, run_model_bench
 from agents.models.model_probe import probe_models
 from agents.models.settings import ModelSettings
 from agents.models.structured_output import MODES_FILE, ModeMemory
+from runs.bench.model import ModelBenchSettings, run_model_bench
 from runs.model_check import probe_recipe, recipe_models
 from runs.recipe import parse_recipe
 from tests.openai_stub import OpenAIStub
@@ -22,8 +22,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _stub_settings(stub: OpenAIStub, **extra) -> ModelSettings:
-    return ModelSettings(model="openai/stub-model", api_base=stub.base_url, api_key=extra.pop("api_key", "sk"),
-                         retry_backoff_s=0.01, timeout_s=20.0, **extra)
+    return ModelSettings(
+        model="openai/stub-model",
+        api_base=stub.base_url,
+        api_key=extra.pop("api_key", "sk"),
+        retry_backoff_s=0.01,
+        timeout_s=20.0,
+        **extra,
+    )
 
 
 async def test_the_probe_reports_reachability_mode_and_speed_per_distinct_model():
@@ -49,12 +55,16 @@ async def test_a_probe_of_bad_credentials_fails_with_the_servers_message():
 async def test_a_preflight_keeps_the_modes_it_found_in_the_run_folder(tmp_path):
     ModeMemory.forget_process()
     with OpenAIStub(kind="no_response_format") as stub:
-        recipe = parse_recipe({
-            "name": "p", "benchmark": {"name": "tiny"},
-            "models": {"judge": {"model": "openai/stub-model", "api_base": stub.base_url, "api_key": "k"}},
-            "systems": [{"name": "s", "memory": {"backend": "none"},
-                         "models": {"system": {"model": "scripted?seed=3"}}}],
-        })
+        recipe = parse_recipe(
+            {
+                "name": "p",
+                "benchmark": {"name": "tiny"},
+                "models": {"judge": {"model": "openai/stub-model", "api_base": stub.base_url, "api_key": "k"}},
+                "systems": [
+                    {"name": "s", "memory": {"backend": "none"}, "models": {"system": {"model": "scripted?seed=3"}}}
+                ],
+            }
+        )
         assert set(recipe_models(recipe)) == {"system", "judge", "user_sim", "s:system"}
         probes = await probe_recipe(recipe, run_dir=tmp_path)
     assert all(p.ok for p in probes)
@@ -66,9 +76,25 @@ def test_model_check_cli_exits_non_zero_and_names_the_failure(tmp_path):
     env = {**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")}
     with OpenAIStub(api_key="sk-right") as stub:
         done = subprocess.run(
-            [sys.executable, "-m", "runs.cli", "model", "check", "--model", "openai/gpt-4o-mini",
-             "--api-base", stub.base_url, "--api-key", "sk-wrong", "--json"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "runs.cli",
+                "model",
+                "check",
+                "--model",
+                "openai/gpt-4o-mini",
+                "--api-base",
+                stub.base_url,
+                "--api-key",
+                "sk-wrong",
+                "--json",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
     assert done.returncode == 1, done.stderr
     [probe] = json.loads(done.stdout)
@@ -79,7 +105,8 @@ def test_model_check_cli_exits_non_zero_and_names_the_failure(tmp_path):
 async def test_stream_timing_measures_the_first_token():
     with OpenAIStub() as stub:
         timing = await Gateway({"system": _stub_settings(stub)}).stream_timing(
-            "system", [{"role": "user", "content": "Tell me about Lisbon trams and their fares."}])
+            "system", [{"role": "user", "content": "Tell me about Lisbon trams and their fares."}]
+        )
     assert timing.text.startswith("Stub model answer.") and timing.completion_tokens == len(timing.text.split())
     assert 0 < timing.ttft_ms <= timing.total_ms
 

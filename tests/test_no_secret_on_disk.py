@@ -22,9 +22,11 @@ ECHOED_ON = "running shoes"  # in the question of case tiny:1 only: preflight an
 
 
 def recipe_text(base_url: str, key_line: str) -> str:
-    roles = "\n".join(f'[models.{role}]\nmodel = "openai/atelier-stub"\napi_base = "{base_url}"\n'
-                      f"max_retries = 0\n{key_line}\n" for role in ("system", "judge"))
-    return f'''name = "t"
+    roles = "\n".join(
+        f'[models.{role}]\nmodel = "openai/atelier-stub"\napi_base = "{base_url}"\nmax_retries = 0\n{key_line}\n'
+        for role in ("system", "judge")
+    )
+    return f"""name = "t"
 [benchmark]
 name = "tiny"
 {roles}
@@ -33,7 +35,7 @@ name = "none"
 memory = {{ backend = "none" }}
 [[judges]]
 name = "lampqa_aspects"
-'''
+"""
 
 
 def atelier(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
@@ -77,8 +79,9 @@ def run_with_key(tmp_path, capsys, monkeypatch, key_line: str, *extra: str) -> t
     with OpenAIStub(api_key=KEY, echo_key_on=ECHOED_ON) as stub:
         recipe = tmp_path / "recipe.toml"
         recipe.write_text(recipe_text(stub.base_url, key_line))
-        code, _, err = atelier(capsys, monkeypatch, "run", str(recipe), "--no-progress", "--out",
-                               str(tmp_path / "run"), *extra)
+        code, _, err = atelier(
+            capsys, monkeypatch, "run", str(recipe), "--no-progress", "--out", str(tmp_path / "run"), *extra
+        )
         echoed = [r for r in stub.requests if r["behaviour"] == "refused 400"]
     assert echoed, "the stub never echoed the key: the test would prove nothing"
     assert code == 3, err  # tiny:1 failed with the echoing error, the other cases were scored
@@ -136,8 +139,12 @@ def test_a_crash_keeps_its_traceback_but_not_the_keys_of_its_command_line(tmp_pa
     [trace] = (cache / "errors").iterdir()
     text = trace.read_text()
     first = text.splitlines()[0]
-    assert first == f"atelier run {recipe} " + ("--api-key [redacted]" if len(flag) == 2 else "--api-key=[redacted]") \
+    assert (
+        first
+        == f"atelier run {recipe} "
+        + ("--api-key [redacted]" if len(flag) == 2 else "--api-key=[redacted]")
         + " --no-progress"
+    )
     assert "Traceback (most recent call last)" in text and "in a bug" in text  # the traceback is all there,
     assert "sk-…[redacted] then tvl…[redacted]" in text  # but for the keys
     assert files_holding(KEY[:16], cache) == [] and files_holding(ENV_KEY[:16], cache) == []
@@ -166,9 +173,9 @@ def test_whatever_a_command_writes_leaves_out_the_key_of_its_command_line(tmp_pa
 def test_a_key_is_blanked_whole_escaped_or_cut_short_and_nothing_else_is():
     from benchmarks.common.redaction import Redactor
 
-    redactor = Redactor([KEY, "sk-q\"uo<te>-key-000"])
+    redactor = Redactor([KEY, 'sk-q"uo<te>-key-000'])
     assert redactor.redact(f"Incorrect API key provided: {KEY}.") == "Incorrect API key provided: sk-…[redacted]."
-    assert redactor.redact(json.dumps({"error": f"key sk-q\"uo<te>-key-000"})) == '{"error": "key sk-…[redacted]"}'
+    assert redactor.redact(json.dumps({"error": 'key sk-q"uo<te>-key-000'})) == '{"error": "key sk-…[redacted]"}'
     assert redactor.redact("<p>sk-q&quot;uo&lt;te&gt;-key-000</p>") == "<p>sk-…[redacted]</p>"
     assert redactor.redact("<p>sk-q&#34;uo&lt;te&gt;-key-000</p>") == "<p>sk-…[redacted]</p>"  # jinja's escaping
     clipped = f"refused: {KEY}"[:30]  # an error clipped to its first 30 characters
@@ -211,9 +218,15 @@ def test_a_checkpoint_holds_no_key(tmp_path):
     async def write() -> None:
         async with run_checkpointer(tmp_path, redactor=Redactor([KEY])) as saver:
             config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-            checkpoint = {"v": 1, "id": "1", "ts": "2025-01-01T00:00:00+00:00", "channel_values": {
-                "error": f"refused: {KEY}", "long": f"refused: {KEY} " + "x" * 4000}, "channel_versions": {},
-                "versions_seen": {}, "pending_sends": []}
+            checkpoint = {
+                "v": 1,
+                "id": "1",
+                "ts": "2025-01-01T00:00:00+00:00",
+                "channel_values": {"error": f"refused: {KEY}", "long": f"refused: {KEY} " + "x" * 4000},
+                "channel_versions": {},
+                "versions_seen": {},
+                "pending_sends": [],
+            }
             saved = saver.put(config, checkpoint, {"source": "loop", "note": KEY}, {})
             saver.put_writes(saved, [("__error__", RuntimeError(f"refused: {KEY}"))], "task")
 
@@ -228,14 +241,32 @@ def test_the_command_line_loses_the_values_of_its_key_options():
     argv = ["run", "r.toml", "--api-key", KEY, "--token=tok-0123456789", "--model", "m"]
     assert key_flag_values(argv) == {KEY, "tok-0123456789"}
     assert Redactor.for_command_line(argv, {}).redact_argv(argv) == [
-        "run", "r.toml", "--api-key", "[redacted]", "--token=[redacted]", "--model", "m"]
+        "run",
+        "r.toml",
+        "--api-key",
+        "[redacted]",
+        "--token=[redacted]",
+        "--model",
+        "m",
+    ]
 
 
 def test_variables_named_like_keys():
     from benchmarks.common.redaction import is_key_name, key_variables
 
-    for name in ("OPENAI_API_KEY", "ATELIER_API_KEY", "TAVILY_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY",
-                 "AWS_SESSION_TOKEN", "DB_PASSWORD", "api_key", "token", "Authorization", "MY_APIKEY"):
+    for name in (
+        "OPENAI_API_KEY",
+        "ATELIER_API_KEY",
+        "TAVILY_API_KEY",
+        "HF_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "DB_PASSWORD",
+        "api_key",
+        "token",
+        "Authorization",
+        "MY_APIKEY",
+    ):
         assert is_key_name(name), name
     for name in ("TOKENIZERS_PARALLELISM", "HF_TOKEN_FILE", "max_tokens", "api_key_env", "GPG_KEY", "PATH", "key"):
         assert not is_key_name(name), name
@@ -262,20 +293,44 @@ def test_a_run_knows_every_key_its_recipe_gives_or_names(monkeypatch):
 
     monkeypatch.setenv("ATELIER_TEST_JUDGE_KEY", "judge-key-0123456789")  # named by api_key_env only
     monkeypatch.setenv("TAVILY_API_KEY", ENV_KEY)  # the web provider's documented variable
-    recipe = parse_recipe({
-        "name": "t", "benchmark": {"name": "tiny"},
-        "models": {"system": {"model": "openai/m", "api_key": KEY,
-                              "extra": {"extra_headers": {"Authorization": "Bearer hdr-key-0123456789"}}},
-                   "judge": {"model": "openai/m", "api_key_env": "ATELIER_TEST_JUDGE_KEY"}},
-        "systems": [{"name": "none", "memory": {"backend": "none"},
-                     "models": {"system": {"model": "openai/m", "api_key": "system-own-key-0123"}}}],
-        "judges": [{"name": "lampqa_aspects"}],
-        "web": {"provider": "tavily", "provider_options": {"api_key": "tavily-recipe-key-0123"},
-                "reader": "jina", "reader_options": {"api_key": "jina-recipe-key-0123"}},
-    })
+    recipe = parse_recipe(
+        {
+            "name": "t",
+            "benchmark": {"name": "tiny"},
+            "models": {
+                "system": {
+                    "model": "openai/m",
+                    "api_key": KEY,
+                    "extra": {"extra_headers": {"Authorization": "Bearer hdr-key-0123456789"}},
+                },
+                "judge": {"model": "openai/m", "api_key_env": "ATELIER_TEST_JUDGE_KEY"},
+            },
+            "systems": [
+                {
+                    "name": "none",
+                    "memory": {"backend": "none"},
+                    "models": {"system": {"model": "openai/m", "api_key": "system-own-key-0123"}},
+                }
+            ],
+            "judges": [{"name": "lampqa_aspects"}],
+            "web": {
+                "provider": "tavily",
+                "provider_options": {"api_key": "tavily-recipe-key-0123"},
+                "reader": "jina",
+                "reader_options": {"api_key": "jina-recipe-key-0123"},
+            },
+        }
+    )
     secrets = Redactor.for_settings(recipe).secrets
-    assert {KEY, "judge-key-0123456789", "hdr-key-0123456789", "system-own-key-0123", ENV_KEY,
-            "tavily-recipe-key-0123", "jina-recipe-key-0123"} <= secrets
+    assert {
+        KEY,
+        "judge-key-0123456789",
+        "hdr-key-0123456789",
+        "system-own-key-0123",
+        ENV_KEY,
+        "tavily-recipe-key-0123",
+        "jina-recipe-key-0123",
+    } <= secrets
 
 
 def test_writers_use_the_run_s_redactor_and_the_environment_s_outside_a_run(tmp_path, monkeypatch):

@@ -63,14 +63,19 @@ def template() -> tuple[Path, Path]:
     """A finished run of the tiny benchmark (one system, three cases), to copy and damage."""
     root = Path(tempfile.mkdtemp(prefix="atelier-template-run-"))
     recipe = root / "tiny.toml"
-    recipe.write_text(TINY.replace('[[systems]]\nname = "none"\nmemory = { backend = "none" }',
-                                   '[[systems]]\nname = "full"\nmemory = { backend = "full" }'))
+    recipe.write_text(
+        TINY.replace(
+            '[[systems]]\nname = "none"\nmemory = { backend = "none" }',
+            '[[systems]]\nname = "full"\nmemory = { backend = "full" }',
+        )
+    )
     folder = run_recipe(load_recipe(recipe), root / "run", progress=False).path
     return recipe, folder
 
 
 def _retype(raw: bytes, relpath: str, data: st.DataObject) -> bytes:
     """One JSON value (of one line, for JSON Lines) replaced by a value of another type."""
+
     def swap(doc):
         slots = []
         pending = [doc]
@@ -82,7 +87,9 @@ def _retype(raw: bytes, relpath: str, data: st.DataObject) -> bytes:
                 pending.append(value)
         if slots:
             node, key = slots[data.draw(st.integers(0, len(slots) - 1), label="slot")]
-            node[key] = data.draw(st.sampled_from([v for v in WRONG_TYPES if type(v) is not type(node[key])]), label="value")
+            node[key] = data.draw(
+                st.sampled_from([v for v in WRONG_TYPES if type(v) is not type(node[key])]), label="value"
+            )
         return doc
 
     if relpath.endswith(".jsonl"):
@@ -105,14 +112,21 @@ def damage(path: Path, kind: str, data: st.DataObject) -> None:
             out[data.draw(st.integers(0, len(out) - 1), label="pos")] ^= data.draw(st.integers(1, 255), label="xor")
         path.write_bytes(bytes(out))
     elif kind == "garbage":
-        path.write_bytes(data.draw(st.sampled_from([b"", b"\x00" * 64, b"not json\n", DEEP.encode(), b"\xff\xfe{}"]),
-                                   label="garbage"))
+        path.write_bytes(
+            data.draw(
+                st.sampled_from([b"", b"\x00" * 64, b"not json\n", DEEP.encode(), b"\xff\xfe{}"]), label="garbage"
+            )
+        )
     elif kind == "retype" and path.suffix in (".json", ".jsonl"):
         path.write_bytes(_retype(raw, path.name, data))
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(data=st.data())
 def test_a_damaged_run_folder_resumes_or_is_one_clear_error(data):
     recipe, source = template()
@@ -176,7 +190,9 @@ FLAG_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("args", "named"), FLAG_CASES, ids=[" ".join(a[:3]) + f" #{i}" for i, (a, _) in enumerate(FLAG_CASES)])
+@pytest.mark.parametrize(
+    ("args", "named"), FLAG_CASES, ids=[" ".join(a[:3]) + f" #{i}" for i, (a, _) in enumerate(FLAG_CASES)]
+)
 def test_a_bad_flag_is_one_clear_error(files, cache_dir, args, named):
     code, err = atelier(*(a.replace("{tmp}", str(files)) for a in args))
     assert code == 2, err
@@ -186,22 +202,31 @@ def test_a_bad_flag_is_one_clear_error(files, cache_dir, args, named):
 TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(data=st.data())
 def test_any_flag_value_ends_cleanly(files, data):
     value = data.draw(TEXT, label="value")
-    args = data.draw(st.sampled_from([
-        ["run", str(files / "tiny.toml"), "--limit", value, "--out", str(files / "r")],
-        ["run", value],
-        ["recipe", "check", value],
-        ["metric", value, "--input", str(files / "nan.json")],
-        ["metric", "ranking", "--input", value],
-        ["memory", "eval", "--benchmark", "tiny", "--backend", "retrieval", "--param", value],
-        ["memory", "eval", "--benchmark", "tiny", "--backend", "none", "--option", value],
-        ["memory", "eval", "--benchmark", value, "--backend", "none"],
-        ["data", "check", value],
-    ]), label="command")
+    args = data.draw(
+        st.sampled_from(
+            [
+                ["run", str(files / "tiny.toml"), "--limit", value, "--out", str(files / "r")],
+                ["run", value],
+                ["recipe", "check", value],
+                ["metric", value, "--input", str(files / "nan.json")],
+                ["metric", "ranking", "--input", value],
+                ["memory", "eval", "--benchmark", "tiny", "--backend", "retrieval", "--param", value],
+                ["memory", "eval", "--benchmark", "tiny", "--backend", "none", "--option", value],
+                ["memory", "eval", "--benchmark", value, "--backend", "none"],
+                ["data", "check", value],
+            ]
+        ),
+        label="command",
+    )
     code, err = atelier(*args)
     event(f"{args[0]}: exit {code}")
     assert "Traceback" not in err, err

@@ -34,14 +34,21 @@ def ci_recipe(path: Path, tmp_path: Path):
     if "contexts_file" in benchmark["options"]:
         benchmark["options"] = {**benchmark["options"], **PDR_CONTEXTS}
     data["source"] = str(path)
-    return parse_recipe(data, source=str(path)).with_overrides(limit=1, out_dir=str(tmp_path / "out"),
-                                                                 model="scripted")
+    return parse_recipe(data, source=str(path)).with_overrides(limit=1, out_dir=str(tmp_path / "out"), model="scripted")
 
 
 def test_there_is_a_recipe_for_every_table_the_issue_names():
     names = {p.stem for p in PAPERS}
-    assert names == {"pdr_table1_systems", "pdr_table2_settings", "pdr_table3_memory", "bespoke_table4_context",
-                     "bespoke_table5_retrieval", "bespoke_table6_noise", "lampqa_table2", "aepd_ikat2024"}
+    assert names == {
+        "pdr_table1_systems",
+        "pdr_table2_settings",
+        "pdr_table3_memory",
+        "bespoke_table4_context",
+        "bespoke_table5_retrieval",
+        "bespoke_table6_noise",
+        "lampqa_table2",
+        "aepd_ikat2024",
+    }
     for path in PAPERS:
         recipe = load_recipe(path)
         assert recipe.report.reproduces and recipe.report.paper, path.name
@@ -64,27 +71,40 @@ def test_each_paper_recipe_runs_on_the_scripted_model_and_reports_the_papers_num
     assert [(p["row"], p["metric"], p["paper"]) for p in summary["paper"]] == expected
     # ours is computed wherever the metric exists on a one-case dry run
     assert any(p["ours"] is not None for p in summary["paper"]) or all(
-        metric.startswith("history.") for _, metric, _ in expected)
+        metric.startswith("history.") for _, metric, _ in expected
+    )
     html = folder.report.read_text()
     assert 'id="paper"' in html and recipe.report.reproduces.split(",")[0] in html
     # the web the recipe's systems searched is named; a paper recipe searches the wiki corpus, not the sample
     if summary["web"] is not None:
         assert summary["web"]["corpus"] == "wiki" and summary["web"]["documents"] > 10_000 // 2
-        doc_web = html[html.index('id="web"'):]
+        doc_web = html[html.index('id="web"') :]
         assert "sandbox corpus <code>wiki</code>" in doc_web[:400] and 'id="web-warning"' not in html
 
 
-def test_a_paper_recipe_on_the_sample_corpus_is_warned_about_at_start_and_in_the_report(tmp_path, cache_dir, capsys,
-                                                                                        monkeypatch):
+def test_a_paper_recipe_on_the_sample_corpus_is_warned_about_at_start_and_in_the_report(
+    tmp_path, cache_dir, capsys, monkeypatch
+):
     from tests.test_cli_errors import atelier
 
     path = ROOT / "runs" / "recipes" / "papers" / "pdr_table1_systems.toml"
     text = path.read_text().replace('corpus = "wiki"', 'corpus = "sample"')
-    text = text.replace('contexts_file', 'contexts_file_unused') if "contexts_file" in text else text
+    text = text.replace("contexts_file", "contexts_file_unused") if "contexts_file" in text else text
     recipe = tmp_path / "pdr_on_sample.toml"
     recipe.write_text(text)
-    code, _, err = atelier(capsys, monkeypatch, "run", str(recipe), "--limit", "1", "--no-progress",
-                           "--systems", "llm_search", "--out", str(tmp_path / "run"))
+    code, _, err = atelier(
+        capsys,
+        monkeypatch,
+        "run",
+        str(recipe),
+        "--limit",
+        "1",
+        "--no-progress",
+        "--systems",
+        "llm_search",
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert "warning: this recipe reproduces PDR-Bench" in err and "searched the bundled sample corpus (63 pages" in err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["web"]["corpus"] == "sample" and summary["web"]["documents"] == 63

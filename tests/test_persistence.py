@@ -16,8 +16,10 @@ def test_large_values_are_stored_once_and_load_back_in_place(tmp_path):
     serde = RunSerializer(conn)
     serde.setup()
     memory = UserContext(backend="full", form="raw", text="I am vegetarian. " * 200, event_ids=["e1"], tokens=900)
-    checkpoints = [{"v": 1, "id": str(i), "channel_values": {"user_context": memory, "step": i, "case_id": "q1"}}
-                   for i in range(10)]
+    checkpoints = [
+        {"v": 1, "id": str(i), "channel_values": {"user_context": memory, "step": i, "case_id": "q1"}}
+        for i in range(10)
+    ]
     blobs = [serde.dumps_typed(c) for c in checkpoints]
     write = serde.dumps_typed(memory)  # a pending write of the same value
     assert conn.execute("SELECT COUNT(*) FROM checkpoint_values").fetchone()[0] == 1  # ten checkpoints, one copy

@@ -39,8 +39,17 @@ def test_every_facet_of_the_released_personas_is_in_the_schema():
     assert counts["Financial Information > Investment Experience > Risk Management > Risk Appetite"] == 15
 
 
-@pytest.mark.parametrize("echo", ["The facet's updated value.", "The facet's complete updated value", "  ",
-                                  "Diet", DIET, "Ids of the new history items supporting it."])
+@pytest.mark.parametrize(
+    "echo",
+    [
+        "The facet's updated value.",
+        "The facet's complete updated value",
+        "  ",
+        "Diet",
+        DIET,
+        "Ids of the new history items supporting it.",
+    ],
+)
 def test_a_value_that_echoes_the_schema_is_refused(echo):
     with pytest.raises(ValidationError, match="repeats the schema's text"):
         FacetUpdate(facet=DIET, value=echo)
@@ -53,5 +62,11 @@ def test_a_value_about_the_user_is_kept():
 def test_nesting_keeps_a_path_that_runs_below_a_valued_facet():
     base = "Basic Attributes > Identity Characteristics > Educational Background"
     nested = nest_facets({base: "BSc Physics", f"{base} > Graduate": "MSc Optics"})
-    assert nested == {"Basic Attributes": {"Identity Characteristics": {
-        "Educational Background": "BSc Physics", "Educational Background > Graduate": "MSc Optics"}}}
+    assert nested == {
+        "Basic Attributes": {
+            "Identity Characteristics": {
+                "Educational Background": "BSc Physics",
+                "Educational Background > Graduate": "MSc Optics",
+            }
+        }
+    }

@@ -27,8 +27,9 @@ def lines(path: Path) -> list[dict]:
 
 
 def atelier(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([str(Path(sys.executable).parent / "atelier"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=900)
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "atelier"), *args], cwd=cwd, capture_output=True, text=True, timeout=900
+    )
 
 
 def test_the_grid_recipe_pairs_every_pipeline_with_every_memory_backend():
@@ -49,8 +50,11 @@ def _grid_ok(folder: Path, dry_run: bool) -> list[dict]:
     assert all(r["dry_run"] is dry_run for r in results)
     ledger = lines(folder / "ledger.jsonl")
     assert all(e["node"] for e in ledger if e["role"] != "memory")
-    fetched = {json.loads(line)["request"]["url"] for line in (folder / "web_log.jsonl").read_text().splitlines()
-               if json.loads(line)["kind"] == "fetch"}
+    fetched = {
+        json.loads(line)["request"]["url"]
+        for line in (folder / "web_log.jsonl").read_text().splitlines()
+        if json.loads(line)["kind"] == "fetch"
+    }
     for r in results:
         response = r["response"]
         if r["system"].startswith(("rag-", "deep_research-")):
@@ -85,8 +89,20 @@ def test_every_pipeline_with_every_backend_runs_through_atelier_run_on_the_scrip
 
 def test_every_pipeline_with_every_backend_runs_through_the_openai_compatible_stub(tmp_path, cache_dir):
     with OpenAIStub() as stub:
-        done = atelier("run", str(GRID), "--limit", "1", "--out", str(tmp_path / "grid"),
-                       "--model", "openai/stub-model", "--api-base", stub.base_url, "--api-key", "sk-test")
+        done = atelier(
+            "run",
+            str(GRID),
+            "--limit",
+            "1",
+            "--out",
+            str(tmp_path / "grid"),
+            "--model",
+            "openai/stub-model",
+            "--api-base",
+            stub.base_url,
+            "--api-key",
+            "sk-test",
+        )
         _exit_code_says_what_degraded(done, tmp_path / "grid")
         assert len(stub.requests) > 100
     results = _grid_ok(tmp_path / "grid", dry_run=False)
@@ -95,18 +111,26 @@ def test_every_pipeline_with_every_backend_runs_through_the_openai_compatible_st
 
 
 def _recipe(tmp_path, name: str, web: dict) -> object:
-    return parse_recipe({
-        "name": name, "seed": 0,
-        "benchmark": {"name": "sample", "limit": 2},
-        "systems": [
-            {"name": "rag-full", "pipeline": "rag", "memory": {"backend": "full"}},
-            {"name": "deep-none", "pipeline": "deep_research", "memory": {"backend": "none"}, "pipeline_options": SMALL},
-        ],
-        "judges": [{"name": "lampqa_aspects"}],
-        "cache": {"enabled": False},  # every answer recomputed: only the web is replayed
-        "web": web,
-        "run": {"out_dir": str(tmp_path / "out")},
-    })
+    return parse_recipe(
+        {
+            "name": name,
+            "seed": 0,
+            "benchmark": {"name": "sample", "limit": 2},
+            "systems": [
+                {"name": "rag-full", "pipeline": "rag", "memory": {"backend": "full"}},
+                {
+                    "name": "deep-none",
+                    "pipeline": "deep_research",
+                    "memory": {"backend": "none"},
+                    "pipeline_options": SMALL,
+                },
+            ],
+            "judges": [{"name": "lampqa_aspects"}],
+            "cache": {"enabled": False},  # every answer recomputed: only the web is replayed
+            "web": web,
+            "run": {"out_dir": str(tmp_path / "out")},
+        }
+    )
 
 
 def test_replaying_a_runs_recorded_web_gives_byte_identical_responses(tmp_path, cache_dir):
@@ -116,7 +140,7 @@ def test_replaying_a_runs_recorded_web_gives_byte_identical_responses(tmp_path, 
     )
     first, second = lines(recorded.results), lines(replayed.results)
     assert all(r["status"] == "ok" for r in first + second)
-    by_key = lambda rs: {r["key"]: json.dumps(r["response"], ensure_ascii=False).encode() for r in rs}  # noqa: E731
+    by_key = lambda rs: {r["key"]: json.dumps(r["response"], ensure_ascii=False).encode() for r in rs}
     assert by_key(first) == by_key(second) and len(by_key(first)) == 4  # text, citations (with sha256s), meta
     assert any(json.loads(v)["citations"] for v in by_key(first).values())
     log = lines(replayed.path / "web_log.jsonl")

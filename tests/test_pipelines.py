@@ -30,10 +30,14 @@ SMALL = {"max_researchers": 2, "max_rounds": 2, "max_pages": 2, "max_tool_calls"
 
 def context(tmp_path, pipeline: str, memory: str = "none", answerer: str = "none", **options) -> EpisodeContext:
     return EpisodeContext(
-        run_id=f"t-{uuid.uuid4().hex[:6]}", run_dir=str(tmp_path / "run"),
-        system=SystemSpec(name=f"{pipeline}-{memory}", pipeline=pipeline, memory={"backend": memory},
-                          pipeline_options=options),
-        judges=[], web=WebConfig(cache_dir=tmp_path / "web"), clarify_answerer=answerer,
+        run_id=f"t-{uuid.uuid4().hex[:6]}",
+        run_dir=str(tmp_path / "run"),
+        system=SystemSpec(
+            name=f"{pipeline}-{memory}", pipeline=pipeline, memory={"backend": memory}, pipeline_options=options
+        ),
+        judges=[],
+        web=WebConfig(cache_dir=tmp_path / "web"),
+        clarify_answerer=answerer,
     )
 
 
@@ -73,8 +77,9 @@ async def test_deep_research_report_cites_fetched_sources_and_every_citation_res
             assert text_sha256(page.text) == citation.sha256
         stats = response.meta["citations"]
         assert stats["unresolved_removed"] == 0 and stats["sources_cited"] == len(response.citations)
-        assert response.text.rstrip().endswith(f"[{len(response.citations)}] {response.citations[-1].title}. "
-                                               f"{response.citations[-1].url}")
+        assert response.text.rstrip().endswith(
+            f"[{len(response.citations)}] {response.citations[-1].title}. {response.citations[-1].url}"
+        )
         assert response.meta["clarify"]["status"] == "skipped"
     finally:
         await release(ctx)
@@ -102,8 +107,9 @@ async def test_a_citation_of_a_source_never_fetched_is_removed_and_counted(tmp_p
 
 
 async def test_budgets_bound_researchers_rounds_pages_and_tool_calls(tmp_path):
-    ctx = context(tmp_path, "deep_research", max_researchers=2, max_rounds=2, max_pages=2, max_tool_calls=3,
-                  report_tokens=300)
+    ctx = context(
+        tmp_path, "deep_research", max_researchers=2, max_rounds=2, max_pages=2, max_tool_calls=3, report_tokens=300
+    )
     graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver(serde=serializer())})
     config = {"configurable": {"thread_id": "budgets"}}
     try:
@@ -132,8 +138,11 @@ async def test_every_llm_call_is_tagged_with_its_node_and_every_page_comes_throu
     nodes = {e.node for e in ledger}
     assert {"write_brief", "plan", "take_notes", "write_report"} <= nodes
     assert nodes <= {"clarify", "write_brief", "plan", "take_notes", "assess", "reflect", "write_report"}
-    assert {(e.node, e.role) for e in ledger} >= {("plan", "planner"), ("take_notes", "researcher"),
-                                                   ("write_report", "writer")}
+    assert {(e.node, e.role) for e in ledger} >= {
+        ("plan", "planner"),
+        ("take_notes", "researcher"),
+        ("write_report", "writer"),
+    }
     assert any(e.kind == "search" for e in web_log) and any(e.kind == "fetch" for e in web_log)
     read = {s.url for f in [out["response"]] for s in f.citations}
     assert read <= {e.request["url"] for e in web_log if e.kind == "fetch"}
@@ -169,8 +178,9 @@ async def test_clarify_interrupts_with_typed_questions_and_resumes_with_typed_an
         request = pending.value
         assert isinstance(request, ClarifyRequest) and 1 <= len(request.questions) <= 2
         assert (await graph.aget_state(config)).next == ("ask_user",)
-        out = await graph.ainvoke(Command(resume=ClarifyAnswers(answers=["Lisbon in late May, 7 nights"])), config,
-                                  context=ctx)
+        out = await graph.ainvoke(
+            Command(resume=ClarifyAnswers(answers=["Lisbon in late May, 7 nights"])), config, context=ctx
+        )
     finally:
         await release(ctx)
     clarify = out["response"].meta["clarify"]
@@ -217,8 +227,11 @@ async def test_gold_context_replaces_search_with_the_cases_gold_information(tmp_
     assert all(claim in writer_prompt for claim in case.gold.information_claims)
     assert case.gold.information_need not in writer_prompt  # only the gold information, nothing else of gold
     assert [node for node, _, _ in prompts] == ["answer"]  # no queries were written
-    assert out["response"].meta["gold_context"] == {"items": len(case.gold.information_claims), "noise": 0,
-                                                   "noise_ratio": 0.0}
+    assert out["response"].meta["gold_context"] == {
+        "items": len(case.gold.information_claims),
+        "noise": 0,
+        "noise_ratio": 0.0,
+    }
     assert all(c.url is None and c.source_id.startswith("g-") for c in out["response"].citations)
 
 
@@ -227,7 +240,7 @@ def test_noise_replaces_a_seeded_share_of_gold_with_other_users_unrelated_gold(t
     case = cases["q01"]
     store = SourceStore(tmp_path / "sources")
     ctx = EpisodeContext()
-    texts = lambda gold: [store.get(s.sha256) for s in gold.sources]  # noqa: E731
+    texts = lambda gold: [store.get(s.sha256) for s in gold.sources]
     half = gold_context(case, ctx, 0.5, seed=1, store=store)
     assert half.noise == round(0.5 * len(case.gold.information_claims))
     kept = [t for t in texts(half) if t in case.gold.information_claims]
@@ -245,13 +258,22 @@ def test_a_case_without_gold_information_fails_that_system_with_a_clear_reason(t
     from runs.recipe import parse_recipe
     from runs.runner import run_recipe
 
-    recipe = parse_recipe({
-        "name": "gold", "benchmark": {"name": "tiny", "limit": 1},
-        "systems": [{"name": "direct", "memory": {"backend": "none"}},
-                    {"name": "rag-gold", "pipeline": "rag", "memory": {"backend": "none"},
-                     "pipeline_options": {"gold_context": True}}],
-        "run": {"out_dir": str(tmp_path / "out")},
-    })
+    recipe = parse_recipe(
+        {
+            "name": "gold",
+            "benchmark": {"name": "tiny", "limit": 1},
+            "systems": [
+                {"name": "direct", "memory": {"backend": "none"}},
+                {
+                    "name": "rag-gold",
+                    "pipeline": "rag",
+                    "memory": {"backend": "none"},
+                    "pipeline_options": {"gold_context": True},
+                },
+            ],
+            "run": {"out_dir": str(tmp_path / "out")},
+        }
+    )
     folder = run_recipe(recipe, progress=False)
     results = {r["system"]: r for r in map(json.loads, folder.results.read_text().splitlines())}
     assert results["direct"]["status"] == "ok"
@@ -285,8 +307,12 @@ def test_pipeline_options_are_typed_and_a_typo_is_refused_with_its_key_path():
     base = {"name": "t", "benchmark": {"name": "sample"}}
 
     def system(pipeline, options):
-        return {**base, "systems": [{"name": "a", "pipeline": pipeline, "memory": {"backend": "none"},
-                                     "pipeline_options": options}]}
+        return {
+            **base,
+            "systems": [
+                {"name": "a", "pipeline": pipeline, "memory": {"backend": "none"}, "pipeline_options": options}
+            ],
+        }
 
     recipe = parse_recipe(system("deep_research", {"max_rounds": 3, "gold_context": True, "noise_ratio": 0.25}))
     options = recipe.systems[0].pipeline_options
@@ -356,8 +382,9 @@ async def test_a_failed_note_taking_call_is_recorded_and_the_report_still_writte
     async def flaky(self, role, messages, schema):
         if schema.__name__ == "SourceNotes" and not failed:
             failed.append(True)
-            raise StructuredOutputError("no valid SourceNotes after one repair", role=role, model="m", attempts=2,
-                                        raw="{")
+            raise StructuredOutputError(
+                "no valid SourceNotes after one repair", role=role, model="m", attempts=2, raw="{"
+            )
         return await original(self, role, messages, schema)
 
     monkeypatch.setattr(Gateway, "structured", flaky)
@@ -372,14 +399,18 @@ async def test_a_failed_note_taking_call_is_recorded_and_the_report_still_writte
     assert "no valid SourceNotes" in failures[0].detail and out["response"].citations
 
 
-@pytest.mark.parametrize(("pipeline", "broken", "recorded"), [
-    ("deep_research", "ResearchBrief", ("write_brief", "researching the question as asked")),
-    ("deep_research", "ResearchPlan", ("plan", "one sub-topic, the whole question")),
-    ("rag", "SearchQueries", ("retrieve", "search queries (searching the question as asked)")),
-    ("planpers", "Aspects", ("plan", "answered without a plan")),
-])
-async def test_a_planning_step_a_model_cannot_do_falls_back_and_is_recorded(tmp_path, monkeypatch, pipeline, broken,
-                                                                            recorded):
+@pytest.mark.parametrize(
+    ("pipeline", "broken", "recorded"),
+    [
+        ("deep_research", "ResearchBrief", ("write_brief", "researching the question as asked")),
+        ("deep_research", "ResearchPlan", ("plan", "one sub-topic, the whole question")),
+        ("rag", "SearchQueries", ("retrieve", "search queries (searching the question as asked)")),
+        ("planpers", "Aspects", ("plan", "answered without a plan")),
+    ],
+)
+async def test_a_planning_step_a_model_cannot_do_falls_back_and_is_recorded(
+    tmp_path, monkeypatch, pipeline, broken, recorded
+):
     """A weak model that cannot fill a plan's schema still gets an answer, and the fallback is recorded."""
     from agents.models.gateway import StructuredOutputError
 
@@ -387,7 +418,9 @@ async def test_a_planning_step_a_model_cannot_do_falls_back_and_is_recorded(tmp_
 
     async def weak(self, role, messages, schema):
         if schema.__name__ == broken:
-            raise StructuredOutputError(f"no valid {broken} after one repair", role=role, model="m", attempts=2, raw="{")
+            raise StructuredOutputError(
+                f"no valid {broken} after one repair", role=role, model="m", attempts=2, raw="{"
+            )
         return await original(self, role, messages, schema)
 
     monkeypatch.setattr(Gateway, "structured", weak)
@@ -399,5 +432,7 @@ async def test_a_planning_step_a_model_cannot_do_falls_back_and_is_recorded(tmp_
         await release(ctx)
     assert out["response"].text.startswith("DRY RUN")
     step, what = recorded
-    assert any(d.kind == "step_fallback" and d.step == step and d.detail.startswith(what) and f"no valid {broken}" in d.detail
-               for d in out["response"].degraded), out["response"].degraded
+    assert any(
+        d.kind == "step_fallback" and d.step == step and d.detail.startswith(what) and f"no valid {broken}" in d.detail
+        for d in out["response"].degraded
+    ), out["response"].degraded

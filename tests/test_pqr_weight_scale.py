@@ -20,10 +20,18 @@ class _Answers:
     async def structured(self, role, messages, schema):
         if schema.__name__.endswith("DimensionWeights"):
             codes = AXIS_DIMENSIONS["P"]
-            return schema.model_validate({"analysis": "a", "weights": {c: self.scale * (i + 1) for i, c in enumerate(codes)}})
-        return schema.model_validate({"analysis": "a", "criteria": [
-            {"criterion": "c1", "explanation": "e", "weight": 3 * self.scale},
-            {"criterion": "c2", "explanation": "e", "weight": 1 * self.scale}]})
+            return schema.model_validate(
+                {"analysis": "a", "weights": {c: self.scale * (i + 1) for i, c in enumerate(codes)}}
+            )
+        return schema.model_validate(
+            {
+                "analysis": "a",
+                "criteria": [
+                    {"criterion": "c1", "explanation": "e", "weight": 3 * self.scale},
+                    {"criterion": "c2", "explanation": "e", "weight": 1 * self.scale},
+                ],
+            }
+        )
 
 
 @pytest.mark.parametrize("scale", [0.1, 10.0])

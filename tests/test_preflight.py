@@ -24,15 +24,17 @@ def closed_port() -> int:
 
 
 def recipe(tmp_path, system: dict, judge: dict | None = None, **extra):
-    return parse_recipe({
-        "name": "pf",
-        "benchmark": {"name": "tiny"},
-        "models": {"system": system, "judge": judge or {"model": "scripted"}},
-        "systems": [{"name": "none", "memory": {"backend": "none"}}],
-        "judges": [{"name": "lampqa_aspects"}],
-        "run": {"out_dir": str(tmp_path / "out")},
-        **extra,
-    })
+    return parse_recipe(
+        {
+            "name": "pf",
+            "benchmark": {"name": "tiny"},
+            "models": {"system": system, "judge": judge or {"model": "scripted"}},
+            "systems": [{"name": "none", "memory": {"backend": "none"}}],
+            "judges": [{"name": "lampqa_aspects"}],
+            "run": {"out_dir": str(tmp_path / "out")},
+            **extra,
+        }
+    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -49,21 +51,30 @@ def problems(r) -> tuple[list[str], float]:
 
 
 def test_an_unknown_model_and_an_unreachable_api_base_are_refused_naming_their_roles(tmp_path):
-    found, seconds = problems(recipe(
-        tmp_path,
-        system={"model": "nosuchprovider/some-model"},
-        judge={"model": "openai/gpt-4o-mini", "api_base": f"http://127.0.0.1:{closed_port()}/v1", "api_key": "sk-x"},
-    ))
+    found, seconds = problems(
+        recipe(
+            tmp_path,
+            system={"model": "nosuchprovider/some-model"},
+            judge={
+                "model": "openai/gpt-4o-mini",
+                "api_base": f"http://127.0.0.1:{closed_port()}/v1",
+                "api_key": "sk-x",
+            },
+        )
+    )
     assert seconds < 10
     assert len(found) == 2
-    assert found[0].startswith("models.system (nosuchprovider/some-model): ") and "LLM Provider NOT provided" in found[0]
+    assert (
+        found[0].startswith("models.system (nosuchprovider/some-model): ") and "LLM Provider NOT provided" in found[0]
+    )
     assert found[1].startswith("models.judge (openai/gpt-4o-mini at http://127.0.0.1:") and "Connection" in found[1]
 
 
 def test_a_working_server_and_the_scripted_model_pass(tmp_path):
     with OpenAIStub() as stub:
-        found, _ = problems(recipe(tmp_path, system={"model": "openai/gpt-4o-mini", "api_base": stub.base_url,
-                                                     "api_key": "sk-stub"}))
+        found, _ = problems(
+            recipe(tmp_path, system={"model": "openai/gpt-4o-mini", "api_base": stub.base_url, "api_key": "sk-stub"})
+        )
         kinds = sorted("response_format" in r["body"] for r in stub.requests)
     assert found == [] and kinds == [False, True]  # one text and one structured probe
 
@@ -71,10 +82,17 @@ def test_a_working_server_and_the_scripted_model_pass(tmp_path):
 def test_missing_keys_are_named(tmp_path, monkeypatch):
     monkeypatch.delenv("ATELIER_TEST_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    found, _ = problems(recipe(tmp_path, system={"model": "openai/gpt-4o-mini", "api_key_env": "ATELIER_TEST_KEY"},
-                               judge={"model": "anthropic/claude-3-5-haiku-20241022"}))
+    found, _ = problems(
+        recipe(
+            tmp_path,
+            system={"model": "openai/gpt-4o-mini", "api_key_env": "ATELIER_TEST_KEY"},
+            judge={"model": "anthropic/claude-3-5-haiku-20241022"},
+        )
+    )
     assert "models.system (openai/gpt-4o-mini): api_key_env names ATELIER_TEST_KEY, which is not set" in found
-    assert any(p.startswith("models.judge (anthropic/claude-3-5-haiku-20241022): needs ANTHROPIC_API_KEY") for p in found)
+    assert any(
+        p.startswith("models.judge (anthropic/claude-3-5-haiku-20241022): needs ANTHROPIC_API_KEY") for p in found
+    )
 
 
 def test_a_corrupted_data_file_is_refused(tmp_path, monkeypatch):
@@ -99,12 +117,16 @@ def test_a_failed_preflight_starts_nothing_and_exits_2(tmp_path, cache_dir):
     assert not (tmp_path / "run").exists()
     assert str(caught.value).startswith("preflight failed (1 problem); nothing was started:\n  models.system")
     path = tmp_path / "bad.toml"
-    path.write_text('name = "bad"\n[benchmark]\nname = "tiny"\n[models.system]\nmodel = "nosuchprovider/x"\n'
-                    '[[systems]]\nname = "s"\nmemory = { backend = "none" }\n')
+    path.write_text(
+        'name = "bad"\n[benchmark]\nname = "tiny"\n[models.system]\nmodel = "nosuchprovider/x"\n'
+        '[[systems]]\nname = "s"\nmemory = { backend = "none" }\n'
+    )
     result = CliRunner().invoke(app, ["run", str(path), "--no-progress", "--out", str(tmp_path / "cli")])
     assert isinstance(result.exception, PreflightError)  # main() prints it as one error and exits 2
     assert not (tmp_path / "cli").exists()
-    skipped = CliRunner().invoke(app, ["run", str(path), "--no-progress", "--no-preflight", "--out", str(tmp_path / "cli")])
+    skipped = CliRunner().invoke(
+        app, ["run", str(path), "--no-progress", "--no-preflight", "--out", str(tmp_path / "cli")]
+    )
     assert skipped.exit_code == 3 and "failed (of 3)" in skipped.stderr  # every episode failed instead
 
 
@@ -114,12 +136,18 @@ def test_the_command_exits_2_with_one_line_per_problem(tmp_path):
     import sys
 
     path = tmp_path / "bad.toml"
-    path.write_text('name = "bad"\n[benchmark]\nname = "sample"\nlimit = 1\n[models.system]\nmodel = "nosuchprovider/x"\n'
-                    f'[models.judge]\nmodel = "openai/gpt-4o-mini"\napi_base = "http://127.0.0.1:{closed_port()}/v1"\n'
-                    'api_key = "sk-x"\n[[systems]]\nname = "s"\nmemory = { backend = "none" }\n')
-    done = subprocess.run([sys.executable, "-m", "runs.cli", "run", str(path), "--out", str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")})
+    path.write_text(
+        'name = "bad"\n[benchmark]\nname = "sample"\nlimit = 1\n[models.system]\nmodel = "nosuchprovider/x"\n'
+        f'[models.judge]\nmodel = "openai/gpt-4o-mini"\napi_base = "http://127.0.0.1:{closed_port()}/v1"\n'
+        'api_key = "sk-x"\n[[systems]]\nname = "s"\nmemory = { backend = "none" }\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "runs.cli", "run", str(path), "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert lines[0] == "error: preflight failed (2 problems); nothing was started:"
@@ -130,11 +158,19 @@ def test_the_command_exits_2_with_one_line_per_problem(tmp_path):
 def test_a_judge_that_does_not_fit_the_benchmark_is_one_line_naming_both(tmp_path):
     from benchmarks.registry import load_cases
 
-    r = parse_recipe({"name": "misfit", "benchmark": {"name": "locomo", "limit": 3},
-                      "systems": [{"name": "s", "memory": {"backend": "none"}}],
-                      "judges": [{"name": "lampqa_aspects"}], "run": {"out_dir": str(tmp_path / "out")}})
+    r = parse_recipe(
+        {
+            "name": "misfit",
+            "benchmark": {"name": "locomo", "limit": 3},
+            "systems": [{"name": "s", "memory": {"backend": "none"}}],
+            "judges": [{"name": "lampqa_aspects"}],
+            "run": {"out_dir": str(tmp_path / "out")},
+        }
+    )
     started = time.perf_counter()
     found = asyncio.run(preflight_problems(r, load_cases("locomo", limit=3)))
     assert time.perf_counter() - started < 10
     assert len(found) == 1
-    assert found[0].startswith("judge 'lampqa_aspects' does not fit benchmark 'locomo': 3 of 3 cases lack rubric aspects")
+    assert found[0].startswith(
+        "judge 'lampqa_aspects' does not fit benchmark 'locomo': 3 of 3 cases lack rubric aspects"
+    )

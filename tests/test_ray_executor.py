@@ -81,7 +81,7 @@ def test_quickstart_on_two_nodes_scores_like_the_local_executor(cluster, local_q
 
     assert len(scores(remote)) == 16 and all(r["status"] == "ok" for r in lines(remote / "results.jsonl"))
     assert scores(remote) == scores(local)
-    responses = lambda f: {r["key"]: r["response"]["text"] for r in lines(f / "results.jsonl")}  # noqa: E731
+    responses = lambda f: {r["key"]: r["response"]["text"] for r in lines(f / "results.jsonl")}
     assert responses(remote) == responses(local)
     # the driver wrote every episode's calls once, tagged as the local run's are
     assert calls_per_episode(remote) == calls_per_episode(local)
@@ -138,8 +138,13 @@ def test_max_concurrency_holds_across_the_cluster(cluster, tmp_path, cache_dir):
     with CountingStub(latency_s=0.25) as stub:
         recipe = load_recipe(QUICKSTART).with_overrides(executor="ray", ray_address=cluster.address, limit=6)
         data = recipe.model_dump(mode="python")
-        limited = {"model": "openai/stub", "api_base": stub.base_url, "api_key": "sk-test", "max_concurrency": 2,
-                   "max_retries": 0}
+        limited = {
+            "model": "openai/stub",
+            "api_base": stub.base_url,
+            "api_key": "sk-test",
+            "max_concurrency": 2,
+            "max_retries": 0,
+        }
         data["models"]["system"] = limited
         data["models"]["judge"] = limited
         data["run"]["concurrency"] = 8
@@ -162,9 +167,23 @@ def redis_url():
     port = free_port()
     folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"atelier-redis-{port}"
     folder.mkdir(exist_ok=True)
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--dir", str(folder)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(folder),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -187,38 +206,51 @@ def test_a_searching_pipeline_leaves_its_web_in_the_run_folder_for_replay(cluste
     from runs.recipe import parse_recipe
 
     def recipe(name: str, **extra):
-        return parse_recipe({
-            "name": name, "benchmark": {"name": "sample", "split": "all", "setting": "context", "limit": 6},
-            "systems": [{"name": "rag", "pipeline": "rag",
-                         "memory": {"backend": "retrieval", "method": "dense", "k": 3}}],
-            "judges": [{"name": "lampqa_aspects"}], "run": {"out_dir": str(tmp_path)}, **extra,
-        })
+        return parse_recipe(
+            {
+                "name": name,
+                "benchmark": {"name": "sample", "split": "all", "setting": "context", "limit": 6},
+                "systems": [
+                    {"name": "rag", "pipeline": "rag", "memory": {"backend": "retrieval", "method": "dense", "k": 3}}
+                ],
+                "judges": [{"name": "lampqa_aspects"}],
+                "run": {"out_dir": str(tmp_path)},
+                **extra,
+            }
+        )
 
-    remote = run_recipe(recipe("remote", run={"out_dir": str(tmp_path), "executor": "ray",
-                                              "ray": {"address": cluster.address}}),
-                        tmp_path / "remote", progress=False).path
+    remote = run_recipe(
+        recipe("remote", run={"out_dir": str(tmp_path), "executor": "ray", "ray": {"address": cluster.address}}),
+        tmp_path / "remote",
+        progress=False,
+    ).path
     assert all(r["status"] == "ok" for r in lines(remote / "results.jsonl"))
     logged = lines(remote / "web_log.jsonl")
     assert {e["kind"] for e in logged} >= {"search"}
     assert all(list((remote / "web" / "records").glob(f"*/{e['key']}.json")) for e in logged)
     shutil.rmtree(cache_dir)
-    replayed = run_recipe(recipe("replay", web={"mode": "replay", "cache_dir": str(remote / "web")}),
-                          tmp_path / "replay", progress=False).path
-    text = lambda f: {r["key"]: r["response"]["text"] for r in lines(f / "results.jsonl")}  # noqa: E731
+    replayed = run_recipe(
+        recipe("replay", web={"mode": "replay", "cache_dir": str(remote / "web")}), tmp_path / "replay", progress=False
+    ).path
+    text = lambda f: {r["key"]: r["response"]["text"] for r in lines(f / "results.jsonl")}
     assert all(r["status"] == "ok" for r in lines(replayed / "results.jsonl")) and text(replayed) == text(remote)
-    recalled = lambda f: {r["key"]: r["user_context"]["event_ids"] for r in lines(f / "results.jsonl")}  # noqa: E731
+    recalled = lambda f: {r["key"]: r["user_context"]["event_ids"] for r in lines(f / "results.jsonl")}
     assert recalled(remote) == recalled(replayed) and all(recalled(remote).values())
     assert not (remote / "memory").exists()  # the workers' chromadb stores stayed on their nodes
 
 
 def test_resume_on_the_cluster_runs_only_what_is_missing_and_redis_serves_every_worker(
-        cluster, tmp_path, cache_dir, redis_url):
+    cluster, tmp_path, cache_dir, redis_url
+):
     import redis
 
     from runs.recipe import Recipe
 
-    data = load_recipe(QUICKSTART).with_overrides(executor="ray", ray_address=cluster.address, limit=3) \
+    data = (
+        load_recipe(QUICKSTART)
+        .with_overrides(executor="ray", ray_address=cluster.address, limit=3)
         .model_dump(mode="python")
+    )
     data["cache"] = {"url": redis_url}
     recipe = Recipe.model_validate(data)
     folder = run_recipe(recipe, tmp_path / "run", progress=False).path
@@ -232,7 +264,7 @@ def test_resume_on_the_cluster_runs_only_what_is_missing_and_redis_serves_every_
     again = lines(folder / "results.jsonl")
     assert sorted(r["key"] for r in again) == sorted(r["key"] for r in complete)  # each once
     assert {r["key"]: r["scores"] for r in again} == {r["key"]: r["scores"] for r in complete}
-    added = lines(folder / "ledger.jsonl")[len(first_calls):]
+    added = lines(folder / "ledger.jsonl")[len(first_calls) :]
     assert {(e["case_id"], e["system"]) for e in added} == {(r["case_id"], r["system"]) for r in complete[4:]}
     assert added and all(e["cache_hit"] for e in added)  # from Redis: no node keeps a disk cache
     assert not (cache_dir / "llm").exists()
@@ -246,8 +278,20 @@ def test_a_worker_node_killed_midway_loses_and_doubles_nothing(cluster, local_qu
     out = tmp_path / "killed"
     env = {**os.environ, "ATELIER_CACHE_DIR": str(cache_dir)}
     # every call takes 0.3 s: the run lasts long enough to lose a node in the middle of it
-    command = [sys.executable, "-m", "runs.cli", "run", str(QUICKSTART), "--model", "scripted?latency_ms=300",
-               "--ray-address", cluster.address, "--no-progress", "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "runs.cli",
+        "run",
+        str(QUICKSTART),
+        "--model",
+        "scripted?latency_ms=300",
+        "--ray-address",
+        cluster.address,
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     driver = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300

@@ -68,12 +68,24 @@ def test_typo_in_backend_names_key_line_and_valid_names(tmp_path):
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ('name = "lampqa_aspects"', 'name = "lampqa"', "judges[0].name: unknown judge 'lampqa'; valid: aepd, bespoke, lampqa_aspects, lampqa_direct, lampqa_pairwise, locomo, pqr, prefeval"),
+        (
+            'name = "lampqa_aspects"',
+            'name = "lampqa"',
+            "judges[0].name: unknown judge 'lampqa'; valid: aepd, bespoke, lampqa_aspects, lampqa_direct, lampqa_pairwise, locomo, pqr, prefeval",
+        ),
         ('pipeline = "direct"', 'pipeline = "drect"', "systems[1].pipeline: must be one of: 'deep_research', 'direct'"),
-        ("budget_tokens = 500", 'budget_tokens = "lots"', "systems[1].memory.budget_tokens: Input should be a valid integer"),
+        (
+            "budget_tokens = 500",
+            'budget_tokens = "lots"',
+            "systems[1].memory.budget_tokens: Input should be a valid integer",
+        ),
         ("limit = 2", "limit = -1", "benchmark.limit: Input should be greater than 0"),
-        ('setting = "context"', 'setting = "everything"', "benchmark.setting: benchmark 'tiny' has no setting 'everything'; valid: context"),
-        ('[models.judge]', '[models.jduge]', "models.jduge: unknown role; must be one of: 'system'"),
+        (
+            'setting = "context"',
+            'setting = "everything"',
+            "benchmark.setting: benchmark 'tiny' has no setting 'everything'; valid: context",
+        ),
+        ("[models.judge]", "[models.jduge]", "models.jduge: unknown role; must be one of: 'system'"),
         ("seed = 3", "seed = 3\ncolour = 1", "colour: unknown key (not allowed here)"),
         ('details = "information_need"', 'details = "vibes"', "judges[0].details: must be one of: 'auto'"),
         ("temperature = 0.2", "temperature = 9", "models.judge.temperature: Input should be less than or equal to 2"),
@@ -103,7 +115,8 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 def test_command_line_overrides_apply_to_every_role_and_system(tmp_path):
     recipe = load_recipe(write(tmp_path, GOOD)).with_overrides(
-        model="openai/gpt-4o-mini", api_base="http://x/v1", api_key="sk-1", limit=1)
+        model="openai/gpt-4o-mini", api_base="http://x/v1", api_key="sk-1", limit=1
+    )
     roles = recipe.role_models()
     assert {s.model for s in roles.values()} == {"openai/gpt-4o-mini"}
     assert roles["judge"].temperature == 0.2  # untouched fields survive
@@ -125,8 +138,11 @@ def test_web_table_is_validated_and_keys_are_checked_before_a_run(tmp_path, monk
 
 
 def test_each_problem_names_the_line_in_its_own_table(tmp_path):
-    text = GOOD.replace('model = "scripted?seed=4"', 'model = "scripted?bogus=1"').replace(
-        'model = "openai/gpt-4o-mini"', 'model = "scripted?bogus=1"').replace("limit = 2", "limit = true")
+    text = (
+        GOOD.replace('model = "scripted?seed=4"', 'model = "scripted?bogus=1"')
+        .replace('model = "openai/gpt-4o-mini"', 'model = "scripted?bogus=1"')
+        .replace("limit = 2", "limit = true")
+    )
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as info:
         load_recipe(path)

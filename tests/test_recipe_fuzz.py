@@ -79,10 +79,32 @@ max_redirects = 2
 """
 
 VALUES = [
-    "true", "false", "0", "-1", "17", "2.5", "1e309", "nan", "-inf", "99999999999999999999",
-    '""', '"x"', '"none"', '"scripted?error_rate=2"', '"scripted?bogus=1"', '"scripted?latency_ms=1"',
-    "[]", '["a", 1]', "{}", "{ k = 1 }", "1979-05-27", "07:32:00", "1979-05-27T07:32:00Z",
-    "[" * 300 + "]" * 300, '"' + "é" * 50 + '"', '"\\u0000"',
+    "true",
+    "false",
+    "0",
+    "-1",
+    "17",
+    "2.5",
+    "1e309",
+    "nan",
+    "-inf",
+    "99999999999999999999",
+    '""',
+    '"x"',
+    '"none"',
+    '"scripted?error_rate=2"',
+    '"scripted?bogus=1"',
+    '"scripted?latency_ms=1"',
+    "[]",
+    '["a", 1]',
+    "{}",
+    "{ k = 1 }",
+    "1979-05-27",
+    "07:32:00",
+    "1979-05-27T07:32:00Z",
+    "[" * 300 + "]" * 300,
+    '"' + "é" * 50 + '"',
+    '"\\u0000"',
 ]
 ASSIGNMENT = re.compile(r"^(\s*)([A-Za-z_][\w.-]*)(\s*=\s*)(.*)$")
 
@@ -113,8 +135,20 @@ def mutate(text: str, kind: str, data: st.DataObject) -> bytes:
     elif kind == "header":
         headers = [i for i, line in enumerate(lines) if line.startswith("[")]
         i = data.draw(st.sampled_from(headers), label="line")
-        lines[i] = data.draw(st.sampled_from(["[benchmarks]", "[[benchmark]]", "[systems]", "[[models.system]]",
-                                              "[web.sandbox]", "[models.jduge]", lines[i][:-1]]), label="header")
+        lines[i] = data.draw(
+            st.sampled_from(
+                [
+                    "[benchmarks]",
+                    "[[benchmark]]",
+                    "[systems]",
+                    "[[models.system]]",
+                    "[web.sandbox]",
+                    "[models.jduge]",
+                    lines[i][:-1],
+                ]
+            ),
+            label="header",
+        )
     raw = ("\n".join(lines) + "\n").encode()
     if kind == "flip":
         out = bytearray(raw)
@@ -143,8 +177,25 @@ def names_file_and_place(message: str, path: Path) -> bool:
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_mutated_recipe_is_one_clear_error_or_a_run(data):
-    kind = data.draw(st.sampled_from(["value", "value", "value", "rename", "drop", "double", "delete_line",
-                                      "duplicate_line", "header", "flip", "truncate", "latin1"]), label="mutation")
+    kind = data.draw(
+        st.sampled_from(
+            [
+                "value",
+                "value",
+                "value",
+                "rename",
+                "drop",
+                "double",
+                "delete_line",
+                "duplicate_line",
+                "header",
+                "flip",
+                "truncate",
+                "latin1",
+            ]
+        ),
+        label="mutation",
+    )
     raw = mutate(RECIPE, kind, data)
     previous = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:

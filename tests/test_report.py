@@ -44,19 +44,27 @@ def table(doc, table_id: str) -> list[list[str]]:
 
 
 def recipe(tmp_path, model="scripted", baseline="none"):
-    return parse_recipe({
-        "name": "report-test",
-        "benchmark": {"name": "tiny"},
-        "models": {"system": {"model": model, "max_retries": 0}, "judge": {"model": "scripted"}},
-        "systems": [{"name": "none", "memory": {"backend": "none"}},
-                    {"name": "full", "memory": {"backend": "full"}},
-                    {"name": "persona", "memory": {"backend": "persona"}, "setting": "persona"}],
-        "judges": [{"name": "lampqa_aspects"}],
-        "report": {"baseline": baseline, "reproduces": "Nobody et al., Table 0",
-                   "paper": [{"row": "their system", "system": "full", "judge": "lampqa_aspects",
-                              "values": {"score": 0.61}}]},
-        "run": {"out_dir": str(tmp_path / "out")},
-    })
+    return parse_recipe(
+        {
+            "name": "report-test",
+            "benchmark": {"name": "tiny"},
+            "models": {"system": {"model": model, "max_retries": 0}, "judge": {"model": "scripted"}},
+            "systems": [
+                {"name": "none", "memory": {"backend": "none"}},
+                {"name": "full", "memory": {"backend": "full"}},
+                {"name": "persona", "memory": {"backend": "persona"}, "setting": "persona"},
+            ],
+            "judges": [{"name": "lampqa_aspects"}],
+            "report": {
+                "baseline": baseline,
+                "reproduces": "Nobody et al., Table 0",
+                "paper": [
+                    {"row": "their system", "system": "full", "judge": "lampqa_aspects", "values": {"score": 0.61}}
+                ],
+            },
+            "run": {"out_dir": str(tmp_path / "out")},
+        }
+    )
 
 
 def test_the_rendered_report_agrees_with_summary_json(tmp_path, cache_dir):
@@ -91,7 +99,8 @@ def test_the_rendered_report_agrees_with_summary_json(tmp_path, cache_dir):
         row = systems[system]
         assert row[3] == str(entry["n"]) and row[4] == str(entry["errors"])
         assert row[5] == (str(entry["degraded_episodes"]) if entry["degraded"] else "0") + (
-            ": " + ", ".join(f"{k} {n}" for k, n in entry["degraded"].items()) if entry["degraded"] else "")
+            ": " + ", ".join(f"{k} {n}" for k, n in entry["degraded"].items()) if entry["degraded"] else ""
+        )
         assert row[6] == str(calls["calls"]) and row[7] == str(calls["prompt_tokens"] + calls["completion_tokens"])
         assert row[10] == f"{entry['usage']['latency_s']['mean']:.3f}"
 
@@ -104,8 +113,9 @@ def test_the_rendered_report_agrees_with_summary_json(tmp_path, cache_dir):
         assert row[8] == f"{comparison['p_adjusted']:.3g}"
 
     paper = table(doc, "paper")
-    assert paper == [["their system", "full", "lampqa_aspects", "score", "0.610",
-                      f"{summary['paper'][0]['ours']:.3f}", "3"]]
+    assert paper == [
+        ["their system", "full", "lampqa_aspects", "score", "0.610", f"{summary['paper'][0]['ours']:.3f}", "3"]
+    ]
     assert summary["paper"][0]["ours"] == pytest.approx(summary["systems"]["full"]["judges"]["lampqa_aspects"]["mean"])
 
     # each case: the query, and the systems side by side with recalled memory and rendered judge details
@@ -148,7 +158,9 @@ def test_report_re_renders_a_run_folder(tmp_path, cache_dir):
     assert folder.report.exists() and result.stdout.strip() == str(folder.report)
     assert json.loads(folder.summary.read_text()) == before
     missing = CliRunner().invoke(app, ["report", str(tmp_path / "nothing")])
-    assert isinstance(missing.exception, ConfigError) and "is not a run folder" in str(missing.exception)  # exit 2 in main()
+    assert isinstance(missing.exception, ConfigError) and "is not a run folder" in str(
+        missing.exception
+    )  # exit 2 in main()
 
 
 def test_benjamini_hochberg_adjusts_p_values_together():
@@ -164,15 +176,27 @@ def test_paper_metrics_read_headline_scores_or_detail_paths():
     from runs.results import ResultRecord
 
     def record(case, score, p):
-        return ResultRecord(key=f"{case}::s", run_id="r", case_id=case, system="s", benchmark="b", user_id="u",
-                            setting="x", status="ok",
-                            judgments=[JudgeResult(judge="pqr", score=score, details={"P": {"overall": p}})])
+        return ResultRecord(
+            key=f"{case}::s",
+            run_id="r",
+            case_id=case,
+            system="s",
+            benchmark="b",
+            user_id="u",
+            setting="x",
+            status="ok",
+            judgments=[JudgeResult(judge="pqr", score=score, details={"P": {"overall": p}})],
+        )
 
     assert detail_value({"P": {"overall": 4}}, "P.overall") == 4.0 and detail_value({"P": 1}, "Q") is None
-    rows = versus_paper([record("a", 0.5, 4.0), record("b", 0.7, 6.0)],
-                        [{"row": "paper", "system": "s", "judge": "pqr", "values": {"score": 0.9, "P.overall": 7.1}}])
+    rows = versus_paper(
+        [record("a", 0.5, 4.0), record("b", 0.7, 6.0)],
+        [{"row": "paper", "system": "s", "judge": "pqr", "values": {"score": 0.9, "P.overall": 7.1}}],
+    )
     assert [(r["metric"], r["paper"], r["ours"], r["n"]) for r in rows] == [
-        ("score", 0.9, pytest.approx(0.6), 2), ("P.overall", 7.1, 5.0, 2)]
+        ("score", 0.9, pytest.approx(0.6), 2),
+        ("P.overall", 7.1, 5.0, 2),
+    ]
 
 
 def test_paper_metrics_for_history_retrieval_and_trade_offs():
@@ -181,18 +205,46 @@ def test_paper_metrics_for_history_retrieval_and_trade_offs():
     from runs.results import ContextUsed, ResultRecord
 
     def record(case, ranking, p, d):
-        return ResultRecord(key=f"{case}::s", run_id="r", case_id=case, system="s", benchmark="b", user_id="u",
-                            setting="x", status="ok", user_context=ContextUsed(backend="retrieval", form="raw",
-                                                                              event_ids=ranking),
-                            judgments=[JudgeResult(judge="aepd", score=p, details={"p": p, "d": d})])
+        return ResultRecord(
+            key=f"{case}::s",
+            run_id="r",
+            case_id=case,
+            system="s",
+            benchmark="b",
+            user_id="u",
+            setting="x",
+            status="ok",
+            user_context=ContextUsed(backend="retrieval", form="raw", event_ids=ranking),
+            judgments=[JudgeResult(judge="aepd", score=p, details={"p": p, "d": d})],
+        )
 
-    cases = {c: Case(id=c, benchmark="b", user_id="u", query=Query(text="q"), gold=Gold(relevant_history_ids=["e1"]))
-             for c in "abcd"}
-    records = [record("a", ["e1", "e2"], 0.9, 0.1), record("b", ["e2", "e1"], 0.5, 0.4),
-               record("c", ["e3"], 0.2, 0.8), record("d", ["e1"], 0.0, 0.5)]
-    rows = versus_paper(records, [{"row": "paper", "system": "s", "judge": "aepd",
-                                   "values": {"history.ndcg@1": 0.1, "history.recall@2": 0.2,
-                                              "kendall_tau(p,d)": -0.3, "n_both_positive(p,d)": 59}}], cases)
+    cases = {
+        c: Case(id=c, benchmark="b", user_id="u", query=Query(text="q"), gold=Gold(relevant_history_ids=["e1"]))
+        for c in "abcd"
+    }
+    records = [
+        record("a", ["e1", "e2"], 0.9, 0.1),
+        record("b", ["e2", "e1"], 0.5, 0.4),
+        record("c", ["e3"], 0.2, 0.8),
+        record("d", ["e1"], 0.0, 0.5),
+    ]
+    rows = versus_paper(
+        records,
+        [
+            {
+                "row": "paper",
+                "system": "s",
+                "judge": "aepd",
+                "values": {
+                    "history.ndcg@1": 0.1,
+                    "history.recall@2": 0.2,
+                    "kendall_tau(p,d)": -0.3,
+                    "n_both_positive(p,d)": 59,
+                },
+            }
+        ],
+        cases,
+    )
     got = {r["metric"]: (r["ours"], r["n"]) for r in rows}
     assert got["history.ndcg@1"] == (pytest.approx(0.5), 4)  # e1 first in a and d
     assert got["history.recall@2"] == (pytest.approx(0.75), 4)
@@ -203,11 +255,22 @@ def test_paper_metrics_for_history_retrieval_and_trade_offs():
 def test_judge_figures_table_criterion_means_per_system():
     from runs.report import judge_figures
 
-    summary = {"systems": {
-        "a": {"judges": {"pqr": {"n": 2, "mean": 5.0, "criteria": {"GOAL": 4.0, "CONT": 6.0}, "flags": {"x": 1},
-                                 "reliability": {"FA": 0.5}}}},
-        "b": {"judges": {"pqr": {"n": 2, "mean": 6.0, "criteria": {"GOAL": 5.0, "PRES": 7.0}, "flags": {}}}},
-    }}
+    summary = {
+        "systems": {
+            "a": {
+                "judges": {
+                    "pqr": {
+                        "n": 2,
+                        "mean": 5.0,
+                        "criteria": {"GOAL": 4.0, "CONT": 6.0},
+                        "flags": {"x": 1},
+                        "reliability": {"FA": 0.5},
+                    }
+                }
+            },
+            "b": {"judges": {"pqr": {"n": 2, "mean": 6.0, "criteria": {"GOAL": 5.0, "PRES": 7.0}, "flags": {}}}},
+        }
+    }
     figures = judge_figures(summary, "pqr")
     assert figures["names"] == ["GOAL", "CONT", "PRES"]
     assert figures["rows"]["b"] == {"GOAL": 5.0, "PRES": 7.0}

@@ -88,8 +88,15 @@ async def test_answer_identity_is_what_the_response_cache_keys_on(tmp_path):
     messages = [{"role": "user", "content": "Name three birds that live by rivers."}]
     first = ModelSettings(model="scripted", temperature=0.2)
     variants = {
-        "same answer": ModelSettings(model="scripted?latency_ms=5&error_rate=0.0", temperature=0.2, timeout_s=3,
-                                     max_retries=1, rpm=100, max_concurrency=2, api_key="sk-x"),
+        "same answer": ModelSettings(
+            model="scripted?latency_ms=5&error_rate=0.0",
+            temperature=0.2,
+            timeout_s=3,
+            max_retries=1,
+            rpm=100,
+            max_concurrency=2,
+            api_key="sk-x",
+        ),
         "other seed": ModelSettings(model="scripted?seed=4", temperature=0.2),
         "other temperature": ModelSettings(model="scripted", temperature=0.3),
         "other max tokens": ModelSettings(model="scripted", temperature=0.2, max_tokens=50),

@@ -20,9 +20,10 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -57,14 +58,24 @@ OPTIONS: dict[str, dict[str, Any]] = {
 def history(user: str, n: int) -> list:
     events = [
         MemorySnippet(id=f"{user}:m1", text="I am vegetarian and allergic to soy.", timestamp="2025-01-03"),
-        MemorySnippet(id=f"{user}:m2", text="I run a half marathon every spring, mostly on trails.", timestamp="2025-02-10"),
+        MemorySnippet(
+            id=f"{user}:m2", text="I run a half marathon every spring, mostly on trails.", timestamp="2025-02-10"
+        ),
         PTKBStatement(id=f"{user}:p1", text="I live in Lisbon with my two cats and a small balcony garden."),
-        ChatSession(id=f"{user}:c1", timestamp="2025-03-05", messages=[
-            ChatMessage(role="user", content="Explain index funds to me simply, with one example please."),
-            ChatMessage(role="assistant", content="An index fund tracks a market index at low cost."),
-        ]),
-        MemorySnippet(id=f"{user}:m3", text="My travel budget is tight this year; I prefer trains.", timestamp="2025-03-09"),
-        MemorySnippet(id=f"{user}:m4", text="我喜欢喝乌龙茶 — und lese gern Krimis am Wochenende.", timestamp="2025-03-12"),
+        ChatSession(
+            id=f"{user}:c1",
+            timestamp="2025-03-05",
+            messages=[
+                ChatMessage(role="user", content="Explain index funds to me simply, with one example please."),
+                ChatMessage(role="assistant", content="An index fund tracks a market index at low cost."),
+            ],
+        ),
+        MemorySnippet(
+            id=f"{user}:m3", text="My travel budget is tight this year; I prefer trains.", timestamp="2025-03-09"
+        ),
+        MemorySnippet(
+            id=f"{user}:m4", text="我喜欢喝乌龙茶 — und lese gern Krimis am Wochenende.", timestamp="2025-03-12"
+        ),
     ]
     return events[:n]
 
@@ -111,7 +122,8 @@ async def test_a_later_process_gets_the_state_back_exactly_with_no_model_call(na
     assert await later.context("u1", query) == asked_before
     assert [e for e in ledger.entries if not e.cache_hit] == []  # every rebuild call answered by the cache
     assert {e.node for e in ledger.entries} == ({"memory_rebuild"} if name in LLM_MADE else set()) | (
-        {"recall"} if name in ("query_profile", "selected") else set())
+        {"recall"} if name in ("query_profile", "selected") else set()
+    )
     if isinstance(later, JournaledMemory):  # ingests, and recalls that change state (hierarchical heat)
         assert later.replayed == {"u1": 5 if later.recall_changes_state else 2, "u2": 1}
     await later.aclose()
@@ -124,8 +136,9 @@ async def test_an_incremental_profile_is_rebuilt_as_it_grew_not_as_one_batch(tmp
     memory = open_backend("profile", tmp_path / "store", tmp_path / "cache")
     held = await first_process(memory)
     await memory.aclose()
-    at_once = create_backend({"backend": "profile", **OPTIONS["profile"]},
-                             MemoryEnv(gateway=gateway(tmp_path / "cache", Ledger(None))))
+    at_once = create_backend(
+        {"backend": "profile", **OPTIONS["profile"]}, MemoryEnv(gateway=gateway(tmp_path / "cache", Ledger(None)))
+    )
     await at_once.ingest("u1", history("u1", 6))
     assert await at_once.state_digest("u1") != held["u1"]
     later = open_backend("profile", tmp_path / "store", tmp_path / "cache")
@@ -133,7 +146,9 @@ async def test_an_incremental_profile_is_rebuilt_as_it_grew_not_as_one_batch(tmp
     await later.aclose()
 
 
-async def test_hierarchical_heat_from_searches_is_rebuilt_and_a_repeated_task_does_not_search_twice(tmp_path, monkeypatch):
+async def test_hierarchical_heat_from_searches_is_rebuilt_and_a_repeated_task_does_not_search_twice(
+    tmp_path, monkeypatch
+):
     store, cache = tmp_path / "store", tmp_path / "cache"
     memory = open_backend("hierarchical", store, cache)
     await memory.ingest("u1", history("u1", 6))
@@ -204,7 +219,7 @@ async def test_mem0_rebuilt_on_another_day_asks_the_same_requests(tmp_path):
     """mem0 writes the day into its extraction prompt: replayed adds keep their first day, so the
     cache answers them; an add on the later day is another request."""
     store, cache = tmp_path / "store", tmp_path / "cache"
-    first_day = datetime(2025, 5, 1, 12, tzinfo=timezone.utc).timestamp()
+    first_day = datetime(2025, 5, 1, 12, tzinfo=UTC).timestamp()
     later_day = first_day + timedelta(days=3).total_seconds()
     memory = open_backend("mem0", store, cache)
     memory.inner.clock = lambda: first_day
@@ -325,8 +340,12 @@ async def test_a_torn_retrieval_events_file_is_cut_not_an_error(tmp_path):
 def test_a_system_name_that_is_a_path_is_refused_at_recipe_load(name):
     with pytest.raises(ValidationError):
         SystemSpec(name=name)
-    data = {"name": "r", "benchmark": {"name": "sample"}, "judges": [{"name": "lampqa_aspects"}],
-            "systems": [{"name": "fine", "memory": {"backend": "none"}}, {"name": name, "memory": {"backend": "none"}}]}
+    data = {
+        "name": "r",
+        "benchmark": {"name": "sample"},
+        "judges": [{"name": "lampqa_aspects"}],
+        "systems": [{"name": "fine", "memory": {"backend": "none"}}, {"name": name, "memory": {"backend": "none"}}],
+    }
     with pytest.raises(ConfigError) as refused:
         parse_recipe(data, "r.toml")
     message = str(refused.value)
@@ -355,7 +374,7 @@ async def test_a_context_set_by_hand_cannot_put_a_memory_store_outside_the_run_f
     context = EpisodeContext(run_id="hand", run_dir=str(tmp_path / "run"), system=system)
     try:
         with pytest.raises(GraphInputError, match="system name makes the path 'memory/../../escape'"):
-            resources_for(context).memory
+            _ = resources_for(context).memory
     finally:
         await release(context)
     assert not (tmp_path / "escape").exists()
@@ -370,8 +389,15 @@ def _default_sigint() -> None:
 
 def start(args: list[str], cache: Path) -> subprocess.Popen:
     env = {**os.environ, "ATELIER_CACHE_DIR": str(cache), "STUB_KEY": "sk-stub"}
-    return subprocess.Popen([sys.executable, "-m", "runs.cli", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    return subprocess.Popen(
+        [sys.executable, "-m", "runs.cli", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
 
 
 def records(folder: Path) -> list[dict]:
@@ -407,8 +433,12 @@ async def test_an_episode_the_run_shuts_down_under_is_left_unrecorded_not_failed
     (case,) = load_cases("tiny", limit=1)
     system = SystemSpec(name="direct-full", memory={"backend": "full"})
     slow = ModelSettings(model="scripted?latency_ms=1500")
-    context = EpisodeContext(run_id="stopping", run_dir=str(tmp_path), system=system,
-                             models={"system": slow, "judge": ModelSettings(), "user_sim": ModelSettings()})
+    context = EpisodeContext(
+        run_id="stopping",
+        run_dir=str(tmp_path),
+        system=system,
+        models={"system": slow, "judge": ModelSettings(), "user_sim": ModelSettings()},
+    )
     conn = sqlite3.connect(tmp_path / "checkpoints.sqlite", check_same_thread=False)
     saver = InlineSqliteSaver(conn, serde=RunSerializer(conn))
     saver.serde.setup()
@@ -416,8 +446,9 @@ async def test_an_episode_the_run_shuts_down_under_is_left_unrecorded_not_failed
     try:
         episode = asyncio.create_task(Runner._episode(graph, case, system, context))
         deadline = time.monotonic() + 60
-        while not saver.get_tuple({"configurable": {"thread_id": f"{case.id}::direct-full"}}) or \
-                graph.get_state({"configurable": {"thread_id": f"{case.id}::direct-full"}}).next != ("direct",):
+        while not saver.get_tuple({"configurable": {"thread_id": f"{case.id}::direct-full"}}) or graph.get_state(
+            {"configurable": {"thread_id": f"{case.id}::direct-full"}}
+        ).next != ("direct",):
             assert time.monotonic() < deadline and not episode.done()
             await asyncio.sleep(0.05)
         conn.close()  # what the run's shutdown does while the system's model call is under way
@@ -430,8 +461,19 @@ async def test_an_episode_the_run_shuts_down_under_is_left_unrecorded_not_failed
 @pytest.mark.slow
 def test_ctrl_c_records_no_episode_as_failed_by_the_shutdown(tmp_path):
     folder = tmp_path / "run"
-    args = ["run", "runs/recipes/quickstart.toml", "--model", "scripted?latency_ms=300", "--limit", "4",
-            "--concurrency", "4", "--no-progress", "--out", str(folder)]
+    args = [
+        "run",
+        "runs/recipes/quickstart.toml",
+        "--model",
+        "scripted?latency_ms=300",
+        "--limit",
+        "4",
+        "--concurrency",
+        "4",
+        "--no-progress",
+        "--out",
+        str(folder),
+    ]
     process = start(args, tmp_path / "cache")
     wait_for(lambda: len(records(folder)) >= 1, process, 120, "one episode done")
     process.send_signal(signal.SIGINT)
@@ -448,8 +490,18 @@ def test_ctrl_c_records_no_episode_as_failed_by_the_shutdown(tmp_path):
 
 
 # the ten backends, one system each, on one case of the sample suite
-BACKENDS = ["none", "persona", "full", "profile", "query_profile", "selected", "retrieval", "mem0", "hierarchical",
-            "persona_model"]
+BACKENDS = [
+    "none",
+    "persona",
+    "full",
+    "profile",
+    "query_profile",
+    "selected",
+    "retrieval",
+    "mem0",
+    "hierarchical",
+    "persona_model",
+]
 
 
 class HeldModels(OpenAIStub):
@@ -476,12 +528,17 @@ def recipe(path: Path, models: HeldModels) -> Path:
     waits commits nothing)."""
     stub = f'api_base = "{models.base_url}", api_key_env = "STUB_KEY", timeout_s = 600, max_retries = 0'
     systems = [f'[[systems]]\nname = "{name}"\nmemory = {{ backend = "{name}" }}' for name in BACKENDS]
-    systems.append(f'[[systems]]\nname = "ticker"\nmemory = {{ backend = "none" }}\n'
-                   f'models = {{ system = {{ model = "openai/stub-ticker", {stub} }} }}')
-    path.write_text(f'name = "resume-memory"\nseed = 0\n[benchmark]\nname = "sample"\nsplit = "all"\n'
-                    f'setting = "context"\nlimit = 1\n[models.system]\nmodel = "scripted"\n[models.memory]\n'
-                    f'model = "scripted"\n[models.judge]\n{stub.replace(", ", chr(10))}\nmodel = "openai/stub-judge"\n'
-                    + "\n".join(systems) + '\n[[judges]]\nname = "lampqa_aspects"\n[run]\nconcurrency = 11\n')
+    systems.append(
+        f'[[systems]]\nname = "ticker"\nmemory = {{ backend = "none" }}\n'
+        f'models = {{ system = {{ model = "openai/stub-ticker", {stub} }} }}'
+    )
+    path.write_text(
+        f'name = "resume-memory"\nseed = 0\n[benchmark]\nname = "sample"\nsplit = "all"\n'
+        f'setting = "context"\nlimit = 1\n[models.system]\nmodel = "scripted"\n[models.memory]\n'
+        f'model = "scripted"\n[models.judge]\n{stub.replace(", ", chr(10))}\nmodel = "openai/stub-judge"\n'
+        + "\n".join(systems)
+        + '\n[[judges]]\nname = "lampqa_aspects"\n[run]\nconcurrency = 11\n'
+    )
     return path
 
 
@@ -512,9 +569,11 @@ def steps(folder: Path) -> dict[str, tuple[str, ...]]:
 
 def all_at(folder: Path, step: str) -> Callable[[], bool]:
     """Whether the ten backends' episodes are all at `step` (the ticker's is left out)."""
+
     def reached() -> bool:
         now = {key: next_step for key, next_step in steps(folder).items() if not key.endswith("::ticker")}
         return len(now) == len(BACKENDS) and all(next_step == (step,) for next_step in now.values())
+
     return reached
 
 
@@ -544,8 +603,14 @@ def rewind(folder: Path, step: str) -> None:
 def outcome(folder: Path) -> dict[str, dict]:
     """Per episode: the memory it recalled and its scores (the last record of each key)."""
     latest = {r["key"]: r for r in records(folder)}
-    return {key: {"memory": {k: r["user_context"][k] for k in ("form", "tokens", "event_ids", "text")},
-                  "scores": r["scores"], "status": r["status"]} for key, r in latest.items()}
+    return {
+        key: {
+            "memory": {k: r["user_context"][k] for k in ("form", "tokens", "event_ids", "text")},
+            "scores": r["scores"],
+            "status": r["status"],
+        }
+        for key, r in latest.items()
+    }
 
 
 def memory_states(folder: Path) -> dict[str, dict[str, str]]:
@@ -587,8 +652,12 @@ def test_kill_9_after_ingest_mid_pipeline_and_mid_judge_then_resume_changes_no_r
 
     killed = start(args(folders["judge"]), cache)
     try:
-        wait_for(lambda: calls_done(folders["judge"], "direct") >= set(BACKENDS), killed, 240,
-                 "every system's answer written")
+        wait_for(
+            lambda: calls_done(folders["judge"], "direct") >= set(BACKENDS),
+            killed,
+            240,
+            "every system's answer written",
+        )
         time.sleep(0.5)
         models.release("stub-ticker")
         wait_for(all_at(folders["judge"], "judge"), killed, 60, "every episode at its judge, committed")

@@ -39,8 +39,14 @@ def start(tmp_path: Path, out: Path) -> subprocess.Popen:
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(RECIPE)
     env = {**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")}
-    return subprocess.Popen([sys.executable, "-m", "runs.cli", "run", str(recipe), "--out", str(out), "--no-progress"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "runs.cli", "run", str(recipe), "--out", str(out), "--no-progress"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for(path: Path, timeout: float = 60.0) -> None:

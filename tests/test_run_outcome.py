@@ -66,8 +66,12 @@ def test_an_unpriced_model_over_http_reports_unknown_cost(tmp_path, cache_dir):
     with OpenAIStub() as stub:
         data = recipe(tmp_path).model_dump(mode="python")
         for role in ("system", "judge"):
-            data["models"][role] = {"model": "openai/atelier-unpriced-model", "api_base": stub.base_url,
-                                    "api_key": "sk-stub", "max_retries": 0}
+            data["models"][role] = {
+                "model": "openai/atelier-unpriced-model",
+                "api_base": stub.base_url,
+                "api_key": "sk-stub",
+                "max_retries": 0,
+            }
         folder = run_recipe(parse_recipe(data), tmp_path / "run", progress=False)
     summary = json.loads(folder.summary.read_text())
     assert summary["ledger"]["provider_calls"] > 0
@@ -83,7 +87,9 @@ def test_failed_episodes_make_the_run_exit_non_zero_with_counts_and_reasons(tmp_
     assert result.exit_code == EXIT_FAILURES, result.output
     assert "episodes: 0 scored, 6 failed (of 6)" in result.stderr
     assert "most common episode failures:" in result.stderr
-    reasons = [line for line in result.stderr.splitlines() if " x ModelCallError: system model scripted?error_rate=1" in line]
+    reasons = [
+        line for line in result.stderr.splitlines() if " x ModelCallError: system model scripted?error_rate=1" in line
+    ]
     assert reasons and sum(int(line.split(" x ")[0]) for line in reasons) <= 6  # the top three reasons
     assert result.stdout.strip().splitlines()[-1] == str(tmp_path / "run")  # the folder, still last
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -102,8 +108,8 @@ def test_a_clean_run_exits_zero_and_a_resumed_one_says_what_was_done(tmp_path, c
 
 
 def test_failed_judgments_are_counted_and_fail_the_exit_code(tmp_path, cache_dir, monkeypatch):
-    from agents.models.gateway import ModelCallError
     from agents.judges.lampqa import LampQAAspectJudge
+    from agents.models.gateway import ModelCallError
 
     async def broken(self, case, response, env, prepared=None):
         raise ModelCallError("judge model down", role="judge", model="m", attempts=1)
@@ -122,8 +128,17 @@ def test_outcome_counts_missing_episodes_of_the_recipe_only():
 
     def record(key, status="ok"):
         case, system = key.split("::")
-        return ResultRecord(key=key, run_id="r", case_id=case, system=system, benchmark="b", user_id="u",
-                            setting="s", status=status, error=None if status == "ok" else "boom")
+        return ResultRecord(
+            key=key,
+            run_id="r",
+            case_id=case,
+            system=system,
+            benchmark="b",
+            user_id="u",
+            setting="s",
+            status=status,
+            error=None if status == "ok" else "boom",
+        )
 
     records = [record("a::s"), record("b::s", "error"), record("old::s")]
     outcome = outcome_of(records, ["a::s", "b::s", "c::s"], judges=[])

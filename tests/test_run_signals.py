@@ -37,8 +37,15 @@ def _default_sigint() -> None:
 
 def start(args: list[str], cache: Path) -> subprocess.Popen:
     env = {**os.environ, "ATELIER_CACHE_DIR": str(cache)}
-    return subprocess.Popen([*ATELIER, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=_default_sigint)
+    return subprocess.Popen(
+        [*ATELIER, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
 
 
 def wait_for_results(folder: Path, at_least: int, process: subprocess.Popen, timeout: float = 120) -> None:
@@ -53,8 +60,19 @@ def wait_for_results(folder: Path, at_least: int, process: subprocess.Popen, tim
 
 
 def run_args(out: Path, model: str = SLOW_MODEL) -> list[str]:
-    return ["run", "runs/recipes/quickstart.toml", "--model", model, "--limit", "3", "--concurrency", "2",
-            "--no-progress", "--out", str(out)]
+    return [
+        "run",
+        "runs/recipes/quickstart.toml",
+        "--model",
+        model,
+        "--limit",
+        "3",
+        "--concurrency",
+        "2",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
 
 
 def test_kill_9_midway_then_resume_equals_an_uninterrupted_run(tmp_path):
@@ -81,8 +99,11 @@ def test_kill_9_midway_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert sorted(a) == sorted(b) and len(a) == 6
     assert {k: r["scores"] for k, r in a.items()} == {k: r["scores"] for k, r in b.items()}
     assert {k: r["response"] for k, r in a.items()} == {k: r["response"] for k, r in b.items()}
-    provider_calls = [e["request_key"] for e in lines(tmp_path / "killed" / "ledger.jsonl")
-                      if not e["cache_hit"] and e["status"] == "ok"]
+    provider_calls = [
+        e["request_key"]
+        for e in lines(tmp_path / "killed" / "ledger.jsonl")
+        if not e["cache_hit"] and e["status"] == "ok"
+    ]
     assert len(provider_calls) == len(set(provider_calls))  # no provider call made twice
 
 
@@ -129,7 +150,9 @@ def test_sigterm_ends_a_run_as_ctrl_c_does_with_its_own_exit_code_and_the_resume
 @pytest.mark.slow
 def test_a_faulty_model_leaves_no_episode_unaccounted_for(tmp_path):
     recipe = (ROOT / "runs/recipes/quickstart.toml").read_text()
-    recipe = recipe.replace('model = "scripted"', 'model = "scripted?error_rate=0.1&malformed_rate=0.05"\nmax_retries = 0')
+    recipe = recipe.replace(
+        'model = "scripted"', 'model = "scripted?error_rate=0.1&malformed_rate=0.05"\nmax_retries = 0'
+    )
     path = tmp_path / "faulty.toml"
     path.write_text(recipe)
     process = start(["run", str(path), "--no-progress", "--out", str(tmp_path / "run")], tmp_path / "cache")
@@ -140,7 +163,9 @@ def test_a_faulty_model_leaves_no_episode_unaccounted_for(tmp_path):
     for record in lines(tmp_path / "run" / "results.jsonl"):
         latest[record["key"]] = record
     assert len(latest) == episodes["expected"] == 16 and episodes["missing"] == 0
-    for record in latest.values():  # every episode ended scored, unscored with the judge's reason, or failed with its own
+    for (
+        record
+    ) in latest.values():  # every episode ended scored, unscored with the judge's reason, or failed with its own
         if record["status"] == "ok":
             judgment = record["judgments"][0]
             assert judgment["score"] is not None or judgment["error"]
@@ -149,4 +174,4 @@ def test_a_faulty_model_leaves_no_episode_unaccounted_for(tmp_path):
     assert episodes["scored"] + episodes["unscored"] + episodes["failed"] == 16
     assert episodes["failed"] + episodes["unscored"] > 0  # 10% of ~100 calls failed with no retries
     assert process.returncode == 3, err  # finished, with failures
-    assert f"failed (of 16)" in err
+    assert "failed (of 16)" in err

@@ -17,14 +17,16 @@ from runs.trace import load_trace
 
 
 def recipe(tmp_path, judge_model="scripted", systems=("none", "full")):
-    return parse_recipe({
-        "name": "tools",
-        "benchmark": {"name": "tiny"},
-        "models": {"system": {"model": "scripted"}, "judge": {"model": judge_model}},
-        "systems": [{"name": name, "memory": {"backend": name}} for name in systems],
-        "judges": [{"name": "lampqa_aspects"}],
-        "run": {"out_dir": str(tmp_path / "out")},
-    })
+    return parse_recipe(
+        {
+            "name": "tools",
+            "benchmark": {"name": "tiny"},
+            "models": {"system": {"model": "scripted"}, "judge": {"model": judge_model}},
+            "systems": [{"name": name, "memory": {"backend": name}} for name in systems],
+            "judges": [{"name": "lampqa_aspects"}],
+            "run": {"out_dir": str(tmp_path / "out")},
+        }
+    )
 
 
 @pytest.fixture
@@ -43,9 +45,13 @@ def test_trace_prints_every_step_with_state_changes_and_model_calls(run_folder):
     total = int(steps[0][1])
     assert [int(s[0]) for s in steps] == list(range(1, total + 1))
     ran = [(where.strip(), nodes.strip()) for _, _, where, nodes in steps]
-    order = [ran.index(("episode", "prepare")), ran.index(("episode", "ingest")),
-             ran.index(("episode", "recall")), ran.index(("episode", "direct")),
-             ran.index(("episode › judge", "run_judge"))]
+    order = [
+        ran.index(("episode", "prepare")),
+        ran.index(("episode", "ingest")),
+        ran.index(("episode", "recall")),
+        ran.index(("episode", "direct")),
+        ran.index(("episode › judge", "run_judge")),
+    ]
     assert order == sorted(order)
     out = result.stdout
     assert "user_context:" in out and "I am vegetarian and allergic to soy." in out  # the recalled memory
@@ -57,8 +63,9 @@ def test_trace_prints_every_step_with_state_changes_and_model_calls(run_folder):
 def test_trace_steps_forwards_and_backwards_with_keys(run_folder):
     steps = load_trace(run_folder.path, "tiny:1", "none")
     keys = "nnpGq"
-    result = CliRunner().invoke(app, ["trace", str(run_folder.path), "tiny:1", "--system", "none", "--interactive"],
-                                input=keys)
+    result = CliRunner().invoke(
+        app, ["trace", str(run_folder.path), "tiny:1", "--system", "none", "--interactive"], input=keys
+    )
     assert result.exit_code == 0, result.output
     shown = [int(s[0]) for s in headers(result.stdout)]
     assert shown == [1, 2, 3, 2, len(steps)]
@@ -82,12 +89,14 @@ def test_compare_sets_runs_side_by_side_with_paired_tests(tmp_path, cache_dir):
     rows = comparison["comparisons"]
     assert [(r["entry"], r["n"]) for r in rows] == [("a:full", 3), ("b:full", 3)]
     summary_b = json.loads(b.summary.read_text())
-    assert comparison["entries"][2]["judges"]["lampqa_aspects"]["mean"] == summary_b["systems"]["full"]["judges"]["lampqa_aspects"]["mean"]
+    assert (
+        comparison["entries"][2]["judges"]["lampqa_aspects"]["mean"]
+        == summary_b["systems"]["full"]["judges"]["lampqa_aspects"]["mean"]
+    )
     assert all(r["p_adjusted"] is not None and r["p_adjusted"] >= r["permutation_p"] for r in rows)
 
     page = tmp_path / "compare.html"
-    result = CliRunner().invoke(app, ["compare", str(a.path), str(b.path), "--html", str(page),
-                                      "--baseline", "b:full"])
+    result = CliRunner().invoke(app, ["compare", str(a.path), str(b.path), "--html", str(page), "--baseline", "b:full"])
     assert result.exit_code == 0, result.output
     assert "a:none" in result.stdout and "against b:full" in result.stdout
     html = page.read_text()
@@ -121,8 +130,9 @@ def test_bench_runner_measures_efficiency_overhead_memory_and_checkpoints(tmp_pa
     assert efficiency_bound(0.1, 32, 1, floor) == 0.625
     assert efficiency_bound(0.1, 32, 2, floor) == pytest.approx(0.1 / (32 * 0.009), abs=1e-3)
     assert efficiency_bound(1.0, 2, 1, floor) == 1.0  # the loop keeps up: the model sets the pace
-    result = run_runner_benchmark(RunnerBenchSettings(cases=30, latency_ms=50, concurrency=8,
-                                                      judges=["lampqa_aspects"], out_dir=tmp_path))
+    result = run_runner_benchmark(
+        RunnerBenchSettings(cases=30, latency_ms=50, concurrency=8, judges=["lampqa_aspects"], out_dir=tmp_path)
+    )
     assert result["episodes"] == {"scored": 30, "failed": 0, "unscored": 0}
     # the answer, then the aspects judged in parallel; one episode's judge may first wait for the
     # judge model's structured mode to be found (one discovery per endpoint), a third step once
@@ -133,7 +143,8 @@ def test_bench_runner_measures_efficiency_overhead_memory_and_checkpoints(tmp_pa
     assert result["peak_rss_mb"] > 50 and 1_000 < result["checkpoint_bytes_per_episode"] < 100_000
     measured = result["stack_floor"]
     assert measured["litellm_ms_per_call"] > 0 and measured["langgraph_ms_per_one_node_episode"] > 0
-    assert measured["efficiency_bound"] == pytest.approx(efficiency_bound(
-        result["critical_path_s"], 8, result["llm_calls"] / 30, measured), abs=2e-3)
+    assert measured["efficiency_bound"] == pytest.approx(
+        efficiency_bound(result["critical_path_s"], 8, result["llm_calls"] / 30, measured), abs=2e-3
+    )
     kept = tmp_path / "run" / "results.jsonl"  # the run folder is kept where --out says
     assert len(kept.read_text().splitlines()) == 30

@@ -15,16 +15,22 @@ from tests.conftest import GOLD_SENTINEL
 
 
 def recipe(tmp_path, model: str = "scripted", **run):
-    return parse_recipe({
-        "name": "t",
-        "benchmark": {"name": "tiny"},
-        "models": {"system": {"model": model, "retry_backoff_s": 0.001, "max_retries": 1},
-                   "judge": {"model": "scripted"}},
-        "systems": [{"name": "none", "memory": {"backend": "none"}},
-                    {"name": "full", "memory": {"backend": "full"}}],
-        "judges": [{"name": "lampqa_aspects"}],
-        "run": {"out_dir": str(tmp_path / "out"), **run},
-    })
+    return parse_recipe(
+        {
+            "name": "t",
+            "benchmark": {"name": "tiny"},
+            "models": {
+                "system": {"model": model, "retry_backoff_s": 0.001, "max_retries": 1},
+                "judge": {"model": "scripted"},
+            },
+            "systems": [
+                {"name": "none", "memory": {"backend": "none"}},
+                {"name": "full", "memory": {"backend": "full"}},
+            ],
+            "judges": [{"name": "lampqa_aspects"}],
+            "run": {"out_dir": str(tmp_path / "out"), **run},
+        }
+    )
 
 
 def lines(path):
@@ -65,7 +71,7 @@ def test_second_run_is_served_from_the_cache_with_identical_scores(tmp_path, cac
     second = run_recipe(recipe(tmp_path), progress=False)
     assert first.path != second.path
     assert all(e["cache_hit"] for e in lines(second.ledger))
-    scores = lambda f: {r["key"]: r["scores"] for r in lines(f.results)}  # noqa: E731
+    scores = lambda f: {r["key"]: r["scores"] for r in lines(f.results)}
     assert scores(first) == scores(second)
 
 
@@ -92,7 +98,9 @@ def test_failures_are_recorded_with_their_reason(tmp_path, cache_dir):
     assert len(results) == 6 and all(r["status"] == "error" for r in results)
     assert all("ModelCallError" in r["error"] and "after 2 attempts" in r["error"] for r in results)
     summary = json.loads(folder.summary.read_text())
-    assert summary["systems"]["full"]["errors"] == 3 and summary["systems"]["full"]["judges"]["lampqa_aspects"]["n"] == 0
+    assert (
+        summary["systems"]["full"]["errors"] == 3 and summary["systems"]["full"]["judges"]["lampqa_aspects"]["n"] == 0
+    )
 
 
 def test_a_resumed_run_redoes_failed_episodes_and_the_last_line_wins(tmp_path, cache_dir, monkeypatch):
@@ -146,8 +154,10 @@ async def test_the_runs_web_is_shared_recorded_in_the_run_folder_and_logged(tmp_
     from tools.config import WebConfig
 
     web = WebConfig(cache_dir=tmp_path / "run" / "web")
-    contexts = [EpisodeContext(run_id="r", run_dir=str(tmp_path / "run"), system=SystemSpec(name=n), web=web)
-                for n in ("a", "b")]
+    contexts = [
+        EpisodeContext(run_id="r", run_dir=str(tmp_path / "run"), system=SystemSpec(name=n), web=web)
+        for n in ("a", "b")
+    ]
     first, second = (resources_for(c).web() for c in contexts)
     assert first is second  # one sandbox and one web cache per run
     results = await first.search("Lisbon Porto train fares")
@@ -183,7 +193,9 @@ def test_settings_that_change_no_answer_may_change_on_resume(tmp_path, cache_dir
     folder = run_recipe(recipe(tmp_path), progress=False)
     before, results = system_calls(folder), folder.results.read_text()
     # the scripted model's latency and fault injection, retries and concurrency decide no answer
-    run_recipe(recipe(tmp_path, model="scripted?latency_ms=1&error_rate=0.01", concurrency=1), folder.path, progress=False)
+    run_recipe(
+        recipe(tmp_path, model="scripted?latency_ms=1&error_rate=0.01", concurrency=1), folder.path, progress=False
+    )
     assert system_calls(folder) == before and folder.results.read_text() == results
 
 
@@ -217,8 +229,9 @@ def test_failed_judgments_are_redone_on_resume_and_no_system_call_is_repeated(tm
 
     run_recipe(with_judge("scripted"), folder.path, progress=False)  # resumed with a healthy judge
     latest = ResultsFile(folder.results).load()
-    assert all(r.ok and r.judgments[0].error is None and r.scores["lampqa_aspects"] is not None
-               for r in latest.values())
+    assert all(
+        r.ok and r.judgments[0].error is None and r.scores["lampqa_aspects"] is not None for r in latest.values()
+    )
     assert {k: r.response for k, r in latest.items()} == {k: r.response for k, r in first.items()}
     assert [(e["case_id"], e["system"]) for e in lines(folder.ledger) if e["role"] == "system"] == answered
     rejudged = {(e["case_id"], e["system"]) for e in lines(folder.ledger) if e["node"] == "judge_again"}
@@ -226,8 +239,10 @@ def test_failed_judgments_are_redone_on_resume_and_no_system_call_is_repeated(tm
     judge_nodes = {e["node"] for e in lines(folder.ledger) if e["role"] == "lampqa_judge"}
     assert judge_nodes == {"run_judge", "judge_again"}  # in the episode, then on resume
     summary = json.loads(folder.summary.read_text())
-    assert all(s["judges"]["lampqa_aspects"] == {**s["judges"]["lampqa_aspects"], "n": 3, "failed": 0}
-               for s in summary["systems"].values())
+    assert all(
+        s["judges"]["lampqa_aspects"] == {**s["judges"]["lampqa_aspects"], "n": 3, "failed": 0}
+        for s in summary["systems"].values()
+    )
 
 
 def test_the_summary_does_not_depend_on_the_order_of_result_lines(tmp_path, cache_dir):

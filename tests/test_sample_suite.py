@@ -13,8 +13,8 @@ from urllib.parse import urlparse
 import pytest
 
 from benchmarks.case import Case, CaseView, ChatSession, ExplicitPersona, MemorySnippet, SearchSession, persona_facets
-from benchmarks.data_files import data_dir
 from benchmarks.common.errors import ConfigError, DataError
+from benchmarks.data_files import data_dir
 from benchmarks.loaders import sample
 from benchmarks.registry import get_benchmark, load_cases
 

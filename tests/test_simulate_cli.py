@@ -21,7 +21,7 @@ def test_synthesized_contexts_make_the_pdr_context_settings_runnable(tmp_path, e
     # a dry run's history cannot be reversed into its persona: the gate fails, naming the users; the file is written
     assert done.returncode == 3, done.stderr
     stderr = done.stderr.splitlines()
-    gate = stderr[stderr.index("reversibility gate:") + 1:]
+    gate = stderr[stderr.index("reversibility gate:") + 1 :]
     assert [line.split(":")[0] for line in gate[:3]] == ["  User1", "  User2", "  User3"]
     assert all("facets recovered, below the minimum 50%" in line for line in gate[:3])
     assert any(line.startswith("overall reversibility: ") for line in stderr)
@@ -60,7 +60,7 @@ def test_synthesized_contexts_make_the_pdr_context_settings_runnable(tmp_path, e
         'name = "pdr-context"\n'
         f'[benchmark]\nname = "pdr"\nsetting = "context"\nlimit = 4\n'
         f'[benchmark.options]\ncontexts_file = "{benchmark["options"]["contexts_file"]}"\n'
-        f'users = {json.dumps(benchmark["options"]["users"])}\n'
+        f"users = {json.dumps(benchmark['options']['users'])}\n"
         '[[systems]]\nname = "context"\nmemory = { backend = "retrieval", method = "bm25" }\n'
         '[[systems]]\nname = "both"\nsetting = "persona+context"\nmemory = { backend = "full", budget_tokens = 100000 }\n'
     )
@@ -80,20 +80,36 @@ def test_synthesized_contexts_make_the_pdr_context_settings_runnable(tmp_path, e
 def test_bad_options_are_refused_with_the_reason(tmp_path, env):
     done = atelier("simulate", "history", "--users", "User1,Nobody", "--out", str(tmp_path / "x"), env=env)
     assert done.returncode == 2 and "--users: no persona 'Nobody'" in done.stderr and "Traceback" not in done.stderr
-    done = atelier("simulate", "history", "--limit", "1", "--conversational-share", "0.7", "--out", str(tmp_path / "x"),
-                   env=env)
+    done = atelier(
+        "simulate", "history", "--limit", "1", "--conversational-share", "0.7", "--out", str(tmp_path / "x"), env=env
+    )
     assert done.returncode == 2 and "conversational_share" in done.stderr and "0.5" in done.stderr
     assert not (tmp_path / "x").exists()
 
 
 def test_role_settings_come_from_a_recipe_and_the_command_line_wins(tmp_path, env):
     recipe = tmp_path / "history.toml"
-    recipe.write_text('[models.user_sim]\nmodel = "scripted?seed=1"\nmax_tokens = 300\n'
-                      '[models.history_checker]\nmodel = "scripted?seed=2"\n'
-                      '[benchmark]\nname = "pdr"\n')  # a run recipe's other tables are not read
+    recipe.write_text(
+        '[models.user_sim]\nmodel = "scripted?seed=1"\nmax_tokens = 300\n'
+        '[models.history_checker]\nmodel = "scripted?seed=2"\n'
+        '[benchmark]\nname = "pdr"\n'
+    )  # a run recipe's other tables are not read
     out = tmp_path / "h"
-    done = atelier("simulate", "history", "--users", "User1", "--recipe", str(recipe), "--max-tokens", "900",
-                   "--out", str(out), "--no-check", "--no-progress", env=env)
+    done = atelier(
+        "simulate",
+        "history",
+        "--users",
+        "User1",
+        "--recipe",
+        str(recipe),
+        "--max-tokens",
+        "900",
+        "--out",
+        str(out),
+        "--no-check",
+        "--no-progress",
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     models = json.loads((out / "manifest.json").read_text())["job"]["models"]
     assert models["history_writer"]["model"] == "scripted?seed=1"  # history_writer falls back to user_sim
@@ -101,13 +117,15 @@ def test_role_settings_come_from_a_recipe_and_the_command_line_wins(tmp_path, en
     assert models["history_writer"]["max_tokens"] == models["history_checker"]["max_tokens"] == 900
 
     recipe.write_text('[models.history_writer]\nmodel = "scripted"\nmax_tokens = 0\n')
-    bad = atelier("simulate", "history", "--users", "User1", "--recipe", str(recipe), "--out", str(tmp_path / "x"),
-                  env=env)
+    bad = atelier(
+        "simulate", "history", "--users", "User1", "--recipe", str(recipe), "--out", str(tmp_path / "x"), env=env
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert f"{recipe}: models.history_writer.max_tokens: Input should be greater than 0" in bad.stderr
     recipe.write_text('[models.writer_of_histories]\nmodel = "scripted"\n')
-    bad = atelier("simulate", "history", "--users", "User1", "--recipe", str(recipe), "--out", str(tmp_path / "x"),
-                  env=env)
+    bad = atelier(
+        "simulate", "history", "--users", "User1", "--recipe", str(recipe), "--out", str(tmp_path / "x"), env=env
+    )
     assert bad.returncode == 2 and f"{recipe}: models.writer_of_histories: not a role" in bad.stderr
     assert not (tmp_path / "x").exists()
 
@@ -123,16 +141,24 @@ def test_check_names_the_protocol_violations_of_a_contexts_file(env):
 
 
 def test_feedback_turns_a_runs_responses_into_rj_pairs_for_later_runs(tmp_path, env, cache_dir):
-    recipe = parse_recipe({"name": "s", "benchmark": {"name": "sample", "limit": 2},
-                           "systems": [{"name": "direct", "memory": {"backend": "full"}}]})
+    recipe = parse_recipe(
+        {
+            "name": "s",
+            "benchmark": {"name": "sample", "limit": 2},
+            "systems": [{"name": "direct", "memory": {"backend": "full"}}],
+        }
+    )
     run_recipe(recipe, tmp_path / "run", progress=False)
     pairs = tmp_path / "pairs.jsonl"
     done = atelier("simulate", "feedback", "--run", str(tmp_path / "run"), "--out", str(pairs), env=env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rated"] == 2 and json.loads(done.stdout)["rj_pairs"] == 8
     records = lines(pairs)
-    assert all(len(r["rj_pairs"]) == 4 and {p["criterion"] for p in r["rj_pairs"]} ==
-               {"need_alignment", "content_depth", "tone", "explanation_style"} for r in records)
+    assert all(
+        len(r["rj_pairs"]) == 4
+        and {p["criterion"] for p in r["rj_pairs"]} == {"need_alignment", "content_depth", "tone", "explanation_style"}
+        for r in records
+    )
     assert all(1 <= p["score"] <= 5 and p["feedback"] for r in records for p in r["rj_pairs"])
 
     cases = load_cases("sample", limit=2)
@@ -149,20 +175,33 @@ def test_simulated_rj_pairs_let_the_bespoke_judge_score_a_benchmark_without_them
     from benchmarks.common.errors import ConfigError
     from runs.simulate_feedback import rate_run
 
-    lampqa = {"name": "lampqa", "limit": 2,
-              "options": {"data_file": "tests/fixtures/lampqa/Lifestyle_and_Personal_Development_test.jsonl"}}
+    lampqa = {
+        "name": "lampqa",
+        "limit": 2,
+        "options": {"data_file": "tests/fixtures/lampqa/Lifestyle_and_Personal_Development_test.jsonl"},
+    }
     systems = [{"name": "direct", "memory": {"backend": "full"}}]
-    first = run_recipe(parse_recipe({"name": "a", "benchmark": lampqa, "systems": systems}), tmp_path / "a",
-                       progress=False)
+    first = run_recipe(
+        parse_recipe({"name": "a", "benchmark": lampqa, "systems": systems}), tmp_path / "a", progress=False
+    )
     bespoke = [{"name": "bespoke", "recall": False}]
     with pytest.raises(ConfigError, match="response-judgment pairs"):
-        run_recipe(parse_recipe({"name": "b", "benchmark": lampqa, "systems": systems, "judges": bespoke}),
-                   tmp_path / "refused", progress=False)
+        run_recipe(
+            parse_recipe({"name": "b", "benchmark": lampqa, "systems": systems, "judges": bespoke}),
+            tmp_path / "refused",
+            progress=False,
+        )
 
     report = asyncio.run(rate_run(first.path, tmp_path / "pairs.jsonl"))
     assert report["rated"] == 2 and not report["failed"]
-    recipe = parse_recipe({"name": "c", "benchmark": {**lampqa, "rj_pairs_file": str(tmp_path / "pairs.jsonl")},
-                           "systems": systems, "judges": bespoke})
+    recipe = parse_recipe(
+        {
+            "name": "c",
+            "benchmark": {**lampqa, "rj_pairs_file": str(tmp_path / "pairs.jsonl")},
+            "systems": systems,
+            "judges": bespoke,
+        }
+    )
     judged = run_recipe(recipe, tmp_path / "c", progress=False)
     results = lines(judged.results)
     assert len(results) == 2 and all(r["status"] == "ok" for r in results)

@@ -46,30 +46,44 @@ def system_messages(monkeypatch):
 
 
 def test_transcript_is_the_conversation_turn_by_turn():
-    turns = [ConversationTurn(utterance="Plan my meals.", response="Eat lentils [1]."),
-             ConversationTurn(utterance="Cheaper, please.", response="Buy dried lentils [1][2].")]
-    responses = [SystemResponse(text="a", citations=[Citation(source_id="s1", url="https://a.example/")]),
-                 SystemResponse(text="b", citations=[Citation(source_id="s1"), Citation(source_id="s2")], meta={"k": 1})]
+    turns = [
+        ConversationTurn(utterance="Plan my meals.", response="Eat lentils [1]."),
+        ConversationTurn(utterance="Cheaper, please.", response="Buy dried lentils [1][2]."),
+    ]
+    responses = [
+        SystemResponse(text="a", citations=[Citation(source_id="s1", url="https://a.example/")]),
+        SystemResponse(text="b", citations=[Citation(source_id="s1"), Citation(source_id="s2")], meta={"k": 1}),
+    ]
     response = transcript(turns, responses, "satisfied")
-    assert response.text == ("## Turn 1\n\n**User:** Plan my meals.\n\n**Assistant:** Eat lentils [1].\n\n"
-                             "## Turn 2\n\n**User:** Cheaper, please.\n\n**Assistant:** Buy dried lentils [1][2].\n\n"
-                             f"**User:** {STOP_TOKEN}")
-    assert [c.source_id for c in response.citations] == ["s1", "s2"] and response.citations[0].url == "https://a.example/"
+    assert response.text == (
+        "## Turn 1\n\n**User:** Plan my meals.\n\n**Assistant:** Eat lentils [1].\n\n"
+        "## Turn 2\n\n**User:** Cheaper, please.\n\n**Assistant:** Buy dried lentils [1][2].\n\n"
+        f"**User:** {STOP_TOKEN}"
+    )
+    assert [c.source_id for c in response.citations] == ["s1", "s2"] and response.citations[
+        0
+    ].url == "https://a.example/"
     conversation = response.meta["conversation"]
     assert conversation["user_turns"] == 2 and conversation["ended"] == "satisfied"
-    assert conversation["turns"][1] == {"user": "Cheaper, please.", "assistant": "Buy dried lentils [1][2].", "meta": {"k": 1}}
+    assert conversation["turns"][1] == {
+        "user": "Cheaper, please.",
+        "assistant": "Buy dried lentils [1][2].",
+        "meta": {"k": 1},
+    }
     assert not transcript(turns[:1], responses[:1], "turn_budget").text.endswith(STOP_TOKEN)
 
 
 def conversation_recipe(tmp_path, max_turns=3):
-    return parse_recipe({
-        "name": "talk",
-        "benchmark": {"name": "tiny"},
-        "systems": [{"name": "talk", "memory": {"backend": "full"}, "conversation": {"max_turns": max_turns}}],
-        "models": {"user_sim": {"model": "scripted?seed=2"}},  # a seed whose user follows up on some case
-        "judges": [{"name": "lampqa_aspects"}],
-        "run": {"out_dir": str(tmp_path / "out")},
-    })
+    return parse_recipe(
+        {
+            "name": "talk",
+            "benchmark": {"name": "tiny"},
+            "systems": [{"name": "talk", "memory": {"backend": "full"}, "conversation": {"max_turns": max_turns}}],
+            "models": {"user_sim": {"model": "scripted?seed=2"}},  # a seed whose user follows up on some case
+            "judges": [{"name": "lampqa_aspects"}],
+            "run": {"out_dir": str(tmp_path / "out")},
+        }
+    )
 
 
 def test_a_conversation_runs_within_its_turn_budget_and_judges_see_the_transcript(tmp_path, cache_dir, system_messages):
@@ -99,7 +113,7 @@ def test_a_conversation_runs_within_its_turn_budget_and_judges_see_the_transcrip
     assert summary["systems"]["talk"]["conversations"] == dict(sorted(ended.items()))
     assert set(ended) <= {"satisfied", "gave_up", "turn_budget", "nothing_left_to_say"}
     row = folder.report.read_text().split('id="conversations"')[1].split("</table>")[0]
-    assert f"<td>talk</td>" in row and all(f'<td class="num">{ended.get(e, 0)}</td>' in row for e in ended)
+    assert "<td>talk</td>" in row and all(f'<td class="num">{ended.get(e, 0)}</td>' in row for e in ended)
     # the system's later turns carry the conversation so far; never any gold
     assert any("The conversation so far" in m for m in system_messages["system"])
     assert not any(GOLD_SENTINEL in m for m in system_messages["system"])
@@ -128,8 +142,9 @@ async def ask_then_answer(state: AskingState, runtime: Runtime[EpisodeContext]) 
     told = "\n".join(f"{q} {a}" for q, a in zip(QUESTIONS, answers.answers))
     gateway = resources_for(runtime.context).gateway
     view = case_view(state, runtime.context)
-    messages = build_messages("You are a helpful assistant.", [Section("The user told you", told, untrusted=True)],
-                              view.query.text)
+    messages = build_messages(
+        "You are a helpful assistant.", [Section("The user told you", told, untrusted=True)], view.query.text
+    )
     text = await gateway.text("system", messages)
     return {"response": SystemResponse(text=text, meta={"clarify": {"answers": answers.answers}})}
 
@@ -139,8 +154,9 @@ def asking_pipeline(monkeypatch):
     from langgraph.graph import START, StateGraph
 
     def build():
-        graph = StateGraph(AskingState, context_schema=EpisodeContext, input_schema=PipelineInput,
-                           output_schema=PipelineOutput)
+        graph = StateGraph(
+            AskingState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput
+        )
         graph.add_node("clarify", ask_then_answer)
         graph.add_edge(START, "clarify")
         return graph.compile(name="asking")
@@ -148,20 +164,27 @@ def asking_pipeline(monkeypatch):
     monkeypatch.setitem(PIPELINES._entries, "asking", PipelineSpec("asking", "asks first", build))
 
 
-def asking_recipe(tmp_path, clarify: bool = True) -> Recipe:  # unchecked: the test pipeline is not in the checker's list
-    return Recipe.model_validate({
-        "name": "asks", "benchmark": {"name": "tiny"},
-        "systems": [{"name": "asks", "pipeline": "asking", "memory": {"backend": "none"}}],
-        "judges": [], "run": {"out_dir": str(tmp_path / "out")}, "user_sim": {"clarify": clarify},
-    })
+def asking_recipe(
+    tmp_path, clarify: bool = True
+) -> Recipe:  # unchecked: the test pipeline is not in the checker's list
+    return Recipe.model_validate(
+        {
+            "name": "asks",
+            "benchmark": {"name": "tiny"},
+            "systems": [{"name": "asks", "pipeline": "asking", "memory": {"backend": "none"}}],
+            "judges": [],
+            "run": {"out_dir": str(tmp_path / "out")},
+            "user_sim": {"clarify": clarify},
+        }
+    )
 
 
-def test_without_a_simulated_user_for_clarifications_the_episode_fails_naming_why(tmp_path, cache_dir,
-                                                                                   asking_pipeline):
+def test_without_a_simulated_user_for_clarifications_the_episode_fails_naming_why(tmp_path, cache_dir, asking_pipeline):
     folder = run_recipe(asking_recipe(tmp_path, clarify=False), progress=False)
     errors = [r["error"] for r in lines(folder.results)]
-    assert len(errors) == 3 and all("asked the user 2 clarifying question(s)" in e and "[user_sim] clarify = true" in e
-                                    for e in errors)
+    assert len(errors) == 3 and all(
+        "asked the user 2 clarifying question(s)" in e and "[user_sim] clarify = true" in e for e in errors
+    )
     assert not folder.ledger.exists()  # no model was called: the system asks before it answers
 
 
@@ -171,24 +194,32 @@ def test_runs_answer_clarify_interrupts_with_the_simulated_user(tmp_path, cache_
     assert len(results) == 3 and all(r["status"] == "ok" for r in results), results
     ledger = lines(folder.ledger)
     simulator = [e for e in ledger if e["role"] == "user_sim"]
-    assert len(simulator) == 3 and all(e["node"] == "clarify" and e["case_id"] and e["system"] == "asks"
-                                       for e in simulator)
+    assert len(simulator) == 3 and all(
+        e["node"] == "clarify" and e["case_id"] and e["system"] == "asks" for e in simulator
+    )
     assert Counter(e["node"] for e in ledger if e["role"] == "system") == {"clarify": 3}
     assert len(system_messages["system"]) == 3
     assert all(QUESTIONS[0] in m for m in system_messages["system"])  # the answers reached the system
     assert not any(GOLD_SENTINEL in m for m in system_messages["system"])
 
 
-def test_a_simulator_copying_the_gold_need_is_stopped_at_the_boundary(tmp_path, cache_dir, asking_pipeline,
-                                                                       system_messages, monkeypatch):
+def test_a_simulator_copying_the_gold_need_is_stopped_at_the_boundary(
+    tmp_path, cache_dir, asking_pipeline, system_messages, monkeypatch
+):
     original = Gateway.structured
 
     async def copycat(self, role, messages, schema):
         if role != "user_sim":
             return await original(self, role, messages, schema)
         need = messages[1]["content"].split("You asked: ", 1)[1].split("\n\n", 1)[1].split("\n", 1)[0]
-        return schema.model_validate({"answers": [{"question": 1, "known": True, "answer": need},
-                                                  {"question": 2, "known": True, "answer": f"just {GOLD_SENTINEL}"}]})
+        return schema.model_validate(
+            {
+                "answers": [
+                    {"question": 1, "known": True, "answer": need},
+                    {"question": 2, "known": True, "answer": f"just {GOLD_SENTINEL}"},
+                ]
+            }
+        )
 
     monkeypatch.setattr(Gateway, "structured", copycat)
     folder = run_recipe(asking_recipe(tmp_path), progress=False)
@@ -204,14 +235,20 @@ async def test_studio_serves_the_simulate_graph_on_the_embedded_defaults(cache_d
     out = await studio.simulate.ainvoke({"benchmark": "sample", "case_id": "q01"})
     assert out["response"].text.startswith("## Turn 1\n\n**User:** ")
     conversation = out["response"].meta["conversation"]
-    assert 1 <= conversation["user_turns"] <= 3 and conversation["ended"] in ("satisfied", "gave_up", "turn_budget", "nothing_left_to_say")
+    assert 1 <= conversation["user_turns"] <= 3 and conversation["ended"] in (
+        "satisfied",
+        "gave_up",
+        "turn_budget",
+        "nothing_left_to_say",
+    )
     assert out["judgments"] and out["judgments"][0].judge == "lampqa_aspects"
 
 
 def test_an_episode_left_at_its_clarify_interrupt_resumes_there(tmp_path, cache_dir, asking_pipeline):
     broken = asking_recipe(tmp_path).model_copy(deep=True)
     broken.models["user_sim"] = broken.role_models()["user_sim"].model_copy(
-        update={"model": "scripted?error_rate=1", "max_retries": 0})
+        update={"model": "scripted?error_rate=1", "max_retries": 0}
+    )
     folder = run_recipe(broken, tmp_path / "run", progress=False)
     assert all(r["status"] == "error" and "user_sim model" in r["error"] for r in lines(folder.results))
     assert asyncio.run(stored_interrupt(folder.checkpoints, "tiny:0::asks")) == ClarifyRequest(questions=QUESTIONS)

@@ -15,8 +15,14 @@ from runs.recipe import parse_recipe
 from runs.runner import run_recipe
 from tests.conftest import GOLD_SENTINEL
 
-SMALL = {"max_researchers": 2, "max_rounds": 1, "max_pages": 2, "max_tool_calls": 3, "clarify": "always",
-         "max_questions": 2}
+SMALL = {
+    "max_researchers": 2,
+    "max_rounds": 1,
+    "max_pages": 2,
+    "max_tool_calls": 3,
+    "clarify": "always",
+    "max_questions": 2,
+}
 
 
 def lines(path):
@@ -38,18 +44,29 @@ def prompts(monkeypatch):
 
 
 def recipe(tmp_path, benchmark: str, limit: int, clarify: bool = True, **system):
-    return parse_recipe({
-        "name": "deep", "benchmark": {"name": benchmark, "limit": limit},
-        "systems": [{"name": "deep", "pipeline": "deep_research", "memory": {"backend": "full"},
-                     "pipeline_options": SMALL, **system}],
-        "judges": [{"name": "lampqa_aspects"}],
-        "user_sim": {"clarify": clarify},
-        "run": {"out_dir": str(tmp_path / "out")},
-    })
+    return parse_recipe(
+        {
+            "name": "deep",
+            "benchmark": {"name": benchmark, "limit": limit},
+            "systems": [
+                {
+                    "name": "deep",
+                    "pipeline": "deep_research",
+                    "memory": {"backend": "full"},
+                    "pipeline_options": SMALL,
+                    **system,
+                }
+            ],
+            "judges": [{"name": "lampqa_aspects"}],
+            "user_sim": {"clarify": clarify},
+            "run": {"out_dir": str(tmp_path / "out")},
+        }
+    )
 
 
 def test_a_deep_research_run_on_the_sample_suite_answers_its_clarify_interrupts_from_the_simulator(
-        tmp_path, cache_dir, prompts):
+    tmp_path, cache_dir, prompts
+):
     folder = run_recipe(recipe(tmp_path, "sample", 3), progress=False)
     results = lines(folder.results)
     assert len(results) == 3 and all(r["status"] == "ok" for r in results), [r["error"] for r in results]
@@ -76,8 +93,9 @@ def test_without_the_simulator_the_clarify_step_is_skipped_and_recorded(tmp_path
     assert not [e for e in lines(folder.ledger) if e["role"] == "user_sim"]
 
 
-def test_no_gold_reaches_deep_research_through_clarifications_or_a_conversation(tmp_path, cache_dir, prompts,
-                                                                                  monkeypatch):
+def test_no_gold_reaches_deep_research_through_clarifications_or_a_conversation(
+    tmp_path, cache_dir, prompts, monkeypatch
+):
     original = Gateway.structured
 
     async def copycat(self, role, messages, schema):  # a simulator that tries to pass its hidden need on verbatim
@@ -99,8 +117,9 @@ def test_no_gold_reaches_deep_research_through_clarifications_or_a_conversation(
     by_role = defaultdict(list)
     for role, node, messages in prompts:
         by_role[role].append((node, messages))
-    system_side = [m for role, calls in by_role.items() if role not in ("user_sim", "judge", "lampqa_judge")
-                   for _, m in calls]
+    system_side = [
+        m for role, calls in by_role.items() if role not in ("user_sim", "judge", "lampqa_judge") for _, m in calls
+    ]
     assert len(system_side) > 10
     assert not any(GOLD_SENTINEL in m for m in system_side)
     assert all(GOLD_SENTINEL in m for _, m in by_role["user_sim"])  # the simulator is grounded on the need

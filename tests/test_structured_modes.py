@@ -38,10 +38,19 @@ def _fresh_process_memory():
 
 
 def _gateway(stub: OpenAIStub, tmp_path, *, model="openai/gpt-4o-mini", modes=None, **overrides) -> Gateway:
-    settings = ModelSettings(model=model, api_base=stub.base_url, api_key=overrides.pop("api_key", "sk-stub"),
-                             retry_backoff_s=0.5, timeout_s=20.0, **overrides)
-    return Gateway({"judge": settings}, ledger=Ledger(tmp_path / "ledger.jsonl", run_id="r"),
-                   modes=modes or ModeMemory.in_folder(tmp_path))
+    settings = ModelSettings(
+        model=model,
+        api_base=stub.base_url,
+        api_key=overrides.pop("api_key", "sk-stub"),
+        retry_backoff_s=0.5,
+        timeout_s=20.0,
+        **overrides,
+    )
+    return Gateway(
+        {"judge": settings},
+        ledger=Ledger(tmp_path / "ledger.jsonl", run_id="r"),
+        modes=modes or ModeMemory.in_folder(tmp_path),
+    )
 
 
 @pytest.mark.parametrize(
@@ -62,7 +71,7 @@ async def test_each_server_kind_gets_the_strongest_mode_it_accepts(tmp_path, kin
         assert [r["mode"] for r in stub.requests] == asked  # one request per mode tried, no retries
         # learned: the next call (another prompt) asks in the chosen mode straight away
         await gw.structured("judge", [{"role": "user", "content": "Score another answer."}], Verdict)
-        assert [r["mode"] for r in stub.requests[len(asked):]] == [asked[-1]]
+        assert [r["mode"] for r in stub.requests[len(asked) :]] == [asked[-1]]
     entries = read_ledger(tmp_path / "ledger.jsonl")
     assert [e.status for e in entries] == ["refused"] * (len(asked) - 1) + ["ok", "ok"]
     assert [e.structured_mode for e in entries] == [m if m != "none" else "prompt" for m in asked] + [chosen]
@@ -137,8 +146,9 @@ async def test_an_answer_cut_at_max_tokens_says_so(tmp_path):
     with OpenAIStub() as stub:
         stub.script(["cut", "cut"])
         gw = _gateway(stub, tmp_path, max_tokens=40)
-        with pytest.raises(ModelCallError, match="cut at max_tokens = 40 before it was complete: raise max_tokens "
-                                                 "for the judge role"):
+        with pytest.raises(
+            ModelCallError, match="cut at max_tokens = 40 before it was complete: raise max_tokens for the judge role"
+        ):
             await gw.structured("judge", MESSAGES, Verdict)
     assert [e.finish_reason for e in read_ledger(tmp_path / "ledger.jsonl")] == ["length", "length"]
 
@@ -192,7 +202,9 @@ async def test_a_bad_request_is_not_retried(tmp_path):
     with OpenAIStub() as stub:
         stub.script(["400"] * 5)
         gw = _gateway(stub, tmp_path, max_retries=4)
-        with pytest.raises(ModelCallError, match="request refused \\(HTTP 400, not retried\\): stub: the request is invalid"):
+        with pytest.raises(
+            ModelCallError, match="request refused \\(HTTP 400, not retried\\): stub: the request is invalid"
+        ):
             await gw.text("judge", MESSAGES)
         assert len(stub.requests) == 1
 
@@ -212,8 +224,17 @@ async def test_a_request_refused_in_every_mode_costs_one_request_per_mode(tmp_pa
 async def test_a_plain_500_is_still_retried(tmp_path):
     with OpenAIStub() as stub:
         stub.script(["500", "ok"])
-        gw = Gateway({"judge": ModelSettings(model="openai/gpt-4o-mini", api_base=stub.base_url, api_key="k",
-                                             retry_backoff_s=0.01, timeout_s=20.0)})
+        gw = Gateway(
+            {
+                "judge": ModelSettings(
+                    model="openai/gpt-4o-mini",
+                    api_base=stub.base_url,
+                    api_key="k",
+                    retry_backoff_s=0.01,
+                    timeout_s=20.0,
+                )
+            }
+        )
         assert await gw.text("judge", MESSAGES)
         assert [r["behaviour"] for r in stub.requests] == ["500", "ok"]
 

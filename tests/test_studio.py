@@ -46,9 +46,18 @@ def studio(tmp_path_factory):
     port = _free_port()
     env = {**os.environ, "ATELIER_CACHE_DIR": str(tmp_path_factory.mktemp("studio-cache"))}
     server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "langgraph"), "dev", "--port", str(port), "--no-browser", "--no-reload",
-         ],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            str(Path(sys.executable).parent / "langgraph"),
+            "dev",
+            "--port",
+            str(port),
+            "--no-browser",
+            "--no-reload",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -98,10 +107,15 @@ async def test_every_served_graph_runs_alone_from_a_case_reference(studio):
 
     memory = await _run(client, "memory", CASE)
     assert memory["user_context"]["event_ids"][0].startswith("u1:")
-    for graph, options in (("direct", {}), ("rag", {"max_pages": 2}), ("planpers", {}),
-                           ("deep_research", {**SMALL, "clarify": "never"})):
-        context = {"system": {"name": graph, "pipeline": graph, "memory": {"backend": "full"},
-                              "pipeline_options": options}}
+    for graph, options in (
+        ("direct", {}),
+        ("rag", {"max_pages": 2}),
+        ("planpers", {}),
+        ("deep_research", {**SMALL, "clarify": "never"}),
+    ):
+        context = {
+            "system": {"name": graph, "pipeline": graph, "memory": {"backend": "full"}, "pipeline_options": options}
+        }
         out = await _run(client, graph, CASE, context)
         assert out["response"]["text"].startswith("DRY RUN"), (graph, out)
         rag_like = graph in ("rag", "deep_research")
@@ -113,14 +127,21 @@ async def test_every_served_graph_runs_alone_from_a_case_reference(studio):
     assert "citations" in rag_episode["response"]["meta"]  # the episode runs the pipeline its context names
 
 
-@pytest.mark.parametrize(("graph", "run_input", "context", "message"), [
-    ("episode", {"benchmark": "sample", "case_id": "nope"}, None, "no case 'nope' in benchmark 'sample'"),
-    ("direct", {"benchmark": "nowhere", "case_id": "q01"}, None, "cannot load benchmark 'nowhere'"),
-    ("memory", {"benchmark": "sample"}, None, 'give the case: {"benchmark": "sample", "case_id": "q01"}'),
-    ("judge", CASE, None, "give the response to judge"),
-    ("rag", CASE, {"system": {"name": "r", "pipeline": "rag", "pipeline_options": {"max_pagess": 2}}},
-     "pipeline_options.max_pagess: Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    ("graph", "run_input", "context", "message"),
+    [
+        ("episode", {"benchmark": "sample", "case_id": "nope"}, None, "no case 'nope' in benchmark 'sample'"),
+        ("direct", {"benchmark": "nowhere", "case_id": "q01"}, None, "cannot load benchmark 'nowhere'"),
+        ("memory", {"benchmark": "sample"}, None, 'give the case: {"benchmark": "sample", "case_id": "q01"}'),
+        ("judge", CASE, None, "give the response to judge"),
+        (
+            "rag",
+            CASE,
+            {"system": {"name": "r", "pipeline": "rag", "pipeline_options": {"max_pagess": 2}}},
+            "pipeline_options.max_pagess: Extra inputs are not permitted",
+        ),
+    ],
+)
 async def test_bad_input_reaches_the_client_with_its_real_message(studio, graph, run_input, context, message):
     client = _client(studio)
     with pytest.raises(Exception) as info:
@@ -130,8 +151,14 @@ async def test_bad_input_reaches_the_client_with_its_real_message(studio, graph,
 
 async def test_a_deep_research_thread_stops_to_clarify_resumes_with_typed_answers_and_steps_through_every_node(studio):
     client = _client(studio)
-    context = {"system": {"name": "dr", "pipeline": "deep_research", "memory": {"backend": "full"},
-                          "pipeline_options": {**SMALL, "clarify": "always", "max_questions": 2}}}
+    context = {
+        "system": {
+            "name": "dr",
+            "pipeline": "deep_research",
+            "memory": {"backend": "full"},
+            "pipeline_options": {**SMALL, "clarify": "always", "max_questions": 2},
+        }
+    }
     thread = (await client.threads.create())["thread_id"]
     first = await client.runs.wait(thread, "deep_research", input=CASE, context=context)
     [pending] = first["__interrupt__"]
@@ -141,8 +168,14 @@ async def test_a_deep_research_thread_stops_to_clarify_resumes_with_typed_answer
     assert state["next"] == ["ask_user"]
 
     events = []
-    async for part in client.runs.stream(thread, "deep_research", command={"resume": {"answers": ["Late May"]}},
-                                         context=context, stream_mode="events", stream_subgraphs=True):
+    async for part in client.runs.stream(
+        thread,
+        "deep_research",
+        command={"resume": {"answers": ["Late May"]}},
+        context=context,
+        stream_mode="events",
+        stream_subgraphs=True,
+    ):
         if part.event.startswith("events"):
             events.append(part.data)
     final = (await client.threads.get_state(thread))["values"]
@@ -166,23 +199,48 @@ async def test_a_deep_research_thread_stops_to_clarify_resumes_with_typed_answer
 
 async def test_the_simulate_graph_talks_with_the_simulated_user_over_http(studio):
     client = _client(studio)
-    out = await _run(client, "simulate", CASE, {"system": {"name": "talk", "pipeline": "direct",
-                                                           "memory": {"backend": "full"},
-                                                           "conversation": {"max_turns": 2}}})
+    out = await _run(
+        client,
+        "simulate",
+        CASE,
+        {
+            "system": {
+                "name": "talk",
+                "pipeline": "direct",
+                "memory": {"backend": "full"},
+                "conversation": {"max_turns": 2},
+            }
+        },
+    )
     assert out["response"]["text"].startswith("## Turn 1\n\n**User:** ")
     conversation = out["response"]["meta"]["conversation"]
-    assert 1 <= conversation["user_turns"] <= 2 and conversation["ended"] in ("satisfied", "gave_up", "turn_budget", "nothing_left_to_say")
+    assert 1 <= conversation["user_turns"] <= 2 and conversation["ended"] in (
+        "satisfied",
+        "gave_up",
+        "turn_budget",
+        "nothing_left_to_say",
+    )
 
 
 async def test_an_external_agent_runs_in_studio_and_its_model_calls_show_in_the_trace(studio):
     pytest.importorskip("gpt_researcher")
     client = _client(studio)
-    context = {"system": {"name": "gptr", "pipeline": "external", "memory": {"backend": "full"},
-                          "pipeline_options": {"agent": "gpt_researcher", "settings": {"MAX_ITERATIONS": 1}}}}
+    context = {
+        "system": {
+            "name": "gptr",
+            "pipeline": "external",
+            "memory": {"backend": "full"},
+            "pipeline_options": {"agent": "gpt_researcher", "settings": {"MAX_ITERATIONS": 1}},
+        }
+    }
     thread = (await client.threads.create())["thread_id"]
-    events = [part.data async for part in client.runs.stream(thread, "external", input=CASE, context=context,
-                                                             stream_mode="events", stream_subgraphs=True)
-              if part.event.startswith("events")]
+    events = [
+        part.data
+        async for part in client.runs.stream(
+            thread, "external", input=CASE, context=context, stream_mode="events", stream_subgraphs=True
+        )
+        if part.event.startswith("events")
+    ]
     final = (await client.threads.get_state(thread))["values"]
     meta = final["response"]["meta"]
     assert final["response"]["text"].startswith("DRY RUN") and meta["agent"] == "gpt_researcher"
@@ -190,5 +248,7 @@ async def test_an_external_agent_runs_in_studio_and_its_model_calls_show_in_the_
     history = await client.threads.get_history(thread, limit=20)
     assert {"brief", "run_agent"} <= {node for checkpoint in history for node in checkpoint["next"]}
     # every chat request the agent made through the endpoint is a model run of the run_agent node
-    ends = [e for e in events if e["event"] == "on_chat_model_end" and e["metadata"].get("langgraph_node") == "run_agent"]
+    ends = [
+        e for e in events if e["event"] == "on_chat_model_end" and e["metadata"].get("langgraph_node") == "run_agent"
+    ]
     assert len(ends) == sum(n for call, n in meta["calls"].items() if call != "embeddings") > 0

@@ -11,8 +11,11 @@ from pydantic import ValidationError
 from agents.models.scripted import schema_instance
 from agents.models.tool_calls import flatten_messages, openai_tool_calls, schema_model, tool_turn_schema
 
-PLAN = {"type": "object", "properties": {"steps": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
-        "required": ["steps"]}
+PLAN = {
+    "type": "object",
+    "properties": {"steps": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
+    "required": ["steps"],
+}
 
 
 def test_schema_model_shows_and_enforces_the_foreign_schema():
@@ -31,20 +34,40 @@ def _tool(name: str, parameters: dict, description: str = "") -> dict:
     return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
 
 
-SEARCH = _tool("web_search", {"type": "object", "properties": {"queries": {"type": "array", "items": {"type": "string"}}},
-                              "required": ["queries"]}, "Search the web.")
+SEARCH = _tool(
+    "web_search",
+    {
+        "type": "object",
+        "properties": {"queries": {"type": "array", "items": {"type": "string"}}},
+        "required": ["queries"],
+    },
+    "Search the web.",
+)
 # a pydantic-made schema: its $defs must survive being nested in the turn's schema
-PERSON = _tool("save", {"$defs": {"Person": {"type": "object", "properties": {"name": {"type": "string"}},
-                                             "required": ["name"]}},
-                        "type": "object", "properties": {"who": {"$ref": "#/$defs/Person"}}, "required": ["who"]})
+PERSON = _tool(
+    "save",
+    {
+        "$defs": {"Person": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}},
+        "type": "object",
+        "properties": {"who": {"$ref": "#/$defs/Person"}},
+        "required": ["who"],
+    },
+)
 
 
 def test_tool_turn_schema_accepts_exactly_valid_calls():
     schema = tool_turn_schema([SEARCH, PERSON])
     Draft202012Validator.check_schema(schema)
     valid = Draft202012Validator(schema)
-    assert valid.is_valid({"content": "", "tool_calls": [{"name": "web_search", "arguments": {"queries": ["x"]}},
-                                                         {"name": "save", "arguments": {"who": {"name": "Ada"}}}]})
+    assert valid.is_valid(
+        {
+            "content": "",
+            "tool_calls": [
+                {"name": "web_search", "arguments": {"queries": ["x"]}},
+                {"name": "save", "arguments": {"who": {"name": "Ada"}}},
+            ],
+        }
+    )
     assert valid.is_valid({"content": "no tools needed", "tool_calls": []})  # auto: answering is allowed
     assert not valid.is_valid({"content": "", "tool_calls": [{"name": "save", "arguments": {"who": {}}}]})
     assert not valid.is_valid({"content": "", "tool_calls": [{"name": "delete_all", "arguments": {}}]})
@@ -70,7 +93,11 @@ def test_the_scripted_model_answers_tool_turns_with_valid_calls():
 def test_openai_tool_calls_have_deterministic_ids_and_json_arguments():
     turn = {"content": "", "tool_calls": [{"name": "web_search", "arguments": {"queries": ["café"]}}]}
     first, again = openai_tool_calls(turn, "k"), openai_tool_calls(turn, "k")
-    assert first == again and first[0]["id"].startswith("call_") and first[0]["id"] != openai_tool_calls(turn, "j")[0]["id"]
+    assert (
+        first == again
+        and first[0]["id"].startswith("call_")
+        and first[0]["id"] != openai_tool_calls(turn, "j")[0]["id"]
+    )
     assert json.loads(first[0]["function"]["arguments"]) == {"queries": ["café"]}
 
 
@@ -78,8 +105,11 @@ def test_flatten_messages_writes_tool_traffic_as_text():
     messages = [
         {"role": "developer", "content": "be brief"},
         {"role": "user", "content": [{"type": "text", "text": "hello"}, {"type": "image_url", "image_url": {}}]},
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"id": "c1", "function": {"name": "web_search", "arguments": '{"queries": ["x"]}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "function": {"name": "web_search", "arguments": '{"queries": ["x"]}'}}],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "result text"},
     ]
     assert flatten_messages(messages) == [

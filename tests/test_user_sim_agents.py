@@ -35,12 +35,16 @@ class ScriptedAnswers:
 
 
 async def test_each_question_gets_one_answer_and_unknowns_become_i_dont_know():
-    gateway = ScriptedAnswers({"answers": [
-        {"question": 2, "known": True, "answer": "Soy, I'm allergic. ###STOP###"},
-        {"question": 1, "known": False, "answer": "About 60 km a week"},  # marked unknown: not passed on
-        {"question": 2, "known": True, "answer": "a second answer to question 2 is ignored"},
-        {"question": 9, "known": True, "answer": "no such question"},
-    ]})
+    gateway = ScriptedAnswers(
+        {
+            "answers": [
+                {"question": 2, "known": True, "answer": "Soy, I'm allergic. ###STOP###"},
+                {"question": 1, "known": False, "answer": "About 60 km a week"},  # marked unknown: not passed on
+                {"question": 2, "known": True, "answer": "a second answer to question 2 is ignored"},
+                {"question": 9, "known": True, "answer": "no such question"},
+            ]
+        }
+    )
     reply = await answer_clarification(gateway, tiny_case(), ClarifyRequest(questions=QUESTIONS))
     assert reply.answers.answers == [DONT_KNOW, "Soy, I'm allergic.", DONT_KNOW]
     assert reply.unknown == 2 and reply.redacted == 0
@@ -53,10 +57,14 @@ async def test_each_question_gets_one_answer_and_unknowns_become_i_dont_know():
 
 
 async def test_an_answer_copying_gold_is_scrubbed_before_the_system_gets_it():
-    gateway = ScriptedAnswers({"answers": [
-        {"question": 1, "known": True, "answer": f"Honestly: {GOLD_SENTINEL} need 0."},
-        {"question": 2, "known": True, "answer": f"{GOLD_SENTINEL}"},
-    ]})
+    gateway = ScriptedAnswers(
+        {
+            "answers": [
+                {"question": 1, "known": True, "answer": f"Honestly: {GOLD_SENTINEL} need 0."},
+                {"question": 2, "known": True, "answer": f"{GOLD_SENTINEL}"},
+            ]
+        }
+    )
     reply = await answer_clarification(gateway, tiny_case(), ClarifyRequest(questions=QUESTIONS[:2]))
     assert not any(GOLD_SENTINEL in a for a in reply.answers.answers)
     # the sentinel twice, and the gold-only figure "0" of "need 0"
@@ -74,11 +82,16 @@ async def test_scripted_model_answers_through_the_gateway_with_the_user_sim_role
 async def test_a_turn_stops_on_the_stop_token_or_when_satisfied_and_is_scrubbed_otherwise():
     turns = [ConversationTurn(utterance="Plan my meals for a training week.", response="Eat pasta.")]
     case = tiny_case()
-    for data in ({"message": STOP_TOKEN, "satisfied": False}, {"message": "thanks!", "satisfied": True},
-                 {"message": f"ok {STOP_TOKEN}", "satisfied": False}):
+    for data in (
+        {"message": STOP_TOKEN, "satisfied": False},
+        {"message": "thanks!", "satisfied": True},
+        {"message": f"ok {STOP_TOKEN}", "satisfied": False},
+    ):
         assert (await next_user_turn(ScriptedAnswers(data), case, turns)).ended == "satisfied"
-    for data in ({"message": STOP_TOKEN, "satisfied": False, "gave_up": True},
-                 {"message": "this is useless", "satisfied": True, "gave_up": True}):  # giving up outranks it
+    for data in (
+        {"message": STOP_TOKEN, "satisfied": False, "gave_up": True},
+        {"message": "this is useless", "satisfied": True, "gave_up": True},
+    ):  # giving up outranks it
         assert (await next_user_turn(ScriptedAnswers(data), case, turns)).ended == "gave_up"
     only_gold = ScriptedAnswers({"message": GOLD_SENTINEL, "satisfied": False})
     assert (await next_user_turn(only_gold, case, turns)).ended == "nothing_left_to_say"
@@ -91,14 +104,23 @@ async def test_a_turn_stops_on_the_stop_token_or_when_satisfied_and_is_scrubbed_
 
 
 async def test_feedback_on_the_four_criteria_becomes_rj_pairs():
-    judgment = lambda s: {"score": s, "feedback": f"scored {s}"}  # noqa: E731
-    gateway = ScriptedAnswers({"need_alignment": judgment(4), "content_depth": judgment(2), "tone": judgment(5),
-                               "explanation_style": judgment(3)})
+    judgment = lambda s: {"score": s, "feedback": f"scored {s}"}
+    gateway = ScriptedAnswers(
+        {
+            "need_alignment": judgment(4),
+            "content_depth": judgment(2),
+            "tone": judgment(5),
+            "explanation_style": judgment(3),
+        }
+    )
     feedback = await rate_response(gateway, tiny_case(), "Eat pasta every day.")
     pairs = feedback.rj_pairs("Eat pasta every day.")
     assert [(p.criterion, p.score, p.feedback) for p in pairs] == [
-        ("need_alignment", 4, "scored 4"), ("content_depth", 2, "scored 2"), ("tone", 5, "scored 5"),
-        ("explanation_style", 3, "scored 3")]
+        ("need_alignment", 4, "scored 4"),
+        ("content_depth", 2, "scored 2"),
+        ("tone", 5, "scored 5"),
+        ("explanation_style", 3, "scored 3"),
+    ]
     assert all(p.response == "Eat pasta every day." for p in pairs)
     prompt = gateway.requests[0][1][1]["content"]
     assert "<data>\nEat pasta every day.\n</data>" in prompt and "explanation_style:" in prompt

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-from benchmarks.case import Case, Gold, MemorySnippet, Persona, Query, RJPair, RubricAspect
 from agents.user_sim.disclosure import ELLIPSIS, GoldGuard, gold_strings
+from benchmarks.case import Case, Gold, MemorySnippet, Persona, Query, RJPair, RubricAspect
 
 NEED = "Priya wants the cheapest sensible way to get from Lisbon to Porto and a hostel under 38 euros a night."
 
 
 def make_case() -> Case:
     return Case(
-        id="c1", benchmark="t", user_id="u1",
+        id="c1",
+        benchmark="t",
+        user_id="u1",
         query=Query(text="Plan a week in Portugal for me."),
         persona=Persona(user_id="u1", attributes={"Lifestyle": {"Diet": "Vegetarian, avoids fish in soups"}}),
         history=[MemorySnippet(id="u1:m1", text="Trying to keep everything else under 70 euros a day.")],
         gold=Gold(
             information_need=NEED,
-            rubric_aspects=[RubricAspect(aspect="Daily budget", reason="r", evidence="keep everything else under 70 euros a day")],
+            rubric_aspects=[
+                RubricAspect(aspect="Daily budget", reason="r", evidence="keep everything else under 70 euros a day")
+            ],
             rj_pairs=[RJPair(response="GOLD-ONLY-c0ffee response", score=3)],
             claim_sources={"Trains take 3 hours": ["page-1"]},
         ),

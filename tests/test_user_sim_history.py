@@ -17,7 +17,14 @@ from agents.user_sim import HistoryOptions, check_protocol, check_reversibility,
 from agents.user_sim.history import history_rules
 from agents.user_sim.persona import persona_traits, preference_tags
 from agents.user_sim.reversibility import INVERSE_ROLE, Verdicts
-from benchmarks.loaders.pdr import ContextDialogue, ContextMemory, ContextMessage, ContextRecord, context_history, read_language
+from benchmarks.loaders.pdr import (
+    ContextDialogue,
+    ContextMemory,
+    ContextMessage,
+    ContextRecord,
+    context_history,
+    read_language,
+)
 from benchmarks.loaders.sample import load_suite
 from benchmarks.registry import load_cases
 from tests.test_cli_e2e import lines
@@ -39,7 +46,11 @@ def test_the_plan_meets_the_protocol_whatever_the_seed(user1, style, seed):
     assert all(per_trait[t.path] == 1 for t in persona_traits(user1) if not t.is_preference)
     share = sum(p.format in ("dialogue", "chat") for p in plan) / len(plan)
     assert 0.2 <= share <= 0.5
-    allowed = {"pdr": {"memory", "dialogue"}, "bespoke": {"search", "chat"}, "mixed": {"memory", "dialogue", "search", "chat"}}
+    allowed = {
+        "pdr": {"memory", "dialogue"},
+        "bespoke": {"search", "chat"},
+        "mixed": {"memory", "dialogue", "search", "chat"},
+    }
     assert {p.format for p in plan} <= allowed[style]
     start = options.end_date - dt.timedelta(days=options.period_days - 1)
     assert all(start <= p.date <= options.end_date for p in plan)
@@ -85,15 +96,21 @@ async def test_a_synthesized_history_passes_the_protocol_and_the_loader_reads_it
 def test_the_protocol_check_names_each_violation(user1):
     tag = preference_tags(persona_traits(user1))[0].path
 
-    asks = ["Could you find me a quiet place to study near campus?", "Which bus goes to the science museum on Sunday?",
-            "Remind me to call my parents after the algorithms lecture."]
+    asks = [
+        "Could you find me a quiet place to study near campus?",
+        "Which bus goes to the science museum on Sunday?",
+        "Remind me to call my parents after the algorithms lecture.",
+    ]
 
     def chat(i):
         return [ContextMessage(role="user", content=asks[i]), ContextMessage(role="assistant", content="Sure, done.")]
 
     record = ContextRecord(
         userid="User1",
-        memories=[ContextMemory(id="m1", content="a note", trait=tag), ContextMemory(id="m2", content="x", trait="Made > Up")],
+        memories=[
+            ContextMemory(id="m1", content="a note", trait=tag),
+            ContextMemory(id="m2", content="x", trait="Made > Up"),
+        ],
         dialogues=[ContextDialogue(id=f"d{i}", messages=chat(i), trait=tag) for i in range(3)],
     )
     figures = check_protocol(user1, record)
@@ -114,8 +131,13 @@ def test_the_protocol_check_reads_the_hand_written_sample_histories():
     record = ContextRecord(
         userid="u1",
         memories=[ContextMemory(id=e.id, content=e.text, trait=e.trait) for e in events if e.type == "memory_snippet"],
-        dialogues=[ContextDialogue(id=e.id, messages=[ContextMessage(role=m.role, content=m.content) for m in e.messages],
-                                   trait=e.trait) for e in events if e.type in ("dialogue", "chat_session")],
+        dialogues=[
+            ContextDialogue(
+                id=e.id, messages=[ContextMessage(role=m.role, content=m.content) for m in e.messages], trait=e.trait
+            )
+            for e in events
+            if e.type in ("dialogue", "chat_session")
+        ],
     )
     figures = check_protocol(attributes, record)
     assert not figures.unlinked_items and 0.2 <= figures.conversational_share <= 0.5
@@ -143,13 +165,21 @@ async def test_reversibility_infers_from_the_history_alone_then_compares(user1):
     traits = persona_traits(user1)
     occupation = next(t for t in traits if t.path.endswith("Occupation"))
     diet = next(t for t in traits if t.path.endswith("Diet"))
-    events = context_history(ContextRecord(userid="User1", memories=[
-        ContextMemory(id=f"m{i}", content=f"note {i} about code and noodles") for i in range(50)]))
+    events = context_history(
+        ContextRecord(
+            userid="User1",
+            memories=[ContextMemory(id=f"m{i}", content=f"note {i} about code and noodles") for i in range(50)],
+        )
+    )
 
     def answer(schema, messages):
         if schema.__name__ == "InferredProfile":  # two chunks: 40 + 10 items
-            return {"facets": [{"facet": occupation.path, "inferred": "studies computer science", "evidence": ["m1"]},
-                               {"facet": diet.path, "inferred": "likes noodles"}]}
+            return {
+                "facets": [
+                    {"facet": occupation.path, "inferred": "studies computer science", "evidence": ["m1"]},
+                    {"facet": diet.path, "inferred": "likes noodles"},
+                ]
+            }
         assert issubclass(schema, Verdicts)
         return {"verdicts": [{"facet": 1, "verdict": "recovered"}, {"facet": 1, "verdict": "missed"}]}
 
@@ -186,7 +216,7 @@ def test_the_same_seed_gives_the_same_history_from_the_cache_and_another_seed_an
     first = run_history_job(job(0), tmp_path / "a")
     again = run_history_job(job(0), tmp_path / "b")
     other = run_history_job(job(1), tmp_path / "c")
-    text = lambda d: (tmp_path / d / "contexts_en.jsonl").read_text()  # noqa: E731
+    text = lambda d: (tmp_path / d / "contexts_en.jsonl").read_text()
     assert text("a") == text("b") and text("a") != text("c")
     assert first["ledger"]["provider_calls"] == first["ledger"]["calls"] > 0
     assert again["ledger"]["cache_hits"] == again["ledger"]["calls"] == first["ledger"]["calls"]
@@ -219,6 +249,7 @@ async def test_synthesis_and_its_checks_run_over_litellms_http_path():
 def one_tag_persona(attributes: dict, keep: str) -> dict:
     """The persona with every preference tag but `keep` left out (its other facets kept, so the
     prompt is mostly the persona's own words, as it is for a whole persona)."""
+
     def walk(node, path):
         out = {}
         for key, value in node.items():
@@ -230,6 +261,7 @@ def one_tag_persona(attributes: dict, keep: str) -> dict:
             elif here == keep or not any(m in here.casefold() for m in ("preference", "interest", "appetite")):
                 out[key] = value
         return out
+
     return walk(attributes, "")
 
 
@@ -251,9 +283,14 @@ class TraitWriter(Gateway):
         trait = prompt.split(f"# {TRAIT_TITLE}\n", 1)[1].split(": ", 1)[0]
         self.requests.append((trait, prompt))
         if trait in self.fail:
-            raise StructuredOutputError(f"{role} model scripted gave no valid {schema.__name__} after one repair "
-                                        "(json_object mode): not valid JSON", role=role, model="scripted", attempts=2,
-                                        raw="{")
+            raise StructuredOutputError(
+                f"{role} model scripted gave no valid {schema.__name__} after one repair "
+                "(json_object mode): not valid JSON",
+                role=role,
+                model="scripted",
+                attempts=2,
+                raw="{",
+            )
         answer = await super().structured(role, messages, schema)
         if self.echo_first and f"# {REJECTED_TITLE}" not in prompt:
             for memory in getattr(answer, "memories", []):
@@ -274,8 +311,9 @@ async def test_a_trait_that_never_gets_a_valid_answer_costs_only_its_own_items(u
     assert len(items) == plan_size - 5 and all(i.trait != tag for i in items)  # the 127 others are kept
     report = history.traits[tag]
     assert report.status == "missing" and report.written == 0 and report.invalid_answers == 6
-    assert len(report.reasons) == 5 and all("invalid (draft 2): history_writer model scripted gave no valid" in r
-                                            for r in report.reasons)
+    assert len(report.reasons) == 5 and all(
+        "invalid (draft 2): history_writer model scripted gave no valid" in r for r in report.reasons
+    )
     assert all(t.status == "complete" for path, t in history.traits.items() if path != tag)
     # one request for the trait's five items, then each item on its own (a new sample), then given up
     asked = [prompt for trait, prompt in writer.requests if trait == tag]
@@ -317,13 +355,16 @@ async def test_drafts_that_echo_the_schema_are_rejected_and_written_again(user1)
 async def test_an_answer_cut_twice_is_asked_again_with_twice_the_budget():
     from tests.openai_stub import OpenAIStub
 
-    attributes = one_tag_persona(read_language("en").personas["User1"].attributes,
-                                 "Basic Attributes > Identity Characteristics > Academic Interests")
+    attributes = one_tag_persona(
+        read_language("en").personas["User1"].attributes,
+        "Basic Attributes > Identity Characteristics > Academic Interests",
+    )
     options = HistoryOptions(items_per_trait=0)
     with OpenAIStub() as stub:
         stub.script(["cut", "cut"])  # the answer and the gateway's repair, both cut at max_tokens
-        settings = ModelSettings(model="openai/stub", api_base=stub.base_url, api_key="sk-test", max_retries=0,
-                                 max_tokens=100)
+        settings = ModelSettings(
+            model="openai/stub", api_base=stub.base_url, api_key="sk-test", max_retries=0, max_tokens=100
+        )
         gateway = Gateway({"history_writer": settings})
         history = await synthesize_history(gateway, "User1", attributes, options)
     assert [r["body"]["max_tokens"] for r in stub.requests] == [100, 100, 200]
@@ -337,15 +378,22 @@ async def test_an_answer_cut_at_the_ceiling_is_asked_for_item_by_item():
     from agents.user_sim.history import WritingEffort
     from tests.openai_stub import OpenAIStub
 
-    attributes = one_tag_persona(read_language("en").personas["User1"].attributes,
-                                 "Basic Attributes > Identity Characteristics > Academic Interests")
+    attributes = one_tag_persona(
+        read_language("en").personas["User1"].attributes,
+        "Basic Attributes > Identity Characteristics > Academic Interests",
+    )
     with OpenAIStub() as stub:
         stub.script(["cut"] * 4)
-        settings = ModelSettings(model="openai/stub", api_base=stub.base_url, api_key="sk-test", max_retries=0,
-                                 max_tokens=100)
-        history = await synthesize_history(Gateway({"history_writer": settings}), "User1", attributes,
-                                           HistoryOptions(items_per_trait=0),
-                                           effort=WritingEffort(max_tokens_ceiling=200))
+        settings = ModelSettings(
+            model="openai/stub", api_base=stub.base_url, api_key="sk-test", max_retries=0, max_tokens=100
+        )
+        history = await synthesize_history(
+            Gateway({"history_writer": settings}),
+            "User1",
+            attributes,
+            HistoryOptions(items_per_trait=0),
+            effort=WritingEffort(max_tokens_ceiling=200),
+        )
     assert [r["body"]["max_tokens"] for r in stub.requests] == [100, 100, 200, 200] + [100] * 5
     failed = [e for e in history.events if e.kind == "invalid"]
     assert len(failed) == 1 and len(failed[0].slots) == 5 and "cut at max_tokens = 200" in failed[0].detail
@@ -373,7 +421,9 @@ async def test_an_earlier_item_that_fails_todays_checks_is_rejected_and_written_
     writer = TraitWriter()
     second = await synthesize_history(writer, "User1", user1, HistoryOptions(), prior=prior)
     [rejected] = [e for e in second.events if e.kind == "rejected"]
-    assert rejected.slots == stale.slots and rejected.detail.startswith("template echo: title '<name>' holds a placeholder")
+    assert rejected.slots == stale.slots and rejected.detail.startswith(
+        "template echo: title '<name>' holds a placeholder"
+    )
     assert rejected.detail.endswith("(found by a later session's checks)")
     assert [trait for trait, _ in writer.requests] == [stale.trait]  # only that item is written again
     assert second.complete

@@ -185,7 +185,9 @@ async def test_answers_read_from_disk_are_kept_in_memory_up_to_a_byte_budget(tmp
     await record_session(tmp_path)
     reads: list[str] = []
     original = WebCache._read_record
-    monkeypatch.setattr(WebCache, "_read_record", staticmethod(lambda path: reads.append(os.path.basename(path)) or original(path)))
+    monkeypatch.setattr(
+        WebCache, "_read_record", staticmethod(lambda path: reads.append(os.path.basename(path)) or original(path))
+    )
     cache = WebCache(tmp_path, "replay", memory_bytes=10**6)
     requests = [record.request for record in cache.records() if record.kind == "fetch"]
     reads.clear()

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.data_files import data_dir
 from benchmarks.common.errors import ConfigError, DataError
+from benchmarks.data_files import data_dir
 from tools.config import SandboxConfig, WebConfig
 from tools.sandbox.app import PAGE_SIZE
 from tools.sandbox.corpus import SAMPLE_PAGES, load_corpus, wiki_url
@@ -291,9 +291,12 @@ async def test_extraction_in_worker_processes_gives_the_same_page_as_in_a_thread
 
     pages = []
     for workers in (0, 2):
-        config = WebConfig(mode="live", cache_dir=tmp_path / str(workers),
-                           reader_options={"extract_workers": workers},
-                           sandbox=SandboxConfig(corpus=str(FIXTURE_CORPUS)))
+        config = WebConfig(
+            mode="live",
+            cache_dir=tmp_path / str(workers),
+            reader_options={"extract_workers": workers},
+            sandbox=SandboxConfig(corpus=str(FIXTURE_CORPUS)),
+        )
         async with build_web(config) as web:
             [hit, *_] = await web.search("jupiter moons")
             pages.append(await web.fetch(hit.url))

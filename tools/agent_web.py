@@ -24,8 +24,8 @@ import base64
 import hashlib
 import html
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 from urllib.parse import urlparse
 
 from pydantic import BaseModel
@@ -92,8 +92,13 @@ class WebSession:
         if isinstance(error, ReplayMiss):
             self.replay_misses.append(str(error))
         else:
-            self.degraded.append(degradation("search_failed" if kind == "search" else "fetch_failed", "run_agent",
-                                             f"{what!r}: {error}" if kind == "search" else f"{what}: {error}"))
+            self.degraded.append(
+                degradation(
+                    "search_failed" if kind == "search" else "fetch_failed",
+                    "run_agent",
+                    f"{what!r}: {error}" if kind == "search" else f"{what}: {error}",
+                )
+            )
 
     @property
     def root(self) -> str:
@@ -119,7 +124,7 @@ class WebSession:
         """The source behind a URL the agent cites: a citable URL or one of this server's pages."""
         for prefix in (f"http://{PAGES_HOST}/", f"{self.root}/page/"):
             if url.startswith(prefix):
-                return self.sources.get(url[len(prefix):].split("?", 1)[0].split("#", 1)[0].rstrip("/"))
+                return self.sources.get(url[len(prefix) :].split("?", 1)[0].split("#", 1)[0].rstrip("/"))
         try:
             wanted = canonical_url(url)
         except Exception:  # noqa: BLE001 - a malformed URL in a report is simply not a known source
@@ -163,8 +168,8 @@ class WebSessions(TokenRegistry[WebSession]):
 def _page_html(title: str, text: str, url: str) -> str:
     paragraphs = "\n".join(f"<p>{html.escape(p.strip())}</p>" for p in text.split("\n") if p.strip())
     return (
-        f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-        f"<link rel=\"canonical\" href=\"{html.escape(url)}\"></head>"
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f'<link rel="canonical" href="{html.escape(url)}"></head>'
         f"<body><article><h1>{html.escape(title)}</h1>\n{paragraphs}</article></body></html>"
     )
 
@@ -199,13 +204,31 @@ def agent_web_routes(sessions: WebSessions) -> list[BaseRoute]:
             session.failed("search", query, exc)
             return JSONResponse({"error": str(exc)}, status_code=502)
         results = [
-            {"url": session.page_url(s), "citable_url": s.url, "title": s.title, "content": s.snippet,
-             "engine": "atelier", "engines": ["atelier"], "positions": [rank], "category": "general",
-             "parsed_url": list(urlparse(s.url))}
+            {
+                "url": session.page_url(s),
+                "citable_url": s.url,
+                "title": s.title,
+                "content": s.snippet,
+                "engine": "atelier",
+                "engines": ["atelier"],
+                "positions": [rank],
+                "category": "general",
+                "parsed_url": list(urlparse(s.url)),
+            }
             for rank, s in enumerate(found, start=1)
         ]
-        return JSONResponse({"query": query, "number_of_results": len(results), "results": results, "answers": [],
-                             "corrections": [], "infoboxes": [], "suggestions": [], "unresponsive_engines": []})
+        return JSONResponse(
+            {
+                "query": query,
+                "number_of_results": len(results),
+                "results": results,
+                "answers": [],
+                "corrections": [],
+                "infoboxes": [],
+                "suggestions": [],
+                "unresponsive_engines": [],
+            }
+        )
 
     async def page(request: Request) -> Response:
         session = sessions.get(request.path_params.get("token") or _proxy_token(request))

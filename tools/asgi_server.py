@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 import time
 
-from benchmarks.common.loopback import bind_socket
 from benchmarks.common.errors import AtelierError
+from benchmarks.common.loopback import bind_socket
 
 STARTUP_TIMEOUT_S = 15.0
 

@@ -67,8 +67,9 @@ def request_key(request: dict[str, Any]) -> str:
 
 
 class WebCache:
-    def __init__(self, root: Path, mode: CacheMode, *, memory_bytes: int = 64 * 2**20,
-                 copy_to: Path | None = None) -> None:
+    def __init__(
+        self, root: Path, mode: CacheMode, *, memory_bytes: int = 64 * 2**20, copy_to: Path | None = None
+    ) -> None:
         """`copy_to`: a second cache folder every answer given is copied into (once), so a run whose
         cache lives elsewhere — a replay of another run's record, a shared cache — keeps a complete
         record of its own, which can itself be replayed."""
@@ -182,6 +183,12 @@ class WebCache:
         if self.mode == "record":  # written off the event loop: a server may refuse blocking calls on it
             record = await asyncio.to_thread(self.store, kind, request, response, body)
         else:
-            record = CacheRecord(key=key, kind=kind, request=request, recorded_at=datetime.now(UTC), response=response,
-                                 body_sha256=hashlib.sha256(body).hexdigest() if body is not None else None)
+            record = CacheRecord(
+                key=key,
+                kind=kind,
+                request=request,
+                recorded_at=datetime.now(UTC),
+                response=response,
+                body_sha256=hashlib.sha256(body).hexdigest() if body is not None else None,
+            )
         return await self._copied_out(CachedAnswer(record=record, body=body or b"", from_cache=False))

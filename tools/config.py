@@ -73,8 +73,10 @@ class WebConfig(BaseModel):
     mode: CacheMode = Field(default="record", description="live: no cache; record: read-through; replay: cache only.")
     cache_dir: Path | None = Field(default=None, description="Unset: <atelier cache>/web.")
     copy_dir: Path | None = Field(
-        default=None, description="A folder every answer is also copied into, when the cache lives elsewhere: a run "
-        "keeps its own complete record of the web it saw (set by the runner to the run folder's web/).")
+        default=None,
+        description="A folder every answer is also copied into, when the cache lives elsewhere: a run "
+        "keeps its own complete record of the web it saw (set by the runner to the run folder's web/).",
+    )
     caps: FetchCaps = Field(default_factory=FetchCaps)
     allow_hosts: list[str] = Field(
         default_factory=list,

@@ -51,8 +51,10 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     with _lock:
         if workers not in _pools:
             _pools[workers] = ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_exit_with_parent, initargs=(os.getpid(),),
+                workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_exit_with_parent,
+                initargs=(os.getpid(),),
             )
         return _pools[workers]
 

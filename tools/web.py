@@ -54,8 +54,9 @@ class WebLogEntry(BaseModel):
     at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
 
-_captured: contextvars.ContextVar[list[WebLogEntry] | None] = contextvars.ContextVar("atelier_web_capture",
-                                                                                    default=None)
+_captured: contextvars.ContextVar[list[WebLogEntry] | None] = contextvars.ContextVar(
+    "atelier_web_capture", default=None
+)
 
 
 @contextlib.contextmanager
@@ -78,8 +79,13 @@ def check_web_config(config: WebConfig) -> None:
 def web_description(config: WebConfig) -> dict[str, Any]:
     """Which web a run searched, as its summary and report say it: the provider, the sandbox corpus
     and its document count (when it is the sandbox), and whether it was live, recorded or replayed."""
-    described: dict[str, Any] = {"provider": config.provider, "mode": config.mode, "corpus": None, "documents": None,
-                                 "endpoint": None}
+    described: dict[str, Any] = {
+        "provider": config.provider,
+        "mode": config.mode,
+        "corpus": None,
+        "documents": None,
+        "endpoint": None,
+    }
     if config.uses_sandbox:
         from tools.sandbox.corpus import load_corpus
 

@@ -64,8 +64,13 @@ def profile_statements(case: Case) -> list[tuple[str, str]]:
 
 class AEPDJudgeConfig(JudgeConfig):
     name: Literal["aepd"] = "aepd"
-    min_aspects: int = Field(default=2, ge=2, le=60, description="At least this many distinct possible aspects per "
-                             "topic; fewer is a degenerate annotation (with one, D_score is 1 whatever the response).")
+    min_aspects: int = Field(
+        default=2,
+        ge=2,
+        le=60,
+        description="At least this many distinct possible aspects per "
+        "topic; fewer is a degenerate annotation (with one, D_score is 1 whatever the response).",
+    )
     max_aspects: int = Field(default=25, ge=2, le=60, description="At most this many possible aspects per topic.")
 
     @model_validator(mode="after")
@@ -80,16 +85,27 @@ def annotation_model(statements: int, min_aspects: int, max_aspects: int) -> typ
     aspect = create_model(
         "AspectAnnotation",
         aspect=(str, Field(min_length=1, description="A short name for one facet or possible answer of the topic.")),
-        profile_statements=(list[Literal[numbers]], Field(  # type: ignore[valid-type]
-            description="Numbers of the profile statements this aspect is relevant to; empty when none.")),
-        content=(str, Field(description="The response's text about this aspect, copied from it; empty when the "
-                                        "response does not cover the aspect.")),
+        profile_statements=(
+            list[Literal[numbers]],
+            Field(  # type: ignore[valid-type]
+                description="Numbers of the profile statements this aspect is relevant to; empty when none."
+            ),
+        ),
+        content=(
+            str,
+            Field(
+                description="The response's text about this aspect, copied from it; empty when the "
+                "response does not cover the aspect."
+            ),
+        ),
     )
     return create_model(
         "TurnAnnotation",
         topic=(str, Field(min_length=1, description="The topic t of the user's utterance.")),
-        aspects=(list[aspect], Field(min_length=min_aspects, max_length=max_aspects,
-                                     description="Every possible aspect of t.")),
+        aspects=(
+            list[aspect],
+            Field(min_length=min_aspects, max_length=max_aspects, description="Every possible aspect of t."),
+        ),
     )
 
 
@@ -144,17 +160,23 @@ def annotation_problems(annotation: BaseModel, response: str, min_aspects: int) 
     problems = structural_problems(annotation, min_aspects)
     missing = spans_not_found(annotation, response)
     if missing:
-        problems.append(f"{len(missing)} quoted span(s) are not in the response (e.g. {quoted(missing[0])}); "
-                        "copy each aspect's content word for word from the response")
+        problems.append(
+            f"{len(missing)} quoted span(s) are not in the response (e.g. {quoted(missing[0])}); "
+            "copy each aspect's content word for word from the response"
+        )
     return problems
 
 
-def annotation_messages(case: Case, response: SystemResponse, statements: list[tuple[str, str]]) -> list[dict[str, str]]:
+def annotation_messages(
+    case: Case, response: SystemResponse, statements: list[tuple[str, str]]
+) -> list[dict[str, str]]:
     sections = [Section("The user's personal profile", numbered([text for _, text in statements]), untrusted=True)]
     if case.query.previous_turns:
         sections.append(conversation_section(case.query.previous_turns))
-    sections += [Section("The user's utterance", case.query.text, untrusted=True),
-                 response_section(response, "The system's response")]
+    sections += [
+        Section("The user's utterance", case.query.text, untrusted=True),
+        response_section(response, "The system's response"),
+    ]
     return build_messages(
         "You annotate conversational search turns for an aspect-based evaluation of personalization and "
         "diversification.",
@@ -180,12 +202,18 @@ class AEPDJudge(Judge):
     def requirements(self) -> list[Requirement]:
         return [has("a personal profile (PTKB statements, preferences or a persona)", profile_statements)]
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
+    async def judge_once(
+        self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
+    ) -> JudgeResult:
         statements = profile_statements(case)
         gated = await ask_again_once(
-            env.gateway, self.role, annotation_messages(case, response, statements),
+            env.gateway,
+            self.role,
+            annotation_messages(case, response, statements),
             annotation_model(len(statements), self.config.min_aspects, self.config.max_aspects),
-            lambda a: annotation_problems(a, response.text, self.config.min_aspects), self.step)
+            lambda a: annotation_problems(a, response.text, self.config.min_aspects),
+            self.step,
+        )
         annotation = gated.output
         unscorable = structural_problems(annotation, self.config.min_aspects)
         if unscorable:
@@ -205,25 +233,57 @@ class AEPDJudge(Judge):
             content = located(quoted_span, response.text) if quoted_span else None
             if quoted_span and content is None:
                 removed.append(quoted_span)
-            rows.append({"aspect": name, "personalized": bool(ids), "profile_ids": ids, "content": content or "",
-                         **({"removed_span": quoted_span} if quoted_span and content is None else {})})
+            rows.append(
+                {
+                    "aspect": name,
+                    "personalized": bool(ids),
+                    "profile_ids": ids,
+                    "content": content or "",
+                    **({"removed_span": quoted_span} if quoted_span and content is None else {}),
+                }
+            )
         try:
-            scores = aepd_scores(AEPDInput.model_validate(
-                {"aspects": [{"aspect": r["aspect"], "personalized": r["personalized"], "content": r["content"] or None}
-                             for r in rows]}))
+            scores = aepd_scores(
+                AEPDInput.model_validate(
+                    {
+                        "aspects": [
+                            {"aspect": r["aspect"], "personalized": r["personalized"], "content": r["content"] or None}
+                            for r in rows
+                        ]
+                    }
+                )
+            )
         except ValueError as exc:
             raise JudgeFailed(f"aspect annotation cannot be scored: {exc}") from None
         degraded = list(gated.degraded)
         if removed:
-            degraded.append(degradation("spans_removed", self.step, f"{len(removed)} of "
-                                        f"{sum(bool(a.content.strip()) for a in annotation.aspects)} quoted spans not "
-                                        f"in the response, e.g. {quoted(removed[0])}", count=len(removed)))
+            degraded.append(
+                degradation(
+                    "spans_removed",
+                    self.step,
+                    f"{len(removed)} of "
+                    f"{sum(bool(a.content.strip()) for a in annotation.aspects)} quoted spans not "
+                    f"in the response, e.g. {quoted(removed[0])}",
+                    count=len(removed),
+                )
+            )
         return self.result(
             scores.p_score,
-            criteria={"p_score": scores.p_score, "d_score": scores.d_score, "npp": scores.npp, "npcl": scores.npcl,
-                      "ar": scores.ar, "clu": scores.clu},
-            details={"topic": annotation.topic, "aspects": rows, "repeated_aspects": merged,
-                     "spans_removed": len(removed), **scores.model_dump()},
+            criteria={
+                "p_score": scores.p_score,
+                "d_score": scores.d_score,
+                "npp": scores.npp,
+                "npcl": scores.npcl,
+                "ar": scores.ar,
+                "clu": scores.clu,
+            },
+            details={
+                "topic": annotation.topic,
+                "aspects": rows,
+                "repeated_aspects": merged,
+                "spans_removed": len(removed),
+                **scores.model_dump(),
+            },
             flags=["spans_removed"] if removed else [],
             degraded=degraded,
         )

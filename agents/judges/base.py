@@ -16,13 +16,14 @@ import math
 import statistics
 from abc import ABC, abstractmethod
 from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Awaitable, Callable, ClassVar, Generic, NamedTuple, Protocol, Sequence, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.models.gateway import Gateway, ModelCallError
 from agents.judges.store import ArtifactStore
+from agents.models.gateway import Gateway, ModelCallError
 from agents.response import SystemResponse
 from benchmarks.case import Case
 from benchmarks.common.degradation import Degradation, degradation
@@ -35,8 +36,9 @@ class JudgeConfig(BaseModel):
 
     name: str
     label: str | None = Field(
-        default=None, description="The key of this judge's scores in results (default: its name); lets one "
-        "recipe use the same judge twice, e.g. with two models."
+        default=None,
+        description="The key of this judge's scores in results (default: its name); lets one "
+        "recipe use the same judge twice, e.g. with two models.",
     )
     repeats: int = Field(default=1, ge=1, le=20, description="Judge each response n times: mean and per-case std.")
 
@@ -111,13 +113,21 @@ class Gated(Generic[T]):
 def with_note(messages: list[dict[str, str]], problems: Sequence[str]) -> list[dict[str, str]]:
     """The same request with a note on what was unusable in the previous answer: a new prompt, so a
     new sample (the response cache cannot hand back the same answer)."""
-    note = (f"\n\n# Note\nYour previous answer to this task could not be used: {'; '.join(problems)}. "
-            "Answer again, following the task exactly.")
+    note = (
+        f"\n\n# Note\nYour previous answer to this task could not be used: {'; '.join(problems)}. "
+        "Answer again, following the task exactly."
+    )
     return [*messages[:-1], {**messages[-1], "content": messages[-1]["content"] + note}]
 
 
-async def ask_again_once(gateway: Gateway, role: str, messages: list[dict[str, str]], schema: type[T],
-                         problems_of: Callable[[T], list[str]], step: str) -> Gated[T]:
+async def ask_again_once(
+    gateway: Gateway,
+    role: str,
+    messages: list[dict[str, str]],
+    schema: type[T],
+    problems_of: Callable[[T], list[str]],
+    step: str,
+) -> Gated[T]:
     """A structured judge output; when `problems_of` finds it degenerate, asked once more with a note
     naming what was wrong (recorded as `judge_output_gated` at `step`), and the second answer kept
     with whatever is still wrong in it. What then happens to a still degenerate output (a failed
@@ -142,7 +152,9 @@ class JudgeEnv:
     """What a judge may use besides the case and the response."""
 
     gateway: Gateway
-    web: Callable[[], Awaitable[PageSource]] | None = None  # the run's web (search + fetch + cache), started on first use
+    web: Callable[[], Awaitable[PageSource]] | None = (
+        None  # the run's web (search + fetch + cache), started on first use
+    )
     store: ArtifactStore | None = None  # artifacts generated once and reused (PQR criteria, BESPOKE rubrics)
     # the run's source store: the text a system read, by its sha256 (raises LookupError when absent);
     # how PQR's R reads a cited source that has no web address (gold information, a context item)
@@ -151,10 +163,13 @@ class JudgeEnv:
     def model_identity(self, role: str) -> dict[str, Any]:
         """What identifies the model behind `role` in a stored artifact's key (no secrets)."""
         settings = self.gateway.settings(role)
-        return settings.model_dump(mode="json", include={"model", "api_base", "temperature", "seed", "max_tokens", "extra"})
+        return settings.model_dump(
+            mode="json", include={"model", "api_base", "temperature", "seed", "max_tokens", "extra"}
+        )
 
-    async def generated_once(self, kind: str, identity: dict[str, Any], create: Callable[[], Awaitable[dict[str, Any]]],
-                             reuse: bool = True) -> tuple[dict[str, Any], str | None]:
+    async def generated_once(
+        self, kind: str, identity: dict[str, Any], create: Callable[[], Awaitable[dict[str, Any]]], reuse: bool = True
+    ) -> tuple[dict[str, Any], str | None]:
         """An artifact from the store (made by `create` the first time), with its key; made afresh,
         with no key, when reuse is off or there is no store."""
         if not reuse or self.store is None:
@@ -193,6 +208,7 @@ class Judge(ABC):
     def uses_web(self) -> bool:
         """Whether this judge reads pages through the run's web (the preflight then checks it answers)."""
         return False
+
     preparation: ClassVar[str] = "preparation"  # what `prepare` does, for failure messages
 
     def __init__(self, config: JudgeConfig) -> None:
@@ -228,7 +244,9 @@ class Judge(ABC):
         return None
 
     @abstractmethod
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
+    async def judge_once(
+        self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
+    ) -> JudgeResult:
         """One judgment. Raise JudgeFailed (or let ModelCallError through) when it cannot be made."""
 
     async def judge(self, case: Case, response: SystemResponse, env: JudgeEnv) -> JudgeResult:
@@ -268,11 +286,24 @@ class Judge(ABC):
     def failure(self, reason: str) -> JudgeResult:
         return JudgeResult(judge=self.key, scale=self.scale, error=reason)
 
-    def result(self, score: float | None, *, criteria: dict[str, float | None] | None = None,
-               details: dict[str, Any] | None = None, flags: Sequence[str] = (),
-               degraded: Sequence[Degradation] = ()) -> JudgeResult:
-        return JudgeResult(judge=self.key, score=score, scale=self.scale, criteria=criteria or {},
-                           details=details or {}, flags=sorted(set(flags)), degraded=list(degraded))
+    def result(
+        self,
+        score: float | None,
+        *,
+        criteria: dict[str, float | None] | None = None,
+        details: dict[str, Any] | None = None,
+        flags: Sequence[str] = (),
+        degraded: Sequence[Degradation] = (),
+    ) -> JudgeResult:
+        return JudgeResult(
+            judge=self.key,
+            score=score,
+            scale=self.scale,
+            criteria=criteria or {},
+            details=details or {},
+            flags=sorted(set(flags)),
+            degraded=list(degraded),
+        )
 
 
 class ComparativeJudge(Judge):
@@ -287,23 +318,29 @@ class ComparativeJudge(Judge):
         """The system every other system is compared with."""
 
     @abstractmethod
-    async def judge_pair_once(self, case: Case, response: SystemResponse, other: SystemResponse,
-                              env: JudgeEnv) -> JudgeResult: ...
+    async def judge_pair_once(
+        self, case: Case, response: SystemResponse, other: SystemResponse, env: JudgeEnv
+    ) -> JudgeResult: ...
 
-    async def judge_pair(self, case: Case, response: SystemResponse, other: SystemResponse,
-                         env: JudgeEnv) -> JudgeResult:
+    async def judge_pair(
+        self, case: Case, response: SystemResponse, other: SystemResponse, env: JudgeEnv
+    ) -> JudgeResult:
         prepared = await self.prepare_or_fail(case, env)
         if isinstance(prepared, JudgeResult):
             return prepared
         return await self.repeated(lambda repeat_env: self.judge_pair_once(case, response, other, repeat_env), env)
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
+    async def judge_once(
+        self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
+    ) -> JudgeResult:
         raise JudgeFailed(f"{self.name} compares two systems' responses; it runs after the episodes")
 
     def recipe_problems(self, systems: Sequence[str]) -> list[str]:
         if self.baseline not in systems:
-            return [f"judge {self.key!r}: baseline system {self.baseline!r} is not in the recipe "
-                    f"(systems: {', '.join(systems)})"]
+            return [
+                f"judge {self.key!r}: baseline system {self.baseline!r} is not in the recipe "
+                f"(systems: {', '.join(systems)})"
+            ]
         return []
 
 
@@ -321,8 +358,11 @@ def combine_repeats(key: str, scale: str, results: list[JudgeResult], errors: li
         score=math.fsum(scores) / len(scores) if scores else None,
         scale=scale,
         criteria={name: _mean([r.criteria.get(name) for r in results]) for name in names},
-        details={"repeats": [r.details for r in results], "repeat_scores": [r.score for r in results],
-                 "failed_repeats": errors},
+        details={
+            "repeats": [r.details for r in results],
+            "repeat_scores": [r.score for r in results],
+            "failed_repeats": errors,
+        },
         flags=sorted({flag for r in results for flag in r.flags} | ({"failed_repeat"} if errors else set())),
         repeats=len(results),
         std=statistics.stdev(scores) if len(scores) > 1 else None,
@@ -370,8 +410,9 @@ def create_judge(config: JudgeConfig | dict[str, Any]) -> Judge:
     return JUDGES.get(config.name)(config)
 
 
-def check_judge_fit(judges: Sequence[Judge], cases: Sequence[Case], benchmark: str,
-                    systems: Sequence[str] = ()) -> None:
+def check_judge_fit(
+    judges: Sequence[Judge], cases: Sequence[Case], benchmark: str, systems: Sequence[str] = ()
+) -> None:
     """Refuse, before any episode, judges the benchmark's cases cannot feed, naming judge and benchmark."""
     problems: list[str] = []
     keys = [j.key for j in judges]
@@ -386,7 +427,9 @@ def check_judge_fit(judges: Sequence[Judge], cases: Sequence[Case], benchmark: s
                 lacking[what] += 1
                 example.setdefault(what, case.id)
         for what, count in lacking.items():
-            problems.append(f"judge {judge.key!r} does not fit benchmark {benchmark!r}: {count} of {len(cases)} "
-                            f"cases lack {what} (e.g. {example[what]})")
+            problems.append(
+                f"judge {judge.key!r} does not fit benchmark {benchmark!r}: {count} of {len(cases)} "
+                f"cases lack {what} (e.g. {example[what]})"
+            )
     if problems:
         raise ConfigError("\n  ".join(["judges do not fit this run:", *problems]))

@@ -73,8 +73,9 @@ for the user (analogies, summaries, bullets, steps...)."""
 class BespokeJudgeConfig(JudgeConfig):
     name: Literal["bespoke"] = "bespoke"
     rubric: Literal["generate", "shipped"] = Field(
-        default="generate", description="Derive the personalized rubric from the R-J pairs (the paper's process), "
-        "or use the case's shipped rubric (gold.rubric_aspects, BESPOKE's personalized_rubric table)."
+        default="generate",
+        description="Derive the personalized rubric from the R-J pairs (the paper's process), "
+        "or use the case's shipped rubric (gold.rubric_aspects, BESPOKE's personalized_rubric table).",
     )
     shots: int | None = Field(default=None, ge=1, description="Judged responses shown as examples (default: all).")
     feedback_in_shots: bool = Field(default=True, description="false: scores only (the paper's w/o Feedback baseline).")
@@ -118,9 +119,11 @@ def rubric_messages(case: Case, grouped: list[tuple[str, list[RJPair]]], with_fe
     return build_messages(
         "You are an expert annotator who derives one user's personalized evaluation rubric from the way they "
         "judged earlier responses.",
-        [Section("The query", case.query.text, untrusted=True),
-         Section("The user's judgments of responses to it", shots_text(grouped, with_feedback), untrusted=True),
-         Section("Base scale for each criterion (1-5)", BASE_SCALE)],
+        [
+            Section("The query", case.query.text, untrusted=True),
+            Section("The user's judgments of responses to it", shots_text(grouped, with_feedback), untrusted=True),
+            Section("Base scale for each criterion (1-5)", BASE_SCALE),
+        ],
         "All these judgments were made by one person, on four criteria from 1 to 5. Infer their implicit "
         "standards, then write their personalized rubric: for each criterion, concise and actionable guidance "
         "for every score from 1 to 5.",
@@ -141,8 +144,10 @@ def rubric_text(rubric: dict[str, Any]) -> str:
 
 
 class _CriterionJudgment(BaseModel):
-    reasoning: str = Field(description="Step by step: key elements of the response, compared with the examples and "
-                                       "the gold need, against the rubric.")
+    reasoning: str = Field(
+        description="Step by step: key elements of the response, compared with the examples and "
+        "the gold need, against the rubric."
+    )
     score: int = Field(ge=1, le=5, description="Integer 1-5.")
     feedback: str = Field(description="Concise, actionable feedback in the style of the examples.")
 
@@ -159,21 +164,29 @@ def evaluation_problems(evaluation: BaseModel) -> list[str]:
         for part in ("reasoning", "feedback"):
             text = getattr(judged, part)
             if blank(text):
-                problems.append(f"the {part} on {CRITERION_TITLES[criterion].lower()} is empty or punctuation only "
-                                f"({quoted(text)})")
+                problems.append(
+                    f"the {part} on {CRITERION_TITLES[criterion].lower()} is empty or punctuation only ({quoted(text)})"
+                )
     return problems
 
 
-def evaluation_messages(case: Case, response: SystemResponse, rubric: dict[str, Any],
-                        grouped: list[tuple[str, list[RJPair]]], with_feedback: bool) -> list[dict[str, str]]:
+def evaluation_messages(
+    case: Case,
+    response: SystemResponse,
+    rubric: dict[str, Any],
+    grouped: list[tuple[str, list[RJPair]]],
+    with_feedback: bool,
+) -> list[dict[str, str]]:
     return build_messages(
         "You evaluate responses exactly like the specific person who judged the examples: replicate their "
         "preferences, their strictness or leniency, their usual score levels and their feedback style.",
-        [Section("Personalized rubric for this user and query", rubric_text(rubric), untrusted=True),
-         Section("The user's query", case.query.text, untrusted=True),
-         Section("The user's gold information need", case.gold.information_need or "", untrusted=True),
-         Section("Examples of this user's judgments", shots_text(grouped, with_feedback), untrusted=True),
-         response_section(response, "The response to evaluate")],
+        [
+            Section("Personalized rubric for this user and query", rubric_text(rubric), untrusted=True),
+            Section("The user's query", case.query.text, untrusted=True),
+            Section("The user's gold information need", case.gold.information_need or "", untrusted=True),
+            Section("Examples of this user's judgments", shots_text(grouped, with_feedback), untrusted=True),
+            response_section(response, "The response to evaluate"),
+        ],
         "Take the gold information need as the user's underlying intent and the primary reference. For each of "
         "need alignment, content depth, tone and explanation style: identify the key elements of the response, "
         "compare them with the examples and the need, score it from 1 to 5 (integers only) with the rubric, and "
@@ -208,15 +221,22 @@ class BespokeJudge(Judge):
     config: BespokeJudgeConfig
 
     def requirements(self) -> list[Requirement]:
-        needs = [has("a gold information need (gold.information_need)", lambda c: (c.gold.information_need or "").strip()),
-                 has("response-judgment pairs (gold.rj_pairs)", lambda c: c.gold.rj_pairs)]
+        needs = [
+            has("a gold information need (gold.information_need)", lambda c: (c.gold.information_need or "").strip()),
+            has("response-judgment pairs (gold.rj_pairs)", lambda c: c.gold.rj_pairs),
+        ]
         if self.config.rubric == "shipped":
-            needs.append(has("a shipped rubric (gold.rubric_aspects), needed by rubric='shipped'",
-                             lambda c: c.gold.rubric_aspects))
+            needs.append(
+                has(
+                    "a shipped rubric (gold.rubric_aspects), needed by rubric='shipped'",
+                    lambda c: c.gold.rubric_aspects,
+                )
+            )
         return needs
 
-    async def rubric(self, case: Case, grouped: list[tuple[str, list[RJPair]]],
-                     env: JudgeEnv) -> tuple[dict[str, Any], str | None]:
+    async def rubric(
+        self, case: Case, grouped: list[tuple[str, list[RJPair]]], env: JudgeEnv
+    ) -> tuple[dict[str, Any], str | None]:
         if self.config.rubric == "shipped":
             return shipped_rubric(case), None
         messages = rubric_messages(case, grouped, self.config.feedback_in_shots)
@@ -232,48 +252,75 @@ class BespokeJudge(Judge):
         """One rubric per query, shared by every repeat and every system."""
         return await self.rubric(case, shots(case.gold.rj_pairs, self.config.shots), env)
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv,
-                         prepared: tuple[dict[str, Any], str | None] | None = None) -> JudgeResult:
+    async def judge_once(
+        self,
+        case: Case,
+        response: SystemResponse,
+        env: JudgeEnv,
+        prepared: tuple[dict[str, Any], str | None] | None = None,
+    ) -> JudgeResult:
         grouped = shots(case.gold.rj_pairs, self.config.shots)
         rubric = prepared if prepared is not None else await self.prepare(case, env)
         return await self.evaluate(case, response, grouped, rubric, env)
 
-    async def evaluate(self, case: Case, response: SystemResponse, grouped: list[tuple[str, list[RJPair]]],
-                       rubric: tuple[dict[str, Any], str | None], env: JudgeEnv) -> JudgeResult:
+    async def evaluate(
+        self,
+        case: Case,
+        response: SystemResponse,
+        grouped: list[tuple[str, list[RJPair]]],
+        rubric: tuple[dict[str, Any], str | None],
+        env: JudgeEnv,
+    ) -> JudgeResult:
         found, key = rubric
         claims = case.gold.information_claims if self.config.recall else []
         gated, *contained = await asyncio.gather(
-            ask_again_once(env.gateway, ROLE_EVALUATOR,
-                           evaluation_messages(case, response, found, grouped, self.config.feedback_in_shots),
-                           EVALUATION, evaluation_problems, self.step),
+            ask_again_once(
+                env.gateway,
+                ROLE_EVALUATOR,
+                evaluation_messages(case, response, found, grouped, self.config.feedback_in_shots),
+                EVALUATION,
+                evaluation_problems,
+                self.step,
+            ),
             *(env.gateway.structured(ROLE_RECALL, recall_messages(claim, response), _Contained) for claim in claims),
         )
         evaluation = gated.or_fail("the evaluation")
         judged = {c: getattr(evaluation, c) for c in BESPOKE_CRITERIA}
-        scores = bespoke_scores(BespokeInput.model_validate({
-            "ratings": {c: j.score for c, j in judged.items()},
-            "gold_information": [{"claim": claim, "present": v.contained} for claim, v in zip(claims, contained)]
-            if self.config.recall else None,
-        }))
+        scores = bespoke_scores(
+            BespokeInput.model_validate(
+                {
+                    "ratings": {c: j.score for c, j in judged.items()},
+                    "gold_information": [
+                        {"claim": claim, "present": v.contained} for claim, v in zip(claims, contained)
+                    ]
+                    if self.config.recall
+                    else None,
+                }
+            )
+        )
         criteria: dict[str, float | None] = {c: float(j.score) for c, j in judged.items()}
         criteria["recall"] = scores.recall
         return self.result(
             scores.average if scores.average is not None else scores.personalization,
             criteria=criteria,
             details={
-                "scaled": scores.criteria, "personalization": scores.personalization, "recall": scores.recall,
+                "scaled": scores.criteria,
+                "personalization": scores.personalization,
+                "recall": scores.recall,
                 "feedback": {c: j.feedback for c, j in judged.items()},
                 "reasoning": {c: j.reasoning for c, j in judged.items()},
                 "gold_information": [{"claim": claim, "present": v.contained} for claim, v in zip(claims, contained)],
-                "empty_gold": scores.empty_gold, "shots": len(grouped),
-                "rubric_source": found["source"], "rubric_key": key,
+                "empty_gold": scores.empty_gold,
+                "shots": len(grouped),
+                "rubric_source": found["source"],
+                "rubric_key": key,
                 "score_is": "mean of the four criteria x20 and recall x100 (Table 4 Avg.)"
-                if scores.average is not None else "mean of the four criteria x20",
+                if scores.average is not None
+                else "mean of the four criteria x20",
             },
             flags=["empty_gold"] if scores.empty_gold else [],
             degraded=gated.degraded,
         )
-
 
     def aggregate(self, results: list[JudgeResult]) -> dict[str, Any]:
         """Table 4's columns: each criterion on 0-100, recall in percent, and their average."""
@@ -294,22 +341,27 @@ class BespokeJudge(Judge):
 
 
 class FeedbackVerdict(BaseModel):
-    decision: Literal["O", "X"] = Field(description="O: the generated feedback reasonably emulates the human's; X: not.")
+    decision: Literal["O", "X"] = Field(
+        description="O: the generated feedback reasonably emulates the human's; X: not."
+    )
 
 
-def feedback_messages(criterion: str, case: Case, response: str, rubric: str, human: str,
-                      generated: str) -> list[dict[str, str]]:
+def feedback_messages(
+    criterion: str, case: Case, response: str, rubric: str, human: str, generated: str
+) -> list[dict[str, str]]:
     """The meta-judge of `atelier meta-eval --feedback` (role `meta_judge`)."""
     title = CRITERION_TITLES.get(criterion, criterion).lower()
     return build_messages(
         f"You decide whether a generated feedback evaluates a response's {title} the way the author of a human "
         "feedback would.",
-        [Section("Query", case.query.text, untrusted=True),
-         Section("Gold information need", case.gold.information_need or "", untrusted=True),
-         response_section(response, "Response"),
-         Section("Rubric", rubric, untrusted=True),
-         Section("Human feedback (the reference)", human, untrusted=True),
-         Section("Generated feedback (to judge)", generated, untrusted=True)],
+        [
+            Section("Query", case.query.text, untrusted=True),
+            Section("Gold information need", case.gold.information_need or "", untrusted=True),
+            response_section(response, "Response"),
+            Section("Rubric", rubric, untrusted=True),
+            Section("Human feedback (the reference)", human, untrusted=True),
+            Section("Generated feedback (to judge)", generated, untrusted=True),
+        ],
         "Judge human-likeness: does the generated feedback reflect the human's perspective (main priorities, "
         "focus, overall severity or leniency), keep the key issues and praise the human stressed (minor "
         "differences or extra nuance are fine if they do not distort the human's intent), and stay accurate and "

@@ -33,7 +33,13 @@ from agents.judges.material import response_section
 from agents.prompts import Section, build_messages
 from agents.response import SystemResponse
 from benchmarks.case import Case, RubricAspect
-from benchmarks.metrics.lampqa import PairwiseInput, check_direct_level, lampqa_score, pairwise_outcome, pairwise_summary
+from benchmarks.metrics.lampqa import (
+    PairwiseInput,
+    check_direct_level,
+    lampqa_score,
+    pairwise_outcome,
+    pairwise_summary,
+)
 
 ROLE = "lampqa_judge"
 JUDGE_ROLE = "You are a fair and insightful judge with exceptional reasoning and analytical abilities."
@@ -61,15 +67,19 @@ def details_of(case: Case, choice: Details) -> str:
 
 
 def details_requirement(choice: Details) -> Requirement:
-    what = {"narrative": "a question narrative (gold.narrative)",
-            "information_need": "a gold information need (gold.information_need)",
-            "auto": "a question narrative or gold information need (gold.narrative / gold.information_need)"}[choice]
+    what = {
+        "narrative": "a question narrative (gold.narrative)",
+        "information_need": "a gold information need (gold.information_need)",
+        "auto": "a question narrative or gold information need (gold.narrative / gold.information_need)",
+    }[choice]
     return has(what, lambda case: details_of(case, choice).strip())
 
 
 def question_sections(case: Case, choice: Details) -> list[Section]:
-    return [Section("question", case.query.text, untrusted=True),
-            Section("details", details_of(case, choice), untrusted=True)]
+    return [
+        Section("question", case.query.text, untrusted=True),
+        Section("details", details_of(case, choice), untrusted=True),
+    ]
 
 
 # --------------------------------------------------------------------------- aspects (Figure 12)
@@ -79,22 +89,31 @@ ASPECT_TASK = (
     "decide how well the response addresses the aspect. Output match_score from 0 to 2: 0 the response does "
     "not cover this aspect, 1 it somewhat covers it, 2 it covers it very well."
 )
-ASPECT_GUIDE = QUESTION_GUIDE + """
+ASPECT_GUIDE = (
+    QUESTION_GUIDE
+    + """
 - response: a generated response to the user's question.
 - aspect: the aspect that is important to the user: its title, the reason it matters to the user, and the \
 evidence in the user's explanation it was drawn from."""
+)
 
 
 class AspectMatch(BaseModel):
     match_score: Literal[0, 1, 2] = Field(description="0 not covered, 1 somewhat covered, 2 covered very well.")
 
 
-def aspect_messages(case: Case, choice: Details, response: SystemResponse, aspect: RubricAspect) -> list[dict[str, str]]:
+def aspect_messages(
+    case: Case, choice: Details, response: SystemResponse, aspect: RubricAspect
+) -> list[dict[str, str]]:
     aspect_text = f"- aspect: {aspect.aspect}\n- reason: {aspect.reason}\n- evidence: {aspect.evidence}"
     return build_messages(
         JUDGE_ROLE,
-        [Section("your input", ASPECT_GUIDE), *question_sections(case, choice),
-         response_section(response, "response"), Section("aspect", aspect_text, untrusted=True)],
+        [
+            Section("your input", ASPECT_GUIDE),
+            *question_sections(case, choice),
+            response_section(response, "response"),
+            Section("aspect", aspect_text, untrusted=True),
+        ],
         ASPECT_TASK,
     )
 
@@ -114,12 +133,16 @@ class LampQAAspectJudge(Judge):
     def requirements(self) -> list[Requirement]:
         return [has("rubric aspects (gold.rubric_aspects)", lambda case: case.gold.rubric_aspects)]
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
+    async def judge_once(
+        self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
+    ) -> JudgeResult:
         aspects = case.gold.rubric_aspects
-        matches = await asyncio.gather(*(
-            env.gateway.structured(self.role, aspect_messages(case, self.config.details, response, a), AspectMatch)
-            for a in aspects
-        ))
+        matches = await asyncio.gather(
+            *(
+                env.gateway.structured(self.role, aspect_messages(case, self.config.details, response, a), AspectMatch)
+                for a in aspects
+            )
+        )
         scores = [m.match_score for m in matches]
         return self.result(
             lampqa_score(scores),
@@ -146,8 +169,12 @@ class DirectScore(BaseModel):
 def direct_messages(case: Case, choice: Details, response: SystemResponse) -> list[dict[str, str]]:
     return build_messages(
         JUDGE_ROLE,
-        [Section("your input", QUESTION_GUIDE + "\n- response: a generated response to the user's question."),
-         Section("criteria", DIRECT_CRITERIA), *question_sections(case, choice), response_section(response, "response")],
+        [
+            Section("your input", QUESTION_GUIDE + "\n- response: a generated response to the user's question."),
+            Section("criteria", DIRECT_CRITERIA),
+            *question_sections(case, choice),
+            response_section(response, "response"),
+        ],
         "Score the generated response by how well it addresses the information needs described in the user's "
         "detailed explanation of the question, following the criteria.",
     )
@@ -168,8 +195,12 @@ class LampQADirectJudge(Judge):
     def requirements(self) -> list[Requirement]:
         return [details_requirement(self.config.details)]
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
-        answer = await env.gateway.structured(self.role, direct_messages(case, self.config.details, response), DirectScore)
+    async def judge_once(
+        self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
+    ) -> JudgeResult:
+        answer = await env.gateway.structured(
+            self.role, direct_messages(case, self.config.details, response), DirectScore
+        )
         score = check_direct_level(float(answer.score))
         return self.result(score, criteria={"direct": score})
 
@@ -183,12 +214,21 @@ class PairwiseChoice(BaseModel):
     )
 
 
-def pairwise_messages(case: Case, choice: Details, first: SystemResponse, second: SystemResponse) -> list[dict[str, str]]:
+def pairwise_messages(
+    case: Case, choice: Details, first: SystemResponse, second: SystemResponse
+) -> list[dict[str, str]]:
     return build_messages(
         JUDGE_ROLE,
-        [Section("your input", QUESTION_GUIDE + "\n- response 1: the first generated response.\n"
-                 "- response 2: the second generated response."),
-         *question_sections(case, choice), response_section(first, "response 1"), response_section(second, "response 2")],
+        [
+            Section(
+                "your input",
+                QUESTION_GUIDE + "\n- response 1: the first generated response.\n"
+                "- response 2: the second generated response.",
+            ),
+            *question_sections(case, choice),
+            response_section(first, "response 1"),
+            response_section(second, "response 2"),
+        ],
         "Select the response that better addresses the information needs described in the user's detailed "
         "explanation of the question: response_1, response_2, or tie.",
     )
@@ -214,8 +254,9 @@ class LampQAPairwiseJudge(ComparativeJudge):
     def requirements(self) -> list[Requirement]:
         return [details_requirement(self.config.details)]
 
-    async def judge_pair_once(self, case: Case, response: SystemResponse, other: SystemResponse,
-                              env: JudgeEnv) -> JudgeResult:
+    async def judge_pair_once(
+        self, case: Case, response: SystemResponse, other: SystemResponse, env: JudgeEnv
+    ) -> JudgeResult:
         choice = self.config.details
         first, swapped = await asyncio.gather(
             env.gateway.structured(self.role, pairwise_messages(case, choice, response, other), PairwiseChoice),
@@ -225,8 +266,12 @@ class LampQAPairwiseJudge(ComparativeJudge):
         return self.result(
             outcome.score,
             criteria={"win": outcome.score},
-            details={"baseline": self.baseline, "first_order": first.selected_response,
-                     "swapped_order": swapped.selected_response, **outcome.model_dump()},
+            details={
+                "baseline": self.baseline,
+                "first_order": first.selected_response,
+                "swapped_order": swapped.selected_response,
+                **outcome.model_dump(),
+            },
             flags=["order_flip"] if outcome.flipped else [],
         )
 

@@ -40,7 +40,8 @@ class Correctness(BaseModel):
 class Refusal(BaseModel):
     reasoning: str = Field(description="One sentence on what the answer asserts.")
     verdict: Literal["REFUSED", "ANSWERED"] = Field(
-        description="REFUSED: it says the conversation does not tell; ANSWERED: it asserts an answer.")
+        description="REFUSED: it says the conversation does not tell; ANSWERED: it asserts an answer."
+    )
 
 
 def category(case: Case) -> int | None:
@@ -51,9 +52,11 @@ def category(case: Case) -> int | None:
 def correctness_messages(case: Case, response: SystemResponse) -> list[dict[str, str]]:
     return build_messages(
         "You grade answers to questions about a long conversation between two people.",
-        [Section("Question", case.query.text, untrusted=True),
-         Section("Reference answer", case.gold.answer or "", untrusted=True),
-         response_section(response, "Answer to grade")],
+        [
+            Section("Question", case.query.text, untrusted=True),
+            Section("Reference answer", case.gold.answer or "", untrusted=True),
+            response_section(response, "Answer to grade"),
+        ],
         "Label the answer CORRECT or WRONG against the reference. Be generous: it is CORRECT when it refers to "
         "the same thing as the reference, even if it is longer, worded differently, or gives a date or time in "
         "another format or relative form that means the same. It is WRONG when it names something else, "
@@ -64,9 +67,11 @@ def correctness_messages(case: Case, response: SystemResponse) -> list[dict[str,
 def refusal_messages(case: Case, response: SystemResponse) -> list[dict[str, str]]:
     return build_messages(
         "You grade answers to questions about a long conversation between two people.",
-        [Section("Question", case.query.text, untrusted=True),
-         Section("The tempting wrong answer", case.gold.adversarial_answer or "", untrusted=True),
-         response_section(response, "Answer to grade")],
+        [
+            Section("Question", case.query.text, untrusted=True),
+            Section("The tempting wrong answer", case.gold.adversarial_answer or "", untrusted=True),
+            response_section(response, "Answer to grade"),
+        ],
         "The conversation never says what this question asks; a good answer says so. Label the answer REFUSED "
         "when it says the conversation does not mention or answer this, and does not assert the tempting wrong "
         "answer or any other answer; label it ANSWERED otherwise.",
@@ -81,11 +86,17 @@ class LocomoJudge(Judge):
     scale = "0-1"
 
     def requirements(self) -> list[Requirement]:
-        return [has("a LoCoMo QA category 1-5 (meta.category)", category),
-                has("a reference answer (gold.answer), or for category 5 the adversarial answer",
-                    lambda c: c.gold.adversarial_answer if category(c) == ADVERSARIAL else (c.gold.answer or "").strip())]
+        return [
+            has("a LoCoMo QA category 1-5 (meta.category)", category),
+            has(
+                "a reference answer (gold.answer), or for category 5 the adversarial answer",
+                lambda c: c.gold.adversarial_answer if category(c) == ADVERSARIAL else (c.gold.answer or "").strip(),
+            ),
+        ]
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
+    async def judge_once(
+        self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
+    ) -> JudgeResult:
         kind = category(case)
         f1 = locomo_f1(response.text, case.gold.answer or "", kind)
         if kind == ADVERSARIAL:
@@ -107,8 +118,11 @@ class LocomoJudge(Judge):
         for d in each_details(results):
             by_category.setdefault(str(d["category"]), []).append(d)
         figures["per_category"] = {
-            category: {"n": len(items), "f1": sum(d["f1"] for d in items) / len(items),
-                       "llm_accuracy": sum(d["verdict"] in ("CORRECT", "REFUSED") for d in items) / len(items)}
+            category: {
+                "n": len(items),
+                "f1": sum(d["f1"] for d in items) / len(items),
+                "llm_accuracy": sum(d["verdict"] in ("CORRECT", "REFUSED") for d in items) / len(items),
+            }
             for category, items in sorted(by_category.items())
         }
         return figures

@@ -5,7 +5,8 @@ item, and every value is constrained to what the item allows)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -35,7 +36,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def per_item_model(name: str, item_model: type[BaseModel], keys: Sequence[str], description: str = "") -> type[BaseModel]:
+def per_item_model(
+    name: str, item_model: type[BaseModel], keys: Sequence[str], description: str = ""
+) -> type[BaseModel]:
     """A schema with one required field per key, each an `item_model` (e.g. c1, c2, ... -> verdict)."""
     fields: dict[str, Any] = {key: (item_model, Field(description=f"{description} {key}".strip())) for key in keys}
     return create_model(name, __base__=_Strict, **fields)

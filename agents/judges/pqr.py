@@ -82,39 +82,66 @@ class Dimension:
 DIMENSIONS = {
     d.code: d
     for d in (
-        Dimension("GOAL", "goal_alignment", "Goal Alignment",
-                  "How well the report addresses the user's explicit and implicit goals: whether the research "
-                  "understands how the task relates to this user, draws out their deeper and unstated needs, and "
-                  "builds the report on them.",
-                  "user-centred matching of the persona and the task: the user's core explicit needs and deeper "
-                  "implicit needs in this scenario, and whether the report's perspective, depth and practicality "
-                  "fit them"),
-        Dimension("CONT", "content_alignment", "Content Alignment",
-                  "The suitability of the report's topic, depth and breadth for the user's knowledge and "
-                  "interests: whether content is selected and customized for this user.",
-                  "whether the choice of content and its depth match the user's interests and knowledge level "
-                  "(not merely whether information is present); stay clear of goal alignment, presentation "
-                  "and actionability"),
-        Dimension("PRES", "presentation_fit", "Presentation Fit",
-                  "The alignment of the report's language, structure and style with the user's comprehension "
-                  "and preferences.",
-                  "language, register, structure, format and medium that suit how this user reads and "
-                  "understands; stay clear of content choice"),
-        Dimension("ACTI", "actionability_practicality", "Actionability & Practicality",
-                  "The extent to which the report offers practical value for the user's decisions or actions.",
-                  "whether recommendations are feasible and useful for this user's decisions given their "
-                  "constraints (time, budget, situation); stay clear of presentation"),
-        Dimension("DEIN", "depth_insight", "Depth & Insight",
-                  "The analytical richness, originality of thought and critical perspective of the report.",
-                  "analytical depth, rigour of reasoning, originality of insights and value of conclusions where "
-                  "the task calls for them; not structure (logical coherence) or language (clarity)"),
-        Dimension("LOGC", "logical_coherence", "Logical Coherence",
-                  "The logic and coherence of the report's reasoning: ideas are rigorous and easy to follow.",
-                  "whether the reasoning framework is rigorous and each step follows; not depth or wording"),
-        Dimension("CLAR", "clarity_readability", "Clarity & Readability",
-                  "The report's language, information presentation and formatting.",
-                  "clear language, well-presented information and formatting that readers absorb easily; not "
-                  "depth or logic"),
+        Dimension(
+            "GOAL",
+            "goal_alignment",
+            "Goal Alignment",
+            "How well the report addresses the user's explicit and implicit goals: whether the research "
+            "understands how the task relates to this user, draws out their deeper and unstated needs, and "
+            "builds the report on them.",
+            "user-centred matching of the persona and the task: the user's core explicit needs and deeper "
+            "implicit needs in this scenario, and whether the report's perspective, depth and practicality "
+            "fit them",
+        ),
+        Dimension(
+            "CONT",
+            "content_alignment",
+            "Content Alignment",
+            "The suitability of the report's topic, depth and breadth for the user's knowledge and "
+            "interests: whether content is selected and customized for this user.",
+            "whether the choice of content and its depth match the user's interests and knowledge level "
+            "(not merely whether information is present); stay clear of goal alignment, presentation "
+            "and actionability",
+        ),
+        Dimension(
+            "PRES",
+            "presentation_fit",
+            "Presentation Fit",
+            "The alignment of the report's language, structure and style with the user's comprehension "
+            "and preferences.",
+            "language, register, structure, format and medium that suit how this user reads and "
+            "understands; stay clear of content choice",
+        ),
+        Dimension(
+            "ACTI",
+            "actionability_practicality",
+            "Actionability & Practicality",
+            "The extent to which the report offers practical value for the user's decisions or actions.",
+            "whether recommendations are feasible and useful for this user's decisions given their "
+            "constraints (time, budget, situation); stay clear of presentation",
+        ),
+        Dimension(
+            "DEIN",
+            "depth_insight",
+            "Depth & Insight",
+            "The analytical richness, originality of thought and critical perspective of the report.",
+            "analytical depth, rigour of reasoning, originality of insights and value of conclusions where "
+            "the task calls for them; not structure (logical coherence) or language (clarity)",
+        ),
+        Dimension(
+            "LOGC",
+            "logical_coherence",
+            "Logical Coherence",
+            "The logic and coherence of the report's reasoning: ideas are rigorous and easy to follow.",
+            "whether the reasoning framework is rigorous and each step follows; not depth or wording",
+        ),
+        Dimension(
+            "CLAR",
+            "clarity_readability",
+            "Clarity & Readability",
+            "The report's language, information presentation and formatting.",
+            "clear language, well-presented information and formatting that readers absorb easily; not depth or logic",
+        ),
     )
 }
 AXIS_DIMENSIONS = {"P": PERSONALIZATION_DIMENSIONS, "Q": QUALITY_DIMENSIONS}
@@ -125,12 +152,14 @@ class PQRJudgeConfig(JudgeConfig):
     name: Literal["pqr"] = "pqr"
     axes: list[Axis] = Field(default=["P", "Q", "R"], min_length=1, description="The axes to judge.")
     reuse_criteria: bool = Field(
-        default=True, description="Generate P and Q criteria once per (task, persona, judge model) and reuse them "
-        "(false: regenerate for every report, for comparison only)."
+        default=True,
+        description="Generate P and Q criteria once per (task, persona, judge model) and reuse them "
+        "(false: regenerate for every report, for comparison only).",
     )
     quality_criteria: Literal["auto", "generated", "shipped"] = Field(
-        default="auto", description="Q criteria: the case's shipped ones (DeepResearch Bench) when it has them "
-        "('auto'), always generated, or shipped only."
+        default="auto",
+        description="Q criteria: the case's shipped ones (DeepResearch Bench) when it has them "
+        "('auto'), always generated, or shipped only.",
     )
     max_criteria: int = Field(default=8, ge=1, le=20, description="At most this many criteria per dimension.")
     no_citation: Literal["zero", "exclude"] = Field(
@@ -141,9 +170,10 @@ class PQRJudgeConfig(JudgeConfig):
     )
     max_source_chars: int = Field(default=12000, ge=500, description="Source text shown to the support check.")
     unreadable: Literal["unsupported", "exclude"] = Field(
-        default="unsupported", description="Claims whose cited source could not be read: unsupported (v_i = 0, "
+        default="unsupported",
+        description="Claims whose cited source could not be read: unsupported (v_i = 0, "
         "the paper's Eq. 4 for unknown) or left out of FA's denominator ('exclude'; FA is undefined when no cited "
-        "source could be read). Either way the report counts them (source_unreadable)."
+        "source could be read). Either way the report counts them (source_unreadable).",
     )
 
     @field_validator("axes")
@@ -178,8 +208,10 @@ def _weights_model(axis: str) -> type[BaseModel]:
 
 
 def _dimension_list(axis: str) -> str:
-    return "\n".join(f"{i}. {DIMENSIONS[c].title} ({c}): {DIMENSIONS[c].definition}"
-                     for i, c in enumerate(AXIS_DIMENSIONS[axis], start=1))
+    return "\n".join(
+        f"{i}. {DIMENSIONS[c].title} ({c}): {DIMENSIONS[c].definition}"
+        for i, c in enumerate(AXIS_DIMENSIONS[axis], start=1)
+    )
 
 
 def weight_messages(axis: str, task: str, persona: str) -> list[dict[str, str]]:
@@ -225,8 +257,10 @@ def criteria_messages(axis: str, code: str, task: str, persona: str, max_criteri
         "into concrete, clearly worded criteria tailored to the research task"
         f"{' and the user persona' if axis == 'P' else ''}, and you weight each criterion with a reason."
     )
-    sections = [Section("The dimension", f"{dim.title} ({code}): {dim.definition}"),
-                Section("The research task", task, untrusted=True)]
+    sections = [
+        Section("The dimension", f"{dim.title} ({code}): {dim.definition}"),
+        Section("The research task", task, untrusted=True),
+    ]
     if axis == "P":
         sections.append(Section("The user persona", persona, untrusted=True))
     whom = "this particular user in this particular task" if axis == "P" else "this particular task"
@@ -260,13 +294,24 @@ async def generate_criteria(env: JudgeEnv, axis: str, task: str, persona: str, m
         dimensions[code] = {
             "analysis": generated.analysis,
             "criteria": [
-                {"id": f"{code}-{i + 1}", "criterion": c.criterion, "explanation": c.explanation,
-                 "weight": normalized[str(i)], "weight_given": c.weight}
+                {
+                    "id": f"{code}-{i + 1}",
+                    "criterion": c.criterion,
+                    "explanation": c.explanation,
+                    "weight": normalized[str(i)],
+                    "weight_given": c.weight,
+                }
                 for i, c in enumerate(generated.criteria)
             ],
         }
-    return {"axis": axis, "source": "generated", "analysis": weights.analysis,
-            "weights": _normalize(given, f"{axis} dimension weights"), "weights_given": given, "dimensions": dimensions}
+    return {
+        "axis": axis,
+        "source": "generated",
+        "analysis": weights.analysis,
+        "weights": _normalize(given, f"{axis} dimension weights"),
+        "weights_given": given,
+        "dimensions": dimensions,
+    }
 
 
 def shipped_quality_criteria(case: Case) -> dict[str, Any]:
@@ -278,11 +323,27 @@ def shipped_quality_criteria(case: Case) -> dict[str, Any]:
     for code in codes:
         mine = [c for c in gold.criteria if c.dimension == code]
         normalized = _normalize({str(i): c.weight for i, c in enumerate(mine)}, f"shipped {code} criterion weights")
-        dimensions[code] = {"analysis": "", "criteria": [
-            {"id": f"{code}-{i + 1}", "criterion": c.criterion, "explanation": c.explanation,
-             "weight": normalized[str(i)], "weight_given": c.weight} for i, c in enumerate(mine)]}
-    return {"axis": "Q", "source": "shipped", "analysis": "", "weights": weights,
-            "weights_given": dict(gold.dimension_weights), "dimensions": dimensions}
+        dimensions[code] = {
+            "analysis": "",
+            "criteria": [
+                {
+                    "id": f"{code}-{i + 1}",
+                    "criterion": c.criterion,
+                    "explanation": c.explanation,
+                    "weight": normalized[str(i)],
+                    "weight_given": c.weight,
+                }
+                for i, c in enumerate(mine)
+            ],
+        }
+    return {
+        "axis": "Q",
+        "source": "shipped",
+        "analysis": "",
+        "weights": weights,
+        "weights_given": dict(gold.dimension_weights),
+        "dimensions": dimensions,
+    }
 
 
 def _normalize(weights: dict[str, float], what: str) -> dict[str, float]:
@@ -297,14 +358,18 @@ def _normalize(weights: dict[str, float], what: str) -> dict[str, float]:
 
 class CriterionScore(BaseModel):
     analysis: str = Field(description="How the report meets the criterion: strengths and weaknesses.")
-    score: int | None = Field(ge=0, le=10, description="Integer 0-10; null only if the report gives nothing to judge it on.")
+    score: int | None = Field(
+        ge=0, le=10, description="Integer 0-10; null only if the report gives nothing to judge it on."
+    )
 
 
 def _criterion_verdicts(criteria: dict[str, Any], scored: BaseModel) -> list[tuple[str, CriterionScore]]:
     """(criterion id as the scorer is shown it, e.g. GOAL_2; its verdict) for every criterion of the axis."""
-    return [(key, getattr(getattr(scored, _field_name(code)), key))
-            for code, dimension in criteria["dimensions"].items()
-            for key in (c["id"].replace("-", "_") for c in dimension["criteria"])]
+    return [
+        (key, getattr(getattr(scored, _field_name(code)), key))
+        for code, dimension in criteria["dimensions"].items()
+        for key in (c["id"].replace("-", "_") for c in dimension["criteria"])
+    ]
 
 
 def unscored_criteria(criteria: dict[str, Any], scored: BaseModel) -> list[str]:
@@ -313,9 +378,11 @@ def unscored_criteria(criteria: dict[str, Any], scored: BaseModel) -> list[str]:
 
 def blank_analyses(criteria: dict[str, Any], scored: BaseModel) -> list[str]:
     """A scored criterion whose analysis is empty or punctuation only: a score resting on nothing."""
-    return [f"the analysis of {cid} is empty or punctuation only ({quoted(verdict.analysis)})"
-            for cid, verdict in _criterion_verdicts(criteria, scored)
-            if verdict.score is not None and blank(verdict.analysis)]
+    return [
+        f"the analysis of {cid} is empty or punctuation only ({quoted(verdict.analysis)})"
+        for cid, verdict in _criterion_verdicts(criteria, scored)
+        if verdict.score is not None and blank(verdict.analysis)
+    ]
 
 
 def scoring_problems(criteria: dict[str, Any], scored: BaseModel) -> list[str]:
@@ -335,7 +402,10 @@ def scores_model(criteria: dict[str, Any]) -> type[BaseModel]:
     blocks: dict[str, Any] = {}
     for code, dimension in criteria["dimensions"].items():
         ids = [c["id"].replace("-", "_") for c in dimension["criteria"]]
-        blocks[_field_name(code)] = (per_item_model(f"Scores_{_field_name(code)}", CriterionScore, ids, "criterion"), ...)
+        blocks[_field_name(code)] = (
+            per_item_model(f"Scores_{_field_name(code)}", CriterionScore, ids, "criterion"),
+            ...,
+        )
     return create_model(f"{criteria['axis']}Scores", **blocks)
 
 
@@ -344,13 +414,16 @@ def criteria_text(criteria: dict[str, Any]) -> str:
     for code, dimension in criteria["dimensions"].items():
         title = DIMENSIONS[code].title if code in DIMENSIONS else code
         lines.append(f"## {title} (`{_field_name(code)}`)")
-        lines += [f"- {c['id'].replace('-', '_')}: {c['criterion']}" + (f" — {c['explanation']}" if c["explanation"] else "")
-                  for c in dimension["criteria"]]
+        lines += [
+            f"- {c['id'].replace('-', '_')}: {c['criterion']}" + (f" — {c['explanation']}" if c["explanation"] else "")
+            for c in dimension["criteria"]
+        ]
     return "\n".join(lines)
 
 
-def scoring_messages(axis: str, criteria: dict[str, Any], task: str, persona: str,
-                     response: SystemResponse) -> list[dict[str, str]]:
+def scoring_messages(
+    axis: str, criteria: dict[str, Any], task: str, persona: str, response: SystemResponse
+) -> list[dict[str, str]]:
     kind = "personalized research reports" if axis == "P" else "the quality of research reports"
     role = (
         f"You are a strict, meticulous and objective expert in evaluating {kind}. You judge a report against "
@@ -359,8 +432,10 @@ def scoring_messages(axis: str, criteria: dict[str, Any], task: str, persona: st
     sections = [Section("The research task", task, untrusted=True)]
     if axis == "P":
         sections.append(Section("The user persona", persona, untrusted=True))
-    sections += [response_section(response, "The report to evaluate"),
-                 Section("Evaluation criteria", criteria_text(criteria))]
+    sections += [
+        response_section(response, "The report to evaluate"),
+        Section("Evaluation criteria", criteria_text(criteria)),
+    ]
     combine = "the report, the task and the persona" if axis == "P" else "the report and the criterion's explanation"
     task_text = (
         f"Evaluate the report's {AXIS_NAMES[axis].lower()} against every criterion above. For each criterion, "
@@ -373,7 +448,9 @@ def scoring_messages(axis: str, criteria: dict[str, Any], task: str, persona: st
     return build_messages(role, sections, task_text)
 
 
-def judged_dimensions(criteria: dict[str, Any], scored: BaseModel) -> tuple[dict[str, DimensionJudgement], dict[str, Any]]:
+def judged_dimensions(
+    criteria: dict[str, Any], scored: BaseModel
+) -> tuple[dict[str, DimensionJudgement], dict[str, Any]]:
     """The scorer's output joined with the criteria: metric inputs, and the full record for details."""
     judgements: dict[str, DimensionJudgement] = {}
     record: dict[str, Any] = {}
@@ -413,11 +490,19 @@ class PQRJudge(Judge):
     def requirements(self) -> list[Requirement]:
         needs = [has("a task (query text)", lambda case: case.query.text.strip())]
         if "P" in self.config.axes:
-            needs.append(has("a structured persona (case.persona), needed by axis P", lambda case: case.persona
-                             and case.persona.attributes))
+            needs.append(
+                has(
+                    "a structured persona (case.persona), needed by axis P",
+                    lambda case: case.persona and case.persona.attributes,
+                )
+            )
         if "Q" in self.config.axes and self.config.quality_criteria == "shipped":
-            needs.append(has("shipped criteria (gold.criteria), needed by quality_criteria='shipped'",
-                             lambda case: case.gold.criteria))
+            needs.append(
+                has(
+                    "shipped criteria (gold.criteria), needed by quality_criteria='shipped'",
+                    lambda case: case.gold.criteria,
+                )
+            )
         return needs
 
     async def criteria(self, case: Case, axis: str, env: JudgeEnv) -> tuple[dict[str, Any], str | None]:
@@ -429,9 +514,15 @@ class PQRJudge(Judge):
         async def create() -> dict[str, Any]:
             return await generate_criteria(env, axis, task, persona, self.config.max_criteria)
 
-        identity = {"version": PROMPT_VERSION, "axis": axis, "task": task, "language": case.query.language,
-                    "persona": case.persona.attributes if axis == "P" and case.persona else None,
-                    "max_criteria": self.config.max_criteria, "model": env.model_identity(ROLE_CRITERIA)}
+        identity = {
+            "version": PROMPT_VERSION,
+            "axis": axis,
+            "task": task,
+            "language": case.query.language,
+            "persona": case.persona.attributes if axis == "P" and case.persona else None,
+            "max_criteria": self.config.max_criteria,
+            "model": env.model_identity(ROLE_CRITERIA),
+        }
         return await env.generated_once(f"pqr_criteria_{axis}", identity, create, self.config.reuse_criteria)
 
     async def prepare(self, case: Case, env: JudgeEnv) -> dict[str, tuple[dict[str, Any], str | None]]:
@@ -439,17 +530,30 @@ class PQRJudge(Judge):
         axes = [a for a in self.config.axes if a in ("P", "Q")]
         return dict(zip(axes, await asyncio.gather(*(self.criteria(case, axis, env) for axis in axes))))
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv,
-                         prepared: dict[str, tuple[dict[str, Any], str | None]] | None = None) -> JudgeResult:
-        return await self.score(case, response, prepared if prepared is not None else await self.prepare(case, env), env)
+    async def judge_once(
+        self,
+        case: Case,
+        response: SystemResponse,
+        env: JudgeEnv,
+        prepared: dict[str, tuple[dict[str, Any], str | None]] | None = None,
+    ) -> JudgeResult:
+        return await self.score(
+            case, response, prepared if prepared is not None else await self.prepare(case, env), env
+        )
 
-    async def score_axis(self, axis: str, criteria: dict[str, Any], case: Case, response: SystemResponse,
-                         env: JudgeEnv) -> tuple[BaseModel, list[Degradation]]:
+    async def score_axis(
+        self, axis: str, criteria: dict[str, Any], case: Case, response: SystemResponse, env: JudgeEnv
+    ) -> tuple[BaseModel, list[Degradation]]:
         """The scorer's output for one axis, past the gate: asked again once when it left a criterion
         blank or an analysis degenerate."""
         gated: Gated[BaseModel] = await ask_again_once(
-            env.gateway, ROLE_SCORER, scoring_messages(axis, criteria, case.query.text, persona_text(case), response),
-            scores_model(criteria), lambda output: scoring_problems(criteria, output), self.step)
+            env.gateway,
+            ROLE_SCORER,
+            scoring_messages(axis, criteria, case.query.text, persona_text(case), response),
+            scores_model(criteria),
+            lambda output: scoring_problems(criteria, output),
+            self.step,
+        )
         blank_left = blank_analyses(criteria, gated.output)
         if blank_left:
             raise gated.failure(f"{axis} scores", blank_left)
@@ -459,19 +563,40 @@ class PQRJudge(Judge):
         if len(unscored) == total:
             raise JudgeFailed(f"{gated.source}: no criterion of {axis} was scored, even when asked again")
         if unscored:
-            degraded.append(degradation("criterion_unscored", self.step, f"{axis}: {', '.join(unscored)} left without "
-                                        "a score when asked again; left out of their dimension's weighted mean",
-                                        count=len(unscored)))
+            degraded.append(
+                degradation(
+                    "criterion_unscored",
+                    self.step,
+                    f"{axis}: {', '.join(unscored)} left without "
+                    "a score when asked again; left out of their dimension's weighted mean",
+                    count=len(unscored),
+                )
+            )
         return gated.output, degraded
 
-    async def score(self, case: Case, response: SystemResponse, criteria: dict[str, tuple[dict[str, Any], str | None]],
-                    env: JudgeEnv) -> JudgeResult:
+    async def score(
+        self,
+        case: Case,
+        response: SystemResponse,
+        criteria: dict[str, tuple[dict[str, Any], str | None]],
+        env: JudgeEnv,
+    ) -> JudgeResult:
         calls = {axis: self.score_axis(axis, found, case, response, env) for axis, (found, _) in criteria.items()}
         reliability_call = (
-            judge_reliability(response, env, ReliabilitySettings(
-                role=ROLE_FACTS, no_citation=self.config.no_citation, dedupe=self.config.dedupe,
-                max_source_chars=self.config.max_source_chars, unreadable=self.config.unreadable, step=self.step))
-            if "R" in self.config.axes else None
+            judge_reliability(
+                response,
+                env,
+                ReliabilitySettings(
+                    role=ROLE_FACTS,
+                    no_citation=self.config.no_citation,
+                    dedupe=self.config.dedupe,
+                    max_source_chars=self.config.max_source_chars,
+                    unreadable=self.config.unreadable,
+                    step=self.step,
+                ),
+            )
+            if "R" in self.config.axes
+            else None
         )
         outputs = await asyncio.gather(*calls.values(), *([reliability_call] if reliability_call else []))
         scored = dict(zip(calls, outputs))
@@ -485,7 +610,8 @@ class PQRJudge(Judge):
             found, key = criteria[axis]
             judgements, record = judged_dimensions(found, output)
             axis_result: AxisScore = (
-                personalization_score(judgements) if axis == "P"
+                personalization_score(judgements)
+                if axis == "P"
                 else quality_score(judgements, shipped=found["source"] == "shipped")
             )
             axis_scores[axis] = axis_result.score
@@ -494,17 +620,24 @@ class PQRJudge(Judge):
             if axis_result.skipped_criteria:
                 flags.append("skipped_criteria")
             details[axis] = {
-                "score": axis_result.score, "coverage": axis_result.coverage,
+                "score": axis_result.score,
+                "coverage": axis_result.coverage,
                 "skipped_criteria": axis_result.skipped_criteria,
-                "unscored_dimensions": axis_result.unscored_dimensions, "criteria_source": found["source"],
-                "criteria_key": key, "weights": found["weights"], "weights_given": found["weights_given"],
-                "weights_analysis": found["analysis"], "dimensions": record,
+                "unscored_dimensions": axis_result.unscored_dimensions,
+                "criteria_source": found["source"],
+                "criteria_key": key,
+                "weights": found["weights"],
+                "weights_given": found["weights_given"],
+                "weights_analysis": found["analysis"],
+                "dimensions": record,
             }
         if reliability_call is not None:
             reliability, record, reliability_degraded = outputs[-1]
             degraded += reliability_degraded
             axis_scores["R"] = reliability.score
-            flat.update({"R": reliability.score, "FA": reliability.factual_accuracy, "CC": reliability.citation_coverage})
+            flat.update(
+                {"R": reliability.score, "FA": reliability.factual_accuracy, "CC": reliability.citation_coverage}
+            )
             details["R"] = {**reliability.model_dump(), **record}
             if reliability.no_cited_claims:
                 flags.append("no_cited_claims")
@@ -527,9 +660,11 @@ class PQRJudge(Judge):
         every report, and how many reports cited no claim."""
         figures = super().aggregate(results)
         # a field added since (n_unreadable, fa_denominator) takes its default in older results
-        reliability = [FactualReliability.model_validate({k: d["R"][k] for k in FactualReliability.model_fields
-                                                          if k in d["R"]})
-                       for d in each_details(results) if "R" in d]
+        reliability = [
+            FactualReliability.model_validate({k: d["R"][k] for k in FactualReliability.model_fields if k in d["R"]})
+            for d in each_details(results)
+            if "R" in d
+        ]
         if reliability:
             figures["reliability"] = pooled_reliability(reliability).model_dump()
         return figures

@@ -145,8 +145,12 @@ def _dedupe_model(count: int) -> type[BaseModel]:
     fields: dict[str, Any] = {"c1": (Literal["new"], Field(description="The first statement is always new."))}
     for i in range(2, count + 1):
         options = Literal[tuple(["new"] + [str(k) for k in range(1, i)])]  # type: ignore[valid-type]
-        fields[f"c{i}"] = (options, Field(description=f"'new', or the number of an earlier statement that states "
-                                                      f"the same fact as statement {i}."))
+        fields[f"c{i}"] = (
+            options,
+            Field(
+                description=f"'new', or the number of an earlier statement that states the same fact as statement {i}."
+            ),
+        )
     return create_model("Duplicates", **fields)
 
 
@@ -155,9 +159,12 @@ async def llm_dedupe(triplets: list[Triplet], env: JudgeEnv, role: str) -> tuple
     claims = list(dict.fromkeys(t.claim for t in triplets))
     if len(claims) < 2:
         return triplets, []
-    messages = build_messages(DEDUPE_ROLE, [Section("Statements", numbered(claims), untrusted=True)],
-                              "For each statement, answer 'new', or the number of an earlier statement that states "
-                              "the same fact (same subject, same claim, same figures).")
+    messages = build_messages(
+        DEDUPE_ROLE,
+        [Section("Statements", numbered(claims), untrusted=True)],
+        "For each statement, answer 'new', or the number of an earlier statement that states "
+        "the same fact (same subject, same claim, same figures).",
+    )
     answer = await env.gateway.structured(role, messages, _dedupe_model(len(claims)))
     same_as = {claims[i]: claims[int(v) - 1] for i, v in enumerate(answer.model_dump().values()) if v != "new"}
     canonical: dict[str, str] = {}
@@ -184,8 +191,10 @@ SUPPORT_ROLE = (
 
 class _SupportVerdict(BaseModel):
     reasoning: str = Field(description="One or two sentences: what the source says about the statement.")
-    verdict: Verdict = Field(description="supported: the source states or directly implies it; unsupported: "
-                                         "the source contradicts it or does not contain it; unknown: cannot tell.")
+    verdict: Verdict = Field(
+        description="supported: the source states or directly implies it; unsupported: "
+        "the source contradicts it or does not contain it; unknown: cannot tell."
+    )
 
 
 async def read_source(triplet: Triplet, env: JudgeEnv) -> tuple[str | None, str, bool | None]:
@@ -236,26 +245,46 @@ async def check_source(claims: list[Triplet], env: JudgeEnv, settings: Reliabili
     keys = item_keys(len(claims))
     messages = build_messages(
         SUPPORT_ROLE,
-        [Section("Source text" + (" (truncated)" if len(text) > len(shown) else ""), shown, untrusted=True),
-         Section("Statements", "\n".join(f"{k}: {t.claim}" for k, t in zip(keys, claims)), untrusted=True)],
+        [
+            Section("Source text" + (" (truncated)" if len(text) > len(shown) else ""), shown, untrusted=True),
+            Section("Statements", "\n".join(f"{k}: {t.claim}" for k, t in zip(keys, claims)), untrusted=True),
+        ],
         "For each statement, decide whether the source text supports it.",
     )
-    gated = await ask_again_once(env.gateway, settings.role, messages,
-                                 per_item_model("SupportVerdicts", _SupportVerdict, keys), support_problems,
-                                 settings.step)
+    gated = await ask_again_once(
+        env.gateway,
+        settings.role,
+        messages,
+        per_item_model("SupportVerdicts", _SupportVerdict, keys),
+        support_problems,
+        settings.step,
+    )
     answer = gated.or_fail(f"the support check of source {claims[0].source}")
     for key, t in zip(keys, claims):
         verdict = getattr(answer, key)
         t.verdict, t.reason = verdict.verdict, verdict.reasoning
-    return {"source": claims[0].source, "url": claims[0].url, "read": True, "text_matches_citation": matches,
-            "chars": len(text), "degraded": gated.degraded}
+    return {
+        "source": claims[0].source,
+        "url": claims[0].url,
+        "read": True,
+        "text_matches_citation": matches,
+        "chars": len(text),
+        "degraded": gated.degraded,
+    }
 
 
-async def judge_reliability(response: SystemResponse, env: JudgeEnv, settings: ReliabilitySettings
-                            ) -> tuple[FactualReliability, dict[str, Any], list[Degradation]]:
+async def judge_reliability(
+    response: SystemResponse, env: JudgeEnv, settings: ReliabilitySettings
+) -> tuple[FactualReliability, dict[str, Any], list[Degradation]]:
     """FA and CC of the response, the record of every claim and source, and what degraded."""
-    gated = await ask_again_once(env.gateway, settings.role, extraction_messages(response),
-                                 _extraction_model(len(response.citations)), extraction_problems, settings.step)
+    gated = await ask_again_once(
+        env.gateway,
+        settings.role,
+        extraction_messages(response),
+        _extraction_model(len(response.citations)),
+        extraction_problems,
+        settings.step,
+    )
     extracted = gated.or_fail("the claim extraction")
     degraded = list(gated.degraded)
     triplets = [resolve(item, response.citations) for item in extracted.claims]
@@ -270,25 +299,38 @@ async def judge_reliability(response: SystemResponse, env: JudgeEnv, settings: R
     sources = await asyncio.gather(*(check_source(group, env, settings) for group in by_source.values()))
     for source in sources:
         degraded += source.pop("degraded")
-    checks = [ClaimCheck(claim=t.claim, source=t.source, source_read=t.source_read,
-                         supported=None if t.verdict in (None, "unknown") else t.verdict == "supported")
-              for t in unique]
+    checks = [
+        ClaimCheck(
+            claim=t.claim,
+            source=t.source,
+            source_read=t.source_read,
+            supported=None if t.verdict in (None, "unknown") else t.verdict == "supported",
+        )
+        for t in unique
+    ]
     # exact duplicates were dropped above already; the metric counts what it is given
     reliability = reliability_from_claims(checks, settings.no_citation, settings.unreadable).model_copy(
-        update={"n_duplicates": len(triplets) - len(exact_unique(triplets))})
+        update={"n_duplicates": len(triplets) - len(exact_unique(triplets))}
+    )
     unreadable = [s for s in sources if not s["read"]]
     if unreadable:
         reasons = "; ".join(f"{s['source']}: {s['reason']}" for s in unreadable[:3])
-        degraded.append(degradation(
-            "source_unreadable", settings.step,
-            f"{len(unreadable)} of {len(sources)} cited sources could not be read ({reliability.n_unreadable} claim(s) "
-            f"{'left out of FA' if settings.unreadable == 'exclude' else 'counted unsupported'}): {reasons}",
-            count=len(unreadable)))
+        degraded.append(
+            degradation(
+                "source_unreadable",
+                settings.step,
+                f"{len(unreadable)} of {len(sources)} cited sources could not be read ({reliability.n_unreadable} claim(s) "
+                f"{'left out of FA' if settings.unreadable == 'exclude' else 'counted unsupported'}): {reasons}",
+                count=len(unreadable),
+            )
+        )
     record = {
         "n_extracted": len(triplets),
         "llm_merged": merged,
-        "claims": [{"claim": t.claim, "source": t.source, "url": t.url, "verdict": t.verdict, "reason": t.reason}
-                   for t in unique],
+        "claims": [
+            {"claim": t.claim, "source": t.source, "url": t.url, "verdict": t.verdict, "reason": t.reason}
+            for t in unique
+        ],
         "sources": sources,
         "unreadable_sources": len(unreadable),
         "unreadable_claims_are": settings.unreadable,

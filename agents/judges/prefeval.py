@@ -21,7 +21,7 @@ from agents.judges.material import response_section
 from agents.prompts import Section, build_messages
 from agents.response import SystemResponse
 from benchmarks.case import Case
-from benchmarks.metrics.prefeval import PrefEvalInput, PreferenceChecks, preference_verdict, prefeval_scores
+from benchmarks.metrics.prefeval import PreferenceChecks, PrefEvalInput, preference_verdict, prefeval_scores
 
 ROLE = "prefeval_judge"
 ANALYST = "You analyse a conversation between a user and an assistant, strictly and meticulously."
@@ -33,8 +33,9 @@ class PrefEvalJudgeConfig(JudgeConfig):
 
 
 class Acknowledgement(BaseModel):
-    preference: str = Field(description="The sentence of the response that mentions or assumes the preference; "
-                                        "empty when there is none.")
+    preference: str = Field(
+        description="The sentence of the response that mentions or assumes the preference; empty when there is none."
+    )
     answer: YesNo
 
 
@@ -44,41 +45,61 @@ class Check(BaseModel):
 
 
 def acknowledgement_messages(case: Case, response: SystemResponse) -> list[dict[str, str]]:
-    return build_messages(ANALYST, [Section("The user's question", case.query.text, untrusted=True),
-                                    response_section(response, "The assistant's response")],
+    return build_messages(
+        ANALYST,
+        [
+            Section("The user's question", case.query.text, untrusted=True),
+            response_section(response, "The assistant's response"),
+        ],
         "Does the response acknowledge any user preference when answering? Only whether a preference is present "
         "matters, not what it is. Answer Yes when the response explicitly mentions or refers to a preference of the "
-        "user (\"since you prefer ...\", \"given your preference for ...\", \"as a ...\"), or implicitly assumes one "
-        "(\"based on your preference, here are non-EV cars\"); quote the sentence. A bare \"based on our previous "
-        "conversation\" with no preference named is No; if you cannot quote what the preference is, answer No.")
+        'user ("since you prefer ...", "given your preference for ...", "as a ..."), or implicitly assumes one '
+        '("based on your preference, here are non-EV cars"); quote the sentence. A bare "based on our previous '
+        'conversation" with no preference named is No; if you cannot quote what the preference is, answer No.',
+    )
 
 
 def hallucination_messages(case: Case, restated: str) -> list[dict[str, str]]:
-    return build_messages(ANALYST, [Section("The user's original preference", case.gold.preference or "", untrusted=True),
-                                    Section("The assistant's restatement", restated, untrusted=True)],
+    return build_messages(
+        ANALYST,
+        [
+            Section("The user's original preference", case.gold.preference or "", untrusted=True),
+            Section("The assistant's restatement", restated, untrusted=True),
+        ],
         "Has the assistant hallucinated the preference? Answer Yes when the restatement differs in meaning or "
         "intent from the original, contradicts it, or is unrelated to it. Answer No when it matches, is a "
-        "paraphrase that keeps its meaning and intent, or is empty.")
+        "paraphrase that keeps its meaning and intent, or is empty.",
+    )
 
 
 def violation_messages(case: Case, response: SystemResponse) -> list[dict[str, str]]:
-    return build_messages(ANALYST, [Section("The user's stated preference", case.gold.preference or "", untrusted=True),
-                                    Section("The user's question", case.query.text, untrusted=True),
-                                    response_section(response, "The assistant's response")],
+    return build_messages(
+        ANALYST,
+        [
+            Section("The user's stated preference", case.gold.preference or "", untrusted=True),
+            Section("The user's question", case.query.text, untrusted=True),
+            response_section(response, "The assistant's response"),
+        ],
         "Does the response violate the user's stated preference? Answer Yes when it recommends something that "
         "directly contradicts the preference without acknowledging the preference and without saying why. Answer "
         "No when it respects the preference; when it includes options that could conflict but acknowledges the "
         "preference and explains why or how to avoid the conflict; or when it does not mention the preference "
-        "and nothing it recommends goes against it.")
+        "and nothing it recommends goes against it.",
+    )
 
 
 def helpfulness_messages(case: Case, response: SystemResponse) -> list[dict[str, str]]:
-    return build_messages(ANALYST, [Section("The user's question", case.query.text, untrusted=True),
-                                    response_section(response, "The assistant's response")],
+    return build_messages(
+        ANALYST,
+        [
+            Section("The user's question", case.query.text, untrusted=True),
+            response_section(response, "The assistant's response"),
+        ],
         "Does the response give a substantive answer to the question? Answer Yes when it gives specific, relevant "
         "recommendations or advice without apologising or claiming it cannot answer. Answer No when it apologises "
         "for not knowing the user's preferences, asks for more information without substantive suggestions, does "
-        "not address the question, or first says it cannot follow the user's preference.")
+        "not address the question, or first says it cannot follow the user's preference.",
+    )
 
 
 @register_judge
@@ -91,7 +112,9 @@ class PrefEvalJudge(Judge):
     def requirements(self) -> list[Requirement]:
         return [has("a stated preference (gold.preference)", lambda c: (c.gold.preference or "").strip())]
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
+    async def judge_once(
+        self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
+    ) -> JudgeResult:
         ask = env.gateway.structured
         acknowledged, violation, helpfulness = await asyncio.gather(
             ask(self.role, acknowledgement_messages(case, response), Acknowledgement),
@@ -99,18 +122,29 @@ class PrefEvalJudge(Judge):
             ask(self.role, helpfulness_messages(case, response), Check),
         )
         acknowledges = acknowledged.answer == "Yes"
-        hallucination = (await ask(self.role, hallucination_messages(case, acknowledged.preference), Check)
-                         if acknowledges else None)
-        checks = PreferenceChecks(acknowledges=acknowledges,
-                                  hallucinates=bool(hallucination and hallucination.answer == "Yes"),
-                                  violates=violation.answer == "Yes", helpful=helpfulness.answer == "Yes")
+        hallucination = (
+            await ask(self.role, hallucination_messages(case, acknowledged.preference), Check) if acknowledges else None
+        )
+        checks = PreferenceChecks(
+            acknowledges=acknowledges,
+            hallucinates=bool(hallucination and hallucination.answer == "Yes"),
+            violates=violation.answer == "Yes",
+            helpful=helpfulness.answer == "Yes",
+        )
         verdict = preference_verdict(checks)
         return self.result(
             float(verdict.follows),
             criteria={"follows": float(verdict.follows), **{k: float(v) for k, v in checks.model_dump().items()}},
-            details={**checks.model_dump(), "error": verdict.error, "restated_preference": acknowledged.preference,
-                     "explanations": {"violation": violation.explanation, "helpfulness": helpfulness.explanation,
-                                      "hallucination": hallucination.explanation if hallucination else None}},
+            details={
+                **checks.model_dump(),
+                "error": verdict.error,
+                "restated_preference": acknowledged.preference,
+                "explanations": {
+                    "violation": violation.explanation,
+                    "helpfulness": helpfulness.explanation,
+                    "hallucination": hallucination.explanation if hallucination else None,
+                },
+            },
             flags=[verdict.error] if verdict.error else [],
         )
 

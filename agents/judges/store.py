@@ -16,8 +16,9 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 _inflight: dict[tuple[int, str], asyncio.Future] = {}
 _inflight_lock = threading.Lock()

@@ -10,7 +10,8 @@ budget before validation, as the step would have cut it, rather than sent back f
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Iterable
+from collections.abc import Iterable
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, StringConstraints
 
@@ -23,8 +24,11 @@ def at_most(item: Any, max_items: int, *, min_items: int = 0, description: str |
         return value[:max_items] if isinstance(value, list) else value
 
     default = {} if min_items else {"default_factory": list}
-    return Annotated[list[item], BeforeValidator(keep_budget),
-                     Field(min_length=min_items, max_length=max_items, description=description, **default)]
+    return Annotated[
+        list[item],
+        BeforeValidator(keep_budget),
+        Field(min_length=min_items, max_length=max_items, description=description, **default),
+    ]
 
 
 ITEM_CHARS = 300  # one item of a listing (a question, a search query, an aspect): longer is a paragraph

@@ -16,8 +16,9 @@ Vectors are float32 and L2-normalised, so a dot product is the cosine similarity
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -112,8 +113,7 @@ class LiteLLMEmbedder:
         for start in range(0, len(texts), self.batch_size):
             batch = list(texts[start : start + self.batch_size])
             with litellm_call_scope():  # as the gateway's calls: litellm's own logging only when consumed
-                response = litellm.embedding(model=self.name, input=batch, api_base=self.api_base,
-                                             api_key=self.api_key)
+                response = litellm.embedding(model=self.name, input=batch, api_base=self.api_base, api_key=self.api_key)
             out.extend(item["embedding"] for item in response.data)
         if not out:
             return np.zeros((0, self._dim or 0), dtype=np.float32)

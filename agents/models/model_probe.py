@@ -9,7 +9,7 @@ retries and errors as a run) but never from the response cache.
 from __future__ import annotations
 
 import asyncio
-from typing import Mapping
+from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
@@ -53,8 +53,9 @@ class ModelProbe(BaseModel):
     dry_run: bool = False
     text: ProbeStep
     structured: ProbeStep
-    calls: list[LedgerEntry] = Field(default_factory=list, exclude=True,
-                                     description="The probe's requests, for a run's ledger (a preflight's).")
+    calls: list[LedgerEntry] = Field(
+        default_factory=list, exclude=True, description="The probe's requests, for a run's ledger (a preflight's)."
+    )
 
     @property
     def ok(self) -> bool:
@@ -80,12 +81,16 @@ def _step(entries: list[LedgerEntry], *, answer: str | None = None, error: str |
     )
 
 
-async def _probe_one(roles: list[str], settings: ModelSettings, modes: ModeMemory | None, max_tokens: int) -> ModelProbe:
-    probe = settings.model_copy(update={
-        "max_tokens": min(settings.max_tokens or max_tokens, max_tokens),
-        "max_retries": min(settings.max_retries, 1),
-        "timeout_s": min(settings.timeout_s, PROBE_TIMEOUT_S),
-    })
+async def _probe_one(
+    roles: list[str], settings: ModelSettings, modes: ModeMemory | None, max_tokens: int
+) -> ModelProbe:
+    probe = settings.model_copy(
+        update={
+            "max_tokens": min(settings.max_tokens or max_tokens, max_tokens),
+            "max_retries": min(settings.max_retries, 1),
+            "timeout_s": min(settings.timeout_s, PROBE_TIMEOUT_S),
+        }
+    )
     ledger = Ledger(None)
     gateway = Gateway({"probe": probe}, cache=None, ledger=ledger, modes=modes or ModeMemory())
     try:
@@ -103,8 +108,15 @@ async def _probe_one(roles: list[str], settings: ModelSettings, modes: ModeMemor
             steps.append(_step(ledger.entries[before:], answer=answer, error=error))
     finally:
         await gateway.aclose()
-    return ModelProbe(roles=roles, model=settings.model, api_base=settings.api_base, dry_run=settings.is_scripted,
-                      text=steps[0], structured=steps[1], calls=list(ledger.entries))
+    return ModelProbe(
+        roles=roles,
+        model=settings.model,
+        api_base=settings.api_base,
+        dry_run=settings.is_scripted,
+        text=steps[0],
+        structured=steps[1],
+        calls=list(ledger.entries),
+    )
 
 
 async def probe_models(

@@ -39,8 +39,9 @@ import secrets
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -159,7 +160,9 @@ class EmbeddingRequest(BaseModel):
 def _error(status: int, message: str, kind: str, *, retry: bool = False) -> JSONResponse:
     # x-should-retry: the gateway already retried; an OpenAI client must not multiply the attempts
     headers = {} if retry else {"x-should-retry": "false"}
-    return JSONResponse({"error": {"message": message, "type": kind, "code": kind}}, status_code=status, headers=headers)
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "code": kind}}, status_code=status, headers=headers
+    )
 
 
 def _call_name(model: str) -> str:
@@ -188,7 +191,7 @@ def schema_problem(schema: Any) -> str | None:
             ref = node.get("$ref")
             if isinstance(ref, str) and ref not in acyclic:
                 if ref in trail:
-                    cycle = " -> ".join(trail[trail.index(ref):] + (ref,))
+                    cycle = " -> ".join(trail[trail.index(ref) :] + (ref,))
                     return f"it is recursive: $ref {cycle}"
                 target = _pointer_target(schema, ref)
                 if target is None:
@@ -283,11 +286,20 @@ def _completion(request: ChatRequest, message: dict[str, Any]) -> dict[str, Any]
         "object": "chat.completion",
         "created": int(time.time()),
         "model": request.model,
-        "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+            }
+        ],
         # estimates: the exact counts of each provider request are in the run's ledger
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": token_estimate(answer),
-                  "total_tokens": prompt_tokens + token_estimate(answer)},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": token_estimate(answer),
+            "total_tokens": prompt_tokens + token_estimate(answer),
+        },
     }
 
 
@@ -366,15 +378,23 @@ def openai_routes(sessions: Sessions, prefix: str = "/v1") -> list[Route]:
         vectors = await session.run(lambda: embed_texts(session, list(texts)), "embeddings")
         data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
         tokens = sum(token_estimate(t) for t in texts)
-        return JSONResponse({"object": "list", "data": data, "model": body.model,
-                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": data,
+                "model": body.model,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
 
     async def models(request: Request) -> Response:
         session = sessions.from_request(request)
         if session is None:
             return _error(401, "unknown API key: this endpoint serves only the sessions it opened", "invalid_api_key")
         names = sorted({"default", *session.roles})
-        return JSONResponse({"object": "list", "data": [{"id": n, "object": "model", "owned_by": "atelier"} for n in names]})
+        return JSONResponse(
+            {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "atelier"} for n in names]}
+        )
 
     return [
         Route(f"{prefix}/chat/completions", chat_completions, methods=["POST"]),
@@ -426,8 +446,9 @@ class RequestGuard:
     handler and the routes and turns its own `RequestBodyTooLarge` into the 413.
     """
 
-    def __init__(self, app: ASGIApp, *, hosts: frozenset[str] | None,
-                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    def __init__(
+        self, app: ASGIApp, *, hosts: frozenset[str] | None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    ) -> None:
         self.app = app
         self.hosts = None if hosts is None else frozenset(h.lower() for h in hosts)
         self.max_body_bytes = max_body_bytes
@@ -493,8 +514,14 @@ async def embed_texts(session: EndpointSession, texts: list[str]) -> list[list[f
     gateway = session.gateway
     key = request_key({"embedding": session.embedder, "texts": texts})
     started = time.perf_counter()
-    common = {"role": "embedding", "model": session.embedder, "call_id": secrets.token_hex(6), "kind": "embedding",
-              "prompt_tokens": sum(token_estimate(t) for t in texts), "attempts": 1}
+    common = {
+        "role": "embedding",
+        "model": session.embedder,
+        "call_id": secrets.token_hex(6),
+        "kind": "embedding",
+        "prompt_tokens": sum(token_estimate(t) for t in texts),
+        "attempts": 1,
+    }
     cached = gateway.cache.get(key) if gateway.cache else None
     if cached is not None:
         gateway.ledger.record(**common, cache_hit=True, latency_ms=round((time.perf_counter() - started) * 1000, 3))
@@ -505,4 +532,3 @@ async def embed_texts(session: EndpointSession, texts: list[str]) -> list[list[f
         gateway.cache.put(key, {"vectors": vectors})
     gateway.ledger.record(**common, latency_ms=round((time.perf_counter() - started) * 1000, 3))
     return vectors
-

@@ -26,7 +26,9 @@ _VALIDATION = re.compile(
     r"|literal_error|invalid_request_error|unprocessable|not supported|unsupported|unrecognized request argument",
     re.IGNORECASE,
 )
-_LITELLM_PREFIX = re.compile(r"^(?:(?:litellm\.)?\w+(?:Error|Exception):\s*)*(?:\w*Exception - )?(?:Error code: \d+ - )?")
+_LITELLM_PREFIX = re.compile(
+    r"^(?:(?:litellm\.)?\w+(?:Error|Exception):\s*)*(?:\w*Exception - )?(?:Error code: \d+ - )?"
+)
 
 
 def status_of(exc: BaseException) -> int | None:
@@ -53,8 +55,16 @@ def classify(exc: BaseException) -> Verdict:
 
     if isinstance(exc, (asyncio.TimeoutError, litellm.Timeout, litellm.RateLimitError)):
         return "retry"
-    if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError,
-                        litellm.ContextWindowExceededError, litellm.ContentPolicyViolationError)):
+    if isinstance(
+        exc,
+        (
+            litellm.AuthenticationError,
+            litellm.PermissionDeniedError,
+            litellm.NotFoundError,
+            litellm.ContextWindowExceededError,
+            litellm.ContentPolicyViolationError,
+        ),
+    ):
         return "fatal"
     status = status_of(exc)
     if isinstance(exc, litellm.APIConnectionError) and not _looks_like_validation(exc):
@@ -74,4 +84,3 @@ def classify(exc: BaseException) -> Verdict:
 
 def _looks_like_validation(exc: BaseException) -> bool:
     return bool(_VALIDATION.search(server_message(exc)))
-

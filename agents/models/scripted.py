@@ -138,13 +138,18 @@ def prompt_material(messages: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def compose_text(messages: list[dict[str, Any]], seed: int, lead: str = f"{DRY_RUN_MARK}: scripted answer (no model was called).") -> str:
+def compose_text(
+    messages: list[dict[str, Any]], seed: int, lead: str = f"{DRY_RUN_MARK}: scripted answer (no model was called)."
+) -> str:
     """A deterministic answer built from the prompt's own sentences."""
     material = prompt_material(messages)
     rng = _rng("text", messages, seed)
     picked = sorted(rng.sample(range(len(material)), k=min(len(material), 6))) if material else []
     words = Counter(
-        w.lower() for m in messages if m.get("role") != "system" for w in _WORD.findall(_message_text(m))
+        w.lower()
+        for m in messages
+        if m.get("role") != "system"
+        for w in _WORD.findall(_message_text(m))
         if len(w) > 3 and w.lower() not in _STOPWORDS
     )
     topics = ", ".join(w for w, _ in words.most_common(5))
@@ -170,8 +175,12 @@ _DATA_BLOCK = re.compile(r"^# (?P<title>[^\n]*)\n<data>\n(?P<body>.*?)\n</data>"
 
 def _judged_text(messages: list[dict[str, Any]]) -> str:
     """The material a prompt asks about: the last untrusted section titled as a response or report."""
-    blocks = [m for message in messages if message.get("role") != "system"
-              for m in _DATA_BLOCK.finditer(_message_text(message))]
+    blocks = [
+        m
+        for message in messages
+        if message.get("role") != "system"
+        for m in _DATA_BLOCK.finditer(_message_text(message))
+    ]
     judged = [b["body"] for b in blocks if _JUDGED.search(b["title"])]
     return judged[-1] if judged else ""
 
@@ -179,8 +188,15 @@ def _judged_text(messages: list[dict[str, Any]]) -> str:
 class _InstanceBuilder:
     """A JSON-schema instance generator for the schemas pydantic emits."""
 
-    def __init__(self, schema: dict[str, Any], rng: random.Random, words: list[str], *, judged: str = "",
-                 urls: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        schema: dict[str, Any],
+        rng: random.Random,
+        words: list[str],
+        *,
+        judged: str = "",
+        urls: list[str] | None = None,
+    ) -> None:
         self.defs = schema.get("$defs", {}) | schema.get("definitions", {})
         self.rng = rng
         self.words = words or ["dry", "run", "scripted", "answer"]
@@ -207,7 +223,9 @@ class _InstanceBuilder:
         if isinstance(kind, list):
             kind = next((k for k in kind if k != "null"), "null")
         if kind == "object" or "properties" in node:
-            return {name: self.build({"title": name, **sub}, depth + 1) for name, sub in node.get("properties", {}).items()}
+            return {
+                name: self.build({"title": name, **sub}, depth + 1) for name, sub in node.get("properties", {}).items()
+            }
         if kind == "array":
             low = node.get("minItems", 1 if depth < 3 else 0)
             high = max(low, min(node.get("maxItems", low + 3), low + 3))
@@ -252,11 +270,15 @@ class _InstanceBuilder:
         if self.judged and _QUOTE_FIELD.search(about):
             n = min(len(self.judged), self.rng.randint(3, 8))
             start = self.rng.randint(0, len(self.judged) - n)
-            quote = " ".join(self.judged[start:start + n])
+            quote = " ".join(self.judged[start : start + n])
             if low <= len(quote) <= high:
                 return quote
         if _URL_FIELD.search(str(node.get("title", ""))) or node.get("format") == "uri":
-            return self.rng.choice(self.urls) if self.urls else ("" if not node.get("minLength") else "https://example.invalid/")
+            return (
+                self.rng.choice(self.urls)
+                if self.urls
+                else ("" if not node.get("minLength") else "https://example.invalid/")
+            )
         n = self.rng.randint(3, 9)
         text = " ".join(self.rng.choice(self.words) for _ in range(n)).capitalize()
         text = f"{DRY_RUN_MARK}: {text}" if high >= 40 else text
@@ -269,8 +291,9 @@ def schema_instance(schema: dict[str, Any], messages: list[dict[str, Any]], seed
     texts = [_message_text(m) for m in messages if m.get("role") != "system"]
     words = [w for text in texts for w in _WORD.findall(text)]
     urls = list(dict.fromkeys(u.rstrip(".,;:") for text in texts for u in _URL.findall(text)))
-    return _InstanceBuilder(schema, _rng("instance", messages, schema, seed), words[:400],
-                            judged=_judged_text(messages), urls=urls).build(schema)
+    return _InstanceBuilder(
+        schema, _rng("instance", messages, schema, seed), words[:400], judged=_judged_text(messages), urls=urls
+    ).build(schema)
 
 
 def schema_from_response_format(response_format: Any) -> dict[str, Any] | None:
@@ -294,7 +317,9 @@ def forced_tool(params: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def requested_schema(params: dict[str, Any], messages: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
+def requested_schema(
+    params: dict[str, Any], messages: list[dict[str, Any]]
+) -> tuple[dict[str, Any] | None, str | None]:
     """The JSON schema a request asks the answer to follow, and the tool to answer through (if one
     is forced); the schema is looked for in `response_format`, then a forced tool, then the prompt."""
     response_format = params.get("response_format")
@@ -371,7 +396,9 @@ def _make_handler():
             else:
                 from litellm.types.utils import ChatCompletionMessageToolCall, Function
 
-                call = ChatCompletionMessageToolCall(function=Function(name=tool, arguments=content), id="call_scripted")
+                call = ChatCompletionMessageToolCall(
+                    function=Function(name=tool, arguments=content), id="call_scripted"
+                )
                 model_response.choices[0].message.content = None
                 model_response.choices[0].message.tool_calls = [call]
                 model_response.choices[0].finish_reason = "tool_calls"
@@ -385,8 +412,21 @@ def _make_handler():
             )
             return model_response, params
 
-        def completion(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
-                       encoding, api_key, logging_obj, optional_params, *args, **kwargs):
+        def completion(
+            self,
+            model,
+            messages,
+            api_base,
+            custom_prompt_dict,
+            model_response,
+            print_verbose,
+            encoding,
+            api_key,
+            logging_obj,
+            optional_params,
+            *args,
+            **kwargs,
+        ):
             response, params = self._fill(model_response, messages, optional_params)
             if params.latency_ms:
                 import time
@@ -394,15 +434,41 @@ def _make_handler():
                 time.sleep(params.latency_ms / 1000)
             return response
 
-        async def acompletion(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
-                              encoding, api_key, logging_obj, optional_params, *args, **kwargs):
+        async def acompletion(
+            self,
+            model,
+            messages,
+            api_base,
+            custom_prompt_dict,
+            model_response,
+            print_verbose,
+            encoding,
+            api_key,
+            logging_obj,
+            optional_params,
+            *args,
+            **kwargs,
+        ):
             response, params = self._fill(model_response, messages, optional_params)
             if params.latency_ms:
                 await asyncio.sleep(params.latency_ms / 1000)
             return response
 
-        async def astreaming(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
-                             encoding, api_key, logging_obj, optional_params, *args, **kwargs):
+        async def astreaming(
+            self,
+            model,
+            messages,
+            api_base,
+            custom_prompt_dict,
+            model_response,
+            print_verbose,
+            encoding,
+            api_key,
+            logging_obj,
+            optional_params,
+            *args,
+            **kwargs,
+        ):
             """The same answer, one word per chunk (`latency_ms` before the first)."""
             content, params, _ = core.answer(messages, optional_params)
             if params.latency_ms:
@@ -411,10 +477,23 @@ def _make_handler():
             prompt_tokens = sum(token_estimate(_raw_text(m)) for m in messages)
             for i, word in enumerate(words):
                 last = i == len(words) - 1
-                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": token_estimate(content),
-                         "total_tokens": prompt_tokens + token_estimate(content)} if last else None
-                yield {"text": word if i == 0 else " " + word, "is_finished": last,
-                       "finish_reason": "stop" if last else "", "usage": usage, "index": 0, "tool_use": None}
+                usage = (
+                    {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": token_estimate(content),
+                        "total_tokens": prompt_tokens + token_estimate(content),
+                    }
+                    if last
+                    else None
+                )
+                yield {
+                    "text": word if i == 0 else " " + word,
+                    "is_finished": last,
+                    "finish_reason": "stop" if last else "",
+                    "usage": usage,
+                    "index": 0,
+                    "tool_use": None,
+                }
 
     return _Handler()
 
@@ -439,6 +518,14 @@ def register_with_litellm() -> None:
         custom_llm_setup()
         # priced at zero: litellm otherwise looks an unknown model's price up through its regex
         # generalizations on every call (~1.5 ms of CPU, most of a scripted call's overhead)
-        litellm.register_model({f"{PROVIDER}/{PROVIDER}": {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0,
-                                                           "litellm_provider": PROVIDER, "mode": "chat"}})
+        litellm.register_model(
+            {
+                f"{PROVIDER}/{PROVIDER}": {
+                    "input_cost_per_token": 0.0,
+                    "output_cost_per_token": 0.0,
+                    "litellm_provider": PROVIDER,
+                    "mode": "chat",
+                }
+            }
+        )
         _registered = True

@@ -14,11 +14,27 @@ from agents.models.structured_output import StructuredMode
 # The roles every run knows. Later graphs add their own (researcher, writer, ...); a role without
 # its own setting falls back to `system` for systems under test and to `judge` for evaluators.
 ROLES = ("system", "user_sim", "judge")
-ROLE_FALLBACK = {"researcher": "system", "writer": "system", "planner": "system", "memory": "system",
-                 "clarifier": "system"}
+ROLE_FALLBACK = {
+    "researcher": "system",
+    "writer": "system",
+    "planner": "system",
+    "memory": "system",
+    "clarifier": "system",
+}
 # Each judge's own roles (agents/judges/*), and the meta-evaluator of `atelier meta-eval`.
-JUDGE_ROLES = ("pqr_criteria", "pqr_judge", "pqr_fact_checker", "bespoke_rubric", "bespoke_judge",
-               "bespoke_recall", "lampqa_judge", "aepd_judge", "locomo_judge", "prefeval_judge", "meta_judge")
+JUDGE_ROLES = (
+    "pqr_criteria",
+    "pqr_judge",
+    "pqr_fact_checker",
+    "bespoke_rubric",
+    "bespoke_judge",
+    "bespoke_recall",
+    "lampqa_judge",
+    "aepd_judge",
+    "locomo_judge",
+    "prefeval_judge",
+    "meta_judge",
+)
 ROLE_FALLBACK.update({role: "judge" for role in JUDGE_ROLES})
 ROLE_FALLBACK.update({"history_writer": "user_sim", "history_checker": "user_sim"})  # the simulated user's roles
 # A small local model left unbounded can repeat itself up to its context's end (minutes on a CPU).
@@ -45,8 +61,12 @@ class ModelSettings(BaseModel):
     rpm: int | None = Field(default=None, gt=0, description="Requests per minute allowed for this model.")
     max_concurrency: int = Field(default=8, gt=0, description="Calls in flight at once for this model.")
     extra: dict[str, Any] = Field(default_factory=dict, description="Passed to litellm as is (top_p, ...).")
-    input_cost_per_token: float | None = Field(default=None, ge=0, description="USD per prompt token, for a model "
-                                               "litellm has no price for (a self-hosted or new one); both or neither.")
+    input_cost_per_token: float | None = Field(
+        default=None,
+        ge=0,
+        description="USD per prompt token, for a model "
+        "litellm has no price for (a self-hosted or new one); both or neither.",
+    )
     output_cost_per_token: float | None = Field(default=None, ge=0, description="USD per completion token.")
     structured_mode: Literal["auto"] | StructuredMode = Field(
         default="auto",
@@ -68,13 +88,13 @@ class ModelSettings(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _both_prices(self) -> "ModelSettings":
+    def _both_prices(self) -> ModelSettings:
         if (self.input_cost_per_token is None) != (self.output_cost_per_token is None):
             raise ValueError("give both input_cost_per_token and output_cost_per_token, or neither")
         return self
 
     @model_validator(mode="after")
-    def _bounded_local_answers(self) -> "ModelSettings":
+    def _bounded_local_answers(self) -> ModelSettings:
         if self.max_tokens is None and is_local(self.model):
             self.max_tokens = LOCAL_DEFAULT_MAX_TOKENS
         return self
@@ -92,8 +112,15 @@ class ModelSettings(BaseModel):
         model: Any = self.model
         if self.is_scripted:
             model = {"scripted": parse_model_string(self.model).answer_identity()}
-        return {"model": model, "api_base": self.api_base, "temperature": self.temperature, "seed": self.seed,
-                "max_tokens": self.max_tokens, "extra": self.extra, "structured_mode": self.structured_mode}
+        return {
+            "model": model,
+            "api_base": self.api_base,
+            "temperature": self.temperature,
+            "seed": self.seed,
+            "max_tokens": self.max_tokens,
+            "extra": self.extra,
+            "structured_mode": self.structured_mode,
+        }
 
     @property
     def is_local(self) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -31,13 +31,17 @@ MODES_FILE = "structured_modes.json"
 def mode_params(mode: StructuredMode, name: str, schema: dict[str, Any]) -> dict[str, Any]:
     """The request parameters that ask for `schema` in `mode` (none for `prompt`)."""
     if mode == "json_schema":
-        return {"response_format": {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": False}}}
+        return {
+            "response_format": {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": False}}
+        }
     if mode == "json_object":
         return {"response_format": {"type": "json_object", "schema": schema}}
     if mode == "tool":
         function = {"name": name, "description": f"Report the answer as a {name} object.", "parameters": schema}
-        return {"tools": [{"type": "function", "function": function}],
-                "tool_choice": {"type": "function", "function": {"name": name}}}
+        return {
+            "tools": [{"type": "function", "function": function}],
+            "tool_choice": {"type": "function", "function": {"name": name}},
+        }
     return {}
 
 
@@ -84,7 +88,7 @@ class ModeMemory:
         self._recorded = self._load()
 
     @classmethod
-    def in_folder(cls, folder: str | Path | None) -> "ModeMemory":
+    def in_folder(cls, folder: str | Path | None) -> ModeMemory:
         return cls(Path(folder) / MODES_FILE if folder else None)
 
     @classmethod
@@ -109,7 +113,7 @@ class ModeMemory:
         with self._file_lock:
             if self._recorded.get(endpoint, {}).get("mode") == mode:
                 return
-            stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            stamp = datetime.now(UTC).isoformat(timespec="seconds")
             self._recorded = {**self._load(), endpoint: {"mode": mode, "learned_at": stamp}}
             write_atomically(self.path, json.dumps(self._recorded, indent=2, sort_keys=True) + "\n")
 

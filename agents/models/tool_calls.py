@@ -37,12 +37,14 @@ def schema_model(name: str, schema: dict[str, Any]) -> type[BaseModel]:
             return copy.deepcopy(frozen)
 
         @model_validator(mode="after")
-        def _valid(self) -> "ForeignSchema":
+        def _valid(self) -> ForeignSchema:
             errors = sorted(validator.iter_errors(self.root), key=lambda e: list(e.absolute_path))
             if errors:
-                raise ValueError("; ".join(
-                    f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:5]
-                ))
+                raise ValueError(
+                    "; ".join(
+                        f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:5]
+                    )
+                )
             return self
 
     ForeignSchema.__name__ = ForeignSchema.__qualname__ = _identifier(name)
@@ -105,7 +107,10 @@ def tool_turn_schema(tools: list[dict[str, Any]], tool_choice: Any = "auto") -> 
     schema: dict[str, Any] = {
         "type": "object",
         "properties": {
-            "content": {"type": "string", "description": "What you say in this turn (may be empty when you call tools)."},
+            "content": {
+                "type": "string",
+                "description": "What you say in this turn (may be empty when you call tools).",
+            },
             "tool_calls": {
                 "type": "array",
                 "description": "The tools to call now, with their arguments; empty to answer without tools.",
@@ -174,6 +179,8 @@ def content_text(content: Any) -> str:
         return content
     if isinstance(content, list):
         return "\n".join(
-            str(part.get("text", "")) for part in content if isinstance(part, dict) and part.get("type", "text") == "text"
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type", "text") == "text"
         )
     return str(content)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 R = TypeVar("R")
 log = logging.getLogger(__name__)
@@ -48,8 +49,12 @@ async def _start(self: Any, role: str, messages: list[dict[str, Any]], kwargs: d
         {"name": f"atelier.{role}", "id": ["atelier", "gateway", role]},
         [convert_to_messages(messages)],
         name=f"{role}:{kwargs.get('kind', 'text')}",
-        invocation_params={"model": settings.model, "role": role, "kind": kwargs.get("kind"),
-                           "structured_mode": kwargs.get("mode")},
+        invocation_params={
+            "model": settings.model,
+            "role": role,
+            "kind": kwargs.get("kind"),
+            "structured_mode": kwargs.get("mode"),
+        },
     )
     return run
 
@@ -61,7 +66,7 @@ def traced_request(request: Callable[..., Awaitable[tuple[str, R]]]) -> Callable
     async def wrapper(self: Any, role: str, messages: list[dict[str, Any]], **kwargs: Any) -> tuple[str, R]:
         try:
             run = await _start(self, role, messages, kwargs)
-        except Exception:  # noqa: BLE001 - a trace that cannot start must not fail the model call
+        except Exception:
             log.warning("could not trace a %s model call; the call goes on untraced", role, exc_info=True)
             run = None
         if run is None:

@@ -70,7 +70,7 @@ async def answer_clarification(
         by_number.setdefault(item.question, item)  # a repeated number: the first answer counts
     answers: list[str] = []
     unknown = redacted = 0
-    for number, question in enumerate(questions, start=1):
+    for number in range(1, len(questions) + 1):
         item = by_number.get(number)
         text = item.answer.replace(STOP_TOKEN, "").strip() if item is not None and item.known else ""
         if text:

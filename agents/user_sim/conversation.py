@@ -9,8 +9,9 @@ counted per system in a run's summary and report.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -38,8 +39,9 @@ ConversationEnd = Literal["satisfied", "gave_up", "turn_budget", "nothing_left_t
 class UserMessage(BaseModel):
     message: str = Field(description=f"Your next message to the assistant, or {STOP_TOKEN}.")
     satisfied: bool = Field(description="True when your need is met and the conversation can end.")
-    gave_up: bool = Field(default=False, description="True when you give up: this assistant will not get you "
-                                                     "what you need.")
+    gave_up: bool = Field(
+        default=False, description="True when you give up: this assistant will not get you what you need."
+    )
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,10 @@ def next_turn_messages(case: Case, turns: Sequence[ConversationTurn]) -> list[di
 
 
 async def next_user_turn(
-    gateway: Gateway, case: Case, turns: Sequence[ConversationTurn], role: str = "user_sim",
+    gateway: Gateway,
+    case: Case,
+    turns: Sequence[ConversationTurn],
+    role: str = "user_sim",
     guard: GoldGuard | None = None,
 ) -> UserTurn:
     """The user's reply to the conversation so far (the last turn holds the latest response)."""

@@ -18,8 +18,9 @@ Cut spans become `…`. Every gold string is covered, whatever field of `Gold` h
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from benchmarks.case import Case
 

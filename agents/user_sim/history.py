@@ -42,15 +42,15 @@ import datetime as dt
 import math
 import random
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Sequence, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from agents.models.gateway import Gateway, ModelCallError, StructuredOutputError
 from agents.models.ledger import capture_calls
 from agents.prompts import Section, build_messages, json_instructions
-from benchmarks.common.tasks import gather_or_cancel
 from agents.user_sim.persona import Trait, persona_traits, render_persona
 from agents.user_sim.protocol import (
     CONVERSATIONAL_RANGE,
@@ -63,6 +63,7 @@ from agents.user_sim.protocol import (
     problem_kind,
 )
 from benchmarks.common.errors import ConfigError
+from benchmarks.common.tasks import gather_or_cancel
 from benchmarks.loaders.pdr import (
     ContextClick,
     ContextDialogue,
@@ -125,11 +126,19 @@ class HistoryOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     style: Literal["pdr", "bespoke", "mixed"] = "pdr"
-    items_per_tag: int = Field(default=MIN_ITEMS_PER_TAG, ge=MIN_ITEMS_PER_TAG, le=20,
-                               description="Items per preference tag (PDR: at least five).")
+    items_per_tag: int = Field(
+        default=MIN_ITEMS_PER_TAG,
+        ge=MIN_ITEMS_PER_TAG,
+        le=20,
+        description="Items per preference tag (PDR: at least five).",
+    )
     items_per_trait: int = Field(default=1, ge=0, le=10, description="Items per other persona facet.")
-    conversational_share: float = Field(default=0.35, ge=CONVERSATIONAL_RANGE[0], le=CONVERSATIONAL_RANGE[1],
-                                        description="Target share of conversational items (PDR: 20-50%).")
+    conversational_share: float = Field(
+        default=0.35,
+        ge=CONVERSATIONAL_RANGE[0],
+        le=CONVERSATIONAL_RANGE[1],
+        description="Target share of conversational items (PDR: 20-50%).",
+    )
     period_days: int = Field(default=90, ge=1, description="The simulated period the items are dated over.")
     end_date: dt.date = Field(default=dt.date(2025, 6, 30), description="The period's last day.")
     language: str = Field(default="en", description="The language items are written in (the persona's).")
@@ -143,11 +152,14 @@ class WritingEffort(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_tokens_ceiling: int | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="The largest max_tokens an answer cut at the role's max_tokens is asked again with (doubling); "
-                    "default four times the role's max_tokens. A role without max_tokens is never raised.")
-    regenerations: int = Field(default=1, ge=0, le=10,
-                               description="New drafts per item in a session after its first was rejected or failed.")
+        "default four times the role's max_tokens. A role without max_tokens is never raised.",
+    )
+    regenerations: int = Field(
+        default=1, ge=0, le=10, description="New drafts per item in a session after its first was rejected or failed."
+    )
 
 
 # --------------------------------------------------------------------------- the plan (code)
@@ -172,7 +184,9 @@ def plan_history(user_id: str, attributes: dict[str, Any], options: HistoryOptio
     traits = persona_traits(attributes)
     if not traits:
         raise ConfigError(f"persona {user_id!r} has no facets to build a history from")
-    slots = [(t, n) for t in traits for n in range(options.items_per_tag if t.is_preference else options.items_per_trait)]
+    slots = [
+        (t, n) for t in traits for n in range(options.items_per_tag if t.is_preference else options.items_per_trait)
+    ]
     if not slots:
         raise ConfigError(f"persona {user_id!r}: items_per_trait = 0 and no preference tags leaves nothing to write")
     rng = random.Random(f"history:{options.seed}:{user_id}")
@@ -230,8 +244,9 @@ class DialogueDraft(BaseModel):
 
 class ClickDraft(BaseModel):
     title: str = _text("The title of a result the user opened.", TITLE_CHARS)
-    snippet: str = Field(default="", description="One line of what the page said.",
-                         json_schema_extra={"maxLength": TURN_CHARS})
+    snippet: str = Field(
+        default="", description="One line of what the page said.", json_schema_extra={"maxLength": TURN_CHARS}
+    )
 
 
 class QueryDraft(BaseModel):
@@ -244,16 +259,19 @@ class SearchDraft(BaseModel):
 
 
 DRAFT_TYPES: dict[str, type[BaseModel]] = {
-    "memory": MemoryDraft, "dialogue": DialogueDraft, "chat": DialogueDraft, "search": SearchDraft,
+    "memory": MemoryDraft,
+    "dialogue": DialogueDraft,
+    "chat": DialogueDraft,
+    "search": SearchDraft,
 }
 FIELD_NAMES = {"memory": "memories", "dialogue": "dialogues", "chat": "chats", "search": "searches"}
 FORMAT_GUIDE = {
     "memory": "memory snippets — short first-person records with a clear title, each standing for the source named",
     "dialogue": "short everyday exchanges with the phone assistant (1-4 turns), the user speaking in their own "
-                "voice and habits",
+    "voice and habits",
     "chat": "titled information-seeking conversations with an AI assistant (1-4 turns)",
     "search": "web-search sessions — 1-4 queries typed the way this person types, with the titles (and a one-line "
-              "snippet) of the results they opened",
+    "snippet) of the results they opened",
 }
 
 ROLE = (
@@ -292,8 +310,16 @@ def _drafts_schema(counts: Counter[str]) -> type[BaseModel]:
     return create_model("TraitItems", **fields)
 
 
-def trait_messages(attributes: dict[str, Any], trait: Trait, planned: list[PlannedItem], language: str, *,
-                   rejected: dict[str, str] | None = None, written: Sequence[str] = (), attempt: int = 1) -> list[dict]:
+def trait_messages(
+    attributes: dict[str, Any],
+    trait: Trait,
+    planned: list[PlannedItem],
+    language: str,
+    *,
+    rejected: dict[str, str] | None = None,
+    written: Sequence[str] = (),
+    attempt: int = 1,
+) -> list[dict]:
     """The writer's request for `planned` (items of one trait). A later draft also lists why the
     earlier drafts were rejected (`rejected`: slot -> reason) and what this trait already has."""
     lines: list[str] = []
@@ -303,8 +329,11 @@ def trait_messages(attributes: dict[str, Any], trait: Trait, planned: list[Plann
         if mine:
             lines.append(f"{FIELD_NAMES[fmt]} ({len(mine)}): {FORMAT_GUIDE[fmt]}")
             lines += [f"  {i}. dated {p.date.isoformat()}: {p.source}" for i, p in enumerate(mine, start=1)]
-            rejected_lines += [f"{FIELD_NAMES[fmt]} {i}: {rejected[p.slot]}" for i, p in enumerate(mine, start=1)
-                               if rejected and p.slot in rejected]
+            rejected_lines += [
+                f"{FIELD_NAMES[fmt]} {i}: {rejected[p.slot]}"
+                for i, p in enumerate(mine, start=1)
+                if rejected and p.slot in rejected
+            ]
     sections = [
         Section("The persona", render_persona(attributes)),
         Section(TRAIT_TITLE, trait.render()),
@@ -341,8 +370,19 @@ def writer_request_texts() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(schema texts, prompt texts) of every request the writer is sent: what no item may echo."""
     schema = _drafts_schema(Counter({fmt: 1 for fmt in FIELD_NAMES})).model_json_schema()
     schema_texts = tuple(dict.fromkeys([*_schema_texts(schema), *FIELD_NAMES.values()]))
-    prompt_texts = (ROLE, TASK, REDO, TRAIT_TITLE, ITEMS_TITLE, WRITTEN_TITLE, REJECTED_TITLE, "The persona",
-                    *FORMAT_GUIDE.values(), *(s for group in SOURCES.values() for s in group), json_instructions({}))
+    prompt_texts = (
+        ROLE,
+        TASK,
+        REDO,
+        TRAIT_TITLE,
+        ITEMS_TITLE,
+        WRITTEN_TITLE,
+        REJECTED_TITLE,
+        "The persona",
+        *FORMAT_GUIDE.values(),
+        *(s for group in SOURCES.values() for s in group),
+        json_instructions({}),
+    )
     return schema_texts, prompt_texts
 
 
@@ -369,8 +409,13 @@ def _was_cut(calls: list[Any]) -> bool:
 
 
 async def ask_within_budget(
-    gateway: Gateway, role: str, messages: list[dict[str, Any]], schema: type[T], *,
-    ceiling: int | None = None, on_raise: Callable[[int, int], None] | None = None,
+    gateway: Gateway,
+    role: str,
+    messages: list[dict[str, Any]],
+    schema: type[T],
+    *,
+    ceiling: int | None = None,
+    on_raise: Callable[[int, int], None] | None = None,
 ) -> tuple[T, bool]:
     """`gateway.structured`, asked again with twice the budget while its answer is cut at
     max_tokens, up to `ceiling` (default four times the role's max_tokens); `on_raise(old, new)`
@@ -427,8 +472,10 @@ class TraitReport(BaseModel):
     status: Literal["complete", "partial", "missing"]
     reasons: list[str] = Field(default_factory=list, description="Per item not written, the last reason recorded.")
     missing_by_reason: dict[str, int] = Field(
-        default_factory=dict, description="Items not written per kind of reason: `rejected: <check>`, `invalid: "
-                                          "<error>`, `failed: <error>`, or why none was attempted.")
+        default_factory=dict,
+        description="Items not written per kind of reason: `rejected: <check>`, `invalid: "
+        "<error>`, `failed: <error>`, or why none was attempted.",
+    )
     rejected: int = Field(default=0, description="Drafts rejected by the content checks.")
     invalid_answers: int = Field(default=0, description="Answers never valid for the schema (cut at the ceiling, ...).")
     failed_calls: int = Field(default=0, description="Calls that failed (timeouts after retries, refusals, ...).")
@@ -452,14 +499,22 @@ def _to_context_item(fmt: str, draft: Any, item_id: str, planned: PlannedItem) -
     if fmt == "memory":
         return ContextMemory(title=draft.title.strip(), content=draft.content.strip() or draft.content, **common)
     if fmt in ("dialogue", "chat"):
-        messages = [ContextMessage(role=role, content=text.strip())
-                    for turn in draft.turns for role, text in (("user", turn.user), ("assistant", turn.assistant))]
+        messages = [
+            ContextMessage(role=role, content=text.strip())
+            for turn in draft.turns
+            for role, text in (("user", turn.user), ("assistant", turn.assistant))
+        ]
         return ContextDialogue(title=draft.title.strip(), messages=messages, **common)
     return ContextSearch(
-        queries=[ContextQuery(query=q.query.strip() or q.query,
-                              clicked=[ContextClick(title=c.title.strip() or c.title, snippet=c.snippet.strip() or None)
-                                       for c in q.clicked])
-                 for q in draft.queries],
+        queries=[
+            ContextQuery(
+                query=q.query.strip() or q.query,
+                clicked=[
+                    ContextClick(title=c.title.strip() or c.title, snippet=c.snippet.strip() or None) for c in q.clicked
+                ],
+            )
+            for q in draft.queries
+        ],
         **common,
     )
 
@@ -485,12 +540,17 @@ def assemble_record(user_id: str, plan: list[PlannedItem], events: Iterable[Synt
     """The contexts record of the accepted items among `events`, in date (id) order."""
     formats = {p.slot: p.format for p in plan}
     ids = item_ids(user_id, plan)
-    accepted = {slot: _context_item(formats[slot], data)
-                for slot, data in accepted_items([e for e in events if e.user == user_id]).items() if slot in formats}
+    accepted = {
+        slot: _context_item(formats[slot], data)
+        for slot, data in accepted_items([e for e in events if e.user == user_id]).items()
+        if slot in formats
+    }
     buckets: dict[str, list] = {"memories": [], "dialogues": [], "searches": []}
     for slot in sorted(accepted, key=lambda s: ids[s]):
         fmt = formats[slot]
-        buckets["memories" if fmt == "memory" else "searches" if fmt == "search" else "dialogues"].append(accepted[slot])
+        buckets["memories" if fmt == "memory" else "searches" if fmt == "search" else "dialogues"].append(
+            accepted[slot]
+        )
     for group in buckets.values():
         group.sort(key=lambda item: (item.time or "", item.id or ""))
     return ContextRecord(userid=user_id, **buckets)
@@ -509,8 +569,9 @@ def accepted_items(events: Iterable[SynthesisEvent]) -> dict[str, dict[str, Any]
     return accepted
 
 
-def trait_reports(plan: list[PlannedItem], events: Iterable[SynthesisEvent],
-                  unattempted: str = "not attempted") -> dict[str, TraitReport]:
+def trait_reports(
+    plan: list[PlannedItem], events: Iterable[SynthesisEvent], unattempted: str = "not attempted"
+) -> dict[str, TraitReport]:
     """Per trait (plan order): planned, written, status and, per missing item, the last reason
     recorded for it (`unattempted` for an item no event names)."""
     events = list(events)
@@ -521,8 +582,9 @@ def trait_reports(plan: list[PlannedItem], events: Iterable[SynthesisEvent],
         if event.kind in ("rejected", "invalid", "failed"):
             for slot in event.slots:
                 last_reason[slot] = f"{event.kind} (draft {event.attempt}): {event.detail}"
-                last_kind[slot] = f"{event.kind}: " + (problem_kind(event.detail) if event.kind == "rejected"
-                                                       else _first_line(event.detail))
+                last_kind[slot] = f"{event.kind}: " + (
+                    problem_kind(event.detail) if event.kind == "rejected" else _first_line(event.detail)
+                )
     by_trait: dict[str, list[PlannedItem]] = {}
     for planned in plan:
         by_trait.setdefault(planned.trait.path, []).append(planned)
@@ -534,10 +596,14 @@ def trait_reports(plan: list[PlannedItem], events: Iterable[SynthesisEvent],
             planned=len(items),
             written=written,
             status="complete" if written == len(items) else "partial" if written else "missing",
-            reasons=[f"{FIELD_NAMES[p.format]} #{p.index}: {last_reason.get(p.slot, unattempted)}"
-                     for p in items if p.slot not in accepted],
-            missing_by_reason=dict(Counter(last_kind.get(p.slot, unattempted)
-                                           for p in items if p.slot not in accepted)),
+            reasons=[
+                f"{FIELD_NAMES[p.format]} #{p.index}: {last_reason.get(p.slot, unattempted)}"
+                for p in items
+                if p.slot not in accepted
+            ],
+            missing_by_reason=dict(
+                Counter(last_kind.get(p.slot, unattempted) for p in items if p.slot not in accepted)
+            ),
             rejected=sum(e.kind == "rejected" for e in mine),
             invalid_answers=sum(e.kind == "invalid" for e in mine),
             failed_calls=sum(e.kind == "failed" for e in mine),
@@ -550,9 +616,18 @@ class _UserSynthesis:
     """One user's synthesis in progress: what is accepted, each slot's draft count, the notes a
     redraft carries, and the events (reported through `on_event` as they happen)."""
 
-    def __init__(self, gateway: Gateway, user_id: str, attributes: dict[str, Any], options: HistoryOptions,
-                 effort: WritingEffort, role: str, plan: list[PlannedItem], prior: Sequence[SynthesisEvent],
-                 on_event: Callable[[SynthesisEvent], None] | None) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        user_id: str,
+        attributes: dict[str, Any],
+        options: HistoryOptions,
+        effort: WritingEffort,
+        role: str,
+        plan: list[PlannedItem],
+        prior: Sequence[SynthesisEvent],
+        on_event: Callable[[SynthesisEvent], None] | None,
+    ) -> None:
         self.gateway, self.user_id, self.attributes, self.options = gateway, user_id, attributes, options
         self.effort, self.role, self.plan = effort, role, plan
         self.on_event = on_event
@@ -593,8 +668,13 @@ class _UserSynthesis:
                 continue
             del self.accepted[slot]
             self.notes[slot] = "; ".join(problems)
-            self.emit(planned[slot].trait, [planned[slot]], "rejected", attempt=self.drafts[slot] or 1,
-                      detail=f"{self.notes[slot]} (found by a later session's checks)")
+            self.emit(
+                planned[slot].trait,
+                [planned[slot]],
+                "rejected",
+                attempt=self.drafts[slot] or 1,
+                detail=f"{self.notes[slot]} (found by a later session's checks)",
+            )
 
     def drafts_so_far(self, items: list[PlannedItem]) -> int:
         """The fewest drafts any of these items still missing has had (0: one was never attempted)."""
@@ -615,11 +695,16 @@ class _UserSynthesis:
         stopped: set[str] = set()
         one_by_one = False
         while True:
-            pending = [p for p in items if p.slot not in self.accepted and p.slot not in stopped
-                       and session[p.slot] <= self.effort.regenerations]
+            pending = [
+                p
+                for p in items
+                if p.slot not in self.accepted
+                and p.slot not in stopped
+                and session[p.slot] <= self.effort.regenerations
+            ]
             if not pending:
                 return
-            for group in ([[p] for p in pending] if one_by_one else [pending]):
+            for group in [[p] for p in pending] if one_by_one else [pending]:
                 for p in group:
                     session[p.slot] += 1
                     self.drafts[p.slot] += 1
@@ -633,19 +718,27 @@ class _UserSynthesis:
         """One request for `group`; each item it brings is checked and accepted or rejected.
         Returns "ok", "invalid" (no valid answer: ask again) or "stop" (an error no redraft fixes)."""
         attempt = max(self.drafts[p.slot] for p in group)
-        written = [_summary(self.accepted[p.slot]) for p in self.plan
-                   if p.trait.path == trait.path and p.slot in self.accepted]
+        written = [
+            _summary(self.accepted[p.slot]) for p in self.plan if p.trait.path == trait.path and p.slot in self.accepted
+        ]
         rejected = {p.slot: self.notes[p.slot] for p in group if p.slot in self.notes}
-        messages = trait_messages(self.attributes, trait, group, self.options.language, rejected=rejected,
-                                  written=written, attempt=attempt)
+        messages = trait_messages(
+            self.attributes, trait, group, self.options.language, rejected=rejected, written=written, attempt=attempt
+        )
         counts = Counter(p.format for p in group)
 
         def raised(old: int, new: int) -> None:
             self.emit(trait, group, "budget_raised", detail=f"answer cut at max_tokens = {old}: asked again with {new}")
 
         try:
-            answer, dry_run = await ask_within_budget(self.gateway, self.role, messages, _drafts_schema(counts),
-                                                      ceiling=self.effort.max_tokens_ceiling, on_raise=raised)
+            answer, dry_run = await ask_within_budget(
+                self.gateway,
+                self.role,
+                messages,
+                _drafts_schema(counts),
+                ceiling=self.effort.max_tokens_ceiling,
+                on_raise=raised,
+            )
         except StructuredOutputError as exc:
             event = self.emit(trait, group, "invalid", attempt=attempt, detail=str(exc))
             for p in group:
@@ -669,8 +762,9 @@ class _UserSynthesis:
             self.accepted[planned.slot] = item
             self.duplicates.add(self.ids[planned.slot], item)
             self.notes.pop(planned.slot, None)
-            self.emit(trait, [planned], "accepted", attempt=attempt, item=item.model_dump(exclude_none=True),
-                      dry_run=dry_run)
+            self.emit(
+                trait, [planned], "accepted", attempt=attempt, item=item.model_dump(exclude_none=True), dry_run=dry_run
+            )
         return "ok"
 
 
@@ -684,12 +778,19 @@ def _note(event: SynthesisEvent) -> str:
     if event.kind == "rejected":
         return event.detail
     return "the answer was not valid JSON for the schema" + (
-        " (cut at max_tokens: keep it shorter)" if "cut at max_tokens" in event.detail else "")
+        " (cut at max_tokens: keep it shorter)" if "cut at max_tokens" in event.detail else ""
+    )
 
 
 async def synthesize_history(
-    gateway: Gateway, user_id: str, attributes: dict[str, Any], options: HistoryOptions,
-    role: str = "history_writer", *, effort: WritingEffort | None = None, prior: Sequence[SynthesisEvent] = (),
+    gateway: Gateway,
+    user_id: str,
+    attributes: dict[str, Any],
+    options: HistoryOptions,
+    role: str = "history_writer",
+    *,
+    effort: WritingEffort | None = None,
+    prior: Sequence[SynthesisEvent] = (),
     on_event: Callable[[SynthesisEvent], None] | None = None,
 ) -> SynthesizedHistory:
     """One user's history: the plan, then the traits' missing items written concurrently (one
@@ -698,8 +799,9 @@ async def synthesize_history(
     counted on). Model errors do not escape: they are `failed` events, and the record holds what
     was accepted."""
     plan = plan_history(user_id, attributes, options)
-    synthesis = _UserSynthesis(gateway, user_id, attributes, options, effort or WritingEffort(), role, plan, prior,
-                               on_event)
+    synthesis = _UserSynthesis(
+        gateway, user_id, attributes, options, effort or WritingEffort(), role, plan, prior, on_event
+    )
     synthesis.recheck_prior()
     by_trait: dict[str, list[PlannedItem]] = {}
     for item in plan:
@@ -709,5 +811,9 @@ async def synthesize_history(
     order = sorted(by_trait.values(), key=synthesis.drafts_so_far)
     await gather_or_cancel(synthesis.write_trait(items) for items in order)
     everything = [*prior, *synthesis.events]
-    return SynthesizedHistory(record=assemble_record(user_id, plan, everything), plan=plan, events=synthesis.events,
-                              traits=trait_reports(plan, everything))
+    return SynthesizedHistory(
+        record=assemble_record(user_id, plan, everything),
+        plan=plan,
+        events=synthesis.events,
+        traits=trait_reports(plan, everything),
+    )

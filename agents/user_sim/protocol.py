@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Iterable, Literal, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, computed_field
 
@@ -55,16 +56,24 @@ EN_STOPWORDS = frozenset(
     "up out get got like need want must it's i'm don't can't".split()
 )
 OTHER_STOPWORDS: dict[str, frozenset[str]] = {
-    "Spanish": frozenset("el la los las y que del por para con una es su al lo como más pero sus le ya muy "
-                         "también hay ese esta este mi tengo".split()),
-    "French": frozenset("le la les et des du que est pour pas une sur avec ce qui dans au sont mais ou je "
-                        "nous vous il elle très aussi mon ma mes".split()),
-    "German": frozenset("der die das und ist nicht ein eine zu mit sich auf für von dem den des auch es ich "
-                        "wir sie sehr noch nach wie aber mein".split()),
-    "Italian": frozenset("il lo gli della che è per una con non sono ho anche come più ma questo mio mia "
-                         "sul nel alla".split()),
-    "Portuguese": frozenset("o os que do da em um uma para com não mais ao dos das como mas foi ele ela muito "
-                            "também meu minha".split()),
+    "Spanish": frozenset(
+        "el la los las y que del por para con una es su al lo como más pero sus le ya muy "
+        "también hay ese esta este mi tengo".split()
+    ),
+    "French": frozenset(
+        "le la les et des du que est pour pas une sur avec ce qui dans au sont mais ou je "
+        "nous vous il elle très aussi mon ma mes".split()
+    ),
+    "German": frozenset(
+        "der die das und ist nicht ein eine zu mit sich auf für von dem den des auch es ich "
+        "wir sie sehr noch nach wie aber mein".split()
+    ),
+    "Italian": frozenset(
+        "il lo gli della che è per una con non sono ho anche come più ma questo mio mia sul nel alla".split()
+    ),
+    "Portuguese": frozenset(
+        "o os que do da em um uma para com não mais ao dos das como mas foi ele ela muito também meu minha".split()
+    ),
     "Dutch": frozenset("de het een en van dat niet zijn op te met voor ook maar ik je wij zij heel mijn".split()),
 }
 # Characters of Chinese function words (的, 了, 是, ...): a tenth or more of the characters of Chinese
@@ -102,11 +111,15 @@ def language_problem(text: str, language: str, *, prose: bool = True) -> str | N
         if prose and len(latin) >= MIN_WORDS_FOR_STOPWORDS:
             words = [w.casefold() for w in latin]
             english = sum(1 for w in words if w in EN_STOPWORDS) / len(words)
-            other, ratio = max(((name, sum(1 for w in words if w in stop) / len(words))
-                                for name, stop in OTHER_STOPWORDS.items()), key=lambda x: x[1])
+            other, ratio = max(
+                ((name, sum(1 for w in words if w in stop) / len(words)) for name, stop in OTHER_STOPWORDS.items()),
+                key=lambda x: x[1],
+            )
             if ratio >= MIN_OTHER_STOPWORD_RATIO and ratio > english:
-                return (f"expected English, reads as {other} ({ratio:.0%} of words are {other} function words, "
-                        f"{english:.0%} English ones)")
+                return (
+                    f"expected English, reads as {other} ({ratio:.0%} of words are {other} function words, "
+                    f"{english:.0%} English ones)"
+                )
         return None
     return None  # a language the heuristic does not know: not checked
 
@@ -115,10 +128,30 @@ def language_problem(text: str, language: str, *, prose: bool = True) -> str | N
 
 _CLAUSE_SPLIT = re.compile(r"[.;:!?,()\n\[\]{}\"—–]+|\s-\s")
 _SUFFIXES = ("ing", "ed", "es", "s")
-ROLE_LABELS = frozenset({
-    "user", "the user", "assistant", "the assistant", "ai", "ai assistant", "the ai assistant", "phone assistant",
-    "the phone assistant", "bot", "system", "me", "you", "human", "用户", "助手", "助理", "手机助手", "系统", "我",
-})
+ROLE_LABELS = frozenset(
+    {
+        "user",
+        "the user",
+        "assistant",
+        "the assistant",
+        "ai",
+        "ai assistant",
+        "the ai assistant",
+        "phone assistant",
+        "the phone assistant",
+        "bot",
+        "system",
+        "me",
+        "you",
+        "human",
+        "用户",
+        "助手",
+        "助理",
+        "手机助手",
+        "系统",
+        "我",
+    }
+)
 # Capitalised words that make a turn on their own (not a name standing in for one).
 _INTERJECTIONS = frozenset(
     "hi hello hey thanks thank you yes no yeah yep nope okay ok sure great bye goodbye cool perfect please sorry "
@@ -128,10 +161,13 @@ _BARE_NAME = re.compile(r"^(?:[A-Z][a-z'’.-]+)(?:\s+[A-Z][a-z'’.-]+){0,2}[.!
 _SENTENCE = re.compile(r"[^.!?。！？\n]+")
 MIN_REPEATED_SENTENCE = 4  # tokens: "Thank you." twice is speech; a longer sentence twice is a loop
 # A template's slot left unfilled: `<name>`, `{user}`, `[title]`, `{{...}}`, `your name here`, lorem ipsum.
-_PLACEHOLDER = re.compile(r"<\s*[A-Za-z_][\w.-]*(?:\s[\w.-]+)?\s*>|<[A-Za-z_]\w*[\w.@-]*$|"
-                          r"\{\{?\s*[A-Za-z_][\w .-]*\}?\}|"
-                          r"\[\s*(?:name|title|content|text|user|assistant|date|item|placeholder|insert[^\]]*)\s*\]|"
-                          r"\b(?:lorem ipsum|your (?:name|text|title) here)\b", re.IGNORECASE)
+_PLACEHOLDER = re.compile(
+    r"<\s*[A-Za-z_][\w.-]*(?:\s[\w.-]+)?\s*>|<[A-Za-z_]\w*[\w.@-]*$|"
+    r"\{\{?\s*[A-Za-z_][\w .-]*\}?\}|"
+    r"\[\s*(?:name|title|content|text|user|assistant|date|item|placeholder|insert[^\]]*)\s*\]|"
+    r"\b(?:lorem ipsum|your (?:name|text|title) here)\b",
+    re.IGNORECASE,
+)
 _IDENTIFIER = re.compile(r"^[A-Z][a-z]+(?:[A-Z][a-z]+)+$")  # CamelCase, no spaces: a class name, not a title
 ECHO_SHARE = 0.6  # of a field's content words, those only the request uses
 MIN_ECHO_CLAUSE = 3  # tokens: a shorter clause of the request ("first person") may well occur in content
@@ -185,8 +221,9 @@ class ContentRules(BaseModel):
         clauses = {_norm(c) for t in self.schema_texts for c in [t, *_CLAUSE_SPLIT.split(t)]}
         clauses.discard("")
         self._labels = frozenset(clauses)
-        self._clauses = tuple(sorted((c for c in clauses if len(c.split()) >= MIN_ECHO_CLAUSE),
-                                     key=lambda c: (-len(c), c)))  # the longest a field repeats is named
+        self._clauses = tuple(
+            sorted((c for c in clauses if len(c.split()) >= MIN_ECHO_CLAUSE), key=lambda c: (-len(c), c))
+        )  # the longest a field repeats is named
         request = (*self.schema_texts, *self.prompt_texts)
         self._grams = frozenset(g for t in request for g in ngrams(word_tokens(t), SPAN))
         persona_words = {_stem(w) for w in word_tokens(self.persona_text)}
@@ -218,8 +255,9 @@ class ContentRules(BaseModel):
         if len(content) >= 3:
             about_request = [w for w in content if _stem(w) in self._request_words]
             if len(about_request) / len(content) >= ECHO_SHARE:
-                return (f"{_quote(value)} is about the request, not the person "
-                        f"({', '.join(dict.fromkeys(about_request))})")
+                return (
+                    f"{_quote(value)} is about the request, not the person ({', '.join(dict.fromkeys(about_request))})"
+                )
         return None
 
     def stand_in_turn(self, value: str) -> str | None:
@@ -262,8 +300,10 @@ def item_fields(item: ContextItem) -> list[tuple[str, str]]:
     if isinstance(item, ContextDialogue):
         return [("title", item.title)] + [(f"turn {i + 1} ({m.role})", m.content) for i, m in enumerate(item.messages)]
     return [(f"query {i + 1}", q.query) for i, q in enumerate(item.queries)] + [
-        (f"query {i + 1} result", f"{c.title} {c.snippet or ''}".strip()) for i, q in enumerate(item.queries)
-        for c in q.clicked]
+        (f"query {i + 1} result", f"{c.title} {c.snippet or ''}".strip())
+        for i, q in enumerate(item.queries)
+        for c in q.clicked
+    ]
 
 
 def item_text(item: ContextItem) -> str:
@@ -299,8 +339,12 @@ def item_problems(item: ContextItem, rules: ContentRules) -> list[str]:
         elif len(said) != len(set(said)):
             problems.append("duplicate: the same user turn twice in one dialogue")
         for before, reply in zip(item.messages, item.messages[1:]):
-            if before.role == "user" and reply.role == "assistant" and _norm(reply.content) and \
-                    _norm(reply.content) == _norm(before.content):
+            if (
+                before.role == "user"
+                and reply.role == "assistant"
+                and _norm(reply.content)
+                and _norm(reply.content) == _norm(before.content)
+            ):
                 problems.append("duplicate: the assistant repeats the user's turn")
                 break
     if rules.language:
@@ -376,14 +420,16 @@ class ProtocolFigures(BaseModel):
     counted_items: int = Field(description="Items that passed the content checks (and, with attribution, were cited).")
     counted_by: Literal["labels", "attribution"] = Field(
         description="labels: an item counts for the trait it records; attribution: for each facet the reversibility "
-                    "check's inverse pass cited it for.")
+        "check's inverse pass cited it for."
+    )
     conversational_share: float = Field(description="Dialogues (and chat sessions) over the counted items.")
     preference_tags: int
     items_per_tag: dict[str, int] = Field(description="Counted items per preference tag.")
     tags_below_minimum: list[str] = Field(description=f"Preference tags with fewer than {MIN_ITEMS_PER_TAG} items.")
     unlinked_items: list[str] = Field(description="Items with no trait, or one that is not a facet of this persona.")
-    content_failures: dict[str, list[str]] = Field(default_factory=dict,
-                                                   description="Per item id, the content checks it fails.")
+    content_failures: dict[str, list[str]] = Field(
+        default_factory=dict, description="Per item id, the content checks it fails."
+    )
     content_failure_counts: dict[str, int] = Field(default_factory=dict, description="Items failing each check.")
     traits_covered: int = Field(description="Persona facets at least one counted item reflects.")
     traits_total: int
@@ -398,31 +444,51 @@ class ProtocolFigures(BaseModel):
 
 def persona_names(attributes: dict[str, Any]) -> list[str]:
     """The persona's name facet(s) (`... > Name`, `... > 姓名`)."""
-    return [t.value for t in persona_traits(attributes)
-            if t.path.rsplit(">", 1)[-1].strip().casefold() in ("name", "姓名", "名字")]
+    return [
+        t.value
+        for t in persona_traits(attributes)
+        if t.path.rsplit(">", 1)[-1].strip().casefold() in ("name", "姓名", "名字")
+    ]
 
 
-def content_rules(attributes: dict[str, Any], language: str | None, *, schema_texts: Iterable[str] = (),
-                  prompt_texts: Iterable[str] = ()) -> ContentRules:
+def content_rules(
+    attributes: dict[str, Any],
+    language: str | None,
+    *,
+    schema_texts: Iterable[str] = (),
+    prompt_texts: Iterable[str] = (),
+) -> ContentRules:
     """The content rules of one persona's items, given the request its writer answered."""
-    return ContentRules(language=language, schema_texts=tuple(schema_texts), prompt_texts=tuple(prompt_texts),
-                        names=tuple(persona_names(attributes)), persona_text=render_persona(attributes))
+    return ContentRules(
+        language=language,
+        schema_texts=tuple(schema_texts),
+        prompt_texts=tuple(prompt_texts),
+        names=tuple(persona_names(attributes)),
+        persona_text=render_persona(attributes),
+    )
 
 
 def record_items(record: ContextRecord) -> list[tuple[str, ContextItem]]:
     """(id, item) of every item, ids as the pdr loader names items without one."""
-    return [(item.id or f"{kind}-{i}", item)
-            for kind, group in (("memory", record.memories), ("dialogue", record.dialogues), ("search", record.searches))
-            for i, item in enumerate(group)]
+    return [
+        (item.id or f"{kind}-{i}", item)
+        for kind, group in (("memory", record.memories), ("dialogue", record.dialogues), ("search", record.searches))
+        for i, item in enumerate(group)
+    ]
 
 
 def _listed(ids: list[str], limit: int = 5) -> str:
     return ", ".join(ids[:limit]) + (" ..." if len(ids) > limit else "")
 
 
-def check_protocol(attributes: dict[str, Any], record: ContextRecord, *, rules: ContentRules | None = None,
-                   attribution: dict[str, list[str]] | None = None,
-                   min_items_per_tag: int = MIN_ITEMS_PER_TAG) -> ProtocolFigures:
+def check_protocol(
+    attributes: dict[str, Any],
+    record: ContextRecord,
+    *,
+    rules: ContentRules | None = None,
+    attribution: dict[str, list[str]] | None = None,
+    min_items_per_tag: int = MIN_ITEMS_PER_TAG,
+) -> ProtocolFigures:
     """The record's content checks (`rules`; without them only empty and duplicate items are
     found) and protocol figures. `attribution`: per facet path, the ids of the items the
     reversibility check's inverse pass cited for it; items then count for those facets."""
@@ -444,8 +510,11 @@ def check_protocol(attributes: dict[str, Any], record: ContextRecord, *, rules: 
         counted = [(i, item) for i, item in passing if i in cited]
         facets_of = {i: list(dict.fromkeys(cited[i])) for i, _ in counted}
     linked = Counter(f for facets in facets_of.values() for f in facets)
-    unlinked = [i for i, item in items if item.trait not in paths] if attribution is None else \
-        [i for i, _ in passing if i not in cited]
+    unlinked = (
+        [i for i, item in items if item.trait not in paths]
+        if attribution is None
+        else [i for i, _ in passing if i not in cited]
+    )
     tags = {t.path: linked.get(t.path, 0) for t in preference_tags(traits)}
     below = [path for path, n in tags.items() if n < min_items_per_tag]
     talk = sum(1 for _, item in counted if isinstance(item, ContextDialogue))
@@ -466,18 +535,25 @@ def check_protocol(attributes: dict[str, Any], record: ContextRecord, *, rules: 
             example = next(p for p in failures[first] if problem_kind(p) == kind).split(":", 1)[1].strip()
             problems.append(f"{kind} in {len(kinds[kind])} item(s): {_listed(kinds[kind])} (e.g. {first}: {example})")
     if below:
-        problems.append(f"{len(below)} preference tag(s) with fewer than {min_items_per_tag} "
-                        f"{'cited ' if attribution is not None else ''}items that pass the content checks: "
-                        f"{', '.join(below)}")
+        problems.append(
+            f"{len(below)} preference tag(s) with fewer than {min_items_per_tag} "
+            f"{'cited ' if attribution is not None else ''}items that pass the content checks: "
+            f"{', '.join(below)}"
+        )
     low, high = CONVERSATIONAL_RANGE
     if counted and not low <= share <= high:
         problems.append(f"conversational share {share:.0%} of the counted items is outside {low:.0%}-{high:.0%}")
     if items and not counted:
-        problems.append("no item passes the content checks" + (" and was cited by the inverse pass"
-                                                                if attribution is not None else ""))
+        problems.append(
+            "no item passes the content checks"
+            + (" and was cited by the inverse pass" if attribution is not None else "")
+        )
     if unlinked:
-        what = "cited by the inverse pass for no facet" if attribution is not None else \
-            "not linked to a trait of this persona"
+        what = (
+            "cited by the inverse pass for no facet"
+            if attribution is not None
+            else "not linked to a trait of this persona"
+        )
         problems.append(f"{len(unlinked)} item(s) {what}: {_listed(unlinked)}")
     return ProtocolFigures(
         items=len(items),

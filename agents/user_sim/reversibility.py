@@ -29,10 +29,10 @@ from pydantic import BaseModel, Field, computed_field, create_model
 from agents.models.budgeted import at_most
 from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages
-from benchmarks.common.tasks import gather_or_cancel
 from agents.user_sim.history import ask_within_budget
 from agents.user_sim.persona import Trait, persona_traits
 from benchmarks.case import HistoryEvent
+from benchmarks.common.tasks import gather_or_cancel
 
 Verdict = Literal["recovered", "partial", "missed", "contradicted"]
 VERDICTS: tuple[str, ...] = ("recovered", "partial", "missed", "contradicted")
@@ -89,8 +89,10 @@ class ReversibilityReport(BaseModel):
     preference_tags: int
     preference_recovered: int
     evidence: dict[str, list[str]] = Field(
-        default_factory=dict, description="Per facet, the ids of the history items the inverse pass cited for it "
-                                          "(ids that are not in the history are left out).")
+        default_factory=dict,
+        description="Per facet, the ids of the history items the inverse pass cited for it "
+        "(ids that are not in the history are left out).",
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -109,17 +111,21 @@ def reversibility_problems(report: ReversibilityReport, min_recovered: float = D
     contradict the persona)."""
     problems = []
     if report.recovered_share < min_recovered:
-        problems.append(f"reversibility: {report.recovered_share:.1%} of {report.traits} facets recovered, below the "
-                        f"minimum {min_recovered:.0%}")
+        problems.append(
+            f"reversibility: {report.recovered_share:.1%} of {report.traits} facets recovered, below the "
+            f"minimum {min_recovered:.0%}"
+        )
     if report.contradicted:
-        problems.append(f"reversibility: {len(report.contradicted)} contradicted facet(s): "
-                        + "; ".join(report.contradicted))
+        problems.append(
+            f"reversibility: {len(report.contradicted)} contradicted facet(s): " + "; ".join(report.contradicted)
+        )
     return problems
 
 
 def render_items(events: list[HistoryEvent]) -> str:
-    return "\n".join(f"[{e.id}]{f' ({e.timestamp})' if e.timestamp else ''} {e.kind.replace('_', ' ')}: {e.render()}"
-                     for e in events)
+    return "\n".join(
+        f"[{e.id}]{f' ({e.timestamp})' if e.timestamp else ''} {e.kind.replace('_', ' ')}: {e.render()}" for e in events
+    )
 
 
 class Inferred(BaseModel):
@@ -131,15 +137,21 @@ class Inferred(BaseModel):
 
 
 async def infer_traits(
-    gateway: Gateway, role: str, traits: list[Trait], events: list[HistoryEvent], chunk_items: int = 40,
+    gateway: Gateway,
+    role: str,
+    traits: list[Trait],
+    events: list[HistoryEvent],
+    chunk_items: int = 40,
     max_tokens_ceiling: int | None = None,
 ) -> Inferred:
     paths = tuple(t.path for t in traits)
     inferred_model = create_model(
         "InferredFacet",
         facet=(Literal[paths], Field(description="The facet's name, as listed.")),  # type: ignore[valid-type]
-        inferred=(str, Field(description="What the items reveal for this facet.",
-                             json_schema_extra={"maxLength": INFERRED_CHARS})),
+        inferred=(
+            str,
+            Field(description="What the items reveal for this facet.", json_schema_extra={"maxLength": INFERRED_CHARS}),
+        ),
         evidence=at_most(str, MAX_EVIDENCE, description="Ids of the items it rests on."),
     )
     schema = create_model("InferredProfile", facets=at_most(inferred_model, len(paths)))
@@ -147,10 +159,13 @@ async def infer_traits(
     known = {e.id for e in events}
 
     async def read(chunk: list[HistoryEvent]):
-        sections = [Section("Profile facets", "\n".join(paths)),
-                    Section("Personal data", render_items(chunk), untrusted=True)]
-        answer, _ = await ask_within_budget(gateway, role, build_messages(INVERSE_ROLE, sections, INVERSE_TASK), schema,
-                                            ceiling=max_tokens_ceiling)
+        sections = [
+            Section("Profile facets", "\n".join(paths)),
+            Section("Personal data", render_items(chunk), untrusted=True),
+        ]
+        answer, _ = await ask_within_budget(
+            gateway, role, build_messages(INVERSE_ROLE, sections, INVERSE_TASK), schema, ceiling=max_tokens_ceiling
+        )
         return answer
 
     out = Inferred()
@@ -166,7 +181,11 @@ async def infer_traits(
 
 
 async def compare_traits(
-    gateway: Gateway, role: str, traits: list[Trait], inferred: dict[str, list[str]], batch_traits: int = 12,
+    gateway: Gateway,
+    role: str,
+    traits: list[Trait],
+    inferred: dict[str, list[str]],
+    batch_traits: int = 12,
     max_tokens_ceiling: int | None = None,
 ) -> dict[str, Verdict]:
     verdicts: dict[str, Verdict] = {t.path: "missed" for t in traits if t.path not in inferred}
@@ -179,8 +198,11 @@ async def compare_traits(
             for n, t in enumerate(batch, start=1)
         )
         answer, _ = await ask_within_budget(
-            gateway, role, build_messages(COMPARE_ROLE, [Section("Facets", body, untrusted=True)], COMPARE_TASK),
-            _verdicts_model(len(batch)), ceiling=max_tokens_ceiling,
+            gateway,
+            role,
+            build_messages(COMPARE_ROLE, [Section("Facets", body, untrusted=True)], COMPARE_TASK),
+            _verdicts_model(len(batch)),
+            ceiling=max_tokens_ceiling,
         )
         given = {v.facet: v.verdict for v in reversed(answer.verdicts)}  # the first verdict per facet wins
         return {t.path: given.get(n, "missed") for n, t in enumerate(batch, start=1)}
@@ -191,12 +213,18 @@ async def compare_traits(
 
 
 async def check_reversibility(
-    gateway: Gateway, attributes: dict[str, Any], events: list[HistoryEvent], role: str = "history_checker",
-    chunk_items: int = 40, batch_traits: int = 12, max_tokens_ceiling: int | None = None,
+    gateway: Gateway,
+    attributes: dict[str, Any],
+    events: list[HistoryEvent],
+    role: str = "history_checker",
+    chunk_items: int = 40,
+    batch_traits: int = 12,
+    max_tokens_ceiling: int | None = None,
 ) -> ReversibilityReport:
     traits = persona_traits(attributes)
-    inferred = (await infer_traits(gateway, role, traits, events, chunk_items, max_tokens_ceiling) if events
-                else Inferred())
+    inferred = (
+        await infer_traits(gateway, role, traits, events, chunk_items, max_tokens_ceiling) if events else Inferred()
+    )
     per_trait = await compare_traits(gateway, role, traits, inferred.statements, batch_traits, max_tokens_ceiling)
     preferences = [t.path for t in traits if t.is_preference]
     return ReversibilityReport(

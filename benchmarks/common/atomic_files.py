@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 
 @contextlib.contextmanager

@@ -15,7 +15,8 @@ failing the run's exit code.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Literal, get_args
+from collections.abc import Iterable
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,7 +37,7 @@ DegradationKind = Literal[
 
 KINDS: dict[str, str] = {
     "step_fallback": "a model step failed (its answer never fit, or the call failed) and the pipeline went on "
-                     "without it: the question as asked, one sub-topic, a source left out",
+    "without it: the question as asked, one sub-topic, a source left out",
     "empty_answer": "a model answered with nothing usable (no queries, no aspects) and a default stood in",
     "invalid_query": "a search query the model wrote was not a query (a URL, empty, a repeat) and was replaced",
     "search_failed": "a search gave no results: an error of the provider or the web",
@@ -46,7 +47,7 @@ KINDS: dict[str, str] = {
     "memory_budget_cut": "a memory budget cut history events out of the context",
     "source_unreadable": "a fact-checker could not read a cited source",
     "judge_output_gated": "a judge's output was degenerate (empty feedback, spans not in the response, too few "
-                          "aspects) and was asked again",
+    "aspects) and was asked again",
     "spans_removed": "spans a judge quoted that are not in the response were removed before scoring",
     "criterion_unscored": "a judge left a criterion unscored, even when asked again",
 }

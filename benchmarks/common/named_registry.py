@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Generic, Iterable, TypeVar
+from collections.abc import Iterable
+from typing import Generic, TypeVar
 
 from benchmarks.common.errors import AtelierError
 

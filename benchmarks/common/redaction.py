@@ -45,8 +45,9 @@ KEY_FLAGS = ("--api-key", "--token")  # command-line options whose value is a ke
 
 # A name that holds a key, as an environment variable (OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY,
 # HF_TOKEN) or as a settings field (api_key, token, password, authorization): the key word ends it.
-_KEY_NAME = re.compile(r"(?:^|_)(?:API_?KEY|ACCESS_KEY|SECRET(?:_KEY)?|TOKEN|PASSWORD|PASSWD|AUTHORIZATION)$",
-                       re.IGNORECASE)
+_KEY_NAME = re.compile(
+    r"(?:^|_)(?:API_?KEY|ACCESS_KEY|SECRET(?:_KEY)?|TOKEN|PASSWORD|PASSWD|AUTHORIZATION)$", re.IGNORECASE
+)
 _KEY_ENV_FIELD = "api_key_env"  # a field naming the environment variable that holds the key
 _BEARER = re.compile(r"^(?:Bearer|Basic|Token)\s+", re.IGNORECASE)
 
@@ -123,8 +124,13 @@ def _word_byte(byte: int) -> bool:
 def _written_forms(secret: str) -> set[str]:
     """How a writer may have spelled the secret: as is, JSON-escaped, HTML-escaped (two styles)."""
     escaped = html.escape(secret)
-    return {secret, json.dumps(secret, ensure_ascii=False)[1:-1], json.dumps(secret)[1:-1], escaped,
-            escaped.replace("&quot;", "&#34;").replace("&#x27;", "&#39;")}
+    return {
+        secret,
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        json.dumps(secret)[1:-1],
+        escaped,
+        escaped.replace("&quot;", "&#34;").replace("&#x27;", "&#39;"),
+    }
 
 
 class Redactor:
@@ -144,16 +150,16 @@ class Redactor:
         return f"Redactor({len(self.secrets)} secrets)"
 
     @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None) -> "Redactor":
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Redactor:
         return cls(key_variables(environ))
 
     @classmethod
-    def for_settings(cls, settings: Any, environ: Mapping[str, str] | None = None) -> "Redactor":
+    def for_settings(cls, settings: Any, environ: Mapping[str, str] | None = None) -> Redactor:
         """The keys of `settings` (a recipe) and of the environment."""
         return cls(secrets_in(settings, environ) | key_variables(environ))
 
     @classmethod
-    def for_command_line(cls, argv: Iterable[str], environ: Mapping[str, str] | None = None) -> "Redactor":
+    def for_command_line(cls, argv: Iterable[str], environ: Mapping[str, str] | None = None) -> Redactor:
         """What a command knows before it has read any settings: its key options and the environment."""
         return cls(key_flag_values(argv) | key_variables(environ))
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Iterable, TypeVar
+from collections.abc import Awaitable, Iterable
+from typing import TypeVar
 
 T = TypeVar("T")
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import gzip
 import random
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -123,7 +124,6 @@ def deterministic_subset(items: Sequence[ItemT], limit: int | None, *, seed: int
         raise ValueError(f"limit must be >= 0, got {limit}")
     chosen = sorted(random.Random(f"{salt}:{seed}").sample(range(len(items)), limit))
     return [items[i] for i in chosen]
-
 
 
 def existing_path(path: Path, option: str, *, directory: bool = False) -> Path:

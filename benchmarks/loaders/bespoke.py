@@ -145,7 +145,9 @@ def _value_json(text: str, *, file: Path, line: int, field: str) -> Any:
 
 
 def parse_value(model: type[RowT], text: str, *, file: Path, line: int, field: str) -> RowT:
-    return validate(model, _value_json(text, file=file, line=line, field=field), file=file, line=line, prefix=f"{field}.")
+    return validate(
+        model, _value_json(text, file=file, line=line, field=field), file=file, line=line, prefix=f"{field}."
+    )
 
 
 def value_texts(text: str) -> list[str]:
@@ -179,7 +181,9 @@ def read_table(data_dir: Path, table: str, model: type[RowT]) -> tuple[Path, lis
     try:
         import pyarrow.parquet as pq
     except ModuleNotFoundError:
-        raise ConfigError(f"reading {path} needs pyarrow (pip install pyarrow), or convert the table to JSON Lines") from None
+        raise ConfigError(
+            f"reading {path} needs pyarrow (pip install pyarrow), or convert the table to JSON Lines"
+        ) from None
     try:
         rows = pq.read_table(path).to_pylist()
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
@@ -204,7 +208,9 @@ def read_tables(data_dir: Path) -> BespokeTables:
         path, rows = read_table(data_dir, table, model)
         for line, row in enumerate(rows, start=1):
             if row.query_id not in known:
-                raise DataError(f"query {row.query_id!r} is not in the query table", file=path, line=line, field="query-id")
+                raise DataError(
+                    f"query {row.query_id!r} is not in the query table", file=path, line=line, field="query-id"
+                )
         return path, list(enumerate(rows, start=1))
 
     claims: dict[str, list[str]] = defaultdict(list)
@@ -218,24 +224,33 @@ def read_tables(data_dir: Path) -> BespokeTables:
     shots: dict[str, list[RJPair]] = defaultdict(list)
     shots_path, shot_rows = per_query("evaluation_shot", ShotRow)
     for line, row in shot_rows:
-        shot = parse_value(ShotValue, row.evaluation_shot_value, file=shots_path, line=line, field="evaluation_shot_value")
-        shots[row.query_id].append(RJPair(response=shot.response, score=shot.score, feedback=shot.feedback, criterion=shot.criterion))
+        shot = parse_value(
+            ShotValue, row.evaluation_shot_value, file=shots_path, line=line, field="evaluation_shot_value"
+        )
+        shots[row.query_id].append(
+            RJPair(response=shot.response, score=shot.score, feedback=shot.feedback, criterion=shot.criterion)
+        )
 
     history: dict[str, list[ChatSession | SearchSession]] = defaultdict(list)
     chat_path, chats = read_table(data_dir, "chat_history", ChatRow)
     for line, row in enumerate(chats, start=1):
         chat = parse_value(ChatValue, row.chat_history_value, file=chat_path, line=line, field="chat_history_value")
-        history[row.user].append(ChatSession(id=f"chat:{row.id}", title=chat.title, timestamp=chat.timestamp, messages=chat.messages))
+        history[row.user].append(
+            ChatSession(id=f"chat:{row.id}", title=chat.title, timestamp=chat.timestamp, messages=chat.messages)
+        )
     search_path, searches = read_table(data_dir, "search_history", SearchRow)
     for line, row in enumerate(searches, start=1):
-        search = parse_value(SearchValue, row.search_history_value, file=search_path, line=line, field="search_history_value")
+        search = parse_value(
+            SearchValue, row.search_history_value, file=search_path, line=line, field="search_history_value"
+        )
         history[row.user].append(
             SearchSession(
                 id=f"search:{row.id}",
                 timestamp=search.timestamp,
                 queries=[
                     SearchQueryRecord(
-                        query=q.query, clicked=[SearchResultClick(title=c.title, url=c.url, snippet=c.snippet) for c in q.clicked]
+                        query=q.query,
+                        clicked=[SearchResultClick(title=c.title, url=c.url, snippet=c.snippet) for c in q.clicked],
                     )
                     for q in search.queries
                 ],

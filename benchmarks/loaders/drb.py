@@ -14,8 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from benchmarks.case import Case, Criterion, Gold, Query
-from benchmarks.data_files import resolve
 from benchmarks.common.errors import DataError
+from benchmarks.data_files import resolve
 from benchmarks.loaders._records import RawRecord, deterministic_subset, index_unique, read_jsonl
 from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 
@@ -72,7 +72,9 @@ def read_criteria(path: Path) -> dict[int, CriteriaRecord]:
         if not str(record.id).isdigit():
             raise DataError(f"task id {record.id!r} is not a number", file=path, line=number, field="id")
         if set(record.criterions) != set(record.dimension_weight):
-            raise DataError("criterions and dimension_weight name different dimensions", file=path, line=number, field="criterions")
+            raise DataError(
+                "criterions and dimension_weight name different dimensions", file=path, line=number, field="criterions"
+            )
         by_id[int(record.id)] = record
     index_unique(records, lambda r: int(r.id), file=path, field="id")
     return by_id
@@ -84,7 +86,10 @@ def count_tasks(path: Path) -> dict[str, int]:
 
 def count_criteria(path: Path) -> dict[str, int]:
     criteria = read_criteria(path)
-    return {"criteria sets": len(criteria), "criteria": sum(len(v) for c in criteria.values() for v in c.criterions.values())}
+    return {
+        "criteria sets": len(criteria),
+        "criteria": sum(len(v) for c in criteria.values() for v in c.criterions.values()),
+    }
 
 
 def task_case(task: TaskRecord, criteria: CriteriaRecord, setting: str) -> Case:

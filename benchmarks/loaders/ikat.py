@@ -24,8 +24,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from benchmarks.case import Case, ConversationTurn, Gold, PTKBStatement, Query
-from benchmarks.data_files import resolve
 from benchmarks.common.errors import ConfigError, DataError
+from benchmarks.data_files import resolve
 from benchmarks.loaders._records import (
     RawRecord,
     deterministic_subset,
@@ -200,7 +200,9 @@ def read_qrels(path: Path) -> dict[tuple[str, int], dict[str, int]]:
             continue
         parts = line.split()
         if len(parts) != 4:
-            raise DataError(f"expected 4 columns '<topic>_<turn> 0 <ptkb_id> <grade>', found {len(parts)}", file=path, line=number)
+            raise DataError(
+                f"expected 4 columns '<topic>_<turn> 0 <ptkb_id> <grade>', found {len(parts)}", file=path, line=number
+            )
         qid, _, ptkb_id, grade = parts
         topic, sep, turn = qid.rpartition("_")
         if not sep or not topic or not turn.isdigit():
@@ -215,7 +217,9 @@ def read_qrels(path: Path) -> dict[tuple[str, int], dict[str, int]]:
     return judged
 
 
-def check_qrels_refer_to_topics(judged: dict[tuple[str, int], dict[str, int]], topics: list[TopicData], path: Path) -> None:
+def check_qrels_refer_to_topics(
+    judged: dict[tuple[str, int], dict[str, int]], topics: list[TopicData], path: Path
+) -> None:
     """Every judgment names a topic, turn and PTKB statement that exist."""
     by_number = {t.number: t for t in topics}
     for (number, turn_id), grades in judged.items():
@@ -224,7 +228,9 @@ def check_qrels_refer_to_topics(judged: dict[tuple[str, int], dict[str, int]], t
             raise DataError(f"judged turn {number}_{turn_id} is not in the topics", file=path, field="query id")
         unknown = sorted(set(grades) - set(topic.ptkb))
         if unknown:
-            raise DataError(f"PTKB statement {unknown[0]} is not in topic {number}'s ptkb", file=path, field=f"{number}_{turn_id}")
+            raise DataError(
+                f"PTKB statement {unknown[0]} is not in topic {number}'s ptkb", file=path, field=f"{number}_{turn_id}"
+            )
 
 
 def count_topics(path: Path) -> dict[str, int]:
@@ -247,16 +253,21 @@ def count_passages(path: Path) -> dict[str, int]:
 class IkatOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     qrels: Literal["provenance", "nist", "org"] = Field(
-        default="provenance", description="Gold PTKB relevance: the turn's ptkb_provenance, or a 2023 test judgment file."
+        default="provenance",
+        description="Gold PTKB relevance: the turn's ptkb_provenance, or a 2023 test judgment file.",
     )
-    topics_file: Path | None = Field(default=None, description="Read topics from this file instead (needed for 2025_test).")
+    topics_file: Path | None = Field(
+        default=None, description="Read topics from this file instead (needed for 2025_test)."
+    )
 
 
 def ptkb_event_id(statement_id: str) -> str:
     return f"ptkb:{statement_id}"
 
 
-def topic_cases(topic: TopicData, split: str, setting: str, judged: dict[tuple[str, int], dict[str, int]] | None) -> list[Case]:
+def topic_cases(
+    topic: TopicData, split: str, setting: str, judged: dict[tuple[str, int], dict[str, int]] | None
+) -> list[Case]:
     user_id = f"{NAME}:{split}:{topic.number}"
     history = [PTKBStatement(id=ptkb_event_id(key), text=text) for key, text in topic.ptkb.items()]
     cases = []
@@ -277,7 +288,8 @@ def topic_cases(topic: TopicData, split: str, setting: str, judged: dict[tuple[s
                     text=turn.utterance,
                     resolved=turn.resolved or None,
                     previous_turns=[
-                        ConversationTurn(utterance=prior.utterance, response=prior.response) for prior in topic.turns[:position]
+                        ConversationTurn(utterance=prior.utterance, response=prior.response)
+                        for prior in topic.turns[:position]
                     ],
                 ),
                 setting=setting,
@@ -308,7 +320,9 @@ def load(request: LoadRequest) -> list[Case]:
     judged = None
     if options.qrels != "provenance":
         if request.split != QRELS_SPLIT:
-            raise ConfigError(f"ikat qrels={options.qrels!r} judges only the {QRELS_SPLIT} split, not {request.split!r}")
+            raise ConfigError(
+                f"ikat qrels={options.qrels!r} judges only the {QRELS_SPLIT} split, not {request.split!r}"
+            )
         judged = read_qrels(resolve(QRELS_FILES[options.qrels]))
     topics = read_topics(_topics_path(request.split, options))
     if judged is not None:

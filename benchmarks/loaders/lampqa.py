@@ -64,7 +64,9 @@ def record_case(record: LampQARecord, setting: str) -> Case:
         gold=Gold(
             narrative=record.narrative or None,
             information_need=record.narrative or None,
-            rubric_aspects=[RubricAspect(aspect=a.aspect, reason=a.reason, evidence=a.evidence) for a in record.rubric_aspects],
+            rubric_aspects=[
+                RubricAspect(aspect=a.aspect, reason=a.reason, evidence=a.evidence) for a in record.rubric_aspects
+            ],
         ),
     )
 

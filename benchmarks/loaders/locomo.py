@@ -52,7 +52,7 @@ class QARecord(RawRecord):
     category: Literal[1, 2, 3, 4, 5]
 
     @model_validator(mode="after")
-    def _has_an_answer(self) -> "QARecord":
+    def _has_an_answer(self) -> QARecord:
         if self.category == ADVERSARIAL and self.adversarial_answer is None:
             raise ValueError("a category 5 item needs 'adversarial_answer'")
         if self.category != ADVERSARIAL and self.answer is None:
@@ -118,7 +118,11 @@ def sample_history(sample: SampleRecord, path: Path, index: int) -> list[Dialogu
     for session in sample.conversation.sessions:
         for turn in session.turns:
             text = turn.text + (f" [shares an image: {turn.blip_caption}]" if turn.blip_caption else "")
-            history.append(DialogueTurn(id=turn.dia_id, speaker=turn.speaker, text=text, session=session.name, timestamp=session.date))
+            history.append(
+                DialogueTurn(
+                    id=turn.dia_id, speaker=turn.speaker, text=text, session=session.name, timestamp=session.date
+                )
+            )
     index_unique(history, lambda e: e.id, file=path, field=f"[{index}].conversation dia_id")
     return history
 
@@ -167,7 +171,9 @@ def load(request: LoadRequest) -> list[Case]:
     cases = []
     for index, sample in enumerate(read_samples(path)):
         history = sample_history(sample, path, index)
-        cases.extend(c for c in sample_cases(sample, history, request.setting) if c.meta["category"] in options.categories)
+        cases.extend(
+            c for c in sample_cases(sample, history, request.setting) if c.meta["category"] in options.categories
+        )
     return deterministic_subset(cases, request.limit, seed=request.seed, salt=f"{NAME}:{request.split}")
 
 

@@ -50,8 +50,8 @@ from benchmarks.case import (
     SearchSession,
     persona_facets,
 )
-from benchmarks.data_files import resolve
 from benchmarks.common.errors import ConfigError, DataError
+from benchmarks.data_files import resolve
 from benchmarks.loaders._records import (
     RawRecord,
     deterministic_subset,
@@ -107,7 +107,7 @@ class PersonaRecord(BaseModel):
     userid: str = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _has_sections(self) -> "PersonaRecord":
+    def _has_sections(self) -> PersonaRecord:
         sections = self.model_extra or {}
         if not sections:
             raise ValueError("a persona needs at least one attribute section besides 'userid'")
@@ -176,7 +176,8 @@ class PdrOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     language: Literal["en", "zh"] = "en"
     contexts_file: Path | None = Field(
-        default=None, description="JSON Lines of per-user contexts (memory snippets + dialogues) for the context settings."
+        default=None,
+        description="JSON Lines of per-user contexts (memory snippets + dialogues) for the context settings.",
     )
     users: list[str] | None = Field(
         default=None, min_length=1, description="Only the queries of these users (e.g. those a contexts file covers)."
@@ -206,15 +207,23 @@ def read_language(language: str) -> PdrData:
     queries = read_jsonl(queries_path, QueryRecord)
     index_unique(queries, lambda q: q.id, file=queries_path, field="id")
     index_unique(queries, lambda q: (q.taskid, q.userid), file=queries_path, field="(taskid, userid)")
-    for number, query in enumerate(queries, start=1):
+    for query in queries:
         if query.taskid not in tasks:
-            raise DataError(f"task {query.taskid} is not in {tasks_path.name}", file=queries_path, field=f"query {query.id}: taskid")
+            raise DataError(
+                f"task {query.taskid} is not in {tasks_path.name}", file=queries_path, field=f"query {query.id}: taskid"
+            )
         if query.userid not in personas:
             raise DataError(
-                f"user {query.userid!r} is not in {personas_path.name}", file=queries_path, field=f"query {query.id}: userid"
+                f"user {query.userid!r} is not in {personas_path.name}",
+                file=queries_path,
+                field=f"query {query.id}: userid",
             )
         if query.language != language:
-            raise DataError(f"language {query.language!r} in the {language} file", file=queries_path, field=f"query {query.id}: language")
+            raise DataError(
+                f"language {query.language!r} in the {language} file",
+                file=queries_path,
+                field=f"query {query.id}: language",
+            )
     return PdrData(tasks=tasks, personas=personas, queries=queries)
 
 
@@ -339,7 +348,9 @@ def build_case(
         )
     except ValidationError as exc:
         # Event ids must be unique within a user's history; only a contexts file can break that.
-        raise validation_error(exc, file=contexts_path or Path(queries_relpath(query.language)), prefix=f"{query.userid}: ") from None
+        raise validation_error(
+            exc, file=contexts_path or Path(queries_relpath(query.language)), prefix=f"{query.userid}: "
+        ) from None
 
 
 def load(request: LoadRequest) -> list[Case]:

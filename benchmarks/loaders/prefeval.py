@@ -151,7 +151,10 @@ def preference_event(item: _Item) -> PreferenceStatement | ChatSession:
     if isinstance(item, PersonaItem):
         messages = []
         for turn in item.turns():
-            messages += [ChatMessage(role="user", content=turn.user), ChatMessage(role="assistant", content=turn.assistant)]
+            messages += [
+                ChatMessage(role="user", content=turn.user),
+                ChatMessage(role="assistant", content=turn.assistant),
+            ]
         return ChatSession(id=PREFERENCE_EVENT_ID, messages=messages)
     return PreferenceStatement(id=PREFERENCE_EVENT_ID, text=item.preference)
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
@@ -177,7 +178,7 @@ class SearchSessionItem(_ContextItem):
         return SearchSession(id=self.id, timestamp=self.date.isoformat(), queries=list(self.queries))
 
 
-ContextRecord = Union[MemorySnippetItem, DialogueItem, ChatSessionItem, SearchSessionItem]
+ContextRecord = MemorySnippetItem | DialogueItem | ChatSessionItem | SearchSessionItem
 ContextItem = Annotated[ContextRecord, Field(discriminator="type")]
 
 

@@ -60,7 +60,9 @@ def normalized_personalized_content_length(
 def aspect_recall(n_turn_aspects: int, n_possible_aspects: int) -> float:
     """AR (Eq. 9): share of the topic's possible aspects that the turn covers."""
     if n_possible_aspects < 1 or not 0 <= n_turn_aspects <= n_possible_aspects:
-        raise ValueError(f"need 0 <= turn aspects <= possible aspects >= 1, got {n_turn_aspects} of {n_possible_aspects}")
+        raise ValueError(
+            f"need 0 <= turn aspects <= possible aspects >= 1, got {n_turn_aspects} of {n_possible_aspects}"
+        )
     return n_turn_aspects / n_possible_aspects
 
 

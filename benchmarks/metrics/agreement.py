@@ -46,9 +46,7 @@ def pairwise_comparison_agreement(judgements: Sequence[PairwiseJudgement]) -> fl
     """PCA: share of (query, criterion) pairs where model and humans prefer the same report (or both tie)."""
     if not judgements:
         raise ValueError("PCA needs at least one (query, criterion) pair")
-    agreeing = sum(
-        1 for j in judgements if np.sign(j.model_a - j.model_b) == np.sign(j.human_a - j.human_b)
-    )
+    agreeing = sum(1 for j in judgements if np.sign(j.model_a - j.model_b) == np.sign(j.human_a - j.human_b))
     return agreeing / len(judgements)
 
 
@@ -134,7 +132,9 @@ class CorrelationResult(MetricResult):
 
 
 def correlations(paired: CorrelationInput) -> CorrelationResult:
-    return CorrelationResult(n=len(paired.x), pearson=pearson(paired.x, paired.y), spearman=spearman(paired.x, paired.y))
+    return CorrelationResult(
+        n=len(paired.x), pearson=pearson(paired.x, paired.y), spearman=spearman(paired.x, paired.y)
+    )
 
 
 # --------------------------------------------------------------------------- meta-evaluation of a run
@@ -167,8 +167,9 @@ class CriterionAgreement(MetricResult):
     spearman: Correlation
 
 
-def criterion_agreement(items: Sequence[LabelledScore], confidence: float = 0.95,
-                        n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> CriterionAgreement:
+def criterion_agreement(
+    items: Sequence[LabelledScore], confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0
+) -> CriterionAgreement:
     """PCA (with its bootstrap CI), MARD, Pearson and Spearman for one criterion — `items` must all be
     scores of that one criterion, on its one scale. PCA compares every two responses to the same case
     (PDR-Bench's A and B; with more than two systems, each pair of them); with two responses per case

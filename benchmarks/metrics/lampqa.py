@@ -76,7 +76,9 @@ def candidate_outcome(verdict: PairwiseVerdict, candidate_first: bool) -> float:
 
 
 class PairwiseOutcome(MetricResult):
-    outcome_first: float = Field(description="The candidate's outcome when shown as response 1 (1 win, 0.5 tie, 0 loss).")
+    outcome_first: float = Field(
+        description="The candidate's outcome when shown as response 1 (1 win, 0.5 tie, 0 loss)."
+    )
     outcome_swapped: float = Field(description="The candidate's outcome when shown as response 2.")
     score: float = Field(description="Mean of both orders: the position-balanced win score in [0, 1].")
     flipped: bool = Field(description="Swapping the order changed the verdict.")

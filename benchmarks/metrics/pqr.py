@@ -63,11 +63,17 @@ class CriterionJudgement(MetricInput):
     """One sub-criterion with its weight and the judge's score for the report (None: not scored)."""
 
     criterion: str = Field(default="", description="The sub-criterion text (informational).")
-    weight: float = Field(ge=0, allow_inf_nan=False, description="Weight w_c within its dimension (the paper's "
-                          "weights sum to 1; other sums are divided out, as DeepResearch Bench does).")
+    weight: float = Field(
+        ge=0,
+        allow_inf_nan=False,
+        description="Weight w_c within its dimension (the paper's "
+        "weights sum to 1; other sums are divided out, as DeepResearch Bench does).",
+    )
     score: float | None = Field(
-        ge=0, le=MAX_SCORE, description="Judge score s_c in [0, 10]; null when the judge gave none (not scored: "
-        "left out of its dimension's weighted mean)."
+        ge=0,
+        le=MAX_SCORE,
+        description="Judge score s_c in [0, 10]; null when the judge gave none (not scored: "
+        "left out of its dimension's weighted mean).",
     )
     justification: str = Field(default="", description="The judge's analysis (informational).")
 
@@ -75,8 +81,12 @@ class CriterionJudgement(MetricInput):
 class DimensionJudgement(MetricInput):
     """One dimension (e.g. GOAL): its weight w_d and its scored sub-criteria."""
 
-    weight: float = Field(ge=0, allow_inf_nan=False, description="Dimension weight w_d, used as given (the paper's "
-                          "weights sum to 1; S = sum w_d S_d is not divided by their sum, as in DeepResearch Bench).")
+    weight: float = Field(
+        ge=0,
+        allow_inf_nan=False,
+        description="Dimension weight w_d, used as given (the paper's "
+        "weights sum to 1; S = sum w_d S_d is not divided by their sum, as in DeepResearch Bench).",
+    )
     criteria: list[CriterionJudgement] = Field(min_length=1, description="Sub-criteria C_d with their scores.")
 
     @property
@@ -119,10 +129,13 @@ class AxisScore(MetricResult):
     dimensions: dict[str, float] = Field(description="S_d per dimension code (0 when none of its criteria was scored).")
     weights: dict[str, float] = Field(default_factory=dict, description="w_d per dimension code, as given.")
     weight_sum: float = Field(default=1.0, description="The dimension weights' sum, as given (S is not divided by it).")
-    coverage: float = Field(default=1.0, description="Share of the axis's weight that was scored (1 = nothing skipped).")
+    coverage: float = Field(
+        default=1.0, description="Share of the axis's weight that was scored (1 = nothing skipped)."
+    )
     skipped_criteria: int = Field(default=0, description="Criteria the judge gave no score.")
-    unscored_dimensions: list[str] = Field(default_factory=list, description="Dimensions none of whose criteria was "
-                                           "scored (S_d = 0).")
+    unscored_dimensions: list[str] = Field(
+        default_factory=list, description="Dimensions none of whose criteria was scored (S_d = 0)."
+    )
 
 
 def weighted_axis_score(
@@ -182,8 +195,9 @@ class ClaimCheck(MetricInput):
         "Must not be true for an uncited claim.",
     )
     source_read: bool = Field(
-        default=True, description="false when the cited source could not be read (the claim is then unknown; "
-        "unreadable='exclude' leaves it out of FA's denominator)."
+        default=True,
+        description="false when the cited source could not be read (the claim is then unknown; "
+        "unreadable='exclude' leaves it out of FA's denominator).",
     )
 
     @property
@@ -199,8 +213,9 @@ class ClaimCheck(MetricInput):
         if self.supported and not self.cited:
             raise ValueError("an uncited claim cannot be supported by its source (supported=true without source)")
         if self.supported and not self.source_read:
-            raise ValueError("a claim whose source could not be read cannot be supported (supported=true with "
-                             "source_read=false)")
+            raise ValueError(
+                "a claim whose source could not be read cannot be supported (supported=true with source_read=false)"
+            )
         return self
 
 
@@ -222,12 +237,15 @@ class FactualReliability(MetricResult):
     n_duplicates: int = Field(default=0, description="Exact duplicate triplets dropped before counting.")
     n_unreadable: int = Field(default=0, description="Cited triplets whose source could not be read.")
     fa_denominator: int | None = Field(
-        default=None, description="Cited triplets FA is over: N_cited, less the unreadable ones under "
-        "unreadable='exclude' (None in results older than the option: N_cited)."
+        default=None,
+        description="Cited triplets FA is over: N_cited, less the unreadable ones under "
+        "unreadable='exclude' (None in results older than the option: N_cited).",
     )
     no_cited_claims: bool = Field(default=False, description="The report cites no claim (FA is 0/0).")
-    factual_accuracy: float | None = Field(description="FA in [0, 10]; None when no claim is cited and excluded, or "
-                                           "no cited source could be read and unreadable ones are excluded.")
+    factual_accuracy: float | None = Field(
+        description="FA in [0, 10]; None when no claim is cited and excluded, or "
+        "no cited source could be read and unreadable ones are excluded."
+    )
     citation_coverage: float | None = Field(description="CC in [0, 10]; None when there are no claims and excluded.")
     score: float | None = Field(description="S_R = (FA + CC) / 2; None when FA or CC is undefined.")
 
@@ -237,8 +255,13 @@ class FactualReliability(MetricResult):
 
 
 def factual_reliability(
-    n_total: int, n_cited: int, n_supported: int, no_citation: NoCitation = "zero", n_duplicates: int = 0,
-    n_unreadable: int = 0, unreadable: Unreadable = "unsupported",
+    n_total: int,
+    n_cited: int,
+    n_supported: int,
+    no_citation: NoCitation = "zero",
+    n_duplicates: int = 0,
+    n_unreadable: int = 0,
+    unreadable: Unreadable = "unsupported",
 ) -> FactualReliability:
     """FA, CC and S_R from claim counts (PDR-Bench Eq. 5); 0/0 follows `no_citation`; claims whose
     source could not be read count as unsupported, or (`unreadable = "exclude"`) leave FA's denominator."""
@@ -268,13 +291,18 @@ def factual_reliability(
     )
 
 
-def reliability_from_claims(claims: Sequence[ClaimCheck], no_citation: NoCitation = "zero",
-                            unreadable: Unreadable = "unsupported") -> FactualReliability:
+def reliability_from_claims(
+    claims: Sequence[ClaimCheck], no_citation: NoCitation = "zero", unreadable: Unreadable = "unsupported"
+) -> FactualReliability:
     unique = dedupe_claims(claims)
     cited = [c for c in unique if c.cited]
     return factual_reliability(
-        len(unique), len(cited), sum(1 for c in cited if c.supported), no_citation,
-        n_duplicates=len(claims) - len(unique), n_unreadable=sum(1 for c in cited if not c.source_read),
+        len(unique),
+        len(cited),
+        sum(1 for c in cited if c.supported),
+        no_citation,
+        n_duplicates=len(claims) - len(unique),
+        n_unreadable=sum(1 for c in cited if not c.source_read),
         unreadable=unreadable,
     )
 
@@ -304,8 +332,9 @@ class PQRInput(MetricInput):
         default="zero", description="A report with no cited claim: FA = 0 ('zero') or undefined ('exclude')."
     )
     unreadable: Unreadable = Field(
-        default="unsupported", description="Claims whose source could not be read (source_read=false): unsupported "
-        "(v_i = 0, the default), or left out of FA's denominator ('exclude')."
+        default="unsupported",
+        description="Claims whose source could not be read (source_read=false): unsupported "
+        "(v_i = 0, the default), or left out of FA's denominator ('exclude').",
     )
 
     @field_validator("personalization")
@@ -316,7 +345,9 @@ class PQRInput(MetricInput):
 
     @field_validator("quality")
     @classmethod
-    def _quality_dimensions(cls, value: dict[str, DimensionJudgement], info: ValidationInfo) -> dict[str, DimensionJudgement]:
+    def _quality_dimensions(
+        cls, value: dict[str, DimensionJudgement], info: ValidationInfo
+    ) -> dict[str, DimensionJudgement]:
         quality_score(value, shipped=info.data.get("quality_source") == "shipped")
         return value
 
@@ -358,9 +389,13 @@ def aggregate_pqr(results: Sequence[PQRResult]) -> PQRSummary:
         raise ValueError("aggregate_pqr needs at least one result")
     p = _mean_defined([r.personalization.score if r.personalization else None for r in results])
     q = _mean_defined([r.quality.score if r.quality else None for r in results])
-    codes = list(dict.fromkeys(c for r in results for axis in (r.personalization, r.quality) if axis for c in axis.dimensions))
+    codes = list(
+        dict.fromkeys(c for r in results for axis in (r.personalization, r.quality) if axis for c in axis.dimensions)
+    )
     dimensions = {
-        code: _mean_defined([axis.dimensions.get(code) for r in results for axis in (r.personalization, r.quality) if axis])
+        code: _mean_defined(
+            [axis.dimensions.get(code) for r in results for axis in (r.personalization, r.quality) if axis]
+        )
         for code in codes
     }
     reliabilities = [r.reliability for r in results if r.reliability is not None]
@@ -384,8 +419,10 @@ def aggregate_pqr(results: Sequence[PQRResult]) -> PQRSummary:
 
 
 class PooledReliability(MetricResult):
-    factual_accuracy: float | None = Field(description="10 x all supported / all cited triplets of all reports "
-                                           "(less the unreadable ones where they are excluded).")
+    factual_accuracy: float | None = Field(
+        description="10 x all supported / all cited triplets of all reports "
+        "(less the unreadable ones where they are excluded)."
+    )
     citation_coverage: float | None = Field(description="10 x all cited / all triplets of all reports.")
     no_cited_claims: int = Field(description="Reports that cite no claim.")
     reports: int

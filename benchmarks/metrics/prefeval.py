@@ -40,7 +40,9 @@ class PreferenceChecks(MetricInput):
     @model_validator(mode="after")
     def _hallucination_needs_acknowledgement(self) -> PreferenceChecks:
         if self.hallucinates and not self.acknowledges:
-            raise ValueError("hallucinates=true needs acknowledges=true: only a restated preference can be hallucinated")
+            raise ValueError(
+                "hallucinates=true needs acknowledges=true: only a restated preference can be hallucinated"
+            )
         return self
 
 

@@ -111,18 +111,27 @@ def evaluate_runs(
     measures |= {ir_measures.R(rel=relevance_level) @ k: ("recall", k) for k in cutoffs}
     measures[ir_measures.RR(rel=relevance_level)] = ("reciprocal_rank", None)
     values: dict[str, dict[str, dict[int, float]]] = {
-        query: {"ndcg": {k: 0.0 for k in cutoffs}, "precision": {k: 0.0 for k in cutoffs},
-                "recall": {k: 0.0 for k in cutoffs}, "reciprocal_rank": {0: 0.0}}
+        query: {
+            "ndcg": {k: 0.0 for k in cutoffs},
+            "precision": {k: 0.0 for k in cutoffs},
+            "recall": {k: 0.0 for k in cutoffs},
+            "reciprocal_rank": {0: 0.0},
+        }
         for query in queries
     }  # trec_eval leaves out a query that retrieved nothing or has no judgments: it scores 0
-    qrels = {query: {doc: int(grade) for doc, grade in judged.items()} for query, (_, judged) in queries.items() if judged}
-    run = {query: {doc: float(score) for doc, score in scores.items()} for query, (scores, _) in queries.items() if scores}
+    qrels = {
+        query: {doc: int(grade) for doc, grade in judged.items()} for query, (_, judged) in queries.items() if judged
+    }
+    run = {
+        query: {doc: float(score) for doc, score in scores.items()} for query, (scores, _) in queries.items() if scores
+    }
     for metric in ir_measures.pytrec_eval.iter_calc(list(measures), qrels, run):
         field, k = measures[metric.measure]
         values[metric.query_id][field][k if k is not None else 0] = float(metric.value)
     return {
-        query: QueryRankingScores(ndcg=v["ndcg"], precision=v["precision"], recall=v["recall"],
-                                  reciprocal_rank=v["reciprocal_rank"][0])
+        query: QueryRankingScores(
+            ndcg=v["ndcg"], precision=v["precision"], recall=v["recall"], reciprocal_rank=v["reciprocal_rank"][0]
+        )
         for query, v in values.items()
     }
 
@@ -135,8 +144,9 @@ def query_ranking_scores(
 
 
 def ranking_scores(evaluated: RankingInput) -> RankingResult:
-    per_query = evaluate_runs({q.query_id: (q.run(), q.qrels) for q in evaluated.queries},
-                              evaluated.cutoffs, evaluated.relevance_level)
+    per_query = evaluate_runs(
+        {q.query_id: (q.run(), q.qrels) for q in evaluated.queries}, evaluated.cutoffs, evaluated.relevance_level
+    )
     rows = list(per_query.values())
 
     def mean_at(field: str) -> dict[int, float]:

@@ -96,8 +96,15 @@ def paired_test(
     n = int(first.size)
     if n == 0:
         return PairedTestResult(
-            n=0, mean_a=None, mean_b=None, mean_difference=None, ci_low=None, ci_high=None,
-            confidence=confidence, permutation_p=None, wilcoxon_p=None,
+            n=0,
+            mean_a=None,
+            mean_b=None,
+            mean_difference=None,
+            ci_low=None,
+            ci_high=None,
+            confidence=confidence,
+            permutation_p=None,
+            wilcoxon_p=None,
         )
     differences = first - second
     ci = bootstrap_ci(differences, confidence, n_resamples, seed)

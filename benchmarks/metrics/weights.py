@@ -9,9 +9,7 @@ from collections.abc import Mapping
 WEIGHT_SUM_TOLERANCE = 1e-3
 
 
-def check_weights_sum_to_one(
-    weights: Mapping[str, float], what: str, tolerance: float = WEIGHT_SUM_TOLERANCE
-) -> None:
+def check_weights_sum_to_one(weights: Mapping[str, float], what: str, tolerance: float = WEIGHT_SUM_TOLERANCE) -> None:
     """Raise ValueError naming `what` and every weight unless the weights sum to 1 within `tolerance`."""
     total = math.fsum(weights.values())
     if abs(total - 1.0) > tolerance:

@@ -27,8 +27,9 @@ from graphs.pipelines import PipelineSpec, register_pipeline
 
 
 def build_researcher_graph():
-    graph = StateGraph(ResearcherState, context_schema=EpisodeContext, input_schema=ResearchTask,
-                       output_schema=ResearcherOutput)
+    graph = StateGraph(
+        ResearcherState, context_schema=EpisodeContext, input_schema=ResearchTask, output_schema=ResearcherOutput
+    )
     graph.add_node("search", nodes.search)
     graph.add_node("read", nodes.read)
     graph.add_node("take_notes", nodes.take_source_notes)
@@ -38,8 +39,9 @@ def build_researcher_graph():
 
 
 def build_deep_research_graph():
-    graph = StateGraph(DeepResearchState, context_schema=EpisodeContext, input_schema=PipelineInput,
-                       output_schema=PipelineOutput)
+    graph = StateGraph(
+        DeepResearchState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput
+    )
     graph.add_node("clarify", nodes.clarify)
     graph.add_node("ask_user", nodes.ask_user)
     graph.add_node("write_brief", nodes.write_brief)
@@ -52,7 +54,11 @@ def build_deep_research_graph():
     return graph.compile(name=PIPELINE)
 
 
-register_pipeline(PipelineSpec(
-    PIPELINE, "clarify, brief, plan, parallel researchers, reflect on gaps, report with checked citations",
-    build_deep_research_graph, DeepResearchOptions,
-))
+register_pipeline(
+    PipelineSpec(
+        PIPELINE,
+        "clarify, brief, plan, parallel researchers, reflect on gaps, report with checked citations",
+        build_deep_research_graph,
+        DeepResearchOptions,
+    )
+)

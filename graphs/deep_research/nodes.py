@@ -57,9 +57,10 @@ PIPELINE = "deep_research"
 
 class DeepResearchOptions(GoldContextOptions):
     clarify: Literal["auto", "always", "never"] = Field(
-        default="auto", description="auto: the clarifier decides; always: ask at least one question; never: skip. "
-                                    "A query with previous turns (a conversation's follow-up, an iKAT turn) "
-                                    "is not clarified."
+        default="auto",
+        description="auto: the clarifier decides; always: ask at least one question; never: skip. "
+        "A query with previous turns (a conversation's follow-up, an iKAT turn) "
+        "is not clarified.",
     )
     max_questions: int = Field(default=3, ge=1, le=5, description="Clarifying questions at most.")
     max_researchers: int = Field(default=3, ge=1, le=8, description="Parallel researchers per round.")
@@ -98,23 +99,32 @@ async def clarify(
     if options.clarify == "never":
         return Command(goto="write_brief", update={**update, "clarification": Clarification(status="off")})
     if view_of(state, runtime, PIPELINE).query.previous_turns:
-        follow_up = Clarification(status="not_needed", reason="a follow-up turn: the conversation so far is the "
-                                                               "user's clarification")
+        follow_up = Clarification(
+            status="not_needed", reason="a follow-up turn: the conversation so far is the user's clarification"
+        )
         return Command(goto="write_brief", update={**update, "clarification": follow_up})
     if pipeline_context(runtime, PIPELINE).clarify_answerer == "none":
-        skipped = Clarification(status="skipped", reason="no one to answer clarifying questions in this run "
-                                                          "(no simulated user is configured)")
+        skipped = Clarification(
+            status="skipped",
+            reason="no one to answer clarifying questions in this run (no simulated user is configured)",
+        )
         return Command(goto="write_brief", update={**update, "clarification": skipped})
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     query = view_of(state, runtime, PIPELINE).query
     update["depth"] = 1
     try:
-        questions = await decide_clarification(gateway, query, _context_text(state), options.max_questions,
-                                               always=options.clarify == "always")
+        questions = await decide_clarification(
+            gateway, query, _context_text(state), options.max_questions, always=options.clarify == "always"
+        )
     except ModelCallError as exc:  # research goes on without asking
-        return Command(goto="write_brief", update={
-            **update, "clarification": Clarification(status="failed", reason=str(exc)),
-            "degraded": _more(state, degradation("step_fallback", "clarify", f"researched without asking: {exc}"))})
+        return Command(
+            goto="write_brief",
+            update={
+                **update,
+                "clarification": Clarification(status="failed", reason=str(exc)),
+                "degraded": _more(state, degradation("step_fallback", "clarify", f"researched without asking: {exc}")),
+            },
+        )
     if not questions:
         return Command(goto="write_brief", update={**update, "clarification": Clarification(status="not_needed")})
     asked = Clarification(status="answered", questions=questions)
@@ -136,8 +146,11 @@ def ask_user(state: DeepResearchState) -> Command[Literal["write_brief"]]:
     be used (another shape, more answers than questions) is answered by asking again."""
     asked = state["clarification"]
     request = ClarifyRequest(questions=asked.questions)
-    pairs = ask_until_usable(request, lambda value: _parse_answers(value).aligned(request),
-                             '{"answers": ["...", ...]}, one answer per question')
+    pairs = ask_until_usable(
+        request,
+        lambda value: _parse_answers(value).aligned(request),
+        '{"answers": ["...", ...]}, one answer per question',
+    )
     answered = asked.model_copy(update={"answers": [a for _, a in pairs]})
     return Command(goto="write_brief", update={"clarification": answered})
 
@@ -148,12 +161,14 @@ async def write_brief(state: DeepResearchState, runtime: Runtime[EpisodeContext]
     query = view_of(state, runtime, PIPELINE).query
     update: dict[str, Any] = {"depth": state.get("depth", 0) + 1}
     try:
-        update["brief"] = await brief_for_user(gateway, query, _context_text(state),
-                                               clarification.pairs() if clarification else [])
+        update["brief"] = await brief_for_user(
+            gateway, query, _context_text(state), clarification.pairs() if clarification else []
+        )
     except ModelCallError as exc:  # research the question as asked, and say so
         update["brief"] = ResearchBrief.plain(query)
-        update["degraded"] = _more(state, degradation("step_fallback", "write_brief",
-                                                      f"researching the question as asked: {exc}"))
+        update["degraded"] = _more(
+            state, degradation("step_fallback", "write_brief", f"researching the question as asked: {exc}")
+        )
     return Command(goto="plan", update=update)
 
 
@@ -161,9 +176,18 @@ def _tasks(state: DeepResearchState, subtopics: list[Subtopic], round_: int) -> 
     read_before = sorted({s.url for f in state.get("findings", []) for s in f.sources if s.url})
     gold = state.get("gold_context")
     return [
-        Send("researcher", ResearchTask(index=i, research_round=round_, topic=t.title, focus=t.why_for_user,
-                                        queries=t.queries, skip_urls=read_before,
-                                        gold_sources=gold.sources if gold is not None else []))
+        Send(
+            "researcher",
+            ResearchTask(
+                index=i,
+                research_round=round_,
+                topic=t.title,
+                focus=t.why_for_user,
+                queries=t.queries,
+                skip_urls=read_before,
+                gold_sources=gold.sources if gold is not None else [],
+            ),
+        )
         for i, t in enumerate(subtopics)
     ]
 
@@ -176,8 +200,9 @@ async def plan(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> Co
         subtopics = await plan_research(gateway, state["brief"], options.max_researchers, options.queries_per_topic)
     except ModelCallError as exc:  # one researcher on the whole question, and say so
         subtopics = whole_question(state["brief"])
-        update["degraded"] = _more(state, degradation("step_fallback", "plan",
-                                                      f"one sub-topic, the whole question: {exc}"))
+        update["degraded"] = _more(
+            state, degradation("step_fallback", "plan", f"one sub-topic, the whole question: {exc}")
+        )
     return Command(goto=_tasks(state, subtopics, 1), update=update)
 
 
@@ -210,8 +235,13 @@ async def reflect(
         return Command(goto="write_report", update={"depth": depth})
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     try:
-        gaps = await reflect_on_gaps(gateway, state["brief"], _findings_digest(_sorted_findings(state)),
-                                     options.max_researchers, options.queries_per_topic)
+        gaps = await reflect_on_gaps(
+            gateway,
+            state["brief"],
+            _findings_digest(_sorted_findings(state)),
+            options.max_researchers,
+            options.queries_per_topic,
+        )
     except ModelCallError as exc:  # the report is written from the rounds done
         fell_back = degradation("step_fallback", "reflect", f"report written after round {round_}: {exc}")
         return Command(goto="write_report", update={"depth": depth + 1, "degraded": _more(state, fell_back)})
@@ -241,10 +271,21 @@ async def write_report(state: DeepResearchState, runtime: Runtime[EpisodeContext
     sources, notes = _report_material(findings, options.report_sources)
     clarification = state.get("clarification")
     query = view_of(state, runtime, PIPELINE).query
-    report = await write_cited_report(gateway, query, _context_text(state), state["brief"], sources, notes,
-                                      clarification.pairs() if clarification else [], options.report_tokens)
-    degraded = [*state.get("degraded", []), *(d for f in findings for d in f.degraded),
-                *citation_degradations(report, "write_report")]
+    report = await write_cited_report(
+        gateway,
+        query,
+        _context_text(state),
+        state["brief"],
+        sources,
+        notes,
+        clarification.pairs() if clarification else [],
+        options.report_tokens,
+    )
+    degraded = [
+        *state.get("degraded", []),
+        *(d for f in findings for d in f.degraded),
+        *citation_degradations(report, "write_report"),
+    ]
     text = report.text
     if not notes:  # each researcher recorded its `no_findings`; the report itself says what it rests on
         text = f"{text.rstrip()}\n\n_Note: this report rests on no sources: the research found nothing to cite._"
@@ -265,6 +306,7 @@ async def write_report(state: DeepResearchState, runtime: Runtime[EpisodeContext
 
 # ----------------------------------------------------------------------------- one researcher
 
+
 async def search(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Command[Literal["read"]]:
     options = _options(runtime)
     resources = pipeline_resources(runtime, PIPELINE)
@@ -273,18 +315,25 @@ async def search(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Co
         return Command(goto="read", update={"hits": [], "new_sources": state["gold_sources"]})
     room = options.max_pages - len(read)
     searched = state.get("searched", [])
-    queries, problems = checked_queries(state.get("pending_queries", state["queries"]), state["topic"], "search",
-                                        seen=searched)
+    queries, problems = checked_queries(
+        state.get("pending_queries", state["queries"]), state["topic"], "search", seen=searched
+    )
     used = state.get("searches", 0) + state.get("fetches", 0)
     queries = queries[: max(0, options.max_tool_calls - used - 1)]  # keep a call for at least one fetch
     skip = list(state["skip_urls"]) + [s.url for s in read if s.url]
-    hits, failures = await search_web(await resources.open_web(), queries, options.results_per_query, max(0, room), skip)
-    return Command(goto="read", update={
-        "hits": hits, "new_sources": [],
-        "searches": state.get("searches", 0) + len(queries),
-        "searched": [*searched, *queries],
-        "degraded": _more(state, *problems, *failures),
-    })
+    hits, failures = await search_web(
+        await resources.open_web(), queries, options.results_per_query, max(0, room), skip
+    )
+    return Command(
+        goto="read",
+        update={
+            "hits": hits,
+            "new_sources": [],
+            "searches": state.get("searches", 0) + len(queries),
+            "searched": [*searched, *queries],
+            "degraded": _more(state, *problems, *failures),
+        },
+    )
 
 
 async def read(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Command[Literal["take_notes"]]:
@@ -296,12 +345,15 @@ async def read(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Comm
     used = state.get("searches", 0) + state.get("fetches", 0)
     hits = state.get("hits", [])[: max(0, options.max_tool_calls - used)]
     sources, failures = await read_web_sources(await resources.open_web(), resources.sources, hits)
-    return Command(goto="take_notes", update={
-        "new_sources": sources,
-        "sources": state.get("sources", []) + sources,
-        "fetches": state.get("fetches", 0) + len(hits),
-        "degraded": _more(state, *failures),
-    })
+    return Command(
+        goto="take_notes",
+        update={
+            "new_sources": sources,
+            "sources": state.get("sources", []) + sources,
+            "fetches": state.get("fetches", 0) + len(hits),
+            "degraded": _more(state, *failures),
+        },
+    )
 
 
 async def take_source_notes(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Command[Literal["assess"]]:
@@ -313,33 +365,52 @@ async def take_source_notes(state: ResearcherState, runtime: Runtime[EpisodeCont
     async def one(source: SourceRef) -> list[Note] | Degradation:
         text = resources.sources.get(source.sha256)[: options.page_chars]
         try:
-            taken = await take_notes(resources.gateway, state["topic"], state["focus"], source.title, text,
-                                     options.notes_per_source)
+            taken = await take_notes(
+                resources.gateway, state["topic"], state["focus"], source.title, text, options.notes_per_source
+            )
         except ModelCallError as exc:  # the other sources' notes stand; this one is left out, and recorded
-            return degradation("step_fallback", "take_notes", f"source left out: notes from "
-                                                              f"{source.url or source.title}: {exc}")
+            return degradation(
+                "step_fallback", "take_notes", f"source left out: notes from {source.url or source.title}: {exc}"
+            )
         return [Note(source_id=source.id, text=t) for t in taken]
 
     outcomes = await asyncio.gather(*(one(s) for s in new))
     taken = [n for batch in outcomes if not isinstance(batch, Degradation) for n in batch]
-    return Command(goto="assess", update={
-        "notes": state.get("notes", []) + taken,
-        "degraded": _more(state, *(o for o in outcomes if isinstance(o, Degradation))),
-        "steps": state.get("steps", 0) + 1,
-        "chain_calls": state.get("chain_calls", 0) + (1 if new else 0),
-    })
+    return Command(
+        goto="assess",
+        update={
+            "notes": state.get("notes", []) + taken,
+            "degraded": _more(state, *(o for o in outcomes if isinstance(o, Degradation))),
+            "steps": state.get("steps", 0) + 1,
+            "chain_calls": state.get("chain_calls", 0) + (1 if new else 0),
+        },
+    )
 
 
 def _findings(state: ResearcherState, covered: bool, depth: int) -> Findings:
     """What the researcher hands back; one that found nothing says so."""
     degraded = state.get("degraded", [])
     if not state.get("notes"):
-        degraded = [*degraded, degradation("no_findings", "researcher", f"{state['topic']!r}: no notes from "
-                                                                         f"{len(state.get('sources', []))} sources read")]
+        degraded = [
+            *degraded,
+            degradation(
+                "no_findings",
+                "researcher",
+                f"{state['topic']!r}: no notes from {len(state.get('sources', []))} sources read",
+            ),
+        ]
     return Findings(
-        index=state["index"], round=state["research_round"], topic=state["topic"], sources=state.get("sources", []),
-        notes=state.get("notes", []), searches=state.get("searches", 0), fetches=state.get("fetches", 0),
-        steps=state.get("steps", 0), covered=covered, critical_path_calls=depth, degraded=degraded,
+        index=state["index"],
+        round=state["research_round"],
+        topic=state["topic"],
+        sources=state.get("sources", []),
+        notes=state.get("notes", []),
+        searches=state.get("searches", 0),
+        fetches=state.get("fetches", 0),
+        steps=state.get("steps", 0),
+        covered=covered,
+        critical_path_calls=depth,
+        degraded=degraded,
     )
 
 
@@ -354,11 +425,16 @@ async def assess(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Co
         return Command(goto=END, update={"findings": [_findings(state, False, depth)]})
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     try:
-        coverage = await assess_coverage(gateway, state["topic"], state["focus"],
-                                         [n.text for n in state.get("notes", [])], options.queries_per_topic)
+        coverage = await assess_coverage(
+            gateway, state["topic"], state["focus"], [n.text for n in state.get("notes", [])], options.queries_per_topic
+        )
     except ModelCallError as exc:  # the notes taken stand; the researcher stops here
-        failed = {**state, "degraded": _more(state, degradation("step_fallback", "assess",
-                                                                 f"researcher stopped at {state['topic']!r}: {exc}"))}
+        failed = {
+            **state,
+            "degraded": _more(
+                state, degradation("step_fallback", "assess", f"researcher stopped at {state['topic']!r}: {exc}")
+            ),
+        }
         return Command(goto=END, update={"findings": [_findings(failed, False, depth + 1)]})
     depth += 1
     if coverage.covered or not coverage.follow_up_queries:

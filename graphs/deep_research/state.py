@@ -91,5 +91,3 @@ class DeepResearchState(PipelineInput, PipelineOutput, total=False):
     findings: Annotated[list[Findings], operator.add]
     depth: int  # dependent LLM calls so far on the critical path (rounds finished)
     degraded: list[Degradation]  # steps of the top graph that fell back (the researchers' are in their findings)
-
-

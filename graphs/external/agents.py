@@ -32,12 +32,20 @@ class AgentSpec:
 
 AGENTS: dict[str, AgentSpec] = {
     "open_deep_research": AgentSpec(
-        "open_deep_research", "open-deep-research==0.0.16", "open_deep_research",
-        {"research": "researcher", "summarization": "researcher", "compression": "researcher",
-         "final_report": "writer"},
+        "open_deep_research",
+        "open-deep-research==0.0.16",
+        "open_deep_research",
+        {
+            "research": "researcher",
+            "summarization": "researcher",
+            "compression": "researcher",
+            "final_report": "writer",
+        },
     ),
     "gpt_researcher": AgentSpec(
-        "gpt_researcher", "gpt-researcher==0.15.1", "gpt_researcher",
+        "gpt_researcher",
+        "gpt-researcher==0.15.1",
+        "gpt_researcher",
         {"fast": "researcher", "strategic": "planner", "smart": "writer"},
     ),
 }
@@ -51,7 +59,7 @@ def check_installed(spec: AgentSpec, python: str | None) -> None:
         raise ConfigError(f"pipeline_options.python: {python} is not an executable interpreter")
     if python is None and importlib.util.find_spec(spec.module) is None:
         raise ConfigError(
-            f"external agent {spec.name!r} is not installed: pip install -e \".[agents]\" "
+            f'external agent {spec.name!r} is not installed: pip install -e ".[agents]" '
             f"(or set pipeline_options.python to an interpreter that has {spec.package})"
         )
 
@@ -111,8 +119,10 @@ def endpoint_address(env: dict[str, str]) -> tuple[str, int]:
 
     named = {(parts.hostname, parts.port) for key in SESSION_URLS if key in env for parts in [urlsplit(env[key])]}
     if len(named) != 1:
-        raise AtelierError(f"an agent's session must name one endpoint address in {', '.join(SESSION_URLS)}; "
-                           f"it names {', '.join(sorted(f'{h}:{p}' for h, p in named)) or 'none'}")
+        raise AtelierError(
+            f"an agent's session must name one endpoint address in {', '.join(SESSION_URLS)}; "
+            f"it names {', '.join(sorted(f'{h}:{p}' for h, p in named)) or 'none'}"
+        )
     host, port = named.pop()
     if host not in ENDPOINT_HOSTS or port is None:
         raise AtelierError(f"an agent's endpoint must be on 127.0.0.1 with a port; its session names {host}:{port}")

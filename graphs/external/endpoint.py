@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import contextvars
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from starlette.applications import Starlette
 
@@ -31,8 +31,9 @@ from tools.web import Web
 
 
 class AgentEndpoint:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, fallback: EndpointSession | None = None,
-                 with_mcp: bool = True) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, fallback: EndpointSession | None = None, with_mcp: bool = True
+    ) -> None:
         """`fallback`: the session of requests without a known token (`atelier gateway serve`).
         `with_mcp` needs the `mcp` package (the `agents` extra)."""
         self.sessions = Sessions(fallback)
@@ -62,7 +63,7 @@ class AgentEndpoint:
     def openai_base(self) -> str:
         return f"{self.base_url}/v1"
 
-    def start(self) -> "AgentEndpoint":
+    def start(self) -> AgentEndpoint:
         self.server.start()
         return self
 
@@ -87,8 +88,14 @@ class AgentEndpoint:
     ) -> Iterator[tuple[EndpointSession, WebSession | None]]:
         """Open a session for one agent run on the calling event loop; closed on exit. `keep`
         stores each page text the agent reads and returns its sha256 (the run's source store)."""
-        model_side = EndpointSession(gateway=gateway, agent=agent, tags=tags, roles=roles,
-                                     loop=asyncio.get_running_loop(), context=contextvars.copy_context())
+        model_side = EndpointSession(
+            gateway=gateway,
+            agent=agent,
+            tags=tags,
+            roles=roles,
+            loop=asyncio.get_running_loop(),
+            context=contextvars.copy_context(),
+        )
         web_side = None
         if web is not None:
             web_side = WebSession(model_side, web, self.base_url, max_results, page_chars)

@@ -73,8 +73,13 @@ def _run_workdir(context: EpisodeContext, case_id: str) -> Path | None:
     """`<run>/external/<system>/<case>/`: the agent's input, output, log, response and timings."""
     if not context.run_dir:
         return None
-    return run_path(context.run_dir, "external", context.system.name, re.sub(r"[^A-Za-z0-9_.-]+", "_", case_id),
-                    what="system name and case id")
+    return run_path(
+        context.run_dir,
+        "external",
+        context.system.name,
+        re.sub(r"[^A-Za-z0-9_.-]+", "_", case_id),
+        what="system name and case id",
+    )
 
 
 def _workdir(context: EpisodeContext, case_id: str) -> Path:
@@ -96,8 +101,11 @@ def _write_timings(workdir: Path, wall_s: float, run_s: float | None) -> None:
     """The agent process's wall time, and of it `startup_s`: until its run started (a fork of the
     preloaded agent server; the first job of a server also waits for its imports). Kept beside the
     response, not in it: a replayed run's responses stay identical."""
-    timings = {"wall_s": round(wall_s, 3), "run_s": run_s,
-               "startup_s": round(wall_s - run_s, 3) if run_s is not None else None}
+    timings = {
+        "wall_s": round(wall_s, 3),
+        "run_s": run_s,
+        "startup_s": round(wall_s - run_s, 3) if run_s is not None else None,
+    }
     (workdir / TIMINGS).write_text(json.dumps(timings), encoding="utf-8")
 
 
@@ -135,8 +143,10 @@ def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]
     cited, unknown = web.cited(_URL.findall(report))
     numbers = _reference_numbers(report, web)
     # a source the agent saw only as a search result's snippet has no page text read: no sha256
-    citations = [Citation(source_id=s.id, url=s.url, title=s.title or None, sha256=s.sha256, number=numbers.get(s.id))
-                 for s in cited]
+    citations = [
+        Citation(source_id=s.id, url=s.url, title=s.title or None, sha256=s.sha256, number=numbers.get(s.id))
+        for s in cited
+    ]
     refs = [ref.model_dump() for s in web.sources.values() if (ref := s.ref()) is not None]
     return SystemResponse(
         text=report,
@@ -144,10 +154,13 @@ def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]
         degraded=list(web.degraded),
         meta={
             **meta,
-            "citations": {"urls": len(cited) + len(unknown), "sources_cited": len(citations),
-                          "cited_from_snippet": [s.url for s in cited if not s.sha256],
-                          "unverified_urls": unknown,  # URLs in the report the agent was never shown
-                          "sources_read": len(refs)},
+            "citations": {
+                "urls": len(cited) + len(unknown),
+                "sources_cited": len(citations),
+                "cited_from_snippet": [s.url for s in cited if not s.sha256],
+                "unverified_urls": unknown,  # URLs in the report the agent was never shown
+                "sources_read": len(refs),
+            },
             "searches": web.searches,
             "fetches": web.fetches,
             "sources_read": refs,
@@ -170,23 +183,46 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
     case_id = tags.get("case") or view_of(state, runtime, PIPELINE).id
     workdir = await asyncio.to_thread(_workdir, context, case_id)
     roles = {**spec.call_roles, **options.call_roles}
-    with endpoint.session(resources.gateway, web, agent=spec.name, tags=tags, roles=roles,
-                          max_results=options.max_results, page_chars=options.page_chars,
-                          keep=resources.sources.put) as (model, web_session):
+    with endpoint.session(
+        resources.gateway,
+        web,
+        agent=spec.name,
+        tags=tags,
+        roles=roles,
+        max_results=options.max_results,
+        page_chars=options.page_chars,
+        keep=resources.sources.put,
+    ) as (model, web_session):
         assert web_session is not None
-        job = {"agent": spec.name, "brief": state["brief"], "settings": options.settings,
-               "today": options.today.isoformat() if options.today else None,
-               "endpoint": {"openai_base": endpoint.openai_base, "web_root": web_session.root}}
+        job = {
+            "agent": spec.name,
+            "brief": state["brief"],
+            "settings": options.settings,
+            "today": options.today.isoformat() if options.today else None,
+            "endpoint": {"openai_base": endpoint.openai_base, "web_root": web_session.root},
+        }
         output = await asyncio.to_thread(_job_files, workdir, job)
         env = session_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy)
         started = time.perf_counter()
-        code = await run_agent_job(options.python, spec.name, workdir / "input.json", output, workdir / "agent.log",
-                                   env, options.timeout_s, options.isolation)
+        code = await run_agent_job(
+            options.python,
+            spec.name,
+            workdir / "input.json",
+            output,
+            workdir / "agent.log",
+            env,
+            options.timeout_s,
+            options.isolation,
+        )
         wall_s = time.perf_counter() - started
         if code is None:
-            raise ExternalAgentError(f"{spec.name} did not finish within {options.timeout_s:g} s (log: {workdir / 'agent.log'})")
+            raise ExternalAgentError(
+                f"{spec.name} did not finish within {options.timeout_s:g} s (log: {workdir / 'agent.log'})"
+            )
         if not output.exists():
-            raise ExternalAgentError(f"{spec.name} exited with code {code} and no result; its log ends:\n{_log_tail(workdir)}")
+            raise ExternalAgentError(
+                f"{spec.name} exited with code {code} and no result; its log ends:\n{_log_tail(workdir)}"
+            )
         result = json.loads(output.read_text(encoding="utf-8"))
         if result.get("error"):
             model_errors = f"; model errors: {model.errors[-1]}" if model.errors else ""
@@ -195,26 +231,38 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
                 f"{spec.name} failed: {result['error']}{model_errors}{dry} (log: {workdir / 'agent.log'})"
             )
         if web_session.replay_misses:  # the agent answered from less web than was recorded: not a result
-            raise ReplayMiss(f"{len(web_session.replay_misses)} request(s) of {spec.name} missing from the replayed "
-                             f"web, e.g. {web_session.replay_misses[0]}")
+            raise ReplayMiss(
+                f"{len(web_session.replay_misses)} request(s) of {spec.name} missing from the replayed "
+                f"web, e.g. {web_session.replay_misses[0]}"
+            )
         _write_timings(workdir, wall_s, result.get("run_s"))
-        meta = meta_of(state, runtime, PIPELINE) | {"agent": spec.name, "isolation": options.isolation,
-                                                    "calls": dict(sorted(model.calls.items()))}
+        meta = meta_of(state, runtime, PIPELINE) | {
+            "agent": spec.name,
+            "isolation": options.isolation,
+            "calls": dict(sorted(model.calls.items())),
+        }
         response = agent_response(result, web_session, meta)
     (workdir / "response.json").write_text(response.model_dump_json(indent=1), encoding="utf-8")
     return Command(goto=END, update={"response": response})
 
 
 def build_external_graph():
-    graph = StateGraph(ExternalState, context_schema=EpisodeContext, input_schema=PipelineInput,
-                       output_schema=PipelineOutput)
+    graph = StateGraph(
+        ExternalState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput
+    )
     graph.add_node("brief", write_brief)
     graph.add_node("run_agent", run_agent)
     graph.add_edge(START, "brief")
     return graph.compile(name=PIPELINE)
 
 
-register_pipeline(PipelineSpec(
-    PIPELINE, "an external deep-research agent (open_deep_research, gpt_researcher) through the gateway endpoint",
-    build_external_graph, ExternalOptions, variant_option="agent", bench_figures=bench_figures,
-))
+register_pipeline(
+    PipelineSpec(
+        PIPELINE,
+        "an external deep-research agent (open_deep_research, gpt_researcher) through the gateway endpoint",
+        build_external_graph,
+        ExternalOptions,
+        variant_option="agent",
+        bench_figures=bench_figures,
+    )
+)

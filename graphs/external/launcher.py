@@ -32,9 +32,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import AsyncIterator, Literal
+from typing import Literal
 
 from benchmarks.common.errors import AtelierError, ConfigError
 from graphs.external.agents import CHILD, base_env, child_command, endpoint_address
@@ -62,8 +63,13 @@ def boundary_command() -> list[str] | None:
 def probe_boundary(python: str | None, command: list[str]) -> str | None:
     """Why a job's boundary cannot be made by `command` for `python` (None: it can, and holds)."""
     try:
-        done = subprocess.run([*command, python or sys.executable, str(CHILD / "guard.py"), "--probe"],
-                              env=base_env(), capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        done = subprocess.run(
+            [*command, python or sys.executable, str(CHILD / "guard.py"), "--probe"],
+            env=base_env(),
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         return f"the namespace probe did not finish within {PROBE_TIMEOUT_S} s"
     if done.returncode == 0:
@@ -72,7 +78,7 @@ def probe_boundary(python: str | None, command: list[str]) -> str | None:
     return said[-1] if said else f"the namespace probe exited with code {done.returncode}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def boundary_problem(python: str | None) -> str | None:
     """Why this machine cannot run `python`'s agents inside their namespaces (None: it can).
     Probed once per interpreter and process."""
@@ -90,7 +96,7 @@ def require_boundary(python: str | None) -> None:
     if problem is not None:
         raise ConfigError(
             f"pipeline_options.isolation: external agents run inside Linux namespaces (unshare: own network, "
-            f"processes and /tmp), which cannot be made here ({problem}); set isolation = \"none\" to run them "
+            f'processes and /tmp), which cannot be made here ({problem}); set isolation = "none" to run them '
             f"with no OS boundary"
         )
 
@@ -104,13 +110,20 @@ class AgentServer:
         if isolated:
             prefix = boundary_command()
             if prefix is None:
-                raise ConfigError("external agents run inside Linux namespaces: the unshare command (util-linux) "
-                                  "is not on PATH")
+                raise ConfigError(
+                    "external agents run inside Linux namespaces: the unshare command (util-linux) is not on PATH"
+                )
             command = [*prefix, *command]
         self.isolated = isolated
         self.stderr = tempfile.TemporaryFile()
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
-                                        env=base_env(), start_new_session=True)  # Ctrl-C reaches the run, which stops it
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            env=base_env(),
+            start_new_session=True,
+        )  # Ctrl-C reaches the run, which stops it
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._ended: dict[int, Future[int]] = {}
@@ -129,7 +142,7 @@ class AgentServer:
             line = raw.decode("utf-8", errors="replace")
             if not line.startswith(PREFIX):
                 continue  # something the agent's imports printed
-            message = json.loads(line[len(PREFIX):])
+            message = json.loads(line[len(PREFIX) :])
             with self._lock:
                 if "error" in message:
                     error = message["error"]
@@ -157,20 +170,38 @@ class AgentServer:
         except (BrokenPipeError, ValueError):
             pass  # the server ended (or was closed): the reader fails the jobs still waiting with its reason
 
-    async def run(self, input_path: Path, output_path: Path, log_path: Path, env: dict[str, str],
-                  timeout_s: float, boundary: dict | None = None) -> int | None:
+    async def run(
+        self,
+        input_path: Path,
+        output_path: Path,
+        log_path: Path,
+        env: dict[str, str],
+        timeout_s: float,
+        boundary: dict | None = None,
+    ) -> int | None:
         """The job's exit code, or None when it ran out of time (then it is killed). `boundary`:
         `{"port", "socket"}`, the endpoint's port and the relay's socket (an isolated server)."""
         if self.isolated != (boundary is not None):
-            raise AgentServerError("a job's boundary must match its server: an isolated server's jobs have one, others none")
+            raise AgentServerError(
+                "a job's boundary must match its server: an isolated server's jobs have one, others none"
+            )
         ended: Future[int] = Future()
         with self._lock:
             if self.failure is not None:
                 raise AgentServerError(self.failure)
             job = next(self._ids)
             self._ended[job] = ended
-            self._send({"id": job, "input": str(input_path), "output": str(output_path), "log": str(log_path),
-                        "cwd": str(input_path.parent), "env": env, "boundary": boundary})
+            self._send(
+                {
+                    "id": job,
+                    "input": str(input_path),
+                    "output": str(output_path),
+                    "log": str(log_path),
+                    "cwd": str(input_path.parent),
+                    "env": env,
+                    "boundary": boundary,
+                }
+            )
         try:
             # shielded: a timeout (or the episode's cancellation) must not cancel what the reader settles
             await asyncio.wait([asyncio.shield(asyncio.wrap_future(ended))], timeout=timeout_s)
@@ -220,7 +251,9 @@ async def endpoint_relay(host: str, port: int) -> AsyncIterator[str]:
     path = os.path.join(folder, "endpoint.sock")
     if len(path.encode()) > UNIX_PATH_MAX:
         await asyncio.to_thread(os.rmdir, folder)
-        raise ConfigError(f"the endpoint relay's socket path {path} is longer than a Unix socket allows: set a shorter TMPDIR")
+        raise ConfigError(
+            f"the endpoint relay's socket path {path} is longer than a Unix socket allows: set a shorter TMPDIR"
+        )
     links: set[asyncio.Task] = set()
 
     async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -270,24 +303,37 @@ def close_servers() -> None:
         server.close()
 
 
-async def _run_fresh(python: str | None, input_path: Path, output_path: Path, log_path: Path, env: dict[str, str],
-                     timeout_s: float) -> int | None:
+async def _run_fresh(
+    python: str | None, input_path: Path, output_path: Path, log_path: Path, env: dict[str, str], timeout_s: float
+) -> int | None:
     """The job in a new interpreter (where a process cannot fork)."""
     with log_path.open("wb") as log:
         process = await asyncio.create_subprocess_exec(
-            *child_command(python, str(input_path), str(output_path)), cwd=input_path.parent,
-            env={**base_env(), **env}, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+            *child_command(python, str(input_path), str(output_path)),
+            cwd=input_path.parent,
+            env={**base_env(), **env},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
         )
         try:
             return await asyncio.wait_for(process.wait(), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             process.kill()
             await process.wait()
             return None
 
 
-async def run_agent_job(python: str | None, agent: str, input_path: Path, output_path: Path, log_path: Path,
-                        env: dict[str, str], timeout_s: float, isolation: Isolation = "namespaces") -> int | None:
+async def run_agent_job(
+    python: str | None,
+    agent: str,
+    input_path: Path,
+    output_path: Path,
+    log_path: Path,
+    env: dict[str, str],
+    timeout_s: float,
+    isolation: Isolation = "namespaces",
+) -> int | None:
     """Run the job whose input is `input_path` (the agent's working folder is its folder). With
     `isolation = "namespaces"` it reaches only the endpoint its session's URLs (`env`) name, and
     is refused (`ConfigError`) where that boundary cannot be made."""
@@ -297,10 +343,11 @@ async def run_agent_job(python: str | None, agent: str, input_path: Path, output
         server = await asyncio.to_thread(_server, python, agent, False)
         return await server.run(input_path, output_path, log_path, env, timeout_s)
     if isolation != "namespaces":
-        raise ConfigError(f"pipeline_options.isolation: {isolation!r} is neither \"namespaces\" nor \"none\"")
+        raise ConfigError(f'pipeline_options.isolation: {isolation!r} is neither "namespaces" nor "none"')
     await asyncio.to_thread(require_boundary, python)
     host, port = endpoint_address(env)
     server = await asyncio.to_thread(_server, python, agent, True)
     async with endpoint_relay(host, port) as socket_path:
-        return await server.run(input_path, output_path, log_path, env, timeout_s,
-                                boundary={"port": port, "socket": socket_path})
+        return await server.run(
+            input_path, output_path, log_path, env, timeout_s, boundary={"port": port, "socket": socket_path}
+        )

@@ -23,6 +23,11 @@ class FullHistory(RawHistoryBackend):
         events = most_recent_first(self._events.events(user_id))
         budget = self.budget(budget)
         packed = pack(((e.id, render_event(e)) for e in events), budget)
-        return UserContext(backend=self.name, form="raw" if packed.ids else "none", text=packed.text,
-                           event_ids=packed.ids, tokens=packed.tokens,
-                           degraded=packed.degraded("recall", "history events", budget))
+        return UserContext(
+            backend=self.name,
+            form="raw" if packed.ids else "none",
+            text=packed.text,
+            event_ids=packed.ids,
+            tokens=packed.tokens,
+            degraded=packed.degraded("recall", "history events", budget),
+        )

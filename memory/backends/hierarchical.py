@@ -17,14 +17,15 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
-from agents.models.embeddings import Embedder, get_embedder
 from agents.memory_curator import analyze_profile, extract_knowledge, summarize_topics
+from agents.models.embeddings import Embedder, get_embedder
 from benchmarks.case import HistoryEvent
 from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from memory.budget import pack, render_event
@@ -40,17 +41,24 @@ class HierarchicalConfig(MemoryConfig):
     evict_batch: int = Field(
         default=1, ge=1, description="Pages moved to mid-term together when the queue is full (one LLM call each move)."
     )
-    mid_term_capacity: int = Field(default=2000, ge=1, description="Topic sessions kept; beyond it the least retrieved goes.")
+    mid_term_capacity: int = Field(
+        default=2000, ge=1, description="Topic sessions kept; beyond it the least retrieved goes."
+    )
     topic_similarity_threshold: float = Field(
-        default=0.6, description="Join an existing session when cosine(summary) + keyword_weight x Jaccard(keywords) >= this."
+        default=0.6,
+        description="Join an existing session when cosine(summary) + keyword_weight x Jaccard(keywords) >= this.",
     )
     keyword_weight: float = Field(default=1.0, ge=0, description="Weight of keyword overlap when matching sessions.")
     heat_alpha: float = Field(default=1.0, ge=0, description="Heat per retrieval visit (N_visit).")
-    heat_beta: float = Field(default=1.0, ge=0, description="Heat per page added since the last promotion (L_interaction).")
+    heat_beta: float = Field(
+        default=1.0, ge=0, description="Heat per page added since the last promotion (L_interaction)."
+    )
     heat_gamma: float = Field(default=1.0, ge=0, description="Weight of recency exp(-hours / recency_tau_hours).")
     recency_tau_hours: float = Field(default=24.0, gt=0, description="Recency time scale in hours.")
     promotion_heat: float = Field(default=5.0, gt=0, description="Heat at which a session is promoted to long-term.")
-    long_term_capacity: int = Field(default=100, ge=1, description="Long-term private facts kept (oldest dropped first).")
+    long_term_capacity: int = Field(
+        default=100, ge=1, description="Long-term private facts kept (oldest dropped first)."
+    )
     top_sessions: int = Field(default=5, ge=1, description="Mid-term sessions searched per query.")
     session_threshold: float = Field(default=0.1, description="Minimum query-summary similarity of a searched session.")
     page_threshold: float = Field(default=0.1, description="Minimum query-page similarity of a retrieved page.")
@@ -197,8 +205,12 @@ class HierarchicalMemory(MemoryBackend):
         async with self.user_lock(user_id):  # a search updates session heat
             query_vector = (await self._embed([as_query(query).text]))[0]
             pages = memory.mid_term.search(
-                query_vector, self.now(), self.config.top_sessions, self.config.session_threshold,
-                self.config.page_threshold, self.config.max_pages,
+                query_vector,
+                self.now(),
+                self.config.top_sessions,
+                self.config.session_threshold,
+                self.config.page_threshold,
+                self.config.max_pages,
             )
             facts = memory.long_term.search_facts(query_vector, self.config.max_facts, self.config.fact_threshold)
         return self._combine(memory, pages, facts, self.budget(budget))
@@ -210,20 +222,30 @@ class HierarchicalMemory(MemoryBackend):
         if memory is None:
             return digest_of({"events": []})
         mid = memory.mid_term
-        return digest_of({
-            "events": [e.id for e in self._events.events(user_id)],
-            "short_term": [p.event_id for p in memory.short_term],
-            "sessions": [
-                {"id": s.id, "summary": s.summary, "keywords": s.keywords, "pages": list(s.pages),
-                 "visits": s.visits, "length": s.length, "retrievals": s.retrievals, "analyzed": s.analyzed,
-                 "last_visit": repr(s.last_visit)}
-                for s in mid.sessions.values()
-            ],
-            "sessions_opened": mid.sessions_opened,
-            "traits": memory.long_term.traits,
-            "profile_sources": memory.long_term.profile_sources,
-            "facts": [[f.text, f.event_ids] for f in memory.long_term.facts],
-        })
+        return digest_of(
+            {
+                "events": [e.id for e in self._events.events(user_id)],
+                "short_term": [p.event_id for p in memory.short_term],
+                "sessions": [
+                    {
+                        "id": s.id,
+                        "summary": s.summary,
+                        "keywords": s.keywords,
+                        "pages": list(s.pages),
+                        "visits": s.visits,
+                        "length": s.length,
+                        "retrievals": s.retrievals,
+                        "analyzed": s.analyzed,
+                        "last_visit": repr(s.last_visit),
+                    }
+                    for s in mid.sessions.values()
+                ],
+                "sessions_opened": mid.sessions_opened,
+                "traits": memory.long_term.traits,
+                "profile_sources": memory.long_term.profile_sources,
+                "facts": [[f.text, f.event_ids] for f in memory.long_term.facts],
+            }
+        )
 
     def _combine(self, memory: UserTiers, pages: list[PageMatch], facts: list[FactMatch], budget: int) -> UserContext:
         long_term = memory.long_term
@@ -232,18 +254,36 @@ class HierarchicalMemory(MemoryBackend):
             profile = "\n".join(t.render() for t in long_term.traits)
             sections.append(("User profile", [_Item("profile", "profile", profile, long_term.profile_sources)]))
         if facts:
-            sections.append(("Facts about the user", [
-                _Item(f"fact:{i}", "fact", f"- {m.fact.text}", m.fact.event_ids) for i, m in enumerate(facts)]))
+            sections.append(
+                (
+                    "Facts about the user",
+                    [_Item(f"fact:{i}", "fact", f"- {m.fact.text}", m.fact.event_ids) for i, m in enumerate(facts)],
+                )
+            )
         if pages:
-            sections.append(("Related memories", [
-                _Item(f"page:{m.page.event_id}", "page", m.page.text, [m.page.event_id]) for m in pages]))
+            sections.append(
+                (
+                    "Related memories",
+                    [_Item(f"page:{m.page.event_id}", "page", m.page.text, [m.page.event_id]) for m in pages],
+                )
+            )
         if memory.short_term:
-            sections.append(("Recent history", [
-                _Item(f"recent:{p.event_id}", "recent", p.text, [p.event_id]) for p in reversed(memory.short_term)]))
+            sections.append(
+                (
+                    "Recent history",
+                    [
+                        _Item(f"recent:{p.event_id}", "recent", p.text, [p.event_id])
+                        for p in reversed(memory.short_term)
+                    ],
+                )
+            )
         items = {item.key: item for _, section in sections for item in section}
         packed = pack(
-            ((item.key, f"# {heading}\n{item.text}" if i == 0 else item.text)  # the heading rides on its first item
-             for heading, section in sections for i, item in enumerate(section)),
+            (
+                (item.key, f"# {heading}\n{item.text}" if i == 0 else item.text)  # the heading rides on its first item
+                for heading, section in sections
+                for i, item in enumerate(section)
+            ),
             budget,
         )
         degraded = packed.degraded("recall", "memory items", budget)

@@ -26,10 +26,11 @@ import logging
 import secrets
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -46,7 +47,9 @@ COLLECTION = "atelier_mem0"
 class Mem0Config(MemoryConfig):
     backend: Literal["mem0"] = "mem0"
     events_per_add: int = Field(
-        default=1, ge=1, le=100,
+        default=1,
+        ge=1,
+        le=100,
         description="Events per mem0 add (one LLM call each); memories cite all events of their add.",
     )
     top_k: int = Field(default=20, ge=1, description="Memories retrieved per query.")
@@ -164,10 +167,11 @@ class Mem0Backend(MemoryBackend):
                     messages = [m for e in batch for m in event_messages(e)]
                     ids = [e.id for e in batch]
                     if messages:
-                        day = datetime.fromtimestamp(self.now(), timezone.utc).date().isoformat()
+                        day = datetime.fromtimestamp(self.now(), UTC).date().isoformat()
                         with extraction_date(day):
-                            await memory.add(messages, user_id=mem0_user_key(user_id),
-                                             metadata={EVENT_IDS_KEY: json.dumps(ids)})
+                            await memory.add(
+                                messages, user_id=mem0_user_key(user_id), metadata={EVENT_IDS_KEY: json.dumps(ids)}
+                            )
                     self._record(user_id, ids)
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
@@ -200,9 +204,15 @@ class Mem0Backend(MemoryBackend):
             for event_id in hit.event_ids:
                 scores[event_id] = max(scores.get(event_id, float("-inf")), round(hit.score, 6))
         event_ids = list(dict.fromkeys(i for hit in shown for i in hit.event_ids))
-        return UserContext(backend=self.name, form="profile", text=packed.text, event_ids=event_ids, scores=scores,
-                           tokens=packed.tokens,
-                           degraded=degraded)
+        return UserContext(
+            backend=self.name,
+            form="profile",
+            text=packed.text,
+            event_ids=event_ids,
+            scores=scores,
+            tokens=packed.tokens,
+            degraded=degraded,
+        )
 
     async def state_digest(self, user_id: str) -> str:
         """The events added and the memories mem0 keeps for the user (their texts and the events
@@ -212,8 +222,10 @@ class Mem0Backend(MemoryBackend):
             return digest_of({"events": [], "memories": []})
         memory = await self._mem0()
         found = await memory.get_all(filters={"user_id": mem0_user_key(user_id)}, top_k=1_000_000)
-        memories = sorted([hit.get("memory") or "", (hit.get("metadata") or {}).get(EVENT_IDS_KEY, "[]")]
-                          for hit in found.get("results", []))
+        memories = sorted(
+            [hit.get("memory") or "", (hit.get("metadata") or {}).get(EVENT_IDS_KEY, "[]")]
+            for hit in found.get("results", [])
+        )
         return digest_of({"events": known, "memories": memories})
 
     def reset_store(self) -> None:

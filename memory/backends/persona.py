@@ -8,7 +8,8 @@ first (`facets = "relevant"`), always cut to the budget. The context cites the p
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import Field
 
@@ -59,6 +60,10 @@ class PersonaMemory(MemoryBackend):
         if not packed.facets:
             return UserContext(backend=self.name, form="none", degraded=packed.degraded)
         return UserContext(
-            backend=self.name, form="persona", text=packed.text, event_ids=[persona.id], tokens=packed.tokens,
+            backend=self.name,
+            form="persona",
+            text=packed.text,
+            event_ids=[persona.id],
+            tokens=packed.tokens,
             degraded=packed.degraded,
         )

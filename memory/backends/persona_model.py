@@ -12,8 +12,9 @@ in schema order are returned, with the events behind them as the context's event
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 from pydantic import Field
 
@@ -61,7 +62,9 @@ class PersonaModel(MemoryBackend):
             new = self._events.unseen(user_id, events)
             if not new:
                 return
-            facets = {path: _FacetState(s.value, list(s.event_ids)) for path, s in self._facets.get(user_id, {}).items()}
+            facets = {
+                path: _FacetState(s.value, list(s.event_ids)) for path, s in self._facets.get(user_id, {}).items()
+            }
             with memory_step("ingest"):
                 for chunk in history_chunks(new, self.config.chunk_tokens):
                     current = {path: facets[path].value for path in FACET_PATHS if path in facets}
@@ -105,6 +108,11 @@ class PersonaModel(MemoryBackend):
                 if f.path in packed.scores:
                     scores[event_id] = max(scores.get(event_id, float("-inf")), packed.scores[f.path])
         return UserContext(
-            backend=self.name, form="persona", text=packed.text, event_ids=event_ids, scores=scores, tokens=packed.tokens,
+            backend=self.name,
+            form="persona",
+            text=packed.text,
+            event_ids=event_ids,
+            scores=scores,
+            tokens=packed.tokens,
             degraded=packed.degraded,
         )

@@ -13,7 +13,8 @@ selection first, it is `selected` with `form = "profile"`.)
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import Field
 
@@ -30,7 +31,8 @@ from memory.user_events import RawHistoryBackend, UserEvents, most_recent_first
 class ProfileConfig(MemoryConfig):
     backend: Literal["profile"] = "profile"
     chunk_tokens: int = Field(
-        default=6000, ge=200,
+        default=6000,
+        ge=200,
         description="History tokens per profile call; more new history is folded in one call per chunk.",
     )
 
@@ -95,5 +97,10 @@ class QueryAwareProfile(RawHistoryBackend):
             profile = await build_query_profile(
                 self.env.gateway, self.env.role, query.text, history.text, query.previous_turns
             )
-        return profile_context(self.name, profile.blocks(), history.event_ids, self.budget(budget),
-                               history.degraded("recall", "the profiler", self.config.history_tokens))
+        return profile_context(
+            self.name,
+            profile.blocks(),
+            history.event_ids,
+            self.budget(budget),
+            history.degraded("recall", "the profiler", self.config.history_tokens),
+        )

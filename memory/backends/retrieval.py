@@ -22,7 +22,8 @@ turns are mixed), so history retrieval can be scored.
 from __future__ import annotations
 
 import asyncio
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -78,7 +79,11 @@ class RetrievalConfig(MemoryConfig):
         default="raw", description="Retrieved events as raw history, or as a query-aware LLM profile of them."
     )
     history_tokens: int = Field(default=4000, ge=100, description="profile form: retrieved history the profiler reads.")
-    embedder: str = Field(default="local", min_length=1, description="'local' (MiniLM), 'local-bf16' (MiniLM in bfloat16: ~2x faster ingest on CPUs with AMX, slower without), 'local-int8' (MiniLM with int8 linear layers: ~1.5x faster on any x86 CPU), or a litellm embedding model.")
+    embedder: str = Field(
+        default="local",
+        min_length=1,
+        description="'local' (MiniLM), 'local-bf16' (MiniLM in bfloat16: ~2x faster ingest on CPUs with AMX, slower without), 'local-int8' (MiniLM with int8 linear layers: ~1.5x faster on any x86 CPU), or a litellm embedding model.",
+    )
     embedder_api_base: str | None = Field(default=None, description="Endpoint of the embedding model, if not local.")
     embedder_api_key_env: str | None = Field(default=None, description="Environment variable holding its API key.")
     embed_batch_size: int = Field(default=256, gt=0, description="Texts per embedding call at ingest.")
@@ -90,11 +95,13 @@ class RetrievalConfig(MemoryConfig):
     stopwords: StopWords = Field(default="english", description="bm25: stop words removed from events and queries.")
 
     @model_validator(mode="after")
-    def _enough_candidates(self) -> "RetrievalConfig":
+    def _enough_candidates(self) -> RetrievalConfig:
         if self.candidates < self.k:
             raise ValueError(f"candidates ({self.candidates}) must be at least k ({self.k})")
         if self.passage_overlap >= self.passage_words:
-            raise ValueError(f"passage_overlap ({self.passage_overlap}) must be below passage_words ({self.passage_words})")
+            raise ValueError(
+                f"passage_overlap ({self.passage_overlap}) must be below passage_words ({self.passage_words})"
+            )
         return self
 
 
@@ -163,8 +170,13 @@ class RetrievalMemory(MemoryBackend):
             profile = await build_query_profile(
                 self.env.gateway, self.env.role, query.text, history.text, query.previous_turns
             )
-        context = profile_context(self.name, profile.blocks(), history.event_ids, self.budget(budget),
-                                  history.degraded("recall", "the profiler", self.config.history_tokens))
+        context = profile_context(
+            self.name,
+            profile.blocks(),
+            history.event_ids,
+            self.budget(budget),
+            history.degraded("recall", "the profiler", self.config.history_tokens),
+        )
         context.scores = {i: ranking[i] for i in context.event_ids}
         return context
 
@@ -192,7 +204,9 @@ class RetrievalMemory(MemoryBackend):
             rankings.append(weighted_sum(self.lexical.search(user_id, texts, depth), weights))
         if self.dense is not None:
             per_text = self.dense.search(user_id, texts, depth)
-            rankings.append(per_text[0] if len(texts) == 1 else turn_mixture(per_text, weights, conversation.temperature))
+            rankings.append(
+                per_text[0] if len(texts) == 1 else turn_mixture(per_text, weights, conversation.temperature)
+            )
         if len(rankings) == 1:
             return rankings[0]
         return reciprocal_rank_fusion(rankings, k=self.config.rrf_k)

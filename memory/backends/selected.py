@@ -37,7 +37,9 @@ class SelectedConfig(MemoryConfig):
     max_sessions: int | None = Field(
         default=200, gt=0, description="Judge only the most recent sessions, at most this many (bounds cost)."
     )
-    top_k: int | None = Field(default=None, gt=0, description="Keep at most this many relevant sessions (most recent first).")
+    top_k: int | None = Field(
+        default=None, gt=0, description="Keep at most this many relevant sessions (most recent first)."
+    )
     session_tokens: int = Field(default=2000, ge=50, description="A session longer than this is cut before judging.")
     history_tokens: int = Field(
         default=8000, ge=200, description="Kept history (in tokens) the profiler reads in the profile form."
@@ -92,11 +94,22 @@ class SelectedHistory(RawHistoryBackend):
             if self.config.form == "raw":
                 budget = self.budget(budget)
                 packed = pack(((e.id, render_event(e)) for e in events), budget)
-                return UserContext(backend=self.name, form="raw" if packed.ids else "none", text=packed.text,
-                                   event_ids=packed.ids, tokens=packed.tokens, degraded=packed.degraded("recall", "selected events", budget))
+                return UserContext(
+                    backend=self.name,
+                    form="raw" if packed.ids else "none",
+                    text=packed.text,
+                    event_ids=packed.ids,
+                    tokens=packed.tokens,
+                    degraded=packed.degraded("recall", "selected events", budget),
+                )
             history = history_text(events, self.config.history_tokens)
             profile = await build_query_profile(
                 self.env.gateway, self.env.role, query.text, history.text, query.previous_turns
             )
-        return profile_context(self.name, profile.blocks(), history.event_ids, self.budget(budget),
-                               history.degraded("recall", "the profiler", self.config.history_tokens))
+        return profile_context(
+            self.name,
+            profile.blocks(),
+            history.event_ids,
+            self.budget(budget),
+            history.degraded("recall", "the profiler", self.config.history_tokens),
+        )

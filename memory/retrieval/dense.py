@@ -20,14 +20,13 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from benchmarks.case import HistoryEvent
 from benchmarks.common.errors import DataError
 from memory.embedders import CachingEmbedder
 from memory.retrieval.event_store import user_key
-
 
 PASSAGE_SEPARATOR = "\x1f"
 
@@ -101,7 +100,9 @@ class DenseIndex:
                     return None
             owner = (collection.metadata or {}).get("user_id")
             if owner != user_id:
-                raise DataError(f"chromadb collection {name} belongs to user {owner!r}, not {user_id!r}", file=self.store_dir)
+                raise DataError(
+                    f"chromadb collection {name} belongs to user {owner!r}, not {user_id!r}", file=self.store_dir
+                )
             self._collections[user_id] = collection
             self._counts[user_id] = collection.count()
             return collection
@@ -125,7 +126,9 @@ class DenseIndex:
         ids, texts = [], []
         for event in new:
             if PASSAGE_SEPARATOR in event.id:
-                raise DataError(f"history event id {event.id!r} holds the character \\x1f, which dense retrieval reserves")
+                raise DataError(
+                    f"history event id {event.id!r} holds the character \\x1f, which dense retrieval reserves"
+                )
             parts = passages(event.render(), self.passage_words, self.passage_overlap)
             for index in [*range(1, len(parts)), 0]:  # the passage under the event's own id last
                 ids.append(f"{event.id}{PASSAGE_SEPARATOR}{index}" if index else event.id)
@@ -153,7 +156,9 @@ class DenseIndex:
         depth = top_n
         while True:  # passages of one event can take several of the nearest places: then look deeper
             result = collection.query(query_embeddings=vectors, n_results=min(depth, count), include=["distances"])
-            rankings = [_best_per_event(ids, distances, top_n) for ids, distances in zip(result["ids"], result["distances"])]
+            rankings = [
+                _best_per_event(ids, distances, top_n) for ids, distances in zip(result["ids"], result["distances"])
+            ]
             if depth >= count or all(len(ranking) == top_n for ranking in rankings):
                 return rankings
             depth *= 2

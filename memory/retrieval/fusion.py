@@ -6,7 +6,7 @@ A ranking here is `dict[event id, score]` with the best first.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 Ranking = dict[str, float]
 

@@ -10,8 +10,9 @@ ranking stemming lifts nDCG@3 from 0.32 to 0.36 on the raw utterance.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -28,7 +29,9 @@ def _stemmer(stemming: Stemming):
     try:
         import Stemmer
     except ImportError:
-        raise ConfigError("stemmer = 'english' needs the PyStemmer package (pip install PyStemmer), or set stemmer = 'none'") from None
+        raise ConfigError(
+            "stemmer = 'english' needs the PyStemmer package (pip install PyStemmer), or set stemmer = 'none'"
+        ) from None
     return Stemmer.Stemmer(stemming)
 
 

@@ -51,15 +51,24 @@ from runs.bench.stack_floor import measure_stack_floor
 from tools.config import WebConfig
 
 
-def _context(run_dir: Path, name: str, pipeline: str, latency_ms: float, memory: str, options: dict[str, Any],
-             web: WebConfig) -> EpisodeContext:
+def _context(
+    run_dir: Path, name: str, pipeline: str, latency_ms: float, memory: str, options: dict[str, Any], web: WebConfig
+) -> EpisodeContext:
     model = ModelSettings(model=f"scripted?latency_ms={latency_ms:g}", max_concurrency=256, max_retries=0)
     return EpisodeContext(
-        run_id="bench-graph", run_dir=str(run_dir), cache_dir=None,
+        run_id="bench-graph",
+        run_dir=str(run_dir),
+        cache_dir=None,
         models={"system": model, "judge": model, "user_sim": model},
-        system=SystemSpec(name=f"bench-{name.replace(':', '-')}", pipeline=pipeline, memory={"backend": memory},
-                          pipeline_options=options),
-        judges=[], web=web, clarify_answerer="none",
+        system=SystemSpec(
+            name=f"bench-{name.replace(':', '-')}",
+            pipeline=pipeline,
+            memory={"backend": memory},
+            pipeline_options=options,
+        ),
+        judges=[],
+        web=web,
+        clarify_answerer="none",
     )
 
 
@@ -73,8 +82,9 @@ def covered_seconds(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-async def _episodes(graph, context: EpisodeContext, case_ids: list[str], benchmark: str, latency_ms: float,
-                    thread_prefix: str) -> list[dict[str, Any]]:
+async def _episodes(
+    graph, context: EpisodeContext, case_ids: list[str], benchmark: str, latency_ms: float, thread_prefix: str
+) -> list[dict[str, Any]]:
     ledger = resources_for(context).gateway.ledger
     figures = PIPELINES.get(context.system.pipeline).bench_figures
     out = []
@@ -90,22 +100,25 @@ async def _episodes(graph, context: EpisodeContext, case_ids: list[str], benchma
         in_model = covered_seconds([(e.ts - e.latency_ms / 1000, e.ts) for e in entries])
         chain = int(result["response"].meta.get("critical_path_calls", calls))
         critical = chain * latency_ms / 1000
-        out.append({
-            "case_id": case_id,
-            "wall_s": round(wall, 4),
-            "llm_calls": calls,
-            "prompt_tokens": sum(e.prompt_tokens for e in entries),
-            "completion_tokens": sum(e.completion_tokens for e in entries),
-            "embedding_calls": embeddings,
-            "in_model_calls_s": round(in_model, 4),
-            "framework_ms_per_llm_call": round((wall - in_model) * 1000 / max(calls, 1), 3),
-            "client_ms_per_llm_call": round(statistics.fmean(e.latency_ms for e in entries) - latency_ms, 3)
-            if entries else None,
-            **(figures(context, case_id) if figures else {}),
-            "critical_path_calls": chain,
-            "critical_path_s": round(critical, 4),
-            "wall_over_critical_path": round(wall / critical, 3) if critical else None,
-        })
+        out.append(
+            {
+                "case_id": case_id,
+                "wall_s": round(wall, 4),
+                "llm_calls": calls,
+                "prompt_tokens": sum(e.prompt_tokens for e in entries),
+                "completion_tokens": sum(e.completion_tokens for e in entries),
+                "embedding_calls": embeddings,
+                "in_model_calls_s": round(in_model, 4),
+                "framework_ms_per_llm_call": round((wall - in_model) * 1000 / max(calls, 1), 3),
+                "client_ms_per_llm_call": round(statistics.fmean(e.latency_ms for e in entries) - latency_ms, 3)
+                if entries
+                else None,
+                **(figures(context, case_id) if figures else {}),
+                "critical_path_calls": chain,
+                "critical_path_s": round(critical, 4),
+                "wall_over_critical_path": round(wall / critical, 3) if critical else None,
+            }
+        )
     return out
 
 
@@ -131,20 +144,40 @@ async def _stack_floor(benchmark: str) -> dict[str, float]:
     return await measure_stack_floor(load_cases(benchmark, limit=1)[0].view())
 
 
-MEANS = ("wall_s", "llm_calls", "prompt_tokens", "completion_tokens", "framework_ms_per_llm_call",
-         "client_ms_per_llm_call", "critical_path_calls", "wall_over_critical_path")
+MEANS = (
+    "wall_s",
+    "llm_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "framework_ms_per_llm_call",
+    "client_ms_per_llm_call",
+    "critical_path_calls",
+    "wall_over_critical_path",
+)
 SIDE_BY_SIDE = ("wall_s", "llm_calls", "prompt_tokens", "completion_tokens", "critical_path_calls")
 
 
-async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, case_ids: list[str] | None = None,
-                      benchmark: str = "sample", memory: str = "none", options: dict[str, Any] | None = None,
-                      checkpointer: str = "sqlite", floor: dict[str, float] | None = None) -> dict[str, Any]:
+async def bench_graph(
+    pipeline: str,
+    latency_ms: float,
+    *,
+    cases: int = 3,
+    case_ids: list[str] | None = None,
+    benchmark: str = "sample",
+    memory: str = "none",
+    options: dict[str, Any] | None = None,
+    checkpointer: str = "sqlite",
+    floor: dict[str, float] | None = None,
+) -> dict[str, Any]:
     """Times `cases` cases of `benchmark` (or those named by `case_ids`). `pipeline` may name a
     variant (`external:open_deep_research`). `checkpointer`: "sqlite" (what runs use), "memory" or
     "none" (to see what checkpoints cost). `floor`: the stack's floor when the caller measured it already."""
     name = pipeline
     pipeline, variant = pipeline_variant(name)
-    options = {**pipeline_options(pipeline, {**(options or {}), **variant}).model_dump(exclude_defaults=True), **variant}
+    options = {
+        **pipeline_options(pipeline, {**(options or {}), **variant}).model_dump(exclude_defaults=True),
+        **variant,
+    }
     case_ids = case_ids or [c.id for c in load_cases(benchmark, limit=cases)]
     floor = floor or await _stack_floor(benchmark)
     with tempfile.TemporaryDirectory(prefix="atelier-bench-graph-") as tmp:
@@ -159,8 +192,9 @@ async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, case_
                 await _episodes(built.copy(update={"checkpointer": saver}), warm, case_ids, benchmark, 0, "warm-up")
             async with _checkpointer(checkpointer, stored) as saver:  # a fresh file: what a run keeps per episode
                 with settled_heap():  # as the runner's episodes run
-                    episodes = await _episodes(built.copy(update={"checkpointer": saver}), timed, case_ids,
-                                               benchmark, latency_ms, "timed")
+                    episodes = await _episodes(
+                        built.copy(update={"checkpointer": saver}), timed, case_ids, benchmark, latency_ms, "timed"
+                    )
                 if hasattr(saver, "drop_pending_writes"):  # as the runner does once an episode is done
                     for case_id in case_ids:
                         saver.drop_pending_writes(f"timed:{case_id}")
@@ -184,22 +218,37 @@ async def bench_graph(pipeline: str, latency_ms: float, *, cases: int = 3, case_
         "checkpoint_bytes_per_episode": round(stored_bytes / len(case_ids)) if stored_bytes else None,
         "mean": {key: mean(key) for key in MEANS},
         "stack_floor": floor,
-        "targets": {"framework_ms_per_llm_call": "<= 3 at latency 0",
-                    "wall_over_critical_path": "<= 1.2 for deep_research at 100 ms"},
+        "targets": {
+            "framework_ms_per_llm_call": "<= 3 at latency 0",
+            "wall_over_critical_path": "<= 1.2 for deep_research at 100 ms",
+        },
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
 
-async def compare_graphs(pipelines: list[str], latency_ms: float, *, cases: int = 3, case_ids: list[str] | None = None,
-                         benchmark: str = "sample", **kwargs: Any) -> dict[str, Any]:
+async def compare_graphs(
+    pipelines: list[str],
+    latency_ms: float,
+    *,
+    cases: int = 3,
+    case_ids: list[str] | None = None,
+    benchmark: str = "sample",
+    **kwargs: Any,
+) -> dict[str, Any]:
     """`bench_graph` for each of `pipelines` on the same cases, and per case their figures side by side."""
     case_ids = case_ids or [c.id for c in load_cases(benchmark, limit=cases)]
     floor = await _stack_floor(benchmark)  # the machine's, not a pipeline's: measured once
-    results = [await bench_graph(p, latency_ms, case_ids=case_ids, benchmark=benchmark, floor=floor, **kwargs)
-               for p in pipelines]
+    results = [
+        await bench_graph(p, latency_ms, case_ids=case_ids, benchmark=benchmark, floor=floor, **kwargs)
+        for p in pipelines
+    ]
     side_by_side = {
-        case_id: {r["pipeline"]: {k: e[k] for k in (*SIDE_BY_SIDE, "startup_s") if k in e}
-                  for r in results for e in r["episodes"] if e["case_id"] == case_id}
+        case_id: {
+            r["pipeline"]: {k: e[k] for k in (*SIDE_BY_SIDE, "startup_s") if k in e}
+            for r in results
+            for e in r["episodes"]
+            if e["case_id"] == case_id
+        }
         for case_id in case_ids
     }
     return {"cases": case_ids, "side_by_side": side_by_side, "pipelines": results}

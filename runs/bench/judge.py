@@ -17,25 +17,31 @@ from pathlib import Path
 from typing import Any
 
 from agents.answerer import answer_messages
-from agents.models.gateway import Gateway
 from agents.judges.base import JudgeEnv, create_judge
 from agents.judges.store import ArtifactStore
+from agents.models.gateway import Gateway
 from agents.models.ledger import Ledger
-from agents.response import SystemResponse
 from agents.models.scripted import compose_text
 from agents.models.settings import ModelSettings
+from agents.response import SystemResponse
 from benchmarks.case import Case
 from benchmarks.registry import load_cases
 
 
 def reports(cases: list[Case], systems: int) -> list[tuple[Case, SystemResponse]]:
-    return [(case, SystemResponse(text=compose_text(answer_messages(case.view(), ""), seed=k,
-                                                    lead=f"Report of system {k}.")))
-            for case in cases for k in range(systems)]
+    return [
+        (
+            case,
+            SystemResponse(text=compose_text(answer_messages(case.view(), ""), seed=k, lead=f"Report of system {k}.")),
+        )
+        for case in cases
+        for k in range(systems)
+    ]
 
 
-async def judge_all(judged: list[tuple[Case, SystemResponse]], model: ModelSettings, reuse: bool,
-                    concurrency: int, axes: list[str]) -> dict[str, Any]:
+async def judge_all(
+    judged: list[tuple[Case, SystemResponse]], model: ModelSettings, reuse: bool, concurrency: int, axes: list[str]
+) -> dict[str, Any]:
     ledger = Ledger(None)
     gateway = Gateway({"judge": model, "system": model, "user_sim": model}, cache=None, ledger=ledger)
     with tempfile.TemporaryDirectory(prefix="atelier-bench-judge-") as directory:
@@ -51,8 +57,10 @@ async def judge_all(judged: list[tuple[Case, SystemResponse]], model: ModelSetti
         started = time.perf_counter()
         results = await asyncio.gather(*(one(case, response) for case, response in judged))
         seconds = time.perf_counter() - started
-        stored = {kind.name.removeprefix("pqr_criteria_"): len(list(kind.glob("*.json")))
-                  for kind in sorted(Path(directory).iterdir())}
+        stored = {
+            kind.name.removeprefix("pqr_criteria_"): len(list(kind.glob("*.json")))
+            for kind in sorted(Path(directory).iterdir())  # noqa: ASYNC240 (a benchmark's tally after the timed part)
+        }
     calls = [e for e in ledger.entries if e.status == "ok"]
     criteria_calls = [e for e in calls if e.role == "pqr_criteria"]
     prompt_tokens = sum(e.prompt_tokens for e in calls)
@@ -71,9 +79,16 @@ async def judge_all(judged: list[tuple[Case, SystemResponse]], model: ModelSetti
     }
 
 
-async def bench_judge(*, pairs: int = 20, systems: int = 5, benchmark: str = "sample", setting: str | None = None,
-                      model: ModelSettings | None = None, concurrency: int = 16,
-                      axes: list[str] | None = None) -> dict[str, Any]:
+async def bench_judge(
+    *,
+    pairs: int = 20,
+    systems: int = 5,
+    benchmark: str = "sample",
+    setting: str | None = None,
+    model: ModelSettings | None = None,
+    concurrency: int = 16,
+    axes: list[str] | None = None,
+) -> dict[str, Any]:
     axes = axes or ["P", "Q", "R"]
     model = model or ModelSettings(model="scripted")
     cases = load_cases(benchmark, setting=setting, limit=pairs)

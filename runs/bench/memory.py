@@ -15,8 +15,8 @@ import math
 import random
 import resource
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -24,16 +24,42 @@ from benchmarks.case import ChatMessage, ChatSession, HistoryEvent, MemorySnippe
 from memory.base import MemoryBackend, MemoryQuery
 
 TOPICS = (
-    "running", "cooking", "index funds", "travel in Portugal", "gardening", "photography", "python programming",
-    "jazz piano", "parenting toddlers", "sleep", "home brewing", "chess openings", "bird watching", "climbing",
-    "electric cars", "mortgage rates", "learning Japanese", "sourdough baking", "yoga", "board games",
-    "astronomy", "woodworking", "vegan recipes", "marathon training",
+    "running",
+    "cooking",
+    "index funds",
+    "travel in Portugal",
+    "gardening",
+    "photography",
+    "python programming",
+    "jazz piano",
+    "parenting toddlers",
+    "sleep",
+    "home brewing",
+    "chess openings",
+    "bird watching",
+    "climbing",
+    "electric cars",
+    "mortgage rates",
+    "learning Japanese",
+    "sourdough baking",
+    "yoga",
+    "board games",
+    "astronomy",
+    "woodworking",
+    "vegan recipes",
+    "marathon training",
 )
 OPINIONS = ("love", "am curious about", "struggle with", "want to get better at", "am tired of", "keep reading about")
 FORMATS = ("short bullet lists", "step-by-step guides", "detailed explanations", "comparison tables", "worked examples")
 CONSTRAINTS = (
-    "on a tight budget", "with only weekends free", "after a knee injury", "living in a small flat",
-    "with two kids at home", "while travelling a lot for work", "as a complete beginner", "with years of practice",
+    "on a tight budget",
+    "with only weekends free",
+    "after a knee injury",
+    "living in a small flat",
+    "with two kids at home",
+    "while travelling a lot for work",
+    "as a complete beginner",
+    "with years of practice",
 )
 QUESTIONS = (
     "What should I read next about {topic}?",
@@ -60,15 +86,23 @@ def synthetic_event(rng: random.Random, user: str, index: int) -> HistoryEvent:
         return MemorySnippet(id=event_id, timestamp=when, text=_note(rng))
     if kind < 0.8:
         topic = rng.choice(TOPICS)
-        return SearchSession(id=event_id, timestamp=when, queries=[
-            SearchQueryRecord(query=f"{topic} {rng.choice(CONSTRAINTS)}"),
-            SearchQueryRecord(query=f"best {rng.choice(FORMATS)} for {topic}"),
-        ])
+        return SearchSession(
+            id=event_id,
+            timestamp=when,
+            queries=[
+                SearchQueryRecord(query=f"{topic} {rng.choice(CONSTRAINTS)}"),
+                SearchQueryRecord(query=f"best {rng.choice(FORMATS)} for {topic}"),
+            ],
+        )
     topic = rng.choice(TOPICS)
-    return ChatSession(id=event_id, timestamp=when, messages=[
-        ChatMessage(role="user", content=f"Can you explain {topic} to me {rng.choice(CONSTRAINTS)}?"),
-        ChatMessage(role="assistant", content=f"Sure: here is an overview of {topic} with {rng.choice(FORMATS)}."),
-    ])
+    return ChatSession(
+        id=event_id,
+        timestamp=when,
+        messages=[
+            ChatMessage(role="user", content=f"Can you explain {topic} to me {rng.choice(CONSTRAINTS)}?"),
+            ChatMessage(role="assistant", content=f"Sure: here is an overview of {topic} with {rng.choice(FORMATS)}."),
+        ],
+    )
 
 
 def synthetic_histories(items: int, events_per_user: int, seed: int = 0) -> dict[str, list[HistoryEvent]]:

@@ -52,7 +52,11 @@ def _spread(values: list[float]) -> dict[str, float | None]:
         return {"mean": None, "p50": None, "p95": None}
     ordered = sorted(values)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return {"mean": round(statistics.fmean(values), 2), "p50": round(statistics.median(values), 2), "p95": round(p95, 2)}
+    return {
+        "mean": round(statistics.fmean(values), 2),
+        "p50": round(statistics.median(values), 2),
+        "p95": round(p95, 2),
+    }
 
 
 async def run_model_bench(settings: ModelSettings, bench: ModelBenchSettings) -> dict[str, Any]:
@@ -84,9 +88,12 @@ async def run_model_bench(settings: ModelSettings, bench: ModelBenchSettings) ->
         "warmup_s": round(warmup_s, 2),
         "prompt_tokens_mean": round(statistics.fmean(e.prompt_tokens for e in plain), 1),
         "completion_tokens_mean": round(statistics.fmean(e.completion_tokens for e in plain), 1),
-        "tokens_per_s": round(sum(e.completion_tokens for e in plain) / (provider_ms / 1000), 2) if provider_ms else None,
+        "tokens_per_s": round(sum(e.completion_tokens for e in plain) / (provider_ms / 1000), 2)
+        if provider_ms
+        else None,
         "decode_tokens_per_s": round(sum(n for n, _ in decoded) / (sum(ms for _, ms in decoded) / 1000), 2)
-        if decoded and sum(ms for _, ms in decoded) > 0 else None,
+        if decoded and sum(ms for _, ms in decoded) > 0
+        else None,
         "ttft_ms": _spread([s.ttft_ms for s in streams]),
         "latency_ms": _spread([e.latency_ms for e in plain]),
         "provider_ms_total": round(provider_ms, 1),

@@ -59,8 +59,10 @@ class RunnerBenchSettings(BaseModel):
     judges: list[str] = Field(default_factory=list, description="Judges run in each episode (none by default).")
     out_dir: Path | None = Field(default=None, description="Keep the run folder here (default: a temporary one).")
     executor: Literal["local", "ray"] = Field(default="local", description="Where the episodes run.")
-    ray_address: str | None = Field(default=None, description="ray: the cluster (default: $RAY_ADDRESS, else a "
-                                    "one-machine Ray started for the benchmark).")
+    ray_address: str | None = Field(
+        default=None,
+        description="ray: the cluster (default: $RAY_ADDRESS, else a one-machine Ray started for the benchmark).",
+    )
 
 
 def bench_cases(n: int) -> list[Case]:
@@ -113,25 +115,38 @@ class _TimedRunner(Runner):
 
 
 def _bench_recipe(settings: RunnerBenchSettings, out_dir: Path):
-    model = {"model": f"scripted?latency_ms={settings.latency_ms:g}", "max_retries": 0,
-             "max_concurrency": max(8, settings.concurrency * 8)}
-    return parse_recipe({
-        "name": "bench-runner",
-        "benchmark": {"name": "sample", "split": "all", "setting": "context"},
-        "models": {"system": model, "judge": model},
-        "systems": [{"name": "bench", "pipeline": settings.pipeline, "memory": {"backend": settings.memory}}],
-        "judges": [{"name": name} for name in settings.judges],
-        "run": {"concurrency": settings.concurrency, "out_dir": str(out_dir), "executor": settings.executor,
-                "ray": {"address": settings.ray_address}},
-        "cache": {"enabled": False},
-    }, source="<bench runner>")
+    model = {
+        "model": f"scripted?latency_ms={settings.latency_ms:g}",
+        "max_retries": 0,
+        "max_concurrency": max(8, settings.concurrency * 8),
+    }
+    return parse_recipe(
+        {
+            "name": "bench-runner",
+            "benchmark": {"name": "sample", "split": "all", "setting": "context"},
+            "models": {"system": model, "judge": model},
+            "systems": [{"name": "bench", "pipeline": settings.pipeline, "memory": {"backend": settings.memory}}],
+            "judges": [{"name": name} for name in settings.judges],
+            "run": {
+                "concurrency": settings.concurrency,
+                "out_dir": str(out_dir),
+                "executor": settings.executor,
+                "ray": {"address": settings.ray_address},
+            },
+            "cache": {"enabled": False},
+        },
+        source="<bench runner>",
+    )
 
 
-def efficiency_bound(critical_path_s: float, concurrency: int, calls_per_episode: float,
-                     floor: dict[str, float]) -> float:
+def efficiency_bound(
+    critical_path_s: float, concurrency: int, calls_per_episode: float, floor: dict[str, float]
+) -> float:
     """The efficiency one event loop can reach when each episode costs at least the stack's floor
     of CPU: episodes finish no faster than one per floor, and ideally `concurrency` per critical path."""
-    per_episode_s = (calls_per_episode * floor["litellm_ms_per_call"] + floor["langgraph_ms_per_one_node_episode"]) / 1000
+    per_episode_s = (
+        calls_per_episode * floor["litellm_ms_per_call"] + floor["langgraph_ms_per_one_node_episode"]
+    ) / 1000
     if per_episode_s <= 0 or critical_path_s <= 0:
         return 1.0
     return round(min(1.0, critical_path_s / (concurrency * per_episode_s)), 3)
@@ -179,12 +194,23 @@ def _measure(settings: RunnerBenchSettings, out_dir: Path) -> dict[str, Any]:
         "total_s": round(total, 3),
         "framework_ms_per_call": round(cpu * 1000 / len(ledger), 3) if ledger else None,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "executor": {"name": settings.executor, **({"workers": len(workers),
-                     "worker_peak_rss_mb": round(max(w["peak_rss_mb"] for w in workers), 1),
-                     "episodes_per_node": dict(runner.executor.placed)} if workers else {})},
+        "executor": {
+            "name": settings.executor,
+            **(
+                {
+                    "workers": len(workers),
+                    "worker_peak_rss_mb": round(max(w["peak_rss_mb"] for w in workers), 1),
+                    "episodes_per_node": dict(runner.executor.placed),
+                }
+                if workers
+                else {}
+            ),
+        },
         "checkpoint_bytes_per_episode": round(folder.checkpoints.stat().st_size / len(cases)),
-        "stack_floor": {**floor, "efficiency_bound": efficiency_bound(
-            critical, settings.concurrency, len(ledger) / len(cases), floor)},
+        "stack_floor": {
+            **floor,
+            "efficiency_bound": efficiency_bound(critical, settings.concurrency, len(ledger) / len(cases), floor),
+        },
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
@@ -57,11 +57,14 @@ async def measure_stack_floor(view: CaseView, repeats: int = 200) -> dict[str, f
 
     async def call() -> None:
         with litellm_call_scope():  # as the gateway calls it
-            await litellm.acompletion(model=f"{PROVIDER}/{PROVIDER}", messages=messages,
-                                      mock_response="A floor answer.")
+            await litellm.acompletion(
+                model=f"{PROVIDER}/{PROVIDER}", messages=messages, mock_response="A floor answer."
+            )
 
     async def invoke() -> None:
         await graph.ainvoke({"text": "q"})
 
-    return {"litellm_ms_per_call": round(await _cpu_ms_per_step(call, repeats), 3),
-            "langgraph_ms_per_one_node_episode": round(await _cpu_ms_per_step(invoke, repeats), 3)}
+    return {
+        "litellm_ms_per_call": round(await _cpu_ms_per_step(call, repeats), 3),
+        "langgraph_ms_per_one_node_episode": round(await _cpu_ms_per_step(invoke, repeats), 3),
+    }

@@ -7,7 +7,7 @@ import inspect
 import re
 import sys
 from enum import Enum
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from pydantic import BaseModel
@@ -46,8 +46,14 @@ def options_of(model: type[BaseModel] | None) -> list[dict[str, Any]]:
             default = made.model_dump(mode="json") if isinstance(made, BaseModel) else made
         else:
             default = "(required)"
-        rows.append({"name": name, "type": _type_name(info.annotation), "default": default,
-                     "description": info.description or ""})
+        rows.append(
+            {
+                "name": name,
+                "type": _type_name(info.annotation),
+                "default": default,
+                "description": info.description or "",
+            }
+        )
     return rows
 
 
@@ -63,26 +69,39 @@ def catalog(kinds: list[Kind]) -> dict[str, list[dict[str, Any]]]:
     if Kind.pipelines in kinds:
         from graphs.pipelines import PIPELINES
 
-        out["pipelines"] = [{"name": name, "description": spec.description,
-                             "options": options_of(getattr(spec, "options", None))}
-                            for name, spec in PIPELINES.items()]
+        out["pipelines"] = [
+            {"name": name, "description": spec.description, "options": options_of(getattr(spec, "options", None))}
+            for name, spec in PIPELINES.items()
+        ]
     if Kind.memory in kinds:
         from memory.registry import BACKENDS
 
-        out["memory"] = [{"name": name, "description": _summary(cls), "options": options_of(cls.config_model)}
-                         for name, cls in BACKENDS.items()]
+        out["memory"] = [
+            {"name": name, "description": _summary(cls), "options": options_of(cls.config_model)}
+            for name, cls in BACKENDS.items()
+        ]
     if Kind.judges in kinds:
         from agents.judges.base import JUDGES
 
-        out["judges"] = [{"name": name, "description": _summary(cls), "options": options_of(cls.config_model)}
-                         for name, cls in JUDGES.items()]
+        out["judges"] = [
+            {"name": name, "description": _summary(cls), "options": options_of(cls.config_model)}
+            for name, cls in JUDGES.items()
+        ]
     if Kind.benchmarks in kinds:
         from benchmarks.registry import BENCHMARKS
 
-        out["benchmarks"] = [{"name": name, "description": spec.description, "splits": list(spec.splits),
-                              "default_split": spec.split_default, "settings": list(spec.settings),
-                              "default_setting": spec.setting_default, "options": options_of(spec.options)}
-                             for name, spec in BENCHMARKS.items()]
+        out["benchmarks"] = [
+            {
+                "name": name,
+                "description": spec.description,
+                "splits": list(spec.splits),
+                "default_split": spec.split_default,
+                "settings": list(spec.settings),
+                "default_setting": spec.setting_default,
+                "options": options_of(spec.options),
+            }
+            for name, spec in BENCHMARKS.items()
+        ]
     return out
 
 
@@ -111,7 +130,7 @@ def _print(listing: dict[str, list[dict[str, Any]]]) -> None:
 
 
 def list_command(
-    kind: Optional[Kind] = typer.Argument(None, help="Only this kind (default: all)."),
+    kind: Kind | None = typer.Argument(None, help="Only this kind (default: all)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (with each option's description)."),
 ) -> None:
     """Pipelines, memory backends, judges and benchmarks (with splits and settings), each with its typed options."""

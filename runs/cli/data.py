@@ -6,7 +6,6 @@ import statistics
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Optional
 
 import typer
 
@@ -66,7 +65,10 @@ def data_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
         print_json(
             {
                 "data_dir": str(data_dir()),
-                "datasets": {name: {"benchmarks": readers.get(name, []), "files": files} for name, files in sorted(datasets.items())},
+                "datasets": {
+                    name: {"benchmarks": readers.get(name, []), "files": files}
+                    for name, files in sorted(datasets.items())
+                },
             }
         )
         return
@@ -79,13 +81,15 @@ def data_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
 
 
 def _check_files(dataset: str | None, report: CheckReport) -> None:
-    from benchmarks.data_files import locate, registered_files, verify_file
     from benchmarks.common.errors import DataError
+    from benchmarks.data_files import locate, registered_files, verify_file
 
     for entry in registered_files(dataset):
         found = locate(entry.relpath)
         if found is None:
-            report.fail(f"{entry.relpath}: not found locally ({'run a loader to download it' if entry.url else 'no upstream URL'})")
+            report.fail(
+                f"{entry.relpath}: not found locally ({'run a loader to download it' if entry.url else 'no upstream URL'})"
+            )
             continue
         path = found[0]
         try:
@@ -123,11 +127,11 @@ def _check_benchmarks(names: list[str], report: CheckReport) -> None:
 
 
 def data_check(
-    name: Optional[str] = typer.Argument(None, help="A data set (pdr, ikat, ...) or benchmark name; default: all."),
+    name: str | None = typer.Argument(None, help="A data set (pdr, ikat, ...) or benchmark name; default: all."),
 ) -> None:
     """Check every registered file's sha256, parse every record, load every benchmark split; exit 1 on any failure."""
-    from benchmarks.data_files import registered_files
     from benchmarks.common.errors import ConfigError
+    from benchmarks.data_files import registered_files
     from benchmarks.registry import benchmark_names, get_benchmark
 
     datasets = sorted({f.dataset for f in registered_files()})
@@ -141,7 +145,9 @@ def data_check(
         selected_sets = sorted({f.dataset for f in registered_files() if f.relpath in spec.data_files})
         selected_benchmarks = [name]
     else:
-        raise ConfigError(f"unknown data set or benchmark {name!r}; data sets: {', '.join(datasets)}; benchmarks: {', '.join(benchmark_names())}")
+        raise ConfigError(
+            f"unknown data set or benchmark {name!r}; data sets: {', '.join(datasets)}; benchmarks: {', '.join(benchmark_names())}"
+        )
     report = CheckReport()
     for dataset in selected_sets:
         _check_files(dataset, report)
@@ -175,7 +181,11 @@ def bench_data(repeat: int = typer.Option(3, min=1, help="Timed repetitions (eac
         {
             "benchmark": "data loading",
             "repeat": repeat,
-            "pdr_all_queries": {"cases": pdr_cases, "seconds_median": statistics.median(pdr_times), "seconds_max": max(pdr_times)},
+            "pdr_all_queries": {
+                "cases": pdr_cases,
+                "seconds_median": statistics.median(pdr_times),
+                "seconds_max": max(pdr_times),
+            },
             "ikat_all_topics": {
                 "splits": list(ikat_splits),
                 "cases": ikat_cases,

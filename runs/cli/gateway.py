@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -34,8 +33,10 @@ def checked_token(token: str | None) -> tuple[str, bool]:
     if token is None:
         return "atl-" + secrets.token_urlsafe(24), True
     if not _TOKEN_FORM.fullmatch(token):
-        raise ConfigError(f"--token / ${TOKEN_ENV}: give at least 16 characters of letters, digits and . _ ~ - "
-                          "(or leave it out: one is generated)")
+        raise ConfigError(
+            f"--token / ${TOKEN_ENV}: give at least 16 characters of letters, digits and . _ ~ - "
+            "(or leave it out: one is generated)"
+        )
     return token, False
 
 
@@ -45,24 +46,36 @@ def checked_host(host: str, public: bool) -> None:
     from benchmarks.common.errors import ConfigError
 
     if not public and not is_loopback_host(host):
-        raise ConfigError(f"--host {host}: not a loopback address; whoever reaches the gateway spends its provider "
-                          "key, so serving beyond this machine needs --public as well")
+        raise ConfigError(
+            f"--host {host}: not a loopback address; whoever reaches the gateway spends its provider "
+            "key, so serving beyond this machine needs --public as well"
+        )
 
 
 def serve(
-    recipe: Optional[Path] = typer.Option(None, "--recipe", help="Take the model settings per role from this recipe."),
-    model: Optional[str] = typer.Option(None, "--model", help="Use this model for every role (litellm provider string or `scripted`)."),
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="The provider endpoint for every role."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY", help="The provider API key for every role."),
+    recipe: Path | None = typer.Option(None, "--recipe", help="Take the model settings per role from this recipe."),
+    model: str | None = typer.Option(
+        None, "--model", help="Use this model for every role (litellm provider string or `scripted`)."
+    ),
+    api_base: str | None = typer.Option(None, "--api-base", help="The provider endpoint for every role."),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="ATELIER_API_KEY", help="The provider API key for every role."
+    ),
     role: list[str] = typer.Option([], "--role", help="CALL=ROLE: the model role a call name uses (repeatable)."),
     host: str = typer.Option("127.0.0.1", "--host", help="A loopback address (others need --public)."),
     port: int = typer.Option(0, "--port", help="0 picks a free port."),
-    public: bool = typer.Option(False, "--public", help="Allow a non-loopback --host. The API key is still required; "
-                                "the Host header is then not checked."),
-    token: Optional[str] = typer.Option(None, "--token", envvar=TOKEN_ENV,
-                                        help="The API key clients must send (default: a new one, printed at start)."),
+    public: bool = typer.Option(
+        False,
+        "--public",
+        help="Allow a non-loopback --host. The API key is still required; the Host header is then not checked.",
+    ),
+    token: str | None = typer.Option(
+        None, "--token", envvar=TOKEN_ENV, help="The API key clients must send (default: a new one, printed at start)."
+    ),
     max_body_bytes: int = typer.Option(8 * 2**20, "--max-body-bytes", min=1, help="The largest request body taken."),
-    ledger: Path = typer.Option(Path("runs/out/gateway/ledger.jsonl"), "--ledger", help="Where the ledger is appended."),
+    ledger: Path = typer.Option(
+        Path("runs/out/gateway/ledger.jsonl"), "--ledger", help="Where the ledger is appended."
+    ),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="The response cache ($ATELIER_CACHE_DIR/llm)."),
     web: bool = typer.Option(False, "--web/--no-web", help="Also serve the sandbox web (SearXNG, pages, MCP)."),
     corpus: str = typer.Option("sample", "--corpus", help="The sandbox web's corpus with --web."),
@@ -81,8 +94,8 @@ def serve(
     from agents.models.ledger import Ledger
     from agents.models.openai_api import EndpointSession, RequestGuard, Sessions, loopback_hosts, openai_routes
     from agents.models.settings import ROLES, ModelSettings
-    from benchmarks.data_files import cache_dir
     from benchmarks.common.errors import ConfigError
+    from benchmarks.data_files import cache_dir
     from tools.agent_web import PAGES_HOST, WebSession, WebSessions, agent_web_routes
     from tools.asgi_server import AsgiServer
 
@@ -111,8 +124,9 @@ def serve(
         ledger=Ledger(ledger, run_id="gateway"),
     )
     # no fallback session: a request without this token is a 401
-    session = EndpointSession(gateway=gateway, agent="gateway", tags={"system": "gateway"}, roles=call_roles,
-                              token=token)
+    session = EndpointSession(
+        gateway=gateway, agent="gateway", tags={"system": "gateway"}, roles=call_roles, token=token
+    )
     sessions = Sessions()
     sessions.add(session)
     web_sessions = WebSessions()

@@ -14,26 +14,39 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     @bench_app.command("graph")
     def bench_graph(
         pipeline: list[str] = typer.Option(
-            ..., "--pipeline",
+            ...,
+            "--pipeline",
             help="A registered pipeline (direct, rag, planpers, deep_research, external:<agent>, ...); repeat it to "
-                 "set pipelines side by side on the same cases."),
+            "set pipelines side by side on the same cases.",
+        ),
         latency_ms: float = typer.Option(0.0, "--latency-ms", min=0, help="Scripted model latency per call."),
         cases: int = typer.Option(3, "--cases", min=1, help="Episodes timed (cases drawn from the benchmark)."),
         case: list[str] = typer.Option([], "--case", help="Time these case ids instead (repeatable)."),
         benchmark: str = typer.Option("sample", "--benchmark"),
         memory: str = typer.Option("none", "--memory", help="Memory backend of the system."),
-        option: list[str] = typer.Option([], "--option", help="A pipeline option, key=value (repeatable; with several "
-                                                              "pipelines, each must accept it)."),
-        checkpointer: str = typer.Option("sqlite", "--checkpointer",
-                                         help="sqlite (as runs), memory or none: what checkpoints cost."),
+        option: list[str] = typer.Option(
+            [],
+            "--option",
+            help="A pipeline option, key=value (repeatable; with several pipelines, each must accept it).",
+        ),
+        checkpointer: str = typer.Option(
+            "sqlite", "--checkpointer", help="sqlite (as runs), memory or none: what checkpoints cost."
+        ),
     ) -> None:
         """Framework ms per LLM call, tokens, and deep_research's wall time over its critical path (JSON); with
         several --pipeline, each one's figures and a per-case side-by-side table."""
         from runs.bench.graph import bench_graph as run
         from runs.bench.graph import compare_graphs
 
-        settings = dict(latency_ms=latency_ms, cases=cases, case_ids=case, benchmark=benchmark, memory=memory,
-                        options=parse_assignments(option, "--option"), checkpointer=checkpointer)
+        settings = dict(
+            latency_ms=latency_ms,
+            cases=cases,
+            case_ids=case,
+            benchmark=benchmark,
+            memory=memory,
+            options=parse_assignments(option, "--option"),
+            checkpointer=checkpointer,
+        )
         if len(pipeline) == 1:
             result = asyncio.run(run(pipeline[0], **settings))
         else:

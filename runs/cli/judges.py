@@ -6,7 +6,7 @@ import json
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import click
 import typer
@@ -26,7 +26,7 @@ def parse_judge(text: str) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--judge {text!r}: not a judge name or a JSON object ({exc.msg})") from None
     if not isinstance(value, dict) or "name" not in value:
-        raise ConfigError(f"--judge {text!r}: a JSON judge needs a \"name\"")
+        raise ConfigError(f'--judge {text!r}: a JSON judge needs a "name"')
     return value
 
 
@@ -40,12 +40,15 @@ def read_judges_file(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     unknown = set(data) - {"judges", "models"}
     if unknown:
-        raise ConfigError(f"{path}: only [[judges]] and [models.<role>] tables belong here, not {', '.join(sorted(unknown))}")
+        raise ConfigError(
+            f"{path}: only [[judges]] and [models.<role>] tables belong here, not {', '.join(sorted(unknown))}"
+        )
     return list(data.get("judges", [])), dict(data.get("models", {}))
 
 
-def judge_models(models: dict[str, Any], model: str | None, api_base: str | None, api_key: str | None,
-                 roles: list[str]) -> dict[str, Any]:
+def judge_models(
+    models: dict[str, Any], model: str | None, api_base: str | None, api_key: str | None, roles: list[str]
+) -> dict[str, Any]:
     """Judge-role model settings: the file's, then `--model/--api-base/--api-key` over `judge` and any
     judge role already set (the other judge roles fall back to `judge`)."""
     from agents.models.settings import ModelSettings
@@ -61,13 +64,27 @@ def judge_models(models: dict[str, Any], model: str | None, api_base: str | None
 
 def rescore(
     run_dir: Path = typer.Argument(..., help="A finished run folder."),
-    judge: list[str] = typer.Option([], "--judge", help='A judge name, or a JSON object: \'{"name": "pqr", "axes": ["Q","R"]}\'. Repeatable.'),
-    judges_file: Optional[Path] = typer.Option(None, "--judges", help="A TOML file of [[judges]] (and [models.<role>]) tables."),
-    model: Optional[str] = typer.Option(None, "--model", help="The judge model (any litellm provider string, or `scripted`)."),
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for the judge model."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY", help="API key for the judge model."),
-    out: Optional[Path] = typer.Option(None, "--out", help="The new run folder (default: beside the original; an existing one is resumed)."),
-    web: str = typer.Option("replay", "--web", help="How judges read cited sources: replay (the original run's recorded web), record or live."),
+    judge: list[str] = typer.Option(
+        [], "--judge", help='A judge name, or a JSON object: \'{"name": "pqr", "axes": ["Q","R"]}\'. Repeatable.'
+    ),
+    judges_file: Path | None = typer.Option(
+        None, "--judges", help="A TOML file of [[judges]] (and [models.<role>]) tables."
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="The judge model (any litellm provider string, or `scripted`)."
+    ),
+    api_base: str | None = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for the judge model."),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="ATELIER_API_KEY", help="API key for the judge model."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="The new run folder (default: beside the original; an existing one is resumed)."
+    ),
+    web: str = typer.Option(
+        "replay",
+        "--web",
+        help="How judges read cited sources: replay (the original run's recorded web), record or live.",
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
     """Judge a finished run's responses again (other judges or judge models); no system runs.
@@ -93,18 +110,32 @@ def rescore(
 def meta_eval(
     run_dir: Path = typer.Argument(..., help="The run folder holding the judge under test."),
     judge: str = typer.Option(..., "--judge", help="The judge's key in that run (its name, or its label)."),
-    labels: Optional[Path] = typer.Option(None, "--labels", help="A filled-in sheet (CSV, from `meta-eval sheet`) or "
-                                          "JSON Lines labels: case_id, system, criterion, score, feedback?"),
-    against: Optional[Path] = typer.Option(None, "--against", help="Or: another run folder whose judgments are the labels."),
-    against_judge: Optional[str] = typer.Option(None, "--against-judge", help="The judge in --against (default: --judge)."),
-    criterion: list[str] = typer.Option([], "--criterion", help="Only these criteria (a PQR dimension code also selects "
-                                        "its sub-criteria; default: every one the labels name)."),
+    labels: Path | None = typer.Option(
+        None,
+        "--labels",
+        help="A filled-in sheet (CSV, from `meta-eval sheet`) or "
+        "JSON Lines labels: case_id, system, criterion, score, feedback?",
+    ),
+    against: Path | None = typer.Option(
+        None, "--against", help="Or: another run folder whose judgments are the labels."
+    ),
+    against_judge: str | None = typer.Option(
+        None, "--against-judge", help="The judge in --against (default: --judge)."
+    ),
+    criterion: list[str] = typer.Option(
+        [],
+        "--criterion",
+        help="Only these criteria (a PQR dimension code also selects "
+        "its sub-criteria; default: every one the labels name).",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap CI of PCA."),
-    feedback: bool = typer.Option(False, "--feedback", help="Also BESPOKE's feedback accuracy (a meta-judge model call per feedback pair)."),
-    model: Optional[str] = typer.Option(None, "--model", help="The meta-judge model for --feedback (default: scripted)."),
-    api_base: Optional[str] = typer.Option(None, "--api-base"),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY"),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write the JSON here."),
+    feedback: bool = typer.Option(
+        False, "--feedback", help="Also BESPOKE's feedback accuracy (a meta-judge model call per feedback pair)."
+    ),
+    model: str | None = typer.Option(None, "--model", help="The meta-judge model for --feedback (default: scripted)."),
+    api_base: str | None = typer.Option(None, "--api-base"),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY"),
+    out: Path | None = typer.Option(None, "--out", help="Also write the JSON here."),
 ) -> None:
     """Agreement of a judge's scores with labels (human, or another judge's run); prints JSON.
 
@@ -115,14 +146,25 @@ def meta_eval(
     for `atelier meta-eval compare RUN ...`."""
     import asyncio
 
-    from runs.meta_eval import Bootstrap, agreement, feedback_agreement, labels_from_run, read_labels, report_json, run_scores
+    from runs.meta_eval import (
+        Bootstrap,
+        agreement,
+        feedback_agreement,
+        labels_from_run,
+        read_labels,
+        report_json,
+        run_scores,
+    )
 
     if (labels is None) == (against is None):
         raise ConfigError("give exactly one of --labels FILE or --against RUN_DIR")
     truth = read_labels(labels) if labels is not None else labels_from_run(against, against_judge or judge)
     scores = run_scores(run_dir, judge)
-    report: dict[str, Any] = {"run": str(run_dir), "judge": judge,
-                              **agreement(scores, truth, criterion or None, Bootstrap(seed=seed))}
+    report: dict[str, Any] = {
+        "run": str(run_dir),
+        "judge": judge,
+        **agreement(scores, truth, criterion or None, Bootstrap(seed=seed)),
+    }
     if feedback:
         from agents.models.gateway import Gateway
         from agents.models.settings import ModelSettings
@@ -131,8 +173,9 @@ def meta_eval(
         _, recipe, _ = load_run(run_dir)
         wanted = {case for case, _ in scores.records}
         cases = {c.id: c for c in recipe.cases(limited=False) if c.id in wanted}
-        settings = ModelSettings.model_validate({k: v for k, v in (("model", model or "scripted"),
-                                                                   ("api_base", api_base), ("api_key", api_key)) if v})
+        settings = ModelSettings.model_validate(
+            {k: v for k, v in (("model", model or "scripted"), ("api_base", api_base), ("api_key", api_key)) if v}
+        )
         gateway = Gateway({"meta_judge": settings, "judge": settings, "system": settings})
         report["feedback_accuracy"] = asyncio.run(feedback_agreement(scores, truth.labels, cases, gateway, run_dir))
         report["dry_run"] = settings.is_scripted
@@ -145,8 +188,10 @@ def meta_eval(
 def meta_eval_sheet(
     run_dir: Path = typer.Argument(..., help="The run folder whose responses are to be labelled."),
     out: Path = typer.Option(..., "--out", help="The sheet to write (CSV)."),
-    judge: Optional[str] = typer.Option(None, "--judge", help="Whose criteria (default: the run's only judge)."),
-    criterion: list[str] = typer.Option([], "--criterion", help="Only these criteria (a PQR dimension code selects its sub-criteria)."),
+    judge: str | None = typer.Option(None, "--judge", help="Whose criteria (default: the run's only judge)."),
+    criterion: list[str] = typer.Option(
+        [], "--criterion", help="Only these criteria (a PQR dimension code selects its sub-criteria)."
+    ),
 ) -> None:
     """Write a labelling sheet (CSV) for people to fill in; prints a JSON summary.
 
@@ -170,8 +215,12 @@ class _MetaEvalGroup(TyperGroup):
 
 
 def meta_eval_app() -> typer.Typer:
-    group = typer.Typer(cls=_MetaEvalGroup, no_args_is_help=True, help="Agreement of a judge with labels, and "
-                        "labelling sheets. `atelier meta-eval RUN --judge J --labels FILE` compares.")
+    group = typer.Typer(
+        cls=_MetaEvalGroup,
+        no_args_is_help=True,
+        help="Agreement of a judge with labels, and "
+        "labelling sheets. `atelier meta-eval RUN --judge J --labels FILE` compares.",
+    )
     group.command("compare")(meta_eval)
     group.command("sheet")(meta_eval_sheet)
     return group
@@ -181,20 +230,23 @@ def bench_judge(
     pairs: int = typer.Option(20, "--pairs", min=1, help="(task, persona) pairs."),
     systems: int = typer.Option(5, "--systems", min=1, help="Systems judged on every pair."),
     benchmark: str = typer.Option("sample", "--benchmark", help="Where the pairs come from (sample, pdr, ...)."),
-    setting: Optional[str] = typer.Option(None, "--setting"),
+    setting: str | None = typer.Option(None, "--setting"),
     model: str = typer.Option("scripted", "--model", help="The judge model."),
-    api_base: Optional[str] = typer.Option(None, "--api-base"),
+    api_base: str | None = typer.Option(None, "--api-base"),
     concurrency: int = typer.Option(16, "--concurrency", min=1),
 ) -> None:
     """PQR prompt tokens per judged report with criteria reuse and without; prints JSON."""
     import asyncio
 
-    from runs.bench.judge import bench_judge as run_bench
     from agents.models.settings import ModelSettings
+    from runs.bench.judge import bench_judge as run_bench
 
     settings = ModelSettings.model_validate({k: v for k, v in (("model", model), ("api_base", api_base)) if v})
-    result = asyncio.run(run_bench(pairs=pairs, systems=systems, benchmark=benchmark, setting=setting,
-                                   model=settings, concurrency=concurrency))
+    result = asyncio.run(
+        run_bench(
+            pairs=pairs, systems=systems, benchmark=benchmark, setting=setting, model=settings, concurrency=concurrency
+        )
+    )
     print_json({"machine": machine_facts(), **result})
 
 

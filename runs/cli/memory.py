@@ -12,7 +12,7 @@ import asyncio
 import json
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -72,7 +72,7 @@ def backend_config(backend: str, params: list[str]):
         raise ConfigError(f"--param {key}: {error['msg']} (backend {backend!r} fields: {fields})") from None
 
 
-def _gateway(model: str, api_base: Optional[str]):
+def _gateway(model: str, api_base: str | None):
     from agents.models.gateway import Gateway
     from agents.models.settings import ModelSettings
 
@@ -86,19 +86,29 @@ def _llm_summary(gateway) -> dict[str, Any]:
 
 
 def memory_eval(
-    benchmark: str = typer.Option(..., "--benchmark", help="Benchmark with relevant history ids (ikat, locomo, sample, ...)."),
+    benchmark: str = typer.Option(
+        ..., "--benchmark", help="Benchmark with relevant history ids (ikat, locomo, sample, ...)."
+    ),
     backend: str = typer.Option(..., "--backend", help="Memory backend name."),
-    split: Optional[str] = typer.Option(None, "--split", help="Benchmark split (default: the benchmark's)."),
-    setting: Optional[str] = typer.Option(None, "--setting", help="Benchmark setting (default: the benchmark's)."),
+    split: str | None = typer.Option(None, "--split", help="Benchmark split (default: the benchmark's)."),
+    setting: str | None = typer.Option(None, "--setting", help="Benchmark setting (default: the benchmark's)."),
     param: list[str] = typer.Option([], "--param", help="Backend config field, key=value (repeatable)."),
-    option: list[str] = typer.Option([], "--option", help="Benchmark loader option, key=value (e.g. qrels=nist for ikat)."),
+    option: list[str] = typer.Option(
+        [], "--option", help="Benchmark loader option, key=value (e.g. qrels=nist for ikat)."
+    ),
     query: str = typer.Option("raw", "--query", help="raw | resolved | context (see memory.base.memory_query)."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Evaluate at most N cases with gold relevant history (a seeded subset)."),
+    limit: int | None = typer.Option(
+        None, "--limit", min=1, help="Evaluate at most N cases with gold relevant history (a seeded subset)."
+    ),
     model: str = typer.Option("scripted", "--model", help="Model for LLM-using backends (litellm string or scripted)."),
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
-    budget: Optional[int] = typer.Option(None, "--budget", min=1, help="Context budget in tokens (default: the config's)."),
+    api_base: str | None = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
+    budget: int | None = typer.Option(
+        None, "--budget", min=1, help="Context budget in tokens (default: the config's)."
+    ),
     concurrency: int = typer.Option(1, "--concurrency", min=1, help="Recalls in flight at once."),
-    per_query: Optional[Path] = typer.Option(None, "--per-query", help="Also write each case's ranking and scores (JSONL)."),
+    per_query: Path | None = typer.Option(
+        None, "--per-query", help="Also write each case's ranking and scores (JSONL)."
+    ),
 ) -> None:
     """Score a backend's history retrieval (nDCG@3/10, P@3, R@3, MRR, recall latency) on a benchmark.
 
@@ -129,12 +139,25 @@ def memory_eval(
         # history, so the command cannot measure anything on them whatever the backend does; it is
         # found before any backend is built or history ingested ("nothing was started"), and the
         # fix is another input (a benchmark with relevant history ids, or e.g. `--option qrels=...`).
-        print_json({"benchmark": benchmark, "split": split, "options": options, "query": query, "limit": limit,
-                    **{name: None for name in ("nDCG@3", "nDCG@10", "P@3", "R@3", "MRR")}, "n": 0,
-                    "not_measured": NOT_MEASURED, "skipped_without_gold": len(every), "cases_with_gold": 0,
-                    "backend": config.model_dump(mode="json")})
-        raise ConfigError(f"--benchmark {benchmark} (split {split}): {NOT_MEASURED} ({len(every)} cases; memory eval "
-                          "scores cases with Gold.relevant_history_ids or Gold.relevance)")
+        print_json(
+            {
+                "benchmark": benchmark,
+                "split": split,
+                "options": options,
+                "query": query,
+                "limit": limit,
+                **{name: None for name in ("nDCG@3", "nDCG@10", "P@3", "R@3", "MRR")},
+                "n": 0,
+                "not_measured": NOT_MEASURED,
+                "skipped_without_gold": len(every),
+                "cases_with_gold": 0,
+                "backend": config.model_dump(mode="json"),
+            }
+        )
+        raise ConfigError(
+            f"--benchmark {benchmark} (split {split}): {NOT_MEASURED} ({len(every)} cases; memory eval "
+            "scores cases with Gold.relevant_history_ids or Gold.relevance)"
+        )
     cases = deterministic_subset(judged, limit, seed=0, salt=f"memory-eval:{benchmark}:{split}")
     gateway = _gateway(model, api_base)
 
@@ -173,13 +196,13 @@ def bench_memory(
     events_per_user: int = typer.Option(500, "--events-per-user", min=1, help="History events per synthetic user."),
     param: list[str] = typer.Option([], "--param", help="Backend config field, key=value (repeatable)."),
     model: str = typer.Option("scripted", "--model", help="Model for LLM-using backends."),
-    store_dir: Optional[Path] = typer.Option(None, "--store-dir", help="Backend store (default: a temporary directory)."),
+    store_dir: Path | None = typer.Option(None, "--store-dir", help="Backend store (default: a temporary directory)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic history and queries."),
 ) -> None:
     """Ingest N synthetic events, time recalls; print ingest items/s, recall p50/p95 ms, peak RSS MB."""
     from memory.base import MemoryEnv
-    from runs.bench.memory import peak_rss_mb, run_bench
     from memory.registry import create_backend
+    from runs.bench.memory import peak_rss_mb, run_bench
 
     config = backend_config(backend, param)
     gateway = _gateway(model, None)

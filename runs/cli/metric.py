@@ -7,7 +7,7 @@ documented input schema. Example inputs live in benchmarks/metrics/examples/NAME
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -18,9 +18,9 @@ _LIST_WORD = "list"
 
 
 def metric(
-    name: Annotated[Optional[str], typer.Argument(help="Metric name; `list` lists them.", show_default=False)] = None,
+    name: Annotated[str | None, typer.Argument(help="Metric name; `list` lists them.", show_default=False)] = None,
     input_path: Annotated[
-        Optional[Path], typer.Option("--input", "-i", help="JSON file with the metric's input.", show_default=False)
+        Path | None, typer.Option("--input", "-i", help="JSON file with the metric's input.", show_default=False)
     ] = None,
     list_metrics: Annotated[bool, typer.Option("--list", help="List the metrics and exit.")] = False,
     schema: Annotated[bool, typer.Option("--schema", help="Print the metric's input JSON schema and exit.")] = False,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,7 +12,7 @@ from runs.cli._common import machine_facts, print_json
 MODEL_HELP = "Use this model for every role (any litellm provider string, `local/smollm2`, or `scripted`)."
 
 
-def _recipe(recipe: Optional[Path], model: Optional[str], api_base: Optional[str], api_key: Optional[str]):
+def _recipe(recipe: Path | None, model: str | None, api_base: str | None, api_key: str | None):
     """The recipe (or the embedded quickstart when none is named) with command-line model overrides."""
     from runs.recipe import load_recipe
 
@@ -27,11 +26,15 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
     @model_app.command("serve")
     def serve(
-        gguf: Optional[Path] = typer.Option(None, "--gguf", help="A GGUF file (default: the bundled SmolLM2-135M-Instruct)."),
+        gguf: Path | None = typer.Option(
+            None, "--gguf", help="A GGUF file (default: the bundled SmolLM2-135M-Instruct)."
+        ),
         port: int = typer.Option(0, "--port", help="0 picks a free port."),
         host: str = typer.Option("127.0.0.1", "--host"),
         n_ctx: int = typer.Option(8192, "--n-ctx", help="Context window in tokens."),
-        threads: Optional[int] = typer.Option(None, "--threads", help="llama.cpp threads (default: half the usable cores)."),
+        threads: int | None = typer.Option(
+            None, "--threads", help="llama.cpp threads (default: half the usable cores)."
+        ),
     ) -> None:
         """Serve a local GGUF model with an OpenAI-compatible API (llama-cpp-python) until Ctrl-C."""
         from agents.models.local_model import parse_local_model, serve_on_socket
@@ -50,10 +53,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
     @model_app.command("check")
     def check(
-        recipe: Optional[Path] = typer.Argument(None, help="A recipe (default: the quickstart's roles)."),
-        model: Optional[str] = typer.Option(None, "--model", help=MODEL_HELP),
-        api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for every role."),
-        api_key: Optional[str] = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY", help="API key for every role."),
+        recipe: Path | None = typer.Argument(None, help="A recipe (default: the quickstart's roles)."),
+        model: str | None = typer.Option(None, "--model", help=MODEL_HELP),
+        api_base: str | None = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for every role."),
+        api_key: str | None = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY", help="API key for every role."),
         as_json: bool = typer.Option(False, "--json", help="Print the probes as JSON on stdout."),
     ) -> None:
         """Per role: a text and a structured probe — reachable, structured mode chosen, latency, tokens/s."""
@@ -69,11 +72,13 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
     @bench_app.command("model")
     def bench_model(
-        recipe: Optional[Path] = typer.Argument(None, help="Take the model from this recipe's role."),
+        recipe: Path | None = typer.Argument(None, help="Take the model from this recipe's role."),
         role: str = typer.Option("system", "--role", help="The role whose model is measured."),
-        model: Optional[str] = typer.Option(None, "--model", help="The model (default: the recipe's, else local/smollm2)."),
-        api_base: Optional[str] = typer.Option(None, "--api-base"),
-        api_key: Optional[str] = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY"),
+        model: str | None = typer.Option(
+            None, "--model", help="The model (default: the recipe's, else local/smollm2)."
+        ),
+        api_base: str | None = typer.Option(None, "--api-base"),
+        api_key: str | None = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY"),
         requests: int = typer.Option(6, "--requests", min=1, help="Requests of each kind (plain and streamed)."),
         max_tokens: int = typer.Option(96, "--max-tokens", min=1, help="Completion length asked for."),
     ) -> None:
@@ -99,8 +104,12 @@ def _print_probes(probes) -> None:
         if p.structured.refused_modes:
             mode += f" (refused: {', '.join(p.structured.refused_modes)})"
         table.add_row(
-            ", ".join(p.roles), p.model + (" (dry run)" if p.dry_run else ""), latency(p.text),
-            f"{p.text.tokens_per_s:.1f}" if p.text.tokens_per_s else "–", latency(p.structured), mode,
+            ", ".join(p.roles),
+            p.model + (" (dry run)" if p.dry_run else ""),
+            latency(p.text),
+            f"{p.text.tokens_per_s:.1f}" if p.text.tokens_per_s else "–",
+            latency(p.structured),
+            mode,
             p.text.error or p.structured.error or "",
         )
     Console(stderr=True).print(table)

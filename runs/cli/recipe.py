@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,8 +12,11 @@ recipe_app = typer.Typer(help="Recipes: check them before running.", no_args_is_
 @recipe_app.command("check")
 def check(
     path: Path = typer.Argument(..., help="A recipe TOML file."),
-    preflight: bool = typer.Option(False, "--preflight", help="Also run the run's preflight: probe every model, "
-                                   "check keys, data checksums, judge fit and the web."),
+    preflight: bool = typer.Option(
+        False,
+        "--preflight",
+        help="Also run the run's preflight: probe every model, check keys, data checksums, judge fit and the web.",
+    ),
 ) -> None:
     """Validate FILE against the registered benchmarks, pipelines, memory backends, judges and web providers
     (including their API keys), and check that the benchmark's cases carry what each judge needs."""
@@ -23,7 +25,6 @@ def check(
     from graphs.context import check_hidden_facets
     from graphs.pipelines import check_systems_available
     from runs.recipe import load_recipe
-
     from tools.web import check_web_config
 
     recipe = load_recipe(path)
@@ -54,9 +55,9 @@ def check(
 @recipe_app.command("cost")
 def cost(
     path: Path = typer.Argument(..., help="A recipe TOML file."),
-    model: Optional[str] = typer.Option(None, "--model", help="Price the run with this model on every role."),
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="The endpoint --model is served at."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Forecast the first N cases only."),
+    model: str | None = typer.Option(None, "--model", help="Price the run with this model on every role."),
+    api_base: str | None = typer.Option(None, "--api-base", help="The endpoint --model is served at."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Forecast the first N cases only."),
     sample: int = typer.Option(2, "--sample", min=1, max=20, help="Cases measured by the scripted dry run."),
     as_json: bool = typer.Option(False, "--json", help="Print the forecast as JSON."),
 ) -> None:
@@ -76,20 +77,32 @@ def cost(
     if as_json:
         print_json(predicted.model_dump(mode="json"))
         return
-    table = Table(title=f"{predicted.recipe}: {predicted.episodes} episodes (measured on {predicted.sampled_cases} "
-                        "cases, scripted dry run)")
+    table = Table(
+        title=f"{predicted.recipe}: {predicted.episodes} episodes (measured on {predicted.sampled_cases} "
+        "cases, scripted dry run)"
+    )
     for column in ("role", "model", "calls", "prompt tokens", "completion tokens", "USD"):
         table.add_column(column)
     for role in predicted.roles.values():
-        table.add_row(role.role, role.model, f"{role.calls.low:,.0f} – {role.calls.high:,.0f}",
-                      f"{role.prompt_tokens.low:,.0f} – {role.prompt_tokens.high:,.0f}",
-                      f"{role.completion_tokens.low:,.0f} – {role.completion_tokens.high:,.0f}", format_usd(role.usd))
+        table.add_row(
+            role.role,
+            role.model,
+            f"{role.calls.low:,.0f} – {role.calls.high:,.0f}",
+            f"{role.prompt_tokens.low:,.0f} – {role.prompt_tokens.high:,.0f}",
+            f"{role.completion_tokens.low:,.0f} – {role.completion_tokens.high:,.0f}",
+            format_usd(role.usd),
+        )
     console = Console()
     console.print(table)
     calls = predicted.total["calls"]
-    console.print(f"total: {calls.low:,.0f} – {calls.high:,.0f} calls, {format_usd(predicted.total['usd'])}"
-                  + (f" (no price for: {', '.join(predicted.total['unpriced_roles'])})"
-                     if predicted.total["unpriced_roles"] else ""))
+    console.print(
+        f"total: {calls.low:,.0f} – {calls.high:,.0f} calls, {format_usd(predicted.total['usd'])}"
+        + (
+            f" (no price for: {', '.join(predicted.total['unpriced_roles'])})"
+            if predicted.total["unpriced_roles"]
+            else ""
+        )
+    )
     for note in predicted.notes:
         console.print(f"note: {note}")
 

@@ -11,7 +11,6 @@ import shlex
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -58,20 +57,34 @@ async def _stopped_by_sigterm(work):
 
 def run(
     recipe: Path = typer.Argument(..., help="A recipe TOML file, e.g. runs/recipes/quickstart.toml."),
-    model: Optional[str] = typer.Option(None, "--model", help="Use this model for every role (any litellm provider string, or `scripted`)."),
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for every role."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY", help="API key for every role."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Run at most N cases."),
-    systems: Optional[str] = typer.Option(None, "--systems", help="Run only these systems of the recipe (comma-separated names)."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, max=256, help="Episodes in flight at once (overrides [run] concurrency)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="The run's seed (case subset, bootstrap); overrides the recipe's."),
-    out: Optional[Path] = typer.Option(None, "--out", help="The run folder (an existing one is resumed)."),
+    model: str | None = typer.Option(
+        None, "--model", help="Use this model for every role (any litellm provider string, or `scripted`)."
+    ),
+    api_base: str | None = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for every role."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY", help="API key for every role."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Run at most N cases."),
+    systems: str | None = typer.Option(
+        None, "--systems", help="Run only these systems of the recipe (comma-separated names)."
+    ),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", min=1, max=256, help="Episodes in flight at once (overrides [run] concurrency)."
+    ),
+    seed: int | None = typer.Option(
+        None, "--seed", help="The run's seed (case subset, bootstrap); overrides the recipe's."
+    ),
+    out: Path | None = typer.Option(None, "--out", help="The run folder (an existing one is resumed)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
-    preflight: bool = typer.Option(True, "--preflight/--no-preflight", help="Probe models, keys, data, judge fit and the web before any episode."),
-    executor: Optional[ExecutorName] = typer.Option(None, "--executor", help="Where episodes run: local (this "
-                                                    "process) or ray (a cluster); default: the recipe's [run] executor."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="The Ray cluster (host:port of its head, "
-                                              "or 'auto'); implies --executor ray."),
+    preflight: bool = typer.Option(
+        True, "--preflight/--no-preflight", help="Probe models, keys, data, judge fit and the web before any episode."
+    ),
+    executor: ExecutorName | None = typer.Option(
+        None,
+        "--executor",
+        help="Where episodes run: local (this process) or ray (a cluster); default: the recipe's [run] executor.",
+    ),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="The Ray cluster (host:port of its head, or 'auto'); implies --executor ray."
+    ),
 ) -> None:
     """Run every (case x system) episode of RECIPE; print the run folder's path last."""
     import asyncio
@@ -93,11 +106,25 @@ def run(
             raise ConfigError("--ray-address names a Ray cluster, but --executor is local")
         chosen = executor.value if executor else ("ray" if ray_address else None)
         names = [n.strip() for n in systems.split(",") if n.strip()] if systems else None
-        loaded = load_recipe(recipe).with_overrides(model=model, api_base=api_base, api_key=api_key, limit=limit,
-                                                   concurrency=concurrency, seed=seed, systems=names,
-                                                   executor=chosen, ray_address=ray_address)
-        runner = Runner(loaded, out, progress=progress, say=lambda message: typer.echo(message, err=True),
-                        preflight=preflight, lock=lock)
+        loaded = load_recipe(recipe).with_overrides(
+            model=model,
+            api_base=api_base,
+            api_key=api_key,
+            limit=limit,
+            concurrency=concurrency,
+            seed=seed,
+            systems=names,
+            executor=chosen,
+            ray_address=ray_address,
+        )
+        runner = Runner(
+            loaded,
+            out,
+            progress=progress,
+            say=lambda message: typer.echo(message, err=True),
+            preflight=preflight,
+            lock=lock,
+        )
     except BaseException:
         if lock is not None:
             lock.release()
@@ -110,8 +137,11 @@ def run(
         if "--out" not in sys.argv:
             again += f" --out {shlex.quote(str(runner.folder.path))}"
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
-        typer.echo(f"\n{how}: {done} of {runner.expected or '?'} episodes are done and kept in "
-                   f"{runner.folder.results}.\nresume with: atelier {again}", err=True)
+        typer.echo(
+            f"\n{how}: {done} of {runner.expected or '?'} episodes are done and kept in "
+            f"{runner.folder.results}.\nresume with: atelier {again}",
+            err=True,
+        )
         raise typer.Exit(EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED) from None
     _print_summary(folder.summary)
     outcome = runner.outcome
@@ -146,7 +176,9 @@ def _print_summary(path: Path) -> None:
         for judge, stats in entry["judges"].items():
             low, high = stats["ci95"]
             table.add_row(
-                system, judge, str(stats["n"]),
+                system,
+                judge,
+                str(stats["n"]),
                 f"{stats['mean']:.3f}" if stats["mean"] is not None else "–",
                 f"[{low:.3f}, {high:.3f}]" if low is not None else "–",
                 str(entry["errors"] + stats["failed"]),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -26,8 +25,10 @@ def report(run_dir: Path = typer.Argument(..., help="A run folder (runs/out/<run
 
 def compare(
     run_dirs: list[Path] = typer.Argument(..., help="Two or more run folders."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write the comparison as a page here."),
-    baseline: Optional[str] = typer.Option(None, "--baseline", help="The run:system the others are tested against (default: the first)."),
+    html: Path | None = typer.Option(None, "--html", help="Also write the comparison as a page here."),
+    baseline: str | None = typer.Option(
+        None, "--baseline", help="The run:system the others are tested against (default: the first)."
+    ),
 ) -> None:
     """One table across runs: systems x judges with 95% CIs; paired tests on the cases runs share."""
     from rich.console import Console
@@ -44,10 +45,16 @@ def compare(
 def trace(
     run_dir: Path = typer.Argument(..., help="A run folder."),
     case_id: str = typer.Argument(..., help="The case to step through."),
-    system: Optional[str] = typer.Option(None, "--system", help="Which system's episode (needed when the run has several)."),
-    step: Optional[int] = typer.Option(None, "--step", help="Start at this step (1-based)."),
-    interactive: Optional[bool] = typer.Option(None, "--interactive/--all", help="Step with keys (default on a terminal) or print every step."),
-    full: bool = typer.Option(False, "--full", help="Show prompts, answers and state values whole (default: cut at 600 characters)."),
+    system: str | None = typer.Option(
+        None, "--system", help="Which system's episode (needed when the run has several)."
+    ),
+    step: int | None = typer.Option(None, "--step", help="Start at this step (1-based)."),
+    interactive: bool | None = typer.Option(
+        None, "--interactive/--all", help="Step with keys (default on a terminal) or print every step."
+    ),
+    full: bool = typer.Option(
+        False, "--full", help="Show prompts, answers and state values whole (default: cut at 600 characters)."
+    ),
 ) -> None:
     """Step through one episode's checkpoints: node, what changed in the state, each LLM call with its
     prompt, response, tokens and latency. Keys: n/→/space next, p/← previous, g first, G last, q quit."""
@@ -67,19 +74,29 @@ def bench_runner(
     concurrency: int = typer.Option(32, "--concurrency", min=1, max=256, help="Episodes in flight."),
     pipeline: str = typer.Option("direct", "--pipeline", help="The system's pipeline."),
     memory: str = typer.Option("none", "--memory", help="The system's memory backend."),
-    judge: list[str] = typer.Option([], "--judge", help="A judge to run in each episode (repeatable; none by default)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Keep the run folder here (default: a temporary one)."),
+    judge: list[str] = typer.Option(
+        [], "--judge", help="A judge to run in each episode (repeatable; none by default)."
+    ),
+    out: Path | None = typer.Option(None, "--out", help="Keep the run folder here (default: a temporary one)."),
     executor: ExecutorName = typer.Option(ExecutorName.local, "--executor", help="Where episodes run: local or ray."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="ray: the cluster's head (host:port)."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="ray: the cluster's head (host:port)."),
 ) -> None:
     """Runner efficiency against the ideal wall time, framework ms per LLM call, peak RSS and checkpoint
     bytes per episode (JSON)."""
     from runs.bench.runner import RunnerBenchSettings, run_runner_benchmark
     from runs.cli._common import machine_facts, print_json
 
-    settings = RunnerBenchSettings(cases=cases, latency_ms=latency_ms, concurrency=concurrency, pipeline=pipeline,
-                                   memory=memory, judges=judge, out_dir=out,
-                                   executor="ray" if ray_address else executor.value, ray_address=ray_address)
+    settings = RunnerBenchSettings(
+        cases=cases,
+        latency_ms=latency_ms,
+        concurrency=concurrency,
+        pipeline=pipeline,
+        memory=memory,
+        judges=judge,
+        out_dir=out,
+        executor="ray" if ray_address else executor.value,
+        ray_address=ray_address,
+    )
     print_json({**run_runner_benchmark(settings), "machine": machine_facts()})
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -25,20 +24,34 @@ from benchmarks.common.errors import ConfigError
 from runs.cli._common import print_json
 
 
-def _settings(model: str, api_base: Optional[str], api_key_env: Optional[str], temperature: Optional[float], seed: int,
-              max_retries: Optional[int] = None):
+def _settings(
+    model: str,
+    api_base: str | None,
+    api_key_env: str | None,
+    temperature: float | None,
+    seed: int,
+    max_retries: int | None = None,
+):
     from agents.models.settings import ModelSettings
 
-    values = {"model": model, "api_base": api_base, "api_key_env": api_key_env, "seed": seed, "max_retries": max_retries}
+    values = {
+        "model": model,
+        "api_base": api_base,
+        "api_key_env": api_key_env,
+        "seed": seed,
+        "max_retries": max_retries,
+    }
     if temperature is not None:
         values["temperature"] = temperature
     return ModelSettings(**{k: v for k, v in values.items() if v is not None})
 
 
 HISTORY_ROLES = ("user_sim", "history_writer", "history_checker")
-MIN_RECOVERED_HELP = ("Reversibility gate: the least share of persona facets the inverse pass must recover, per user "
-                      "and pooled over users (default 0.5); any "
-                      "contradicted facet fails too.")
+MIN_RECOVERED_HELP = (
+    "Reversibility gate: the least share of persona facets the inverse pass must recover, per user "
+    "and pooled over users (default 0.5); any "
+    "contradicted facet fails too."
+)
 
 
 def recipe_roles(path: Path) -> dict:
@@ -63,8 +76,9 @@ def recipe_roles(path: Path) -> dict:
         raise ConfigError(f"{path}: models: expected a table of roles ([models.history_writer], ...)")
     unknown = [role for role in models if role not in KNOWN_ROLES]
     if unknown:
-        raise ConfigError(f"{path}: models.{unknown[0]}: not a role; the simulated user's are "
-                          f"{', '.join(HISTORY_ROLES)}")
+        raise ConfigError(
+            f"{path}: models.{unknown[0]}: not a role; the simulated user's are {', '.join(HISTORY_ROLES)}"
+        )
     roles = {}
     for role in HISTORY_ROLES:
         if role in models:
@@ -75,9 +89,18 @@ def recipe_roles(path: Path) -> dict:
     return roles
 
 
-def history_models(recipe: Optional[Path], model: Optional[str], checker_model: Optional[str], *,
-                   api_base: Optional[str], api_key_env: Optional[str], temperature: Optional[float], seed: int,
-                   max_retries: Optional[int], max_tokens: Optional[int]) -> dict:
+def history_models(
+    recipe: Path | None,
+    model: str | None,
+    checker_model: str | None,
+    *,
+    api_base: str | None,
+    api_key_env: str | None,
+    temperature: float | None,
+    seed: int,
+    max_retries: int | None,
+    max_tokens: int | None,
+) -> dict:
     """The writer's and the checker's settings: the recipe's roles (`history_writer`, else `user_sim`;
     `history_checker`, else the writer's), then what the command line says, which wins: `--model`
     (the writer, and the checker unless `--checker-model` or the recipe names one), `--max-tokens`,
@@ -97,12 +120,18 @@ def history_models(recipe: Optional[Path], model: Optional[str], checker_model: 
             checker = writer.model_copy(update={"temperature": ModelSettings().temperature})
         else:  # as the gateway falls back: history_checker -> user_sim; else the writer
             checker = roles.get("user_sim") or writer
-    common = {"seed": seed, "api_base": api_base, "api_key_env": api_key_env, "max_retries": max_retries,
-              "max_tokens": max_tokens}
+    common = {
+        "seed": seed,
+        "api_base": api_base,
+        "api_key_env": api_key_env,
+        "max_retries": max_retries,
+        "max_tokens": max_tokens,
+    }
     common = {k: v for k, v in common.items() if v is not None}
     try:
-        writer = ModelSettings.model_validate({**writer.model_dump(), **common,
-                                               **({"temperature": temperature} if temperature is not None else {})})
+        writer = ModelSettings.model_validate(
+            {**writer.model_dump(), **common, **({"temperature": temperature} if temperature is not None else {})}
+        )
         checker = ModelSettings.model_validate({**checker.model_dump(), **common})
     except ValueError as exc:
         raise ConfigError(f"simulate: {_first_error(exc)}") from None
@@ -111,41 +140,61 @@ def history_models(recipe: Optional[Path], model: Optional[str], checker_model: 
 
 def history(
     benchmark: str = typer.Option("pdr", "--benchmark", help="Benchmark whose personas get a history (pdr)."),
-    out: Path = typer.Option(..., "--out", help="Folder for contexts_<language>.jsonl, manifest.json, synthesis.jsonl, "
-                                                "ledger.jsonl; an existing one is continued."),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        help="Folder for contexts_<language>.jsonl, manifest.json, synthesis.jsonl, "
+        "ledger.jsonl; an existing one is continued.",
+    ),
     language: str = typer.Option("en", "--language", help="Persona file and writing language (en | zh)."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="The first N personas (file order)."),
-    users: Optional[str] = typer.Option(None, "--users", help="Comma-separated user ids instead of --limit."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="The first N personas (file order)."),
+    users: str | None = typer.Option(None, "--users", help="Comma-separated user ids instead of --limit."),
     seed: int = typer.Option(0, "--seed", help="Decides the plan (formats, dates, sources) and the models' seed."),
-    style: str = typer.Option("pdr", "--style",
-                              help="pdr (memories + dialogues) | bespoke (searches + chats) | mixed."),
+    style: str = typer.Option(
+        "pdr", "--style", help="pdr (memories + dialogues) | bespoke (searches + chats) | mixed."
+    ),
     items_per_tag: int = typer.Option(5, "--items-per-tag", help="Items per preference tag (at least 5)."),
     items_per_trait: int = typer.Option(1, "--items-per-trait", help="Items per other persona facet."),
     conversational_share: float = typer.Option(0.35, "--conversational-share", help="Target share, 0.2-0.5."),
     period_days: int = typer.Option(90, "--period-days", help="Days the items are spread over."),
     end_date: str = typer.Option("2025-06-30", "--end-date", help="Last day of the period (ISO date)."),
-    recipe: Optional[Path] = typer.Option(None, "--recipe", help="A TOML file whose [models.user_sim], "
-                                          "[models.history_writer] and [models.history_checker] set the roles "
-                                          "(a run recipe will do: its other tables are not read)."),
-    model: Optional[str] = typer.Option(None, "--model", help="Writer (and checker) model: a litellm string, "
-                                        "local/smollm2 or scripted (default: the recipe's, else scripted)."),
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Variable holding the API key."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="Writer temperature."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1,
-                                             help="The writer's and checker's max_tokens (local models: 512)."),
-    max_tokens_ceiling: Optional[int] = typer.Option(
-        None, "--max-tokens-ceiling", min=1,
-        help="An answer cut at max_tokens is asked again with double the budget, up to this (default 4 x max_tokens)."),
-    regenerations: int = typer.Option(1, "--regenerations", min=0, max=10,
-                                      help="New drafts per item and session after one was rejected or failed."),
-    max_retries: Optional[int] = typer.Option(None, "--max-retries", min=0, max=20,
-                                              help="Retries per model call on timeouts, 429 and 5xx (default 4)."),
-    checker_model: Optional[str] = typer.Option(None, "--checker-model", help="Model for the reversibility check."),
+    recipe: Path | None = typer.Option(
+        None,
+        "--recipe",
+        help="A TOML file whose [models.user_sim], "
+        "[models.history_writer] and [models.history_checker] set the roles "
+        "(a run recipe will do: its other tables are not read).",
+    ),
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        help="Writer (and checker) model: a litellm string, "
+        "local/smollm2 or scripted (default: the recipe's, else scripted).",
+    ),
+    api_base: str | None = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Variable holding the API key."),
+    temperature: float | None = typer.Option(None, "--temperature", help="Writer temperature."),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", min=1, help="The writer's and checker's max_tokens (local models: 512)."
+    ),
+    max_tokens_ceiling: int | None = typer.Option(
+        None,
+        "--max-tokens-ceiling",
+        min=1,
+        help="An answer cut at max_tokens is asked again with double the budget, up to this (default 4 x max_tokens).",
+    ),
+    regenerations: int = typer.Option(
+        1, "--regenerations", min=0, max=10, help="New drafts per item and session after one was rejected or failed."
+    ),
+    max_retries: int | None = typer.Option(
+        None, "--max-retries", min=0, max=20, help="Retries per model call on timeouts, 429 and 5xx (default 4)."
+    ),
+    checker_model: str | None = typer.Option(None, "--checker-model", help="Model for the reversibility check."),
     check: bool = typer.Option(True, "--check/--no-check", help="Run the reversibility check."),
-    min_recovered: Optional[float] = typer.Option(None, "--min-recovered", min=0.0, max=1.0, help=MIN_RECOVERED_HELP),
-    time_limit: float = typer.Option(25.0, "--time-limit", min=0.0,
-                                     help="Minutes; the session then ends cleanly (run again to continue). 0: none."),
+    min_recovered: float | None = typer.Option(None, "--min-recovered", min=0.0, max=1.0, help=MIN_RECOVERED_HELP),
+    time_limit: float = typer.Option(
+        25.0, "--time-limit", min=0.0, help="Minutes; the session then ends cleanly (run again to continue). 0: none."
+    ),
     concurrency: int = typer.Option(2, "--concurrency", min=1, help="Users synthesized at once."),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Use the response cache ($ATELIER_CACHE_DIR/llm)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar over users."),
@@ -160,9 +209,14 @@ def history(
 
     try:
         options = HistoryOptions(
-            style=style, items_per_tag=items_per_tag, items_per_trait=items_per_trait,
-            conversational_share=conversational_share, period_days=period_days,
-            end_date=dt.date.fromisoformat(end_date), language=language, seed=seed,
+            style=style,
+            items_per_tag=items_per_tag,
+            items_per_trait=items_per_trait,
+            conversational_share=conversational_share,
+            period_days=period_days,
+            end_date=dt.date.fromisoformat(end_date),
+            language=language,
+            seed=seed,
         )
     except (ValidationError, ValueError) as exc:
         raise ConfigError(f"simulate history: {_first_error(exc)}") from None
@@ -170,43 +224,69 @@ def history(
         raise ConfigError(f"--benchmark {benchmark!r}: only pdr reads a contexts file (its option contexts_file)")
     if language not in ("en", "zh"):
         raise ConfigError(f"--language {language!r}: pdr has en and zh")
-    models = history_models(recipe, model, checker_model, api_base=api_base, api_key_env=api_key_env,
-                            temperature=temperature, seed=seed, max_retries=max_retries, max_tokens=max_tokens)
+    models = history_models(
+        recipe,
+        model,
+        checker_model,
+        api_base=api_base,
+        api_key_env=api_key_env,
+        temperature=temperature,
+        seed=seed,
+        max_retries=max_retries,
+        max_tokens=max_tokens,
+    )
     chosen = choose_users(pdr_personas(language), users.split(",") if users else None, limit)
-    job = HistoryJob(benchmark=benchmark, users=chosen, options=options, check=check, concurrency=concurrency,
-                     models=models, min_recovered=DEFAULT_MIN_RECOVERED if min_recovered is None else min_recovered,
-                     time_limit_s=time_limit * 60 or None,
-                     effort=WritingEffort(max_tokens_ceiling=max_tokens_ceiling, regenerations=regenerations))
+    job = HistoryJob(
+        benchmark=benchmark,
+        users=chosen,
+        options=options,
+        check=check,
+        concurrency=concurrency,
+        models=models,
+        min_recovered=DEFAULT_MIN_RECOVERED if min_recovered is None else min_recovered,
+        time_limit_s=time_limit * 60 or None,
+        effort=WritingEffort(max_tokens_ceiling=max_tokens_ceiling, regenerations=regenerations),
+    )
     manifest = run_history_job(job, out, cache=cache, progress=progress)
-    print_json({
-        "out": str(out),
-        "contexts_file": str(out / manifest["contexts_file"]),
-        "dry_run": manifest["dry_run"],
-        "sessions": manifest["sessions"],
-        "time_limit_reached": manifest["time_limit_reached"],
-        "overall": manifest["overall"],
-        "users": {u: f["synthesis"]["status"] for u, f in manifest["per_user"].items()},
-        "failed": manifest["failed"],
-        "recipe": manifest["recipe"],
-    })
+    print_json(
+        {
+            "out": str(out),
+            "contexts_file": str(out / manifest["contexts_file"]),
+            "dry_run": manifest["dry_run"],
+            "sessions": manifest["sessions"],
+            "time_limit_reached": manifest["time_limit_reached"],
+            "overall": manifest["overall"],
+            "users": {u: f["synthesis"]["status"] for u, f in manifest["per_user"].items()},
+            "failed": manifest["failed"],
+            "recipe": manifest["recipe"],
+        }
+    )
     _exit_like_a_run(manifest)
 
 
 def check(
     contexts: Path = typer.Option(..., "--contexts", help="A contexts file in the pdr loader's format."),
-    language: str = typer.Option("en", "--language", help="Which pdr personas it belongs to (en | zh), and the "
-                                                          "language its items must be written in."),
-    reversibility: bool = typer.Option(False, "--reversibility/--no-reversibility",
-                                       help="Also run the inverse pass (a model): items per tag then count what it "
-                                            "cited, and the reversibility gate applies."),
-    min_recovered: Optional[float] = typer.Option(None, "--min-recovered", min=0.0, max=1.0, help=MIN_RECOVERED_HELP),
-    recipe: Optional[Path] = typer.Option(None, "--recipe", help="A TOML file whose [models.history_checker] (else "
-                                          "[models.user_sim]) is the checker."),
-    model: Optional[str] = typer.Option(None, "--model", help="Checker model for --reversibility (default: the "
-                                        "recipe's, else scripted)."),
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Variable holding the API key."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="The checker's max_tokens."),
+    language: str = typer.Option(
+        "en",
+        "--language",
+        help="Which pdr personas it belongs to (en | zh), and the language its items must be written in.",
+    ),
+    reversibility: bool = typer.Option(
+        False,
+        "--reversibility/--no-reversibility",
+        help="Also run the inverse pass (a model): items per tag then count what it "
+        "cited, and the reversibility gate applies.",
+    ),
+    min_recovered: float | None = typer.Option(None, "--min-recovered", min=0.0, max=1.0, help=MIN_RECOVERED_HELP),
+    recipe: Path | None = typer.Option(
+        None, "--recipe", help="A TOML file whose [models.history_checker] (else [models.user_sim]) is the checker."
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="Checker model for --reversibility (default: the recipe's, else scripted)."
+    ),
+    api_base: str | None = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Variable holding the API key."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="The checker's max_tokens."),
 ) -> None:
     """Check a contexts file: the content of every item, PDR's annotation protocol (per user and
     overall) and, with --reversibility, the reversibility gate; exit 3 on a violation."""
@@ -217,8 +297,17 @@ def check(
 
     checker = None
     if reversibility:
-        checker = history_models(recipe, model, None, api_base=api_base, api_key_env=api_key_env, temperature=None,
-                                 seed=0, max_retries=None, max_tokens=max_tokens)["history_checker"]
+        checker = history_models(
+            recipe,
+            model,
+            None,
+            api_base=api_base,
+            api_key_env=api_key_env,
+            temperature=None,
+            seed=0,
+            max_retries=None,
+            max_tokens=max_tokens,
+        )["history_checker"]
     gate = DEFAULT_MIN_RECOVERED if min_recovered is None else min_recovered
     report = asyncio.run(check_contexts(contexts, language, checker, min_recovered=gate))
     print_json(report)
@@ -228,9 +317,9 @@ def check(
 def feedback(
     run: Path = typer.Option(..., "--run", help="A run folder (runs/out/<run_id>)."),
     out: Path = typer.Option(..., "--out", help="The R-J pairs file to write (JSON Lines)."),
-    model: Optional[str] = typer.Option(None, "--model", help="Simulated user's model (default: the run's user_sim)."),
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Variable holding the API key."),
+    model: str | None = typer.Option(None, "--model", help="Simulated user's model (default: the run's user_sim)."),
+    api_base: str | None = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --model."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Variable holding the API key."),
     concurrency: int = typer.Option(4, "--concurrency", min=1, help="Ratings in flight at once."),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Use the response cache ($ATELIER_CACHE_DIR/llm)."),
 ) -> None:
@@ -244,7 +333,9 @@ def feedback(
     report = asyncio.run(rate_run(run, out, settings, concurrency=concurrency, cache=cache))
     print_json(report)
     failed = report["failed"]
-    typer.echo(f"responses: {report['rated']} rated, {len(failed)} failed (of {report['rated'] + len(failed)})", err=True)
+    typer.echo(
+        f"responses: {report['rated']} rated, {len(failed)} failed (of {report['rated'] + len(failed)})", err=True
+    )
     for line in most_common_lines("rating failures", Counter(reason_of(error) for error in failed.values())):
         typer.echo(line, err=True)
     if failed:

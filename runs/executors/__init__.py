@@ -4,8 +4,9 @@ cluster's nodes). The runner only opens one and hands it episodes (`base.Executo
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from runs.executors.base import Episode, EpisodeFn, Executor
 from runs.executors.local import LocalExecutor
@@ -14,8 +15,9 @@ __all__ = ["Episode", "EpisodeFn", "Executor", "open_executor"]
 
 
 @contextlib.asynccontextmanager
-async def open_executor(recipe, episode_fn: EpisodeFn, graph: Any, *, run_id: str, run_dir: Path,
-                        progress: bool = True) -> AsyncIterator[Executor]:
+async def open_executor(
+    recipe, episode_fn: EpisodeFn, graph: Any, *, run_id: str, run_dir: Path, progress: bool = True
+) -> AsyncIterator[Executor]:
     """The recipe's executor (`[run] executor`), closed (its workers stopped) when the block ends."""
     if recipe.run.executor == "local":
         executor: Executor = LocalExecutor(episode_fn, graph)
@@ -26,8 +28,14 @@ async def open_executor(recipe, episode_fn: EpisodeFn, graph: Any, *, run_id: st
         key_envs += [s.api_key_env for system in recipe.systems for s in system.models.values()]
         key_envs += web_key_envs(recipe.web)
         executor = await RayExecutor(
-            episode_fn, graph, systems=recipe.systems, settings=recipe.run.ray,
-            concurrency=recipe.run.concurrency, run_id=run_id, run_dir=run_dir, env=forwarded_env(key_envs),
+            episode_fn,
+            graph,
+            systems=recipe.systems,
+            settings=recipe.run.ray,
+            concurrency=recipe.run.concurrency,
+            run_id=run_id,
+            run_dir=run_dir,
+            env=forwarded_env(key_envs),
             progress=progress,
         ).start()
     try:

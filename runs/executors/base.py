@@ -8,8 +8,9 @@ on a cluster's nodes. Either way the driver alone writes the run folder.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Protocol
 
 from benchmarks.case import Case
 from graphs.context import EpisodeContext, SystemSpec

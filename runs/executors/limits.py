@@ -75,8 +75,10 @@ class ModelLimitsActor:
 
     async def stats(self) -> dict[str, dict[str, int]]:
         """Per model and bound: slots held now, the most ever held at once, slots granted."""
-        return {f"{model}#{size}": {"held": len(b.leases), "peak": b.peak, "granted": b.granted}
-                for (model, size), b in self._bounds.items()}
+        return {
+            f"{model}#{size}": {"held": len(b.leases), "peak": b.peak, "granted": b.granted}
+            for (model, size), b in self._bounds.items()
+        }
 
     def _expire(self, bound: _Bound) -> None:
         now = time.monotonic()
@@ -110,7 +112,10 @@ def start_limits_actor(run_id: str, node_id: str):
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     actor = ray.remote(ModelLimitsActor).options(
-        name=limits_actor_name(run_id), num_cpus=0, max_concurrency=100_000, max_restarts=-1,
+        name=limits_actor_name(run_id),
+        num_cpus=0,
+        max_concurrency=100_000,
+        max_restarts=-1,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
     )
     return actor.remote()
@@ -130,10 +135,10 @@ class ClusterLimits:
             self._actor = ray.get_actor(limits_actor_name(self.run_id))
         return self._actor
 
-    def semaphore(self, model: str, bound: int) -> "_Slot":
+    def semaphore(self, model: str, bound: int) -> _Slot:
         return _Slot(self.actor(), _per_node(model), bound)
 
-    def limiter(self, model: str, rpm: int) -> "_Rate":
+    def limiter(self, model: str, rpm: int) -> _Rate:
         return _Rate(self.actor(), model, rpm)
 
 

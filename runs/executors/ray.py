@@ -87,14 +87,20 @@ class _NewFiles:
             known = self._folders.get(folder)
             if known is None or known[0] != mtime:
                 entries = list(os.scandir(folder))
-                subfolders = [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)
-                              and not (folder == self.root and e.name in _NOT_COPIED)]
+                subfolders = [
+                    Path(e.path)
+                    for e in entries
+                    if e.is_dir(follow_symlinks=False) and not (folder == self.root and e.name in _NOT_COPIED)
+                ]
                 # a listing changed within the last second may change again within the same mtime tick
                 settled = mtime if time.time_ns() - mtime > 1_000_000_000 else None
                 self._folders[folder] = (settled, subfolders)
                 for entry in entries:
-                    if entry.name.startswith(".") or entry.name.endswith(".tmp") or not entry.is_file(
-                            follow_symlinks=False):
+                    if (
+                        entry.name.startswith(".")
+                        or entry.name.endswith(".tmp")
+                        or not entry.is_file(follow_symlinks=False)
+                    ):
                         continue
                     relative = Path(entry.path).relative_to(self.root).as_posix()
                     if folder == self.root and entry.name in _NOT_COPIED:
@@ -111,8 +117,15 @@ class EpisodeWorker:
     """The actor's body (wrapped by `ray.remote` in `RayExecutor`): one per node, many episodes at
     once on one event loop, its resources (gateway, memory stores, web) kept across episodes."""
 
-    def __init__(self, run_id: str, run_dir: str, scratch_root: str | None, env: dict[str, str],
-                 systems: list[Any], shared_state: dict[str, bytes]) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        run_dir: str,
+        scratch_root: str | None,
+        env: dict[str, str],
+        systems: list[Any],
+        shared_state: dict[str, bytes],
+    ) -> None:
         for name, value in env.items():
             os.environ[name] = value
         import ray
@@ -121,6 +134,7 @@ class EpisodeWorker:
 
         apply_offline_defaults()  # before litellm or chromadb load
         import litellm  # noqa: F401  (seconds to import: paid while the worker starts, not by its first episode)
+
         from agents.models.gateway import set_model_limits
         from runs.executors.limits import ClusterLimits
 
@@ -178,8 +192,9 @@ class EpisodeWorker:
                 remember_cases(self.run_id, await cases[0])
                 self._has_cases = True
 
-    async def run(self, episode_fn: EpisodeFn, episode: Episode, checkpoints: list[Any],
-                  cases: list[Any]) -> EpisodeOutput:
+    async def run(
+        self, episode_fn: EpisodeFn, episode: Episode, checkpoints: list[Any], cases: list[Any]
+    ) -> EpisodeOutput:
         from agents.models.ledger import capture_calls
         from benchmarks.common.redaction import Redactor, redacting
         from tools.web import capture_web_log
@@ -196,9 +211,15 @@ class EpisodeWorker:
             record = await episode_fn(self.graph, episode.case, episode.system, context)
         taken = [t async for t in self.saver.alist(thread)]
         await self.saver.adelete_thread(episode.key)
-        return EpisodeOutput(record=record, calls=list(calls), web_log=[e.model_dump_json() for e in web_log],
-                             files=self.new_files.collect(), checkpoints=taken, node=self.node,
-                             restarted_worker=self.restarted)
+        return EpisodeOutput(
+            record=record,
+            calls=list(calls),
+            web_log=[e.model_dump_json() for e in web_log],
+            files=self.new_files.collect(),
+            checkpoints=taken,
+            node=self.node,
+            restarted_worker=self.restarted,
+        )
 
     async def shutdown(self) -> dict[str, Any]:
         """Close what the worker's contexts opened and remove its scratch folder; return what the
@@ -213,15 +234,19 @@ class EpisodeWorker:
         forget_cases(self.run_id)
         shutil.rmtree(self.scratch, ignore_errors=True)
         cpu = time.process_time() - self._cpu_at_first if self._cpu_at_first is not None else 0.0
-        return {"node": self.node, "episodes_cpu_s": cpu,
-                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        return {
+            "node": self.node,
+            "episodes_cpu_s": cpu,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
 
 
 async def copy_checkpoints(tuples: list[Any], saver) -> None:
     """Write checkpoint tuples (one thread's, any namespace) into another checkpointer."""
     for t in sorted(tuples, key=lambda t: t.checkpoint["id"]):
-        parent = t.parent_config or {"configurable": {k: v for k, v in t.config["configurable"].items()
-                                                      if k != "checkpoint_id"}}
+        parent = t.parent_config or {
+            "configurable": {k: v for k, v in t.config["configurable"].items() if k != "checkpoint_id"}
+        }
         await saver.aput(parent, t.checkpoint, t.metadata, t.checkpoint.get("channel_versions", {}))
         writes: dict[str, list[tuple[str, Any]]] = defaultdict(list)
         for task_id, channel, value in t.pending_writes or []:
@@ -237,8 +262,19 @@ async def thread_checkpoints(saver, thread_id: str) -> list[Any]:
 class RayExecutor:
     name = "ray"
 
-    def __init__(self, episode_fn: EpisodeFn, graph: Any, *, systems: list[Any], settings, concurrency: int,
-                 run_id: str, run_dir: Path, env: dict[str, str], progress: bool = True) -> None:
+    def __init__(
+        self,
+        episode_fn: EpisodeFn,
+        graph: Any,
+        *,
+        systems: list[Any],
+        settings,
+        concurrency: int,
+        run_id: str,
+        run_dir: Path,
+        env: dict[str, str],
+        progress: bool = True,
+    ) -> None:
         self.episode_fn = episode_fn
         self.saver = graph.checkpointer
         self.systems = list(systems)
@@ -264,7 +300,7 @@ class RayExecutor:
 
     # ------------------------------------------------------------------ start and stop
 
-    async def start(self) -> "RayExecutor":
+    async def start(self) -> RayExecutor:
         from benchmarks.common.errors import ConfigError
 
         address = self.settings.address or os.environ.get("RAY_ADDRESS")
@@ -280,8 +316,9 @@ class RayExecutor:
             if address is None:
                 options = {"include_dashboard": False}
             try:
-                ray.init(address=address, namespace="atelier", log_to_driver=False, logging_level=logging.WARNING,
-                         **options)
+                ray.init(
+                    address=address, namespace="atelier", log_to_driver=False, logging_level=logging.WARNING, **options
+                )
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise ConfigError(f"[run.ray] address {address!r}: cannot connect to a Ray cluster: {exc}") from None
             self._connected_here = True
@@ -294,11 +331,13 @@ class RayExecutor:
         count = self.settings.workers or len(nodes)
         per_worker = max(1, math.ceil(self.concurrency / count))
         worker = ray.remote(EpisodeWorker).options(
-            num_cpus=self.settings.cpus_per_worker, max_concurrency=per_worker,
+            num_cpus=self.settings.cpus_per_worker,
+            max_concurrency=per_worker,
             # a worker is restarted up to max_retries times; its episodes in flight are retried on each
             # restart (-1: however long the dead node takes to be noticed; a bounded count could be spent
             # on "connection refused" before the restart)
-            max_restarts=self.settings.max_retries, max_task_retries=-1,
+            max_restarts=self.settings.max_retries,
+            max_task_retries=-1,
             scheduling_strategy="SPREAD",
         )
         from graphs.inputs import remembered_cases
@@ -309,8 +348,9 @@ class RayExecutor:
         # argument, which Ray would have to keep for restarts)
         self._cases = ray.put(remembered_cases(self.run_id))
         shared = {name: (self.run_dir / name).read_bytes() for name in _SHARED_STATE if (self.run_dir / name).exists()}
-        self.workers = [worker.remote(self.run_id, str(self.run_dir), scratch, self.env, self.systems, shared)
-                        for _ in range(count)]
+        self.workers = [
+            worker.remote(self.run_id, str(self.run_dir), scratch, self.env, self.systems, shared) for _ in range(count)
+        ]
         self.in_flight = [0] * count
         ready = [w.ready.remote() for w in self.workers]
         cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
@@ -324,8 +364,11 @@ class RayExecutor:
             )
         placed = await asyncio.gather(*ready)
         if self.progress:
-            print(f"ray: {len(nodes)} node(s), {cpus:g} CPUs; {count} episode workers on {len(set(placed))} node(s), "
-                  f"up to {per_worker} episodes each", file=sys.stderr)
+            print(
+                f"ray: {len(nodes)} node(s), {cpus:g} CPUs; {count} episode workers on {len(set(placed))} node(s), "
+                f"up to {per_worker} episodes each",
+                file=sys.stderr,
+            )
         return self
 
     async def aclose(self) -> None:
@@ -335,8 +378,10 @@ class RayExecutor:
             self._write_placement()
             if self.progress:
                 where = ", ".join(f"{node}: {n}" for node, n in sorted(self.placed.items()))
-                print(f"ray: episodes per node {where}; {self.on_restarted} on restarted workers, {self.lost} lost",
-                      file=sys.stderr)
+                print(
+                    f"ray: episodes per node {where}; {self.on_restarted} on restarted workers, {self.lost} lost",
+                    file=sys.stderr,
+                )
         if self.workers:
             stops = [w.shutdown.remote() for w in self.workers]
             stopped, _ = await asyncio.to_thread(ray.wait, stops, num_returns=len(stops), timeout=60)
@@ -379,7 +424,9 @@ class RayExecutor:
         try:
             before = await thread_checkpoints(self.saver, episode.key) if self.saver else []
             # Ray runs the episode again on the worker it restarts (elsewhere when the node is gone)
-            output: EpisodeOutput = await self.workers[index].run.remote(self.episode_fn, episode, before, [self._cases])
+            output: EpisodeOutput = await self.workers[index].run.remote(
+                self.episode_fn, episode, before, [self._cases]
+            )
         except ray.exceptions.ActorDiedError as exc:  # restarted max_retries times already: gone for good
             self.gone.add(index)
             self.lost += 1
@@ -408,9 +455,17 @@ class RayExecutor:
 
         path = self.run_dir / "executor.json"
         sessions = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
-        sessions.append({"executor": "ray", "address": self.address, "finished_at": time.time(),
-                         "workers": len(self.workers), "episodes_per_node": dict(self.placed),
-                         "episodes_on_restarted_workers": self.on_restarted, "episodes_lost": self.lost})
+        sessions.append(
+            {
+                "executor": "ray",
+                "address": self.address,
+                "finished_at": time.time(),
+                "workers": len(self.workers),
+                "episodes_per_node": dict(self.placed),
+                "episodes_on_restarted_workers": self.on_restarted,
+                "episodes_lost": self.lost,
+            }
+        )
         path.write_text(json.dumps(sessions, indent=2) + "\n", encoding="utf-8")
 
     async def _deliver(self, episode: Episode, output: EpisodeOutput) -> None:
@@ -458,10 +513,16 @@ def _merge_modes(path: Path, content: bytes) -> None:
 def _lost(episode: Episode, reason: str) -> ResultRecord:
     first_line = (reason.strip().splitlines() or [""])[0][:300]
     return ResultRecord(
-        key=episode.key, run_id=episode.context.run_id, case_id=episode.case.id, system=episode.system.name,
-        benchmark=episode.case.benchmark, user_id=episode.case.user_id,
-        setting=episode.system.setting or episode.case.setting, status="error",
-        error=f"worker lost: {first_line}", finished_at=time.time(),
+        key=episode.key,
+        run_id=episode.context.run_id,
+        case_id=episode.case.id,
+        system=episode.system.name,
+        benchmark=episode.case.benchmark,
+        user_id=episode.case.user_id,
+        setting=episode.system.setting or episode.case.setting,
+        status="error",
+        error=f"worker lost: {first_line}",
+        finished_at=time.time(),
     )
 
 

@@ -25,7 +25,8 @@ ACCEPT = "text/html,application/xhtml+xml;q=0.9,text/plain;q=0.8,text/markdown;q
 
 class DirectOptions(ReaderOptions):
     extract_workers: int | None = Field(
-        default=None, ge=0,
+        default=None,
+        ge=0,
         description="Processes extracting main text in parallel (0: a thread; unset: one per core when there are several).",
     )
 

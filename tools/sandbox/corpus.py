@@ -23,8 +23,8 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from benchmarks.data_files import resolve
 from benchmarks.common.errors import ConfigError, DataError
+from benchmarks.data_files import resolve
 from benchmarks.loaders._records import RawRecord, read_jsonl
 from tools.urls import canonical_url
 

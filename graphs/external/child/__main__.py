@@ -31,6 +31,7 @@ import signal
 import sys
 import time
 import traceback
+from datetime import UTC
 from pathlib import Path
 from types import ModuleType
 
@@ -41,11 +42,11 @@ PREFIX = "@atelier "
 
 def travel_to(day: str) -> None:
     """Make the agent's clock start at noon UTC of `day` (its prompts carry today's date)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     import time_machine
 
-    time_machine.travel(datetime.fromisoformat(day).replace(hour=12, tzinfo=timezone.utc), tick=True).start()
+    time_machine.travel(datetime.fromisoformat(day).replace(hour=12, tzinfo=UTC), tick=True).start()
 
 
 def load_runner(agent: str) -> ModuleType:

@@ -77,7 +77,9 @@ def install(refused: list[str]) -> None:
         if not is_local(host):
             what = f"{event.split('.', 1)[1]} {host}:{port}"
             refused.append(what)
-            raise PermissionError(f"atelier offline guard: {what} refused (an external agent may reach only this machine)")
+            raise PermissionError(
+                f"atelier offline guard: {what} refused (an external agent may reach only this machine)"
+            )
 
     sys.addaudithook(hook)
 
@@ -103,12 +105,17 @@ def _hide_machine_sockets(libc: ctypes.CDLL, keep: list[str]) -> None:
     """Fresh /tmp and /run, in which the folders in `keep` that lay under them are again where they were."""
     kept: list[tuple[str, int]] = []
     for path in sorted({os.path.realpath(p) for p in keep if p}):
-        if any(_under(path, root) for root in MASKED) and os.path.isdir(path) \
-                and not any(_under(path, outer) for outer, _ in kept):
+        if (
+            any(_under(path, root) for root in MASKED)
+            and os.path.isdir(path)
+            and not any(_under(path, outer) for outer, _ in kept)
+        ):
             kept.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY)))  # reachable once covered
     for root, options in MASKED.items():
         if os.path.isdir(root) and not os.path.islink(root):
-            _check(libc.mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), f"mount tmpfs on {root}")
+            _check(
+                libc.mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), f"mount tmpfs on {root}"
+            )
     for path, fd in kept:
         os.makedirs(path, exist_ok=True)
         _check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
@@ -196,7 +203,9 @@ def probe() -> None:
             raise SystemExit("atelier boundary probe: a connection left the namespace")
         except OSError as exc:
             if exc.errno != errno.ENETUNREACH:
-                raise SystemExit(f"atelier boundary probe: a connection out failed otherwise than unreachable: {exc}")
+                raise SystemExit(
+                    f"atelier boundary probe: a connection out failed otherwise than unreachable: {exc}"
+                ) from exc
     if _libc().unshare(CLONE_NEWNET) == 0:
         raise SystemExit("atelier boundary probe: a job could still make a namespace of its own")
     listener.close()

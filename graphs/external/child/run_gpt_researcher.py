@@ -64,6 +64,9 @@ async def run(job: dict) -> dict:
     return {
         "report": str(report),
         "sources": list(researcher.get_source_urls()),
-        "details": {"context_items": len(context or []), "unparsed_plans": unparsed,
-                    "agent_role": str(getattr(researcher, "role", "") or "")[:300]},
+        "details": {
+            "context_items": len(context or []),
+            "unparsed_plans": unparsed,
+            "agent_role": str(getattr(researcher, "role", "") or "")[:300],
+        },
     }

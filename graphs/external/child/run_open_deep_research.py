@@ -26,7 +26,11 @@ def configurable(job: dict) -> dict:
     config = {
         "allow_clarification": False,
         "search_api": "none",
-        "mcp_config": {"url": job["endpoint"]["web_root"], "tools": ["web_search", "fetch_page"], "auth_required": False},
+        "mcp_config": {
+            "url": job["endpoint"]["web_root"],
+            "tools": ["web_search", "fetch_page"],
+            "auth_required": False,
+        },
         "mcp_prompt": MCP_PROMPT,
         **{f"{call}_model": f"openai:{call}" for call in CALLS},
     }
