@@ -25,7 +25,7 @@ import re
 import tomllib
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 
@@ -333,8 +333,9 @@ def _validator_model() -> type[BaseModel]:
     registered, so pydantic itself reports unknown names with the valid choices."""
     memory_configs = tuple(BACKENDS.get(n).config_model for n in BACKENDS.names())
     judge_configs = tuple(JUDGES.get(n).config_model for n in JUDGES.names())
-    MemoryUnion = Annotated[memory_configs, Field(discriminator="backend")]  # type: ignore[valid-type]
-    JudgeUnion = Annotated[judge_configs, Field(discriminator="name")]  # type: ignore[valid-type]
+    # `|` cannot unpack a tuple of types built at runtime: Union[...] it is
+    MemoryUnion = Annotated[Union[memory_configs], Field(discriminator="backend")]  # type: ignore[valid-type]  # noqa: UP007
+    JudgeUnion = Annotated[Union[judge_configs], Field(discriminator="name")]  # type: ignore[valid-type]  # noqa: UP007
     Pipeline = Literal[tuple(PIPELINES.names())]  # type: ignore[valid-type]
     Benchmark = Literal[tuple(BENCHMARKS.names())]  # type: ignore[valid-type]
     Role = Literal[KNOWN_ROLES]  # type: ignore[valid-type]
