@@ -25,6 +25,7 @@ episode to decide whether an episode may start.
 from __future__ import annotations
 
 import asyncio
+import math
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -142,7 +143,7 @@ def _dry_recipe(recipe: Recipe, sample: int, folder: Path) -> Recipe:
     if not recipe.web.uses_sandbox:  # a real search service would be called: measure on the sandbox instead
         web.update(provider="searxng", provider_options={}, reader="direct", reader_options={}, sandbox=None)
     web.update(mode="record", cache_dir=None, copy_dir=None)
-    data["run"] = {**data["run"], "out_dir": str(folder), "executor": "local", "budget_usd": None}
+    data["run"] = {**data["run"], "out_dir": str(folder), "executor": "local", "budget_usd": None, "epochs": 1}
     data["report"] = {**data["report"], "paper": []}
     return Recipe.model_validate(data)
 
@@ -161,9 +162,11 @@ def _measure(recipe: Recipe, sample: int) -> tuple[list[Any], int]:
 
 def forecast(recipe: Recipe, *, sample: int = 2) -> CostForecast:
     cases = recipe.cases()
-    episodes = len(cases) * len(recipe.systems)
+    epochs = recipe.run.epochs  # each epoch makes the calls of one (measured) epoch again
+    episodes = len(cases) * len(recipe.systems) * epochs
     ledger, measured_cases = _measure(recipe, min(sample, len(cases)))
-    per_case = len(cases) / max(1, measured_cases)  # episodes of each system scale with the cases
+    per_case = len(cases) * epochs / max(1, measured_cases)  # episodes of each system scale with the cases
+    every_case = measured_cases == len(cases)  # then the calls are as measured, not a range
     notes: list[str] = []
     if not recipe.web.uses_sandbox:
         notes.append(f"prompts measured on the sandbox web, not on {recipe.web.provider}: page texts differ in length")
@@ -184,7 +187,7 @@ def forecast(recipe: Recipe, *, sample: int = 2) -> CostForecast:
         limit, assumed = output_limit(settings)
         price = price_of(settings)
         measured = len(entries) * per_case
-        calls = Span.of(measured, measured) if per_case == 1 else Span.of(measured * SPREAD[0], measured * SPREAD[1])
+        calls = Span.of(measured, measured) if every_case else Span.of(measured * SPREAD[0], measured * SPREAD[1])
         prompt = sum(e.prompt_tokens for e in entries) * per_case
         prompt_span = Span.of(prompt * SPREAD[0], prompt * SPREAD[1])
         shortest = sum(e.completion_tokens if e.kind != "text" else limit * TYPICAL_SHARE for e in entries) * per_case
@@ -195,7 +198,7 @@ def forecast(recipe: Recipe, *, sample: int = 2) -> CostForecast:
                 prompt_span.high * price.input_per_token + completion_span.high * price.output_per_token,
                 6,
             )
-            if price.known
+            if price.input_per_token is not None and price.output_per_token is not None  # price.known
             else None
         )
         if assumed:
@@ -224,10 +227,11 @@ def forecast(recipe: Recipe, *, sample: int = 2) -> CostForecast:
             per_episode_high[system] = None
         else:
             systems[system]["usd"] = systems[system]["usd"] + usd
-            per_episode_high[system] = (per_episode_high[system] or 0.0) + usd.high / len(cases)
+            per_episode_high[system] = (per_episode_high[system] or 0.0) + usd.high / (len(cases) * epochs)
 
     priced = [r.usd for r in roles.values()]
-    total_usd = None if any(u is None for u in priced) else sum(priced, Span.of(0, 0, 6))
+    known = [u for u in priced if u is not None]
+    total_usd = None if len(known) < len(priced) else sum(known, Span.of(0, 0, 6))
     total = {
         "calls": sum((r.calls for r in roles.values()), Span.of(0, 0)),
         "prompt_tokens": sum((r.prompt_tokens for r in roles.values()), Span.of(0, 0)),
@@ -271,3 +275,98 @@ def format_usd(span: Span | None) -> str:
     if span is None:
         return "unknown"
     return f"${span.low:,.4f} – ${span.high:,.4f}" if span.high < 1 else f"${span.low:,.2f} – ${span.high:,.2f}"
+
+
+# ----------------------------------------------------------------------------- the budget
+
+
+class Budget:
+    """`[run] budget_usd`: no episode starts that could take spend past it.
+
+    Before an episode starts it reserves its system's forecast high end (`per_episode_usd_high`);
+    when it ends the reservation is released for what its calls actually cost (its ledger lines;
+    the whole reservation when that is unknown). Spend before this session (earlier sessions of the
+    run folder, the preflight's probes) counts from the ledger. The first episode that cannot be
+    reserved stops the run from starting any other: what runs finishes, and the run ends with
+    exit 3, "budget reached" (`runs.outcome`)."""
+
+    def __init__(self, limit_usd: float, per_episode_usd: dict[str, float], spent_before: float = 0.0) -> None:
+        self.limit_usd = limit_usd
+        self.per_episode_usd = per_episode_usd
+        self.spent_before = spent_before
+        self.spent_now = 0.0  # what this session's finished episodes cost
+        self.reserved = 0.0  # held by episodes in flight
+        self.reached = False
+        self.refused: tuple[str, float] | None = None  # the (system, reservation) that did not fit
+
+    @property
+    def spent(self) -> float:
+        return self.spent_before + self.spent_now
+
+    def reserve(self, system: str) -> float | None:
+        """The reservation for one episode of `system`, or None: the budget cannot hold it (and from
+        then on holds no other)."""
+        need = self.per_episode_usd[system]
+        if self.reached or self.spent + self.reserved + need > self.limit_usd:
+            self.reached = True
+            self.refused = self.refused or (system, need)
+            return None
+        self.reserved += need
+        return need
+
+    def settle(self, reservation: float, actual: float | None) -> None:
+        """An episode ended: its reservation released, what it cost (None: unknown, the reservation) spent."""
+        self.reserved = max(0.0, self.reserved - reservation)
+        self.spent_now += reservation if actual is None else actual
+
+    def line(self) -> str:
+        return f"budget reached: spent ${self.spent:.4f} of ${self.limit_usd:.4f}; resume with a larger --budget-usd"
+
+    def as_dict(self) -> dict[str, Any]:
+        """summary.json's `budget`."""
+        return {
+            "limit_usd": self.limit_usd,
+            "spent_usd": round(self.spent, 6),
+            "reached": self.reached,
+            "per_episode_reservation_usd": dict(self.per_episode_usd),
+            "refused": {"system": self.refused[0], "reservation_usd": self.refused[1]} if self.refused else None,
+        }
+
+
+def spent_in(entries: list[Any]) -> float:
+    """What the provider calls among ledger `entries` cost (cache hits and failed calls cost nothing;
+    a call with no price adds nothing: a run with a budget has every price)."""
+    return math.fsum(
+        e.cost_usd for e in entries if e.is_model_call and not e.cache_hit and e.status == "ok" and e.cost_usd
+    )
+
+
+def plan_budget(recipe: Recipe) -> Budget | None:
+    """The run's budget with each system's reservation per episode, or None when it has none. A
+    budget over a model with no known price is refused (ConfigError), before any call: it could not
+    be kept. Runs the forecast's scripted dry run (no provider call)."""
+    from benchmarks.common.errors import ConfigError
+
+    limit = recipe.run.budget_usd
+    if limit is None:
+        return None
+    for system in recipe.systems:
+        roles = {**recipe.role_models(), **system.models}
+        for role in recipe.roles_used():
+            settings = settings_for_role(roles, role)
+            if not price_of(settings).known:
+                raise ConfigError(
+                    f"[run] budget_usd: role {role} of system {system.name!r} uses {settings.model}, whose price "
+                    "is unknown, so no budget can be kept; set input_cost_per_token and output_cost_per_token "
+                    f"in [models.{role}], or run without a budget"
+                )
+    predicted = forecast(recipe)
+    unpriced = {name: usd for name, usd in predicted.per_episode_usd_high.items() if usd is None}
+    if unpriced:
+        raise ConfigError(
+            f"[run] budget_usd: roles {', '.join(predicted.total['unpriced_roles'])} have no known price "
+            f"(systems {', '.join(unpriced)}), so no budget can be kept; set input_cost_per_token and "
+            "output_cost_per_token for them, or run without a budget"
+        )
+    per_episode = {name: float(usd or 0.0) for name, usd in predicted.per_episode_usd_high.items()}
+    return Budget(limit, per_episode)

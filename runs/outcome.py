@@ -8,7 +8,8 @@ Exit codes of `atelier run` (and the other commands that report on a run):
     1   a bug: an exception nobody expected (its traceback is saved; see runs.cli)
     2   bad input: an invalid recipe, a failed preflight, unreadable files; nothing was started
     3   the run finished, but some episodes or judgments failed, or some step degraded (each
-        recorded with its reason or kind)
+        recorded with its reason or kind); or its budget was reached (`[run] budget_usd`): the
+        episodes it could not afford were not started, and a larger --budget-usd resumes them
     130 interrupted (Ctrl-C): what finished is kept; the same command resumes the run
 
 A judgment whose score is undefined by its protocol (PQR's R for a report citing nothing, with
@@ -56,6 +57,7 @@ class RunOutcome:
     tolerated: frozenset[str] = frozenset()
     judged: bool = True  # whether any judge scores this run's episodes (else they are answered, not scored)
     unmeasured: list[str] = field(default_factory=list)  # paper-table numbers ours has no case for (n = 0)
+    budget_reached: str | None = None  # "budget reached: spent $X of $Y; ...": the budget left episodes unstarted
 
     @property
     def failing_degradations(self) -> dict[str, int]:
@@ -64,6 +66,8 @@ class RunOutcome:
 
     @property
     def exit_code(self) -> int:
+        if self.budget_reached:  # episodes not started for want of budget: not an interruption
+            return EXIT_FAILURES
         if self.missing:
             return EXIT_INTERRUPTED
         failing = self.failed or self.unscored or self.failing_degradations or self.unmeasured
@@ -79,6 +83,7 @@ class RunOutcome:
             "undefined": self.undefined,
             "judged": self.judged,
             "unmeasured": self.unmeasured,
+            "budget_reached": self.budget_reached,
             "degraded_episodes": self.degraded_episodes,
             "degraded": [
                 {
@@ -114,6 +119,7 @@ class RunOutcome:
         )
         return [
             head,
+            *([self.budget_reached] if self.budget_reached else []),
             *self.degradation_lines(),
             *unmeasured,
             *most_common_lines("episode failures", self.episode_reasons, top),

@@ -6,6 +6,8 @@
 - the keys those models and the web provider need are present;
 - the benchmark's data files are present and match their registered sha256;
 - every judge fits the benchmark: the cases carry the gold it needs;
+- with epochs (`[run] epochs` > 1), no system-side role of a real model answers at temperature 0
+  (its epochs would repeat one answer);
 - a web that is not started in-process (a SearXNG URL, a search API, a running sandbox) answers.
 
 Problems are collected, never raised one by one: a failed preflight reports one line per problem
@@ -179,6 +181,36 @@ def judge_problems(recipe: Recipe, cases: Sequence[Case]) -> list[str]:
     return []
 
 
+def epoch_problems(recipe: Recipe) -> list[str]:
+    """Epochs (`[run] epochs` > 1) over a real model answering at temperature 0: a real model's
+    answer at temperature 0 barely depends on the seed, so its epochs would repeat one answer and
+    report a spread of about nothing. Refused, for every system-side role the run uses that is
+    not `scripted` (whose answers follow the seed at any temperature); judges are not concerned
+    (their seeds stay, their variance is `repeats`'s)."""
+    from runs.resume import SYSTEM_SIDE
+
+    if recipe.run.epochs <= 1:
+        return []
+    used = recipe.roles_used()
+    problems: dict[str, str] = {}
+    for i, system in enumerate(recipe.systems):
+        merged = {**recipe.role_models(), **system.models}
+        for role in SYSTEM_SIDE:
+            if role not in merged or (role == "user_sim" and role not in used):
+                continue
+            settings = merged[role]
+            if settings.is_scripted or settings.temperature > 0:
+                continue
+            where = f"systems[{i}].models.{role}" if role in system.models else f"models.{role}"
+            problems.setdefault(
+                where,
+                f"{where} ({settings.model}) answers at temperature 0, so the {recipe.run.epochs} epochs would "
+                "repeat one answer instead of measuring the system's spread: set its temperature > 0 (e.g. 0.7), "
+                "or epochs = 1",
+            )
+    return list(problems.values())
+
+
 def needs_web_probe(recipe: Recipe) -> bool:
     """A web the run uses (a system's pipeline searches, or a judge reads sources) and does not start
     itself (a SearXNG URL, a search API, a running sandbox)."""
@@ -226,6 +258,7 @@ async def preflight_problems(recipe: Recipe, cases: Sequence[Case], ledger: Ledg
         problems += [f"{', '.join(where)} ({settings.model}): {p}" for p in key_problems(settings)]
     problems += data_problems(recipe.benchmark.name)
     problems += judge_problems(recipe, cases)
+    problems += epoch_problems(recipe)
     probed = await asyncio.gather(
         *(probe_problem(settings, where, ledger) for settings, where in uses), web_problem(recipe)
     )

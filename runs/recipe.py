@@ -23,18 +23,20 @@ from __future__ import annotations
 import datetime
 import re
 import tomllib
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Protocol, Union, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 
-from agents.judges.base import JUDGES
+from agents.judges.base import JUDGES, JudgeConfig
 from agents.models.settings import ROLE_FALLBACK, ROLES, ModelSettings
 from benchmarks.case import Case
 from benchmarks.common.degradation import check_kinds
 from benchmarks.common.errors import ConfigError
 from benchmarks.common.json_input import validate_strictly
+from benchmarks.common.named_registry import UnknownNameError
 from benchmarks.registry import BENCHMARKS, get_benchmark, load_cases
 from benchmarks.rj_pairs import with_rj_pairs
 from graphs.context import SystemSpec
@@ -116,6 +118,14 @@ class RunSection(_Strict):
         default="local", description="local: asyncio in this process; ray: episodes on a Ray cluster's nodes."
     )
     ray: RaySection = Field(default_factory=RaySection)
+    epochs: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="Runs of each (case, system), each with its own seeds (system-side roles' seed and the "
+        "run's seed moved by epoch - 1; judges keep theirs) and its own memory; the summary reports per-case "
+        "means over epochs and the between-epoch spread. Real models need temperature > 0 (preflight says so).",
+    )
     budget_usd: float | None = Field(
         default=None,
         gt=0,
@@ -134,6 +144,14 @@ class RunSection(_Strict):
     @classmethod
     def _known_kinds(cls, kinds: list[str]) -> list[str]:
         return check_kinds(kinds)
+
+    @field_validator("epochs")
+    @classmethod
+    def _epochs_run_locally(cls, epochs: int, info: ValidationInfo) -> int:
+        # a Ray episode's checkpoint thread is keyed by (case, system) alone (runs/executors/base.py)
+        if epochs > 1 and info.data.get("executor") == "ray":
+            raise ValueError('epochs > 1 runs on the local executor only (executor = "local")')
+        return epochs
 
 
 class PaperRow(_Strict):
@@ -217,8 +235,28 @@ class Recipe(_Strict):
         """The benchmark's cases for this recipe (split, setting, options, seed; its limit unless
         `limited` is false), with the R-J pairs of `rj_pairs_file` added to their gold."""
         b = self.benchmark
+        self.check_data_paths()
         cases = load_cases(b.name, b.split, b.setting, b.limit if limited else None, b.options, seed=self.seed)
         return with_rj_pairs(cases, b.rj_pairs_file) if b.rj_pairs_file is not None else cases
+
+    def check_data_paths(self) -> None:
+        """Every data path the recipe names exists (read relative to the recipe's folder): else one
+        line naming the recipe file, the line and key, and where that data comes from."""
+        for loc, value in data_paths(self.benchmark.model_dump(mode="python")):
+            path = Path(value)
+            directory = str(loc[-1]).endswith("_dir")
+            if path.is_dir() if directory else path.is_file():
+                continue
+            key = ".".join(str(part) for part in ("benchmark", *loc))
+            line = _line_of(_source_text(self.source), ("benchmark", *loc), None)
+            where = f"{self.source}:{line}" if line else (self.source or "recipe")
+            what = "is not a directory" if directory else "is not a file"
+            from benchmarks.data_fetch import where_to_get
+
+            raise ConfigError(
+                f"{where}: {key}: {path} {what} (a relative path is read from the recipe's folder); "
+                f"{where_to_get(self.benchmark.name, str(loc[-1]) if loc[0] == 'options' else None)}"
+            )
 
     def role_models(self) -> dict[str, ModelSettings]:
         roles = {role: ModelSettings() for role in ROLES}
@@ -278,6 +316,8 @@ class Recipe(_Strict):
         systems: list[str] | None = None,
         executor: str | None = None,
         ray_address: str | None = None,
+        epochs: int | None = None,
+        budget_usd: float | None = None,
     ) -> Recipe:
         """Command-line overrides: `model`/`api_base`/`api_key` apply to every role and system;
         `systems` keeps only the named systems (in the recipe's order)."""
@@ -318,6 +358,10 @@ class Recipe(_Strict):
             data["run"]["executor"] = executor
         if ray_address is not None:
             data["run"]["ray"]["address"] = ray_address
+        if epochs is not None:
+            data["run"]["epochs"] = epochs
+        if budget_usd is not None:
+            data["run"]["budget_usd"] = budget_usd
         try:
             return Recipe.model_validate(data)
         except ValidationError as exc:
@@ -333,12 +377,12 @@ def _validator_model() -> type[BaseModel]:
     registered, so pydantic itself reports unknown names with the valid choices."""
     memory_configs = tuple(BACKENDS.get(n).config_model for n in BACKENDS.names())
     judge_configs = tuple(JUDGES.get(n).config_model for n in JUDGES.names())
-    # `|` cannot unpack a tuple of types built at runtime: Union[...] it is
-    MemoryUnion = Annotated[Union[memory_configs], Field(discriminator="backend")]  # type: ignore[valid-type]  # noqa: UP007
-    JudgeUnion = Annotated[Union[judge_configs], Field(discriminator="name")]  # type: ignore[valid-type]  # noqa: UP007
-    Pipeline = Literal[tuple(PIPELINES.names())]  # type: ignore[valid-type]
-    Benchmark = Literal[tuple(BENCHMARKS.names())]  # type: ignore[valid-type]
-    Role = Literal[KNOWN_ROLES]  # type: ignore[valid-type]
+    # types built at runtime from the registries: no static type to give them
+    MemoryUnion: Any = Annotated[Union[memory_configs], Field(discriminator="backend")]  # noqa: UP007 (`|` cannot unpack a tuple)
+    JudgeUnion: Any = Annotated[Union[judge_configs], Field(discriminator="name")]  # noqa: UP007
+    Pipeline: Any = Literal[tuple(PIPELINES.names())]
+    Benchmark: Any = Literal[tuple(BENCHMARKS.names())]
+    Role: Any = Literal[KNOWN_ROLES]
 
     def typed_pipeline_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         pipeline = info.data.get("pipeline")
@@ -366,11 +410,32 @@ def _validator_model() -> type[BaseModel]:
     )
 
 
+class _CheckedSystem(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def memory(self) -> BaseModel: ...  # the backend's config model
+
+
+class _CheckedRecipe(Protocol):
+    """What `parse_recipe` reads of a `_validator_model()` instance: a `Recipe` whose systems' memory
+    tables and judges are the registered config models (dicts in `Recipe`)."""
+
+    @property
+    def systems(self) -> Sequence[_CheckedSystem]: ...
+    @property
+    def judges(self) -> Sequence[JudgeConfig]: ...
+    @property
+    def report(self) -> ReportSection: ...
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+
+
 def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | None = None) -> Recipe:
     """Validate recipe data strictly, as TOML spells it (`concurrency = true` is not a number)."""
     _check_values(data, source)
     try:
-        checked = validate_strictly(_validator_model(), data)
+        # its output is what `_CheckedRecipe` describes
+        checked = cast(_CheckedRecipe, validate_strictly(_validator_model(), data))
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, source, text)) from None
     except ConfigError as exc:  # raised as is by validators that know their own field ([web])
@@ -430,6 +495,57 @@ def _check_values(data: dict[str, Any], source: str) -> None:
             )
 
 
+def _path_options(benchmark: str) -> set[str]:
+    """The loader options of `benchmark` that name a file or folder (typed `Path`)."""
+    try:
+        options = get_benchmark(benchmark).options
+    except UnknownNameError:  # its validation says so
+        return set()
+    return {name for name, field in options.model_fields.items() if "Path" in str(field.annotation)}
+
+
+def data_paths(benchmark: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    """The data paths a `[benchmark]` table names: (key path within it, value)."""
+    out: list[tuple[tuple[str, ...], str]] = []
+    options = benchmark.get("options")
+    if isinstance(options, dict) and isinstance(benchmark.get("name"), str):
+        for key in sorted(_path_options(benchmark["name"])):
+            if isinstance(options.get(key), (str, Path)):
+                out.append((("options", key), str(options[key])))
+    if isinstance(benchmark.get("rj_pairs_file"), (str, Path)):
+        out.append((("rj_pairs_file",), str(benchmark["rj_pairs_file"])))
+    return out
+
+
+def resolve_data_paths(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """Recipe data with its data paths (`[benchmark]` path options, `rj_pairs_file`) made absolute:
+    a relative one is read from `folder` (the recipe's), `~` is the user's home."""
+    benchmark = data.get("benchmark")
+    if not isinstance(benchmark, dict):
+        return data
+    benchmark = (
+        {**benchmark, "options": dict(benchmark.get("options") or {})} if "options" in benchmark else dict(benchmark)
+    )
+    for loc, value in data_paths(benchmark):
+        path = Path(value).expanduser()
+        resolved = str(path if path.is_absolute() else (folder / path).resolve())
+        if loc[0] == "options":
+            benchmark["options"][loc[1]] = resolved
+        else:
+            benchmark[loc[0]] = resolved
+    return {**data, "benchmark": benchmark}
+
+
+def _source_text(source: str | None) -> str | None:
+    """The text of the recipe file a recipe was read from, for error lines (None if unreadable)."""
+    if not source or source.startswith("<"):
+        return None
+    try:
+        return Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def load_recipe(path: str | Path) -> Recipe:
     path = Path(path)
     try:
@@ -447,7 +563,7 @@ def load_recipe(path: str | Path) -> Recipe:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply to parse") from None
-    return parse_recipe(data, source=str(path), text=text)
+    return parse_recipe(resolve_data_paths(data, path.resolve().parent), source=str(path), text=text)
 
 
 # ----------------------------------------------------------------------------- error messages

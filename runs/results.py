@@ -1,6 +1,8 @@
-"""The results file of a run: one JSON line per (case, system), appended atomically.
+"""The results file of a run: one JSON line per (case, system, epoch), appended atomically.
 
-Each line has an idempotent key `<case id>::<system>`. A resumed run skips keys already
+Each line has an idempotent key `<case id>::<system>` — `<case id>::<system>::epoch<k>` for the
+epochs after the first (`[run] epochs`), so a run of one epoch keeps the keys runs always had, and
+a run given more epochs later resumes its first. A resumed run skips keys already
 finished; an episode that failed is recorded with its reason and retried on resume, and when a
 key appears more than once the last line wins — so nothing is lost or counted twice.
 
@@ -24,10 +26,12 @@ from benchmarks.common.degradation import Degradation
 from benchmarks.common.errors import DataError
 from benchmarks.common.json_input import read_appended_jsonl, validation_error
 from benchmarks.common.redaction import active_redactor
+from memory.base import ContextShare
 
 
-def result_key(case_id: str, system: str) -> str:
-    return f"{case_id}::{system}"
+def result_key(case_id: str, system: str, epoch: int = 1) -> str:
+    """The idempotent key of one episode; the first epoch's is `<case id>::<system>`."""
+    return f"{case_id}::{system}" if epoch == 1 else f"{case_id}::{system}::epoch{epoch}"
 
 
 class ContextUsed(BaseModel):
@@ -37,6 +41,9 @@ class ContextUsed(BaseModel):
     tokens: int = 0
     text: str = Field(default="", description="The recalled memory as the system received it.")
     degraded: list[Degradation] = Field(default_factory=list)
+    share: ContextShare | None = Field(
+        default=None, description="What the budget kept of the memory offered (backends that pack events)."
+    )
 
 
 class ResultRecord(BaseModel):
@@ -47,6 +54,9 @@ class ResultRecord(BaseModel):
     benchmark: str
     user_id: str
     setting: str
+    epoch: int = Field(
+        default=1, ge=1, description="Which run of this (case, system) it is (`[run] epochs`); 1 for a single run."
+    )
     status: str = Field(description="ok | error")
     error: str | None = None
     response: SystemResponse | None = Field(
@@ -64,13 +74,20 @@ class ResultRecord(BaseModel):
     )
     latency_s: float = Field(default=0.0, allow_inf_nan=False, description="The episode's wall time in seconds.")
     dry_run: bool = False
+    cost_usd: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="What the episode's provider calls cost (its ledger lines; cache hits cost nothing); "
+        "None when a call had no price or the record predates it.",
+    )
     finished_at: float = 0.0
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
-    @computed_field(
+    @computed_field(  # type: ignore[prop-decorator]  # pydantic's documented form; mypy takes no decorator above @property
         description="Every degraded step of the episode: memory's, the system's, then each judge's "
         "(each is also kept where it happened)."
     )
@@ -114,10 +131,11 @@ class ResultsFile:
                 record = ResultRecord.model_validate(data)
             except ValidationError as exc:
                 raise validation_error(exc, file=self.path, line=number) from None
-            if record.key != result_key(record.case_id, record.system):  # summaries group by system, resume by key
+            expected = result_key(record.case_id, record.system, record.epoch)
+            if record.key != expected:  # summaries group by system, resume by key
                 raise DataError(
-                    f"key {record.key!r} is not its case and system "
-                    f"({result_key(record.case_id, record.system)!r}): the line was edited or damaged",
+                    f"key {record.key!r} is not its case, system and epoch "
+                    f"({expected!r}): the line was edited or damaged",
                     file=self.path,
                     line=number,
                     field="key",

@@ -14,7 +14,9 @@ outputs. A recipe is split into two identities:
   each stored response again.
 
 Everything else changes nothing that was computed and may differ freely: `limit`, concurrency,
-out_dir, the cache settings, and the model settings outside `ModelSettings.answer_identity()` —
+`epochs` (an epoch's episodes are the same whatever the number of epochs: more epochs add episodes,
+fewer leave the later ones out of the summary), `budget_usd` (a larger one resumes a run its budget
+stopped; spend so far counts from the ledger), out_dir, the cache settings, and the model settings outside `ModelSettings.answer_identity()` —
 timeouts, retries, rate limits, keys, and the scripted model's latency and fault injection.
 
 Both identities are computed from the JSON form of a recipe, the form config.json keeps.

@@ -1,4 +1,8 @@
-"""The experiment runner: expand a recipe into (case x system) episodes and run them.
+"""The experiment runner: expand a recipe into (case x system x epoch) episodes and run them.
+
+`[run] epochs = k` runs each (case, system) k times, each epoch with seeds of its own
+(`epoch_context`); `[run] budget_usd` starts no episode that could take spend past it
+(`runs.cost.Budget`: each episode reserves its forecast high end until it ends).
 
 Episodes run concurrently (bounded by `run.concurrency`; each model further bounded by its own
 settings) on the recipe's executor: asyncio in this process, or a Ray cluster (`runs/executors/`).
@@ -29,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agents.judges.base import ComparativeJudge, Judge, check_judge_fit, create_judge
 from agents.models.ledger import call_tags, capture_calls, ledger_totals, read_ledger
+from agents.models.settings import ModelSettings
 from benchmarks.case import Case
 from benchmarks.common.errors import ConfigError, DataError
 from benchmarks.common.json_input import read_appended_jsonl, read_json_file, validation_error
@@ -42,6 +47,7 @@ from graphs.persistence import run_checkpointer
 from graphs.pipelines import PIPELINES, check_systems_available
 from graphs.resources import release, resources_for
 from graphs.simulate import run_with_simulated_user
+from runs.cost import Budget, plan_budget, spent_in
 from runs.executors import Episode, open_executor
 from runs.folder_lock import RunFolderLock
 from runs.judging import judge_again, judge_comparisons, judgments_due
@@ -49,7 +55,7 @@ from runs.outcome import RunOutcome, outcome_of
 from runs.preflight import preflight
 from runs.recipe import Recipe
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
-from runs.resume import check_resume
+from runs.resume import SYSTEM_SIDE, check_resume
 from runs.usage import system_usage
 from tools.config import WebConfig
 from tools.web import check_web_config, web_description
@@ -99,9 +105,48 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def expected_keys(case_ids: list[str], systems: list[str]) -> list[str]:
-    """The episodes of a recipe: every (case, system), systems outermost."""
-    return [result_key(case_id, system) for system in systems for case_id in case_ids]
+def expected_keys(case_ids: list[str], systems: list[str], epochs: int = 1) -> list[str]:
+    """The episodes of a recipe: every (case, system, epoch); epochs outermost, then systems."""
+    return [
+        result_key(case_id, system, epoch)
+        for epoch in range(1, epochs + 1)
+        for system in systems
+        for case_id in case_ids
+    ]
+
+
+EPOCH_MARK = "@epoch"
+
+
+def epoch_context(context: EpisodeContext, epoch: int) -> EpisodeContext:
+    """The context of one epoch of a system (`[run] epochs`). The first epoch's is the system's own,
+    so a run of one epoch is the run it always was. A later epoch is an independent run of the same
+    system: the seeds of its system-side roles (`runs.resume.SYSTEM_SIDE`: the system's, the memory's
+    and the simulated user's) and the run's seed (random profile, gold noise) are moved by
+    `epoch - 1`, so every call is a new sample (and a new response-cache key); the judges keep
+    their seeds, so the spread between epochs is the system's, not the judges' (judges have
+    `repeats`). It runs under the name `<system>@epoch<k>`, which gives it memory and work folders
+    of its own (`memory/<system>@epoch<k>/`); results and the ledger keep the system's name."""
+    if epoch == 1:
+        return context
+    shift = epoch - 1
+
+    def moved(models: dict[str, ModelSettings]) -> dict[str, ModelSettings]:
+        return {
+            role: s.model_copy(update={"seed": (s.seed or 0) + shift}) if role in SYSTEM_SIDE else s
+            for role, s in models.items()
+        }
+
+    system = context.system.model_copy(
+        update={"name": f"{context.system.name}{EPOCH_MARK}{epoch}", "models": moved(context.system.models)}
+    )
+    return context.model_copy(update={"models": moved(context.models), "system": system, "seed": context.seed + shift})
+
+
+def epoch_of(context: EpisodeContext, system: SystemSpec) -> int:
+    """Which epoch of `system` an episode run in `context` is (see `epoch_context`)."""
+    number = context.system.name.removeprefix(f"{system.name}{EPOCH_MARK}")
+    return int(number) if number != context.system.name and number.isdigit() else 1
 
 
 class Runner:
@@ -121,7 +166,7 @@ class Runner:
         if folder is not None and folder.exists() and not folder.is_dir():
             raise ConfigError(f"{folder} is a file, not a run folder: give --out a new or existing run folder")
         existing = folder is not None and (folder / "config.json").exists()
-        stored = _stored_config(folder / "config.json") if existing else None
+        stored = _stored_config(folder / "config.json") if existing and folder is not None else None
         self.run_id = (stored and stored.run_id) or (folder.name if folder else new_run_id(recipe))
         self.folder = RunFolder(folder or Path(recipe.run.out_dir) / self.run_id)
         self.lock = lock or RunFolderLock(self.folder.path)
@@ -133,6 +178,7 @@ class Runner:
         self.outcome: RunOutcome | None = None
         self.expected = 0  # episodes of the current recipe, known once the cases are loaded
         self.already_done = 0  # of those, finished in an earlier session of this run folder
+        self.budget: Budget | None = None  # `[run] budget_usd`, with what it holds once the run started
 
     @property
     def web(self) -> WebConfig:
@@ -184,6 +230,9 @@ class Runner:
         judgments_changed = self._check_resumable()
         cases = self.load_cases()
         check_hidden_facets(cases, recipe.systems)
+        _check_epochs_judged(recipe)
+        # a budget over an unknown price is refused before any call; the forecast's dry run calls no provider
+        budget = await asyncio.to_thread(plan_budget, recipe) if recipe.run.budget_usd is not None else None
         if self.preflight:  # models answer, keys, data, judge fit, the web: or nothing starts
             passed = await preflight(recipe, cases)
         else:  # a judge the cases cannot feed is refused all the same
@@ -193,6 +242,8 @@ class Runner:
             )
         self.folder.path.mkdir(parents=True, exist_ok=True)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
+        epochs = range(1, recipe.run.epochs + 1)
+        epoch_contexts = {(s.name, e): epoch_context(contexts[s.name], e) for s in recipe.systems for e in epochs}
         config = self._config(cases)
         write_json_atomic(self.folder.config, config)
 
@@ -210,19 +261,23 @@ class Runner:
                     self.redactor.redact(e.model_copy(update={"run_id": self.run_id}).model_dump_json()) + "\n"
                     for e in passed.calls
                 )
+        if budget is not None:  # what the run folder's calls cost so far (earlier sessions, the probes)
+            budget.spent_before = spent_in(read_ledger(self.folder.ledger))
+        self.budget = budget
         web = searched_web(recipe)
         if web and web.get("warning"):
             self.say(f"warning: {web['warning']}")
         remember_cases(self.run_id, cases)  # episodes' state holds only (benchmark, case id)
         results = ResultsFile(self.folder.results)
-        keys = set(expected_keys([c.id for c in cases], [s.name for s in recipe.systems]))
+        keys = set(expected_keys([c.id for c in cases], [s.name for s in recipe.systems], recipe.run.epochs))
         latest = {k: r for k, r in results.load().items() if k in keys}
         done = {k for k, r in latest.items() if r.ok}
-        todo = [
-            (case, system)
+        todo = [  # epochs outermost: a run stopped by its budget has whole epochs rather than whole systems
+            (case, system, epoch)
+            for epoch in epochs
             for system in recipe.systems
             for case in cases
-            if result_key(case.id, system.name) not in done
+            if result_key(case.id, system.name, epoch) not in done
         ]
         rejudge = self._to_rejudge(latest, cases, contexts, judgments_changed)
         self.expected, self.already_done = len(keys), len(done)
@@ -237,45 +292,60 @@ class Runner:
                 graph = episode_graph_for(recipe.systems, checkpointer=saver)
                 limit = asyncio.Semaphore(recipe.run.concurrency)
 
-                async def one(case: Case, system: SystemSpec) -> ResultRecord:
+                async def one(case: Case, system: SystemSpec, epoch: int) -> ResultRecord | None:
                     async with limit:
-                        record = await executor.run(Episode(case, system, contexts[system.name]))
+                        reservation = budget.reserve(system.name) if budget is not None else 0.0
+                        if reservation is None:  # the budget cannot hold it: not started, left for a resume
+                            return None
+                        record = await executor.run(Episode(case, system, epoch_contexts[(system.name, epoch)]))
+                        if budget is not None:
+                            budget.settle(reservation, record.cost_usd)
                     if record.ok:
                         saver.drop_pending_writes(record.key)  # and commits: its checkpoints are on disk first
                     await asyncio.to_thread(results.append, record)  # its fsync must not stall other episodes
                     return record
 
-                async def judged_again(stored: ResultRecord, case: Case, judges: list[Judge]) -> ResultRecord:
+                async def judged_again(stored: ResultRecord, case: Case, judges: list[Judge]) -> ResultRecord | None:
                     # judges that changed leave no judgment standing: the old ones are dropped, not mixed in
                     kept = stored.model_copy(update={"judgments": [], "scores": {}}) if judgments_changed else stored
+                    context = epoch_contexts[(stored.system, stored.epoch)]
                     async with limit:
-                        record = kept.with_judgments(await judge_again(case, stored, contexts[stored.system], judges))
+                        reservation = budget.reserve(stored.system) if budget is not None else 0.0
+                        if reservation is None:
+                            return None
+                        with capture_calls() as calls:
+                            record = kept.with_judgments(await judge_again(case, stored, context, judges))
+                        if budget is not None:
+                            budget.settle(reservation, spent_in(calls))
                     await asyncio.to_thread(results.append, record)
                     return record
 
                 with settled_heap():  # imports done, graph compiled: full collections now skip all of it
                     async with self._executor(graph) as executor:
                         with _progress(self.progress, total=len(keys), done=len(done) - len(rejudge)) as bar:
-                            tasks = [asyncio.create_task(one(case, system)) for case, system in todo]
+                            tasks = [asyncio.create_task(one(case, system, epoch)) for case, system, epoch in todo]
                             tasks += [
                                 asyncio.create_task(judged_again(stored, case, judges))
                                 for stored, case, judges in rejudge
                             ]
                             for finished in asyncio.as_completed(tasks):
                                 record = await finished
-                                bar.advance(record.ok)
+                                if record is not None:
+                                    bar.advance(record.ok)
             if rejudge:
                 print(
                     f"note: judged {len(rejudge)} stored response{'s' * (len(rejudge) != 1)} again "
                     "(their systems did not run again)",
                     file=sys.stderr,
                 )
-            # judges comparing two systems' responses (LaMP-QA pairwise) run once both exist
-            by_id = {c.id: c for c in cases}
-            for record in await judge_comparisons(results.load(), by_id, contexts, recipe.run.concurrency):
-                results.append(record)
+            # judges comparing two systems' responses (LaMP-QA pairwise) run once both exist; not on a run
+            # its budget stopped (they run when a larger budget resumes it)
+            if budget is None or not budget.reached:
+                by_id = {c.id: c for c in cases}
+                for record in await judge_comparisons(results.load(), by_id, contexts, recipe.run.concurrency):
+                    results.append(record)
         finally:
-            for context in contexts.values():
+            for context in epoch_contexts.values():
                 await release(context)
             forget_cases(self.run_id)
         self.finish(config, cases)
@@ -289,7 +359,8 @@ class Runner:
 
     @staticmethod  # what every executor runs, in this process or on a cluster's worker
     async def _episode(graph, case: Case, system: SystemSpec, context: EpisodeContext) -> ResultRecord:
-        key = result_key(case.id, system.name)
+        epoch = epoch_of(context, system)
+        key = result_key(case.id, system.name, epoch)
         config = {"configurable": {"thread_id": key}}
         started = time.perf_counter()
         base = dict(
@@ -300,7 +371,9 @@ class Runner:
             benchmark=case.benchmark,
             user_id=case.user_id,
             setting=system.setting or case.setting,
+            epoch=epoch,
         )
+        out: dict[str, Any] | Exception
         with capture_calls() as calls:
             try:
                 base["resumed_from"] = await Runner._resumed_from(graph, config)
@@ -313,6 +386,10 @@ class Runner:
                     raise asyncio.CancelledError(f"the run stopped during episode {key}") from exc
                 out = exc
         base["dry_run"] = any(call.dry_run for call in calls)  # some call of this session was scripted
+        # what this session of the episode cost (a budget releases its reservation for it); unknown when
+        # a provider call had no price
+        unpriced = any(c.is_model_call and not c.cache_hit and c.status == "ok" and c.cost_usd is None for c in calls)
+        base["cost_usd"] = None if unpriced else round(spent_in(calls), 8)
         if isinstance(out, Exception):
             return ResultRecord(
                 **base,
@@ -328,7 +405,9 @@ class Runner:
             status="ok",
             response=out["response"],
             user_context=ContextUsed(
-                **user_context.model_dump(include={"backend", "form", "event_ids", "tokens", "text", "degraded"})
+                **user_context.model_dump(
+                    include={"backend", "form", "event_ids", "tokens", "text", "degraded", "share"}
+                )
             )
             if user_context
             else None,
@@ -419,8 +498,22 @@ class Runner:
         }
 
     def finish(self, config: dict[str, Any], cases: list[Case] | None = None) -> RunOutcome:
-        self.outcome = finish_run(self.folder, config, cases)
+        self.outcome = finish_run(self.folder, config, cases, budget=self.budget)
         return self.outcome
+
+
+def _check_epochs_judged(recipe: Recipe) -> None:
+    """Epochs with a comparative judge (LaMP-QA pairwise) are refused: its pairs are made by case alone
+    (`runs.judging.comparisons_due`), so an epoch's response would be set against any epoch of the
+    baseline's."""
+    if recipe.run.epochs <= 1:
+        return
+    comparative = [j.key for j in map(create_judge, recipe.judges) if isinstance(j, ComparativeJudge)]
+    if comparative:
+        raise ConfigError(
+            f"[run] epochs = {recipe.run.epochs} with the comparative judge {comparative[0]!r}: its pairs of "
+            "responses are not made epoch by epoch yet; run it with epochs = 1"
+        )
 
 
 def searched_web(recipe: Recipe) -> dict[str, Any] | None:
@@ -449,35 +542,50 @@ def run_cases(config: dict[str, Any]) -> dict[str, Case]:
     return {case.id: case for case in loaded if case.id in wanted}
 
 
-def finish_run(folder: RunFolder, config: dict[str, Any], cases: list[Case] | None = None) -> RunOutcome:
+def finish_run(
+    folder: RunFolder, config: dict[str, Any], cases: list[Case] | None = None, *, budget: Budget | None = None
+) -> RunOutcome:
     """Write summary.json and report.html for exactly the episodes of the recipe in `config` (its
-    cases x systems), from what results.jsonl and ledger.jsonl hold; return how the run ended.
-    `cases` (the run's, else loaded again) give the report each case's query."""
+    cases x systems x epochs), from what results.jsonl and ledger.jsonl hold; return how the run ended.
+    `cases` (the run's, else loaded again) give the report each case's query; `budget`, the run's
+    (`[run] budget_usd`), what it spent and whether it stopped the run."""
     from runs.comparisons import versus_baseline, versus_paper  # scipy and matplotlib: only once there is
     from runs.report import write_report  # something to summarize (a failed preflight exits sooner)
-    from runs.summary import summarize
+    from runs.summary import epoch_means, summarize
 
     recipe = config["recipe"]
     systems = [s["name"] for s in recipe["systems"]]
     judge_objects = [create_judge(j) for j in recipe["judges"]]
     judges = [j.key for j in judge_objects]
-    keys = expected_keys(config["cases"], systems)
+    epochs = int(recipe["run"].get("epochs", 1))
+    keys = expected_keys(config["cases"], systems, epochs)
     wanted = set(keys)
     records = [r for k, r in ResultsFile(folder.results).load().items() if k in wanted]
     baselines = {j.key: j.baseline for j in judge_objects if isinstance(j, ComparativeJudge)}
     outcome = outcome_of(records, keys, judges, baselines=baselines, tolerate=recipe["run"].get("tolerate", []))
+    if budget is not None and budget.reached:
+        outcome.budget_reached = budget.line()
     ledger = read_ledger(folder.ledger)
     summary = summarize(
-        records, systems, judges, seed=recipe.get("seed", 0), aggregates={j.key: j.aggregate for j in judge_objects}
+        records,
+        systems,
+        judges,
+        seed=recipe.get("seed", 0),
+        aggregates={j.key: j.aggregate for j in judge_objects},
+        epochs=epochs,
     )
     for name, usage in system_usage(records, ledger, systems, config["cases"]).items():
         summary["systems"][name]["usage"] = usage
     report = recipe.get("report") or {}
-    summary["versus_baseline"] = versus_baseline(
-        records, systems, judges, report.get("baseline"), seed=recipe.get("seed", 0)
+    summary["versus_baseline"] = versus_baseline(  # paired on cases: each case's mean over its epochs
+        epoch_means(records) if epochs > 1 else records,
+        systems,
+        judges,
+        report.get("baseline"),
+        seed=recipe.get("seed", 0),
     )
     by_id = {case.id: case for case in cases} if cases is not None else run_cases(config)
-    summary["paper"] = versus_paper(records, report.get("paper") or [], by_id)
+    summary["paper"] = versus_paper(records, report.get("paper") or [], by_id, seed=recipe.get("seed", 0))
     summary["web"] = searched_web(Recipe.model_validate(recipe))
     outcome.unmeasured = [f"{row['row']} / {row['metric']}" for row in summary["paper"] if not row["n"]]
     case_ids = set(config["cases"])
@@ -496,6 +604,8 @@ def finish_run(folder: RunFolder, config: dict[str, Any], cases: list[Case] | No
         "episodes": outcome.as_dict(),
         "ledger": ledger_totals(calls),
     }
+    if budget is not None:
+        summary["budget"] = budget.as_dict()
     write_json_atomic(folder.summary, summary)
     write_report(folder.report, config=config, summary=summary, records=records, cases=by_id)
     return outcome

@@ -1,5 +1,11 @@
 """summary.json: per system and judge, n / mean / 95% bootstrap CI; paired tests between systems.
 
+With epochs (`[run] epochs = k`: each (case, system) run k times) every figure rests on each case's
+mean over its scored epochs: the mean is the mean of the per-case means, the CI a bootstrap that
+resamples cases with all their epochs (each case weighing the same), and the paired tests pair
+per-case means. Each judge's entry then also gives the case means (`case_means`) and the spread
+between epochs (`epoch_spread`: `benchmarks.metrics.statistics.epoch_spread`).
+
 Scores are put in case-id order before anything is computed from them, so the same results give
 the same summary byte for byte, whatever the order of the lines in results.jsonl (a resumed run
 appends in the order episodes finish).
@@ -15,16 +21,47 @@ from typing import Any
 
 from agents.judges.base import JudgeResult
 from benchmarks.common.degradation import counts_by_kind
-from benchmarks.metrics.statistics import bootstrap_ci, paired_test
+from benchmarks.metrics.statistics import bootstrap_ci, epoch_spread, paired_test
 from runs.results import ResultRecord
 
 
+def _epoch_scores(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, dict[int, float]]:
+    """Case id -> epoch -> score, cases and epochs in order."""
+    scores: dict[str, dict[int, float]] = {}
+    for r in records:
+        score = r.scores.get(judge)
+        if r.system == system and r.ok and score is not None:
+            scores.setdefault(r.case_id, {})[r.epoch] = score
+    return {case: dict(sorted(by_epoch.items())) for case, by_epoch in sorted(scores.items())}
+
+
 def _scores(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, float]:
-    """Case id -> score, in case-id order."""
-    scores = {
-        r.case_id: r.scores[judge] for r in records if r.system == system and r.ok and r.scores.get(judge) is not None
+    """Case id -> score (its mean over the case's scored epochs), in case-id order."""
+    return {
+        case: math.fsum(by_epoch.values()) / len(by_epoch)
+        for case, by_epoch in _epoch_scores(records, system, judge).items()
     }
-    return dict(sorted(scores.items()))
+
+
+def epoch_means(records: Iterable[ResultRecord]) -> list[ResultRecord]:
+    """One record per (case, system): its first epoch's, with each judge's score the mean over the
+    epochs that judge scored (for what pairs systems case by case)."""
+    records = sorted(records, key=lambda r: (r.case_id, r.system, r.epoch))
+    firsts: dict[tuple[str, str], ResultRecord] = {}
+    scores: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for r in records:
+        pair = (r.case_id, r.system)
+        if r.ok and pair in firsts and not firsts[pair].ok:
+            del firsts[pair]
+        firsts.setdefault(pair, r)
+        if r.ok:
+            for judge, score in r.scores.items():
+                if score is not None:
+                    scores.setdefault(pair, {}).setdefault(judge, []).append(score)
+    return [
+        first.model_copy(update={"scores": {judge: math.fsum(v) / len(v) for judge, v in scores.get(pair, {}).items()}})
+        for pair, first in firsts.items()
+    ]
 
 
 def summarize(
@@ -34,14 +71,15 @@ def summarize(
     *,
     seed: int = 0,
     aggregates: dict[str, Callable[[list[JudgeResult]], dict[str, Any]]] | None = None,
+    epochs: int = 1,
 ) -> dict[str, Any]:
     """`aggregates`: per judge key, the judge's own system-level figures (criterion means, PQR's pooled
-    FA and CC, ...) from its judgments."""
+    FA and CC, ...) from its judgments. `epochs`: the runs of each (case, system) the recipe asked for."""
     per_system: dict[str, Any] = {}
     for system in systems:
         # in one fixed order, so every figure (a judge's own aggregates too) is the same whatever the
         # order of the result lines: float sums differ in their last bits from one order to another
-        mine = sorted((r for r in records if r.system == system), key=lambda r: (r.case_id, r.key))
+        mine = sorted((r for r in records if r.system == system), key=lambda r: (r.case_id, r.epoch, r.key))
         answered = [r for r in mine if r.ok]
         entry: dict[str, Any] = {
             "n": len(answered),
@@ -80,6 +118,10 @@ def summarize(
                 "flags": dict(sorted(Counter(flag for j in judged for flag in j.flags).items())),
                 "mean_repeat_std": math.fsum(spreads) / len(spreads) if spreads else None,
             }
+            if epochs > 1:  # n, mean and CI above are over cases, each case's score its mean over epochs
+                by_epoch = _epoch_scores(mine, system, judge)
+                entry["judges"][judge]["case_means"] = _scores(mine, system, judge)
+                entry["judges"][judge]["epoch_spread"] = epoch_spread(by_epoch, epochs).model_dump()
             if aggregates and judge in aggregates:
                 entry["judges"][judge].update(aggregates[judge]([j for j in judged if not j.failed]))
         per_system[system] = entry
@@ -93,4 +135,4 @@ def summarize(
                 continue
             test = paired_test([scores_a[c] for c in shared], [scores_b[c] for c in shared], seed=seed)
             comparisons.append({"judge": judge, "a": a, "b": b, **test.model_dump()})
-    return {"systems": per_system, "comparisons": comparisons}
+    return {"epochs": epochs, "systems": per_system, "comparisons": comparisons}

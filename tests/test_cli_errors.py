@@ -255,7 +255,7 @@ def test_a_result_line_whose_system_is_not_its_key_is_named_by_file_and_line(tmp
     for command in (["run", str(recipe), "--no-progress", "--out", str(folder)], ["report", str(folder)]):
         code, _, err = atelier(capsys, monkeypatch, *command)
         assert code == 2, err
-        assert f"{results}:2 field 'key': key '{edited['key']}' is not its case and system" in the_error(err)
+        assert f"{results}:2 field 'key': key '{edited['key']}' is not its case, system and epoch" in the_error(err)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "text", "folder"])

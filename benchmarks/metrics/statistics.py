@@ -17,6 +17,12 @@ The two entry points the experiment runner uses:
         dropped, scipy's default). When every difference is zero, or n == 1, both p-values are 1.
         With n == 0 every statistic is None.
 
+    epoch_spread(scores, epochs) -> EpochSpread
+        One system run k times on the same cases (`[run] epochs`): the mean over cases of each
+        case's standard deviation across epochs, and the standard deviation of the per-epoch means.
+        With epochs the runner gives `bootstrap_ci` and `paired_test` each case's mean over its
+        epochs: resampling cases with all their epochs, each case weighing the same.
+
 The same seed always gives the same numbers.
 """
 
@@ -201,3 +207,42 @@ class PairedTestInput(MetricInput):
 
 def paired_test_from_input(request: PairedTestInput) -> PairedTestResult:
     return paired_test(request.a, request.b, request.confidence, request.n_resamples, request.seed)
+
+
+class EpochSpread(MetricResult):
+    """How much one system's score moves between runs of the same cases (epochs)."""
+
+    epochs: int = Field(description="Epochs the run asked for.")
+    n_scores: int = Field(description="(case, epoch) scores the figures rest on.")
+    n_cases_repeated: int = Field(description="Cases scored in at least two epochs (the within-case figures).")
+    mean_case_std: float | None = Field(
+        description="Mean over cases of each case's sample standard deviation across its epochs (ddof 1); "
+        "None when no case has two scored epochs."
+    )
+    epoch_means: list[float | None] = Field(
+        description="Per epoch, the system's mean over the cases scored in it (None: none was)."
+    )
+    epoch_means_std: float | None = Field(
+        description="Sample standard deviation (ddof 1) of the per-epoch means; None with fewer than two."
+    )
+
+
+def epoch_spread(scores: dict[str, dict[int, float]], epochs: int) -> EpochSpread:
+    """`scores`: case id -> epoch (1..epochs) -> score. The spread between epochs, as the mean
+    per-case standard deviation across epochs and the standard deviation of the per-epoch means."""
+    per_case = [np.asarray(list(by_epoch.values()), dtype=float) for by_epoch in scores.values()]
+    repeated = [values for values in per_case if values.size >= 2]
+    stds = [float(np.std(values, ddof=1)) for values in repeated]
+    means: list[float | None] = []
+    for epoch in range(1, epochs + 1):
+        values = [by_epoch[epoch] for by_epoch in scores.values() if epoch in by_epoch]
+        means.append(math.fsum(values) / len(values) if values else None)
+    present = [m for m in means if m is not None]
+    return EpochSpread(
+        epochs=epochs,
+        n_scores=sum(values.size for values in per_case),
+        n_cases_repeated=len(repeated),
+        mean_case_std=math.fsum(stds) / len(stds) if stds else None,
+        epoch_means=means,
+        epoch_means_std=float(np.std(present, ddof=1)) if len(present) >= 2 else None,
+    )

@@ -1,6 +1,6 @@
 """`atelier run RECIPE`: run a recipe's grid and write a run folder.
 
-Exit codes (see `runs.outcome`): 0 all episodes scored, 3 some failed, 2 bad input or a failed
+Exit codes (see `runs.outcome`): 0 all episodes scored, 3 some failed or the budget was reached, 2 bad input or a failed
 preflight (nothing started), 130 interrupted by Ctrl-C and 143 stopped by SIGTERM (either way what
 finished is kept and the printed command resumes), 1 a bug.
 """
@@ -36,6 +36,7 @@ async def _stopped_by_sigterm(work):
     import signal
 
     loop, task, received = asyncio.get_running_loop(), asyncio.current_task(), []
+    assert task is not None  # a coroutine's: asyncio.run runs it as a task
 
     def stop() -> None:
         received.append(signal.SIGTERM)
@@ -85,6 +86,19 @@ def run(
     ray_address: str | None = typer.Option(
         None, "--ray-address", help="The Ray cluster (host:port of its head, or 'auto'); implies --executor ray."
     ),
+    epochs: int | None = typer.Option(
+        None,
+        "--epochs",
+        min=1,
+        max=100,
+        help="Run each (case, system) this many times, each with its own seeds (overrides [run] epochs).",
+    ),
+    budget_usd: float | None = typer.Option(
+        None,
+        "--budget-usd",
+        help="Start no episode that could take the run's spend past this many USD (overrides [run] budget_usd); "
+        "exit 3 'budget reached' when it stops the run, which a larger budget resumes.",
+    ),
 ) -> None:
     """Run every (case x system) episode of RECIPE; print the run folder's path last."""
     import asyncio
@@ -116,6 +130,8 @@ def run(
             systems=names,
             executor=chosen,
             ray_address=ray_address,
+            epochs=epochs,
+            budget_usd=budget_usd,
         )
         runner = Runner(
             loaded,
@@ -145,6 +161,7 @@ def run(
         raise typer.Exit(EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED) from None
     _print_summary(folder.summary)
     outcome = runner.outcome
+    assert outcome is not None  # run() ends by finishing the run
     for line in outcome.lines():
         typer.echo(line, err=True)
     typer.echo(str(folder.path))
@@ -170,7 +187,9 @@ def _print_summary(path: Path) -> None:
 
     summary = json.loads(path.read_text(encoding="utf-8"))
     table = Table(title="DRY RUN (scripted model)" if summary["dry_run"] else None)
-    for column in ("system", "judge", "n", "mean", "95% CI", "failed"):
+    epochs = summary.get("epochs", 1)
+    columns = ("system", "judge", "n", "mean", "95% CI", "failed")
+    for column in (*columns, "epoch sd") if epochs > 1 else columns:
         table.add_column(column)
     for system, entry in summary["systems"].items():
         for judge, stats in entry["judges"].items():
@@ -182,6 +201,7 @@ def _print_summary(path: Path) -> None:
                 f"{stats['mean']:.3f}" if stats["mean"] is not None else "–",
                 f"[{low:.3f}, {high:.3f}]" if low is not None else "–",
                 str(entry["errors"] + stats["failed"]),
+                *([_spread(stats["epoch_spread"])] if epochs > 1 else []),
             )
     ledger = summary["ledger"]
     console = Console(stderr=True)
@@ -190,6 +210,12 @@ def _print_summary(path: Path) -> None:
         f"model calls: {ledger['calls']} ({ledger['provider_calls']} to providers, {ledger['cache_hits']} cache hits), "
         f"tokens {ledger['prompt_tokens']}+{ledger['completion_tokens']}, cost {format_cost(ledger)}"
     )
+
+
+def _spread(spread: dict) -> str:
+    """The between-epoch spread of one system and judge: the mean per-case sd (and the sd of the epoch means)."""
+    case, means = spread["mean_case_std"], spread["epoch_means_std"]
+    return "–" if case is None else f"{case:.3f}" + (f" ({means:.3f})" if means is not None else "")
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

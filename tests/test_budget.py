@@ -1,0 +1,152 @@
+"""The budget (issue 35, item 2): `[run] budget_usd` / `--budget-usd` starts no episode that could
+take spend past it — each reserves its forecast high end and releases it for what it cost — stops
+the run with exit 3 "budget reached", and resumes with a larger one; a budget over a model with no
+known price is refused before any call."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from runs.cost import Budget
+from tests.openai_stub import OpenAIStub
+from tests.test_cli_errors import atelier, one_error_line
+
+RECIPE = """
+name = "budgeted"
+seed = 0
+
+[benchmark]
+name = "sample"
+split = "all"
+setting = "context"
+limit = 3
+
+[models.system]
+model = "openai/stub-model"
+api_base = "{base}"
+api_key = "sk-stub"
+max_retries = 0
+max_tokens = 400
+input_cost_per_token = 2e-6
+output_cost_per_token = 8e-6
+
+[models.judge]
+model = "openai/stub-model"
+api_base = "{base}"
+api_key = "sk-stub"
+max_retries = 0
+max_tokens = 300
+input_cost_per_token = 2e-6
+output_cost_per_token = 8e-6
+
+[[systems]]
+name = "direct-none"
+pipeline = "direct"
+memory = {{ backend = "none" }}
+
+[[systems]]
+name = "direct-full"
+pipeline = "direct"
+memory = {{ backend = "full", budget_tokens = 1500 }}
+
+[[judges]]
+name = "lampqa_aspects"
+
+[run]
+concurrency = 4
+"""
+
+
+def test_a_reservation_that_does_not_fit_stops_every_later_one():
+    budget = Budget(1.0, {"a": 0.4, "b": 0.1}, spent_before=0.15)
+    first, second = budget.reserve("a"), budget.reserve("a")
+    assert (first, second) == (0.4, 0.4) and budget.reserved == pytest.approx(0.8)
+    assert budget.reserve("a") is None and budget.reached  # 0.15 + 0.8 + 0.4 > 1
+    assert budget.reserve("b") is None  # it would fit, but the run stops starting episodes
+    budget.settle(0.4, 0.05)
+    budget.settle(0.4, None)  # what it cost is unknown: the whole reservation counts as spent
+    assert budget.reserved == 0.0 and budget.spent == pytest.approx(0.6)
+    assert budget.line() == "budget reached: spent $0.6000 of $1.0000; resume with a larger --budget-usd"
+    assert budget.as_dict()["refused"] == {"system": "a", "reservation_usd": 0.4}
+
+
+def test_a_reservation_that_fits_exactly_is_granted():
+    budget = Budget(0.5, {"a": 0.25})
+    assert budget.reserve("a") == 0.25 and budget.reserve("a") == 0.25 and not budget.reached
+
+
+def test_a_budget_over_an_unknown_price_is_refused_before_any_call(tmp_path, capsys, monkeypatch, cache_dir):
+    code, _, err = atelier(
+        capsys,
+        monkeypatch,
+        "run",
+        "runs/recipes/quickstart.toml",
+        "--model",
+        "openai/atelier-unpriced",
+        "--api-base",
+        "http://127.0.0.1:9/v1",  # nothing listens: a call would fail, and none is made
+        "--budget-usd",
+        "1",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "run"),
+    )
+    line = one_error_line(err)
+    assert code == 2
+    assert "[run] budget_usd: role system of system 'direct-none' uses openai/atelier-unpriced" in line
+    assert "set input_cost_per_token and output_cost_per_token" in line
+    assert not (tmp_path / "run" / "ledger.jsonl").exists()
+
+
+def test_a_budget_that_is_not_positive_is_refused(tmp_path, capsys, monkeypatch, cache_dir):
+    code, _, err = atelier(
+        capsys, monkeypatch, "run", "runs/recipes/quickstart.toml", "--budget-usd", "0", "--out", str(tmp_path / "r")
+    )
+    assert code == 2 and "budget_usd" in one_error_line(err)
+
+
+def test_a_priced_stub_run_stops_before_its_budget_and_resumes_with_a_larger_one(
+    tmp_path, capsys, monkeypatch, cache_dir
+):
+    folder = tmp_path / "run"
+    with OpenAIStub(answer_fill=0.5) as stub:
+        recipe = tmp_path / "budgeted.toml"
+        recipe.write_text(RECIPE.format(base=stub.base_url))
+
+        def run(budget: str) -> tuple[int, str]:
+            code, _, err = atelier(
+                capsys, monkeypatch, "run", str(recipe), "--budget-usd", budget, "--no-progress", "--out", str(folder)
+            )
+            return code, err
+
+        # each episode reserves its forecast high end (about $0.035-0.038 here, while one costs about
+        # $0.011-0.015): $0.09 holds two reservations beside the probes, never a third
+        code, err = run("0.09")
+        summary = json.loads((folder / "summary.json").read_text())
+        ledger = [json.loads(line) for line in (folder / "ledger.jsonl").read_text().splitlines()]
+        spent = sum(e["cost_usd"] or 0 for e in ledger if not e["cache_hit"] and e["status"] == "ok")
+        assert code == 3, err
+        budget = summary["budget"]
+        reached = [line for line in err.splitlines() if line.startswith("budget reached: ")]
+        assert reached == [f"budget reached: spent ${spent:.4f} of $0.0900; resume with a larger --budget-usd"]
+        assert budget["reached"] and budget["limit_usd"] == 0.09
+        assert budget["spent_usd"] == pytest.approx(spent, abs=1e-6) and spent <= 0.09  # never passed
+        assert summary["episodes"]["budget_reached"] == reached[0]
+        done = [json.loads(line)["key"] for line in (folder / "results.jsonl").read_text().splitlines()]
+        reservation = budget["per_episode_reservation_usd"]
+        assert 0.03 < reservation["direct-none"] < 0.05 and 0.03 < reservation["direct-full"] < 0.05
+        assert 1 <= len(done) <= 2 and summary["episodes"]["missing"] == 6 - len(done)
+        assert all(json.loads(line)["cost_usd"] > 0 for line in (folder / "results.jsonl").read_text().splitlines())
+
+        code, err = run("0.5")  # spend so far counts from the ledger: the rest fits in $0.50
+        assert code == 0, err
+        assert "budget reached" not in err and f"{len(done)} of 6 episodes already done" in err
+    summary = json.loads((folder / "summary.json").read_text())
+    keys = Counter(json.loads(line)["key"] for line in (folder / "results.jsonl").read_text().splitlines())
+    assert len(keys) == 6 and set(keys.values()) == {1}  # nothing run twice
+    assert not summary["budget"]["reached"] and summary["episodes"]["scored"] == 6
+    assert summary["budget"]["spent_usd"] == pytest.approx(summary["ledger"]["cost_usd"], abs=1e-6)
+    assert summary["ledger"]["cost_usd"] <= 0.5

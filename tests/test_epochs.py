@@ -1,0 +1,270 @@
+"""Epochs (issue 35, item 1): `[run] epochs = k` runs each (case, system) k times with seeds of its
+own, keys each run by its epoch, resumes exactly (kill -9 included), and summarizes over cases,
+each case's score its mean over epochs, with the spread between epochs."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+from collections import Counter
+
+import pytest
+
+from agents.models.settings import ModelSettings
+from benchmarks.common.errors import ConfigError, DataError
+from benchmarks.metrics.statistics import epoch_spread
+from graphs.context import EpisodeContext, SystemSpec
+from runs.preflight import epoch_problems
+from runs.recipe import load_recipe, parse_recipe
+from runs.results import ResultRecord, ResultsFile, result_key
+from runs.runner import epoch_context, epoch_of, expected_keys, run_recipe
+from runs.summary import epoch_means, summarize
+from tests.test_cli_errors import atelier
+from tests.test_run_signals import SLOW_MODEL, lines, start, wait_for_results
+
+QUICKSTART = "runs/recipes/quickstart.toml"
+
+
+def record(case: str, system: str, epoch: int, score: float | None, status: str = "ok") -> ResultRecord:
+    return ResultRecord(
+        key=result_key(case, system, epoch),
+        run_id="r",
+        case_id=case,
+        system=system,
+        benchmark="sample",
+        user_id="u",
+        setting="context",
+        epoch=epoch,
+        status=status,
+        scores={"j": score} if status == "ok" else {},
+    )
+
+
+# ----------------------------------------------------------------------------- keys and records
+
+
+def test_the_first_epoch_keeps_the_key_runs_always_had_and_later_ones_name_their_epoch():
+    assert result_key("q1", "a") == result_key("q1", "a", 1) == "q1::a"
+    assert result_key("q1", "a", 3) == "q1::a::epoch3"
+    assert expected_keys(["q1", "q2"], ["a"], 2) == ["q1::a", "q2::a", "q1::a::epoch2", "q2::a::epoch2"]
+    assert expected_keys(["q1"], ["a", "b"]) == ["q1::a", "q1::b"]
+
+
+def test_a_line_from_before_epochs_reads_as_the_first_epoch(tmp_path):
+    path = tmp_path / "results.jsonl"
+    old = record("q1", "a", 1, 0.5).model_dump(mode="json")
+    del old["epoch"], old["cost_usd"]
+    path.write_text(json.dumps(old) + "\n")
+    assert ResultsFile(path).load()["q1::a"].epoch == 1
+
+
+def test_a_key_that_is_not_its_epoch_is_refused_naming_the_line(tmp_path):
+    path = tmp_path / "results.jsonl"
+    wrong = record("q1", "a", 2, 0.5).model_dump(mode="json") | {"key": "q1::a"}  # epoch 2 under epoch 1's key
+    path.write_text(json.dumps(record("q1", "a", 1, 0.5).model_dump(mode="json")) + "\n" + json.dumps(wrong) + "\n")
+    with pytest.raises(DataError) as refused:
+        ResultsFile(path).load()
+    assert refused.value.line == 2 and "q1::a::epoch2" in str(refused.value)
+
+
+# ----------------------------------------------------------------------------- seeds
+
+
+def test_a_later_epoch_moves_the_system_sides_seeds_and_keeps_the_judges():
+    context = EpisodeContext(
+        run_id="r",
+        models={
+            "system": ModelSettings(model="scripted", seed=5),
+            "judge": ModelSettings(model="scripted", seed=5),
+            "user_sim": ModelSettings(model="scripted", seed=None),
+        },
+        system=SystemSpec(name="a", models={"writer": ModelSettings(model="scripted", seed=1)}),
+        seed=7,
+    )
+    spec = context.system
+    assert epoch_context(context, 1) is context and epoch_of(context, spec) == 1
+    third = epoch_context(context, 3)
+    roles = third.role_models()
+    assert roles["system"].seed == 7 and roles["writer"].seed == 3 and roles["user_sim"].seed == 2
+    assert roles["judge"].seed == 5 and third.seed == 9  # judges keep theirs; the run's seed moves too
+    assert third.system.name == "a@epoch3" and epoch_of(third, spec) == 3  # its own memory folder
+    assert context.role_models()["system"].seed == 5  # the first epoch's context is untouched
+
+
+def test_epochs_on_ray_are_refused():
+    data = load_recipe(QUICKSTART).model_dump(mode="python")
+    data["run"] |= {"epochs": 2, "executor": "ray"}
+    with pytest.raises(ConfigError, match="epochs > 1 runs on the local executor only"):
+        parse_recipe(data)
+    data["run"]["epochs"] = 1
+    assert parse_recipe(data).run.executor == "ray"
+
+
+def test_epochs_with_a_comparative_judge_are_refused_before_anything_runs(tmp_path, cache_dir):
+    data = load_recipe(QUICKSTART).model_dump(mode="python")
+    data["judges"] = [{"name": "lampqa_aspects"}, {"name": "lampqa_pairwise", "baseline": "direct-none"}]
+    data["run"]["epochs"] = 2
+    with pytest.raises(ConfigError, match="comparative judge 'lampqa_pairwise'"):
+        run_recipe(parse_recipe(data), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("epochs", "system", "refused"),
+    [
+        (3, {"model": "openai/gpt-4o-mini"}, True),  # a real model at temperature 0: one answer three times
+        (3, {"model": "openai/gpt-4o-mini", "temperature": 0.7}, False),
+        (3, {"model": "scripted"}, False),  # the scripted model follows the seed at any temperature
+        (1, {"model": "openai/gpt-4o-mini"}, False),
+    ],
+)
+def test_preflight_refuses_epochs_of_a_real_model_at_temperature_0(epochs, system, refused):
+    data = load_recipe(QUICKSTART).model_dump(mode="python")
+    data["models"] = {"system": system, "judge": {"model": "openai/gpt-4o-mini"}}  # a judge at 0 is fine
+    data["run"]["epochs"] = epochs
+    problems = epoch_problems(parse_recipe(data))
+    if refused:
+        assert problems == [
+            "models.system (openai/gpt-4o-mini) answers at temperature 0, so the 3 epochs would repeat one answer "
+            "instead of measuring the system's spread: set its temperature > 0 (e.g. 0.7), or epochs = 1"
+        ]
+    else:
+        assert problems == []
+
+
+def test_a_failed_preflight_of_epochs_is_one_error_and_exit_2(tmp_path, capsys, monkeypatch, cache_dir):
+    code, _, err = atelier(
+        capsys,
+        monkeypatch,
+        "run",
+        QUICKSTART,
+        "--model",
+        "openai/gpt-4o-mini",
+        "--api-base",
+        "http://127.0.0.1:9/v1",
+        "--epochs",
+        "2",
+        "--out",
+        str(tmp_path / "run"),
+    )
+    assert code == 2 and "Traceback" not in err
+    assert "answers at temperature 0, so the 2 epochs would repeat one answer" in err
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def test_the_spread_between_epochs_by_hand():
+    spread = epoch_spread({"a": {1: 0.2, 2: 0.4}, "b": {1: 0.6, 2: 0.6}, "c": {1: 1.0}}, epochs=3)
+    assert spread.n_scores == 5 and spread.n_cases_repeated == 2
+    assert spread.mean_case_std == pytest.approx((math.sqrt(0.02) + 0.0) / 2)  # std of (0.2, 0.4), ddof 1
+    assert spread.epoch_means[0] == pytest.approx(0.6) and spread.epoch_means[1] == pytest.approx(0.5)
+    assert spread.epoch_means[2] is None
+    assert spread.epoch_means_std == pytest.approx(math.sqrt(0.005))
+
+
+def test_the_summary_rests_on_per_case_means_over_epochs():
+    records = [
+        record("q1", "a", 1, 0.0),
+        record("q1", "a", 2, 1.0),
+        record("q2", "a", 1, 0.4),
+        record("q2", "a", 2, 0.4),
+        record("q3", "a", 1, 0.9),
+        record("q3", "a", 2, None, status="error"),  # a failed epoch: the case rests on the other
+        record("q1", "b", 1, 0.1),
+        record("q1", "b", 2, 0.1),
+        record("q2", "b", 1, 0.2),
+        record("q2", "b", 2, 0.2),
+        record("q3", "b", 1, 0.3),
+        record("q3", "b", 2, 0.3),
+    ]
+    summary = summarize(records, ["a", "b"], ["j"], epochs=2)
+    a = summary["systems"]["a"]["judges"]["j"]
+    assert summary["epochs"] == 2 and summary["systems"]["a"]["n"] == 5 and summary["systems"]["a"]["errors"] == 1
+    assert a["n"] == 3 and a["case_means"] == {"q1": 0.5, "q2": 0.4, "q3": 0.9}
+    assert a["mean"] == pytest.approx(0.6)  # over cases, not over the 5 scores (0.54)
+    assert a["epoch_spread"]["n_cases_repeated"] == 2
+    assert a["epoch_spread"]["mean_case_std"] == pytest.approx(math.sqrt(0.5) / 2)
+    assert a["epoch_spread"]["epoch_means"] == pytest.approx([(0.0 + 0.4 + 0.9) / 3, (1.0 + 0.4) / 2])
+    assert summary["systems"]["b"]["judges"]["j"]["epoch_spread"]["mean_case_std"] == 0.0
+    [test] = summary["comparisons"]
+    assert test["n"] == 3 and test["mean_a"] == pytest.approx(0.6) and test["mean_b"] == pytest.approx(0.2)
+    # the bootstrap resamples cases with their epochs: the CI of the three case means
+    low, high = a["ci95"]
+    assert 0.4 <= low < high <= 0.9
+    paired = {(r.case_id, r.system): r.scores["j"] for r in epoch_means(records)}
+    assert paired[("q1", "a")] == 0.5 and paired[("q3", "a")] == 0.9 and len(paired) == 6
+
+
+def test_one_epoch_summaries_are_as_they_were():
+    records = [record("q1", "a", 1, 0.2), record("q2", "a", 1, 0.4)]
+    judge = summarize(records, ["a"], ["j"])["systems"]["a"]["judges"]["j"]
+    assert "epoch_spread" not in judge and "case_means" not in judge and judge["mean"] == pytest.approx(0.3)
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def test_a_run_of_one_epoch_resumed_with_two_keeps_its_first(tmp_path, cache_dir):
+    data = load_recipe(QUICKSTART).model_dump(mode="python")
+    data["benchmark"]["limit"] = 1
+    first = run_recipe(parse_recipe(data), tmp_path / "run", progress=False)
+    before = {r["key"]: r for r in lines(first.results)}
+    assert sorted(before) == ["q13::direct-full", "q13::direct-none"] and all(r["epoch"] == 1 for r in before.values())
+    data["run"]["epochs"] = 2
+    again = run_recipe(parse_recipe(data), tmp_path / "run", progress=False)
+    after = lines(again.results)
+    assert [r["key"] for r in after[:2]] == list(before)  # the first epoch was not run again
+    assert sorted(r["key"] for r in after[2:]) == ["q13::direct-full::epoch2", "q13::direct-none::epoch2"]
+    assert json.loads(again.summary.read_text())["episodes"]["expected"] == 4
+
+
+def run_args(out, epochs: int = 3) -> list[str]:
+    return [
+        "run",
+        QUICKSTART,
+        "--model",
+        SLOW_MODEL,
+        "--limit",
+        "2",
+        "--epochs",
+        str(epochs),
+        "--concurrency",
+        "2",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
+
+
+def test_three_epochs_of_the_quickstart_killed_and_resumed_run_each_key_once(tmp_path):
+    folder = tmp_path / "run"
+    killed = start(run_args(folder), tmp_path / "cache")
+    wait_for_results(folder, 3, killed)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=30)
+    assert len(lines(folder / "results.jsonl")) < 12  # it really stopped midway
+
+    resumed = start(run_args(folder), tmp_path / "cache")
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert "episodes already done" in err and "of 12 episodes" in err
+
+    written = Counter(r["key"] for r in lines(folder / "results.jsonl"))
+    expected = {
+        result_key(case, system, epoch)
+        for case in ("q13", "q14")
+        for system in ("direct-none", "direct-full")
+        for epoch in (1, 2, 3)
+    }
+    assert set(written) == expected and len(expected) == 12
+    assert set(written.values()) == {1}  # each key once: nothing run twice, nothing lost
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["epochs"] == 3 and summary["episodes"]["scored"] == 12
+    for system in ("direct-none", "direct-full"):
+        judge = summary["systems"][system]["judges"]["lampqa_aspects"]
+        spread = judge["epoch_spread"]
+        assert judge["n"] == 2 and spread["epochs"] == 3 and spread["n_scores"] == 6
+        assert spread["mean_case_std"] is not None and spread["epoch_means_std"] is not None
+        assert len(spread["epoch_means"]) == 3 and sorted(judge["case_means"]) == ["q13", "q14"]
