@@ -69,6 +69,32 @@ def memory_query(view: CaseView, mode: QueryMode = "context") -> MemoryQuery:
     return MemoryQuery(text=query.text, previous_turns=list(query.previous_turns))
 
 
+class ContextShare(BaseModel):
+    """How much of what the memory was offered a context kept under its token budget (PDR Tables 2
+    and 3 give context systems the whole synthesized context: a budget that keeps less is shown)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    budget_tokens: int = Field(description="The budget the context was built under.")
+    events_offered: int = Field(description="History events offered, the explicit persona included.")
+    events_kept: int
+    tokens_offered: int = Field(description="What all the offered events take, rendered for the prompt.")
+    tokens_kept: int
+    persona_tokens: int = Field(
+        default=0, description="The explicit persona's tokens: kept whole and first, counted in the budget."
+    )
+
+    @property
+    def share(self) -> float:
+        """The share of the offered tokens kept (1.0 when nothing was offered)."""
+        return 1.0 if self.tokens_offered <= 0 else min(1.0, self.tokens_kept / self.tokens_offered)
+
+    @property
+    def over_budget(self) -> int:
+        """Tokens over the budget: only an explicit persona larger than the budget (never cut) makes any."""
+        return max(0, self.tokens_kept - self.budget_tokens)
+
+
 class UserContext(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -80,6 +106,9 @@ class UserContext(BaseModel):
     tokens: int = 0
     degraded: list[Degradation] = Field(
         default_factory=list, description="What the memory could not give (history cut by its budget, ...)."
+    )
+    share: ContextShare | None = Field(
+        default=None, description="Raw-history contexts: the budget and how much of the history it kept."
     )
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
 from typing import NamedTuple
 
-from benchmarks.case import HistoryEvent
+from benchmarks.case import ExplicitPersona, HistoryEvent
 from benchmarks.common.degradation import Degradation, degradation
+from memory.base import ContextShare
 
 
 @lru_cache(maxsize=1)
@@ -87,3 +88,80 @@ def pack(items: Iterable[tuple[str, str]], budget: int) -> Packed:
         ids.pop()
         joined = "\n".join(lines)
     return Packed(joined, ids, count_tokens(joined) if lines else 0, len(items), len(items) - len(ids))
+
+
+class EventsPacked(NamedTuple):
+    """History events packed for a prompt with the explicit persona first and whole (`pack_events`)."""
+
+    text: str
+    ids: list[str]
+    tokens: int
+    budget: int
+    offered: int  # events offered, the persona included
+    cut: int  # history events left out by the budget (never the persona)
+    offered_tokens: int  # what every offered event takes, joined as the context joins them
+    persona_tokens: int  # the explicit persona's tokens (0: none offered)
+
+    def degraded(self, step: str) -> list[Degradation]:
+        """A `memory_budget_cut` counting the history events the budget left out; when the persona
+        alone exceeds the budget, the detail says it was kept whole, over the budget."""
+        if not self.cut:
+            return []
+        history = self.offered - (1 if self.persona_tokens else 0)
+        if self.persona_tokens > self.budget:
+            detail = (
+                f"the explicit persona alone ({self.persona_tokens} tokens) exceeds the {self.budget}-token budget: "
+                f"kept whole, over the budget; all {self.cut} history events left out"
+            )
+        else:
+            detail = f"{self.cut} of {history} history events left out by the {self.budget}-token budget"
+            if self.persona_tokens:
+                detail += f" (the explicit persona, kept whole and first, took {self.persona_tokens} of it)"
+        return [degradation("memory_budget_cut", step, detail, count=self.cut)]
+
+    def share(self) -> ContextShare:
+        return ContextShare(
+            budget_tokens=self.budget,
+            events_offered=self.offered,
+            events_kept=len(self.ids),
+            tokens_offered=self.offered_tokens,
+            tokens_kept=self.tokens,
+            persona_tokens=self.persona_tokens,
+        )
+
+
+def pack_events(events: Sequence[HistoryEvent], budget: int) -> EventsPacked:
+    """History events as `[id] (date) kind: text` lines within `budget` tokens, in the order given,
+    except the user's explicit persona (the last one given, as `persona+context` exposes it): it
+    comes first, whole, and its tokens count against the budget; the other events fill what is
+    left. A persona larger than the whole budget is still kept whole (the context is then over the
+    budget, and every history event is left out and counted): a persona is never cut."""
+    personas = [e for e in events if isinstance(e, ExplicitPersona)]
+    persona = personas[-1] if personas else None
+    history = [e for e in events if not isinstance(e, ExplicitPersona)]
+    rendered = [(e.id, render_event(e)) for e in history]
+    offered_text = "\n".join(([render_event(persona)] if persona else []) + [text for _, text in rendered])
+    offered_tokens = count_tokens(offered_text) if offered_text else 0
+    if persona is None:
+        packed = pack(rendered, budget)
+        return EventsPacked(
+            packed.text, packed.ids, packed.tokens, budget, len(rendered), packed.cut, offered_tokens, 0
+        )
+    head = render_event(persona)
+    persona_tokens = count_tokens(head)
+    left = budget - persona_tokens - 1  # the newline after it
+    packed = pack(rendered, left) if left > 0 else Packed("", [], 0, len(rendered), len(rendered))
+    if len(packed.ids) == 1 and packed.text != rendered[0][1]:
+        # `pack` cuts a first item short rather than return nothing; next to a persona, it is left out
+        packed = Packed("", [], 0, len(rendered), len(rendered))
+    text = f"{head}\n{packed.text}" if packed.ids else head
+    return EventsPacked(
+        text,
+        [persona.id, *packed.ids],
+        count_tokens(text),
+        budget,
+        len(rendered) + 1,
+        packed.cut,
+        offered_tokens,
+        persona_tokens,
+    )

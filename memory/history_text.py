@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from benchmarks.case import HistoryEvent
 from benchmarks.common.degradation import Degradation, degradation
-from memory.budget import count_tokens, pack, render_event
+from memory.budget import count_tokens, pack_events, render_event
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,9 @@ class HistoryText:
 
 
 def history_text(events: Sequence[HistoryEvent], budget_tokens: int) -> HistoryText:
-    """The events in the order given, as many as fit in the budget (the first one always, cut)."""
-    packed = pack(((e.id, render_event(e)) for e in events), budget_tokens)
+    """The events in the order given, as many as fit in the budget (the first one always, cut);
+    an explicit persona among them first and whole, counted in the budget (`pack_events`)."""
+    packed = pack_events(events, budget_tokens)
     return HistoryText(packed.text, packed.ids, packed.cut)
 
 

@@ -28,6 +28,7 @@ from langgraph.types import Command
 from agents.external_brief import agent_brief
 from agents.models.ledger import current_tags
 from agents.response import Citation, SystemResponse
+from benchmarks.common.degradation import Degradation
 from benchmarks.common.errors import AtelierError
 from graphs.context import EpisodeContext
 from graphs.external.agents import AGENTS, session_env
@@ -151,7 +152,8 @@ def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]
     return SystemResponse(
         text=report,
         citations=citations,
-        degraded=list(web.degraded),
+        # the agent's own degraded steps (e.g. some of open_deep_research's research units failed)
+        degraded=[*web.degraded, *(Degradation.model_validate(d) for d in result.get("degraded") or [])],
         meta={
             **meta,
             "citations": {
@@ -243,7 +245,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         }
         response = agent_response(result, web_session, meta)
     (workdir / "response.json").write_text(response.model_dump_json(indent=1), encoding="utf-8")
-    return Command(goto=END, update={"response": response})
+    return Command(goto=END, update={"response": response})  # type: ignore[arg-type]  # langgraph types END as str, not Literal["__end__"]
 
 
 def build_external_graph():

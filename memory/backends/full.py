@@ -1,11 +1,12 @@
-"""`full`: the raw history, most recent first, cut to the budget."""
+"""`full`: the raw history, most recent first, cut to the budget; the explicit persona (when the
+setting exposes it) first and whole, counted in the budget (`memory.budget.pack_events`)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
 from memory.base import MemoryConfig, MemoryQuery, UserContext
-from memory.budget import pack, render_event
+from memory.budget import pack_events
 from memory.registry import register_backend
 from memory.user_events import RawHistoryBackend, most_recent_first
 
@@ -22,12 +23,13 @@ class FullHistory(RawHistoryBackend):
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
         events = most_recent_first(self._events.events(user_id))
         budget = self.budget(budget)
-        packed = pack(((e.id, render_event(e)) for e in events), budget)
+        packed = pack_events(events, budget)
         return UserContext(
             backend=self.name,
             form="raw" if packed.ids else "none",
             text=packed.text,
             event_ids=packed.ids,
             tokens=packed.tokens,
-            degraded=packed.degraded("recall", "history events", budget),
+            degraded=packed.degraded("recall"),
+            share=packed.share(),
         )

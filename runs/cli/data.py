@@ -1,4 +1,4 @@
-"""`atelier data list|check` (the data registry) and `atelier bench data` (loader speed)."""
+"""`atelier data list|check|fetch` (the data registry) and `atelier bench data` (loader speed)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import statistics
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import typer
 
@@ -105,21 +106,53 @@ def _check_files(dataset: str | None, report: CheckReport) -> None:
         report.ok(f"{entry.relpath}: {how}" + (f"; {described}" if described else ""))
 
 
-def _check_benchmarks(names: list[str], report: CheckReport) -> None:
+def parse_options(pairs: list[str], benchmark: str | None) -> dict[str, str]:
+    """`--option KEY=VALUE` (repeatable) -> the loader options of one benchmark, validated by its
+    options model (an unknown key or a bad value is one line naming it)."""
+    from pydantic import ValidationError
+
+    from benchmarks.common.errors import ConfigError
+    from benchmarks.registry import get_benchmark
+
+    if not pairs:
+        return {}
+    if benchmark is None:
+        raise ConfigError("--option needs a benchmark to check: atelier data check NAME --option KEY=VALUE")
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--option {pair!r}: expected KEY=VALUE (e.g. data_dir=~/data/bespoke)")
+        options[key.strip()] = str(Path(value).expanduser()) if value.startswith("~") else value
+    try:
+        get_benchmark(benchmark).options.model_validate(options)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        message = "unknown option" if first["type"] == "extra_forbidden" else first["msg"]
+        raise ConfigError(f"--option {key}: {message} (benchmark {benchmark})") from None
+    return options
+
+
+def _check_benchmarks(names: list[str], report: CheckReport, options: dict[str, str] | None = None) -> None:
     from benchmarks.common.errors import AtelierError
+    from benchmarks.data_fetch import where_to_get
     from benchmarks.registry import get_benchmark, load_cases
 
     for name in names:
         spec = get_benchmark(name)
-        if name in _NEEDS_OPTIONS:
-            report.note(f"benchmark {name}: its data is not in the data directory (needs {_NEEDS_OPTIONS[name]})")
+        if name in _NEEDS_OPTIONS and not options:
+            report.note(
+                f"benchmark {name}: its data is not in the data directory (needs {_NEEDS_OPTIONS[name]}: "
+                f"--option KEY=PATH); {where_to_get(name)}"
+            )
             continue
         for split in spec.splits:
-            if (name, split) in _SKIPPED_SPLITS:
+            if (name, split) in _SKIPPED_SPLITS and not options:
                 report.note(f"benchmark {name} split {split}: needs {_SKIPPED_SPLITS[(name, split)]}")
                 continue
             try:
-                cases = load_cases(name, split=split)
+                cases = load_cases(name, split=split, options=options or None)
             except AtelierError as exc:
                 report.fail(f"benchmark {name} split {split}: {exc}")
                 continue
@@ -128,11 +161,25 @@ def _check_benchmarks(names: list[str], report: CheckReport) -> None:
 
 def data_check(
     name: str | None = typer.Argument(None, help="A data set (pdr, ikat, ...) or benchmark name; default: all."),
+    option: list[str] = typer.Option(
+        [],
+        "--option",
+        help="A loader option of benchmark NAME, KEY=VALUE (repeatable): check your own download, "
+        "e.g. `atelier data check bespoke --option data_dir=PATH`.",
+    ),
 ) -> None:
     """Check every registered file's sha256, parse every record, load every benchmark split; exit 1 on any failure."""
     from benchmarks.common.errors import ConfigError
     from benchmarks.data_files import registered_files
     from benchmarks.registry import benchmark_names, get_benchmark
+
+    if option and name not in benchmark_names():
+        raise ConfigError(
+            f"--option needs a benchmark NAME ({', '.join(benchmark_names())}), not {name!r}"
+            if name
+            else "--option needs a benchmark NAME: atelier data check NAME --option KEY=VALUE"
+        )
+    options = parse_options(option, name)
 
     datasets = sorted({f.dataset for f in registered_files()})
     readers = _benchmarks_by_dataset()
@@ -151,7 +198,7 @@ def data_check(
     report = CheckReport()
     for dataset in selected_sets:
         _check_files(dataset, report)
-    _check_benchmarks(selected_benchmarks, report)
+    _check_benchmarks(selected_benchmarks, report, options)
     for line in report.lines:
         typer.echo(line)
     typer.echo("")
@@ -160,6 +207,18 @@ def data_check(
     typer.echo(f"\n{len(report.lines) - report.failures} ok/skipped, {report.failures} failed")
     if report.failures:
         raise typer.Exit(1)
+
+
+def data_fetch(
+    name: str = typer.Argument(..., help="A data set: pdr, ikat, locomo, prefeval, drb, wiki, bespoke, lampqa."),
+) -> None:
+    """Get a data set's public release from its upstream, each file checked against its registered
+    sha256 (files already here and matching are kept); offline, or with no checksum registered, one
+    line says where to get it (exit 2)."""
+    from benchmarks.data_fetch import fetch
+
+    for item in fetch(name):
+        typer.echo(f"{item.how:8}  {item.file}  -> {item.path}")
 
 
 def bench_data(repeat: int = typer.Option(3, min=1, help="Timed repetitions (each parses the files afresh).")) -> None:
@@ -201,8 +260,9 @@ def bench_data(repeat: int = typer.Option(3, min=1, help="Timed repetitions (eac
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    data_app = typer.Typer(help="The data registry: list and check data sets.", no_args_is_help=True)
+    data_app = typer.Typer(help="The data registry: list, check and fetch data sets.", no_args_is_help=True)
     data_app.command("list")(data_list)
     data_app.command("check")(data_check)
+    data_app.command("fetch")(data_fetch)
     app.add_typer(data_app, name="data")
     bench_app.command("data")(bench_data)

@@ -68,7 +68,7 @@ def rescore(
         [], "--judge", help='A judge name, or a JSON object: \'{"name": "pqr", "axes": ["Q","R"]}\'. Repeatable.'
     ),
     judges_file: Path | None = typer.Option(
-        None, "--judges", help="A TOML file of [[judges]] (and [models.<role>]) tables."
+        None, "--judges", help="A TOML file of \\[\\[judges]] (and \\[models.<role>]) tables."
     ),
     model: str | None = typer.Option(
         None, "--model", help="The judge model (any litellm provider string, or `scripted`)."
@@ -156,9 +156,12 @@ def meta_eval(
         run_scores,
     )
 
-    if (labels is None) == (against is None):
+    if labels is not None and against is None:
+        truth = read_labels(labels)
+    elif against is not None and labels is None:
+        truth = labels_from_run(against, against_judge or judge)
+    else:
         raise ConfigError("give exactly one of --labels FILE or --against RUN_DIR")
-    truth = read_labels(labels) if labels is not None else labels_from_run(against, against_judge or judge)
     scores = run_scores(run_dir, judge)
     report: dict[str, Any] = {
         "run": str(run_dir),
@@ -208,10 +211,11 @@ def meta_eval_sheet(
 class _MetaEvalGroup(TyperGroup):
     """`meta-eval RUN ...` runs `meta-eval compare RUN ...`; `meta-eval sheet RUN ...` writes a sheet."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    # typer's stubs name its vendored click's Context (typer._click, private), not click's
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:  # type: ignore[override]
         if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
             args = ["compare", *args]
-        return super().parse_args(ctx, args)
+        return super().parse_args(ctx, args)  # type: ignore[arg-type]
 
 
 def meta_eval_app() -> typer.Typer:

@@ -5,7 +5,8 @@
 
 A job's input names the agent, the brief (task and user context), the agent's settings and the
 run's endpoint; its output is `{"report", "sources", "error", "refused", "details", "run_s"}`
-(`run_s`: the agent's run, after its imports).
+(`run_s`: the agent's run, after its imports), and `"degraded"` when the agent went on past a
+failed step (a list of `{"kind", "step", "detail", "count"}`, recorded in the response).
 
 `--serve` imports the agent once (seconds of CPU) and then forks one process per job, so a job
 starts in milliseconds from a process in which no agent has run yet. It reads one request per

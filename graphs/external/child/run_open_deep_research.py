@@ -19,6 +19,9 @@ MCP_PROMPT = (
     "these tools give you."
 )
 FAILED_REPORT = re.compile(r"^Error generating final report", re.IGNORECASE)
+# a research unit whose compression failed three times: the supervisor gets this text as its findings
+FAILED_RESEARCH = re.compile(r"^Error synthesizing research report", re.IGNORECASE)
+NOT_RUN = re.compile(r"^Error: Did not run this research", re.IGNORECASE)
 URL = re.compile(r"https?://[^\s)\]>\"'`]+")
 
 
@@ -38,6 +41,37 @@ def configurable(job: dict) -> dict:
     return config
 
 
+def research_units(state: dict) -> tuple[list[str], list[str]]:
+    """What each research unit the supervisor ran gave back (its `ConductResearch` tool results),
+    and of them the failures (`Error synthesizing research report: ...`). Overflow units it refused
+    to run are neither."""
+    results = [
+        str(getattr(m, "content", ""))
+        for m in state.get("supervisor_messages") or []
+        if getattr(m, "type", "") == "tool" and getattr(m, "name", "") == "ConductResearch"
+    ]
+    ran = [text for text in results if not NOT_RUN.match(text)]
+    return ran, [text for text in ran if FAILED_RESEARCH.match(text)]
+
+
+def check_research(state: dict) -> list[dict]:
+    """Every research unit failed: the agent's failure (its report rests on error messages). Some
+    failed: a degradation per the run's protocol (`{"kind", "step", "detail", "count"}`)."""
+    ran, failed = research_units(state)
+    if not failed:
+        return []
+    if len(failed) == len(ran):
+        raise RuntimeError(f"open_deep_research: every research unit failed ({len(failed)}): {failed[0][:300]}")
+    return [
+        {
+            "kind": "step_fallback",
+            "step": "open_deep_research:compress_research",
+            "detail": f"{len(failed)} of {len(ran)} research units failed: {failed[0][:200]}",
+            "count": len(failed),
+        }
+    ]
+
+
 async def run(job: dict) -> dict:
     from open_deep_research.deep_researcher import deep_researcher
 
@@ -50,9 +84,15 @@ async def run(job: dict) -> dict:
         raise RuntimeError(f"open_deep_research ended without a report; its last message: {str(said)[:300]!r}")
     if FAILED_REPORT.match(report):
         raise RuntimeError(f"open_deep_research: {report[:500]}")
-    notes = state.get("notes") or []
+    degraded = check_research(state)
+    ran, failed = research_units(state)  # its final state clears `notes`: the units' results are the notes
     return {
         "report": report,
         "sources": URL.findall(report),
-        "details": {"research_brief": str(state.get("research_brief") or ""), "notes": len(notes)},
+        "degraded": degraded,
+        "details": {
+            "research_brief": str(state.get("research_brief") or ""),
+            "notes": len(ran) - len(failed),
+            "failed_research_units": len(failed),
+        },
     }
