@@ -5,9 +5,10 @@ GGUF models served by llama.cpp on loopback for the run):
 
     cache lookup (an identical request in flight: await its answer) -> (local model: start its
     server) -> rate limit + concurrency bound
-    -> provider call with timeout -> bounded retries with jittered exponential backoff on
-    timeouts / 429 / 5xx; errors no retry can fix (bad request, validation errors whatever their
-    status, unknown model, authentication) fail at once with the server's message
+    -> provider call with timeout -> bounded retries on timeouts / 429 / 5xx, after the wait the
+    provider asked for (`Retry-After`) or else a jittered exponential backoff; errors no retry can
+    fix (bad request, validation errors whatever their status, unknown model, authentication) fail
+    at once with the server's message
     -> (structured) the strongest output mode the endpoint accepts (`agents.models.structured_output`),
     parse + validate into a pydantic model, one repair attempt
     -> cache store -> one ledger line per request
@@ -34,7 +35,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, SecretStr, ValidationError
 
-from agents.models.cache import ResponseCache, request_key
+from agents.models.cache import RedisResponseCache, ResponseCache, request_key
 from agents.models.ledger import Ledger
 from agents.models.local_model import SERVERS, LocalModelError, LocalModelSpec
 from agents.models.provider_errors import Verdict, classify, server_message, status_of
@@ -144,9 +145,10 @@ def configured_litellm():
             litellm.encoding  # noqa: B018 - loaded once, here
             try:
                 from litellm._internal_context import is_internal_call
+
+                _litellm_internal_call = is_internal_call
             except ImportError:  # another litellm: its logging then always runs (slower, same answers)
-                is_internal_call = None
-            _litellm_internal_call = is_internal_call
+                _litellm_internal_call = None
             _litellm_ready = True
     return litellm
 
@@ -234,11 +236,50 @@ class _ModelLimits:
 
         with self._lock:
             if (model, rpm) not in self._limiters:
-                self._limiters[(model, rpm)] = AsyncLimiter(rpm, 60)
+                # a smooth rate, one request per 60/rpm s with a burst of two, so a late wake-up of the
+                # loop can catch its slot up rather than lose it: `AsyncLimiter(rpm, 60)` would let a
+                # whole minute's requests go at once, which a provider limiting its rate answers with 429s
+                self._limiters[(model, rpm)] = AsyncLimiter(2, 120 / rpm)
             return self._limiters[(model, rpm)]
 
 
 _LIMITS = _ModelLimits()
+
+RETRY_AFTER_MAX_S = 120.0  # a longer wait a provider asks for is cut to this
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """How long a provider's error asked to wait before a retry: its `retry-after-ms` header (as
+    OpenAI sends it), else `Retry-After` (seconds, or an HTTP date); None when it did not say."""
+    from email.utils import parsedate_to_datetime
+
+    headers = getattr(exc, "litellm_response_headers", None) or getattr(getattr(exc, "response", None), "headers", None)
+    if not headers:
+        return None
+    milliseconds, value = headers.get("retry-after-ms"), headers.get("retry-after")
+    try:
+        if milliseconds is not None:
+            return max(float(milliseconds) / 1000, 0.0)
+        if value is not None:
+            return max(float(value), 0.0)
+    except ValueError:
+        with contextlib.suppress(TypeError, ValueError):  # not a number: an HTTP date, or nothing usable
+            return max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
+    return None
+
+
+def _wait_retry_after(otherwise):
+    """A tenacity wait: what the failed attempt's provider asked for (`retry_after_s`, at most
+    RETRY_AFTER_MAX_S), else `otherwise` (the jittered exponential backoff)."""
+
+    def wait(retry_state) -> float:
+        outcome = retry_state.outcome
+        exc = outcome.exception() if outcome is not None and outcome.failed else None
+        said = retry_after_s(exc) if exc is not None else None
+        return min(said, RETRY_AFTER_MAX_S) if said is not None else otherwise(retry_state)
+
+    return wait
+
 
 _WHY = {401: "authentication failed", 403: "permission denied", 404: "unknown model or endpoint"}
 
@@ -299,7 +340,7 @@ class Gateway:
         self,
         roles: Mapping[str, ModelSettings] | None = None,
         *,
-        cache: ResponseCache | None = None,
+        cache: ResponseCache | RedisResponseCache | None = None,
         ledger: Ledger | None = None,
         modes: ModeMemory | None = None,
     ) -> None:
@@ -672,7 +713,9 @@ class Gateway:
 
             retrying = AsyncRetrying(
                 stop=stop_after_attempt(settings.max_retries + 1),
-                wait=wait_exponential_jitter(initial=settings.retry_backoff_s, max=60, jitter=settings.retry_backoff_s),
+                wait=_wait_retry_after(
+                    wait_exponential_jitter(initial=settings.retry_backoff_s, max=60, jitter=settings.retry_backoff_s)
+                ),
                 retry=retry_if_exception(lambda exc: classify(exc) == "retry"),
                 reraise=True,
             )
@@ -717,7 +760,8 @@ class Gateway:
         completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
         hidden = getattr(response, "_hidden_params", None) or {}
         cost = hidden.get("response_cost")
-        if settings.input_cost_per_token is not None:  # the role's own price wins over litellm's map
+        # the role's own price wins over litellm's map (ModelSettings has both prices or neither)
+        if settings.input_cost_per_token is not None and settings.output_cost_per_token is not None:
             cost = prompt_tokens * settings.input_cost_per_token + completion_tokens * settings.output_cost_per_token
         if self.cache is not None:
             self.cache.put(

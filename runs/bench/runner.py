@@ -23,6 +23,27 @@ a fixed latency per call and no response cache, so every call waits like a provi
   The episodes share one process's CPU, so once concurrency x floor exceeds the critical path
   the loop, not the model, sets the pace.
 
+`--rpm R` asks a provider with a rate limit instead (`runs.bench.rate_limited_provider`): an
+OpenAI-compatible server on loopback, reached through litellm's real HTTP path, that answers after
+`--latency-ms` and admits at most R requests per minute as a smooth rate, answering 429 with
+`Retry-After` past it; the run's own model setting has `rpm = R`, as a user would set it. The
+question is whether the runner keeps that limit busy without a storm of 429s:
+
+- `limit_efficiency` = successful calls per second over the limit's R/60, measured over the run's
+  requests at the provider: from the first request's arrival to the last successful one's, plus
+  one interval 60/R (n requests spaced exactly 60/R apart score 1.0); the same over the episodes'
+  whole wall time, which also holds the start and the last answer's latency, is
+  `limit_efficiency_over_wall`;
+- `rate_limited_share` = the share of the run's requests the provider answered 429;
+- `retries_before_retry_after`: retries (a request sent again after its 429) that came sooner than
+  the provider's Retry-After said — 0 when the gateway honours it.
+The run skips its preflight (the probe of the provider is no part of what is measured).
+
+Both ways report `process_cpu_share` (the process's CPU time over the episodes' wall time, of one
+core) and `loop_lag_ms` (p50 / p95 / max of how late the event loop woke a task sleeping 20 ms):
+when the loop wakes late, every request is sent late, and on a shared machine that is the floor. Without `--rpm` (the 100 ms / concurrency 32
+figure) the efficiency against the ideal wall time is information, with no target.
+
 `--executor ray [--ray-address ADDR]` runs the same episodes on a Ray cluster (runs/executors):
 the clock starts once the cluster's episode workers are up (their start is part of `total_s`),
 framework ms per call adds the workers' CPU time over their episodes to the driver's, and
@@ -45,6 +66,7 @@ from pydantic import BaseModel, Field
 from agents.models.ledger import read_ledger
 from benchmarks.case import Case
 from benchmarks.registry import load_cases
+from runs.bench.rate_limited_provider import RateLimitedProvider, Request
 from runs.bench.stack_floor import measure_stack_floor
 from runs.recipe import parse_recipe
 from runs.runner import Runner
@@ -63,16 +85,29 @@ class RunnerBenchSettings(BaseModel):
         default=None,
         description="ray: the cluster (default: $RAY_ADDRESS, else a one-machine Ray started for the benchmark).",
     )
+    rpm: int | None = Field(
+        default=None,
+        gt=0,
+        description="Ask a provider that admits at most this many requests per minute (and set the run's rpm so).",
+    )
 
 
-def bench_cases(n: int) -> list[Case]:
-    """`n` cases of the sample suite, cycled under new ids (`q01#2`) when `n` exceeds it."""
+def bench_cases(n: int, distinct: bool = False) -> list[Case]:
+    """`n` cases of the sample suite, cycled under new ids (`q01#2`) when `n` exceeds it. `distinct`:
+    a repeated case's query says which round it is, so no two episodes send the same request (a
+    provider's log then tells a retry, the same request again, from another episode's)."""
     base = load_cases("sample", "all", "context")
     out = []
     for i in range(n):
         case = base[i % len(base)]
         round_ = i // len(base)
-        out.append(case if round_ == 0 else case.model_copy(update={"id": f"{case.id}#{round_}"}))
+        if round_ == 0:
+            out.append(case)
+            continue
+        update: dict[str, Any] = {"id": f"{case.id}#{round_}"}
+        if distinct:
+            update["query"] = case.query.model_copy(update={"text": f"{case.query.text} (round {round_})"})
+        out.append(case.model_copy(update=update))
     return out
 
 
@@ -96,6 +131,9 @@ class _TimedRunner(Runner):
         self.cpu_start: float | None = None
         self.episodes_end: float | None = None
         self.cpu_end: float | None = None
+        self.first_start_wall: float | None = None  # time.time(), to compare with a provider's clock
+        self.episodes_end_wall: float | None = None
+        self.loop_lags: list[float] = []
         self.executor: Any = None
 
     def load_cases(self) -> list[Case]:
@@ -107,19 +145,70 @@ class _TimedRunner(Runner):
         async with super()._executor(graph) as executor:
             self.executor = executor
             self.first_start, self.cpu_start = time.perf_counter(), time.process_time()
-            yield executor
+            self.first_start_wall = time.time()
+            watcher = asyncio.create_task(_watch_loop(self.loop_lags))
+            try:
+                yield executor
+            finally:
+                watcher.cancel()
 
     def finish(self, config: dict[str, Any], cases: list[Case] | None = None):
         self.episodes_end, self.cpu_end = time.perf_counter(), time.process_time()
+        self.episodes_end_wall = time.time()
         return super().finish(config, cases)
 
 
-def _bench_recipe(settings: RunnerBenchSettings, out_dir: Path):
-    model = {
+PROVIDER_KEY = "sk-rate-limited-provider-no-key"  # the loopback provider checks none; litellm wants one
+
+
+LAG_PROBE_S = 0.02
+
+
+async def _warm_up(api_base: str) -> None:
+    """One call to the provider before the clock starts, as `import litellm` is made before it: the
+    first call on litellm's OpenAI path imports and builds what it needs, seconds of a stopped event
+    loop a run pays once (a run's preflight pays it too), not the runner's steady rate."""
+    from agents.models.gateway import Gateway
+    from agents.models.settings import ModelSettings
+
+    settings = ModelSettings(model="openai/rate-limited", api_base=api_base, api_key=PROVIDER_KEY)
+    await Gateway({"system": settings}).text("system", [{"role": "user", "content": "Warm up."}])
+
+
+async def _watch_loop(lags: list[float]) -> None:
+    """How late the event loop wakes a task that sleeps LAG_PROBE_S, again and again: the time every
+    task of the run waits for the CPU (the process's own work, and on a shared machine others')."""
+    while True:
+        started = time.perf_counter()
+        await asyncio.sleep(LAG_PROBE_S)
+        lags.append(time.perf_counter() - started - LAG_PROBE_S)
+
+
+def _lag_figures(lags: list[float]) -> dict[str, float] | None:
+    if not lags:
+        return None
+    ordered = sorted(lags)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
+
+    return {"p50": at(0.5), "p95": at(0.95), "max": round(ordered[-1] * 1000, 1)}
+
+
+def _bench_recipe(settings: RunnerBenchSettings, out_dir: Path, api_base: str | None = None):
+    model: dict[str, Any] = {
         "model": f"scripted?latency_ms={settings.latency_ms:g}",
         "max_retries": 0,
         "max_concurrency": max(8, settings.concurrency * 8),
     }
+    if settings.rpm is not None:  # a provider with a limit, and the run's own rpm as a user sets it
+        model = {
+            "model": "openai/rate-limited",
+            "api_base": api_base,
+            "api_key": PROVIDER_KEY,
+            "rpm": settings.rpm,
+            "max_concurrency": max(8, settings.concurrency * 8),
+        }
     return parse_recipe(
         {
             "name": "bench-runner",
@@ -155,12 +244,20 @@ def efficiency_bound(
 def _measure(settings: RunnerBenchSettings, out_dir: Path) -> dict[str, Any]:
     import litellm  # noqa: F401 - imported before the clock starts: importing it takes seconds, once
 
-    cases = bench_cases(settings.cases)
+    cases = bench_cases(settings.cases, distinct=settings.rpm is not None)
     floor = asyncio.run(measure_stack_floor(cases[0].view()))
-    started = time.perf_counter()
-    runner = _TimedRunner(_bench_recipe(settings, out_dir), out_dir / "run", progress=False, cases=cases)
-    folder = asyncio.run(runner.run())
-    total = time.perf_counter() - started
+    provider = RateLimitedProvider(settings.rpm, settings.latency_ms) if settings.rpm is not None else None
+    with provider or contextlib.nullcontext():
+        if provider is not None:
+            asyncio.run(_warm_up(provider.base_url))
+        started = time.perf_counter()
+        recipe = _bench_recipe(settings, out_dir, provider.base_url if provider is not None else None)
+        # the provider's preflight probe (its first calls pay litellm's warm-up) is no part of what
+        # is measured, and on a loaded machine outlasts the probe's 7 s: the episodes alone are run
+        runner = _TimedRunner(recipe, out_dir / "run", progress=False, cases=cases, preflight=provider is None)
+        folder = asyncio.run(runner.run())
+        total = time.perf_counter() - started
+        requests = provider.requests() if provider is not None else []
 
     ledger = read_ledger(folder.ledger) if folder.ledger.exists() else []
     latency = settings.latency_ms / 1000
@@ -171,11 +268,14 @@ def _measure(settings: RunnerBenchSettings, out_dir: Path) -> dict[str, Any]:
     steps = [_critical_steps(v) for v in per_episode.values()]
     critical = (sum(steps) / len(steps)) * latency if steps else 0.0
     ideal = critical * len(cases) / settings.concurrency
+    if settings.rpm is not None:  # no run asks faster than its limit
+        ideal = max(ideal, len(ledger) * 60 / settings.rpm)
     wall = (runner.episodes_end or time.perf_counter()) - (runner.first_start or started)
     cpu = (runner.cpu_end or time.process_time()) - (runner.cpu_start or 0.0)
     workers = getattr(runner.executor, "worker_usage", [])  # ray: each worker's own episodes' CPU
     cpu += sum(w["episodes_cpu_s"] for w in workers)
     outcome = runner.outcome
+    assert outcome is not None  # run() ends by finishing the run
     return {
         "benchmark": "runner",
         "cases": settings.cases,
@@ -193,6 +293,8 @@ def _measure(settings: RunnerBenchSettings, out_dir: Path) -> dict[str, Any]:
         "efficiency": round(ideal / wall, 3) if wall > 0 else None,
         "total_s": round(total, 3),
         "framework_ms_per_call": round(cpu * 1000 / len(ledger), 3) if ledger else None,
+        "process_cpu_share": round(cpu / wall, 3) if wall > 0 else None,  # of one core, over the episodes
+        "loop_lag_ms": _lag_figures(runner.loop_lags),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "executor": {
             "name": settings.executor,
@@ -212,6 +314,51 @@ def _measure(settings: RunnerBenchSettings, out_dir: Path) -> dict[str, Any]:
             "efficiency_bound": efficiency_bound(critical, settings.concurrency, len(ledger) / len(cases), floor),
         },
         "load_average_1m": round(os.getloadavg()[0], 2),
+        **(
+            rate_limit_figures(
+                requests,
+                settings.rpm,
+                start=runner.first_start_wall or 0.0,
+                end=runner.episodes_end_wall or time.time(),
+                wall_s=wall,
+            )
+            if settings.rpm is not None
+            else {}
+        ),
+    }
+
+
+def rate_limit_figures(requests: list[Request], rpm: int, *, start: float, end: float, wall_s: float) -> dict[str, Any]:
+    """How well a run used a provider's limit of `rpm`, from the provider's log of the requests that
+    arrived between `start` and `end` (wall clock): see the module's docstring."""
+    mine = sorted((r for r in requests if start <= r.at <= end), key=lambda r: r.at)
+    ok = [r for r in mine if r.status == 200]
+    limited = [r for r in mine if r.status == 429]
+    interval = 60 / rpm
+    window = (ok[-1].at - mine[0].at + interval) if ok else None
+    retried = early = 0
+    for i, refused in enumerate(mine):
+        if refused.status != 429:
+            continue
+        again = next((r for r in mine[i + 1 :] if r.body == refused.body), None)  # its retry: the same body
+        if again is None:
+            continue
+        retried += 1
+        if again.at < refused.at + (refused.retry_after_s or 0.0) - 0.005:  # 5 ms: the two clocks' rounding
+            early += 1
+    return {
+        "rpm": rpm,
+        "limit_calls_per_s": round(rpm / 60, 3),
+        "requests": len(mine),
+        "successful_requests": len(ok),
+        "rate_limited_requests": len(limited),
+        "window_s": round(window, 3) if window is not None else None,
+        "calls_per_s": round(len(ok) / window, 3) if window else None,
+        "limit_efficiency": round(len(ok) * interval / window, 3) if window else None,
+        "limit_efficiency_over_wall": round(len(ok) * interval / wall_s, 3) if wall_s > 0 else None,
+        "rate_limited_share": round(len(limited) / len(mine), 4) if mine else None,
+        "retries_after_429": retried,
+        "retries_before_retry_after": early,
     }
 
 

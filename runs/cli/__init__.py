@@ -53,6 +53,7 @@ _COMMAND_MODULES = (
     "runs.cli.simulate",
     "runs.cli.runs",
     "runs.cli.catalog",
+    "runs.cli.view",
 )
 for _name in _COMMAND_MODULES:
     try:
@@ -113,9 +114,10 @@ def main() -> None:
             code = app(standalone_mode=False)  # errors come here, to be told in one line
     except typer.TyperException as exc:  # click's errors (typer vendors click): a flag or argument refused
         if type(exc).__name__ == "NoArgsIsHelpError":  # `atelier` or `atelier bench` alone: the help
-            exc.show()
+            exc.show()  # type: ignore[attr-defined]  # a method of typer's vendored click errors, not of TyperException
             sys.exit(0)
-        where = f" (see `{exc.ctx.command_path} --help`)" if getattr(exc, "ctx", None) else ""
+        ctx = getattr(exc, "ctx", None)
+        where = f" (see `{ctx.command_path} --help`)" if ctx else ""
         _fail(" ".join(exc.format_message().split()) + where, exc.exit_code)
     except typer.Abort:
         _fail("aborted", 130)

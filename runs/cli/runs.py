@@ -25,7 +25,12 @@ def report(run_dir: Path = typer.Argument(..., help="A run folder (runs/out/<run
 
 def compare(
     run_dirs: list[Path] = typer.Argument(..., help="Two or more run folders."),
-    html: Path | None = typer.Option(None, "--html", help="Also write the comparison as a page here."),
+    html: Path | None = typer.Option(
+        None,
+        "--html",
+        help="Also write the comparison as a page here: the tables, the configs side by side with their "
+        "differences marked, every case's responses and scores side by side, and the plots.",
+    ),
     baseline: str | None = typer.Option(
         None, "--baseline", help="The run:system the others are tested against (default: the first)."
     ),
@@ -70,7 +75,9 @@ def trace(
 
 def bench_runner(
     cases: int = typer.Option(250, "--cases", min=1, help="Episodes (sample-suite cases, repeated under new ids)."),
-    latency_ms: float = typer.Option(100.0, "--latency-ms", min=0, help="Latency of every model call (scripted)."),
+    latency_ms: float = typer.Option(
+        100.0, "--latency-ms", min=0, help="Latency of every model call (the scripted model's, or the provider's)."
+    ),
     concurrency: int = typer.Option(32, "--concurrency", min=1, max=256, help="Episodes in flight."),
     pipeline: str = typer.Option("direct", "--pipeline", help="The system's pipeline."),
     memory: str = typer.Option("none", "--memory", help="The system's memory backend."),
@@ -80,9 +87,16 @@ def bench_runner(
     out: Path | None = typer.Option(None, "--out", help="Keep the run folder here (default: a temporary one)."),
     executor: ExecutorName = typer.Option(ExecutorName.local, "--executor", help="Where episodes run: local or ray."),
     ray_address: str | None = typer.Option(None, "--ray-address", help="ray: the cluster's head (host:port)."),
+    rpm: int | None = typer.Option(
+        None,
+        "--rpm",
+        min=1,
+        help="Ask a loopback provider that admits at most RPM requests per minute (429 with Retry-After past "
+        "it), with the run's own rpm set to RPM; reports limit_efficiency and rate_limited_share.",
+    ),
 ) -> None:
     """Runner efficiency against the ideal wall time, framework ms per LLM call, peak RSS and checkpoint
-    bytes per episode (JSON)."""
+    bytes per episode (JSON); with --rpm, how well the run keeps a provider's rate limit busy."""
     from runs.bench.runner import RunnerBenchSettings, run_runner_benchmark
     from runs.cli._common import machine_facts, print_json
 
@@ -96,6 +110,7 @@ def bench_runner(
         out_dir=out,
         executor="ray" if ray_address else executor.value,
         ray_address=ray_address,
+        rpm=rpm,
     )
     print_json({**run_runner_benchmark(settings), "machine": machine_facts()})
 

@@ -17,7 +17,10 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # ray is imported where used
+    from ray.actor import ActorHandle
 
 LEASE_TTL_S = 900.0  # longer than any call may hold a slot (the gateway's timeout bounds each attempt)
 _REAP_EVERY_S = 1.0
@@ -70,7 +73,8 @@ class ModelLimitsActor:
     async def wait_rate(self, model: str, rpm: int) -> None:
         from aiolimiter import AsyncLimiter
 
-        limiter = self._rates.setdefault((model, rpm), AsyncLimiter(rpm, 60))
+        # paced as the gateway paces it (agents/models/gateway.py): one request per 60/rpm s, a burst of two
+        limiter = self._rates.setdefault((model, rpm), AsyncLimiter(2, 120 / rpm))
         await limiter.acquire()
 
     async def stats(self) -> dict[str, dict[str, int]]:
@@ -126,7 +130,7 @@ class ClusterLimits:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self._actor = None
+        self._actor: ActorHandle | None = None
 
     def actor(self):
         if self._actor is None:

@@ -1,0 +1,37 @@
+"""`atelier view RUN_DIR`: a run in the browser (a local server, or `--static DIR` written as files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def view(
+    run_dir: Path = typer.Argument(..., help="A run folder (runs/out/<run_id>)."),
+    static: Path | None = typer.Option(
+        None,
+        "--static",
+        help="Write the view into this folder (index.html + one page per episode) instead of serving it; "
+        "RUN_DIR/view is where report.html links to.",
+    ),
+    host: str = typer.Option("127.0.0.1", "--host", help="The server's address (loopback by default)."),
+    port: int = typer.Option(8765, "--port", min=1, max=65535, help="The server's port."),
+) -> None:
+    """Every episode of a run in the browser, filterable by system, judge, score and degraded kind; per
+    episode its steps on a timeline, each model call's prompt, answer, tokens, latency and cache hit,
+    the state change per step and the judges' details."""
+    if static is not None:
+        from runs.view import write_static
+
+        typer.echo(str(write_static(run_dir, static)))
+        return
+    from runs.view_server import serve
+
+    app_url = f"http://{host}:{port}/index.html"
+    typer.echo(f"serving {run_dir} at {app_url} (Ctrl-C stops)", err=True)
+    serve(run_dir, host, port)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    app.command("view")(view)
