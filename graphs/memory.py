@@ -9,6 +9,9 @@ Every recall first makes sure the user's history is ingested (ingest skips the e
 episode resumed past `ingest` in a new process, whose backend has not seen the user yet, gets the
 memory back before it recalls — rebuilt from the run's memory journal (memory/journal.py), then
 topped up from the history.
+
+A system that reads its memory only through the `recall_memory` tool (`memory_access = "tool"`,
+graphs/memory_tool.py) gets no upfront recall: `recall` gives it an empty context.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing_extensions import TypedDict
 from benchmarks.case import CaseView
 from graphs.context import EpisodeContext
 from graphs.inputs import CaseReference, case_view, memory_view
+from graphs.memory_tool import reads_memory_upfront
 from graphs.resources import Resources, resources_for
 from memory.base import UserContext, memory_query
 
@@ -58,8 +62,15 @@ async def ingest(state: MemoryState, runtime: Runtime[EpisodeContext]) -> Comman
     return Command(goto="recall")
 
 
+def no_upfront_context(context: EpisodeContext) -> UserContext:
+    """The upfront context of a system that reads its memory only through the tool: nothing."""
+    return UserContext(backend=str(context.system.memory.get("backend", "none")), form="none")
+
+
 async def recall(state: MemoryState, runtime: Runtime[EpisodeContext]) -> MemoryOutput:
     context = runtime.context or EpisodeContext()
+    if not reads_memory_upfront(context):
+        return {"user_context": no_upfront_context(context)}
     user_context = await recall_context(resources_for(context), case_view(state, context), memory_view(state, context))
     return {"user_context": user_context}
 

@@ -14,6 +14,12 @@ the response cache, on by default, answers at no cost), and each LangGraph step 
 cost about 0.5 ms per LLM call at zero latency (`atelier bench graph`, alternating A/B: a tenth of
 a rag episode's framework time). The step's update holds the queries, the hits and the sources
 read, so Studio and `atelier trace` show each.
+
+How it reads memory is `memory_access` (graphs/memory_tool.py): `upfront` (the default) gives both
+steps the memory's context for the question; with `tool` neither gets an upfront context, and the
+answer step is first offered `recall_memory(query)` — the model looks up what it wants to know about
+the user, in turns, within `max_recalls` calls — then writes from what it recalled; `both` does
+both. The response's meta counts and lists the recalls.
 """
 
 from __future__ import annotations
@@ -25,22 +31,41 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import Field
 
+from agents.answerer import recall_before_answering
 from agents.citations import SourceRef
 from agents.models.gateway import ModelCallError
 from agents.planner import checked_queries, search_queries
 from agents.response import SystemResponse
-from agents.writer import write_answer
+from agents.writer import sources_section, write_answer
+from benchmarks.case import CaseView
 from benchmarks.common.degradation import Degradation, degradation
 from graphs.context import EpisodeContext
-from graphs.inputs import PipelineInput, PipelineOutput
+from graphs.inputs import PipelineInput, PipelineOutput, memory_view
+from graphs.memory_tool import (
+    RECALL_MEMORY_TOOL,
+    MemoryAccessOptions,
+    Recall,
+    recall_degradations,
+    recall_memory,
+    recalled_context,
+    recalls_meta,
+)
 from graphs.pipelines import AnswerBudgetOptions, GoldContextOptions, PipelineSpec, register_pipeline
+from graphs.resources import Resources
 from graphs.sources import WebHit, citation_degradations, read_web_sources, search_web
-from graphs.start import meta_of, pipeline_options_of, pipeline_resources, start_inputs, view_of
+from graphs.start import (
+    meta_of,
+    pipeline_context,
+    pipeline_options_of,
+    pipeline_resources,
+    start_inputs,
+    view_of,
+)
 
 PIPELINE = "rag"
 
 
-class RagOptions(GoldContextOptions, AnswerBudgetOptions):
+class RagOptions(GoldContextOptions, AnswerBudgetOptions, MemoryAccessOptions):
     max_queries: int = Field(default=3, ge=1, le=10, description="Search queries written for the question.")
     results_per_query: int = Field(default=5, ge=1, le=20, description="Results asked of each search.")
     max_pages: int = Field(default=4, ge=1, le=20, description="Pages fetched and read (best-ranked first).")
@@ -58,6 +83,12 @@ def _options(runtime: Runtime[EpisodeContext]) -> RagOptions:
     return pipeline_options_of(runtime, PIPELINE, RagOptions)
 
 
+def _upfront(state: RagState, options: RagOptions) -> str:
+    """The memory's upfront context, unless the system reads memory only through the tool (a graph
+    run alone recalls it in `start_inputs` whatever the mode)."""
+    return state["user_context"].text if options.recalls_upfront else ""
+
+
 async def retrieve(state: RagState, runtime: Runtime[EpisodeContext]) -> Command[Literal["answer"]]:
     state, update = await start_inputs(state, runtime, PIPELINE)
     gold = state.get("gold_context")
@@ -68,7 +99,7 @@ async def retrieve(state: RagState, runtime: Runtime[EpisodeContext]) -> Command
     query = view_of(state, runtime, PIPELINE).query
     degraded = []
     try:
-        written = await search_queries(resources.gateway, query, state["user_context"].text, options.max_queries)
+        written = await search_queries(resources.gateway, query, _upfront(state, options), options.max_queries)
     except ModelCallError as exc:  # search the question as asked, and say so
         written = []
         degraded.append(
@@ -99,23 +130,58 @@ async def answer(state: RagState, runtime: Runtime[EpisodeContext]) -> PipelineO
     resources = pipeline_resources(runtime, PIPELINE)
     sources = state.get("sources", [])
     texts = [resources.sources.get(s.sha256)[: options.page_chars] for s in sources]
-    query = view_of(state, runtime, PIPELINE).query
-    report = await write_answer(
-        resources.gateway, query, state["user_context"].text, sources, texts, options.answer_tokens
-    )
+    view = view_of(state, runtime, PIPELINE)
+    context_text, turns = _upfront(state, options), 0
+    recalls: list[Recall] = []
+    recall_degraded: list[Degradation] = []
+    if options.recall_tool:
+        owner = memory_view(state, pipeline_context(runtime, PIPELINE))
+        recalls, turns, recall_degraded = await _recall(resources, view, owner, context_text, sources, options)
+        context_text = recalled_context(context_text, recalls)
+    report = await write_answer(resources.gateway, view.query, context_text, sources, texts, options.answer_tokens)
     meta = meta_of(state, runtime, PIPELINE) | {
         "citations": report.stats,
         "queries": state.get("queries", []),
-        "critical_path_calls": 1 if state.get("gold_context") is not None else 2,
+        "critical_path_calls": (1 if state.get("gold_context") is not None else 2) + turns,
+        **recalls_meta(options, recalls),
     }
     return {
         "response": SystemResponse(
             text=report.text,
             citations=report.citations,
             meta=meta,
-            degraded=[*state.get("degraded", []), *citation_degradations(report, "answer")],
+            degraded=[*state.get("degraded", []), *recall_degraded, *citation_degradations(report, "answer")],
         )
     }
+
+
+async def _recall(
+    resources: Resources,
+    view: CaseView,
+    owner: CaseView,
+    upfront: str,
+    sources: list[SourceRef],
+    options: MemoryAccessOptions,
+) -> tuple[list[Recall], int, list[Degradation]]:
+    """The answer step's lookups with `recall_memory`: the recalls (in the order asked), the model
+    turns they took, and what degraded (a failed turn, a recall's own, no recall at all with `tool`)."""
+    by_query: dict[str, Recall] = {}
+
+    async def served(text: str) -> str:
+        by_query[text] = await recall_memory(resources, view, text, owner)
+        return by_query[text].text
+
+    looked = await recall_before_answering(
+        resources.gateway,
+        view.query,
+        upfront,
+        RECALL_MEMORY_TOOL,
+        served,
+        options.max_recalls,
+        material=[sources_section(sources)] if sources else [],
+    )
+    recalls = [by_query[lookup.query] for lookup in looked.lookups]
+    return recalls, looked.turns, [*looked.degraded, *recall_degradations(options, recalls, "answer")]
 
 
 def build_rag_graph():

@@ -35,7 +35,8 @@ from benchmarks.case import Case, ConversationTurn, Query
 from benchmarks.common.errors import ConfigError
 from graphs.context import ConversationOptions, EpisodeContext
 from graphs.inputs import PipelineInput, PipelineOutput, case_from_input, case_view, memory_view
-from graphs.memory import recall_context
+from graphs.memory import no_upfront_context, recall_context
+from graphs.memory_tool import reads_memory_upfront
 from graphs.pipelines import PIPELINES
 from graphs.resources import resources_for
 
@@ -93,6 +94,8 @@ async def simulated_user(
 async def recall(state: ConversationState, runtime: Runtime[EpisodeContext]) -> Command[Literal["system"]]:
     """The system's memory, asked again with the user's new message and the conversation so far."""
     context = _context(runtime)
+    if not reads_memory_upfront(context):  # memory_access = "tool": the system recalls through its tool
+        return Command(goto="system", update={"user_context": no_upfront_context(context)})
     user_context = await recall_context(resources_for(context), case_view(state, context), memory_view(state, context))
     return Command(goto="system", update={"user_context": user_context})
 

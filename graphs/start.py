@@ -9,18 +9,20 @@ options add, and the user's context from the configured memory backend.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from langgraph.runtime import Runtime
 
 from benchmarks.case import CaseView
 from graphs.context import EpisodeContext
 from graphs.inputs import case_from_input, case_view, input_meta, memory_view, options_for, system_inputs
-from graphs.memory import recall_context
+from graphs.memory import no_upfront_context, recall_context
+from graphs.memory_tool import reads_memory_upfront
 from graphs.pipelines import PipelineOptions
 from graphs.resources import Resources, resources_for
 
 OptionsT = TypeVar("OptionsT", bound=PipelineOptions)
+StateT = TypeVar("StateT", bound=Mapping[str, Any])  # a pipeline's state (a TypedDict)
 
 
 _as_pipeline: dict[tuple[int, str], tuple[EpisodeContext, EpisodeContext]] = {}
@@ -50,20 +52,23 @@ def pipeline_resources(runtime: Runtime[EpisodeContext], pipeline: str) -> Resou
     return resources_for(pipeline_context(runtime, pipeline))
 
 
-async def start_inputs(
-    state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The pipeline's complete inputs, and the state update that completes them (empty inside an episode)."""
+async def start_inputs(state: StateT, runtime: Runtime[EpisodeContext], pipeline: str) -> tuple[StateT, dict[str, Any]]:
+    """The pipeline's complete inputs, and the state update that completes them (empty inside an episode).
+    The inputs are a dict of the state's keys and the inputs' (a state of the same TypedDict)."""
     if state.get("user_context") is not None:
-        return dict(state), {}
+        return cast(StateT, dict(state)), {}
     context = pipeline_context(runtime, pipeline)
     resources = resources_for(context)
     update: dict[str, Any] = {}
     if state.get("view") is None:
         update = system_inputs(case_from_input(state, context), context, pipeline, resources.sources)
     merged = {**state, **update}
-    update["user_context"] = await recall_context(resources, case_view(merged, context), memory_view(merged, context))
-    return {**merged, "user_context": update["user_context"]}, update
+    update["user_context"] = (
+        await recall_context(resources, case_view(merged, context), memory_view(merged, context))
+        if reads_memory_upfront(context, pipeline)
+        else no_upfront_context(context)  # memory_access = "tool": the system recalls through its tool
+    )
+    return cast(StateT, {**merged, "user_context": update["user_context"]}), update
 
 
 def view_of(state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str) -> CaseView:

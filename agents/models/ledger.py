@@ -1,5 +1,12 @@
 """The ledger: one JSON line per model call, tagged with run, case, node and role.
 
+A system's call of one of its own tools that is not a model call (`recall_memory`: a memory
+backend asked for context) is a line too, `kind = "tool"` with the tool's name as role, no model,
+no tokens, and what it was asked and gave in `tool_input` / `tool_output`. It is kept apart from
+the model calls — in `Ledger.tool_entries`, not `Ledger.entries`; left out by `read_ledger` unless
+asked for (`read_tool_calls`); left out by `ledger_totals` — so no call count, usage or cost tally,
+bench or `atelier trace` counts it as a model call.
+
 Tags other than the role come from context: the runner sets the case with `call_tags(case=...)`
 and LangGraph supplies the node name, so graph code never threads ids through by hand.
 
@@ -86,13 +93,33 @@ class LedgerEntry(BaseModel):
     latency_ms: float = 0.0
     cache_hit: bool = False
     attempts: int = 0
-    kind: str = "text"  # text | structured | repair
+    kind: str = "text"  # text | structured | repair | tool (a system's tool call, not a model call)
     structured_mode: str | None = None  # json_schema | json_object | tool | prompt (structured requests)
     status: str = "ok"  # ok | error | refused (the endpoint would not take this structured mode)
     error: str | None = None
     provider_ms: float | None = None  # the provider's share of latency_ms (litellm's timing, last attempt)
     finish_reason: str | None = None  # "length": the answer was cut at max_tokens or the context's end
     dry_run: bool = False
+    tool_input: dict[str, Any] | None = None  # kind "tool": what the tool was asked (a recall's query)
+    tool_output: dict[str, Any] | None = None  # kind "tool": what it gave (a recall's event ids)
+    caller: str | None = None  # kind "tool": the graph node that called the tool (`answer`, ...)
+
+    @property
+    def is_model_call(self) -> bool:
+        return self.kind != TOOL_KIND
+
+
+TOOL_KIND = "tool"
+
+
+def model_calls(entries: list[LedgerEntry]) -> list[LedgerEntry]:
+    """The entries that are model calls (a system's tool calls left out)."""
+    return [e for e in entries if e.is_model_call]
+
+
+def tool_calls(entries: list[LedgerEntry], node: str | None = None) -> list[LedgerEntry]:
+    """The entries that are a system's tool calls (of the tool `node`, when given)."""
+    return [e for e in entries if not e.is_model_call and (node is None or e.node == node)]
 
 
 class Ledger:
@@ -101,7 +128,8 @@ class Ledger:
     def __init__(self, path: str | Path | None, run_id: str = "") -> None:
         self.path = Path(path) if path else None
         self.run_id = run_id
-        self.entries: list[LedgerEntry] = []
+        self.entries: list[LedgerEntry] = []  # model calls
+        self.tool_entries: list[LedgerEntry] = []  # a system's tool calls (`record_tool`)
         self._lock = threading.Lock()
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +150,23 @@ class Ledger:
             captured.append(entry)
         return entry
 
+    def record_tool(
+        self, tool: str, call_id: str, tool_input: dict[str, Any], tool_output: dict[str, Any], latency_ms: float = 0.0
+    ) -> LedgerEntry:
+        """A system's call of its tool `tool` that is not a model call: under node `tool`, no model,
+        no tokens, never counted as a model call (`model_calls`, `ledger_totals`)."""
+        return self.record(
+            node=tool,
+            caller=current_tags().get("node"),
+            role=tool,
+            model="",
+            call_id=call_id,
+            kind=TOOL_KIND,
+            latency_ms=latency_ms,
+            tool_input=tool_input,
+            tool_output=tool_output,
+        )
+
     def append(self, entries: list[LedgerEntry]) -> None:
         """Add entries recorded elsewhere (a remote worker's calls) as they are."""
         text = ""
@@ -129,7 +174,8 @@ class Ledger:
             redactor = active_redactor()
             text = "".join(redactor.redact(entry.model_dump_json()) + "\n" for entry in entries)
         with self._lock:
-            self.entries.extend(entries)
+            self.entries.extend(e for e in entries if e.is_model_call)
+            self.tool_entries.extend(e for e in entries if not e.is_model_call)
             if self.path and text:
                 with self.path.open("a", encoding="utf-8") as fh:
                     fh.write(text)
@@ -145,7 +191,9 @@ def ledger_totals(entries: list[LedgerEntry]) -> dict[str, Any]:
 
     A provider call of a model litellm has no price for has an unknown cost, never $0:
     `unpriced_calls` counts them, and `cost_usd` is None when no provider call was priced (a
-    partial sum when some were)."""
+    partial sum when some were). A system's tool calls (`kind = "tool"`) are not model calls and
+    are left out."""
+    entries = model_calls(entries)
     provider = [e for e in entries if not e.cache_hit and e.status == "ok"]
     priced = [e.cost_usd for e in provider if e.cost_usd is not None]
     return {
@@ -161,14 +209,19 @@ def ledger_totals(entries: list[LedgerEntry]) -> dict[str, Any]:
     }
 
 
-def read_ledger(path: str | Path, *, repair: bool = False) -> list[LedgerEntry]:
-    """The entries of a ledger file. A torn last line (the process died while writing it) is left
-    out — with `repair` also cut from the file, so appending can go on; any other bad line is a
-    DataError naming it."""
+def read_ledger(path: str | Path, *, repair: bool = False, tools: bool = False) -> list[LedgerEntry]:
+    """The model calls of a ledger file (with `tools`, a system's tool calls too, in file order). A
+    torn last line (the process died while writing it) is left out — with `repair` also cut from
+    the file, so appending can go on; any other bad line is a DataError naming it."""
     entries = []
     for number, data in read_appended_jsonl(path, repair=repair).values:
         try:
             entries.append(LedgerEntry.model_validate(data))
         except ValidationError as exc:
             raise validation_error(exc, file=path, line=number) from None
-    return entries
+    return entries if tools else model_calls(entries)
+
+
+def read_tool_calls(path: str | Path, node: str | None = None) -> list[LedgerEntry]:
+    """A ledger file's tool calls (of the tool `node`, when given): `recall_memory` lines, ..."""
+    return tool_calls(read_ledger(path, tools=True), node)
