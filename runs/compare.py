@@ -1,16 +1,22 @@
 """`atelier compare RUN_DIR...`: runs side by side. One row per (run, system), one column per judge
 (mean, 95% CI, n, from each run's summary.json); every entry paired with the baseline entry on the
 cases both were scored on (same benchmark and case id), permutation p-values adjusted together
-(`runs.comparisons`). `--html` writes the same as a page.
+(`runs.comparisons`). `--html` writes the same as a page, with what the tables leave out: the runs'
+configs side by side with their differences marked, every case's responses and scores side by
+side, and the plots (each entry's mean with its CI, each paired difference with its CI).
 """
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common.errors import ConfigError
+from benchmarks.common.redaction import active_redactor
 from runs.comparisons import CORRECTION, adjust, paired_row
+from runs.report import Point, ci_text, dot_plot, response_parts
 from runs.results import ResultRecord, ResultsFile
 from runs.usage import format_cost
 
@@ -24,20 +30,103 @@ def _load(run_dir: Path) -> dict[str, Any]:
     folder = RunFolder(Path(run_dir))
     if not folder.summary.exists():
         raise ConfigError(f"{run_dir} has no summary.json yet; write it with `atelier report {run_dir}`")
-    import json
-
     summary = json.loads(folder.summary.read_text(encoding="utf-8"))
     wanted = set(config["cases"])
     records = [r for r in ResultsFile(folder.results).load().values() if r.case_id in wanted]
     return {"dir": str(run_dir), "run_id": config["run_id"], "config": config, "summary": summary, "records": records}
 
 
+EXCERPT_CHARS = 400
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A config as `dotted.key -> value`; lists of tables (systems, judges) keyed by their names, so
+    the same system lines up across runs whatever its position."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out if out else {prefix: {}}
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        out, seen = {}, set()
+        for i, item in enumerate(value):
+            name = item.get("label") or item.get("name") or item.get("row")  # a paper row by its label
+            name = str(name) if name is not None and name not in seen else str(i)
+            seen.add(name)
+            out.update(_flatten(item, f"{prefix}[{name}]"))
+        return out
+    return {prefix: value}
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+ABSENT = "(absent)"
+
+
+def config_diff(configs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs' resolved configs side by side, one row per key (the recipe's keys, the number of
+    cases, the package versions), `differs` where the runs disagree; keys in first-seen order."""
+    flat = [
+        {
+            **_flatten(config["recipe"]),
+            "cases": f"{len(config['cases'])} cases",
+            **_flatten(config.get("versions") or {}, "versions"),
+        }
+        for config in configs
+    ]
+    keys = list(dict.fromkeys(key for one in flat for key in one))
+    rows = []
+    for key in keys:
+        secret = key.rsplit(".", 1)[-1] == "api_key"  # a key set in a recipe is never shown, only that it is set
+        values = [ABSENT if key not in one else ("(set)" if secret and one[key] else _shown(one[key])) for one in flat]
+        rows.append({"key": key, "values": values, "differs": len(set(values)) > 1})
+    return {"rows": rows, "differing": sum(row["differs"] for row in rows)}
+
+
+def cases_side_by_side(runs: list[dict[str, Any]], labels: list[str], judges: list[str]) -> list[dict[str, Any]]:
+    """Per case (benchmark, case id) in any run: each (run, system)'s response excerpt and scores
+    (the mean over its epochs when it ran more than one), or why it has none."""
+    entries = [(label, system, run) for label, run in zip(labels, runs) for system in run["summary"]["systems"]]
+    grouped: dict[tuple[str, str, str], list[ResultRecord]] = {}
+    for label, run in zip(labels, runs):
+        for record in run["records"]:
+            grouped.setdefault((label, record.system, record.case_id), []).append(record)
+    case_ids = sorted({(r.benchmark, r.case_id) for run in runs for r in run["records"]})
+    out = []
+    for benchmark, case_id in case_ids:
+        cells = []
+        for label, system, _ in entries:
+            records = sorted(grouped.get((label, system, case_id), []), key=lambda r: r.epoch)
+            ok = [r for r in records if r.ok]
+            scores: dict[str, float | None] = {}
+            for judge in judges:
+                values = [score for r in ok if (score := r.scores.get(judge)) is not None]
+                scores[judge] = math.fsum(values) / len(values) if values else None
+            text = response_parts(ok[0])[0] if ok else ""
+            cells.append(
+                {
+                    "entry": f"{label}:{system}",
+                    "status": "ok" if ok else ("failed" if records else "not run"),
+                    "error": next((r.error for r in records if not r.ok), None),
+                    "epochs": len(records),
+                    "excerpt": text[:EXCERPT_CHARS] + ("…" if len(text) > EXCERPT_CHARS else ""),
+                    "scores": scores,
+                }
+            )
+        out.append({"benchmark": benchmark, "id": case_id, "cells": cells})
+    return out
+
+
 def _scores(records: list[ResultRecord], system: str, judge: str) -> dict[tuple[str, str], float]:
-    return {
-        (r.benchmark, r.case_id): r.scores[judge]
-        for r in records
-        if r.system == system and r.ok and r.scores.get(judge) is not None
-    }
+    """(benchmark, case id) -> score; with epochs, the case's mean over its scored epochs."""
+    by_case: dict[tuple[str, str], list[float]] = {}
+    for r in records:
+        score = r.scores.get(judge)
+        if r.system == system and r.ok and score is not None:
+            by_case.setdefault((r.benchmark, r.case_id), []).append(score)
+    return {case: math.fsum(values) / len(values) for case, values in by_case.items()}
 
 
 def compare_runs(run_dirs: list[Path], *, baseline: str | None = None, seed: int = 0) -> dict[str, Any]:
@@ -86,6 +175,8 @@ def compare_runs(run_dirs: list[Path], *, baseline: str | None = None, seed: int
     for entry in entries:
         del entry["scores"]
     return {
+        "config_diff": config_diff([r["config"] for r in runs]),
+        "cases": cases_side_by_side(runs, labels, judges),
         "runs": [
             {"label": label, "dir": r["dir"], "recipe": r["config"]["recipe"]["name"]} for label, r in zip(labels, runs)
         ],
@@ -100,9 +191,33 @@ def compare_runs(run_dirs: list[Path], *, baseline: str | None = None, seed: int
 def _mean_ci(stats: dict[str, Any] | None) -> str:
     if not stats or stats.get("mean") is None:
         return "–"
-    low, high = stats["ci95"]
-    ci = f" [{low:.3f}, {high:.3f}]" if low is not None else ""
-    return f"{stats['mean']:.3f}{ci} n={stats['n']}"
+    return f"{stats['mean']:.3f} {ci_text(stats.get('ci95'), stats['n'])} n={stats['n']}"
+
+
+def comparison_charts(comparison: dict[str, Any]) -> dict[str, str | None]:
+    """The page's plots: every entry's mean with its 95% CI per judge, and every entry's paired
+    difference from the baseline with its 95% CI per judge (0: no difference)."""
+    means: dict[str, list[Point]] = {}
+    for judge in comparison["judges"]:
+        means[judge] = []
+        for e in comparison["entries"]:
+            stats = e["judges"].get(judge) or {}
+            low, high = stats.get("ci95") or [None, None]
+            means[judge].append(Point(label=e["id"], mean=stats.get("mean"), low=low, high=high, n=stats.get("n", 0)))
+    differences: dict[str, list[Point]] = {}
+    for row in comparison["comparisons"]:
+        differences.setdefault(row["judge"], []).append(
+            Point(label=row["entry"], mean=row["mean_difference"], low=row["ci_low"], high=row["ci_high"], n=row["n"])
+        )
+    return {
+        "means": dot_plot(means, xlabel="mean score (95% CI)", gid="compare-dots"),
+        "differences": dot_plot(
+            differences,
+            xlabel=f"difference from {comparison['baseline']} (95% CI)",
+            gid="difference-dots",
+            reference=0.0,
+        ),
+    }
 
 
 def degraded_text(entry: dict[str, Any]) -> str:
@@ -129,6 +244,15 @@ def print_comparison(comparison: dict[str, Any], console) -> None:
             e["cost"],
         )
     console.print(table)
+    differing = [row["key"] for row in comparison["config_diff"]["rows"] if row["differs"]]
+    if differing:  # the page sets them side by side (--html)
+        shown = ", ".join(differing[:8]) + (f", and {len(differing) - 8} more" if len(differing) > 8 else "")
+        console.print(
+            f"configs differ in {len(differing)} key{'s' * (len(differing) != 1)}: {shown}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     if not comparison["comparisons"]:
         console.print(f"no paired comparisons: no entry shares two or more scored cases with {comparison['baseline']}")
         return
@@ -157,4 +281,8 @@ def write_comparison_html(comparison: dict[str, Any], path: str | Path) -> None:
     env = Environment(loader=FileSystemLoader(TEMPLATE_DIR), autoescape=select_autoescape(["html", "j2"]))
     env.filters["mean_ci"] = _mean_ci
     env.filters["degraded"] = degraded_text
-    Path(path).write_text(env.get_template("compare.html.j2").render(c=comparison), encoding="utf-8")
+    env.filters["num"] = lambda value: "–" if value is None else f"{value:.3f}"
+    html = env.get_template("compare.html.j2").render(
+        c=comparison, charts=comparison_charts(comparison), excerpt_chars=EXCERPT_CHARS
+    )
+    Path(path).write_text(active_redactor().redact(html), encoding="utf-8")

@@ -9,11 +9,12 @@ rate); `significant` reads the adjusted value at ALPHA.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from benchmarks.metrics.statistics import paired_test
+from benchmarks.metrics.statistics import bootstrap_ci, paired_test
 from runs.results import ResultRecord
 
 ALPHA = 0.05
@@ -22,7 +23,7 @@ CORRECTION = "Benjamini-Hochberg"
 
 def scores_by_case(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, float]:
     return {
-        r.case_id: r.scores[judge] for r in records if r.system == system and r.ok and r.scores.get(judge) is not None
+        r.case_id: score for r in records if r.system == system and r.ok and (score := r.scores.get(judge)) is not None
     }
 
 
@@ -89,19 +90,36 @@ def judgment_value(judgment: Any, metric: str) -> float | None:
     return detail_value(judgment.details, metric)
 
 
+def tool_recalls(record: ResultRecord) -> list[dict[str, Any]]:
+    """The system's `recall_memory` calls (graphs/memory_tool.py), as its response's meta lists them:
+    each `{"query", "event_ids", "text"}`, in the order made."""
+    meta = record.response.meta if record.response is not None else {}
+    recalls = meta.get("recalled_memory") or []
+    return [r for r in recalls if isinstance(r, dict)]
+
+
+def recalled_event_ids(record: ResultRecord) -> list[str]:
+    """The history events the system received, in the order it received them: the upfront
+    context's (most relevant first), then each tool recall's; each event once."""
+    upfront = record.user_context.event_ids if record.user_context is not None else []
+    recalled = [str(event) for recall in tool_recalls(record) for event in recall.get("event_ids") or []]
+    return list(dict.fromkeys([*upfront, *recalled]))
+
+
 def _history_values(records: list[ResultRecord], cases: Mapping[str, Any], kind: str, k: int) -> list[float]:
-    """Each scored episode's history retrieval against the case's gold relevant events."""
+    """Each scored episode's history retrieval against the case's gold relevant events: the ranking
+    is every event the system received, upfront and through `recall_memory` (`recalled_event_ids`)."""
     from benchmarks.metrics.ranking import query_ranking_scores
 
     values = []
     for record in records:
         case = cases.get(record.case_id)
-        if case is None or record.user_context is None:
+        if case is None or (record.user_context is None and not tool_recalls(record)):
             continue
         qrels = dict(case.gold.relevance) or {event: 1 for event in case.gold.relevant_history_ids}
         if not any(grade > 0 for grade in qrels.values()):
             continue
-        scores = query_ranking_scores(record.user_context.event_ids, qrels, [k])
+        scores = query_ranking_scores(recalled_event_ids(record), qrels, [k])
         values.append(getattr(scores, kind)[k])
     return values
 
@@ -120,13 +138,18 @@ def _trade_off(judgments: list[Any], kind: str, a: str, b: str) -> tuple[float |
 
 
 def versus_paper(
-    records: list[ResultRecord], paper_rows: list[Mapping[str, Any]], cases: Mapping[str, Any] | None = None
+    records: list[ResultRecord],
+    paper_rows: list[Mapping[str, Any]],
+    cases: Mapping[str, Any] | None = None,
+    *,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     """For each number a paper reports (`[[report.paper]]`), ours on the system that stands for the
     paper's row: the mean over our scored cases of the judge's metric (`score`, a criterion, a details
     path); `history.ndcg@K` / `history.recall@K` / `history.precision@K`, the memory's ranking of the
     user's history against the gold relevant events; or `kendall_tau(a,b)` / `n_both_positive(a,b)`
-    between two criteria over the cases where both are positive."""
+    between two criteria over the cases where both are positive. `ci95`: the percentile bootstrap
+    95% CI of a mean over two or more cases, else [None, None] (one case; a rank correlation)."""
     out = []
     for row in paper_rows:
         mine = [r for r in records if r.system == row["system"] and r.ok]
@@ -138,9 +161,16 @@ def versus_paper(
                 ours, n = (sum(values) / len(values) if values else None), len(values)
             elif trade_off:
                 ours, n = _trade_off(judgments, *trade_off.groups())
-            else:
-                values = [v for v in (judgment_value(j, metric) for j in judgments) if v is not None]
+            else:  # with epochs, each case's mean over its epochs: n counts cases, as summary.json's does
+                by_case: dict[str, list[float]] = {}
+                for r in mine:
+                    for j in r.judgments:
+                        if j.judge == row.get("judge") and not j.error and (v := judgment_value(j, metric)) is not None:
+                            by_case.setdefault(r.case_id, []).append(v)
+                values = [math.fsum(v) / len(v) for _, v in sorted(by_case.items())]
                 ours, n = (sum(values) / len(values) if values else None), len(values)
+            # a bootstrap CI for a mean over cases; a rank correlation or a count has none
+            ci = list(bootstrap_ci(values, seed=seed)) if not trade_off and n >= 2 else [None, None]
             out.append(
                 {
                     "row": row["row"],
@@ -149,6 +179,7 @@ def versus_paper(
                     "metric": metric,
                     "paper": paper_value,
                     "ours": ours,
+                    "ci95": ci,
                     "n": n,
                 }
             )

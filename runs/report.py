@@ -14,13 +14,17 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from benchmarks.case import Case
 from benchmarks.common.degradation import KINDS, counts_by_kind
 from benchmarks.common.redaction import active_redactor
+from runs.comparisons import tool_recalls
 from runs.results import ResultRecord, result_key
 from runs.usage import format_cost
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
+WIDE_INDEX = 8  # more systems x judges than this: the case index gets a row per (case, system), not a column
 _PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 
 
@@ -37,8 +41,10 @@ def _pyplot():
 
 
 def _svg(fig) -> str:
+    """The figure as inline SVG, its text kept as text (searchable, and countable by a test)."""
     buffer = io.StringIO()
-    fig.savefig(buffer, format="svg")
+    with _pyplot().rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buffer, format="svg")
     _pyplot().close(fig)
     svg = buffer.getvalue()
     return svg[svg.index("<svg") :]
@@ -54,56 +60,119 @@ def _judged(summary: dict[str, Any]) -> tuple[list[str], list[str]]:
     return systems, judges
 
 
-def _score_chart(summary: dict[str, Any]) -> str | None:
-    """Mean score with its 95% CI per system and judge."""
-    systems, judges = _judged(summary)
-    if not systems or not judges:
+class Point(BaseModel):
+    """One row of a dot plot: a system's (or a run's system's) mean with its 95% CI over n cases."""
+
+    label: str
+    mean: float | None
+    low: float | None = None
+    high: float | None = None
+    n: int = 0
+
+
+def _grid(panels: int, rows: int, plt, *, label_chars: int = 20):
+    """Small multiples: at most three panels a line (two when each has many rows), each as tall as
+    its rows need, so 40 labels never overlap, and as wide as its longest label needs."""
+    columns = max(1, min(panels, 3 if rows <= 12 else 2))
+    panel_width = max(4.5, 3.2 + 0.07 * label_chars)
+    lines = -(-panels // columns)
+    fig, axes = plt.subplots(
+        lines,
+        columns,
+        figsize=(panel_width * columns, (0.9 + 0.24 * rows) * lines),
+        squeeze=False,
+        layout="constrained",
+    )
+    for ax in axes.flat[panels:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:panels])
+
+
+def dot_plot(panels: dict[str, list[Point]], *, xlabel: str, gid: str, reference: float | None = None) -> str | None:
+    """A sorted dot plot per panel (a judge, a metric): one row per system, best mean on top, the
+    mean as a dot and its 95% CI as a whisker; a hollow dot is one case (no CI). Systems with no
+    score are left out and counted in the panel's title. Each y label is an SVG group
+    `<gid>-<panel>-label-<i>`, so the page (and a test) can find every system's row."""
+    measured = {title: [p for p in points if p.mean is not None] for title, points in panels.items()}
+    shown = [title for title, points in measured.items() if points]
+    if not shown:
         return None
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(judges), figsize=(max(4.5, 1.3 * len(systems)) * len(judges), 3.6), squeeze=False)
-    for ax, judge in zip(axes[0], judges):
-        means, lows, highs = [], [], []
-        for system in systems:
-            stats = summary["systems"][system]["judges"].get(judge, {})
-            mean = stats.get("mean")
-            low, high = stats.get("ci95", [None, None])
-            means.append(mean or 0.0)
-            lows.append((mean - low) if mean is not None and low is not None else 0.0)
-            highs.append((high - mean) if mean is not None and high is not None else 0.0)
-        ax.bar(range(len(systems)), means, yerr=[lows, highs], capsize=4, color=_PALETTE[0])
-        ax.set_xticks(range(len(systems)), systems, rotation=20, ha="right")
-        ax.set_title(judge)
-        ax.set_ylabel("mean score (95% CI)")
+    longest = max(len(p.label) for t in shown for p in measured[t])
+    fig, axes = _grid(len(shown), max(len(measured[t]) for t in shown), plt, label_chars=longest)
+    for index, (ax, title) in enumerate(zip(axes, shown)):
+        points = sorted(measured[title], key=lambda p: (-(p.mean or 0.0), p.label))
+        ys = list(range(len(points)))
+        for y, point in zip(ys, points):
+            mean = point.mean or 0.0
+            if point.n >= 2 and point.low is not None and point.high is not None:
+                ax.errorbar(
+                    [mean], [y], xerr=[[mean - point.low], [point.high - mean]], fmt="o", color=_PALETTE[0], capsize=3
+                )
+            else:
+                ax.scatter([mean], [y], s=30, facecolors="white", edgecolors=_PALETTE[0], zorder=3)
+        ax.set_yticks(ys, [p.label for p in points], fontsize=8)
+        for i, label in enumerate(ax.get_yticklabels()):
+            label.set_gid(f"{gid}-{index}-label-{i}")
+        ax.set_ylim(len(points) - 0.5, -0.5)  # the best on top
+        if reference is not None:
+            ax.axvline(reference, color="#999", linewidth=0.8, linestyle="--")
+        left_out = len(panels[title]) - len(points)
+        ax.set_title(title + (f" ({left_out} not measured)" if left_out else ""), fontsize=10)
+        ax.set_xlabel(xlabel, fontsize=9)
+        ax.grid(axis="x", color="#eee")
         ax.spines[["top", "right"]].set_visible(False)
-    fig.tight_layout()
     return _svg(fig)
 
 
+def score_points(summary: dict[str, Any]) -> dict[str, list[Point]]:
+    """Per judge, each system's mean and 95% CI from summary.json."""
+    systems, judges = _judged(summary)
+    panels: dict[str, list[Point]] = {}
+    for judge in judges:
+        panels[judge] = []
+        for system in systems:
+            stats = summary["systems"][system]["judges"].get(judge) or {}
+            low, high = stats.get("ci95") or [None, None]
+            panels[judge].append(Point(label=system, mean=stats.get("mean"), low=low, high=high, n=stats.get("n", 0)))
+    return panels
+
+
+def _score_chart(summary: dict[str, Any]) -> str | None:
+    """Mean score with its 95% CI per system, a sorted dot plot per judge."""
+    return dot_plot(score_points(summary), xlabel="mean score (95% CI)", gid="score-dots")
+
+
 def _distribution_chart(summary: dict[str, Any], records: list[ResultRecord]) -> str | None:
-    """Each system's per-case scores per judge: a box plot with every case as a point."""
+    """Each system's per-case scores per judge: a horizontal box plot with every case as a point,
+    systems sorted by median (highest on top), one panel per judge."""
     import numpy as np
 
     systems, judges = _judged(summary)
     if not systems or not judges:
         return None
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(judges), figsize=(max(4.5, 1.3 * len(systems)) * len(judges), 3.6), squeeze=False)
+    fig, axes = _grid(len(judges), len(systems), plt, label_chars=max(len(s) for s in systems))
     rng = np.random.default_rng(0)
-    for ax, judge in zip(axes[0], judges):
-        data = [
-            [r.scores[judge] for r in records if r.system == s and r.ok and r.scores.get(judge) is not None]
+    for ax, judge in zip(axes, judges):
+        data = {
+            s: [score for r in records if r.system == s and r.ok and (score := r.scores.get(judge)) is not None]
             for s in systems
-        ]
-        positions = [i for i, values in enumerate(data) if values]
-        ax.boxplot([data[i] for i in positions], positions=positions, widths=0.5, showfliers=False)
-        for i in positions:
-            jitter = rng.uniform(-0.12, 0.12, len(data[i]))
-            ax.scatter(np.full(len(data[i]), i) + jitter, data[i], s=12, alpha=0.6, color=_PALETTE[i % len(_PALETTE)])
-        ax.set_xticks(range(len(systems)), systems, rotation=20, ha="right")
-        ax.set_xlim(-0.6, len(systems) - 0.4)
-        ax.set_title(f"{judge}: per-case scores")
+        }
+        ordered = sorted((s for s in systems if data[s]), key=lambda s: (-float(np.median(data[s])), s))
+        if not ordered:
+            ax.set_visible(False)
+            continue
+        ys = list(range(len(ordered)))
+        ax.boxplot([data[s] for s in ordered], positions=ys, widths=0.5, showfliers=False, orientation="horizontal")
+        for y, system in zip(ys, ordered):
+            values = data[system]
+            jitter = rng.uniform(-0.15, 0.15, len(values))
+            ax.scatter(values, np.full(len(values), y) + jitter, s=10, alpha=0.6, color=_PALETTE[y % len(_PALETTE)])
+        ax.set_yticks(ys, ordered, fontsize=8)
+        ax.set_ylim(len(ordered) - 0.5, -0.5)
+        ax.set_title(f"{judge}: per-case scores", fontsize=10)
         ax.spines[["top", "right"]].set_visible(False)
-    fig.tight_layout()
     return _svg(fig)
 
 
@@ -175,7 +244,50 @@ def _number(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-_STANDARD = {"n", "mean", "ci95", "failed", "flags", "mean_repeat_std", "criteria"}
+def ci_text(ci95: Any, n: int | None) -> str:
+    """A 95% CI as the page shows it: `[0.512, 0.688]`; one case has none, and says so."""
+    if not n:
+        return "–"
+    if n == 1:
+        return "one case, no CI"
+    low, high = ci95 or (None, None)
+    if low is None or high is None:
+        return "no CI"
+    return f"[{_number(low)}, {_number(high)}]"
+
+
+def paper_tables(paper: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """summary.json's paper rows pivoted: one table per (our system, judge), one row per metric, a
+    column per paper row that system stands for, then ours with its 95% CI and n. Ours is the same
+    for every paper row of one system, so it is shown once."""
+    groups: dict[tuple[str, str | None], dict[str, Any]] = {}
+    for row in paper:
+        group = groups.setdefault(
+            (row["system"], row.get("judge")),
+            {"system": row["system"], "judge": row.get("judge"), "columns": [], "metrics": {}},
+        )
+        if row["row"] not in group["columns"]:
+            group["columns"].append(row["row"])
+        metric = group["metrics"].setdefault(
+            row["metric"],
+            {"metric": row["metric"], "paper": {}, "ours": row["ours"], "ci95": row.get("ci95"), "n": row["n"]},
+        )
+        metric["paper"][row["row"]] = row["paper"]
+    return [{**group, "metrics": list(group["metrics"].values())} for group in groups.values()]
+
+
+def epoch_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per (system, judge), how far its scores moved between epochs (`epoch_spread` in summary.json,
+    written when each (case, system) ran more than once); [] for a run of one epoch."""
+    return [
+        {"system": system, "judge": judge, **stats["epoch_spread"]}
+        for system, entry in summary["systems"].items()
+        for judge, stats in entry["judges"].items()
+        if stats.get("epoch_spread")
+    ]
+
+
+_STANDARD = {"n", "mean", "ci95", "failed", "flags", "mean_repeat_std", "criteria", "case_means", "epoch_spread"}
 
 
 def judge_figures(summary: dict[str, Any], judge: str) -> dict[str, Any]:
@@ -215,8 +327,8 @@ def cell_anchor(key: str) -> str:
 
 def _cases_view(records: list[ResultRecord], cases: dict[str, Case], systems: list[str]) -> list[dict[str, Any]]:
     by_case: dict[str, dict[str, ResultRecord]] = defaultdict(dict)
-    for record in records:
-        by_case[record.case_id][record.system] = record
+    for each in records:  # with epochs: the first epoch's response (scores and spread are in the summary)
+        by_case[each.case_id].setdefault(each.system, each)
     out = []
     for case_id in sorted(by_case):
         case = cases.get(case_id)
@@ -231,6 +343,7 @@ def _cases_view(records: list[ResultRecord], cases: dict[str, Case], systems: li
                     "record": record,
                     "text": text,
                     "citations": citations,
+                    "recalls": tool_recalls(record) if record else [],  # its recall_memory calls
                     "anchor": cell_anchor(result_key(case_id, system)),
                 }
             )
@@ -258,10 +371,11 @@ def write_report(
 ) -> None:
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-    records = sorted(records, key=lambda r: (r.case_id, r.system))
+    records = sorted(records, key=lambda r: (r.case_id, r.system, r.epoch))
     systems = list(summary["systems"])
     env = Environment(loader=FileSystemLoader(TEMPLATE_DIR), autoescape=select_autoescape(["html", "j2"]))
     env.filters["num"] = _number
+    env.filters["ci"] = ci_text
     env.filters["columns"] = _columns
     env.globals["format_cost"] = format_cost
     env.globals["judge_figures"] = lambda judge: judge_figures(summary, judge)
@@ -280,6 +394,9 @@ def write_report(
         failed=[r for r in records if not r.ok],
         cases=_cases_view(records, cases or {}, systems),
         chart=_score_chart(summary),
+        paper_tables=paper_tables(summary.get("paper") or []),
+        epochs=epoch_rows(summary),
+        wide_index=len(systems) * max(1, len(summary.get("judges", []))) > WIDE_INDEX,
         distributions=_distribution_chart(summary, records),
         cost_chart=cost_chart,
         cost_axis=cost_axis,

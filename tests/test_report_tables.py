@@ -1,0 +1,381 @@
+"""The report and `compare --html` read at any size (issue 35, item 5): the paper table pivoted (a row
+per metric: paper values | ours with its 95% CI | n), one case says it has no CI, sorted dot plots
+that stay readable at 40 systems, no table wider than the window, and a comparison page with the
+config diff, the cases side by side and the plots. Every page is checked in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from runs.cli import app
+from runs.comparisons import versus_baseline
+from runs.recipe import load_recipe, parse_recipe
+from runs.report import Point, ci_text, dot_plot, paper_tables, write_report
+from runs.results import ResultsFile, result_key
+from runs.runner import RunFolder, load_run_config, run_recipe
+from tests.test_report import browser, table
+
+QUICKSTART = Path(__file__).parent.parent / "runs" / "recipes" / "quickstart.toml"
+PAPER = [
+    {
+        "row": "Their agent",
+        "system": "direct-full",
+        "judge": "lampqa_aspects",
+        "values": {"score": 0.61, "aspect_1": 0.5},
+    },
+    {"row": "Their other agent", "system": "direct-full", "judge": "lampqa_aspects", "values": {"score": 0.55}},
+    {
+        "row": "Their baseline",
+        "system": "direct-none",
+        "judge": "lampqa_aspects",
+        "values": {"score": 0.4, "GOAL": 7.5},
+    },
+]
+
+
+def quickstart(out: Path, *, budget_tokens: int = 1500, paper: bool = False):
+    """The quickstart recipe on the scripted model, two cases."""
+    data = load_recipe(QUICKSTART).model_dump(mode="python")
+    data["benchmark"]["limit"] = 2
+    data["systems"][1]["memory"]["budget_tokens"] = budget_tokens
+    data["run"]["out_dir"] = str(out.parent)
+    if paper:
+        data["report"]["paper"] = PAPER
+    return run_recipe(parse_recipe(data), out, progress=False)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two quickstart runs that differ in one key: the full-history system's memory budget."""
+    root = tmp_path_factory.mktemp("runs")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ATELIER_CACHE_DIR", str(root / "cache"))
+        return quickstart(root / "a", paper=True), quickstart(root / "b", budget_tokens=300)
+
+
+def measured(path: Path, tmp_path: Path, width: int = 1280) -> tuple[Any, int, int]:
+    """Chromium's DOM of the page, with the page's scroll width and the window's inner width as
+    Chromium laid them out (written into the DOM by a script added to a copy of the page)."""
+    import lxml.html
+
+    probe = (
+        "<script>document.body.dataset.scrollWidth = document.documentElement.scrollWidth;"
+        "document.body.dataset.innerWidth = window.innerWidth;</script></body>"
+    )
+    copy = tmp_path / f"probe-{path.name}"
+    copy.write_text(path.read_text(encoding="utf-8").replace("</body>", probe), encoding="utf-8")
+    command = [browser(), "--headless", "--no-sandbox", "--disable-gpu", f"--window-size={width},1000"]
+    dom = subprocess.run(
+        [*command, "--dump-dom", copy.resolve().as_uri()], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    doc = lxml.html.fromstring(dom)
+    body = doc.xpath("//body")[0]
+    return doc, int(body.get("data-scroll-width")), int(body.get("data-inner-width"))
+
+
+def labels(doc, gid: str, panel: int = 0) -> list[str]:
+    """A dot plot panel's y labels, top to bottom."""
+    groups = doc.xpath(f'//*[starts-with(@id, "{gid}-{panel}-label-")]')
+    ordered = sorted(groups, key=lambda g: int(g.get("id").rsplit("-", 1)[1]))
+    return [" ".join(g.text_content().split()) for g in ordered]
+
+
+# ----------------------------------------------------------------------------- the paper table
+
+
+def test_the_paper_table_is_pivoted_a_row_per_metric_with_ours_ci_and_n(runs, tmp_path):
+    folder = runs[0]
+    summary = json.loads(folder.summary.read_text())
+    doc, scroll, inner = measured(folder.report, tmp_path)
+    assert scroll <= inner
+
+    full = doc.xpath('//table[@data-system="direct-full"]')[0]
+    header = [" ".join(th.text_content().split()) for th in full.xpath(".//th")]
+    assert header == ["metric", "paper: Their agent", "paper: Their other agent", "ours (95% CI)", "n"]
+    rows = {row[0]: row for row in table(doc, full.get("id"))}
+    assert list(rows) == ["score", "aspect_1"]  # one row per metric, not one per (paper row, metric)
+    ours = next(p for p in summary["paper"] if p["system"] == "direct-full" and p["metric"] == "score")
+    stats = summary["systems"]["direct-full"]["judges"]["lampqa_aspects"]
+    assert ours["ours"] == pytest.approx(stats["mean"]) and ours["ci95"] == pytest.approx(stats["ci95"])
+    low, high = ours["ci95"]
+    assert rows["score"] == ["score", "0.610", "0.550", f"{ours['ours']:.3f} [{low:.3f}, {high:.3f}]", "2"]
+    assert rows["aspect_1"][1:3] == ["0.500", "–"]  # the other paper row does not report it
+
+    none = {row[0]: row for row in table(doc, doc.xpath('//table[@data-system="direct-none"]')[0].get("id"))}
+    assert none["GOAL"][1:] == ["7.500", "not measured", "0"]  # unmeasured stays visibly so, never 0
+    assert doc.xpath('//table[@id="paper"]/ancestor::details')  # the long form is folded away
+
+
+def test_one_case_says_it_has_no_ci():
+    assert ci_text([0.6, 0.6], 1) == "one case, no CI"
+    assert ci_text([0.4, 0.8], 3) == "[0.400, 0.800]"
+    assert ci_text([None, None], 0) == "–"
+    assert ci_text([None, None], 5) == "no CI"  # a rank correlation: not a mean, no bootstrap
+    pivoted = paper_tables(
+        [
+            {
+                "row": "A",
+                "system": "s",
+                "judge": "j",
+                "metric": "score",
+                "paper": 0.5,
+                "ours": 0.6,
+                "ci95": [None, None],
+                "n": 1,
+            },
+            {
+                "row": "B",
+                "system": "s",
+                "judge": "j",
+                "metric": "score",
+                "paper": 0.7,
+                "ours": 0.6,
+                "ci95": [None, None],
+                "n": 1,
+            },
+            {
+                "row": "B",
+                "system": "s",
+                "judge": "j",
+                "metric": "CC",
+                "paper": 9.0,
+                "ours": None,
+                "ci95": [None, None],
+                "n": 0,
+            },
+        ]
+    )
+    assert pivoted == [
+        {
+            "system": "s",
+            "judge": "j",
+            "columns": ["A", "B"],
+            "metrics": [
+                {"metric": "score", "paper": {"A": 0.5, "B": 0.7}, "ours": 0.6, "ci95": [None, None], "n": 1},
+                {"metric": "CC", "paper": {"B": 9.0}, "ours": None, "ci95": [None, None], "n": 0},
+            ],
+        }
+    ]
+
+
+def test_paper_numbers_over_epochs_count_cases_each_its_mean_over_epochs():
+    from agents.judges.base import JudgeResult
+    from runs.comparisons import versus_paper
+    from runs.results import ResultRecord
+
+    def record(case: str, epoch: int, score: float) -> ResultRecord:
+        return ResultRecord(
+            key=result_key(case, "s") + f"#{epoch}",
+            run_id="r",
+            case_id=case,
+            system="s",
+            benchmark="b",
+            user_id="u",
+            setting="x",
+            epoch=epoch,
+            status="ok",
+            judgments=[JudgeResult(judge="j", score=score)],
+            scores={"j": score},
+        )
+
+    rows: list[Mapping[str, Any]] = [{"row": "theirs", "system": "s", "judge": "j", "values": {"score": 0.5}}]
+    records = [record("q1", 1, 0.2), record("q1", 2, 0.4), record("q1", 3, 0.6)]
+    [one] = versus_paper(records, rows)
+    assert one["n"] == 1 and one["ours"] == pytest.approx(0.4) and one["ci95"] == [None, None]
+    [two] = versus_paper([*records, record("q2", 1, 1.0), record("q2", 2, 0.8)], rows)
+    assert two["n"] == 2 and two["ours"] == pytest.approx((0.4 + 0.9) / 2)
+    assert two["ci95"] == pytest.approx([0.4, 0.9])  # a bootstrap over the two case means
+
+
+# ----------------------------------------------------------------------------- 40 systems
+
+
+JUDGES = ["lampqa_aspects", "pqr", "bespoke", "aepd"]
+CRITERIA = ["GOAL", "CONT", "PRES", "ACTI", "DEIN", "LOGC", "CLAR", "FA", "CC", "P", "Q", "R"]
+
+
+def forty_systems(folder: RunFolder, *, one_case: str | None = None, epochs: dict | None = None):
+    """Run a's config, summary and records grown to 40 systems and four judges (each system's scores
+    spread so that none ties), for a page no real run on this machine could afford."""
+    config = load_run_config(folder.path)
+    summary = json.loads(folder.summary.read_text())
+    records = [r for r in ResultsFile(folder.results).load().values() if r.system == "direct-full"]
+    spec = config["recipe"]["systems"][1]
+    names = [f"system-{i:02d}" + ("-hierarchical-memory-over-chromadb" if i % 5 == 0 else "") for i in range(40)]
+    template = summary["systems"]["direct-full"]
+    config["recipe"]["systems"] = [{**spec, "name": name} for name in names]
+    summary["judges"], summary["systems"], grown = JUDGES, {}, []
+    for i, name in enumerate(names):
+        base = ((i * 17) % 40) / 40  # a shuffled order: the chart must sort it
+        scores = {judge: [round(base + 0.01 * k + 0.001 * j, 4) for j in range(2)] for k, judge in enumerate(JUDGES)}
+        n = 1 if name == one_case else 2
+        grown += [
+            r.model_copy(
+                update={
+                    "key": result_key(r.case_id, name),
+                    "system": name,
+                    "scores": {judge: scores[judge][c] for judge in JUDGES},
+                }
+            )
+            for c, r in enumerate(records[:n])
+        ]
+        judges = {}
+        for judge in JUDGES:
+            values = scores[judge][:n]
+            mean = sum(values) / n
+            judges[judge] = {
+                **template["judges"]["lampqa_aspects"],
+                "n": n,
+                "mean": mean,
+                "ci95": [mean - 0.05, mean + 0.05] if n > 1 else [mean, mean],
+                "criteria": {c: mean for c in CRITERIA} if judge == "pqr" else {},
+            }
+        summary["systems"][name] = {**template, "judges": judges}
+    summary["versus_baseline"] = versus_baseline(grown, names, JUDGES, names[0])
+    summary["paper"] = [
+        {"row": f"Paper system {k} with a long name", "system": names[0], "judge": "pqr", "metric": metric}
+        | {"paper": 5.0 + k / 10, "ours": 0.5, "ci95": [0.45, 0.55], "n": 2}
+        for k in range(9)
+        for metric in CRITERIA
+    ]
+    if epochs is not None:
+        summary["epochs"] = epochs
+    return config, summary, grown, names
+
+
+def test_forty_systems_get_a_sorted_dot_plot_a_panel_per_judge_and_no_page_wider_than_the_window(
+    runs, tmp_path, monkeypatch
+):
+    config, summary, records, names = forty_systems(runs[0], one_case="system-07")
+    path = tmp_path / "report.html"
+    write_report(path, config=config, summary=summary, records=records)
+
+    doc, scroll, inner = measured(path, tmp_path)
+    assert inner == 1280 and scroll <= inner, (scroll, inner)  # every table wraps at 40 systems x 4 judges
+    for panel, judge in enumerate(JUDGES):  # small multiples: one panel per judge, each its own order
+        shown = labels(doc, "score-dots", panel)
+        assert len(shown) == 40 and set(shown) == set(names)
+        means = [summary["systems"][name]["judges"][judge]["mean"] for name in shown]
+        assert means == sorted(means, reverse=True)  # best on top
+    chart = doc.xpath('//*[@id="score-chart"]//svg')
+    assert len(chart) == 1 and "lampqa_aspects" in chart[0].text_content() and "aepd" in chart[0].text_content()
+
+    scores = {(row[0], row[1]): row for row in table(doc, "scores")}
+    assert len(scores) == 160
+    assert scores[("system-07", "pqr")][2:5] == [
+        "1",
+        f"{summary['systems']['system-07']['judges']['pqr']['mean']:.3f}",
+        "one case, no CI",
+    ]
+
+    index = table(doc, "case-index")  # too many systems x judges for a column each: a row per (case, system)
+    assert len(index) == 2 * 40 and doc.xpath('//table[@id="case-index"]//tr[1]/th')[-1].text_content() == "aepd"
+    groups = doc.xpath('//table[contains(@class, "paper-pivot")]')
+    assert len(groups) == 1 and len(table(doc, groups[0].get("id"))) == len(CRITERIA)  # 108 numbers, 12 rows
+
+    # the measurement sees overflow where there is some: the old one-column-per-(system, judge) index
+    monkeypatch.setattr("runs.report.WIDE_INDEX", 10**6)
+    write_report(path, config=config, summary=summary, records=records)
+    _, scroll, inner = measured(path, tmp_path)
+    assert scroll > inner
+
+
+def test_a_dot_plot_svg_names_each_system_once_per_panel_and_leaves_unmeasured_out():
+    import lxml.etree
+
+    points = [Point(label=f"s{i}", mean=i / 40, low=i / 40 - 0.1, high=i / 40 + 0.1, n=5) for i in range(40)]
+    points.append(Point(label="nothing", mean=None, n=0))
+    svg = dot_plot({"judge": points}, xlabel="mean", gid="dots")
+    assert svg is not None
+    root = lxml.etree.fromstring(svg.encode())
+    shown = [
+        " ".join("".join(g.itertext()).split())
+        for g in sorted(
+            root.xpath('//*[starts-with(@id, "dots-0-label-")]'), key=lambda g: int(g.get("id").rsplit("-", 1)[1])
+        )
+    ]
+    assert shown == [f"s{i}" for i in range(39, -1, -1)]
+    assert "judge (1 not measured)" in "".join(root.itertext())
+    assert dot_plot({"judge": [Point(label="x", mean=None)]}, xlabel="mean", gid="dots") is None
+
+
+def test_the_between_epoch_spread_is_shown_when_summary_has_it_and_nothing_changes_without(runs, tmp_path):
+    config, summary, records, names = forty_systems(runs[0])
+    path = tmp_path / "report.html"
+    write_report(path, config=config, summary=summary, records=records)
+    assert 'id="epochs"' not in path.read_text()  # one epoch: no section, nothing else moves
+
+    summary["epochs"] = 3
+    for i, name in enumerate(names):  # as runs.summary writes it: per system and judge
+        summary["systems"][name]["judges"]["pqr"]["epoch_spread"] = {
+            "epochs": 3,
+            "n_scores": 6,
+            "n_cases_repeated": 2,
+            "mean_case_std": 0.01 * i,
+            "epoch_means": [0.5, 0.5 + 0.01 * i, None],
+            "epoch_means_std": 0.005 * i,
+        }
+        summary["systems"][name]["judges"]["pqr"]["case_means"] = {"q1": 0.5, "q2": 0.6}
+    write_report(path, config=config, summary=summary, records=records)
+    doc, scroll, inner = measured(path, tmp_path)
+    assert scroll <= inner
+    assert "ran 3 times" in doc.xpath('//*[@id="epochs"]/following-sibling::p[1]')[0].text_content()
+    rows = {row[0]: row for row in table(doc, "epoch-spread")}
+    assert len(rows) == 40
+    assert rows["system-05-hierarchical-memory-over-chromadb"][1:] == [
+        "pqr",
+        "6",
+        "2",
+        "0.050",
+        "0.025",
+        "0.500 · 0.550 · –",
+    ]
+    assert "case_means" not in path.read_text()  # not dumped among the judge's further figures
+
+
+# ----------------------------------------------------------------------------- compare --html
+
+
+def test_compare_html_shows_the_config_diff_the_cases_side_by_side_and_the_plots(runs, tmp_path):
+    a, b = runs
+    page = tmp_path / "compare.html"
+    result = CliRunner().invoke(app, ["compare", str(a.path), str(b.path), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if line.startswith("configs differ in "))
+    assert "systems[direct-full].memory.budget_tokens, report.paper[Their agent].row" in line
+    doc, scroll, inner = measured(page, tmp_path)
+    assert scroll <= inner
+
+    named = " ".join(li.text_content() for li in doc.xpath("//ul/li"))
+    assert "a" in named.split() and "b" in named.split()  # both runs, by their labels
+    header = [th.text_content() for th in doc.xpath('//table[@id="config-diff"]//tr[1]/th')]
+    assert header[-2:] == ["a", "b"]
+    differing = {row[1]: row[2:] for row in table(doc, "config-diff")}
+    assert differing["systems[direct-full].memory.budget_tokens"] == ["1500", "300"]
+    assert differing["report.paper[Their baseline].values.GOAL"] == ["7.5", "(absent)"]  # only a has paper rows
+    assert all(row[0] == "≠" for row in table(doc, "config-diff"))
+    same = {row[1]: row[2:] for row in table(doc, "config-same")}
+    assert same["systems[direct-none].memory.budget_tokens"] == ["2000", "2000"] and "seed" in same
+
+    results = {run: ResultsFile(folder.results).load() for run, folder in (("a", a), ("b", b))}
+    rows = doc.xpath('//table[@id="case-rows"]//tr[@data-case]')
+    assert sorted(row.get("data-case") for row in rows) == sorted({r.case_id for r in results["a"].values()})
+    first = rows[0]
+    cells = {cell.get("data-entry"): cell for cell in first.xpath('.//div[@class="cell"]')}
+    assert list(cells) == ["a:direct-none", "a:direct-full", "b:direct-none", "b:direct-full"]
+    record = results["b"][result_key(first.get("data-case"), "direct-full")]
+    shown = " ".join(cells["b:direct-full"].xpath('.//span[@class="score"]')[0].text_content().split())
+    assert shown == f"lampqa_aspects {record.scores['lampqa_aspects']:.3f}"
+    assert record.response is not None
+    excerpt = cells["b:direct-full"].xpath('.//div[@class="excerpt"]')[0].text_content()
+    assert excerpt.rstrip("…") == record.response.text[: len(excerpt.rstrip("…"))] and excerpt.strip()
+
+    assert sorted(labels(doc, "compare-dots")) == sorted(cells)  # every entry's mean with its CI
+    assert len(labels(doc, "difference-dots")) == 3  # every entry against the baseline a:direct-none
