@@ -21,11 +21,19 @@ ROLE = (
 )
 
 
+class ClarifyDecision(BaseModel):
+    """What callers read of `_clarify_decision_model`'s answers."""
+
+    need_clarification: bool
+    questions: list[str]
+
+
 @functools.cache  # one class per budget: the gateway builds each class's JSON schema once
-def _clarify_decision_model(max_questions: int, always: bool = False) -> type[BaseModel]:
+def _clarify_decision_model(max_questions: int, always: bool = False) -> type[ClarifyDecision]:
     """The clarifier's answer, its question budget in the schema (`agents.models.budgeted`)."""
     return create_model(
         "ClarifyDecision",
+        __base__=ClarifyDecision,
         need_clarification=(
             bool,
             Field(description="True only when an answer would change the research or the report."),

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, Field, JsonValue, create_model
 
 from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages, conversation_section
@@ -75,7 +75,7 @@ def _batch_schema(size: int) -> type[BatchJudgment]:
 
     Only the schema is constrained: a label the model makes up still validates and is dropped,
     so a sloppy answer costs that verdict, not the whole call."""
-    labels = [f"S{i}" for i in range(1, size + 1)]
+    labels: list[JsonValue] = [f"S{i}" for i in range(1, size + 1)]
     verdict = create_model(
         f"SessionVerdictOf{size}",
         __base__=SessionVerdict,

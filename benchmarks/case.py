@@ -362,7 +362,12 @@ class Case(_CaseBase):
         persona_events = [persona.as_event()] if persona is not None else []
         if hide is not None and (
             "persona" in hide.history_kinds
-            or (persona is not None and not persona.attributes and self.persona.attributes)
+            or (
+                persona is not None
+                and self.persona is not None  # always, when `persona` is (it is this one or a copy)
+                and not persona.attributes
+                and self.persona.attributes
+            )
         ):
             persona_events = []  # hidden as a kind, or every facet of it hidden
         if setting == "task_only":

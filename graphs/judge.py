@@ -89,6 +89,7 @@ async def run_judge(task: JudgeTask, runtime: Runtime[EpisodeContext]) -> JudgeO
 def build_judge_graph():
     graph = StateGraph(JudgeState, context_schema=EpisodeContext, input_schema=JudgeInput, output_schema=JudgeOutput)
     graph.add_node("dispatch", dispatch)
-    graph.add_node("run_judge", run_judge)
+    # fed by Send, it takes a JudgeTask; langgraph's stubs want every node to take the state
+    graph.add_node("run_judge", run_judge)  # type: ignore[call-overload]
     graph.add_edge(START, "dispatch")
     return graph.compile(name="judge")

@@ -191,7 +191,7 @@ async def release(context: EpisodeContext) -> None:
         ended = run is not None and not run.resources
         if ended:
             del _runs[context.run_id]
-    webs = list(run.webs.values()) if ended else []
+    webs = list(run.webs.values()) if run is not None and ended else []
     for closer in _closers:  # first: a pipeline's servers (an agent endpoint) may serve the gateway
         await closer(context)
     if resources is not None:
@@ -204,5 +204,5 @@ async def release(context: EpisodeContext) -> None:
                 redactor = active_redactor()  # a request's identity holds no key; a provider's option might
                 fh.writelines(redactor.redact(entry.model_dump_json()) + "\n" for entry in web.log)
         await web.aclose()
-    for cache in run.caches.values() if ended else []:
+    for cache in run.caches.values() if run is not None and ended else []:
         cache.close()

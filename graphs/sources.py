@@ -13,6 +13,7 @@ import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 from cachetools import LRUCache
 from pydantic import BaseModel
@@ -159,10 +160,11 @@ async def read_web_sources(
 
 def citation_degradations(report: CitationReport, step: str) -> list[Degradation]:
     """The citation check's removals, as degradations: markers naming no source the system read."""
-    removed = int(report.stats.get("unresolved_removed") or 0)
+    # `check_citations` counts the removed markers (an int) and lists their numbers (ints)
+    removed = int(cast(int, report.stats.get("unresolved_removed") or 0))
     if not removed:
         return []
-    numbers = ", ".join(map(str, report.stats.get("unresolved_numbers") or []))
+    numbers = ", ".join(map(str, cast(list[int], report.stats.get("unresolved_numbers") or [])))
     return [
         degradation(
             "citation_removed",

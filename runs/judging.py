@@ -12,11 +12,20 @@ from collections.abc import Iterable
 
 from agents.judges.base import ComparativeJudge, Judge, JudgeResult
 from agents.models.ledger import call_tags
+from agents.response import SystemResponse
 from benchmarks.case import Case
+from benchmarks.common.errors import DataError
 from graphs.context import EpisodeContext
 from graphs.judge import judge_env
 from graphs.resources import resources_for
 from runs.results import ResultRecord
+
+
+def stored_response(record: ResultRecord) -> SystemResponse:
+    """The response `record` stores: every record judged again or compared is an ok one, which has it."""
+    if record.response is None:
+        raise DataError(f"result {record.key} stores no response to judge")
+    return record.response
 
 
 async def judge_again(
@@ -27,7 +36,7 @@ async def judge_again(
     chosen = [j for j in (judges if judges is not None else resources.judges) if not j.comparative]
     env = judge_env(resources)
     with call_tags(case=case.id, system=record.system, node="judge_again"):
-        return list(await asyncio.gather(*(j.judge(case, record.response, env) for j in chosen)))
+        return list(await asyncio.gather(*(j.judge(case, stored_response(record), env) for j in chosen)))
 
 
 def judgments_due(record: ResultRecord, judges: Iterable[Judge]) -> list[Judge]:
@@ -65,7 +74,7 @@ async def judge_comparisons(
         async with limit:
             with call_tags(case=record.case_id, system=record.system, node="compare"):
                 result = await judge.judge_pair(
-                    cases[record.case_id], record.response, other.response, judge_env(resources)
+                    cases[record.case_id], stored_response(record), stored_response(other), judge_env(resources)
                 )
         return record.key, result
 

@@ -32,7 +32,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, PrivateAttr, ValidationError
 
@@ -184,7 +184,7 @@ def _sheet_labels(text: str, path: Path) -> tuple[list[Label], int]:
                 )
             continue
         cells = {name: (row[i] if i < len(row) else "") for i, name in enumerate(header) if name}
-        value = (cells.get("label") if "label" in header else cells.get("score", "")).strip()
+        value = (cells["label"] if "label" in header else cells.get("score", "")).strip()
         column = "label" if "label" in header else "score"
         if not value:
             unlabelled += 1
@@ -586,6 +586,7 @@ async def feedback_agreement(
 
     async def one(judged: JudgedScore, label: Label) -> tuple[str, bool]:
         record = scores.records[(judged.case_id, judged.system)]
+        assert record.response is not None  # judged, so it has the response judged
         result = _judgment(record, judge)
         rubric = _rubric_text(run_dir, result.details.get("rubric_key"))
         messages = feedback_messages(
@@ -624,7 +625,8 @@ async def feedback_agreement(
         "average": {
             "criteria": names,
             "n": len(outcomes),
-            "accuracy": math.fsum(p["accuracy"] for p in per.values()) / len(per),
+            # each name has an outcome, so an accuracy (None is for none)
+            "accuracy": math.fsum(cast(float, p["accuracy"]) for p in per.values()) / len(per),
         },
     }
 
@@ -647,7 +649,7 @@ SPREADSHEET_CELL_LIMIT = 32_767
 
 def _bespoke_guide() -> dict[str, tuple[str, str]]:
     """BESPOKE's criteria with Table 18's base scale, and recall."""
-    blocks = {}
+    blocks: dict[str, str] = {}
     title = None
     for line in BASE_SCALE.split("\n"):
         if line.endswith(":") and not line[0].isdigit():
@@ -740,6 +742,7 @@ def write_sheet(run_dir: Path, out: Path, judge: str | None = None, criteria: li
         if not items:
             continue
         case = cases.get(record.case_id)
+        assert record.response is not None  # `judged` keeps the records with a response
         text = record.response.text
         over_limit += len(text) > SPREADSHEET_CELL_LIMIT
         for criterion, scale, description, wording, group in items:

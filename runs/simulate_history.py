@@ -159,7 +159,7 @@ def pooled_figures(outcomes: list[UserOutcome], min_recovered: float | None) -> 
     protocol = [o.figures["protocol"] for o in done]
     counted = sum(p["counted_items"] for p in protocol)
     talk = sum(round(p["conversational_share"] * p["counted_items"]) for p in protocol)
-    content = Counter()
+    content: Counter[str] = Counter()
     for p in protocol:
         content.update(p["content_failure_counts"])
     out: dict[str, Any] = {

@@ -14,11 +14,14 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.models.ledger import LedgerEntry, read_ledger
 from benchmarks.common.errors import ConfigError
 from runs.results import ResultRecord, ResultsFile, result_key
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
 
 _INTERNAL = ("branch:", "__start__", "__pregel_", "__interrupt__", "__resume__")
 
@@ -83,7 +86,7 @@ def _checkpoints(path: Path, thread_id: str) -> list[tuple[str, Any]]:
             saver = SqliteSaver(conn, serde=RunSerializer(conn))
             out = []
             for namespace in namespaces:
-                config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": namespace}}
+                config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": namespace}}
                 out += [(namespace, item) for item in saver.list(config)]
         except (sqlite3.DatabaseError, zlib.error) as exc:  # OperationalError too: no `checkpoints` table
             raise unreadable(path, exc) from None

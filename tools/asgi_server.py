@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Literal
 
 from benchmarks.common.errors import AtelierError
 from benchmarks.common.loopback import bind_socket
@@ -16,7 +17,9 @@ STARTUP_TIMEOUT_S = 15.0
 
 
 class AsgiServer:
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, *, lifespan: str = "off") -> None:
+    def __init__(
+        self, app, host: str = "127.0.0.1", port: int = 0, *, lifespan: Literal["auto", "on", "off"] = "off"
+    ) -> None:
         """`lifespan="on"` runs the app's startup and shutdown (apps holding background tasks)."""
         import uvicorn
 

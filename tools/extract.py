@@ -97,7 +97,7 @@ def extract_html(html: str, url: str | None) -> tuple[str, str, dict[str, Any]]:
     )
     if document is None:
         return "", "", {}
-    found = document.as_dict()
+    found = document if isinstance(document, dict) else document.as_dict()
     metadata = {name: found[name] for name in _METADATA_FIELDS if found.get(name)}
     return found.get("title") or "", found.get("text") or "", metadata
 

@@ -37,7 +37,7 @@ except ImportError:
 try:
     import zstandard
 except ImportError:
-    zstandard = None
+    zstandard = None  # type: ignore[assignment]  # an optional module: mypy types the name as the module only
 
 USER_AGENT = "AtelierBot/0.1 (research simulation; +https://github.com/atelier)"
 _KEEP_METHOD_STATUSES = (307, 308)
@@ -191,7 +191,11 @@ class _Zstd:
         self._pieces: list[bytes] = []
         self._produced = 0
         self._limit = 0
-        self._writer = zstandard.ZstdDecompressor().stream_writer(self, write_size=_ZSTD_PIECE, closefd=False)
+        self._writer = zstandard.ZstdDecompressor().stream_writer(
+            self,  # type: ignore[arg-type]  # zstandard's stubs ask for IO[bytes]; a sink with write() does
+            write_size=_ZSTD_PIECE,
+            closefd=False,
+        )
 
     def write(self, piece: bytes) -> int:
         self._pieces.append(bytes(piece))

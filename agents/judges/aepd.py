@@ -80,16 +80,30 @@ class AEPDJudgeConfig(JudgeConfig):
         return self
 
 
-def annotation_model(statements: int, min_aspects: int, max_aspects: int) -> type[BaseModel]:
-    numbers = tuple(str(i) for i in range(1, statements + 1))
+class AspectAnnotation(BaseModel):
+    """What the judge reads of one aspect of `annotation_model`'s answers."""
+
+    aspect: str
+    profile_statements: list[str]
+    content: str
+
+
+class TurnAnnotation(BaseModel):
+    """What the judge reads of `annotation_model`'s answers."""
+
+    topic: str
+    aspects: list[AspectAnnotation]
+
+
+def annotation_model(statements: int, min_aspects: int, max_aspects: int) -> type[TurnAnnotation]:
+    number: Any = Literal[tuple(str(i) for i in range(1, statements + 1))]  # built at runtime: no static type
     aspect = create_model(
         "AspectAnnotation",
+        __base__=AspectAnnotation,
         aspect=(str, Field(min_length=1, description="A short name for one facet or possible answer of the topic.")),
         profile_statements=(
-            list[Literal[numbers]],
-            Field(  # type: ignore[valid-type]
-                description="Numbers of the profile statements this aspect is relevant to; empty when none."
-            ),
+            list[number],
+            Field(description="Numbers of the profile statements this aspect is relevant to; empty when none."),
         ),
         content=(
             str,
@@ -101,6 +115,7 @@ def annotation_model(statements: int, min_aspects: int, max_aspects: int) -> typ
     )
     return create_model(
         "TurnAnnotation",
+        __base__=TurnAnnotation,
         topic=(str, Field(min_length=1, description="The topic t of the user's utterance.")),
         aspects=(
             list[aspect],
@@ -137,7 +152,7 @@ def _aspect_key(name: str) -> str:
     return _folded(name)
 
 
-def structural_problems(annotation: BaseModel, min_aspects: int) -> list[str]:
+def structural_problems(annotation: TurnAnnotation, min_aspects: int) -> list[str]:
     """What makes an annotation unscorable: a blank topic or aspect name, too few distinct aspects."""
     problems = []
     if blank(annotation.topic):
@@ -151,12 +166,12 @@ def structural_problems(annotation: BaseModel, min_aspects: int) -> list[str]:
     return problems
 
 
-def spans_not_found(annotation: BaseModel, response: str) -> list[str]:
+def spans_not_found(annotation: TurnAnnotation, response: str) -> list[str]:
     """The quoted spans (non-empty `content`) that are not in the response."""
     return [a.content for a in annotation.aspects if a.content.strip() and located(a.content, response) is None]
 
 
-def annotation_problems(annotation: BaseModel, response: str, min_aspects: int) -> list[str]:
+def annotation_problems(annotation: TurnAnnotation, response: str, min_aspects: int) -> list[str]:
     problems = structural_problems(annotation, min_aspects)
     missing = spans_not_found(annotation, response)
     if missing:

@@ -152,7 +152,8 @@ class _CriterionJudgment(BaseModel):
     feedback: str = Field(description="Concise, actionable feedback in the style of the examples.")
 
 
-EVALUATION = create_model("BespokeEvaluation", **{c: (_CriterionJudgment, ...) for c in BESPOKE_CRITERIA})
+_EVALUATION_FIELDS: dict[str, Any] = {c: (_CriterionJudgment, ...) for c in BESPOKE_CRITERIA}
+EVALUATION = create_model("BespokeEvaluation", **_EVALUATION_FIELDS)
 
 
 def evaluation_problems(evaluation: BaseModel) -> list[str]:
@@ -273,7 +274,7 @@ class BespokeJudge(Judge):
     ) -> JudgeResult:
         found, key = rubric
         claims = case.gold.information_claims if self.config.recall else []
-        gated, *contained = await asyncio.gather(
+        gated, contained = await asyncio.gather(
             ask_again_once(
                 env.gateway,
                 ROLE_EVALUATOR,
@@ -282,7 +283,9 @@ class BespokeJudge(Judge):
                 evaluation_problems,
                 self.step,
             ),
-            *(env.gateway.structured(ROLE_RECALL, recall_messages(claim, response), _Contained) for claim in claims),
+            asyncio.gather(
+                *(env.gateway.structured(ROLE_RECALL, recall_messages(claim, response), _Contained) for claim in claims)
+            ),
         )
         evaluation = gated.or_fail("the evaluation")
         judged = {c: getattr(evaluation, c) for c in BESPOKE_CRITERIA}

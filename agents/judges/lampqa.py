@@ -163,7 +163,10 @@ question with accuracy, depth and clarity."""
 
 
 class DirectScore(BaseModel):
-    score: Literal[0, 0.25, 0.5, 0.75, 1] = Field(description="0, 0.25, 0.5, 0.75 or 1, by the criteria.")
+    # pydantic takes float literals (an enum in the schema); the typing spec does not
+    score: Literal[0, 0.25, 0.5, 0.75, 1] = Field(  # type: ignore[valid-type]
+        description="0, 0.25, 0.5, 0.75 or 1, by the criteria."
+    )
 
 
 def direct_messages(case: Case, choice: Details, response: SystemResponse) -> list[dict[str, str]]:

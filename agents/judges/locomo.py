@@ -17,7 +17,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agents.judges.base import Judge, JudgeConfig, JudgeEnv, JudgeResult, Requirement, each_details, has, register_judge
+from agents.judges.base import (
+    Judge,
+    JudgeConfig,
+    JudgeEnv,
+    JudgeFailed,
+    JudgeResult,
+    Requirement,
+    each_details,
+    has,
+    register_judge,
+)
 from agents.judges.material import response_section
 from agents.prompts import Section, build_messages
 from agents.response import SystemResponse
@@ -98,7 +108,10 @@ class LocomoJudge(Judge):
         self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
     ) -> JudgeResult:
         kind = category(case)
+        if kind is None:  # a requirement: `judge` does not call this for such a case
+            raise JudgeFailed("the case has no LoCoMo QA category 1-5 (meta.category)")
         f1 = locomo_f1(response.text, case.gold.answer or "", kind)
+        verdict: Refusal | Correctness
         if kind == ADVERSARIAL:
             verdict = await env.gateway.structured(self.role, refusal_messages(case, response), Refusal)
             correct = verdict.verdict == "REFUSED"

@@ -194,7 +194,14 @@ class _Criterion(BaseModel):
     weight: float = Field(ge=0, description="Its weight within the dimension; the weights sum to 1.0.")
 
 
-def _weights_model(axis: str) -> type[BaseModel]:
+class DimensionWeights(BaseModel):
+    """What the judge reads of `_weights_model`'s answers."""
+
+    analysis: str
+    weights: BaseModel  # one float field per dimension of the axis
+
+
+def _weights_model(axis: str) -> type[DimensionWeights]:
     fields: dict[str, Any] = {
         code: (float, Field(ge=0, description=f"Weight of {DIMENSIONS[code].title}."))  # normalised like criteria
         for code in AXIS_DIMENSIONS[axis]
@@ -202,6 +209,7 @@ def _weights_model(axis: str) -> type[BaseModel]:
     weights = create_model(f"{axis}Weights", **fields)
     return create_model(
         f"{axis}DimensionWeights",
+        __base__=DimensionWeights,
         analysis=(str, Field(description="Why each dimension gets its weight, tied to the task (and persona).")),
         weights=(weights, Field(description="One weight per dimension; they sum to 1.0.")),
     )
@@ -242,9 +250,17 @@ def weight_messages(axis: str, task: str, persona: str) -> list[dict[str, str]]:
 # --------------------------------------------------------------------------- stage 2: sub-criteria
 
 
-def criteria_model(max_criteria: int) -> type[BaseModel]:
+class DimensionCriteria(BaseModel):
+    """What the judge reads of `criteria_model`'s answers."""
+
+    analysis: str
+    criteria: list[_Criterion]
+
+
+def criteria_model(max_criteria: int) -> type[DimensionCriteria]:
     return create_model(
         "DimensionCriteria",
+        __base__=DimensionCriteria,
         analysis=(str, Field(description="How the criteria and their weights follow from the task (and persona).")),
         criteria=(list[_Criterion], Field(min_length=1, max_length=max_criteria)),
     )
@@ -285,7 +301,7 @@ async def generate_criteria(env: JudgeEnv, axis: str, task: str, persona: str, m
         gateway.structured(ROLE_CRITERIA, criteria_messages(axis, code, task, persona, max_criteria), model)
         for code in AXIS_DIMENSIONS[axis]
     ]
-    weights, *per_dimension = await asyncio.gather(weights_call, *criteria_calls)
+    weights, per_dimension = await asyncio.gather(weights_call, asyncio.gather(*criteria_calls))
     given = weights.weights.model_dump()
     dimensions = {}
     for code, generated in zip(AXIS_DIMENSIONS[axis], per_dimension):
@@ -598,8 +614,12 @@ class PQRJudge(Judge):
             if "R" in self.config.axes
             else None
         )
-        outputs = await asyncio.gather(*calls.values(), *([reliability_call] if reliability_call else []))
-        scored = dict(zip(calls, outputs))
+        axis_calls = asyncio.gather(*calls.values())
+        if reliability_call is None:
+            axis_outputs, reliability_output = await axis_calls, None
+        else:
+            axis_outputs, reliability_output = await asyncio.gather(axis_calls, reliability_call)
+        scored = dict(zip(calls, axis_outputs))
         details: dict[str, Any] = {}
         flat: dict[str, float | None] = {}
         flags: list[str] = []
@@ -631,8 +651,8 @@ class PQRJudge(Judge):
                 "weights_analysis": found["analysis"],
                 "dimensions": record,
             }
-        if reliability_call is not None:
-            reliability, record, reliability_degraded = outputs[-1]
+        if reliability_output is not None:
+            reliability, record, reliability_degraded = reliability_output
             degraded += reliability_degraded
             axis_scores["R"] = reliability.score
             flat.update(
@@ -650,7 +670,8 @@ class PQRJudge(Judge):
             details["score_is"] = "overall = (P + Q + R) / 3"
         else:
             judged = [axis_scores[a] for a in self.config.axes]
-            headline = None if any(s is None for s in judged) else sum(judged) / len(judged)
+            known = [s for s in judged if s is not None]
+            headline = None if len(known) < len(judged) else sum(known) / len(known)
             details["score_is"] = f"mean of {', '.join(self.config.axes)} (not the overall PQR score)"
         flat["overall"] = headline if set(self.config.axes) == {"P", "Q", "R"} else None
         return self.result(headline, criteria=flat, details=details, flags=flags, degraded=degraded)

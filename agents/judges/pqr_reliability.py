@@ -83,18 +83,36 @@ A statement citing several references is listed once per reference. Return an em
 states no facts."""
 
 
-def _extraction_model(citations: int) -> type[BaseModel]:
-    allowed = Literal[tuple(["", "0"] + [str(i) for i in range(1, citations + 1)])]  # type: ignore[valid-type]
+class ExtractedClaim(BaseModel):
+    """What the judge reads of one claim of `_extraction_model`'s answers."""
+
+    fact: str
+    ref_idx: str
+    url: str
+
+
+class ExtractedClaims(BaseModel):
+    claims: list[ExtractedClaim]
+
+
+def _extraction_model(citations: int) -> type[ExtractedClaims]:
+    # built at runtime: no static type
+    allowed: Any = Literal[tuple(["", "0"] + [str(i) for i in range(1, citations + 1)])]
     claim = create_model(
         "ExtractedClaim",
+        __base__=ExtractedClaim,
         fact=(str, Field(min_length=1, description="The factual statement, as a complete sentence.")),
         ref_idx=(allowed, Field(description="Cited reference number; '0' inline link; '' uncited.")),
         url=(str, Field(description="The cited reference's URL; '' when uncited.")),
     )
-    return create_model("ExtractedClaims", claims=(list[claim], Field(description="One item per (fact, reference).")))
+    return create_model(
+        "ExtractedClaims",
+        __base__=ExtractedClaims,
+        claims=(list[claim], Field(description="One item per (fact, reference).")),
+    )
 
 
-def extraction_problems(extracted: BaseModel) -> list[str]:
+def extraction_problems(extracted: ExtractedClaims) -> list[str]:
     blanks = [c.fact for c in extracted.claims if blank(c.fact)]
     if not blanks:
         return []
@@ -112,15 +130,15 @@ def extraction_messages(response: SystemResponse) -> list[dict[str, str]]:
     return build_messages(EXTRACT_ROLE, sections, EXTRACT_TASK)
 
 
-def resolve(item: Any, citations: list[Citation]) -> Triplet:
+def resolve(item: ExtractedClaim, citations: list[Citation]) -> Triplet:
     """A triplet's source: the k-th citation for ref_idx k, else the URL it names; uncited when neither."""
     url = item.url.strip() or None
     if item.ref_idx not in ("", "0"):
         citation = citations[int(item.ref_idx) - 1]
         return Triplet(item.fact, f"[{item.ref_idx}]", citation.url or url, citation)
     if url:
-        citation = next((c for c in citations if c.url and c.url.rstrip("/") == url.rstrip("/")), None)
-        return Triplet(item.fact, url, url, citation)
+        named = next((c for c in citations if c.url and c.url.rstrip("/") == url.rstrip("/")), None)
+        return Triplet(item.fact, url, url, named)
     return Triplet(item.fact, None, None, None)
 
 
@@ -200,7 +218,7 @@ class _SupportVerdict(BaseModel):
 async def read_source(triplet: Triplet, env: JudgeEnv) -> tuple[str | None, str, bool | None]:
     """(text or None, reason when unreadable, text matches the citation's sha256 (None: no hash))."""
     expected = triplet.citation.sha256 if triplet.citation else None
-    web_address = bool(triplet.url) and triplet.url.lower().startswith(("http://", "https://"))
+    web_address = triplet.url is not None and triplet.url.lower().startswith(("http://", "https://"))
     if expected and not (triplet.citation and triplet.citation.url):  # no web address: what the system read
         return stored_source(expected, env)
     if not triplet.url:

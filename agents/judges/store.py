@@ -67,17 +67,16 @@ class ArtifactStore:
             return found, key, False
         flight = (id(asyncio.get_running_loop()), key)
         with _inflight_lock:
-            pending = _inflight.get(flight)
-            leader = pending is None
-            if leader:
+            led = _inflight.get(flight)  # another task is creating it
+            if led is None:
                 pending = _inflight[flight] = asyncio.get_running_loop().create_future()
-        if not leader:
-            artifact = await asyncio.shield(pending)
+        if led is not None:
+            artifact = await asyncio.shield(led)
             self.reused += 1
             return artifact, key, False
         try:
             artifact = await create()
-            record = {"kind": kind, "key": key, "identity": identity, "artifact": artifact}
+            record: dict[str, Any] = {"kind": kind, "key": key, "identity": identity, "artifact": artifact}
             for directory in self.directories:  # off the event loop: a server may refuse blocking calls on it
                 record = await asyncio.to_thread(_write_once, self._path(directory, kind, key), record)
             artifact = record["artifact"]  # another process may have written it first

@@ -23,7 +23,7 @@ def at_most(item: Any, max_items: int, *, min_items: int = 0, description: str |
     def keep_budget(value: Any) -> Any:
         return value[:max_items] if isinstance(value, list) else value
 
-    default = {} if min_items else {"default_factory": list}
+    default: dict[str, Any] = {} if min_items else {"default_factory": list}
     return Annotated[
         list[item],
         BeforeValidator(keep_budget),

@@ -64,7 +64,9 @@ class LocalEmbedder:
 
     @property
     def dim(self) -> int:
-        return int(self._model.get_embedding_dimension())
+        dim = self._model.get_embedding_dimension()
+        assert dim is not None  # MiniLM's pooling layer has a fixed size (None is for models without one)
+        return int(dim)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

@@ -41,7 +41,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -64,7 +64,14 @@ from agents.models.tool_calls import (
 )
 
 T = TypeVar("T")
-S = TypeVar("S")
+
+
+class _Tokened(Protocol):
+    @property
+    def token(self) -> str: ...
+
+
+S = TypeVar("S", bound=_Tokened)
 B = TypeVar("B", bound=BaseModel)
 
 
@@ -115,12 +122,12 @@ class TokenRegistry(Generic[S]):
 
     def add(self, session: S) -> S:
         with self._lock:
-            self._sessions[session.token] = session  # type: ignore[attr-defined]
+            self._sessions[session.token] = session
         return session
 
     def remove(self, session: S) -> None:
         with self._lock:
-            self._sessions.pop(session.token, None)  # type: ignore[attr-defined]
+            self._sessions.pop(session.token, None)
 
     def get(self, token: str | None) -> S | None:
         with self._lock:
@@ -371,11 +378,12 @@ def openai_routes(sessions: Sessions, prefix: str = "/v1") -> list[Route]:
         if isinstance(called, Response):
             return called
         session, body = called
-        texts = [body.input] if isinstance(body.input, str) else body.input
-        if not all(isinstance(t, str) for t in texts):
+        given = [body.input] if isinstance(body.input, str) else body.input
+        texts = [t for t in given if isinstance(t, str)]
+        if len(texts) < len(given):
             return _error(400, "input must be text (token arrays are not supported)", "invalid_request_error")
         session.calls["embeddings"] += 1
-        vectors = await session.run(lambda: embed_texts(session, list(texts)), "embeddings")
+        vectors = await session.run(lambda: embed_texts(session, texts), "embeddings")
         data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
         tokens = sum(token_estimate(t) for t in texts)
         return JSONResponse(

@@ -304,8 +304,9 @@ def schema_from_response_format(response_format: Any) -> dict[str, Any] | None:
     return response_format.get("schema")
 
 
-def forced_tool(params: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    """The (name, parameters schema) of the one function a request forces the model to call."""
+def forced_tool(params: dict[str, Any]) -> tuple[str | None, dict[str, Any]] | None:
+    """The (name, parameters schema) of the one function a request forces the model to call (the
+    name None when neither the choice nor the tool names it)."""
     choice = params.get("tool_choice")
     if not isinstance(choice, dict):
         return None

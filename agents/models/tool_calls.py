@@ -16,10 +16,10 @@ import hashlib
 import json
 from typing import Any
 
-from pydantic import BaseModel, RootModel, model_validator
+from pydantic import RootModel, model_validator
 
 
-def schema_model(name: str, schema: dict[str, Any]) -> type[BaseModel]:
+def schema_model(name: str, schema: dict[str, Any]) -> type[RootModel[Any]]:
     """A pydantic model whose JSON schema is `schema` and whose validation is that schema's."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError

@@ -66,8 +66,8 @@ async def answer_clarification(
     reply = await gateway.structured(role, clarify_messages(case, questions), ClarifyReply)
     guard = guard or GoldGuard(case)
     by_number: dict[int, QuestionAnswer] = {}
-    for item in reply.answers:
-        by_number.setdefault(item.question, item)  # a repeated number: the first answer counts
+    for given in reply.answers:
+        by_number.setdefault(given.question, given)  # a repeated number: the first answer counts
     answers: list[str] = []
     unknown = redacted = 0
     for number in range(1, len(questions) + 1):

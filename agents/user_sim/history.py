@@ -303,7 +303,7 @@ REDO = (
 
 
 def _drafts_schema(counts: Counter[str]) -> type[BaseModel]:
-    fields = {
+    fields: dict[str, Any] = {
         FIELD_NAMES[fmt]: (list[DRAFT_TYPES[fmt]], Field(min_length=n, max_length=n))  # type: ignore[valid-type]
         for fmt, n in counts.items()
     }

@@ -111,13 +111,13 @@ def language_problem(text: str, language: str, *, prose: bool = True) -> str | N
         if prose and len(latin) >= MIN_WORDS_FOR_STOPWORDS:
             words = [w.casefold() for w in latin]
             english = sum(1 for w in words if w in EN_STOPWORDS) / len(words)
-            other, ratio = max(
+            rival, ratio = max(
                 ((name, sum(1 for w in words if w in stop) / len(words)) for name, stop in OTHER_STOPWORDS.items()),
                 key=lambda x: x[1],
             )
             if ratio >= MIN_OTHER_STOPWORD_RATIO and ratio > english:
                 return (
-                    f"expected English, reads as {other} ({ratio:.0%} of words are {other} function words, "
+                    f"expected English, reads as {rival} ({ratio:.0%} of words are {rival} function words, "
                     f"{english:.0%} English ones)"
                 )
         return None
@@ -470,11 +470,12 @@ def content_rules(
 
 def record_items(record: ContextRecord) -> list[tuple[str, ContextItem]]:
     """(id, item) of every item, ids as the pdr loader names items without one."""
-    return [
-        (item.id or f"{kind}-{i}", item)
-        for kind, group in (("memory", record.memories), ("dialogue", record.dialogues), ("search", record.searches))
-        for i, item in enumerate(group)
-    ]
+    groups: tuple[tuple[str, Sequence[ContextItem]], ...] = (
+        ("memory", record.memories),
+        ("dialogue", record.dialogues),
+        ("search", record.searches),
+    )
+    return [(item.id or f"{kind}-{i}", item) for kind, group in groups for i, item in enumerate(group)]
 
 
 def _listed(ids: list[str], limit: int = 5) -> str:

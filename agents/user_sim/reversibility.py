@@ -22,6 +22,7 @@ inferred text) and an answer cut at max_tokens is asked again with a bigger budg
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, computed_field, create_model
@@ -122,7 +123,7 @@ def reversibility_problems(report: ReversibilityReport, min_recovered: float = D
     return problems
 
 
-def render_items(events: list[HistoryEvent]) -> str:
+def render_items(events: Sequence[HistoryEvent]) -> str:
     return "\n".join(
         f"[{e.id}]{f' ({e.timestamp})' if e.timestamp else ''} {e.kind.replace('_', ' ')}: {e.render()}" for e in events
     )
@@ -140,14 +141,15 @@ async def infer_traits(
     gateway: Gateway,
     role: str,
     traits: list[Trait],
-    events: list[HistoryEvent],
+    events: Sequence[HistoryEvent],
     chunk_items: int = 40,
     max_tokens_ceiling: int | None = None,
 ) -> Inferred:
     paths = tuple(t.path for t in traits)
+    path: Any = Literal[paths]  # built at runtime: no static type
     inferred_model = create_model(
         "InferredFacet",
-        facet=(Literal[paths], Field(description="The facet's name, as listed.")),  # type: ignore[valid-type]
+        facet=(path, Field(description="The facet's name, as listed.")),
         inferred=(
             str,
             Field(description="What the items reveal for this facet.", json_schema_extra={"maxLength": INFERRED_CHARS}),
@@ -158,7 +160,7 @@ async def infer_traits(
     chunks = [events[i : i + chunk_items] for i in range(0, len(events), chunk_items)]
     known = {e.id for e in events}
 
-    async def read(chunk: list[HistoryEvent]):
+    async def read(chunk: Sequence[HistoryEvent]):
         sections = [
             Section("Profile facets", "\n".join(paths)),
             Section("Personal data", render_items(chunk), untrusted=True),
@@ -215,7 +217,7 @@ async def compare_traits(
 async def check_reversibility(
     gateway: Gateway,
     attributes: dict[str, Any],
-    events: list[HistoryEvent],
+    events: Sequence[HistoryEvent],
     role: str = "history_checker",
     chunk_items: int = 40,
     batch_traits: int = 12,

@@ -168,7 +168,7 @@ def load(request: LoadRequest) -> list[Case]:
     options = request.options
     assert isinstance(options, LocomoOptions)
     path = resolve(RELPATH)
-    cases = []
+    cases: list[Case] = []
     for index, sample in enumerate(read_samples(path)):
         history = sample_history(sample, path, index)
         cases.extend(

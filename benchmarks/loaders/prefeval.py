@@ -191,7 +191,7 @@ def load(request: LoadRequest) -> list[Case]:
     options = request.options
     assert isinstance(options, PrefevalOptions)
     form = request.setting
-    topics = (request.split,) if request.split in TOPICS else TOPICS
+    topics: tuple[str, ...] = (request.split,) if request.split in TOPICS else TOPICS
     if options.topics is not None:
         topics = tuple(t for t in topics if t in options.topics)
     cases = [

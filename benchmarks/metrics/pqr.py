@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -138,8 +138,11 @@ class AxisScore(MetricResult):
     )
 
 
+Code = TypeVar("Code", bound=str)  # a dimension code: any string, or `PersonalizationDimension`
+
+
 def weighted_axis_score(
-    dimensions: Mapping[str, DimensionJudgement], required: Sequence[str] | None, axis: str
+    dimensions: Mapping[Code, DimensionJudgement], required: Sequence[str] | None, axis: str
 ) -> AxisScore:
     """S = sum_d w_d * S_d over the dimensions (exactly `required` when given), weights as given; an
     unscored criterion leaves its dimension's mean, an unscored dimension scores 0
@@ -160,7 +163,7 @@ def weighted_axis_score(
     )
 
 
-def personalization_score(dimensions: Mapping[str, DimensionJudgement]) -> AxisScore:
+def personalization_score(dimensions: Mapping[Code, DimensionJudgement]) -> AxisScore:
     """S_P over GOAL, CONT, PRES, ACTI (PDR-Bench Eq. 1)."""
     return weighted_axis_score(dimensions, PERSONALIZATION_DIMENSIONS, "personalization")
 
@@ -170,7 +173,7 @@ def quality_score(dimensions: Mapping[str, DimensionJudgement], shipped: bool = 
     return weighted_axis_score(dimensions, None if shipped else QUALITY_DIMENSIONS, "quality")
 
 
-def _check_dimension_set(dimensions: Mapping[str, DimensionJudgement], required: Sequence[str], axis: str) -> None:
+def _check_dimension_set(dimensions: Mapping[Code, DimensionJudgement], required: Sequence[str], axis: str) -> None:
     missing = [code for code in required if code not in dimensions]
     unknown = [code for code in dimensions if code not in required]
     if missing or unknown:

@@ -26,7 +26,7 @@ from pydantic import Field, model_validator
 from benchmarks.metrics.models import MetricInput, MetricResult
 
 ErrorType = Literal["unhelpful", "inconsistent", "hallucinated_violation", "unaware_violation"]
-ERROR_TYPES: tuple[str, ...] = ("unhelpful", "inconsistent", "hallucinated_violation", "unaware_violation")
+ERROR_TYPES: tuple[ErrorType, ...] = ("unhelpful", "inconsistent", "hallucinated_violation", "unaware_violation")
 
 
 class PreferenceChecks(MetricInput):

@@ -106,7 +106,7 @@ def evaluate_runs(
     """Scores per query id, from its run (score per document) and qrels (grade per document);
     trec_eval evaluates them all in one call."""
     _check_cutoffs(cutoffs)
-    measures = {ir_measures.nDCG @ k: ("ndcg", k) for k in cutoffs}
+    measures: dict[ir_measures.Measure, tuple[str, int | None]] = {ir_measures.nDCG @ k: ("ndcg", k) for k in cutoffs}
     measures |= {ir_measures.P(rel=relevance_level) @ k: ("precision", k) for k in cutoffs}
     measures |= {ir_measures.R(rel=relevance_level) @ k: ("recall", k) for k in cutoffs}
     measures[ir_measures.RR(rel=relevance_level)] = ("reciprocal_rank", None)

@@ -35,7 +35,7 @@ import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, cast
 
 from benchmarks.common.errors import AtelierError, ConfigError
 from graphs.external.agents import CHILD, base_env, child_command, endpoint_address
@@ -155,8 +155,10 @@ class AgentServer:
         tail = self.stderr.read().decode("utf-8", errors="replace").strip()[-STDERR_TAIL:]
         reason = error or f"exited with code {self.process.returncode}" + (f"; its log ends:\n{tail}" if tail else "")
         with self._lock:
-            self.failure = f"the agent server ({' '.join(self.process.args[-2:])}) {reason}"
-            for future in [self.ready, *self._ended.values()]:
+            args = cast(list[str], self.process.args)  # the command list it was started with
+            self.failure = f"the agent server ({' '.join(args[-2:])}) {reason}"
+            futures: list[Future[Any]] = [self.ready, *self._ended.values()]
+            for future in futures:
                 if not future.done():
                     future.set_exception(AgentServerError(self.failure))
             self._ended.clear()
@@ -257,7 +259,9 @@ async def endpoint_relay(host: str, port: int) -> AsyncIterator[str]:
     links: set[asyncio.Task] = set()
 
     async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        links.add(asyncio.current_task())
+        task = asyncio.current_task()
+        assert task is not None  # the server runs each connection's callback in a task
+        links.add(task)
         upstream_writer = None
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(host, port)
@@ -268,7 +272,7 @@ async def endpoint_relay(host: str, port: int) -> AsyncIterator[str]:
             for end in (writer, upstream_writer):
                 if end is not None:
                     end.close()
-            links.discard(asyncio.current_task())
+            links.discard(task)
 
     server = await asyncio.start_unix_server(relay, path)
     try:

@@ -57,6 +57,7 @@ class GeneralProfile(MemoryBackend):
             with memory_step("ingest"):
                 for chunk in history_chunks(new, self.config.chunk_tokens):
                     profile = await build_profile(self.env.gateway, self.env.role, chunk.text, profile)
+            assert profile is not None  # `new` is not empty: it made at least one chunk
             self._profiles[user_id] = profile
             self._events.add(user_id, new)
 

@@ -22,11 +22,15 @@ import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmarks.case import HistoryEvent
 from benchmarks.common.errors import DataError
 from memory.embedders import CachingEmbedder
 from memory.retrieval.event_store import user_key
+
+if TYPE_CHECKING:  # imported where used: chromadb is slow to import
+    from chromadb.api.models.Collection import Collection
 
 PASSAGE_SEPARATOR = "\x1f"
 
@@ -71,7 +75,7 @@ class DenseIndex:
         else:
             self._client = chromadb.EphemeralClient(settings=settings)
             self._namespace = f"tmp{uuid.uuid4().hex[:12]}-"
-        self._collections: dict[str, object] = {}
+        self._collections: dict[str, Collection] = {}
         self._counts: dict[str, int] = {}
         self._lock = threading.Lock()
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from benchmarks.common.errors import ConfigError
 from memory.retrieval.event_store import EventStore
+
+if TYPE_CHECKING:  # imported where used
+    import bm25s
 
 Stemming = Literal["english", "none"]
 StopWords = Literal["english", "none"]
@@ -37,8 +40,8 @@ def _stemmer(stemming: Stemming):
 
 @dataclass
 class _UserIndex:
-    tokenizer: object
-    retriever: object | None  # None: the user has no events
+    tokenizer: bm25s.tokenization.Tokenizer
+    retriever: bm25s.BM25 | None  # None: the user has no events
     ids: list[str]
 
     def query_tokens(self, queries: Sequence[str]) -> list[list[int]]:
@@ -85,7 +88,7 @@ class LexicalIndex:
         index = self.refresh(user_id)
         if index.retriever is None:
             return [{} for _ in queries]
-        out = []
+        out: list[dict[str, float]] = []
         for query_tokens in index.query_tokens(queries):
             if not query_tokens:
                 out.append({})

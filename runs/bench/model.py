@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
@@ -24,6 +24,9 @@ from agents.answerer import answer_messages
 from agents.models.gateway import Gateway
 from agents.models.ledger import Ledger
 from agents.models.settings import ModelSettings
+
+if TYPE_CHECKING:
+    from benchmarks.case import CaseView
 
 
 class ModelBenchSettings(BaseModel):
@@ -34,7 +37,7 @@ class ModelBenchSettings(BaseModel):
 def _prompts(count: int) -> list[list[dict[str, str]]]:
     from benchmarks.registry import load_cases
 
-    views = {}
+    views: dict[str, CaseView] = {}
     for case in load_cases("sample", "all", "task_only"):  # tasks shared by several users: one each
         views.setdefault(case.query.text, case.view(None))
     distinct = list(views.values())

@@ -42,7 +42,7 @@ def options_of(model: type[BaseModel] | None) -> list[dict[str, Any]]:
         if info.default is not PydanticUndefined:
             default = info.default.model_dump(mode="json") if isinstance(info.default, BaseModel) else info.default
         elif info.default_factory is not None:
-            made = info.default_factory()
+            made = info.get_default(call_default_factory=True, validated_data={})
             default = made.model_dump(mode="json") if isinstance(made, BaseModel) else made
         else:
             default = "(required)"

@@ -88,6 +88,7 @@ def serve(
 
     from pydantic import ValidationError
     from starlette.applications import Starlette
+    from starlette.routing import BaseRoute
 
     from agents.models.cache import ResponseCache
     from agents.models.gateway import Gateway
@@ -130,13 +131,13 @@ def serve(
     sessions = Sessions()
     sessions.add(session)
     web_sessions = WebSessions()
-    routes = openai_routes(sessions)
+    routes: list[BaseRoute] = [*openai_routes(sessions)]
     mcp = None
     if web:
         from tools.agent_mcp import mcp_routes, mcp_server
 
         mcp = mcp_server(web_sessions)
-        routes += agent_web_routes(web_sessions) + mcp_routes(mcp)
+        routes += [*agent_web_routes(web_sessions), *mcp_routes(mcp)]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import typer
 
@@ -38,7 +39,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from runs.bench.graph import bench_graph as run
         from runs.bench.graph import compare_graphs
 
-        settings = dict(
+        settings: dict[str, Any] = dict(
             latency_ms=latency_ms,
             cases=cases,
             case_ids=case,

@@ -12,7 +12,7 @@ import asyncio
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -116,7 +116,7 @@ def memory_eval(
     `not_measured` saying why, and the command exits 2 (bad input: pick a benchmark with gold)."""
     from benchmarks.loaders._records import deterministic_subset
     from benchmarks.registry import get_benchmark, load_cases
-    from memory.base import QUERY_MODES, MemoryEnv
+    from memory.base import QUERY_MODES, MemoryEnv, QueryMode
     from memory.evaluation import NOT_MEASURED, evaluate_retrieval, has_gold
     from memory.registry import create_backend
 
@@ -165,7 +165,8 @@ def memory_eval(
         with tempfile.TemporaryDirectory(prefix="atelier-memory-eval-") as store:
             memory = create_backend(config, MemoryEnv(gateway=gateway, store_dir=Path(store)))
             try:
-                return await evaluate_retrieval(memory, cases, query, budget, concurrency)
+                # one of QUERY_MODES: checked above
+                return await evaluate_retrieval(memory, cases, cast(QueryMode, query), budget, concurrency)
             finally:
                 await memory.aclose()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -34,7 +35,7 @@ def _settings(
 ):
     from agents.models.settings import ModelSettings
 
-    values = {
+    values: dict[str, Any] = {
         "model": model,
         "api_base": api_base,
         "api_key_env": api_key_env,

@@ -36,13 +36,19 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.models.ledger import LedgerEntry
 from agents.models.structured_output import MODES_FILE
 from benchmarks.common.atomic_files import write_atomically, write_if_absent
 from runs.executors.base import Episode, EpisodeFn
 from runs.results import ResultRecord
+
+if TYPE_CHECKING:  # ray and langchain are imported where used
+    from langchain_core.runnables import RunnableConfig
+    from ray import ObjectRef
+
+    from benchmarks.case import Case
 
 # files the driver writes itself from what episodes return, and node-local stores that stay put
 _NOT_COPIED = ("ledger.jsonl", "web_log.jsonl", "memory")
@@ -203,7 +209,7 @@ class EpisodeWorker:
             self._cpu_at_first = time.process_time()
         await self._remember_cases(cases)
         context = self._here(episode.context)
-        thread = {"configurable": {"thread_id": episode.key}}
+        thread: RunnableConfig = {"configurable": {"thread_id": episode.key}}
         await self.saver.adelete_thread(episode.key)  # a retried attempt starts from what the driver had
         await copy_checkpoints(checkpoints, self.saver)
         # the worker's own files (its scratch ledger, checkpoints) blank the keys its context knows, as the driver's do
@@ -290,7 +296,7 @@ class RayExecutor:
         self.worker_usage: list[dict[str, Any]] = []  # what each worker's process used (at aclose)
         self.limits = None
         self.address: str | None = None
-        self._cases = None
+        self._cases: ObjectRef[list[Case]] | None = None
         self._connected_here = False
         self._files_lock = asyncio.Lock()
         self.node_names: dict[str, str] = {}  # node id -> address

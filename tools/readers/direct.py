@@ -35,6 +35,7 @@ class DirectOptions(ReaderOptions):
 class DirectReader(PageReader):
     name = "direct"
     Options = DirectOptions
+    options: DirectOptions
 
     def options_identity(self) -> dict[str, Any]:
         return {k: v for k, v in super().options_identity().items() if k != "extract_workers"}  # speed, not answers
