@@ -87,6 +87,9 @@ def test_a_runs_shared_state_is_released_with_it(tmp_path, cache_dir):
             "run": {"out_dir": str(tmp_path / "out")},
         }
     )
+    gc.collect()
+    # loops other tests of this worker left alive (pytest-asyncio's among them) are not this test's
+    earlier = set(_LIMITS._semaphores.keys())
     for attempt in range(3):
         run_recipe(recipe, tmp_path / f"run{attempt}", progress=False)
     assert resources._runs == {}  # no ledger, cache, web or context resources kept of ended runs
@@ -97,4 +100,4 @@ def test_a_runs_shared_state_is_released_with_it(tmp_path, cache_dir):
     for _ in range(50):
         asyncio.run(take())
     gc.collect()
-    assert len(_LIMITS._semaphores) == 0  # each ended loop took its semaphores with it
+    assert set(_LIMITS._semaphores.keys()) <= earlier  # each ended loop took its semaphores with it
