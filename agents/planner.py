@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
@@ -26,13 +26,17 @@ from agents.prompts import Section, build_messages, user_sections
 from benchmarks.case import Query
 from benchmarks.common.degradation import Degradation, degradation
 
-UserFacts = at_most(
-    str,
-    10,
-    description="Facts about the user that must shape the research (place, budget, health, "
-    "constraints, goals). Empty if none are known.",
-)
-MustCover = at_most(str, 8, description="What the report must answer for this user.")
+if TYPE_CHECKING:  # what `at_most` builds, as the type checker can read it
+    UserFacts = list[str]
+    MustCover = list[str]
+else:
+    UserFacts = at_most(
+        str,
+        10,
+        description="Facts about the user that must shape the research (place, budget, health, "
+        "constraints, goals). Empty if none are known.",
+    )
+    MustCover = at_most(str, 8, description="What the report must answer for this user.")
 
 ROLE = (
     "You are the research lead of a personal research assistant. You plan research for one specific user: "
@@ -132,6 +136,26 @@ def checked_queries(
     return kept, problems
 
 
+# What callers read of the answers' models below (which set each field's budget).
+
+
+class ResearchPlan(BaseModel):
+    subtopics: list[Subtopic]
+
+
+class Reflection(BaseModel):
+    enough: bool
+    gaps: list[Subtopic]
+
+
+class SearchQueries(BaseModel):
+    queries: list[str]
+
+
+class Aspects(BaseModel):
+    aspects: list[str]
+
+
 # The answers' models, each with its budgets in its schema (`agents.models.budgeted`); one class per budget,
 # as the gateway builds each class's JSON schema once.
 
@@ -148,14 +172,19 @@ def _subtopic_model(max_queries: int) -> type[Subtopic]:
 
 
 @functools.cache
-def _research_plan_model(max_subtopics: int, max_queries: int) -> type[BaseModel]:
-    return create_model("ResearchPlan", subtopics=at_most(_subtopic_model(max_queries), max_subtopics, min_items=1))
+def _research_plan_model(max_subtopics: int, max_queries: int) -> type[ResearchPlan]:
+    return create_model(
+        "ResearchPlan",
+        __base__=ResearchPlan,
+        subtopics=at_most(_subtopic_model(max_queries), max_subtopics, min_items=1),
+    )
 
 
 @functools.cache
-def _reflection_model(max_subtopics: int, max_queries: int) -> type[BaseModel]:
+def _reflection_model(max_subtopics: int, max_queries: int) -> type[Reflection]:
     return create_model(
         "Reflection",
+        __base__=Reflection,
         enough=(bool, Field(description="True when the notes already answer everything the report must cover.")),
         gaps=at_most(
             _subtopic_model(max_queries), max_subtopics, description="What is still missing, as new sub-topics."
@@ -164,14 +193,15 @@ def _reflection_model(max_subtopics: int, max_queries: int) -> type[BaseModel]:
 
 
 @functools.cache
-def _search_queries_model(max_queries: int) -> type[BaseModel]:
-    return create_model("SearchQueries", queries=_queries(max_queries))
+def _search_queries_model(max_queries: int) -> type[SearchQueries]:
+    return create_model("SearchQueries", __base__=SearchQueries, queries=_queries(max_queries))
 
 
 @functools.cache
-def _aspects_model(max_aspects: int) -> type[BaseModel]:
+def _aspects_model(max_aspects: int) -> type[Aspects]:
     return create_model(
         "Aspects",
+        __base__=Aspects,
         aspects=at_most(
             ShortItem, max_aspects, min_items=1, description="Aspects the user expects to see in the response."
         ),

@@ -40,3 +40,18 @@ def ask_until_usable(request: R, parse: Callable[[Any], T], expected: str) -> T:
                     "problem": f"the answer {value!r} could not be used ({problem_of(exc)}); resume with {expected}"
                 }
             )
+
+
+def ask_as_data_until_usable(request: R, parse: Callable[[Any], T], expected: str) -> T:
+    """`ask_until_usable`, the request shown as plain data (`request.model_dump()`): what a person
+    sees in Studio, and what a checkpoint holds without knowing the request's type."""
+    while True:
+        value = interrupt(request.model_dump(mode="json"))
+        try:
+            return parse(value)
+        except (ValidationError, ValueError) as exc:
+            request = request.model_copy(
+                update={
+                    "problem": f"the answer {value!r} could not be used ({problem_of(exc)}); resume with {expected}"
+                }
+            )

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 from agents.judges.base import Judge, create_judge
 from agents.models.cache import RedisResponseCache, ResponseCache, open_response_cache
@@ -108,6 +109,9 @@ class RunState:
     resources: dict[str, Resources] = field(default_factory=dict)  # context key -> its resources
     caches: dict[str, ResponseCache | RedisResponseCache] = field(default_factory=dict)  # by location
     webs: dict[str, Web] = field(default_factory=dict)  # by the web's settings
+    # what a pipeline's parallel branches of one episode share while it runs (deep_research: the URLs
+    # its researchers read), by (what, episode id); dropped by the pipeline, or with the run
+    episode_stores: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     def cache(self, location: str | None) -> ResponseCache | RedisResponseCache | None:
         if not location:
@@ -116,6 +120,8 @@ class RunState:
             self.caches[location] = open_response_cache(location)
         return self.caches[location]
 
+
+T = TypeVar("T")
 
 _lock = threading.Lock()
 _runs: dict[str, RunState] = {}  # run id -> its state, while some context of the run is in use
@@ -140,6 +146,22 @@ def _run_state(context: EpisodeContext) -> RunState:
         ledger = Ledger(Path(context.run_dir) / "ledger.jsonl" if context.run_dir else None, run_id=context.run_id)
         state = _runs[context.run_id] = RunState(context.run_id, ledger)
     return state
+
+
+def episode_store(context: EpisodeContext, what: str, episode: str, make: Callable[[], T]) -> T:
+    """The run's store `what` for one episode, made by `make` on first use."""
+    with _lock:
+        stores = _run_state(context).episode_stores
+        if (what, episode) not in stores:
+            stores[(what, episode)] = make()
+        return cast(T, stores[(what, episode)])
+
+
+def drop_episode_store(context: EpisodeContext, what: str, episode: str) -> None:
+    with _lock:
+        run = _runs.get(context.run_id)
+        if run is not None:
+            run.episode_stores.pop((what, episode), None)
 
 
 def context_key(context: EpisodeContext) -> str:

@@ -12,6 +12,7 @@ steps, notes per source, sources in the report, report tokens.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any, Literal
 
 from langgraph.graph import END
@@ -19,6 +20,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 from pydantic import Field
 
+from agents.answerer import recall_before_answering
 from agents.citations import SourceRef
 from agents.clarifier import decide_clarification
 from agents.clarify import ClarifyAnswers, ClarifyRequest
@@ -31,6 +33,7 @@ from agents.response import SystemResponse
 from agents.writer import write_report as write_cited_report
 from benchmarks.common.degradation import Degradation, degradation
 from graphs.context import EpisodeContext
+from graphs.deep_research.reads import EpisodeReads, episode_reads, fetch_claimed, forget_episode
 from graphs.deep_research.state import (
     Clarification,
     DeepResearchState,
@@ -39,10 +42,19 @@ from graphs.deep_research.state import (
     ResearcherState,
     ResearchTask,
 )
-from graphs.inputs import PipelineOutput
+from graphs.inputs import PipelineOutput, case_view, memory_view
 from graphs.interrupts import ask_until_usable
+from graphs.memory_tool import (
+    RECALL_MEMORY_TOOL,
+    MemoryAccessOptions,
+    Recall,
+    recall_degradations,
+    recall_memory,
+    recalled_context,
+    recalls_meta,
+)
 from graphs.pipelines import GoldContextOptions
-from graphs.sources import citation_degradations, read_web_sources, search_web
+from graphs.sources import WebHit, citation_degradations, search_web
 from graphs.start import (
     meta_of,
     pipeline_context,
@@ -55,7 +67,19 @@ from graphs.start import (
 PIPELINE = "deep_research"
 
 
-class DeepResearchOptions(GoldContextOptions):
+class DeepResearchOptions(GoldContextOptions, MemoryAccessOptions):
+    design: Literal["plan", "agentic"] = Field(
+        default="plan",
+        description="plan: a fixed plan of sub-topics, researchers that search, read, take notes and assess, a "
+        "reflect loop. agentic: a supervisor that calls tools (conduct_research, think, research_complete) over "
+        "researchers that choose theirs (search, read, think) and compress their notes (graphs/deep_research/agentic.py).",
+    )
+    review_plan: bool = Field(
+        default=False,
+        description="Stop after the plan (or the supervisor's first research call) so a person (Studio; "
+        "clarify_answerer = person) accepts it or gives an edited plan; a run researches the plan and records "
+        "the review as skipped (graphs/deep_research/review.py).",
+    )
     clarify: Literal["auto", "always", "never"] = Field(
         default="auto",
         description="auto: the clarifier decides; always: ask at least one question; never: skip. "
@@ -74,17 +98,45 @@ class DeepResearchOptions(GoldContextOptions):
     page_chars: int = Field(default=6000, ge=500, le=50_000, description="Characters of a source the note-taker reads.")
     report_sources: int = Field(default=20, ge=1, le=100, description="Sources the writer is shown at most.")
     report_tokens: int = Field(default=2000, ge=100, le=32_000, description="Most tokens the report may take.")
+    max_supervisor_turns: int = Field(
+        default=4, ge=1, le=20, description="design = agentic: supervisor turns at most (research, think or complete)."
+    )
 
     def output_tokens(self) -> dict[str, int]:
         return {"writer": self.report_tokens}
 
 
-def _options(runtime: Runtime[EpisodeContext]) -> DeepResearchOptions:
+def options_of(runtime: Runtime[EpisodeContext]) -> DeepResearchOptions:
     return pipeline_options_of(runtime, PIPELINE, DeepResearchOptions)
 
 
-def _context_text(state: DeepResearchState) -> str:
-    return state["user_context"].text
+_options = options_of
+
+
+def _upfront(state: DeepResearchState, options: DeepResearchOptions) -> str:
+    """The memory's upfront context (none with memory_access = tool, even when the pipeline runs alone)."""
+    return state["user_context"].text if options.recalls_upfront else ""
+
+
+def _context_text(state: DeepResearchState, options: DeepResearchOptions) -> str:
+    """What the system knows about the user: the upfront context, then what the brief step recalled
+    with `recall_memory` (memory_access = tool | both)."""
+    recalls = [Recall.model_validate(r) for r in state.get("recalls", [])]
+    return recalled_context(_upfront(state, options), recalls)
+
+
+def memory_reference(state: DeepResearchState) -> dict[str, Any]:
+    """What a researcher needs to call `recall_memory`: the case by reference (small), not its history."""
+    keys = ("benchmark", "case_id", "query", "profile_case_id") if state.get("case_id") else ("view", "query")
+    return {key: state[key] for key in keys if state.get(key) is not None}  # type: ignore[literal-required]
+
+
+async def recall_for(runtime: Runtime[EpisodeContext], reference: dict[str, Any], query: str) -> Recall:
+    """One `recall_memory` call for the episode's user (its own ledger line, under node recall_memory)."""
+    context = pipeline_context(runtime, PIPELINE)
+    return await recall_memory(
+        pipeline_resources(runtime, PIPELINE), case_view(reference, context), query, memory_view(reference, context)
+    )
 
 
 # ----------------------------------------------------------------------------- top graph
@@ -95,6 +147,7 @@ async def clarify(
 ) -> Command[Literal["ask_user", "write_brief"]]:
     """Decide what to ask the user. Skipped (and recorded) when the run has no one to answer."""
     state, update = await start_inputs(state, runtime, PIPELINE)
+    update["episode"] = state.get("episode") or uuid.uuid4().hex[:16]
     options = _options(runtime)
     if options.clarify == "never":
         return Command(goto="write_brief", update={**update, "clarification": Clarification(status="off")})
@@ -114,7 +167,7 @@ async def clarify(
     update["depth"] = 1
     try:
         questions = await decide_clarification(
-            gateway, query, _context_text(state), options.max_questions, always=options.clarify == "always"
+            gateway, query, _context_text(state, options), options.max_questions, always=options.clarify == "always"
         )
     except ModelCallError as exc:  # research goes on without asking
         return Command(
@@ -155,24 +208,54 @@ def ask_user(state: DeepResearchState) -> Command[Literal["write_brief"]]:
     return Command(goto="write_brief", update={"clarification": answered})
 
 
-async def write_brief(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> Command[Literal["plan"]]:
+async def write_brief(
+    state: DeepResearchState, runtime: Runtime[EpisodeContext]
+) -> Command[Literal["plan", "supervisor"]]:
     gateway = pipeline_resources(runtime, PIPELINE).gateway
+    options = _options(runtime)
     clarification = state.get("clarification")
     query = view_of(state, runtime, PIPELINE).query
     update: dict[str, Any] = {"depth": state.get("depth", 0) + 1}
+    problems: list[Degradation] = []
+    if options.recall_tool:  # the brief's author looks up what it wants to know about the user
+        reference, recalls = memory_reference(state), {}
+
+        async def served(text: str) -> str:
+            recalls[text] = await recall_for(runtime, reference, text)
+            return recalls[text].text
+
+        looked = await recall_before_answering(
+            gateway,
+            query,
+            _upfront(state, options),
+            RECALL_MEMORY_TOOL,
+            served,
+            options.max_recalls,
+            role="planner",
+            step="write_brief",
+        )
+        kept = [recalls[lookup.query] for lookup in looked.lookups]
+        state = {**state, "recalls": [r.model_dump() for r in kept]}
+        update.update(recalls=state["recalls"], depth=update["depth"] + looked.turns)
+        problems = [
+            *looked.degraded,
+            *(d.model_copy(update={"step": "recall_memory"}) for r in kept for d in r.degraded),
+        ]
+        if problems:
+            update["degraded"] = _more(state, *problems)
     try:
         update["brief"] = await brief_for_user(
-            gateway, query, _context_text(state), clarification.pairs() if clarification else []
+            gateway, query, _context_text(state, options), clarification.pairs() if clarification else []
         )
     except ModelCallError as exc:  # research the question as asked, and say so
         update["brief"] = ResearchBrief.plain(query)
         update["degraded"] = _more(
-            state, degradation("step_fallback", "write_brief", f"researching the question as asked: {exc}")
+            state, *problems, degradation("step_fallback", "write_brief", f"researching the question as asked: {exc}")
         )
-    return Command(goto="plan", update=update)
+    return Command(goto="supervisor" if _options(runtime).design == "agentic" else "plan", update=update)
 
 
-def _tasks(state: DeepResearchState, subtopics: list[Subtopic], round_: int) -> list[Send]:
+def research_tasks(state: DeepResearchState, subtopics: list[Subtopic], round_: int) -> list[Send]:
     read_before = sorted({s.url for f in state.get("findings", []) for s in f.sources if s.url})
     gold = state.get("gold_context")
     return [
@@ -186,13 +269,16 @@ def _tasks(state: DeepResearchState, subtopics: list[Subtopic], round_: int) -> 
                 queries=t.queries,
                 skip_urls=read_before,
                 gold_sources=gold.sources if gold is not None else [],
+                episode=state.get("episode", ""),
             ),
         )
         for i, t in enumerate(subtopics)
     ]
 
 
-async def plan(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> Command[Literal["researcher"]]:
+async def plan(
+    state: DeepResearchState, runtime: Runtime[EpisodeContext]
+) -> Command[Literal["researcher", "review_plan"]]:
     options = _options(runtime)
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     update: dict[str, Any] = {"round": 1, "depth": state.get("depth", 0) + 1}
@@ -203,7 +289,10 @@ async def plan(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> Co
         update["degraded"] = _more(
             state, degradation("step_fallback", "plan", f"one sub-topic, the whole question: {exc}")
         )
-    return Command(goto=_tasks(state, subtopics, 1), update=update)
+    if options.review_plan:  # a person (or the simulated user) sees the plan first
+        plan_data = [t.model_dump() for t in subtopics]
+        return Command(goto="review_plan", update={**update, "plan": plan_data})
+    return Command(goto=research_tasks(state, subtopics, 1), update=update)
 
 
 def _more(state: DeepResearchState | ResearcherState, *items: Degradation) -> list[Degradation]:
@@ -248,7 +337,28 @@ async def reflect(
     depth += 1
     if not gaps:
         return Command(goto="write_report", update={"depth": depth})
-    return Command(goto=_tasks(state, gaps, round_ + 1), update={"round": round_ + 1, "depth": depth})
+    return Command(goto=research_tasks(state, gaps, round_ + 1), update={"round": round_ + 1, "depth": depth})
+
+
+def context_overflowed(exc: ModelCallError) -> bool:
+    """Whether a call failed because its prompt was longer than the model's context."""
+    import litellm
+
+    if isinstance(exc.__cause__, litellm.ContextWindowExceededError):
+        return True
+    said = (exc.server_message or "").lower()
+    return any(words in said for words in ("context length", "context window", "maximum context", "context size"))
+
+
+def trimmed_notes(notes: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Half of the notes (rounded down), taken evenly across their sources, in their order."""
+    rank: dict[int, int] = {}
+    ranked = []
+    for position, (number, _) in enumerate(notes):
+        rank[number] = rank.get(number, 0) + 1
+        ranked.append((rank[number], position))
+    kept = sorted(position for _, position in sorted(ranked)[: len(notes) // 2])
+    return [notes[position] for position in kept]
 
 
 def _report_material(findings: list[Findings], limit: int) -> tuple[list[SourceRef], list[tuple[int, str]]]:
@@ -271,25 +381,48 @@ async def write_report(state: DeepResearchState, runtime: Runtime[EpisodeContext
     sources, notes = _report_material(findings, options.report_sources)
     clarification = state.get("clarification")
     query = view_of(state, runtime, PIPELINE).query
-    report = await write_cited_report(
-        gateway,
-        query,
-        _context_text(state),
-        state["brief"],
-        sources,
-        notes,
-        clarification.pairs() if clarification else [],
-        options.report_tokens,
-    )
+    shown, trimmed = notes, []
+    while True:  # a prompt longer than the model's context is written again from fewer notes
+        try:
+            report = await write_cited_report(
+                gateway,
+                query,
+                _context_text(state, options),
+                state["brief"],
+                sources,
+                shown,
+                clarification.pairs() if clarification else [],
+                options.report_tokens,
+            )
+            break
+        except ModelCallError as exc:
+            if not context_overflowed(exc) or not shown:
+                raise
+            shown = trimmed_notes(shown)
+            trimmed = [
+                degradation(
+                    "step_fallback",
+                    "write_report",
+                    f"the prompt overflowed the writer's context: report written from {len(shown)} of "
+                    f"{len(notes)} notes ({exc.server_message or exc})",
+                )
+            ]
+    forget_episode(pipeline_context(runtime, PIPELINE), state.get("episode", ""))
+    recalls = [Recall.model_validate(r) for r in [*state.get("recalls", []), *(r for f in findings for r in f.recalls)]]
     degraded = [
         *state.get("degraded", []),
         *(d for f in findings for d in f.degraded),
+        *(d for d in recall_degradations(options, recalls, "write_brief") if d.step != "recall_memory"),
+        *trimmed,
         *citation_degradations(report, "write_report"),
     ]
     text = report.text
     if not notes:  # each researcher recorded its `no_findings`; the report itself says what it rests on
         text = f"{text.rstrip()}\n\n_Note: this report rests on no sources: the research found nothing to cite._"
     meta = meta_of(state, runtime, PIPELINE) | {
+        "design": options.design,
+        "plan_review": state.get("plan_review", {"status": "off"}),
+        "supervisor_turns": state.get("supervisor_turns", 0),
         "clarify": clarification.model_dump() if clarification else None,
         "citations": report.stats,
         "rounds": state.get("round", 0),
@@ -297,9 +430,12 @@ async def write_report(state: DeepResearchState, runtime: Runtime[EpisodeContext
         "searches": sum(f.searches for f in findings),
         "fetches": sum(f.fetches for f in findings),
         "sources_read": len({s.id for f in findings for s in f.sources}),
-        "notes": sum(len(f.notes) for f in findings),
+        "sources_shared": sum(f.reused for f in findings),  # fetched and noted by another researcher
+        "notes": len({(n.source_id, n.text) for f in findings for n in f.notes}),
+        "report_notes": len(shown),
         "no_findings": not notes,
         "critical_path_calls": state.get("depth", 0) + 1,
+        **recalls_meta(options, recalls),
     }
     return {"response": SystemResponse(text=text, citations=report.citations, meta=meta, degraded=degraded)}
 
@@ -344,22 +480,33 @@ async def read(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Comm
     resources = pipeline_resources(runtime, PIPELINE)
     used = state.get("searches", 0) + state.get("fetches", 0)
     hits = state.get("hits", [])[: max(0, options.max_tool_calls - used)]
-    sources, failures = await read_web_sources(await resources.open_web(), resources.sources, hits)
+    reads = _episode_reads(state, runtime)
+    mine = [hit for hit in hits if reads.claim(hit.url)]  # the others' pages another researcher reads
+    sources, claims, failures = await fetch_claimed(await resources.open_web(), resources.sources, reads, mine)
     return Command(
         goto="take_notes",
         update={
             "new_sources": sources,
+            "new_claims": claims,
+            "reused_urls": [hit.url for hit in hits if hit not in mine],
             "sources": state.get("sources", []) + sources,
-            "fetches": state.get("fetches", 0) + len(hits),
+            "fetches": state.get("fetches", 0) + len(mine),
             "degraded": _more(state, *failures),
         },
     )
+
+
+def _episode_reads(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> EpisodeReads:
+    """What this episode's researchers read (a researcher given no episode id shares with no one)."""
+    episode = state.get("episode")
+    return episode_reads(pipeline_context(runtime, PIPELINE), episode) if episode else EpisodeReads()
 
 
 async def take_source_notes(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Command[Literal["assess"]]:
     """Notes from each newly read source, in parallel; each note tied to its source by code."""
     options = _options(runtime)
     resources = pipeline_resources(runtime, PIPELINE)
+    reads = _episode_reads(state, runtime)
     new = state.get("new_sources", [])
 
     async def one(source: SourceRef) -> list[Note] | Degradation:
@@ -375,14 +522,41 @@ async def take_source_notes(state: ResearcherState, runtime: Runtime[EpisodeCont
         return [Note(source_id=source.id, text=t) for t in taken]
 
     outcomes = await asyncio.gather(*(one(s) for s in new))
+    for source, url, outcome in zip(new, state.get("new_claims", []), outcomes):  # before waiting for anyone
+        reads.publish(url, source, [] if isinstance(outcome, Degradation) else outcome)
+    # the pages another researcher of the episode claimed: its source and notes, no fetch, no call
+    own: list[SourceRef] = []
+    fetches, problems = 0, [o for o in outcomes if isinstance(o, Degradation)]
+    waited = await asyncio.gather(*(reads.wait(url) for url in state.get("reused_urls", [])))
+    unclaimed = [WebHit(url=u) for u, got in zip(state.get("reused_urls", []), waited) if got is None]
+    if unclaimed:  # claimed before this episode was resumed in this process: read here after all
+        unclaimed = [hit for hit in unclaimed if reads.claim(hit.url)]
+        own, claims, failures = await fetch_claimed(await resources.open_web(), resources.sources, reads, unclaimed)
+        late = await asyncio.gather(*(one(s) for s in own))
+        for source, url, outcome in zip(own, claims, late):
+            reads.publish(url, source, [] if isinstance(outcome, Degradation) else outcome)
+        fetches, problems = len(unclaimed), [*problems, *failures, *(o for o in late if isinstance(o, Degradation))]
+        waited = [*waited, *(await asyncio.gather(*(reads.wait(hit.url) for hit in unclaimed)))]
+    known = {s.id for s in state.get("sources", [])}
+    shared_sources: list[SourceRef] = []
+    shared_notes: list[Note] = []
+    for got in waited:
+        if got is not None and got[0] is not None and got[0].id not in known:
+            known.add(got[0].id)
+            shared_sources.append(got[0])
+            shared_notes += got[1]
     taken = [n for batch in outcomes if not isinstance(batch, Degradation) for n in batch]
     return Command(
         goto="assess",
         update={
-            "notes": state.get("notes", []) + taken,
-            "degraded": _more(state, *(o for o in outcomes if isinstance(o, Degradation))),
+            "sources": state.get("sources", []) + shared_sources,
+            "notes": state.get("notes", []) + taken + shared_notes,
+            "reused": state.get("reused", 0) + len(shared_sources) - len(own),
+            "fetches": state.get("fetches", 0) + fetches,
+            "reused_urls": [],
+            "degraded": _more(state, *problems),
             "steps": state.get("steps", 0) + 1,
-            "chain_calls": state.get("chain_calls", 0) + (1 if new else 0),
+            "chain_calls": state.get("chain_calls", 0) + (1 if new or fetches else 0),
         },
     )
 
@@ -410,6 +584,7 @@ def _findings(state: ResearcherState, covered: bool, depth: int) -> Findings:
         steps=state.get("steps", 0),
         covered=covered,
         critical_path_calls=depth,
+        reused=state.get("reused", 0),
         degraded=degraded,
     )
 
@@ -422,21 +597,21 @@ async def assess(state: ResearcherState, runtime: Runtime[EpisodeContext]) -> Co
     calls_left = options.max_tool_calls - state.get("searches", 0) - state.get("fetches", 0)
     can_go_on = state.get("steps", 0) < options.max_steps and pages_left > 0 and calls_left >= 2  # search + fetch
     if state["gold_sources"] or not can_go_on:  # gold_context: everything was read in one step
-        return Command(goto=END, update={"findings": [_findings(state, False, depth)]})
+        return Command(goto=END, update={"findings": [_findings(state, False, depth)]})  # type: ignore[arg-type]  # langgraph types END as str, not Literal["__end__"]
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     try:
         coverage = await assess_coverage(
             gateway, state["topic"], state["focus"], [n.text for n in state.get("notes", [])], options.queries_per_topic
         )
     except ModelCallError as exc:  # the notes taken stand; the researcher stops here
-        failed = {
+        failed: ResearcherState = {
             **state,
             "degraded": _more(
                 state, degradation("step_fallback", "assess", f"researcher stopped at {state['topic']!r}: {exc}")
             ),
         }
-        return Command(goto=END, update={"findings": [_findings(failed, False, depth + 1)]})
+        return Command(goto=END, update={"findings": [_findings(failed, False, depth + 1)]})  # type: ignore[arg-type]  # langgraph types END as str, not Literal["__end__"]
     depth += 1
     if coverage.covered or not coverage.follow_up_queries:
-        return Command(goto=END, update={"findings": [_findings(state, coverage.covered, depth)]})
+        return Command(goto=END, update={"findings": [_findings(state, coverage.covered, depth)]})  # type: ignore[arg-type]  # langgraph types END as str, not Literal["__end__"]
     return Command(goto="search", update={"pending_queries": coverage.follow_up_queries, "chain_calls": depth})
