@@ -7,6 +7,7 @@ are kept short (`max_tokens`) so the suite stays fast on two CPU cores.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -25,8 +26,10 @@ from agents.models.local_model import SERVERS, LlamaServer, parse_local_model
 from agents.models.settings import ModelSettings
 from agents.models.structured_output import MODES_FILE, ModeMemory
 from graphs.pipelines import pipeline_names
+from runs.outcome import EXIT_FAILURES, EXIT_OK
 from runs.recipe import parse_recipe
-from runs.runner import run_recipe
+from runs.runner import Runner, run_recipe
+from tests.test_report import render
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 48  # text answers and the judge's one-number verdicts
@@ -108,6 +111,20 @@ def check_real_run(folder: Path, n_results: int) -> list[dict]:
     return ledger
 
 
+def check_the_panel(folder: Path, screenshot: Path) -> dict[str, int]:
+    """Chromium renders the report's "what went wrong" panel: one row per degraded kind, its count the
+    sum over results.jsonl; returns those counts."""
+    expected: dict[str, int] = {}
+    for record in lines(folder / "results.jsonl"):
+        for item in record["degraded"]:
+            expected[item["kind"]] = expected.get(item["kind"], 0) + item["count"]
+    doc = render(folder / "report.html", screenshot=screenshot)
+    rows = doc.xpath('//table[@id="degraded"]//tr[@data-kind]')
+    assert {row.get("data-kind"): int(row.get("data-count")) for row in rows} == expected
+    assert bool(doc.xpath('//*[@id="outcome" and contains(@class, "warn")]')) == bool(expected)
+    return expected
+
+
 @pytest.mark.slow
 # `direct` runs in the quickstart test below, through the CLI; `external` (both agents) in
 # tests/test_external_local_model.py
@@ -140,8 +157,13 @@ def test_every_pipeline_runs_on_the_local_model(tmp_path, cache_dir, pipeline):
             "run": {"out_dir": str(tmp_path), "concurrency": 2},
         }
     )
-    folder = run_recipe(recipe, progress=False)
+    runner = Runner(recipe, progress=False)
+    folder = asyncio.run(runner.run())
     ledger = check_real_run(folder.path, n_results=1)
+    degraded = check_the_panel(folder.path, tmp_path / "report.png")
+    # what the weak model broke is in the exit code: 3 when anything degraded (nothing is tolerated here)
+    assert runner.outcome.exit_code == (EXIT_FAILURES if degraded else EXIT_OK), (degraded, runner.outcome)
+    print(f"{pipeline} on local/smollm2: degraded {degraded or 'nothing'}")
     if pipeline == "deep_research":  # asked through its interrupt, answered by the simulated user on the model
         [result] = lines(folder.path / "results.jsonl")
         clarify = result["response"]["meta"]["clarify"]
