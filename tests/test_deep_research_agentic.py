@@ -233,3 +233,30 @@ async def test_a_second_run_of_the_same_episode_replays_every_call_from_the_cach
         hits.append([e.cache_hit for e in entries])
     assert texts[0] == texts[1] and len(hits[0]) == len(hits[1])
     assert hits[1] and all(hits[1])
+
+
+@pytest.mark.slow
+def test_the_agentic_recipe_runs_through_the_openai_compatible_stub_and_both_systems_recall(tmp_path, cache_dir):
+    """runs/recipes/agentic.toml on one case through litellm's real HTTP path: every episode scored,
+    and the ledger holds recall_memory lines of the agentic researcher and of rag."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.openai_stub import OpenAIStub
+
+    root = Path(__file__).resolve().parent.parent
+    with OpenAIStub() as stub:
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "atelier"), "run", str(root / "runs/recipes/agentic.toml"),
+             "--limit", "1", "--no-progress", "--out", str(tmp_path / "run"),
+             "--model", "openai/stub-model", "--api-base", stub.base_url, "--api-key", "sk-test"],
+            cwd=root, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+    assert done.returncode in (0, 3), done.stderr[-3000:]  # 3: what the stub's answers degraded is said
+    results = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert len(results) == 4 and all(r["status"] == "ok" and r["judgments"] for r in results)
+    assert all(j["score"] is not None for r in results for j in r["judgments"])
+    tools = [json.loads(line) for line in (tmp_path / "run" / "ledger.jsonl").read_text().splitlines()]
+    recalled_by = {e["system"] for e in tools if e.get("node") == "recall_memory"}
+    assert recalled_by == {"deep_research-agentic-recall", "rag-recall"}
