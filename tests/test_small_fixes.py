@@ -29,6 +29,22 @@ def test_rescore_help_shows_the_judges_table_names():
     shown = CliRunner().invoke(app, ["rescore", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"})
     assert shown.exit_code == 0, shown.output
     assert "A TOML file of [[judges]] (and [models.<role>]) tables." in shown.output
+
+
+@pytest.mark.parametrize(
+    ("command", "shown_text"),
+    [
+        (["run", "--help"], "(overrides [run] concurrency)"),
+        (["run", "--help"], "default: the recipe's [run] executor"),
+        (["run", "--help"], "(overrides [run] budget_usd)"),
+        (["simulate", "history", "--help"], "[models.history_writer] and [models.history_checker]"),
+        (["simulate", "check", "--help"], "[models.history_checker] (else [models.user_sim])"),
+    ],
+)
+def test_help_texts_keep_their_recipe_table_names(command, shown_text):
+    shown = CliRunner().invoke(app, command, env={"COLUMNS": "400", "TERMINAL_WIDTH": "400"})
+    assert shown.exit_code == 0, shown.output
+    assert shown_text in " ".join(shown.output.split())
     assert "of [] (and ) tables" not in shown.output
 
 

@@ -68,7 +68,7 @@ def run(
         None, "--systems", help="Run only these systems of the recipe (comma-separated names)."
     ),
     concurrency: int | None = typer.Option(
-        None, "--concurrency", min=1, max=256, help="Episodes in flight at once (overrides [run] concurrency)."
+        None, "--concurrency", min=1, max=256, help="Episodes in flight at once (overrides \\[run] concurrency)."
     ),
     seed: int | None = typer.Option(
         None, "--seed", help="The run's seed (case subset, bootstrap); overrides the recipe's."
@@ -81,7 +81,7 @@ def run(
     executor: ExecutorName | None = typer.Option(
         None,
         "--executor",
-        help="Where episodes run: local (this process) or ray (a cluster); default: the recipe's [run] executor.",
+        help="Where episodes run: local (this process) or ray (a cluster); default: the recipe's \\[run] executor.",
     ),
     ray_address: str | None = typer.Option(
         None, "--ray-address", help="The Ray cluster (host:port of its head, or 'auto'); implies --executor ray."
@@ -91,12 +91,12 @@ def run(
         "--epochs",
         min=1,
         max=100,
-        help="Run each (case, system) this many times, each with its own seeds (overrides [run] epochs).",
+        help="Run each (case, system) this many times, each with its own seeds (overrides \\[run] epochs).",
     ),
     budget_usd: float | None = typer.Option(
         None,
         "--budget-usd",
-        help="Start no episode that could take the run's spend past this many USD (overrides [run] budget_usd); "
+        help="Start no episode that could take the run's spend past this many USD (overrides \\[run] budget_usd); "
         "exit 3 'budget reached' when it stops the run, which a larger budget resumes.",
     ),
 ) -> None:

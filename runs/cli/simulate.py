@@ -162,8 +162,8 @@ def history(
     recipe: Path | None = typer.Option(
         None,
         "--recipe",
-        help="A TOML file whose [models.user_sim], "
-        "[models.history_writer] and [models.history_checker] set the roles "
+        help="A TOML file whose \\[models.user_sim], "
+        "\\[models.history_writer] and \\[models.history_checker] set the roles "
         "(a run recipe will do: its other tables are not read).",
     ),
     model: str | None = typer.Option(
@@ -280,7 +280,7 @@ def check(
     ),
     min_recovered: float | None = typer.Option(None, "--min-recovered", min=0.0, max=1.0, help=MIN_RECOVERED_HELP),
     recipe: Path | None = typer.Option(
-        None, "--recipe", help="A TOML file whose [models.history_checker] (else [models.user_sim]) is the checker."
+        None, "--recipe", help="A TOML file whose \\[models.history_checker] (else \\[models.user_sim]) is the checker."
     ),
     model: str | None = typer.Option(
         None, "--model", help="Checker model for --reversibility (default: the recipe's, else scripted)."
