@@ -7,6 +7,7 @@ on reload. An unknown path is a 404.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from runs.view import EPISODES_DIR, RunViewData, render_episode, render_index
@@ -45,7 +46,10 @@ def view_app(run_dir: str | Path):
     )
 
 
-def serve(run_dir: str | Path, host: str, port: int) -> None:
+def serve(run_dir: str | Path, host: str, port: int, say: Callable[[str], None] = print) -> None:
+    """Serve the view; `say` is told where once the run folder has been found to be one."""
     import uvicorn
 
-    uvicorn.run(view_app(run_dir), host=host, port=port, log_level="warning")
+    app = view_app(run_dir)
+    say(f"serving {run_dir} at http://{host}:{port}/index.html (Ctrl-C stops)")
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -28,9 +28,7 @@ def view(
         return
     from runs.view_server import serve
 
-    app_url = f"http://{host}:{port}/index.html"
-    typer.echo(f"serving {run_dir} at {app_url} (Ctrl-C stops)", err=True)
-    serve(run_dir, host, port)
+    serve(run_dir, host, port, say=lambda line: typer.echo(line, err=True))
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
