@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import operator
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, cast
 
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
@@ -90,6 +90,6 @@ def build_judge_graph():
     graph = StateGraph(JudgeState, context_schema=EpisodeContext, input_schema=JudgeInput, output_schema=JudgeOutput)
     graph.add_node("dispatch", dispatch)
     # fed by Send, it takes a JudgeTask; langgraph's stubs want every node to take the state
-    graph.add_node("run_judge", run_judge)  # type: ignore[call-overload]
+    graph.add_node("run_judge", cast(Any, run_judge))
     graph.add_edge(START, "dispatch")
     return graph.compile(name="judge")
