@@ -164,9 +164,6 @@ def test_the_agents_degraded_steps_are_in_its_response():
 # often gets `queries: []`. The fix is the scripted model's first move on a tool turn (in
 # agents/models/scripted.py, not in this change: see the lead's note); until it lands these are
 # expected to fail, and strict, so the markers must go when it does.
-PENDING_SCRIPTED_FIRST_MOVE = pytest.mark.xfail(
-    strict=True, reason="needs the scripted model's first tool move (agents/models/scripted.py)"
-)
 SUPERVISOR_TOOLS = [
     {
         "type": "function",
@@ -197,7 +194,6 @@ RESEARCHER_TOOLS = [
 ]
 
 
-@PENDING_SCRIPTED_FIRST_MOVE
 @pytest.mark.parametrize("brief", [f"brief {i}: pensions for a nurse on night shifts" for i in range(20)])
 def test_the_scripted_model_starts_working_on_a_first_tool_turn(brief):
     from agents.models.scripted import ScriptedLLM
@@ -213,7 +209,6 @@ def test_the_scripted_model_starts_working_on_a_first_tool_turn(brief):
 
 
 @pytest.mark.slow
-@PENDING_SCRIPTED_FIRST_MOVE
 def test_the_shipped_external_agents_recipe_researches_on_the_scripted_model(tmp_path):
     pytest.importorskip("open_deep_research")
     from runs.runner import run_recipe
@@ -333,3 +328,28 @@ def test_cli_run_of_a_recipe_whose_data_is_missing_is_one_line_exit_2(tmp_path):
     assert done.returncode == 2, done.stderr
     assert f"{recipe_path}:6: benchmark.options.data_dir" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_the_scripted_first_tool_move_is_only_the_first_and_only_on_tool_turns():
+    from agents.models.scripted import first_tool_move
+    from agents.models.tool_calls import TOOL_TURN_NOTE, flatten_messages, tool_turn_schema
+
+    schema = tool_turn_schema(RESEARCHER_TOOLS)
+    first = [{"role": "user", "content": "pensions"}, {"role": "user", "content": TOOL_TURN_NOTE}]
+    narrowed = first_tool_move(schema, first)
+    assert narrowed is not None and narrowed["properties"]["tool_calls"]["minItems"] == 1
+    answered = first + [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "function": {"name": "web_search", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "name": "web_search", "content": "results"},
+    ]
+    assert first_tool_move(schema, answered) is None  # a raw tool message
+    assert first_tool_move(schema, flatten_messages(answered)) is None  # the same, flattened to text
+    assert first_tool_move({"type": "object", "properties": {"answer": {"type": "string"}}}, first) is None
+    done_only = tool_turn_schema(
+        [{"type": "function", "function": {"name": "done", "parameters": {"type": "object", "properties": {}}}}]
+    )
+    assert first_tool_move(done_only, first) is None  # a signal is no first step

@@ -31,12 +31,14 @@ from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agents.models.tool_calls import TOOL_RESULT_LEAD
 from agents.prompts import JSON_INSTRUCTIONS_LEAD, schema_in_instructions
 
 DRY_RUN_MARK = "DRY RUN"
 # Raised whenever what the scripted model answers changes (it keys the response cache): 2 quotes the
-# judged text in fields that ask for a quote, and names the prompt's URLs in URL fields.
-ANSWERS_VERSION = 2
+# judged text in fields that ask for a quote, and names the prompt's URLs in URL fields; 3 starts
+# a tool-using agent's work on its first tool turn (`first_tool_move`).
+ANSWERS_VERSION = 3
 PROVIDER = "scripted"
 
 
@@ -296,6 +298,55 @@ def schema_instance(schema: dict[str, Any], messages: list[dict[str, Any]], seed
     ).build(schema)
 
 
+def _tool_options(schema: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The offered tools of a tool-turn schema (`agents.models.tool_calls.tool_turn_schema`), else None."""
+    props = schema.get("properties") or {}
+    if set(props) != {"content", "tool_calls"}:
+        return None
+    items = (props["tool_calls"] or {}).get("items") or {}
+    options = items.get("anyOf") or [items]
+    if not all(((o.get("properties") or {}).get("name") or {}).get("const") for o in options):
+        return None
+    return options
+
+
+def _arguments_schema(option: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    arguments = (option.get("properties") or {}).get("arguments") or {}
+    if "$ref" in arguments:
+        arguments = defs.get(arguments["$ref"].split("/")[-1], {})
+    return arguments
+
+
+def first_tool_move(schema: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """On a tool turn before any tool has answered, the schema narrowed to one call of the first
+    offered tool that takes arguments, each required list given at least one item: a scripted agent
+    starts working (a tool without arguments, "done" or "complete", is a signal, not a first step;
+    an empty list of queries is no search). None: not a first tool turn; later turns are sampled
+    from the whole schema, as any request is."""
+    options = _tool_options(schema)
+    answered = (m.get("role") in ("tool", "function") or TOOL_RESULT_LEAD in _message_text(m) for m in messages)
+    if options is None or any(answered):
+        return None
+    defs = schema.get("$defs", {})
+    working = [o for o in options if (a := _arguments_schema(o, defs)).get("required") or a.get("properties")]
+    if not working:
+        return None
+    arguments = _arguments_schema(working[0], defs)
+    required = set(arguments.get("required") or [])
+    properties = {
+        name: {**sub, "minItems": max(1, sub.get("minItems", 0))}
+        if name in required and sub.get("type") == "array"
+        else sub
+        for name, sub in (arguments.get("properties") or {}).items()
+    }
+    move = {
+        **working[0],
+        "properties": {**working[0]["properties"], "arguments": {**arguments, "properties": properties}},
+    }
+    calls = {**schema["properties"]["tool_calls"], "items": move, "minItems": 1, "maxItems": 1}
+    return {**schema, "properties": {**schema["properties"], "tool_calls": calls}}
+
+
 def schema_from_response_format(response_format: Any) -> dict[str, Any] | None:
     if not isinstance(response_format, dict):
         return None
@@ -375,7 +426,7 @@ class ScriptedLLM:
             raise CustomLLMError(status_code=status, message=f"scripted fault injection ({status})")
         if schema is None:
             return compose_text(messages, params.seed), params, None
-        instance = schema_instance(schema, messages, params.seed)
+        instance = schema_instance(first_tool_move(schema, messages) or schema, messages, params.seed)
         content = json.dumps(instance, ensure_ascii=False)
         if params.malformed_rate and _unit("malformed", key) < params.malformed_rate:
             content = content[: max(1, len(content) // 2)]  # truncated JSON: the repair path must cope

@@ -18,6 +18,10 @@ from typing import Any
 
 from pydantic import RootModel, model_validator
 
+# how a tool's result is written when messages are flattened to text (models read it; the scripted
+# model looks for it to tell a first tool turn from a later one)
+TOOL_RESULT_LEAD = "Result of tool call "
+
 
 def schema_model(name: str, schema: dict[str, Any]) -> type[RootModel[Any]]:
     """A pydantic model whose JSON schema is `schema` and whose validation is that schema's."""
@@ -163,7 +167,7 @@ def flatten_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             text = f"{text}\n{calls}".strip()
         elif role in ("tool", "function"):
             who = message.get("name") or message.get("tool_call_id") or "tool"
-            role, text = "user", f"Result of tool call {who}:\n{text}"
+            role, text = "user", f"{TOOL_RESULT_LEAD}{who}:\n{text}"
         elif role == "developer":
             role = "system"
         if role not in ("system", "user", "assistant"):
