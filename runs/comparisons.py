@@ -22,9 +22,14 @@ CORRECTION = "Benjamini-Hochberg"
 
 
 def scores_by_case(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, float]:
-    return {
-        r.case_id: score for r in records if r.system == system and r.ok and (score := r.scores.get(judge)) is not None
-    }
+    """Case id -> score, in case-id order; with epochs, the case's mean over its scored epochs (paired
+    tests and CIs take cases as the unit, each case once)."""
+    by_case: dict[str, list[float]] = {}
+    for r in records:
+        score = r.scores.get(judge)
+        if r.system == system and r.ok and score is not None:
+            by_case.setdefault(r.case_id, []).append(score)
+    return {case: math.fsum(values) / len(values) for case, values in sorted(by_case.items())}
 
 
 def paired_row(a: Mapping[str, float], b: Mapping[str, float], *, seed: int = 0) -> dict[str, Any] | None:

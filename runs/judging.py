@@ -35,7 +35,7 @@ async def judge_again(
     resources = resources_for(context)
     chosen = [j for j in (judges if judges is not None else resources.judges) if not j.comparative]
     env = judge_env(resources)
-    with call_tags(case=case.id, system=record.system, node="judge_again"):
+    with call_tags(case=case.id, system=record.system, epoch=str(record.epoch), node="judge_again"):
         return list(await asyncio.gather(*(j.judge(case, stored_response(record), env) for j in chosen)))
 
 
@@ -49,15 +49,18 @@ def judgments_due(record: ResultRecord, judges: Iterable[Judge]) -> list[Judge]:
 def comparisons_due(
     records: dict[str, ResultRecord], judge: ComparativeJudge
 ) -> list[tuple[ResultRecord, ResultRecord]]:
-    """(record, baseline record) pairs this judge has not yet judged successfully."""
-    baseline = {r.case_id: r for r in records.values() if r.system == judge.baseline and r.ok}
+    """(record, baseline record) pairs this judge has not yet judged successfully: a system's response
+    to a case beside the baseline's to the same case in the same epoch (`[run] epochs`), so each
+    epoch's comparison is a sample of its own."""
+    baseline = {(r.case_id, r.epoch): r for r in records.values() if r.system == judge.baseline and r.ok}
     due = []
     for record in records.values():
-        if not record.ok or record.system == judge.baseline or record.case_id not in baseline:
+        pair = baseline.get((record.case_id, record.epoch))
+        if not record.ok or record.system == judge.baseline or pair is None:
             continue
         done = next((j for j in record.judgments if j.judge == judge.key), None)
         if done is None or done.failed:
-            due.append((record, baseline[record.case_id]))
+            due.append((record, pair))
     return due
 
 
@@ -72,7 +75,7 @@ async def judge_comparisons(
     async def one(judge: ComparativeJudge, record: ResultRecord, other: ResultRecord) -> tuple[str, JudgeResult]:
         resources = resources_for(contexts[record.system])
         async with limit:
-            with call_tags(case=record.case_id, system=record.system, node="compare"):
+            with call_tags(case=record.case_id, system=record.system, epoch=str(record.epoch), node="compare"):
                 result = await judge.judge_pair(
                     cases[record.case_id], stored_response(record), stored_response(other), judge_env(resources)
                 )

@@ -145,14 +145,6 @@ class RunSection(_Strict):
     def _known_kinds(cls, kinds: list[str]) -> list[str]:
         return check_kinds(kinds)
 
-    @field_validator("epochs")
-    @classmethod
-    def _epochs_run_locally(cls, epochs: int, info: ValidationInfo) -> int:
-        # a Ray episode's checkpoint thread is keyed by (case, system) alone (runs/executors/base.py)
-        if epochs > 1 and info.data.get("executor") == "ray":
-            raise ValueError('epochs > 1 runs on the local executor only (executor = "local")')
-        return epochs
-
 
 class PaperRow(_Strict):
     """One row of the paper table a recipe reproduces: the paper's numbers for one of its systems,

@@ -172,7 +172,10 @@ class Rescore:
 
         async def one(record: ResultRecord) -> ResultRecord:
             async with limit:
-                with call_tags(case=record.case_id, system=record.system), capture_calls() as calls:
+                with (
+                    call_tags(case=record.case_id, system=record.system, epoch=str(record.epoch)),
+                    capture_calls() as calls,
+                ):
                     judgments = await judge_again(cases[record.case_id], record, contexts[record.system])
             # a dry run when its response was, or its judges' answers are, the scripted model's
             fresh = record.model_copy(

@@ -33,7 +33,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agents.judges.base import ComparativeJudge, Judge, check_judge_fit, create_judge
 from agents.models.ledger import call_tags, capture_calls, ledger_totals, read_ledger
-from agents.models.settings import ModelSettings
 from benchmarks.case import Case
 from benchmarks.common.errors import ConfigError, DataError
 from benchmarks.common.json_input import read_appended_jsonl, read_json_file, validation_error
@@ -48,6 +47,7 @@ from graphs.pipelines import PIPELINES, check_systems_available
 from graphs.resources import release, resources_for
 from graphs.simulate import run_with_simulated_user
 from runs.cost import Budget, plan_budget, spent_in
+from runs.epochs import epoch_context, epoch_of
 from runs.executors import Episode, open_executor
 from runs.folder_lock import RunFolderLock
 from runs.judging import judge_again, judge_comparisons, judgments_due
@@ -55,7 +55,7 @@ from runs.outcome import RunOutcome, outcome_of
 from runs.preflight import preflight
 from runs.recipe import Recipe
 from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
-from runs.resume import SYSTEM_SIDE, check_resume
+from runs.resume import check_resume
 from runs.usage import system_usage
 from tools.config import WebConfig
 from tools.web import check_web_config, web_description
@@ -113,40 +113,6 @@ def expected_keys(case_ids: list[str], systems: list[str], epochs: int = 1) -> l
         for system in systems
         for case_id in case_ids
     ]
-
-
-EPOCH_MARK = "@epoch"
-
-
-def epoch_context(context: EpisodeContext, epoch: int) -> EpisodeContext:
-    """The context of one epoch of a system (`[run] epochs`). The first epoch's is the system's own,
-    so a run of one epoch is the run it always was. A later epoch is an independent run of the same
-    system: the seeds of its system-side roles (`runs.resume.SYSTEM_SIDE`: the system's, the memory's
-    and the simulated user's) and the run's seed (random profile, gold noise) are moved by
-    `epoch - 1`, so every call is a new sample (and a new response-cache key); the judges keep
-    their seeds, so the spread between epochs is the system's, not the judges' (judges have
-    `repeats`). It runs under the name `<system>@epoch<k>`, which gives it memory and work folders
-    of its own (`memory/<system>@epoch<k>/`); results and the ledger keep the system's name."""
-    if epoch == 1:
-        return context
-    shift = epoch - 1
-
-    def moved(models: dict[str, ModelSettings]) -> dict[str, ModelSettings]:
-        return {
-            role: s.model_copy(update={"seed": (s.seed or 0) + shift}) if role in SYSTEM_SIDE else s
-            for role, s in models.items()
-        }
-
-    system = context.system.model_copy(
-        update={"name": f"{context.system.name}{EPOCH_MARK}{epoch}", "models": moved(context.system.models)}
-    )
-    return context.model_copy(update={"models": moved(context.models), "system": system, "seed": context.seed + shift})
-
-
-def epoch_of(context: EpisodeContext, system: SystemSpec) -> int:
-    """Which epoch of `system` an episode run in `context` is (see `epoch_context`)."""
-    number = context.system.name.removeprefix(f"{system.name}{EPOCH_MARK}")
-    return int(number) if number != context.system.name and number.isdigit() else 1
 
 
 class Runner:
@@ -230,7 +196,6 @@ class Runner:
         judgments_changed = self._check_resumable()
         cases = self.load_cases()
         check_hidden_facets(cases, recipe.systems)
-        _check_epochs_judged(recipe)
         # a budget over an unknown price is refused before any call; the forecast's dry run calls no provider
         budget = await asyncio.to_thread(plan_budget, recipe) if recipe.run.budget_usd is not None else None
         if self.preflight:  # models answer, keys, data, judge fit, the web: or nothing starts
@@ -377,7 +342,7 @@ class Runner:
         with capture_calls() as calls:
             try:
                 base["resumed_from"] = await Runner._resumed_from(graph, config)
-                with call_tags(case=case.id, system=system.name):
+                with call_tags(case=case.id, system=system.name, epoch=str(epoch)):
                     out = await run_with_simulated_user(graph, case, config, context)
             except Exception as exc:
                 if Runner._run_stopping(graph):
@@ -500,20 +465,6 @@ class Runner:
     def finish(self, config: dict[str, Any], cases: list[Case] | None = None) -> RunOutcome:
         self.outcome = finish_run(self.folder, config, cases, budget=self.budget)
         return self.outcome
-
-
-def _check_epochs_judged(recipe: Recipe) -> None:
-    """Epochs with a comparative judge (LaMP-QA pairwise) are refused: its pairs are made by case alone
-    (`runs.judging.comparisons_due`), so an epoch's response would be set against any epoch of the
-    baseline's."""
-    if recipe.run.epochs <= 1:
-        return
-    comparative = [j.key for j in map(create_judge, recipe.judges) if isinstance(j, ComparativeJudge)]
-    if comparative:
-        raise ConfigError(
-            f"[run] epochs = {recipe.run.epochs} with the comparative judge {comparative[0]!r}: its pairs of "
-            "responses are not made epoch by epoch yet; run it with epochs = 1"
-        )
 
 
 def searched_web(recipe: Recipe) -> dict[str, Any] | None:

@@ -59,7 +59,7 @@ async def rate_run(
         if case is None:
             return {"case_id": result.case_id, "system": result.system, "error": "case not in the benchmark any more"}
         async with limit:
-            with call_tags(case=result.case_id, system=result.system, node="feedback"):
+            with call_tags(case=result.case_id, system=result.system, epoch=str(result.epoch), node="feedback"):
                 try:
                     feedback = await rate_response(gateway, case, result.response.text)
                 except ModelCallError as exc:

@@ -22,6 +22,7 @@ from typing import Any
 from agents.judges.base import JudgeResult
 from benchmarks.common.degradation import counts_by_kind
 from benchmarks.metrics.statistics import bootstrap_ci, epoch_spread, paired_test
+from runs.comparisons import scores_by_case
 from runs.results import ResultRecord
 
 
@@ -33,14 +34,6 @@ def _epoch_scores(records: Iterable[ResultRecord], system: str, judge: str) -> d
         if r.system == system and r.ok and score is not None:
             scores.setdefault(r.case_id, {})[r.epoch] = score
     return {case: dict(sorted(by_epoch.items())) for case, by_epoch in sorted(scores.items())}
-
-
-def _scores(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, float]:
-    """Case id -> score (its mean over the case's scored epochs), in case-id order."""
-    return {
-        case: math.fsum(by_epoch.values()) / len(by_epoch)
-        for case, by_epoch in _epoch_scores(records, system, judge).items()
-    }
 
 
 def epoch_means(records: Iterable[ResultRecord]) -> list[ResultRecord]:
@@ -97,7 +90,7 @@ def summarize(
         if ends:  # how its conversations with the simulated user ended (satisfied, gave_up, turn_budget, ...)
             entry["conversations"] = dict(sorted(ends.items()))
         for judge in judges:
-            values = list(_scores(mine, system, judge).values())
+            values = list(scores_by_case(mine, system, judge).values())
             low, high = bootstrap_ci(values, seed=seed)
             pairs = [(r, j) for r in answered for j in r.judgments if j.judge == judge]
             judged = [j for _, j in pairs]
@@ -120,7 +113,7 @@ def summarize(
             }
             if epochs > 1:  # n, mean and CI above are over cases, each case's score its mean over epochs
                 by_epoch = _epoch_scores(mine, system, judge)
-                entry["judges"][judge]["case_means"] = _scores(mine, system, judge)
+                entry["judges"][judge]["case_means"] = scores_by_case(mine, system, judge)
                 entry["judges"][judge]["epoch_spread"] = epoch_spread(by_epoch, epochs).model_dump()
             if aggregates and judge in aggregates:
                 entry["judges"][judge].update(aggregates[judge]([j for j in judged if not j.failed]))
@@ -129,7 +122,7 @@ def summarize(
     comparisons = []
     for judge in judges:
         for a, b in combinations(systems, 2):
-            scores_a, scores_b = _scores(records, a, judge), _scores(records, b, judge)
+            scores_a, scores_b = scores_by_case(records, a, judge), scores_by_case(records, b, judge)
             shared = sorted(scores_a.keys() & scores_b.keys())
             if len(shared) < 2:
                 continue

@@ -110,7 +110,7 @@ def _calls_from_cache(entries: list[LedgerEntry], cache_dir: str | None) -> list
     return calls
 
 
-def load_trace(run_dir: str | Path, case_id: str, system: str | None = None) -> list[Step]:
+def load_trace(run_dir: str | Path, case_id: str, system: str | None = None, epoch: int = 1) -> list[Step]:
     from runs.runner import RunFolder, load_run_config
 
     config = load_run_config(Path(run_dir))
@@ -125,16 +125,22 @@ def load_trace(run_dir: str | Path, case_id: str, system: str | None = None) -> 
     if case_id not in config["cases"]:
         some = ", ".join(config["cases"][:8])
         raise ConfigError(f"no case {case_id!r} in this run ({len(config['cases'])} cases, e.g. {some})")
+    epochs = run_epochs(config)
+    if not 1 <= epoch <= epochs:
+        raise ConfigError(f"--epoch {epoch}: this run has {'one epoch' if epochs == 1 else f'epochs 1 to {epochs}'}")
     if not folder.checkpoints.exists():
         raise ConfigError(f"{run_dir} has no checkpoints.sqlite")
-    items = _checkpoints(folder.checkpoints, result_key(case_id, system))
+    items = _checkpoints(folder.checkpoints, result_key(case_id, system, epoch))
     if not items:
-        raise ConfigError(f"no checkpoints for case {case_id!r} of system {system!r}: the episode never started")
+        of_epoch = f" in epoch {epoch}" if epochs > 1 else ""
+        raise ConfigError(
+            f"no checkpoints for case {case_id!r} of system {system!r}{of_epoch}: the episode never started"
+        )
     items.sort(key=lambda pair: (pair[1].checkpoint["ts"], pair[1].checkpoint["id"]))
     ledger = [
         e
         for e in (read_ledger(folder.ledger) if folder.ledger.exists() else [])
-        if e.case_id == case_id and e.system == system
+        if e.case_id == case_id and e.system == system and e.epoch == epoch
     ]
 
     steps: list[Step] = []
@@ -170,8 +176,13 @@ def load_trace(run_dir: str | Path, case_id: str, system: str | None = None) -> 
     return steps
 
 
-def episode_result(run_dir: str | Path, case_id: str, system: str) -> ResultRecord | None:
-    return ResultsFile(Path(run_dir) / "results.jsonl").load().get(result_key(case_id, system))
+def run_epochs(config: dict[str, Any]) -> int:
+    """How many epochs a run's recipe asked for (`[run] epochs`; 1 in folders written before epochs)."""
+    return int((config["recipe"].get("run") or {}).get("epochs") or 1)
+
+
+def episode_result(run_dir: str | Path, case_id: str, system: str, epoch: int = 1) -> ResultRecord | None:
+    return ResultsFile(Path(run_dir) / "results.jsonl").load().get(result_key(case_id, system, epoch))
 
 
 # ----------------------------------------------------------------------------- rendering

@@ -24,6 +24,7 @@ each request (a running run's newest episodes appear on reload).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections import Counter, defaultdict
@@ -40,18 +41,19 @@ from benchmarks.common.errors import ConfigError
 from benchmarks.common.redaction import active_redactor
 from runs.report import TEMPLATE_DIR, anchor
 from runs.results import ResultRecord, ResultsFile, result_key
-from runs.trace import Step, _checkpoints, _plain, _where, load_trace
+from runs.trace import Step, _checkpoints, _plain, _where, load_trace, run_epochs
 
 EPISODES_DIR = "episodes"
 VALUE_CHARS = 20_000  # a state value or a message longer than this is cut on the page (and says so)
 
 
 class EpisodeRow(BaseModel):
-    """One (case, system) of the run as the index lists it."""
+    """One (case, system, epoch) of the run as the index lists it."""
 
     key: str
     case_id: str
     system: str
+    epoch: int = 1
     status: str = Field(description="ok | error | missing (no result recorded: not run yet, or still running)")
     error: str | None = None
     scores: dict[str, float | None] = Field(default_factory=dict)
@@ -67,6 +69,7 @@ class RunView(BaseModel):
     recipe: str
     dry_run: bool
     systems: list[str]
+    epochs: int = 1
     judges: list[str]
     kinds: list[str] = Field(description="The degraded kinds present in the run.")
     episodes: list[EpisodeRow]
@@ -141,33 +144,33 @@ class RunViewData:
         self.systems = [s["name"] for s in self.config["recipe"]["systems"]]
 
     def rows(self) -> list[EpisodeRow]:
-        usage: dict[tuple[str | None, str | None], list[LedgerEntry]] = defaultdict(list)
+        usage: dict[tuple[str | None, str | None, int], list[LedgerEntry]] = defaultdict(list)
         for entry in self.ledger:
             if entry.is_model_call:
-                usage[(entry.case_id, entry.system)].append(entry)
+                usage[(entry.case_id, entry.system, entry.epoch)].append(entry)
         rows = []
-        for case_id in self.config["cases"]:
-            for system in self.systems:
-                key = result_key(case_id, system)
-                record = self.records.get(key)
-                calls = usage.get((case_id, system), [])
-                rows.append(
-                    EpisodeRow(
-                        key=key,
-                        case_id=case_id,
-                        system=system,
-                        status=record.status if record else "missing",
-                        error=record.error if record else None,
-                        scores=dict(record.scores) if record else {},
-                        degraded=dict(Counter(d.kind for d in record.degraded for _ in range(d.count)))
-                        if record
-                        else {},
-                        latency_s=record.latency_s if record else None,
-                        calls=len(calls),
-                        tokens=sum(e.prompt_tokens + e.completion_tokens for e in calls),
-                        page=f"{EPISODES_DIR}/{episode_page(key)}",
-                    )
+        for case_id, system, epoch in itertools.product(
+            self.config["cases"], self.systems, range(1, run_epochs(self.config) + 1)
+        ):
+            key = result_key(case_id, system, epoch)
+            record = self.records.get(key)
+            calls = usage.get((case_id, system, epoch), [])
+            rows.append(
+                EpisodeRow(
+                    key=key,
+                    case_id=case_id,
+                    system=system,
+                    epoch=epoch,
+                    status=record.status if record else "missing",
+                    error=record.error if record else None,
+                    scores=dict(record.scores) if record else {},
+                    degraded=dict(Counter(d.kind for d in record.degraded for _ in range(d.count))) if record else {},
+                    latency_s=record.latency_s if record else None,
+                    calls=len(calls),
+                    tokens=sum(e.prompt_tokens + e.completion_tokens for e in calls),
+                    page=f"{EPISODES_DIR}/{episode_page(key)}",
                 )
+            )
         return rows
 
     def run_view(self) -> RunView:
@@ -180,6 +183,7 @@ class RunViewData:
             recipe=self.config["recipe"]["name"],
             dry_run=any(r.dry_run for r in self.records.values()) or any(e.dry_run for e in self.ledger),
             systems=self.systems,
+            epochs=run_epochs(self.config),
             judges=list(dict.fromkeys(judges)),
             kinds=kinds,
             episodes=rows,
@@ -187,10 +191,10 @@ class RunViewData:
 
     def episode(self, row: EpisodeRow) -> EpisodeView:
         try:
-            steps = load_trace(self.path, row.case_id, row.system)
+            steps = load_trace(self.path, row.case_id, row.system, row.epoch)
         except ConfigError as exc:  # no checkpoints for it: the page says why its timeline is empty
             return EpisodeView(row=row, lanes=[], steps=[], span_s=0.0, trace_error=str(exc), record=self._record(row))
-        lanes, views = self._steps(steps, result_key(row.case_id, row.system))
+        lanes, views = self._steps(steps, row.key)
         return EpisodeView(
             row=row,
             lanes=lanes,

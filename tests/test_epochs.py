@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import signal
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -15,10 +17,11 @@ from agents.models.settings import ModelSettings
 from benchmarks.common.errors import ConfigError, DataError
 from benchmarks.metrics.statistics import epoch_spread
 from graphs.context import EpisodeContext, SystemSpec
+from runs.epochs import epoch_context, epoch_of
 from runs.preflight import epoch_problems
 from runs.recipe import load_recipe, parse_recipe
 from runs.results import ResultRecord, ResultsFile, result_key
-from runs.runner import epoch_context, epoch_of, expected_keys, run_recipe
+from runs.runner import expected_keys, run_recipe
 from runs.summary import epoch_means, summarize
 from tests.test_cli_errors import atelier
 from tests.test_run_signals import SLOW_MODEL, lines, start, wait_for_results
@@ -92,22 +95,49 @@ def test_a_later_epoch_moves_the_system_sides_seeds_and_keeps_the_judges():
     assert context.role_models()["system"].seed == 5  # the first epoch's context is untouched
 
 
-def test_epochs_on_ray_are_refused():
+def test_epochs_are_accepted_on_ray():  # each epoch's record and checkpoint thread is keyed by epoch there too
     data = load_recipe(QUICKSTART).model_dump(mode="python")
     data["run"] |= {"epochs": 2, "executor": "ray"}
-    with pytest.raises(ConfigError, match="epochs > 1 runs on the local executor only"):
-        parse_recipe(data)
-    data["run"]["epochs"] = 1
-    assert parse_recipe(data).run.executor == "ray"
+    assert parse_recipe(data).run.epochs == 2
 
 
-def test_epochs_with_a_comparative_judge_are_refused_before_anything_runs(tmp_path, cache_dir):
+def test_a_comparative_judge_pairs_responses_epoch_by_epoch(tmp_path, cache_dir):
     data = load_recipe(QUICKSTART).model_dump(mode="python")
     data["judges"] = [{"name": "lampqa_aspects"}, {"name": "lampqa_pairwise", "baseline": "direct-none"}]
     data["run"]["epochs"] = 2
-    with pytest.raises(ConfigError, match="comparative judge 'lampqa_pairwise'"):
-        run_recipe(parse_recipe(data), tmp_path / "run", progress=False)
-    assert not (tmp_path / "run" / "results.jsonl").exists()
+    data["benchmark"]["limit"] = 2
+    folder = run_recipe(parse_recipe(data), tmp_path / "run", progress=False)
+    records = {}
+    for line in (folder.path / "results.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        records[record["key"]] = record  # the last line of a key wins
+    assert len(records) == 8
+    compared = [r for r in records.values() if r["system"] == "direct-full"]
+    assert sorted(r["epoch"] for r in compared) == [1, 1, 2, 2]
+    for record in compared:  # judged once per epoch, against the baseline's response of that epoch
+        pairwise = [j for j in record["judgments"] if j["judge"] == "lampqa_pairwise"]
+        assert len(pairwise) == 1 and not pairwise[0].get("failed"), record["key"]
+    from runs.judging import comparisons_due
+    from runs.results import ResultRecord
+
+    loaded = {k: ResultRecord.model_validate(v) for k, v in records.items()}
+    baseline_e2 = next(r for r in loaded.values() if r.system == "direct-none" and r.epoch == 2)
+    del loaded[baseline_e2.key]  # with epoch 2's baseline gone, epoch 2 of that case has nobody to face
+    undone = {
+        k: r.model_copy(update={"judgments": [j for j in r.judgments if j.judge != "lampqa_pairwise"]})
+        for k, r in loaded.items()
+    }
+
+    class Pairwise:
+        key, baseline = "lampqa_pairwise", "direct-none"
+
+    due = comparisons_due(undone, Pairwise())  # type: ignore[arg-type]
+    assert {(r.case_id, r.epoch) for r, _ in due} == {
+        (r.case_id, r.epoch) for r in loaded.values() if r.system == "direct-full"
+    } - {(baseline_e2.case_id, 2)}
+    assert all(r.epoch == b.epoch and r.case_id == b.case_id for r, b in due)
+    summary = json.loads((folder.path / "summary.json").read_text())
+    assert summary["systems"]["direct-full"]["judges"]["lampqa_pairwise"]["n"] == 2  # per case, over epochs
 
 
 @pytest.mark.parametrize(
@@ -268,3 +298,84 @@ def test_three_epochs_of_the_quickstart_killed_and_resumed_run_each_key_once(tmp
         assert judge["n"] == 2 and spread["epochs"] == 3 and spread["n_scores"] == 6
         assert spread["mean_case_std"] is not None and spread["epoch_means_std"] is not None
         assert len(spread["epoch_means"]) == 3 and sorted(judge["case_means"]) == ["q13", "q14"]
+
+
+def test_each_epoch_has_its_own_trace_ledger_calls_and_view_page(tmp_path, cache_dir):
+    import lxml.html
+
+    from agents.models.ledger import read_ledger
+    from runs.trace import load_trace
+    from runs.view import write_static
+
+    data = load_recipe(QUICKSTART).model_dump(mode="python")
+    data["benchmark"]["limit"] = 1
+    data["run"]["epochs"] = 2
+    folder = run_recipe(parse_recipe(data), tmp_path / "run", progress=False)
+    ledger = read_ledger(folder.ledger)
+    assert {e.epoch for e in ledger if e.system == "direct-full"} == {1, 2}  # each call knows its epoch
+    first, second = (load_trace(folder.path, "q13", "direct-full", epoch) for epoch in (1, 2))
+    calls = lambda steps: {c.entry.call_id for s in steps for c in s.calls}
+    assert calls(first) and calls(second) and not calls(first) & calls(second)
+    assert {e.call_id for e in ledger if e.epoch == 2 and e.system == "direct-full"} >= calls(second)
+    with pytest.raises(ConfigError, match="--epoch 3: this run has epochs 1 to 2"):
+        load_trace(folder.path, "q13", "direct-full", 3)
+
+    index = write_static(folder.path, tmp_path / "view")
+    rows = lxml.html.parse(str(index)).getroot().xpath("//tr[@class='episode']")
+    assert sorted(r.get("data-key") for r in rows) == sorted(
+        json.loads(line)["key"] for line in folder.results.read_text().splitlines()
+    )
+    assert sorted(" ".join(r.xpath(".//td[contains(@class, 'epoch')]")[0].text_content().split()) for r in rows) == [
+        "1",
+        "1",
+        "2",
+        "2",
+    ]
+    pages = {r.xpath(".//a")[0].get("href") for r in rows}
+    assert len(pages) == 4 and all((tmp_path / "view" / p).exists() for p in pages)
+
+
+def test_trace_names_a_missing_epoch_in_one_line(tmp_path, cache_dir):
+    data = load_recipe(QUICKSTART).model_dump(mode="python")
+    data["benchmark"]["limit"] = 1
+    folder = run_recipe(parse_recipe(data), tmp_path / "run", progress=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runs.cli",
+            "trace",
+            str(folder.path),
+            "q13",
+            "--system",
+            "direct-full",
+            "--epoch",
+            "2",
+            "--all",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "--epoch 2: this run has one epoch" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_paired_comparisons_take_each_case_once_as_its_mean_over_epochs():
+    from runs.comparisons import scores_by_case, versus_baseline
+
+    records = [
+        record("q1", "a", 1, 0.2),
+        record("q1", "a", 2, 0.6),
+        record("q2", "a", 1, 1.0),
+        record("q2", "a", 2, 0.0),
+    ]
+    records += [
+        record("q1", "b", 1, 0.1),
+        record("q1", "b", 2, 0.1),
+        record("q2", "b", 1, 0.3),
+        record("q2", "b", 2, 0.3),
+    ]
+    assert scores_by_case(records, "a", "j") == pytest.approx({"q1": 0.4, "q2": 0.5})  # not the last epoch's
+    row = versus_baseline(records, ["b", "a"], ["j"], "b")["rows"][0]
+    assert row["n"] == 2 and row["mean_difference"] == pytest.approx(((0.4 - 0.1) + (0.5 - 0.3)) / 2)

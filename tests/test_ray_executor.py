@@ -100,6 +100,25 @@ def test_quickstart_on_two_nodes_scores_like_the_local_executor(cluster, local_q
     assert not list(remote.glob("memory"))
 
 
+def test_epochs_on_the_cluster_key_every_record_and_thread_by_epoch(cluster, tmp_path, cache_dir):
+    quick = load_recipe(QUICKSTART)
+    local = run_recipe(quick.with_overrides(limit=1, epochs=2), tmp_path / "local", progress=False).path
+    on_ray = quick.with_overrides(limit=1, epochs=2, executor="ray", ray_address=cluster.address)
+    remote = run_recipe(on_ray, tmp_path / "ray", progress=False).path
+
+    records = lines(remote / "results.jsonl")
+    keys = [r["key"] for r in records]
+    assert len(keys) == 4 and len(set(keys)) == 4 and sorted(r["epoch"] for r in records) == [1, 1, 2, 2]
+    assert scores(remote) == scores(local)  # each epoch is its own sample, on the cluster as here
+    import sqlite3
+
+    with sqlite3.connect(remote / "checkpoints.sqlite") as db:
+        threads = {row[0] for row in db.execute("select distinct thread_id from checkpoints")}
+    assert threads == set(keys)
+    judged = json.loads((remote / "summary.json").read_text())["systems"]["direct-full"]["judges"]
+    assert judged and all("epoch_spread" in stats for stats in judged.values())
+
+
 class CountingStub(OpenAIStub):
     """The stub server, counting requests in flight (from request to response) and holding each
     for `latency_s`, so concurrent calls overlap."""

@@ -41,7 +41,7 @@ _captured: contextvars.ContextVar[list[LedgerEntry] | None] = contextvars.Contex
 
 @contextlib.contextmanager
 def call_tags(**tags: str | None) -> Iterator[None]:
-    """Tag every model call made inside this block (`case=`, `system=`, `node=`)."""
+    """Tag every model call made inside this block (`case=`, `system=`, `epoch=`, `node=`)."""
     merged = {**_tags.get(), **{k: v for k, v in tags.items() if v is not None}}
     token = _tags.set(merged)
     try:
@@ -82,6 +82,7 @@ class LedgerEntry(BaseModel):
     run_id: str
     case_id: str | None = None
     system: str | None = None
+    epoch: int = 1  # which run of (case, system) the call belongs to (`[run] epochs`)
     node: str | None = None
     role: str
     model: str
@@ -141,6 +142,7 @@ class Ledger:
             run_id=self.run_id,
             case_id=fields.pop("case_id", None) or tags.get("case"),
             system=fields.pop("system", None) or tags.get("system"),
+            epoch=int(fields.pop("epoch", None) or tags.get("epoch") or 1),
             node=fields.pop("node", None) or tags.get("node"),
             **fields,
         )

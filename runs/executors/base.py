@@ -1,6 +1,6 @@
 """The executor seam: the runner hands an executor episodes and gets each one's `ResultRecord` back.
 
-An episode is one (case, system) of a run with the settings it runs under (`EpisodeContext`, plain
+An episode is one (case, system, epoch) of a run with the settings it runs under (`EpisodeContext`, plain
 data). How it runs is the runner's own episode function (`EpisodeFn`: the episode graph in, the
 record out); where it runs is the executor's business: `local` awaits it in this process, `ray`
 on a cluster's nodes. Either way the driver alone writes the run folder.
@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from benchmarks.case import Case
 from graphs.context import EpisodeContext, SystemSpec
+from runs.epochs import epoch_of
 from runs.results import ResultRecord, result_key
 
 # (episode graph, case, system, context) -> the episode's record; never raises for a failed episode
@@ -27,8 +28,12 @@ class Episode:
     context: EpisodeContext
 
     @property
+    def epoch(self) -> int:
+        return epoch_of(self.context, self.system)
+
+    @property
     def key(self) -> str:
-        return result_key(self.case.id, self.system.name)
+        return result_key(self.case.id, self.system.name, self.epoch)
 
 
 class Executor(Protocol):

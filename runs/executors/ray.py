@@ -526,6 +526,7 @@ def _lost(episode: Episode, reason: str) -> ResultRecord:
         benchmark=episode.case.benchmark,
         user_id=episode.case.user_id,
         setting=episode.system.setting or episode.case.setting,
+        epoch=episode.epoch,
         status="error",
         error=f"worker lost: {first_line}",
         finished_at=time.time(),

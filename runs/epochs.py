@@ -1,0 +1,45 @@
+"""Epochs (`[run] epochs = k`): each (case, system) run k times, each epoch an independent sample.
+
+An epoch of a system runs under a context of its own (`epoch_context`); which epoch an episode is
+can be read back from that context alone (`epoch_of`), so an executor that gets only the context
+(a Ray worker, a retried episode) keys its record and its checkpoint thread by epoch too.
+"""
+
+from __future__ import annotations
+
+from agents.models.settings import ModelSettings
+from graphs.context import EpisodeContext, SystemSpec
+from runs.resume import SYSTEM_SIDE
+
+EPOCH_MARK = "@epoch"
+
+
+def epoch_context(context: EpisodeContext, epoch: int) -> EpisodeContext:
+    """The context of one epoch of a system (`[run] epochs`). The first epoch's is the system's own,
+    so a run of one epoch is the run it always was. A later epoch is an independent run of the same
+    system: the seeds of its system-side roles (`runs.resume.SYSTEM_SIDE`: the system's, the memory's
+    and the simulated user's) and the run's seed (random profile, gold noise) are moved by
+    `epoch - 1`, so every call is a new sample (and a new response-cache key); the judges keep
+    their seeds, so the spread between epochs is the system's, not the judges' (judges have
+    `repeats`). It runs under the name `<system>@epoch<k>`, which gives it memory and work folders
+    of its own (`memory/<system>@epoch<k>/`); results and the ledger keep the system's name."""
+    if epoch == 1:
+        return context
+    shift = epoch - 1
+
+    def moved(models: dict[str, ModelSettings]) -> dict[str, ModelSettings]:
+        return {
+            role: s.model_copy(update={"seed": (s.seed or 0) + shift}) if role in SYSTEM_SIDE else s
+            for role, s in models.items()
+        }
+
+    system = context.system.model_copy(
+        update={"name": f"{context.system.name}{EPOCH_MARK}{epoch}", "models": moved(context.system.models)}
+    )
+    return context.model_copy(update={"models": moved(context.models), "system": system, "seed": context.seed + shift})
+
+
+def epoch_of(context: EpisodeContext, system: SystemSpec) -> int:
+    """Which epoch of `system` an episode run in `context` is (see `epoch_context`)."""
+    number = context.system.name.removeprefix(f"{system.name}{EPOCH_MARK}")
+    return int(number) if number != context.system.name and number.isdigit() else 1
