@@ -13,8 +13,9 @@ latest message with the conversation so far as `previous_turns`, and a fresh rec
 memory. The transcript, turn by turn, is the response the judges see.
 
 `run_with_simulated_user` drives an episode in a run: when the system stops at a clarify
-`interrupt(ClarifyRequest)`, the simulated user answers it from the full case and the episode
-resumes with the typed `ClarifyAnswers`, its calls tagged with the interrupting node.
+`interrupt(ClarifyRequest)` or a plan review (`PlanReviewRequest`), the simulated user answers it
+from the full case and the episode resumes with the typed answer, its calls tagged with the
+interrupting node.
 """
 
 from __future__ import annotations
@@ -31,16 +32,18 @@ from agents.response import Citation, SystemResponse
 from agents.user_sim import GoldGuard, answer_clarification, next_user_turn
 from agents.user_sim.conversation import ConversationEnd
 from agents.user_sim.grounding import STOP_TOKEN
+from agents.user_sim.plan_review import review_plan_as_user
 from benchmarks.case import Case, ConversationTurn, Query
 from benchmarks.common.errors import ConfigError
 from graphs.context import ConversationOptions, EpisodeContext
+from graphs.deep_research.review import PlanReviewRequest
 from graphs.inputs import PipelineInput, PipelineOutput, case_from_input, case_view, memory_view
 from graphs.memory import no_upfront_context, recall_context
 from graphs.memory_tool import reads_memory_upfront
 from graphs.pipelines import PIPELINES
 from graphs.resources import resources_for
 
-MAX_INTERRUPTS = 8  # clarify rounds one episode may ask for
+MAX_INTERRUPTS = 8  # clarify and plan review rounds one episode may ask for
 
 
 def conversation_branch(pipeline: str) -> str:
@@ -170,6 +173,40 @@ def as_clarify_request(value: Any) -> ClarifyRequest | None:
         return None
 
 
+def as_plan_review_request(value: Any) -> PlanReviewRequest | None:
+    if isinstance(value, PlanReviewRequest):
+        return value
+    try:
+        return PlanReviewRequest.model_validate(value)
+    except ValueError:
+        return None
+
+
+async def _simulated_answer(value: Any, gateway, case: Case, context: EpisodeContext, node: str) -> Any:
+    """The simulated user's resume value for one interrupt: clarify answers or a plan review."""
+    request = as_clarify_request(value)
+    review = as_plan_review_request(value) if request is None else None
+    if request is None and review is None:
+        raise RuntimeError(f"the episode stopped at an interrupt the simulated user cannot answer: {value!r}")
+    if context.clarify_answerer != "simulated_user":
+        asked = (
+            f"asked the user {len(request.questions)} clarifying question(s)"
+            if request is not None
+            else "asked the user to review its research plan"
+        )
+        raise ConfigError(
+            f"system {context.system.name!r} {asked} on case {case.id!r}, but this run's simulated user does not "
+            "answer the system (set [user_sim] clarify = true)"
+        )
+    with call_tags(node=node):
+        if request is not None:
+            return (await answer_clarification(gateway, case, request)).answers
+        assert review is not None
+        titles = [t.title for t in review.subtopics]
+        verdict = await review_plan_as_user(gateway, case, titles, review.max_subtopics, problem=review.problem)
+        return verdict.resume_value()
+
+
 async def run_with_simulated_user(graph, case: Case, config: dict[str, Any], context: EpisodeContext) -> dict[str, Any]:
     """Run (or continue) one episode of a run; answer each clarify interrupt with the simulated user
     (`clarify_answerer = "simulated_user"`) and resume. A system that asks when no simulated user
@@ -188,19 +225,9 @@ async def run_with_simulated_user(graph, case: Case, config: dict[str, Any], con
         tasks = (await graph.aget_state(config, subgraphs=True)).tasks
         resume = {}
         for pending_interrupt in pending:
-            request = as_clarify_request(pending_interrupt.value)
-            if request is None:
-                raise RuntimeError(
-                    f"the episode stopped at an interrupt the simulated user cannot answer: {pending_interrupt.value!r}"
-                )
-            if context.clarify_answerer != "simulated_user":
-                raise ConfigError(
-                    f"system {context.system.name!r} asked the user {len(request.questions)} clarifying "
-                    f"question(s) on case {case.id!r}, but this run's simulated user does not answer "
-                    "them (set [user_sim] clarify = true)"
-                )
-            with call_tags(node=_interrupting_node(tasks, pending_interrupt.id) or "interrupt"):
-                simulated = await answer_clarification(gateway, case, request)
-            resume[pending_interrupt.id] = simulated.answers
+            node = _interrupting_node(tasks, pending_interrupt.id) or "interrupt"
+            resume[pending_interrupt.id] = await _simulated_answer(
+                pending_interrupt.value, gateway, case, context, node
+            )
         payload = Command(resume=resume)
-    raise RuntimeError(f"the episode asked for more than {MAX_INTERRUPTS} clarifications")
+    raise RuntimeError(f"the episode asked the user more than {MAX_INTERRUPTS} times (clarifications, plan reviews)")

@@ -49,7 +49,7 @@ async def test_a_bad_resume_asks_again_and_the_edited_plan_is_what_the_researche
     finally:
         await release(ctx)
     assert [f.topic for f in findings if f.round == 1] == ["Budget hotels near Alfama"]
-    assert out["response"].meta["plan_review"] == {"status": "edited", "subtopics": 1}
+    assert out["response"].meta["plan_review"] == {"status": "edited", "by": "person", "subtopics": 1}
 
 
 @pytest.mark.parametrize("design", ["plan", "agentic"])
@@ -100,14 +100,13 @@ async def test_studio_draws_the_agentic_graph_and_stops_at_the_plan_review(studi
     assert "needs at least one sub-topic" in again["__interrupt__"][0]["value"]["problem"]
     await client.runs.wait(thread, "deep_research", command={"resume": EDITED}, context=context)
     final = (await client.threads.get_state(thread))["values"]
-    assert final["response"]["meta"]["plan_review"] == {"status": "edited", "subtopics": 1}
+    assert final["response"]["meta"]["plan_review"] == {"status": "edited", "by": "person", "subtopics": 1}
     assert [f["topic"] for f in final["findings"] if f["round"] == 1] == ["Budget hotels near Alfama"]
 
 
-@pytest.mark.parametrize("answerer", ["none", "simulated_user"])
-async def test_a_run_with_no_person_to_review_researches_the_plan_and_records_the_review_as_skipped(tmp_path, answerer):
+async def test_a_run_with_no_one_to_review_researches_the_plan_and_records_the_review_as_skipped(tmp_path):
     ctx = context(
-        tmp_path, "deep_research", answerer=answerer, design="agentic", review_plan=True, clarify="never", **SMALL
+        tmp_path, "deep_research", answerer="none", design="agentic", review_plan=True, clarify="never", **SMALL
     )
     try:
         out = await build_deep_research_graph().ainvoke({"benchmark": "sample", "case_id": "q01"}, context=ctx)
@@ -115,3 +114,92 @@ async def test_a_run_with_no_person_to_review_researches_the_plan_and_records_th
         await release(ctx)
     assert "__interrupt__" not in out
     assert out["response"].meta["plan_review"]["status"] == "skipped"
+
+
+@pytest.mark.parametrize("design", ["plan", "agentic"])
+async def test_the_simulated_user_reviews_the_plan_in_a_run(tmp_path, design):
+    from agents.models.ledger import capture_calls
+    from benchmarks.registry import load_cases
+    from graphs.simulate import run_with_simulated_user
+
+    ctx = context(
+        tmp_path, "deep_research", answerer="simulated_user", design=design, review_plan=True, clarify="never", **SMALL
+    )
+    graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver(serde=serializer())})
+    config = {"configurable": {"thread_id": f"simulated-{design}"}}
+    case = next(c for c in load_cases("sample") if c.id == "q01")
+    try:
+        with capture_calls() as calls:
+            out = await run_with_simulated_user(graph, case, config, ctx)
+        state = (await graph.aget_state(config)).values
+    finally:
+        await release(ctx)
+    review = out["response"].meta["plan_review"]
+    assert review["by"] == "simulated_user" and review["status"] in ("accepted", "edited"), review
+    assert [c.node for c in calls if c.role == "user_sim"] == ["review_plan"]  # one review, tagged with its node
+    planned = [t["title"] for t in state["plan"]]
+    assert review["subtopics"] == len(planned) <= SMALL["max_researchers"]
+    assert sorted({f.topic for f in state["findings"] if f.round == 1}) == sorted(planned)  # what was reviewed ran
+
+
+class Verdict:
+    """A gateway double answering the plan review with a fixed verdict."""
+
+    def __init__(self, data: dict) -> None:
+        self.data = data
+        self.messages: list[list[dict]] = []
+
+    async def structured(self, role, messages, schema):
+        assert role == "user_sim"
+        self.messages.append(messages)
+        return schema.model_validate(self.data)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "accept", "subtopics", "fallback"),
+    [
+        ({"accept": True, "reason": "Covers it."}, True, [], None),
+        ({"accept": False, "subtopics": ["", "  ", "###STOP###"]}, True, [], "named no usable sub-topic (3 given)"),
+        (
+            {"accept": False, "subtopics": ["Costs", "costs ", "Visas", "Flights"]},
+            False,
+            ["Costs", "Visas"],
+            "had 3 sub-topics; its first 2",
+        ),
+        ({"accept": False, "subtopics": ["Night trains"]}, False, ["Night trains"], None),
+    ],
+)
+async def test_the_simulated_users_verdict_is_held_to_what_a_reviewer_can_send(verdict, accept, subtopics, fallback):
+    from agents.user_sim.plan_review import review_plan_as_user
+    from benchmarks.registry import load_cases
+
+    gateway = Verdict(verdict)
+    case = load_cases("tiny", limit=1)[0]
+    review = await review_plan_as_user(gateway, case, ["Budget", "Routes"], 2)  # type: ignore[arg-type]
+    assert (review.accept, review.subtopics) == (accept, subtopics)
+    assert (review.fallback is None) if fallback is None else (fallback in review.fallback)
+    parse_review(review.resume_value(), 2)  # what the graph is resumed with is a valid review
+    prompt = gateway.messages[0][-1]["content"] + gateway.messages[0][1]["content"]
+    assert "1. Budget" in prompt and "2. Routes" in prompt and "at most 2" in prompt
+
+
+async def test_the_simulated_user_sends_no_gold_in_its_plan():
+    from agents.user_sim.plan_review import review_plan_as_user
+    from benchmarks.registry import load_cases
+    from tests.conftest import GOLD_SENTINEL
+
+    gateway = Verdict({"accept": False, "subtopics": [f"{GOLD_SENTINEL} need 0", "Prices"], "reason": GOLD_SENTINEL})
+    review = await review_plan_as_user(gateway, load_cases("tiny", limit=1)[0], ["Budget"], 2)  # type: ignore[arg-type]
+    assert not any(GOLD_SENTINEL in t for t in [*review.subtopics, review.reason]) and review.redacted >= 3
+
+
+async def test_a_review_the_code_had_to_change_is_a_degraded_step_of_the_response(tmp_path):
+    ctx, graph, config, first = await _first_stop(tmp_path, "plan")
+    try:
+        fell_back = {"accept": True, "fallback": "the simulated user named no usable sub-topic"}
+        out = await graph.ainvoke(Command(resume=fell_back), config, context=ctx)
+    finally:
+        await release(ctx)
+    steps = [(d.kind, d.step) for d in out["response"].degraded]
+    assert ("step_fallback", "review_plan") in steps
+    assert out["response"].meta["plan_review"]["status"] == "accepted"

@@ -76,9 +76,9 @@ class DeepResearchOptions(GoldContextOptions, MemoryAccessOptions):
     )
     review_plan: bool = Field(
         default=False,
-        description="Stop after the plan (or the supervisor's first research call) so a person (Studio; "
-        "clarify_answerer = person) accepts it or gives an edited plan; a run researches the plan and records "
-        "the review as skipped (graphs/deep_research/review.py).",
+        description="Stop after the plan (or the supervisor's first research call) so a person (Studio) or, in a "
+        "run with [user_sim] clarify = true, the simulated user accepts it or gives an edited plan; a run with no "
+        "one to answer researches the plan and records the review as skipped (graphs/deep_research/review.py).",
     )
     clarify: Literal["auto", "always", "never"] = Field(
         default="auto",

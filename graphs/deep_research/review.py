@@ -4,10 +4,11 @@ After the plan (design = "plan") or the supervisor's first research call (design
 graph interrupts with a `PlanReviewRequest`; the resume value is a `PlanReview`: accept the plan
 as shown, or give the sub-topics to research instead. A resume that cannot be used (another shape,
 an empty or too long plan) is answered by asking again with what was wrong, as the clarify
-interrupt does. Only a person reviews (`clarify_answerer = "person"`: Studio, a test); a run, whose
-simulated user does not answer plan reviews yet, researches the plan and records the review as
-skipped. The request travels as plain data (`ask_as_data_until_usable`), so Studio shows it
-as JSON and a checkpoint holds it without knowing its type.
+interrupt does. A person reviews in Studio or a test (`clarify_answerer = "person"`); in a run
+whose simulated user answers the system (`[user_sim] clarify = true`), the simulated user reviews
+(`graphs.simulate.run_with_simulated_user`); with no one to answer, the plan is researched and the
+review recorded as skipped. The request travels as plain data (`ask_as_data_until_usable`), so
+Studio shows it as JSON and a checkpoint holds it without knowing its type.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agents.models.budgeted import ITEM_CHARS
 from agents.planner import Subtopic
+from benchmarks.common.degradation import degradation
 from graphs.context import EpisodeContext
 from graphs.deep_research.agentic import agent_tasks
 from graphs.deep_research.nodes import PIPELINE, options_of, research_tasks
@@ -56,6 +58,12 @@ class PlanReview(BaseModel):
 
     accept: bool = True
     subtopics: list[ReviewedTopic] | None = None
+    reason: str = Field(default="", max_length=2000, description="Why (kept in the response's meta).")
+    fallback: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="Set by the simulated user when the code had to change its verdict to fit (a degraded step).",
+    )
 
     @model_validator(mode="after")
     def _an_edit_has_a_plan(self) -> PlanReview:
@@ -77,9 +85,10 @@ def review_plan(
     """Interrupt with the plan; research the plan accepted, or the one given instead."""
     options = options_of(runtime)
     shown = [ReviewedTopic.model_validate(topic) for topic in state.get("plan", [])]
-    if pipeline_context(runtime, PIPELINE).clarify_answerer != "person":  # a run: no one to review it
+    answerer = pipeline_context(runtime, PIPELINE).clarify_answerer
+    if answerer == "none":  # a run with no one to review it
         review = PlanReview()
-        status = {"status": "skipped", "reason": "no person reviews plans in this run (the plan was researched)"}
+        status = {"status": "skipped", "reason": "no one reviews plans in this run (the plan was researched)"}
     else:
         request = PlanReviewRequest(design=options.design, subtopics=shown, max_subtopics=options.max_researchers)
         review = ask_as_data_until_usable(
@@ -87,13 +96,17 @@ def review_plan(
             lambda value: parse_review(value, options.max_researchers),
             '{"accept": true} or {"accept": false, "subtopics": [{"title": "..."}]}',
         )
-        status = {"status": "accepted" if review.accept else "edited"}
+        status = {"status": "accepted" if review.accept else "edited", "by": answerer}
+        if review.reason:
+            status["reason"] = review.reason
     edited = review.subtopics if review.subtopics and not review.accept else None
     topics = edited or shown
     update: dict[str, Any] = {
         "plan": [t.model_dump() for t in topics],
         "plan_review": {**status, "subtopics": len(topics)},
     }
+    if review.fallback:
+        update["degraded"] = [*state.get("degraded", []), degradation("step_fallback", "review_plan", review.fallback)]
     round_ = state.get("round", 1)
     if options.design == "agentic":
         calls = state.get("pending_research", [])
