@@ -379,3 +379,17 @@ def test_compare_html_shows_the_config_diff_the_cases_side_by_side_and_the_plots
 
     assert sorted(labels(doc, "compare-dots")) == sorted(cells)  # every entry's mean with its CI
     assert len(labels(doc, "difference-dots")) == 3  # every entry against the baseline a:direct-none
+
+
+def test_the_run_table_in_the_terminal_says_one_case_has_no_ci(tmp_path, capsys):
+    from runs.cli.run import _print_summary
+
+    ledger = {"calls": 1, "provider_calls": 0, "cache_hits": 1, "prompt_tokens": 1, "completion_tokens": 1}
+    judged = {"n": 1, "mean": 0.5, "ci95": [0.5, 0.5], "failed": 0}
+    two = {"n": 2, "mean": 0.5, "ci95": [0.25, 0.75], "failed": 0}
+    summary = {"dry_run": True, "ledger": ledger, "systems": {"a": {"errors": 0, "judges": {"j": judged, "k": two}}}}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    _print_summary(path)
+    printed = capsys.readouterr().err
+    assert "one case, no CI" in printed and "[0.500, 0.500]" not in printed and "0.250" in printed

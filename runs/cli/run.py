@@ -183,6 +183,7 @@ def _print_summary(path: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from runs.report import ci_text
     from runs.usage import format_cost
 
     summary = json.loads(path.read_text(encoding="utf-8"))
@@ -193,13 +194,12 @@ def _print_summary(path: Path) -> None:
         table.add_column(column)
     for system, entry in summary["systems"].items():
         for judge, stats in entry["judges"].items():
-            low, high = stats["ci95"]
             table.add_row(
                 system,
                 judge,
                 str(stats["n"]),
                 f"{stats['mean']:.3f}" if stats["mean"] is not None else "–",
-                f"[{low:.3f}, {high:.3f}]" if low is not None else "–",
+                ci_text(stats["ci95"], stats["n"]),
                 str(entry["errors"] + stats["failed"]),
                 *([_spread(stats["epoch_spread"])] if epochs > 1 else []),
             )
