@@ -176,13 +176,18 @@ def _distribution_chart(summary: dict[str, Any], records: list[ResultRecord]) ->
     return _svg(fig)
 
 
-def _cost_chart(summary: dict[str, Any]) -> tuple[str | None, str]:
+NAMED_POINTS = 8  # a cost chart with more systems marks its points by number, named in a key beneath
+
+
+def _cost_chart(summary: dict[str, Any]) -> tuple[str | None, str, list[tuple[int, str]]]:
     """Mean score against what the system's own model calls cost per episode (USD when every call
-    was priced, else tokens)."""
+    was priced, else tokens); with many systems the points carry numbers and the key names them
+    (names at 40 points overlap into ink)."""
     systems, judges = _judged(summary)
     points = {s: _system_calls(summary, s) for s in systems}
     if not systems or not judges or not any(p["provider_calls"] or p["calls"] for p in points.values()):
-        return None, ""
+        return None, "", []
+    numbered = len(systems) > NAMED_POINTS
     priced = all(p["cost_usd"] is not None and not p["unpriced_calls"] for p in points.values()) and any(
         p["cost_usd"] for p in points.values()
     )
@@ -197,13 +202,14 @@ def _cost_chart(summary: dict[str, Any]) -> tuple[str | None, str]:
                 continue
             calls = points[system]
             x = (calls["cost_usd"] if priced else calls["prompt_tokens"] + calls["completion_tokens"]) / episodes
-            ax.scatter([x], [mean], s=40, color=_PALETTE[i % len(_PALETTE)])
-            ax.annotate(system, (x, mean), textcoords="offset points", xytext=(5, 4), fontsize=8)
+            ax.scatter([x], [mean], s=40 if not numbered else 24, color=_PALETTE[i % len(_PALETTE)])
+            label = str(i + 1) if numbered else system
+            ax.annotate(label, (x, mean), textcoords="offset points", xytext=(4, 3), fontsize=8 if not numbered else 7)
         ax.set_xlabel(axis)
         ax.set_ylabel(f"mean {judge}")
         ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
-    return _svg(fig), axis
+    return _svg(fig), axis, [(i + 1, s) for i, s in enumerate(systems)] if numbered else []
 
 
 # ----------------------------------------------------------------------------- view helpers
@@ -383,7 +389,7 @@ def write_report(
     env.globals["counts_by_kind"] = counts_by_kind
     env.globals["cell_anchor"] = cell_anchor
     env.globals["kinds"] = KINDS
-    cost_chart, cost_axis = _cost_chart(summary)
+    cost_chart, cost_axis, cost_key = _cost_chart(summary)
     specs = {s["name"]: s for s in config["recipe"]["systems"]}
     html = env.get_template("report.html.j2").render(
         config=config,
@@ -400,6 +406,7 @@ def write_report(
         distributions=_distribution_chart(summary, records),
         cost_chart=cost_chart,
         cost_axis=cost_axis,
+        cost_key=cost_key,
         failing_kinds=[d["kind"] for d in summary["episodes"].get("degraded", []) if not d["tolerated"]],
     )
     Path(path).write_text(active_redactor().redact(html), encoding="utf-8")  # no key, even one an error quoted

@@ -266,6 +266,11 @@ def test_forty_systems_get_a_sorted_dot_plot_a_panel_per_judge_and_no_page_wider
         assert means == sorted(means, reverse=True)  # best on top
     chart = doc.xpath('//*[@id="score-chart"]//svg')
     assert len(chart) == 1 and "lampqa_aspects" in chart[0].text_content() and "aepd" in chart[0].text_content()
+    # the cost chart marks 40 points by number (names would overlap into ink); its key names each one
+    key = [(li.get("value"), " ".join(li.text_content().split())) for li in doc.xpath('//ol[@id="cost-key"]/li')]
+    assert key == [(str(i), name) for i, name in enumerate(summary["systems"], start=1)]
+    cost_labels = doc.xpath('//*[@id="cost-chart"]//svg')[0].text_content()
+    assert "system-07" not in cost_labels and "40" in cost_labels
 
     scores = {(row[0], row[1]): row for row in table(doc, "scores")}
     assert len(scores) == 160
@@ -393,3 +398,12 @@ def test_the_run_table_in_the_terminal_says_one_case_has_no_ci(tmp_path, capsys)
     _print_summary(path)
     printed = capsys.readouterr().err
     assert "one case, no CI" in printed and "[0.500, 0.500]" not in printed and "0.250" in printed
+
+
+def test_a_cost_chart_of_a_few_systems_names_its_points_and_has_no_key(runs):
+    import lxml.html
+
+    doc = lxml.html.parse(str(runs[0].path / "report.html")).getroot()
+    [svg] = doc.xpath('//*[@id="cost-chart"]//svg')
+    assert "direct-none" in svg.text_content() and "direct-full" in svg.text_content()
+    assert not doc.xpath('//ol[@id="cost-key"]')
