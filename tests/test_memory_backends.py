@@ -507,6 +507,25 @@ async def test_hierarchical_moves_pages_through_the_tiers_and_promotes_a_hot_ses
     assert ctx.text.index("# Recent history\n[u:e6]") > ctx.text.index("# Related memories")
 
 
+async def test_hierarchical_records_a_batch_the_summarizer_gave_no_topic_for():
+    def no_topics(schema, prompt):
+        if schema is TopicSummaries:
+            return TopicSummaries(topics=[TopicSummary(theme=" ", keywords=[], content="")])  # nothing usable
+        return curator(schema, prompt)
+
+    memory = backend("hierarchical", FakeGateway(no_topics), short_term_capacity=2)
+    memory.clock = lambda: 1000.0
+    await memory.ingest("u", FOOD[:4])  # e3 and e4 each push a page out: two batches, no topic for either
+    ctx = await memory.context("u", "vegetarian curry recipe", 2000)
+    [fell_back] = [d for d in ctx.degraded if d.step == "ingest"]
+    assert (fell_back.kind, fell_back.count) == ("empty_answer", 2) and "raw text stood in" in fell_back.detail
+    kept = FakeGateway(curator)
+    healthy = backend("hierarchical", kept, short_term_capacity=2)
+    healthy.clock = lambda: 1000.0
+    await healthy.ingest("u", FOOD[:4])
+    assert not [d for d in (await healthy.context("u", "vegetarian curry recipe", 2000)).degraded if d.step == "ingest"]
+
+
 async def test_hierarchical_recency_decays_with_the_clock():
     memory = backend("hierarchical", FakeGateway(curator), short_term_capacity=1, promotion_heat=100)
     now = [0.0]

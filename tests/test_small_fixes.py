@@ -152,8 +152,11 @@ def test_the_agents_degraded_steps_are_in_its_response():
     }
     response = agent_response(result, NoWeb(), {})  # type: ignore[arg-type]
     assert [(d.kind, d.step, d.count) for d in response.degraded] == [
-        ("step_fallback", "open_deep_research:compress_research", 1)
+        ("step_fallback", "open_deep_research:compress_research", 1),
+        ("citation_removed", "citations", 1),  # the report's one URL was never shown to the agent
     ]
+    assert response.meta["citations"]["unverified_urls"] == ["https://example.org/pensions"]
+    assert "https://example.org/pensions" in response.text and response.citations == []
 
 
 # ----------------------------------------------------------------------------- external agents research when scripted
@@ -161,9 +164,8 @@ def test_the_agents_degraded_steps_are_in_its_response():
 # Why the shipped external-agents recipe did no research on the scripted model: a tool-calling turn
 # is answered with a random instance of the tool-turn schema, so open_deep_research's supervisor
 # ends at once (no call, or `ResearchComplete`, ~78% of prompts) and its researcher's `web_search`
-# often gets `queries: []`. The fix is the scripted model's first move on a tool turn (in
-# agents/models/scripted.py, not in this change: see the lead's note); until it lands these are
-# expected to fail, and strict, so the markers must go when it does.
+# often gets `queries: []`. The fix is the scripted model's first move on a tool turn
+# (agents/models/scripted.py `first_tool_move`).
 SUPERVISOR_TOOLS = [
     {
         "type": "function",

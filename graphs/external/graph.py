@@ -28,7 +28,7 @@ from langgraph.types import Command
 from agents.external_brief import agent_brief
 from agents.models.ledger import current_tags
 from agents.response import Citation, SystemResponse
-from benchmarks.common.degradation import Degradation
+from benchmarks.common.degradation import Degradation, degradation
 from benchmarks.common.errors import AtelierError
 from graphs.context import EpisodeContext
 from graphs.external.agents import AGENTS, session_env
@@ -136,6 +136,15 @@ def _reference_numbers(report: str, web: WebSession) -> dict[str, int]:
     return numbers
 
 
+def _unverified(urls: list[str]) -> list[Degradation]:
+    """URLs the report cites that the agent was never shown: kept in its text (it is the agent's
+    report), counted as no citation, and recorded."""
+    if not urls:
+        return []
+    detail = f"{len(urls)} URL(s) in the report the agent never read, not counted as citations: {', '.join(urls[:3])}"
+    return [degradation("citation_removed", "citations", detail, count=len(urls))]
+
+
 def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]) -> SystemResponse:
     """The agent's report, its citations the sources it cites among those it read."""
     report = str(result.get("report") or "")
@@ -153,7 +162,11 @@ def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]
         text=report,
         citations=citations,
         # the agent's own degraded steps (e.g. some of open_deep_research's research units failed)
-        degraded=[*web.degraded, *(Degradation.model_validate(d) for d in result.get("degraded") or [])],
+        degraded=[
+            *web.degraded,
+            *(Degradation.model_validate(d) for d in result.get("degraded") or []),
+            *_unverified(unknown),
+        ],
         meta={
             **meta,
             "citations": {

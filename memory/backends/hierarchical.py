@@ -27,6 +27,7 @@ from pydantic import Field
 from agents.memory_curator import analyze_profile, extract_knowledge, summarize_topics
 from agents.models.embeddings import Embedder, get_embedder
 from benchmarks.case import HistoryEvent
+from benchmarks.common.degradation import degradation
 from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from memory.budget import pack, render_event
 from memory.hierarchy import Fact, FactMatch, HeatWeights, LongTermMemory, MidTermMemory, Page, PageMatch, TopicSession
@@ -75,6 +76,7 @@ class UserTiers:
     short_term: deque[Page]
     mid_term: MidTermMemory
     long_term: LongTermMemory
+    unsummarized: int = 0  # evicted batches the summarizer gave no topic for (their raw text stood in)
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,7 @@ class HierarchicalMemory(MemoryBackend):
         pages_text = "\n".join(p.text for p in batch)
         topics = await summarize_topics(self.env.gateway, self.env.role, pages_text)
         summaries = [f"{t.theme}: {t.content}" for t in topics] or [pages_text]
+        memory.unsummarized += not topics  # recorded: every recall from this memory says so
         keywords = [t.keywords for t in topics] or [[]]
         vectors = await self._embed([p.text for p in batch] + summaries)
         for page, vector in zip(batch, vectors):
@@ -241,6 +244,7 @@ class HierarchicalMemory(MemoryBackend):
                     for s in mid.sessions.values()
                 ],
                 "sessions_opened": mid.sessions_opened,
+                **({"unsummarized": memory.unsummarized} if memory.unsummarized else {}),
                 "traits": memory.long_term.traits,
                 "profile_sources": memory.long_term.profile_sources,
                 "facts": [[f.text, f.event_ids] for f in memory.long_term.facts],
@@ -287,6 +291,12 @@ class HierarchicalMemory(MemoryBackend):
             budget,
         )
         degraded = packed.degraded("recall", "memory items", budget)
+        if memory.unsummarized:
+            detail = (
+                f"the topic summarizer gave no topic for {memory.unsummarized} batch(es) of evicted pages; "
+                "their raw text stood in as the mid-term topic"
+            )
+            degraded.append(degradation("empty_answer", "ingest", detail, count=memory.unsummarized))
         if not packed.ids:
             return UserContext(backend=self.name, form="none", degraded=degraded)
         included = sorted((items[k] for k in packed.ids), key=lambda item: _TIER_RANK[item.tier])
