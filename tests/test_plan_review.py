@@ -167,6 +167,14 @@ class Verdict:
             "had 3 sub-topics; its first 2",
         ),
         ({"accept": False, "subtopics": ["Night trains"]}, False, ["Night trains"], None),
+        # SmolLM2's answer: the field's description as the reason
+        ({"accept": True, "reason": "Why, in one sentence,"}, True, [], "its reason was dropped"),
+        (
+            {"accept": False, "subtopics": ["The sub-topics to research instead", "Night trains"]},
+            False,
+            ["Night trains"],
+            "a sub-topic was dropped: 'The sub-topics to research instead' is the schema's own text",
+        ),
     ],
 )
 async def test_the_simulated_users_verdict_is_held_to_what_a_reviewer_can_send(verdict, accept, subtopics, fallback):

@@ -4,8 +4,9 @@ deep-research system plans to research and accepts them or says what to research
 As with clarification answers, the user judges from its persona and hidden need alone, and nothing
 it sends carries gold text (`GoldGuard`). The code holds the model's verdict to what a reviewer
 can send: an edit with no usable sub-topic is taken as acceptance, an edit longer than the system
-runs in parallel keeps its first sub-topics — each recorded as a fallback (`fallback`), never
-passed over.
+runs in parallel keeps its first sub-topics, and a reason or sub-topic that only repeats the request
+(a weak model echoing the schema's descriptions) is dropped — each recorded as a fallback
+(`fallback`), never passed over.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from agents.models.gateway import Gateway
 from agents.prompts import Section, build_messages
 from agents.user_sim.disclosure import GoldGuard
 from agents.user_sim.grounding import SIMULATOR_ROLE, STOP_TOKEN, user_sections
+from agents.user_sim.protocol import ContentRules
 from benchmarks.case import Case
 
 TASK = (
@@ -70,6 +72,15 @@ def plan_review_messages(case: Case, subtopics: list[str], most: int, problem: s
     return build_messages(SIMULATOR_ROLE, sections, TASK.format(most=most))
 
 
+def _request_rules(max_subtopics: int) -> ContentRules:
+    """What a verdict's texts are checked against: the schema's names and descriptions and the task,
+    which a weak model copies into the fields instead of answering."""
+    schema = PlanVerdict.model_json_schema()
+    properties = schema.get("properties", {})
+    texts = [schema.get("title", ""), *properties, *(p.get("description", "") for p in properties.values())]
+    return ContentRules(schema_texts=tuple(t for t in texts if t), prompt_texts=(TASK.format(most=max_subtopics),))
+
+
 async def review_plan_as_user(
     gateway: Gateway,
     case: Case,
@@ -82,23 +93,35 @@ async def review_plan_as_user(
 ) -> SimulatedPlanReview:
     verdict = await gateway.structured(role, plan_review_messages(case, subtopics, max_subtopics, problem), PlanVerdict)
     guard = guard or GoldGuard(case)
-    reason = guard.scrub(verdict.reason.replace(STOP_TOKEN, "").strip(), also_shared=subtopics)
-    redacted = reason.redacted
+    rules = _request_rules(max_subtopics)
+    changed: list[str] = []  # what the code had to change in the verdict: recorded, never passed over
+    scrubbed_reason = guard.scrub(verdict.reason.replace(STOP_TOKEN, "").strip(), also_shared=subtopics)
+    reason, redacted = scrubbed_reason.text, scrubbed_reason.redacted
+    if echo := rules.echo(reason):
+        changed.append(f"its reason was dropped: {echo}")
+        reason = ""
     if verdict.accept:
-        return SimulatedPlanReview(True, [], reason.text, redacted=redacted)
+        return SimulatedPlanReview(True, [], reason, fallback=_joined(changed), redacted=redacted)
     edited: list[str] = []
     for title in verdict.subtopics:
         scrubbed = guard.scrub(" ".join(title.replace(STOP_TOKEN, "").split())[:ITEM_CHARS], also_shared=subtopics)
         redacted += scrubbed.redacted
         text = scrubbed.text.strip(" .…-")
-        if text and text.casefold() not in {e.casefold() for e in edited}:
+        if text and (echo := rules.echo(text)):
+            changed.append(f"a sub-topic was dropped: {echo}")
+        elif text and text.casefold() not in {e.casefold() for e in edited}:
             edited.append(text)
     if not edited:
         given = len(verdict.subtopics)
-        empty = f"the simulated user rejected the plan but named no usable sub-topic ({given} given); it was researched as shown"
-        return SimulatedPlanReview(True, [], reason.text, fallback=empty, redacted=redacted)
-    fallback = None
+        changed.append(
+            f"it rejected the plan but named no usable sub-topic ({given} given); it was researched as shown"
+        )
+        return SimulatedPlanReview(True, [], reason, fallback=_joined(changed), redacted=redacted)
     if len(edited) > max_subtopics:
-        fallback = f"the simulated user's plan had {len(edited)} sub-topics; its first {max_subtopics} were researched"
+        changed.append(f"its plan had {len(edited)} sub-topics; its first {max_subtopics} were researched")
         edited = edited[:max_subtopics]
-    return SimulatedPlanReview(False, edited, reason.text, fallback=fallback, redacted=redacted)
+    return SimulatedPlanReview(False, edited, reason, fallback=_joined(changed), redacted=redacted)
+
+
+def _joined(changed: list[str]) -> str | None:
+    return f"the simulated user's plan review: {'; '.join(changed)}" if changed else None
