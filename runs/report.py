@@ -9,6 +9,7 @@ summary.json (tables) or results.jsonl (cases); `atelier report RUN_DIR` renders
 from __future__ import annotations
 
 import io
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -282,6 +283,31 @@ def paper_tables(paper: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**group, "metrics": list(group["metrics"].values())} for group in groups.values()]
 
 
+def context_share_rows(records: list[ResultRecord], systems: list[str]) -> list[dict[str, Any]]:
+    """Per system whose memory packs events under a budget: the budget(s), how much of the offered
+    context was kept (mean and least share of tokens) and in how many episodes it was cut ([] when
+    no system reports a share). PDR gives context systems the whole context: a cut is shown here."""
+    rows = []
+    for system in systems:
+        shares = [
+            r.user_context.share for r in records if r.system == system and r.user_context and r.user_context.share
+        ]
+        if not shares:
+            continue
+        rows.append(
+            {
+                "system": system,
+                "budgets": sorted({s.budget_tokens for s in shares}),
+                "episodes": len(shares),
+                "mean_share": math.fsum(s.share for s in shares) / len(shares),
+                "least_share": min(s.share for s in shares),
+                "cut": sum(1 for s in shares if s.events_kept < s.events_offered),
+                "tokens_offered": round(math.fsum(s.tokens_offered for s in shares) / len(shares)),
+            }
+        )
+    return rows
+
+
 def epoch_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Per (system, judge), how far its scores moved between epochs (`epoch_spread` in summary.json,
     written when each (case, system) ran more than once); [] for a run of one epoch."""
@@ -402,6 +428,7 @@ def write_report(
         chart=_score_chart(summary),
         paper_tables=paper_tables(summary.get("paper") or []),
         epochs=epoch_rows(summary),
+        context_shares=context_share_rows(records, systems),
         wide_index=len(systems) * max(1, len(summary.get("judges", []))) > WIDE_INDEX,
         distributions=_distribution_chart(summary, records),
         cost_chart=cost_chart,

@@ -407,3 +407,26 @@ def test_a_cost_chart_of_a_few_systems_names_its_points_and_has_no_key(runs):
     [svg] = doc.xpath('//*[@id="cost-chart"]//svg')
     assert "direct-none" in svg.text_content() and "direct-full" in svg.text_content()
     assert not doc.xpath('//ol[@id="cost-key"]')
+
+
+def test_the_report_shows_what_the_memory_budget_kept_per_system(runs):
+    import lxml.html
+
+    folder = runs[1].path  # direct-full under a 300-token budget: the quickstart's histories are cut
+    records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+    shares = [r["user_context"]["share"] for r in records if r["system"] == "direct-full"]
+    kept = [s["tokens_kept"] / s["tokens_offered"] for s in shares]
+    doc = lxml.html.parse(str(folder / "report.html")).getroot()
+    rows = {
+        r[0]: r
+        for r in (
+            [" ".join(td.text_content().split()) for td in tr.xpath("./td")]
+            for tr in doc.xpath('//table[@id="context-share"]//tr')
+        )
+        if r
+    }
+    assert set(rows) == {"direct-full"}  # direct-none packs nothing
+    system, budget, episodes, _, mean, least, cut = rows["direct-full"]
+    assert (budget, episodes) == ("300", str(len(shares)))
+    assert mean == f"{sum(kept) / len(kept):.3f}" and least == f"{min(kept):.3f}" and float(least) < 1
+    assert cut == str(sum(1 for s in shares if s["events_kept"] < s["events_offered"])) != "0"
