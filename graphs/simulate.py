@@ -208,9 +208,9 @@ async def _simulated_answer(value: Any, gateway, case: Case, context: EpisodeCon
 
 
 async def run_with_simulated_user(graph, case: Case, config: dict[str, Any], context: EpisodeContext) -> dict[str, Any]:
-    """Run (or continue) one episode of a run; answer each clarify interrupt with the simulated user
-    (`clarify_answerer = "simulated_user"`) and resume. A system that asks when no simulated user
-    answers is an error naming it."""
+    """Run (or continue) one episode of a run; answer each clarify or plan review interrupt with the
+    simulated user (`clarify_answerer = "simulated_user"`) and resume. A system that asks when no
+    simulated user answers is an error naming it."""
     # interrupted earlier: continue from the checkpoint; else start from the case's reference (a
     # thread with no checkpoint at all, the usual case, is told by one lookup: no state snapshot)
     saved = graph.checkpointer is None or await graph.checkpointer.aget_tuple(config) is not None
