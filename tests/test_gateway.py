@@ -248,7 +248,7 @@ async def test_a_litellm_callback_a_user_registers_still_sees_every_call(monkeyp
         if len(seen.events) >= 2:
             break
         await asyncio.sleep(0.02)
-    assert seen.events == ["success", "failure"]
+    assert sorted(seen.events) == ["failure", "success"]  # litellm's logging tasks may finish in either order
 
 
 async def test_scripted_structured_instances_are_valid_and_seeded():
