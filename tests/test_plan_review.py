@@ -211,3 +211,16 @@ async def test_a_review_the_code_had_to_change_is_a_degraded_step_of_the_respons
     steps = [(d.kind, d.step) for d in out["response"].degraded]
     assert ("step_fallback", "review_plan") in steps
     assert out["response"].meta["plan_review"]["status"] == "accepted"
+
+
+async def test_a_long_verdict_still_makes_a_valid_review():
+    from agents.user_sim.plan_review import review_plan_as_user
+    from benchmarks.registry import load_cases
+
+    many = [f"Costs of option {chr(65 + i % 26)}{chr(65 + i // 26)}" for i in range(60)]
+    gateway = Verdict(
+        {"accept": False, "subtopics": many + ["The sub-topics to research instead"] * 40, "reason": "why " * 2000}
+    )
+    review = await review_plan_as_user(gateway, load_cases("tiny", limit=1)[0], ["Budget"], 2)  # type: ignore[arg-type]
+    parsed = parse_review(review.resume_value(), 2)  # within the resume value's limits
+    assert [t.title for t in parsed.subtopics or []] == many[:2] and parsed.fallback and len(parsed.reason) <= 500

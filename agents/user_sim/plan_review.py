@@ -33,6 +33,9 @@ TASK = (
 )
 
 
+REASON_CHARS = 500  # a reason (and what was changed) kept in the review; the resume value allows 2,000
+
+
 class PlanVerdict(BaseModel):
     accept: bool = Field(description="Whether to research the plan as shown.")
     subtopics: list[str] = Field(
@@ -96,7 +99,7 @@ async def review_plan_as_user(
     rules = _request_rules(max_subtopics)
     changed: list[str] = []  # what the code had to change in the verdict: recorded, never passed over
     scrubbed_reason = guard.scrub(verdict.reason.replace(STOP_TOKEN, "").strip(), also_shared=subtopics)
-    reason, redacted = scrubbed_reason.text, scrubbed_reason.redacted
+    reason, redacted = scrubbed_reason.text[:REASON_CHARS], scrubbed_reason.redacted
     if echo := rules.echo(reason):
         changed.append(f"its reason was dropped: {echo}")
         reason = ""
@@ -124,4 +127,5 @@ async def review_plan_as_user(
 
 
 def _joined(changed: list[str]) -> str | None:
-    return f"the simulated user's plan review: {'; '.join(changed)}" if changed else None
+    text = f"the simulated user's plan review: {'; '.join(changed)}"
+    return (text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…") if changed else None
