@@ -20,7 +20,7 @@ interrupting node.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from langgraph.graph import StateGraph
 from langgraph.runtime import Runtime
@@ -43,6 +43,7 @@ from graphs.memory_tool import reads_memory_upfront
 from graphs.pipelines import PIPELINES
 from graphs.resources import resources_for
 
+RequestT = TypeVar("RequestT", ClarifyRequest, PlanReviewRequest)
 MAX_INTERRUPTS = 8  # clarify and plan review rounds one episode may ask for
 
 
@@ -164,28 +165,20 @@ def _interrupting_node(tasks: Any, interrupt_id: str) -> str | None:
     return None
 
 
-def as_clarify_request(value: Any) -> ClarifyRequest | None:
-    if isinstance(value, ClarifyRequest):
+def _as_request(model: type[RequestT], value: Any) -> RequestT | None:
+    """An interrupt's value as `model` (it may travel as plain data), or None if it is not one."""
+    if isinstance(value, model):
         return value
     try:
-        return ClarifyRequest.model_validate(value)
-    except ValueError:
-        return None
-
-
-def as_plan_review_request(value: Any) -> PlanReviewRequest | None:
-    if isinstance(value, PlanReviewRequest):
-        return value
-    try:
-        return PlanReviewRequest.model_validate(value)
+        return model.model_validate(value)
     except ValueError:
         return None
 
 
 async def _simulated_answer(value: Any, gateway, case: Case, context: EpisodeContext, node: str) -> Any:
     """The simulated user's resume value for one interrupt: clarify answers or a plan review."""
-    request = as_clarify_request(value)
-    review = as_plan_review_request(value) if request is None else None
+    request = _as_request(ClarifyRequest, value)
+    review = _as_request(PlanReviewRequest, value) if request is None else None
     if request is None and review is None:
         raise RuntimeError(f"the episode stopped at an interrupt the simulated user cannot answer: {value!r}")
     if context.clarify_answerer != "simulated_user":

@@ -7,6 +7,8 @@ can be read back from that context alone (`epoch_of`), so an executor that gets 
 
 from __future__ import annotations
 
+from typing import Any
+
 from agents.models.settings import ModelSettings
 from graphs.context import EpisodeContext, SystemSpec
 from runs.resume import SYSTEM_SIDE
@@ -37,6 +39,11 @@ def epoch_context(context: EpisodeContext, epoch: int) -> EpisodeContext:
         update={"name": f"{context.system.name}{EPOCH_MARK}{epoch}", "models": moved(context.system.models)}
     )
     return context.model_copy(update={"models": moved(context.models), "system": system, "seed": context.seed + shift})
+
+
+def run_epochs(config: dict[str, Any]) -> int:
+    """How many epochs a run folder's config.json asked for (`[run] epochs`; 1 before epochs existed)."""
+    return int((config["recipe"].get("run") or {}).get("epochs") or 1)
 
 
 def epoch_of(context: EpisodeContext, system: SystemSpec) -> int:

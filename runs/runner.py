@@ -47,7 +47,7 @@ from graphs.pipelines import PIPELINES, check_systems_available
 from graphs.resources import release, resources_for
 from graphs.simulate import run_with_simulated_user
 from runs.cost import Budget, plan_budget, spent_in
-from runs.epochs import epoch_context, epoch_of
+from runs.epochs import epoch_context, epoch_of, run_epochs
 from runs.executors import Episode, open_executor
 from runs.folder_lock import RunFolderLock
 from runs.judging import judge_again, judge_comparisons, judgments_due
@@ -508,7 +508,7 @@ def finish_run(
     systems = [s["name"] for s in recipe["systems"]]
     judge_objects = [create_judge(j) for j in recipe["judges"]]
     judges = [j.key for j in judge_objects]
-    epochs = int(recipe["run"].get("epochs", 1))
+    epochs = run_epochs(config)
     keys = expected_keys(config["cases"], systems, epochs)
     wanted = set(keys)
     records = [r for k, r in ResultsFile(folder.results).load().items() if k in wanted]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.models.ledger import LedgerEntry, read_ledger
 from benchmarks.common.errors import ConfigError
+from runs.epochs import run_epochs
 from runs.results import ResultRecord, ResultsFile, result_key
 
 if TYPE_CHECKING:
@@ -174,11 +175,6 @@ def load_trace(run_dir: str | Path, case_id: str, system: str | None = None, epo
         )
         previous[namespace] = item
     return steps
-
-
-def run_epochs(config: dict[str, Any]) -> int:
-    """How many epochs a run's recipe asked for (`[run] epochs`; 1 in folders written before epochs)."""
-    return int((config["recipe"].get("run") or {}).get("epochs") or 1)
 
 
 def episode_result(run_dir: str | Path, case_id: str, system: str, epoch: int = 1) -> ResultRecord | None:

@@ -39,9 +39,10 @@ from benchmarks.common.atomic_files import write_atomically
 from benchmarks.common.degradation import KINDS
 from benchmarks.common.errors import ConfigError
 from benchmarks.common.redaction import active_redactor
+from runs.epochs import run_epochs
 from runs.report import TEMPLATE_DIR, anchor
 from runs.results import ResultRecord, ResultsFile, result_key
-from runs.trace import Step, _checkpoints, _plain, _where, load_trace, run_epochs
+from runs.trace import Step, _checkpoints, _plain, _where, load_trace
 
 EPISODES_DIR = "episodes"
 VALUE_CHARS = 20_000  # a state value or a message longer than this is cut on the page (and says so)

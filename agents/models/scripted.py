@@ -328,10 +328,10 @@ def first_tool_move(schema: dict[str, Any], messages: list[dict[str, Any]]) -> d
     if options is None or any(answered):
         return None
     defs = schema.get("$defs", {})
-    working = [o for o in options if (a := _arguments_schema(o, defs)).get("required") or a.get("properties")]
+    working = [(o, a) for o in options if (a := _arguments_schema(o, defs)).get("required") or a.get("properties")]
     if not working:
         return None
-    arguments = _arguments_schema(working[0], defs)
+    option, arguments = working[0]
     required = set(arguments.get("required") or [])
     properties = {
         name: {**sub, "minItems": max(1, sub.get("minItems", 0))}
@@ -339,10 +339,7 @@ def first_tool_move(schema: dict[str, Any], messages: list[dict[str, Any]]) -> d
         else sub
         for name, sub in (arguments.get("properties") or {}).items()
     }
-    move = {
-        **working[0],
-        "properties": {**working[0]["properties"], "arguments": {**arguments, "properties": properties}},
-    }
+    move = {**option, "properties": {**option["properties"], "arguments": {**arguments, "properties": properties}}}
     calls = {**schema["properties"]["tool_calls"], "items": move, "minItems": 1, "maxItems": 1}
     return {**schema, "properties": {**schema["properties"], "tool_calls": calls}}
 
