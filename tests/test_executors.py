@@ -113,10 +113,24 @@ async def test_limits_actor_never_grants_more_than_the_bound_and_forgets_abandon
 
 
 async def test_limits_actor_rate_bucket_spaces_calls():
+    """As the gateway paces a model: a burst of two, then one call per 60/rpm s (0.1 s at 600 rpm);
+    another model has a bucket of its own."""
     limits = ModelLimitsActor()
     started = time.perf_counter()
-    await asyncio.gather(*(limits.wait_rate("m", 120) for _ in range(122)))  # 120 per minute, 2 beyond it
-    assert time.perf_counter() - started >= 0.5
+    granted: list[float] = []
+
+    async def call(model: str) -> None:
+        await limits.wait_rate(model, 600)
+        granted.append(time.perf_counter() - started)
+
+    await asyncio.gather(*(call("m") for _ in range(7)))
+    assert max(granted[:2]) < 0.05  # the burst
+    assert granted[-1] >= 5 * 0.1 - 0.02  # five more, 0.1 s apart
+    gaps = [b - a for a, b in zip(granted[1:], granted[2:], strict=False)]
+    assert min(gaps) >= 0.1 - 0.02, gaps
+    other = time.perf_counter()
+    await limits.wait_rate("other", 600)
+    assert time.perf_counter() - other < 0.05
 
 
 async def test_ledger_capture_collects_an_episodes_calls_tasks_included(tmp_path):

@@ -19,7 +19,7 @@ RECIPE = """name = "lock"
 name = "sample"
 limit = 4
 [models.system]
-model = "scripted?latency_ms=400"
+model = "scripted?latency_ms=LATENCY_MS"
 [models.judge]
 model = "scripted"
 [[systems]]
@@ -35,9 +35,11 @@ concurrency = 1
 """
 
 
-def start(tmp_path: Path, out: Path) -> subprocess.Popen:
+def start(tmp_path: Path, out: Path, latency_ms: int = 400) -> subprocess.Popen:
     recipe = tmp_path / "recipe.toml"
-    recipe.write_text(RECIPE)
+    recipe.write_text(
+        RECIPE.replace("LATENCY_MS", str(latency_ms))
+    )  # (latency is answer-neutral: a resume may change it)
     env = {**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")}
     return subprocess.Popen(
         [sys.executable, "-m", "runs.cli", "run", str(recipe), "--out", str(out), "--no-progress"],
@@ -83,7 +85,7 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
     first.send_signal(signal.SIGKILL)
     first.communicate(timeout=60)
     assert (out / LOCK_NAME).read_text().strip() == str(first.pid)  # the dead holder's pid is still written
-    again = start(tmp_path, out)
+    again = start(tmp_path, out, latency_ms=0)
     _, err = again.communicate(timeout=600)
     assert again.returncode == 0, err[-2000:]
     keys = [json.loads(line)["key"] for line in (out / "results.jsonl").read_text().splitlines()]
@@ -108,7 +110,7 @@ def test_the_current_directory_is_no_run_folder(tmp_path, capsys, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     recipe = tmp_path / "recipe.toml"
-    recipe.write_text(RECIPE)
+    recipe.write_text(RECIPE.replace("LATENCY_MS", "0"))
     for out in ("", "."):
         code, _, err = atelier(capsys, monkeypatch, "run", str(recipe), "--out", out)
         assert code == 2 and "is the current directory" in one_error_line(err)
