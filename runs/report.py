@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from benchmarks.case import Case
 from benchmarks.common.degradation import KINDS, counts_by_kind
 from benchmarks.common.redaction import active_redactor
-from runs.comparisons import tool_recalls
+from runs.comparisons import scores_by_case, tool_recalls
 from runs.results import ResultRecord, result_key
 from runs.usage import format_cost
 
@@ -357,25 +357,47 @@ def cell_anchor(key: str) -> str:
     return "cell-" + anchor(key)
 
 
-def _cases_view(records: list[ResultRecord], cases: dict[str, Case], systems: list[str]) -> list[dict[str, Any]]:
-    by_case: dict[str, dict[str, ResultRecord]] = defaultdict(dict)
-    for each in records:  # with epochs: the first epoch's response (scores and spread are in the summary)
-        by_case[each.case_id].setdefault(each.system, each)
+def _epoch_view(record: ResultRecord) -> dict[str, Any]:
+    """One epoch's response in a (case, system) cell of the per-case view."""
+    text, citations = response_parts(record)
+    return {
+        "record": record,
+        "text": text,
+        "citations": citations,
+        "recalls": tool_recalls(record),  # its recall_memory calls
+        "anchor": cell_anchor(result_key(record.case_id, record.system, record.epoch)),
+    }
+
+
+def _cases_view(
+    records: list[ResultRecord], cases: dict[str, Case], systems: list[str], judges: list[str]
+) -> list[dict[str, Any]]:
+    """Per case, a cell per system holding every epoch's response (`epochs`, in epoch order) and, per
+    judge, the score the summary counts for the case: with epochs, the mean over its scored epochs
+    (`scores`, from `scores_by_case` as in the summary; `scored` says over how many)."""
+    by_case: dict[str, dict[str, list[ResultRecord]]] = defaultdict(lambda: defaultdict(list))
+    for each in sorted(records, key=lambda r: (r.case_id, r.system, r.epoch)):
+        by_case[each.case_id][each.system].append(each)
     out = []
     for case_id in sorted(by_case):
         case = cases.get(case_id)
-        first = next(iter(by_case[case_id].values()))
+        first = next(iter(by_case[case_id].values()))[0]
         cells = []
         for system in systems:
-            record = by_case[case_id].get(system)
-            text, citations = response_parts(record) if record else ("", [])
+            runs = by_case[case_id].get(system, [])
+            degraded = [r for r in runs if r.ok and r.degraded]
             cells.append(
                 {
                     "system": system,
-                    "record": record,
-                    "text": text,
-                    "citations": citations,
-                    "recalls": tool_recalls(record) if record else [],  # its recall_memory calls
+                    "record": runs[0] if runs else None,
+                    "epochs": [_epoch_view(r) for r in runs],
+                    "ok": any(r.ok for r in runs),
+                    "scores": {j: scores_by_case(runs, system, j).get(case_id) for j in judges},
+                    "scored": {j: sum(1 for r in runs if r.ok and r.scores.get(j) is not None) for j in judges},
+                    # where the index's ⚠ leads: the first epoch that rests on a degraded step
+                    "degraded_anchor": cell_anchor(result_key(case_id, system, degraded[0].epoch))
+                    if degraded
+                    else None,
                     "anchor": cell_anchor(result_key(case_id, system)),
                 }
             )
@@ -424,7 +446,7 @@ def write_report(
         systems=systems,
         records=records,
         failed=[r for r in records if not r.ok],
-        cases=_cases_view(records, cases or {}, systems),
+        cases=_cases_view(records, cases or {}, systems, list(summary.get("judges", []))),
         chart=_score_chart(summary),
         paper_tables=paper_tables(summary.get("paper") or []),
         epochs=epoch_rows(summary),

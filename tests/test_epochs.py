@@ -379,3 +379,62 @@ def test_paired_comparisons_take_each_case_once_as_its_mean_over_epochs():
     assert scores_by_case(records, "a", "j") == pytest.approx({"q1": 0.4, "q2": 0.5})  # not the last epoch's
     row = versus_baseline(records, ["b", "a"], ["j"], "b")["rows"][0]
     assert row["n"] == 2 and row["mean_difference"] == pytest.approx(((0.4 - 0.1) + (0.5 - 0.3)) / 2)
+
+
+def test_the_reports_case_view_shows_every_epoch_and_scores_each_case_as_the_summary_does(tmp_path, cache_dir):
+    """With epochs the case index shows what the summary counts for a case (its mean over scored
+    epochs), each cell holds every epoch's response, and every link of the page (the "what went
+    wrong" panel links each degraded episode, epoch 2's included) leads to an element of it; opened
+    at a later epoch's link, Chromium shows that epoch's details open."""
+    from tests.test_report import render, table
+
+    data = load_recipe(QUICKSTART).model_dump(mode="python")
+    data["benchmark"]["limit"] = 2
+    data["run"]["epochs"] = 2
+    data["systems"][1]["memory"]["budget_tokens"] = 300  # cuts the history: degraded in both epochs
+    folder = run_recipe(parse_recipe(data), tmp_path / "run", progress=False)
+    summary = json.loads(folder.summary.read_text())
+    records = [json.loads(line) for line in folder.results.read_text().splitlines()]
+    assert {r["epoch"] for r in records} == {1, 2}
+    page = folder.path / "report.html"
+    doc = render(page)
+
+    ids = set(doc.xpath("//@id"))
+    links = [href[1:] for href in doc.xpath("//a/@href") if href.startswith("#")]
+    assert links and not [link for link in links if link not in ids]  # no dead link
+    degraded = {d["kind"]: d for d in summary["episodes"]["degraded"]}["memory_budget_cut"]
+    assert any(key.endswith("::epoch2") for key in degraded["episodes"])
+    panel = doc.xpath('//table[@id="degraded"]//a/@href')
+    assert "#cell-q13--direct-full--epoch2" in panel and "cell-q13--direct-full--epoch2" in ids
+
+    means = {s: summary["systems"][s]["judges"]["lampqa_aspects"]["case_means"] for s in summary["systems"]}
+    rows = {row[0]: row for row in table(doc, "case-index")}
+    for case in ("q13", "q14"):
+        shown = [cell.split(" (")[0] for cell in rows[case][2:]]
+        assert shown == [f"{means['direct-none'][case]:.3f}", f"{means['direct-full'][case]:.3f}"]
+        assert all("(2 of 2)" in cell for cell in rows[case][2:])
+
+    for record in records:
+        case, system = record["case_id"], record["system"]
+        cell = doc.xpath(f'//div[@class="cell" and @id="cell-{case}--{system}"]')[0]
+        epochs = cell.xpath('./details[@class="epoch"]')
+        assert len(epochs) == 2
+        summary_line = " ".join(epochs[record["epoch"] - 1].xpath("./summary")[0].text_content().split())
+        assert summary_line == f"epoch {record['epoch']}: lampqa_aspects {record['scores']['lampqa_aspects']:.3f}"
+        assert record["response"]["text"].split()[0] in epochs[record["epoch"] - 1].text_content()
+
+    opened = render_at(page, "cell-q14--direct-none--epoch2")
+    [second] = opened.xpath('//details[@id="cell-q14--direct-none--epoch2"]')
+    assert second.get("open") is not None
+    assert doc.xpath('//details[@id="cell-q14--direct-none--epoch2"]')[0].get("open") is None  # closed unless linked
+
+
+def render_at(path, fragment: str):
+    """The DOM after Chromium opened the page at `#fragment`."""
+    import lxml.html
+
+    from tests.test_report import browser
+
+    url = path.resolve().as_uri() + "#" + fragment
+    base = [browser(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,2400", "--dump-dom", url]
+    return lxml.html.fromstring(subprocess.run(base, capture_output=True, text=True, timeout=120, check=True).stdout)
