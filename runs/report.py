@@ -389,7 +389,6 @@ def _cases_view(
             cells.append(
                 {
                     "system": system,
-                    "record": runs[0] if runs else None,
                     "epochs": [_epoch_view(r) for r in runs],
                     "ok": any(r.ok for r in runs),
                     "scores": {j: scores_by_case(runs, system, j).get(case_id) for j in judges},

@@ -417,14 +417,7 @@ def test_the_report_shows_what_the_memory_budget_kept_per_system(runs):
     shares = [r["user_context"]["share"] for r in records if r["system"] == "direct-full"]
     kept = [s["tokens_kept"] / s["tokens_offered"] for s in shares]
     doc = lxml.html.parse(str(folder / "report.html")).getroot()
-    rows = {
-        r[0]: r
-        for r in (
-            [" ".join(td.text_content().split()) for td in tr.xpath("./td")]
-            for tr in doc.xpath('//table[@id="context-share"]//tr')
-        )
-        if r
-    }
+    rows = {r[0]: r for r in table(doc, "context-share")}
     assert set(rows) == {"direct-full"}  # direct-none packs nothing
     system, budget, episodes, _, mean, least, cut = rows["direct-full"]
     assert (budget, episodes) == ("300", str(len(shares)))
