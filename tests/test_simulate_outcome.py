@@ -103,7 +103,7 @@ def test_a_user_missing_one_trait_is_written_and_named_incomplete(tmp_path, env)
 
 def test_a_session_ended_by_its_time_limit_is_continued_by_the_next(tmp_path, env):
     out = tmp_path / "h"
-    model = "scripted?latency_ms=2000"  # 52 trait calls, eight at a time: seven rounds, about 14 s in all
+    model = "scripted?latency_ms=4000"  # 52 trait calls, eight at a time: seven rounds, about 28 s in all
     first = atelier(
         "simulate",
         "history",
@@ -115,7 +115,7 @@ def test_a_session_ended_by_its_time_limit_is_continued_by_the_next(tmp_path, en
         model,
         "--no-check",
         "--time-limit",
-        "0.15",  # 9 s: four or five of the seven rounds
+        "0.3",
         "--no-cache",
         "--no-progress",
         env=env,
