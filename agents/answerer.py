@@ -19,12 +19,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agents.models.gateway import Gateway, ModelCallError
-from agents.models.tool_calls import schema_model, tool_turn_schema
-from agents.prompts import Section, build_messages, user_sections
-from agents.response import SystemResponse
-from benchmarks.case import CaseView, Query
-from benchmarks.common.degradation import Degradation, degradation
+from atelier.agents.models.gateway import Gateway, ModelCallError
+from atelier.agents.models.tool_calls import schema_model, tool_turn_schema
+from atelier.agents.prompts import Section, build_messages, user_sections
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import CaseView, Query
+from atelier.benchmarks.common.degradation import Degradation, degradation
 
 ROLE = (
     "You are a helpful assistant designed to generate personalized responses to user questions. "

@@ -34,7 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agents.response import Citation
+from atelier.agents.response import Citation
 
 SourceKind = Literal["web", "gold"]
 

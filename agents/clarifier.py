@@ -10,10 +10,10 @@ import functools
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.models.budgeted import ShortItem, at_most
-from agents.models.gateway import Gateway
-from agents.prompts import build_messages, user_sections
-from benchmarks.case import Query
+from atelier.agents.models.budgeted import ShortItem, at_most
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.prompts import build_messages, user_sections
+from atelier.benchmarks.case import Query
 
 ROLE = (
     "You are the research lead of a personal research assistant. Before a research task starts, you decide "

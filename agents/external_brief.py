@@ -8,8 +8,8 @@ is PDR-Bench's "task only" condition.
 
 from __future__ import annotations
 
-from agents.prompts import Section, conversation_section
-from benchmarks.case import CaseView
+from atelier.agents.prompts import Section, conversation_section
+from atelier.benchmarks.case import CaseView
 
 TASK_PERSONALIZED = (
     "Research this task and write a report for this user. Let what you know about them (their goals, "

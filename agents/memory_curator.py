@@ -17,8 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agents.models.gateway import Gateway
-from agents.prompts import Section, build_messages
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.prompts import Section, build_messages
 
 # --------------------------------------------------------------------------- topics
 

@@ -18,8 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
-from agents.models.gateway import Gateway
-from agents.prompts import Section, build_messages
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.prompts import Section, build_messages
 
 # Table 5 plus the fields at least half of the 25 released personas fill in
 # (Educational Background, Family Atmosphere, Living Environment); every other facet path the

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.models.budgeted import ITEM_CHARS, ShortItem, at_most, distinct_items
-from agents.models.gateway import Gateway
-from agents.prompts import Section, build_messages, user_sections
-from benchmarks.case import Query
-from benchmarks.common.degradation import Degradation, degradation
+from atelier.agents.models.budgeted import ITEM_CHARS, ShortItem, at_most, distinct_items
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.prompts import Section, build_messages, user_sections
+from atelier.benchmarks.case import Query
+from atelier.benchmarks.common.degradation import Degradation, degradation
 
 if TYPE_CHECKING:  # what `at_most` builds, as the type checker can read it
     UserFacts = list[str]

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from agents.models.gateway import Gateway
-from agents.prompts import Section, build_messages, conversation_section
-from benchmarks.case import ConversationTurn
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.prompts import Section, build_messages, conversation_section
+from atelier.benchmarks.case import ConversationTurn
 
 # --------------------------------------------------------------------------- general profile
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.case import ConversationTurn, Query
+from atelier.benchmarks.case import ConversationTurn, Query
 
 # Whatever a model could read as `</data>`: any case, spaces or invisible characters anywhere in
 # the tag (`< /data>`, `</ data >`, `</d\u200bata>`), attributes or a self-closing slash

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from agents.models.gateway import Gateway
-from agents.prompts import Section, build_messages, conversation_section
-from benchmarks.case import ConversationTurn
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.prompts import Section, build_messages, conversation_section
+from atelier.benchmarks.case import ConversationTurn
 
 ExpansionKind = Literal["cot", "pseudo_history"]
 

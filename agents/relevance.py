@@ -15,9 +15,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, JsonValue, create_model
 
-from agents.models.gateway import Gateway
-from agents.prompts import Section, build_messages, conversation_section
-from benchmarks.case import ConversationTurn
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.prompts import Section, build_messages, conversation_section
+from atelier.benchmarks.case import ConversationTurn
 
 ROLE = "You are a strict reviewer selecting history sessions that help personalize the response to THIS query."
 RULES = (

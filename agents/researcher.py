@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.models.budgeted import ShortItem, at_most, distinct_items
-from agents.models.gateway import Gateway
-from agents.prompts import Section, build_messages
+from atelier.agents.models.budgeted import ShortItem, at_most, distinct_items
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.prompts import Section, build_messages
 
 ROLE = (
     "You are a careful researcher working for one specific user. You extract facts from a source, exactly as "

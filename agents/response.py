@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from benchmarks.common.degradation import Degradation
+from atelier.benchmarks.common.degradation import Degradation
 
 
 class Citation(BaseModel):

@@ -21,10 +21,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.models.budgeted import at_most
-from agents.models.gateway import Gateway
-from agents.models.tool_calls import TOOL_TURN_NOTE, flatten_messages, schema_model, tool_turn_schema
-from agents.prompts import Section, build_messages
+from atelier.agents.models.budgeted import at_most
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.tool_calls import TOOL_TURN_NOTE, flatten_messages, schema_model, tool_turn_schema
+from atelier.agents.prompts import Section, build_messages
 
 
 def _tool(name: str, description: str, **arguments: str) -> dict[str, Any]:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agents.citations import CitationReport, SourceRef, check_citations, source_line
-from agents.models.gateway import Gateway
-from agents.planner import ResearchBrief, clarification_section
-from agents.prompts import Section, build_messages, user_sections
-from benchmarks.case import Query
+from atelier.agents.citations import CitationReport, SourceRef, check_citations, source_line
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.planner import ResearchBrief, clarification_section
+from atelier.agents.prompts import Section, build_messages, user_sections
+from atelier.benchmarks.case import Query
 
 ROLE = (
     "You are the writer of a personal research assistant. You write for one specific user: what they need, "

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from benchmarks.data_files import DataFile, RecordCounter, register_file
-from benchmarks.loaders import _wiki_summaries, drb, ikat, locomo, pdr, prefeval
+from atelier.benchmarks.data_files import DataFile, RecordCounter, register_file
+from atelier.benchmarks.loaders import _wiki_summaries, drb, ikat, locomo, pdr, prefeval
 
 PDR_COMMIT = "5b43f9f188c747d154fc7666812ab93b7ca6a3c2"
 PDR_BASE = f"https://raw.githubusercontent.com/OPPO-PersonalAI/PersonalizedDeepResearchBench/{PDR_COMMIT}/data"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.data_files import DataFile, cached_path, locate, registered_files, verify_file
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.data_files import DataFile, cached_path, locate, registered_files, verify_file
 
 Downloader = Callable[[DataFile, Path], Path]
 
@@ -117,7 +117,7 @@ def fetch(name: str, *, download: Downloader | None = None) -> list[Fetched]:
             f"`atelier data check {name}{f' --option {found.option}=PATH' if found.option else ''}`"
         )
     if download is None:
-        from benchmarks.download import fetch_checked
+        from atelier.benchmarks.download import fetch_checked
 
         download = fetch_checked
     out = []

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.common.errors import DataError
+from atelier.benchmarks.common.errors import DataError
 
 ENV_DATA_DIR = "ATELIER_DATA_DIR"
 ENV_CACHE_DIR = "ATELIER_CACHE_DIR"
@@ -53,7 +53,7 @@ class DataFile:
 
 
 _FILES: dict[str, DataFile] = {}
-_CATALOG_MODULE = "benchmarks.data_catalog"
+_CATALOG_MODULE = "atelier.benchmarks.data_catalog"
 
 
 def register_file(f: DataFile) -> DataFile:
@@ -121,7 +121,7 @@ def resolve(relpath: str) -> Path:
     if entry is None or entry.url is None:
         where = f"{ENV_DATA_DIR}={root}" if root else f"{ENV_DATA_DIR} (unset)"
         raise DataError(f"data file not found in {where} or {cached.parent}, and it has no upstream URL", file=relpath)
-    from benchmarks.download import fetch_checked
+    from atelier.benchmarks.download import fetch_checked
 
     return fetch_checked(entry, cached)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.common.errors import DataError
-from benchmarks.data_files import DataFile, sha256_file
+from atelier.benchmarks.common.errors import DataError
+from atelier.benchmarks.data_files import DataFile, sha256_file
 
 _CHUNK = 1 << 20
 

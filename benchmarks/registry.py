@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
-from benchmarks.case import Case
-from benchmarks.common.errors import DataError
-from benchmarks.common.named_registry import NamedRegistry
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.common.errors import DataError
+from atelier.benchmarks.common.named_registry import NamedRegistry
 
 
 class NoOptions(BaseModel):
@@ -49,14 +49,14 @@ class BenchmarkSpec:
 BENCHMARKS: NamedRegistry[BenchmarkSpec] = NamedRegistry(
     "benchmark",
     modules=(
-        "benchmarks.loaders.sample",
-        "benchmarks.loaders.pdr",
-        "benchmarks.loaders.ikat",
-        "benchmarks.loaders.locomo",
-        "benchmarks.loaders.prefeval",
-        "benchmarks.loaders.lampqa",
-        "benchmarks.loaders.bespoke",
-        "benchmarks.loaders.drb",
+        "atelier.benchmarks.loaders.sample",
+        "atelier.benchmarks.loaders.pdr",
+        "atelier.benchmarks.loaders.ikat",
+        "atelier.benchmarks.loaders.locomo",
+        "atelier.benchmarks.loaders.prefeval",
+        "atelier.benchmarks.loaders.lampqa",
+        "atelier.benchmarks.loaders.bespoke",
+        "atelier.benchmarks.loaders.drb",
     ),
 )
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from pydantic import Field
 
-from benchmarks.case import Case, RJPair
-from benchmarks.common.errors import DataError
-from benchmarks.loaders._records import RawRecord, existing_path, read_jsonl
+from atelier.benchmarks.case import Case, RJPair
+from atelier.benchmarks.common.errors import DataError
+from atelier.benchmarks.loaders._records import RawRecord, existing_path, read_jsonl
 
 
 class RJPairsRecord(RawRecord):

@@ -10,10 +10,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.models.settings import ModelSettings, settings_for_role
-from benchmarks.case import Case, ViewAblation
-from benchmarks.common.errors import ConfigError
-from tools.config import WebConfig
+from atelier.agents.models.settings import ModelSettings, settings_for_role
+from atelier.benchmarks.case import Case, ViewAblation
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.tools.config import WebConfig
 
 
 def _default_models() -> dict[str, ModelSettings]:
@@ -98,7 +98,7 @@ class EpisodeContext(BaseModel):
 
     def role_models(self) -> dict[str, ModelSettings]:
         """Settings per role: the run's, the system's overrides, then the pipeline's output budgets."""
-        from graphs.pipelines import pipeline_options
+        from atelier.graphs.pipelines import pipeline_options
 
         roles = {**self.models, **self.system.models}
         budgets = pipeline_options(self.system.pipeline, self.system.pipeline_options).output_tokens()

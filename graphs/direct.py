@@ -7,11 +7,11 @@ from __future__ import annotations
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 
-from agents.answerer import answer
-from graphs.context import EpisodeContext
-from graphs.inputs import PipelineInput, PipelineOutput
-from graphs.pipelines import PipelineOptions, PipelineSpec, register_pipeline
-from graphs.start import meta_of, pipeline_resources, start_inputs, view_of
+from atelier.agents.answerer import answer
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.inputs import PipelineInput, PipelineOutput
+from atelier.graphs.pipelines import PipelineOptions, PipelineSpec, register_pipeline
+from atelier.graphs.start import meta_of, pipeline_resources, start_inputs, view_of
 
 PIPELINE = "direct"
 

@@ -20,17 +20,24 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from typing_extensions import TypedDict
 
-from agents.judges.base import JudgeResult
-from agents.response import SystemResponse
-from benchmarks.case import Case
-from graphs.context import EpisodeContext
-from graphs.inputs import CaseReference, GoldContext, GraphInputError, case_from_input, remember_cases, system_inputs
-from graphs.judge import build_judge_graph
-from graphs.memory import ingest, recall
-from graphs.pipelines import PIPELINES
-from graphs.resources import resources_for
-from graphs.simulate import build_conversation_graph, conversation_branch
-from memory.base import UserContext
+from atelier.agents.judges.base import JudgeResult
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Case
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.inputs import (
+    CaseReference,
+    GoldContext,
+    GraphInputError,
+    case_from_input,
+    remember_cases,
+    system_inputs,
+)
+from atelier.graphs.judge import build_judge_graph
+from atelier.graphs.memory import ingest, recall
+from atelier.graphs.pipelines import PIPELINES
+from atelier.graphs.resources import resources_for
+from atelier.graphs.simulate import build_conversation_graph, conversation_branch
+from atelier.memory.base import UserContext
 
 
 class EpisodeInput(CaseReference, total=False):

@@ -27,15 +27,15 @@ from cachetools import LRUCache
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
-from agents.citations import SourceRef
-from agents.response import SystemResponse
-from benchmarks.case import Case, CaseView, Query
-from benchmarks.common.errors import AtelierError
-from benchmarks.registry import load_cases
-from graphs.context import BenchmarkRef, EpisodeContext
-from graphs.pipelines import GoldContextOptions, PipelineOptions, pipeline_options
-from graphs.sources import SourceStore
-from memory.base import UserContext
+from atelier.agents.citations import SourceRef
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Case, CaseView, Query
+from atelier.benchmarks.common.errors import AtelierError
+from atelier.benchmarks.registry import load_cases
+from atelier.graphs.context import BenchmarkRef, EpisodeContext
+from atelier.graphs.pipelines import GoldContextOptions, PipelineOptions, pipeline_options
+from atelier.graphs.sources import SourceStore
+from atelier.memory.base import UserContext
 
 
 class GraphInputError(AtelierError, ValueError):

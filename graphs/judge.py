@@ -19,14 +19,14 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 from typing_extensions import TypedDict
 
-from agents.judges.base import JudgeEnv, JudgeResult
-from agents.judges.store import ArtifactStore
-from agents.response import SystemResponse
-from benchmarks.case import Case
-from benchmarks.data_files import cache_dir
-from graphs.context import EpisodeContext
-from graphs.inputs import CaseReference, GraphInputError, case_from_input
-from graphs.resources import Resources, resources_for
+from atelier.agents.judges.base import JudgeEnv, JudgeResult
+from atelier.agents.judges.store import ArtifactStore
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.data_files import cache_dir
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.inputs import CaseReference, GraphInputError, case_from_input
+from atelier.graphs.resources import Resources, resources_for
 
 ARTIFACTS_DIR = "judge_artifacts"  # in the run folder and in Atelier's cache
 

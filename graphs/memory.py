@@ -23,12 +23,12 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from typing_extensions import TypedDict
 
-from benchmarks.case import CaseView
-from graphs.context import EpisodeContext
-from graphs.inputs import CaseReference, case_view, memory_view
-from graphs.memory_tool import reads_memory_upfront
-from graphs.resources import Resources, resources_for
-from memory.base import UserContext, memory_query
+from atelier.benchmarks.case import CaseView
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.inputs import CaseReference, case_view, memory_view
+from atelier.graphs.memory_tool import reads_memory_upfront
+from atelier.graphs.resources import Resources, resources_for
+from atelier.memory.base import UserContext, memory_query
 
 
 class MemoryInput(CaseReference, total=False):

@@ -28,12 +28,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from benchmarks.case import CaseView
-from benchmarks.common.degradation import Degradation, degradation
-from graphs.context import EpisodeContext
-from graphs.inputs import options_for
-from graphs.resources import Resources
-from memory.base import MemoryQuery
+from atelier.benchmarks.case import CaseView
+from atelier.benchmarks.common.degradation import Degradation, degradation
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.inputs import options_for
+from atelier.graphs.resources import Resources
+from atelier.memory.base import MemoryQuery
 
 MemoryAccess = Literal["upfront", "tool", "both"]
 

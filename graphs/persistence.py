@@ -33,9 +33,9 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from benchmarks.common.errors import DataError
-from benchmarks.common.redaction import Redactor, active_redactor
-from graphs.serde import serializer
+from atelier.benchmarks.common.errors import DataError
+from atelier.benchmarks.common.redaction import Redactor, active_redactor
+from atelier.graphs.serde import serializer
 
 _KEEP_APART = 512  # bytes: smaller values stay inline (a reference would save nothing)
 _COMPRESS_FROM = 2048  # bytes: a smaller checkpoint or pending write is stored as it is

@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from benchmarks.common.errors import ConfigError
-from benchmarks.common.named_registry import NamedRegistry
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.named_registry import NamedRegistry
 
 
 class PipelineOptions(BaseModel):
@@ -83,7 +83,13 @@ class PipelineSpec:
 
 PIPELINES: NamedRegistry[PipelineSpec] = NamedRegistry(
     "pipeline",
-    modules=("graphs.direct", "graphs.rag", "graphs.planpers", "graphs.deep_research.graph", "graphs.external.graph"),
+    modules=(
+        "atelier.graphs.direct",
+        "atelier.graphs.rag",
+        "atelier.graphs.planpers",
+        "atelier.graphs.deep_research.graph",
+        "atelier.graphs.external.graph",
+    ),
 )
 
 

@@ -16,14 +16,14 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import Field
 
-from agents.answerer import answer
-from agents.models.gateway import ModelCallError
-from agents.planner import plan_aspects
-from benchmarks.common.degradation import Degradation, degradation
-from graphs.context import EpisodeContext
-from graphs.inputs import PipelineInput, PipelineOutput
-from graphs.pipelines import AnswerBudgetOptions, PipelineSpec, register_pipeline
-from graphs.start import meta_of, pipeline_options_of, pipeline_resources, start_inputs, view_of
+from atelier.agents.answerer import answer
+from atelier.agents.models.gateway import ModelCallError
+from atelier.agents.planner import plan_aspects
+from atelier.benchmarks.common.degradation import Degradation, degradation
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.inputs import PipelineInput, PipelineOutput
+from atelier.graphs.pipelines import AnswerBudgetOptions, PipelineSpec, register_pipeline
+from atelier.graphs.start import meta_of, pipeline_options_of, pipeline_resources, start_inputs, view_of
 
 PIPELINE = "planpers"
 

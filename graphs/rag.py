@@ -31,17 +31,17 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import Field
 
-from agents.answerer import recall_before_answering
-from agents.citations import SourceRef
-from agents.models.gateway import ModelCallError
-from agents.planner import checked_queries, search_queries
-from agents.response import SystemResponse
-from agents.writer import sources_section, write_answer
-from benchmarks.case import CaseView
-from benchmarks.common.degradation import Degradation, degradation
-from graphs.context import EpisodeContext
-from graphs.inputs import PipelineInput, PipelineOutput, memory_view
-from graphs.memory_tool import (
+from atelier.agents.answerer import recall_before_answering
+from atelier.agents.citations import SourceRef
+from atelier.agents.models.gateway import ModelCallError
+from atelier.agents.planner import checked_queries, search_queries
+from atelier.agents.response import SystemResponse
+from atelier.agents.writer import sources_section, write_answer
+from atelier.benchmarks.case import CaseView
+from atelier.benchmarks.common.degradation import Degradation, degradation
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.inputs import PipelineInput, PipelineOutput, memory_view
+from atelier.graphs.memory_tool import (
     RECALL_MEMORY_TOOL,
     MemoryAccessOptions,
     Recall,
@@ -50,10 +50,10 @@ from graphs.memory_tool import (
     recalled_context,
     recalls_meta,
 )
-from graphs.pipelines import AnswerBudgetOptions, GoldContextOptions, PipelineSpec, register_pipeline
-from graphs.resources import Resources
-from graphs.sources import WebHit, citation_degradations, read_web_sources, search_web
-from graphs.start import (
+from atelier.graphs.pipelines import AnswerBudgetOptions, GoldContextOptions, PipelineSpec, register_pipeline
+from atelier.graphs.resources import Resources
+from atelier.graphs.sources import WebHit, citation_degradations, read_web_sources, search_web
+from atelier.graphs.start import (
     meta_of,
     pipeline_context,
     pipeline_options_of,

@@ -19,20 +19,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from agents.judges.base import Judge, create_judge
-from agents.models.cache import RedisResponseCache, ResponseCache, open_response_cache
-from agents.models.gateway import Gateway
-from agents.models.ledger import Ledger
-from agents.models.structured_output import ModeMemory
-from benchmarks.common.errors import ConfigError
-from benchmarks.common.redaction import active_redactor
-from graphs.context import EpisodeContext
-from graphs.inputs import GraphInputError
-from graphs.sources import SourceStore
-from memory.base import MemoryBackend, MemoryEnv
-from memory.journal import journaled
-from memory.registry import create_backend
-from tools.web import Web, build_web
+from atelier.agents.judges.base import Judge, create_judge
+from atelier.agents.models.cache import RedisResponseCache, ResponseCache, open_response_cache
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.ledger import Ledger
+from atelier.agents.models.structured_output import ModeMemory
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.redaction import active_redactor
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.inputs import GraphInputError
+from atelier.graphs.sources import SourceStore
+from atelier.memory.base import MemoryBackend, MemoryEnv
+from atelier.memory.journal import journaled
+from atelier.memory.registry import create_backend
+from atelier.tools.web import Web, build_web
 
 
 @dataclass

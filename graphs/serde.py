@@ -21,17 +21,17 @@ from __future__ import annotations
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from agents.citations import SourceRef
-from agents.clarify import ClarifyAnswers, ClarifyRequest
-from agents.judges.base import JudgeResult
-from agents.planner import ReportForm, ResearchBrief
-from agents.response import Citation, SystemResponse
-from benchmarks.case import Case, CaseView, ConversationTurn, Query
-from benchmarks.common.degradation import Degradation
-from graphs.deep_research.state import Clarification, Findings, Note
-from graphs.inputs import GoldContext
-from graphs.sources import WebHit
-from memory.base import UserContext
+from atelier.agents.citations import SourceRef
+from atelier.agents.clarify import ClarifyAnswers, ClarifyRequest
+from atelier.agents.judges.base import JudgeResult
+from atelier.agents.planner import ReportForm, ResearchBrief
+from atelier.agents.response import Citation, SystemResponse
+from atelier.benchmarks.case import Case, CaseView, ConversationTurn, Query
+from atelier.benchmarks.common.degradation import Degradation
+from atelier.graphs.deep_research.state import Clarification, Findings, Note
+from atelier.graphs.inputs import GoldContext
+from atelier.graphs.sources import WebHit
+from atelier.memory.base import UserContext
 
 STATE_TYPES: tuple[type, ...] = (
     Case,

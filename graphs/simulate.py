@@ -26,22 +26,22 @@ from langgraph.graph import StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agents.clarify import ClarifyRequest
-from agents.models.ledger import call_tags
-from agents.response import Citation, SystemResponse
-from agents.user_sim import GoldGuard, answer_clarification, next_user_turn
-from agents.user_sim.conversation import ConversationEnd
-from agents.user_sim.grounding import STOP_TOKEN
-from agents.user_sim.plan_review import review_plan_as_user
-from benchmarks.case import Case, ConversationTurn, Query
-from benchmarks.common.errors import ConfigError
-from graphs.context import ConversationOptions, EpisodeContext
-from graphs.deep_research.review import PlanReviewRequest
-from graphs.inputs import PipelineInput, PipelineOutput, case_from_input, case_view, memory_view
-from graphs.memory import no_upfront_context, recall_context
-from graphs.memory_tool import reads_memory_upfront
-from graphs.pipelines import PIPELINES
-from graphs.resources import resources_for
+from atelier.agents.clarify import ClarifyRequest
+from atelier.agents.models.ledger import call_tags
+from atelier.agents.response import Citation, SystemResponse
+from atelier.agents.user_sim import GoldGuard, answer_clarification, next_user_turn
+from atelier.agents.user_sim.conversation import ConversationEnd
+from atelier.agents.user_sim.grounding import STOP_TOKEN
+from atelier.agents.user_sim.plan_review import review_plan_as_user
+from atelier.benchmarks.case import Case, ConversationTurn, Query
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.graphs.context import ConversationOptions, EpisodeContext
+from atelier.graphs.deep_research.review import PlanReviewRequest
+from atelier.graphs.inputs import PipelineInput, PipelineOutput, case_from_input, case_view, memory_view
+from atelier.graphs.memory import no_upfront_context, recall_context
+from atelier.graphs.memory_tool import reads_memory_upfront
+from atelier.graphs.pipelines import PIPELINES
+from atelier.graphs.resources import resources_for
 
 RequestT = TypeVar("RequestT", ClarifyRequest, PlanReviewRequest)
 MAX_INTERRUPTS = 8  # clarify and plan review rounds one episode may ask for

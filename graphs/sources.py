@@ -18,13 +18,13 @@ from typing import cast
 from cachetools import LRUCache
 from pydantic import BaseModel
 
-from agents.citations import CitationReport, SourceRef
-from benchmarks.common.atomic_files import write_if_absent
-from benchmarks.common.degradation import Degradation, degradation
-from benchmarks.data_files import cache_dir
-from tools.errors import ReplayMiss, WebError
-from tools.urls import web_source_id
-from tools.web import Web
+from atelier.agents.citations import CitationReport, SourceRef
+from atelier.benchmarks.common.atomic_files import write_if_absent
+from atelier.benchmarks.common.degradation import Degradation, degradation
+from atelier.benchmarks.data_files import cache_dir
+from atelier.tools.errors import ReplayMiss, WebError
+from atelier.tools.urls import web_source_id
+from atelier.tools.web import Web
 
 SOURCES_DIR = "sources"  # in the run folder
 

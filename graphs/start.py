@@ -13,13 +13,13 @@ from typing import Any, TypeVar, cast
 
 from langgraph.runtime import Runtime
 
-from benchmarks.case import CaseView
-from graphs.context import EpisodeContext
-from graphs.inputs import case_from_input, case_view, input_meta, memory_view, options_for, system_inputs
-from graphs.memory import no_upfront_context, recall_context
-from graphs.memory_tool import reads_memory_upfront
-from graphs.pipelines import PipelineOptions
-from graphs.resources import Resources, resources_for
+from atelier.benchmarks.case import CaseView
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.inputs import case_from_input, case_view, input_meta, memory_view, options_for, system_inputs
+from atelier.graphs.memory import no_upfront_context, recall_context
+from atelier.graphs.memory_tool import reads_memory_upfront
+from atelier.graphs.pipelines import PipelineOptions
+from atelier.graphs.resources import Resources, resources_for
 
 OptionsT = TypeVar("OptionsT", bound=PipelineOptions)
 StateT = TypeVar("StateT", bound=Mapping[str, Any])  # a pipeline's state (a TypedDict)

@@ -10,21 +10,21 @@ whichever pipeline the context's `system.pipeline` names.
 for several turns (graphs/simulate.py; `system.conversation` sets the turn budget).
 """
 
-from benchmarks.common.offline import apply_offline_defaults
+from atelier.benchmarks.common.offline import apply_offline_defaults
 
 apply_offline_defaults()  # the graphs' entry point for Studio: before the libraries below load
 
-from agents.models.gateway import configured_litellm
-from graphs.deep_research.graph import build_deep_research_graph
-from graphs.direct import build_direct_graph
-from graphs.episode import build_episode_graph
-from graphs.external.graph import build_external_graph
-from graphs.heavy_imports import import_heavy_libraries
-from graphs.judge import build_judge_graph
-from graphs.memory import build_memory_graph
-from graphs.pipelines import PIPELINES
-from graphs.planpers import build_planpers_graph
-from graphs.rag import build_rag_graph
+from atelier.agents.models.gateway import configured_litellm
+from atelier.graphs.deep_research.graph import build_deep_research_graph
+from atelier.graphs.direct import build_direct_graph
+from atelier.graphs.episode import build_episode_graph
+from atelier.graphs.external.graph import build_external_graph
+from atelier.graphs.heavy_imports import import_heavy_libraries
+from atelier.graphs.judge import build_judge_graph
+from atelier.graphs.memory import build_memory_graph
+from atelier.graphs.pipelines import PIPELINES
+from atelier.graphs.planpers import build_planpers_graph
+from atelier.graphs.rag import build_rag_graph
 
 # The server runs nodes on its event loop and refuses blocking calls there (`langgraph dev` without
 # --allow-blocking): what loads lazily on a first call — litellm's import reads the working folder —

@@ -21,10 +21,10 @@ from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.models.gateway import Gateway
-from benchmarks.case import CaseView, ConversationTurn, HistoryEvent
-from benchmarks.common.degradation import Degradation
-from memory.clock import read_clock
+from atelier.agents.models.gateway import Gateway
+from atelier.benchmarks.case import CaseView, ConversationTurn, HistoryEvent
+from atelier.benchmarks.common.degradation import Degradation
+from atelier.memory.clock import read_clock
 
 ContextForm = Literal["none", "raw", "profile", "persona"]
 

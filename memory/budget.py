@@ -9,9 +9,9 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import NamedTuple
 
-from benchmarks.case import ExplicitPersona, HistoryEvent
-from benchmarks.common.degradation import Degradation, degradation
-from memory.base import ContextShare
+from atelier.benchmarks.case import ExplicitPersona, HistoryEvent
+from atelier.benchmarks.common.degradation import Degradation, degradation
+from atelier.memory.base import ContextShare
 
 
 @lru_cache(maxsize=1)

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 from cachetools import LRUCache
 
-from agents.models.embeddings import Embedder, get_embedder
-from benchmarks.common.errors import ConfigError
+from atelier.agents.models.embeddings import Embedder, get_embedder
+from atelier.benchmarks.common.errors import ConfigError
 
 
 class CachingEmbedder:

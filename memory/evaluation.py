@@ -27,9 +27,9 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, Field
 
-from benchmarks.case import Case, CaseView, Gold, HistoryEvent
-from benchmarks.metrics.ranking import as_run, evaluate_runs
-from memory.base import QUERY_MODES, MemoryBackend, QueryMode, memory_query
+from atelier.benchmarks.case import Case, CaseView, Gold, HistoryEvent
+from atelier.benchmarks.metrics.ranking import as_run, evaluate_runs
+from atelier.memory.base import QUERY_MODES, MemoryBackend, QueryMode, memory_query
 
 CUTOFFS = (3, 10)
 

@@ -13,9 +13,9 @@ from typing import Literal
 
 import numpy as np
 
-from agents.models.embeddings import Embedder, get_embedder
-from benchmarks.common.degradation import Degradation
-from memory.budget import pack
+from atelier.agents.models.embeddings import Embedder, get_embedder
+from atelier.benchmarks.common.degradation import Degradation
+from atelier.memory.budget import pack
 
 FacetSelection = Literal["all", "relevant"]
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.memory_curator import ProfileTrait
+from atelier.agents.memory_curator import ProfileTrait
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from benchmarks.case import HistoryEvent
-from benchmarks.common.degradation import Degradation, degradation
-from memory.budget import count_tokens, pack_events, render_event
+from atelier.benchmarks.case import HistoryEvent
+from atelier.benchmarks.common.degradation import Degradation, degradation
+from atelier.memory.budget import count_tokens, pack_events, render_event
 
 
 @dataclass(frozen=True)

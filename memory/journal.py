@@ -35,12 +35,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from agents.models.ledger import call_tags, capture_calls
-from benchmarks.case import HistoryEvent
-from benchmarks.common.errors import DataError
-from benchmarks.common.json_input import read_appended_jsonl, validation_error
-from memory.base import MemoryBackend, MemoryQuery, UserContext, as_query
-from memory.clock import ClockTape, on_tape
+from atelier.agents.models.ledger import call_tags, capture_calls
+from atelier.benchmarks.case import HistoryEvent
+from atelier.benchmarks.common.errors import DataError
+from atelier.benchmarks.common.json_input import read_appended_jsonl, validation_error
+from atelier.memory.base import MemoryBackend, MemoryQuery, UserContext, as_query
+from atelier.memory.clock import ClockTape, on_tape
 
 JOURNAL_FILE = "journal.jsonl"
 REBUILD_STEP = "memory_rebuild"  # the ledger's node for the model calls a rebuild makes

@@ -33,8 +33,8 @@ from mem0.llms.configs import LlmConfig
 from mem0.utils.factory import EmbedderFactory, LlmFactory
 from pydantic import BaseModel, Field
 
-from agents.models.embeddings import get_embedder
-from agents.models.gateway import Gateway
+from atelier.agents.models.embeddings import get_embedder
+from atelier.agents.models.gateway import Gateway
 
 PROVIDER = "atelier"
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from benchmarks.common.degradation import Degradation
-from memory.base import UserContext
-from memory.budget import pack
+from atelier.benchmarks.common.degradation import Degradation
+from atelier.memory.base import UserContext
+from atelier.memory.budget import pack
 
 
 def profile_context(

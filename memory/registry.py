@@ -4,21 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.common.named_registry import NamedRegistry
-from memory.base import MemoryBackend, MemoryConfig, MemoryEnv
+from atelier.benchmarks.common.named_registry import NamedRegistry
+from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryEnv
 
 BACKENDS: NamedRegistry[type[MemoryBackend]] = NamedRegistry(
     "memory backend",
     modules=(
-        "memory.backends.none",
-        "memory.backends.full",
-        "memory.backends.persona",
-        "memory.backends.profile",
-        "memory.backends.selected",
-        "memory.backends.retrieval",
-        "memory.backends.mem0",
-        "memory.backends.hierarchical",
-        "memory.backends.persona_model",
+        "atelier.memory.backends.none",
+        "atelier.memory.backends.full",
+        "atelier.memory.backends.persona",
+        "atelier.memory.backends.profile",
+        "atelier.memory.backends.selected",
+        "atelier.memory.backends.retrieval",
+        "atelier.memory.backends.mem0",
+        "atelier.memory.backends.hierarchical",
+        "atelier.memory.backends.persona_model",
     ),
 )
 

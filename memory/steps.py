@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from agents.models.ledger import call_tags, current_tags
+from atelier.agents.models.ledger import call_tags, current_tags
 
 
 @contextlib.contextmanager

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from benchmarks.case import HistoryEvent
-from memory.base import MemoryBackend, digest_of
+from atelier.benchmarks.case import HistoryEvent
+from atelier.memory.base import MemoryBackend, digest_of
 
 
 class UserEvents:

@@ -13,18 +13,18 @@ import math
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common.errors import ConfigError
-from benchmarks.common.redaction import active_redactor
-from runs.comparisons import CORRECTION, adjust, paired_row
-from runs.report import Point, ci_text, dot_plot, response_parts
-from runs.results import ResultRecord, ResultsFile
-from runs.usage import format_cost
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.redaction import active_redactor
+from atelier.runs.comparisons import CORRECTION, adjust, paired_row
+from atelier.runs.report import Point, ci_text, dot_plot, response_parts
+from atelier.runs.results import ResultRecord, ResultsFile
+from atelier.runs.usage import format_cost
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 
 
 def _load(run_dir: Path) -> dict[str, Any]:
-    from runs.runner import RunFolder, load_run_config
+    from atelier.runs.runner import RunFolder, load_run_config
 
     config = load_run_config(run_dir)
     folder = RunFolder(Path(run_dir))

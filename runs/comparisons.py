@@ -14,8 +14,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from benchmarks.metrics.statistics import bootstrap_ci, paired_test
-from runs.results import ResultRecord
+from atelier.benchmarks.metrics.statistics import bootstrap_ci, paired_test
+from atelier.runs.results import ResultRecord
 
 ALPHA = 0.05
 CORRECTION = "Benjamini-Hochberg"
@@ -114,7 +114,7 @@ def recalled_event_ids(record: ResultRecord) -> list[str]:
 def _history_values(records: list[ResultRecord], cases: Mapping[str, Any], kind: str, k: int) -> list[float]:
     """Each scored episode's history retrieval against the case's gold relevant events: the ranking
     is every event the system received, upfront and through `recall_memory` (`recalled_event_ids`)."""
-    from benchmarks.metrics.ranking import query_ranking_scores
+    from atelier.benchmarks.metrics.ranking import query_ranking_scores
 
     values = []
     for record in records:

@@ -33,8 +33,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agents.models.settings import ModelSettings, settings_for_role
-from runs.recipe import Recipe
+from atelier.agents.models.settings import ModelSettings, settings_for_role
+from atelier.runs.recipe import Recipe
 
 TYPICAL_SHARE = 0.25  # of max_tokens a completion uses, at the low end of the range
 DEFAULT_MAX_TOKENS = 4096  # a role with no max_tokens, on a model litellm has no output limit for
@@ -108,7 +108,7 @@ def price_of(settings: ModelSettings) -> Price:
 
 
 def _model_info(model: str) -> dict[str, Any]:
-    from agents.models.gateway import configured_litellm
+    from atelier.agents.models.gateway import configured_litellm
 
     try:
         return dict(configured_litellm().get_model_info(model))
@@ -150,8 +150,8 @@ def _dry_recipe(recipe: Recipe, sample: int, folder: Path) -> Recipe:
 
 def _measure(recipe: Recipe, sample: int) -> tuple[list[Any], int]:
     """The ledger of a scripted dry run of `recipe` on `sample` cases, and how many cases it ran."""
-    from agents.models.ledger import read_ledger
-    from runs.runner import Runner
+    from atelier.agents.models.ledger import read_ledger
+    from atelier.runs.runner import Runner
 
     with tempfile.TemporaryDirectory(prefix="atelier-cost-") as scratch:
         dry = _dry_recipe(recipe, sample, Path(scratch))
@@ -345,7 +345,7 @@ def plan_budget(recipe: Recipe) -> Budget | None:
     """The run's budget with each system's reservation per episode, or None when it has none. A
     budget over a model with no known price is refused (ConfigError), before any call: it could not
     be kept. Runs the forecast's scripted dry run (no provider call)."""
-    from benchmarks.common.errors import ConfigError
+    from atelier.benchmarks.common.errors import ConfigError
 
     limit = recipe.run.budget_usd
     if limit is None:

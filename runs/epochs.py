@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.models.settings import ModelSettings
-from graphs.context import EpisodeContext, SystemSpec
-from runs.resume import SYSTEM_SIDE
+from atelier.agents.models.settings import ModelSettings
+from atelier.graphs.context import EpisodeContext, SystemSpec
+from atelier.runs.resume import SYSTEM_SIDE
 
 EPOCH_MARK = "@epoch"
 

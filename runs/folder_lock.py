@@ -12,7 +12,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.errors import ConfigError
 
 LOCK_NAME = ".atelier.lock"
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from agents.judges.base import ComparativeJudge, Judge, JudgeResult
-from agents.models.ledger import call_tags
-from agents.response import SystemResponse
-from benchmarks.case import Case
-from benchmarks.common.errors import DataError
-from graphs.context import EpisodeContext
-from graphs.judge import judge_env
-from graphs.resources import resources_for
-from runs.results import ResultRecord
+from atelier.agents.judges.base import ComparativeJudge, Judge, JudgeResult
+from atelier.agents.models.ledger import call_tags
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.common.errors import DataError
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.judge import judge_env
+from atelier.graphs.resources import resources_for
+from atelier.runs.results import ResultRecord
 
 
 def stored_response(record: ResultRecord) -> SystemResponse:

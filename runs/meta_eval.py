@@ -36,22 +36,22 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, PrivateAttr, ValidationError
 
-from agents.judges.bespoke import BASE_SCALE, CRITERION_TITLES, FeedbackVerdict, feedback_messages, rubric_text
-from agents.judges.material import persona_text
-from agents.judges.pqr import DIMENSIONS
-from agents.models.gateway import Gateway
-from benchmarks.case import Case
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.metrics.agreement import (
+from atelier.agents.judges.bespoke import BASE_SCALE, CRITERION_TITLES, FeedbackVerdict, feedback_messages, rubric_text
+from atelier.agents.judges.material import persona_text
+from atelier.agents.judges.pqr import DIMENSIONS
+from atelier.agents.models.gateway import Gateway
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.metrics.agreement import (
     CriterionAgreement,
     LabelledScore,
     average_agreement,
     criterion_agreement,
     feedback_accuracy,
 )
-from benchmarks.metrics.statistics import DEFAULT_RESAMPLES
-from graphs.judge import ARTIFACTS_DIR
-from runs.results import ResultRecord, ResultsFile
+from atelier.benchmarks.metrics.statistics import DEFAULT_RESAMPLES
+from atelier.graphs.judge import ARTIFACTS_DIR
+from atelier.runs.results import ResultRecord, ResultsFile
 
 HEADLINE = "score"  # the judge's headline score, compared like a criterion
 SUB_CRITERION_SCALE = "0-10"  # PQR's stage-3 scores
@@ -706,7 +706,7 @@ def write_sheet(run_dir: Path, out: Path, judge: str | None = None, criteria: li
     description and scale, and empty `label` and `feedback` cells. The judge's own scores are not in
     it: whoever labels does so blind. CSV in UTF-8 with a byte-order mark, so spreadsheets open it
     as UTF-8."""
-    from runs.rescore import load_run
+    from atelier.runs.rescore import load_run
 
     _, recipe, records = load_run(run_dir)
     judge = sheet_judge(run_dir, records, judge)

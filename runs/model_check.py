@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.models.model_probe import ModelProbe, probe_models
-from agents.models.settings import ModelSettings
-from agents.models.structured_output import ModeMemory
-from runs.recipe import Recipe
+from atelier.agents.models.model_probe import ModelProbe, probe_models
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.models.structured_output import ModeMemory
+from atelier.runs.recipe import Recipe
 
 
 def recipe_models(recipe: Recipe) -> dict[str, ModelSettings]:

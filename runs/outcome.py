@@ -22,8 +22,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from benchmarks.common.degradation import counts_by_kind
-from runs.results import ResultRecord
+from atelier.benchmarks.common.degradation import counts_by_kind
+from atelier.runs.results import ResultRecord
 
 EXIT_OK = 0
 EXIT_FAILURES = 3

@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.models.ledger import Ledger, LedgerEntry, call_tags
-from agents.models.settings import ModelSettings
-from benchmarks.case import Case
-from benchmarks.common.errors import AtelierError, ConfigError
-from runs.recipe import Recipe
+from atelier.agents.models.ledger import Ledger, LedgerEntry, call_tags
+from atelier.agents.models.settings import ModelSettings
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.common.errors import AtelierError, ConfigError
+from atelier.runs.recipe import Recipe
 
 PROBE_TIMEOUT_S = 7.0  # per model, its text and structured probe together; models are probed concurrently
 
@@ -90,12 +90,12 @@ async def probe_problem(
     probe's calls go into `ledger` (they cost what any call costs)."""
     if settings.is_scripted:
         return None
-    from agents.models.model_probe import probe_models
+    from atelier.agents.models.model_probe import probe_models
 
     if settings.is_local:
         # Probing would start its server, which a run replayed from the cache never does; what can
         # be wrong before the first call (no extra, no weights) is what parsing the spec checks.
-        from agents.models.local_model import LocalModelError, parse_local_model
+        from atelier.agents.models.local_model import LocalModelError, parse_local_model
 
         try:
             parse_local_model(settings.model)
@@ -122,7 +122,7 @@ async def probe_problem(
 
 
 def _checksum_memo() -> Path:
-    from benchmarks.data_files import cache_dir
+    from atelier.benchmarks.data_files import cache_dir
 
     return cache_dir() / "preflight-sha256.json"
 
@@ -130,8 +130,8 @@ def _checksum_memo() -> Path:
 def data_problems(benchmark: str) -> list[str]:
     """The benchmark's registered data files: present (or downloadable) and matching their sha256.
     A file's verdict is remembered by (path, size, mtime), so a second preflight reads nothing."""
-    from benchmarks.data_files import locate, registered_file, verify_file
-    from benchmarks.registry import get_benchmark
+    from atelier.benchmarks.data_files import locate, registered_file, verify_file
+    from atelier.benchmarks.registry import get_benchmark
 
     memo_path = _checksum_memo()
     try:
@@ -170,7 +170,7 @@ def data_problems(benchmark: str) -> list[str]:
 
 def judge_problems(recipe: Recipe, cases: Sequence[Case]) -> list[str]:
     """Judges the benchmark's cases cannot feed (the judges' own declaration of what they need)."""
-    from agents.judges.base import check_judge_fit, create_judge
+    from atelier.agents.judges.base import check_judge_fit, create_judge
 
     try:
         check_judge_fit(
@@ -187,7 +187,7 @@ def epoch_problems(recipe: Recipe) -> list[str]:
     report a spread of about nothing. Refused, for every system-side role the run uses that is
     not `scripted` (whose answers follow the seed at any temperature); judges are not concerned
     (their seeds stay, their variance is `repeats`'s)."""
-    from runs.resume import SYSTEM_SIDE
+    from atelier.runs.resume import SYSTEM_SIDE
 
     if recipe.run.epochs <= 1:
         return []
@@ -214,8 +214,8 @@ def epoch_problems(recipe: Recipe) -> list[str]:
 def needs_web_probe(recipe: Recipe) -> bool:
     """A web the run uses (a system's pipeline searches, or a judge reads sources) and does not start
     itself (a SearXNG URL, a search API, a running sandbox)."""
-    from agents.judges.base import create_judge
-    from graphs.pipelines import PIPELINES
+    from atelier.agents.judges.base import create_judge
+    from atelier.graphs.pipelines import PIPELINES
 
     used = any(PIPELINES.get(s.pipeline).uses_web for s in recipe.systems) or any(
         create_judge(j).uses_web for j in recipe.judges
@@ -225,7 +225,7 @@ def needs_web_probe(recipe: Recipe) -> bool:
 
 
 async def web_problem(recipe: Recipe, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    from tools.web import build_web, check_web_config
+    from atelier.tools.web import build_web, check_web_config
 
     try:
         check_web_config(recipe.web)

@@ -30,19 +30,19 @@ from typing import Annotated, Any, Literal, Protocol, Union, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 
-from agents.judges.base import JUDGES, JudgeConfig
-from agents.models.settings import ROLE_FALLBACK, ROLES, ModelSettings
-from benchmarks.case import Case
-from benchmarks.common.degradation import check_kinds
-from benchmarks.common.errors import ConfigError
-from benchmarks.common.json_input import validate_strictly
-from benchmarks.common.named_registry import UnknownNameError
-from benchmarks.registry import BENCHMARKS, get_benchmark, load_cases
-from benchmarks.rj_pairs import with_rj_pairs
-from graphs.context import SystemSpec
-from graphs.pipelines import PIPELINES
-from memory.registry import BACKENDS
-from tools.config import WebConfig
+from atelier.agents.judges.base import JUDGES, JudgeConfig
+from atelier.agents.models.settings import ROLE_FALLBACK, ROLES, ModelSettings
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.common.degradation import check_kinds
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.json_input import validate_strictly
+from atelier.benchmarks.common.named_registry import UnknownNameError
+from atelier.benchmarks.registry import BENCHMARKS, get_benchmark, load_cases
+from atelier.benchmarks.rj_pairs import with_rj_pairs
+from atelier.graphs.context import SystemSpec
+from atelier.graphs.pipelines import PIPELINES
+from atelier.memory.registry import BACKENDS
+from atelier.tools.config import WebConfig
 
 KNOWN_ROLES = tuple(ROLES) + tuple(ROLE_FALLBACK)
 
@@ -188,7 +188,7 @@ class CacheSection(_Strict):
         """Where the response cache lives (a Redis URL or a directory), or None when disabled."""
         if not self.enabled:
             return None
-        from benchmarks.data_files import cache_dir
+        from atelier.benchmarks.data_files import cache_dir
 
         return self.url or self.dir or str(cache_dir() / "llm")
 
@@ -243,7 +243,7 @@ class Recipe(_Strict):
             line = _line_of(_source_text(self.source), ("benchmark", *loc), None)
             where = f"{self.source}:{line}" if line else (self.source or "recipe")
             what = "is not a directory" if directory else "is not a file"
-            from benchmarks.data_fetch import where_to_get
+            from atelier.benchmarks.data_fetch import where_to_get
 
             raise ConfigError(
                 f"{where}: {key}: {path} {what} (a relative path is read from the recipe's folder); "

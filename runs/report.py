@@ -17,12 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from benchmarks.case import Case
-from benchmarks.common.degradation import KINDS, counts_by_kind
-from benchmarks.common.redaction import active_redactor
-from runs.comparisons import scores_by_case, tool_recalls
-from runs.results import ResultRecord, result_key
-from runs.usage import format_cost
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.common.degradation import KINDS, counts_by_kind
+from atelier.benchmarks.common.redaction import active_redactor
+from atelier.runs.comparisons import scores_by_case, tool_recalls
+from atelier.runs.results import ResultRecord, result_key
+from atelier.runs.usage import format_cost
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 WIDE_INDEX = 8  # more systems x judges than this: the case index gets a row per (case, system), not a column

@@ -19,20 +19,20 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from agents.judges.base import check_judge_fit, create_judge
-from agents.models.ledger import call_tags, capture_calls
-from agents.models.settings import ModelSettings
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.common.json_input import read_json_file, validation_error
-from benchmarks.common.redaction import redacting
-from graphs.judge import ARTIFACTS_DIR
-from graphs.resources import release
-from graphs.sources import SOURCES_DIR
-from runs.folder_lock import RunFolderLock
-from runs.judging import judge_again, judge_comparisons
-from runs.recipe import Recipe, parse_recipe
-from runs.results import ResultRecord, ResultsFile, write_json_atomic
-from runs.runner import RunFolder, Runner, _progress
+from atelier.agents.judges.base import check_judge_fit, create_judge
+from atelier.agents.models.ledger import call_tags, capture_calls
+from atelier.agents.models.settings import ModelSettings
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.common.json_input import read_json_file, validation_error
+from atelier.benchmarks.common.redaction import redacting
+from atelier.graphs.judge import ARTIFACTS_DIR
+from atelier.graphs.resources import release
+from atelier.graphs.sources import SOURCES_DIR
+from atelier.runs.folder_lock import RunFolderLock
+from atelier.runs.judging import judge_again, judge_comparisons
+from atelier.runs.recipe import Recipe, parse_recipe
+from atelier.runs.results import ResultRecord, ResultsFile, write_json_atomic
+from atelier.runs.runner import RunFolder, Runner, _progress
 
 MASKED = "**********"  # how config.json shows a secret
 

@@ -19,14 +19,14 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, computed_field, field_validator
 
-from agents.judges.base import JudgeResult
-from agents.response import SystemResponse
-from benchmarks.common.atomic_files import write_atomically
-from benchmarks.common.degradation import Degradation
-from benchmarks.common.errors import DataError
-from benchmarks.common.json_input import read_appended_jsonl, validation_error
-from benchmarks.common.redaction import active_redactor
-from memory.base import ContextShare
+from atelier.agents.judges.base import JudgeResult
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.common.atomic_files import write_atomically
+from atelier.benchmarks.common.degradation import Degradation
+from atelier.benchmarks.common.errors import DataError
+from atelier.benchmarks.common.json_input import read_appended_jsonl, validation_error
+from atelier.benchmarks.common.redaction import active_redactor
+from atelier.memory.base import ContextShare
 
 
 def result_key(case_id: str, system: str, epoch: int = 1) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agents.models.settings import ROLE_FALLBACK, ROLES, ModelSettings, settings_for_role
+from atelier.agents.models.settings import ROLE_FALLBACK, ROLES, ModelSettings, settings_for_role
 
 # every role on one side: the judge's, with the judges' own roles falling back to it; the rest
 JUDGE_SIDE = ("judge", *sorted(role for role, fallback in ROLE_FALLBACK.items() if fallback == "judge"))

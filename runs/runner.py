@@ -31,34 +31,34 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agents.judges.base import ComparativeJudge, Judge, check_judge_fit, create_judge
-from agents.models.ledger import call_tags, capture_calls, ledger_totals, read_ledger
-from benchmarks.case import Case
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.common.json_input import read_appended_jsonl, read_json_file, validation_error
-from benchmarks.common.offline import apply_offline_defaults
-from benchmarks.common.redaction import Redactor, redacting
-from graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
-from graphs.episode import episode_graph_for
-from graphs.heap import settled_heap
-from graphs.inputs import forget_cases, remember_cases
-from graphs.persistence import run_checkpointer
-from graphs.pipelines import PIPELINES, check_systems_available
-from graphs.resources import release, resources_for
-from graphs.simulate import run_with_simulated_user
-from runs.cost import Budget, plan_budget, spent_in
-from runs.epochs import epoch_context, epoch_of, run_epochs
-from runs.executors import Episode, open_executor
-from runs.folder_lock import RunFolderLock
-from runs.judging import judge_again, judge_comparisons, judgments_due
-from runs.outcome import RunOutcome, outcome_of
-from runs.preflight import preflight
-from runs.recipe import Recipe
-from runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
-from runs.resume import check_resume
-from runs.usage import system_usage
-from tools.config import WebConfig
-from tools.web import check_web_config, web_description
+from atelier.agents.judges.base import ComparativeJudge, Judge, check_judge_fit, create_judge
+from atelier.agents.models.ledger import call_tags, capture_calls, ledger_totals, read_ledger
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.common.json_input import read_appended_jsonl, read_json_file, validation_error
+from atelier.benchmarks.common.offline import apply_offline_defaults
+from atelier.benchmarks.common.redaction import Redactor, redacting
+from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
+from atelier.graphs.episode import episode_graph_for
+from atelier.graphs.heap import settled_heap
+from atelier.graphs.inputs import forget_cases, remember_cases
+from atelier.graphs.persistence import run_checkpointer
+from atelier.graphs.pipelines import PIPELINES, check_systems_available
+from atelier.graphs.resources import release, resources_for
+from atelier.graphs.simulate import run_with_simulated_user
+from atelier.runs.cost import Budget, plan_budget, spent_in
+from atelier.runs.epochs import epoch_context, epoch_of, run_epochs
+from atelier.runs.executors import Episode, open_executor
+from atelier.runs.folder_lock import RunFolderLock
+from atelier.runs.judging import judge_again, judge_comparisons, judgments_due
+from atelier.runs.outcome import RunOutcome, outcome_of
+from atelier.runs.preflight import preflight
+from atelier.runs.recipe import Recipe
+from atelier.runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
+from atelier.runs.resume import check_resume
+from atelier.runs.usage import system_usage
+from atelier.tools.config import WebConfig
+from atelier.tools.web import check_web_config, web_description
 
 
 @dataclass(frozen=True)
@@ -500,9 +500,9 @@ def finish_run(
     cases x systems x epochs), from what results.jsonl and ledger.jsonl hold; return how the run ended.
     `cases` (the run's, else loaded again) give the report each case's query; `budget`, the run's
     (`[run] budget_usd`), what it spent and whether it stopped the run."""
-    from runs.comparisons import versus_baseline, versus_paper  # scipy and matplotlib: only once there is
-    from runs.report import write_report  # something to summarize (a failed preflight exits sooner)
-    from runs.summary import epoch_means, summarize
+    from atelier.runs.comparisons import versus_baseline, versus_paper  # scipy and matplotlib: only once there is
+    from atelier.runs.report import write_report  # something to summarize (a failed preflight exits sooner)
+    from atelier.runs.summary import epoch_means, summarize
 
     recipe = config["recipe"]
     systems = [s["name"] for s in recipe["systems"]]

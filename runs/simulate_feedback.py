@@ -14,16 +14,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agents.models.cache import ResponseCache
-from agents.models.gateway import Gateway, ModelCallError
-from agents.models.ledger import Ledger, call_tags
-from agents.models.settings import ModelSettings
-from agents.user_sim import rate_response
-from benchmarks.common.atomic_files import write_atomically
-from benchmarks.common.errors import ConfigError
-from benchmarks.data_files import cache_dir
-from runs.recipe import Recipe
-from runs.results import ResultsFile
+from atelier.agents.models.cache import ResponseCache
+from atelier.agents.models.gateway import Gateway, ModelCallError
+from atelier.agents.models.ledger import Ledger, call_tags
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.user_sim import rate_response
+from atelier.benchmarks.common.atomic_files import write_atomically
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.data_files import cache_dir
+from atelier.runs.recipe import Recipe
+from atelier.runs.results import ResultsFile
 
 
 def _run_recipe(run_dir: Path) -> Recipe:

@@ -35,12 +35,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.models.cache import ResponseCache
-from agents.models.gateway import Gateway, ModelCallError
-from agents.models.ledger import Ledger, call_tags
-from agents.models.settings import ModelSettings
-from agents.user_sim import HistoryOptions, check_protocol, check_reversibility, synthesize_history
-from agents.user_sim.history import (
+from atelier.agents.models.cache import ResponseCache
+from atelier.agents.models.gateway import Gateway, ModelCallError
+from atelier.agents.models.ledger import Ledger, call_tags
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.user_sim import HistoryOptions, check_protocol, check_reversibility, synthesize_history
+from atelier.agents.user_sim.history import (
     SynthesisEvent,
     TraitReport,
     WritingEffort,
@@ -50,16 +50,16 @@ from agents.user_sim.history import (
     plan_history,
     trait_reports,
 )
-from agents.user_sim.protocol import problem_kind
-from agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED, reversibility_problems
-from benchmarks.common.atomic_files import write_atomically
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.common.json_input import read_appended_jsonl
-from benchmarks.data_files import cache_dir
-from benchmarks.loaders.pdr import ContextRecord, context_history, read_contexts, read_language
-from runs.folder_lock import RunFolderLock
-from runs.outcome import EXIT_FAILURES, EXIT_OK, most_common_lines, reason_of
-from runs.results import write_json_atomic
+from atelier.agents.user_sim.protocol import problem_kind
+from atelier.agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED, reversibility_problems
+from atelier.benchmarks.common.atomic_files import write_atomically
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.common.json_input import read_appended_jsonl
+from atelier.benchmarks.data_files import cache_dir
+from atelier.benchmarks.loaders.pdr import ContextRecord, context_history, read_contexts, read_language
+from atelier.runs.folder_lock import RunFolderLock
+from atelier.runs.outcome import EXIT_FAILURES, EXIT_OK, most_common_lines, reason_of
+from atelier.runs.results import write_json_atomic
 
 ROLES = ("history_writer", "history_checker")
 JOURNAL = "synthesis.jsonl"

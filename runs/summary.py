@@ -19,11 +19,11 @@ from collections.abc import Callable, Iterable
 from itertools import combinations
 from typing import Any
 
-from agents.judges.base import JudgeResult
-from benchmarks.common.degradation import counts_by_kind
-from benchmarks.metrics.statistics import bootstrap_ci, epoch_spread, paired_test
-from runs.comparisons import scores_by_case
-from runs.results import ResultRecord
+from atelier.agents.judges.base import JudgeResult
+from atelier.benchmarks.common.degradation import counts_by_kind
+from atelier.benchmarks.metrics.statistics import bootstrap_ci, epoch_spread, paired_test
+from atelier.runs.comparisons import scores_by_case
+from atelier.runs.results import ResultRecord
 
 
 def _epoch_scores(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, dict[int, float]]:

@@ -16,10 +16,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.models.ledger import LedgerEntry, read_ledger
-from benchmarks.common.errors import ConfigError
-from runs.epochs import run_epochs
-from runs.results import ResultRecord, ResultsFile, result_key
+from atelier.agents.models.ledger import LedgerEntry, read_ledger
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.runs.epochs import run_epochs
+from atelier.runs.results import ResultRecord, ResultsFile, result_key
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -74,7 +74,7 @@ def _checkpoints(path: Path, thread_id: str) -> list[tuple[str, Any]]:
     truncated or foreign file, a damaged value) is a DataError naming it."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from graphs.persistence import RunSerializer, connect_checkpoints, unreadable
+    from atelier.graphs.persistence import RunSerializer, connect_checkpoints, unreadable
 
     with contextlib.closing(connect_checkpoints(path)) as conn:
         try:
@@ -98,7 +98,7 @@ def _calls_from_cache(entries: list[LedgerEntry], cache_dir: str | None) -> list
     calls = [Call(entry) for entry in entries]
     if not cache_dir or not Path(cache_dir).exists():
         return calls
-    from agents.models.cache import ResponseCache
+    from atelier.agents.models.cache import ResponseCache
 
     cache = ResponseCache(cache_dir)
     try:
@@ -112,7 +112,7 @@ def _calls_from_cache(entries: list[LedgerEntry], cache_dir: str | None) -> list
 
 
 def load_trace(run_dir: str | Path, case_id: str, system: str | None = None, epoch: int = 1) -> list[Step]:
-    from runs.runner import RunFolder, load_run_config
+    from atelier.runs.runner import RunFolder, load_run_config
 
     config = load_run_config(Path(run_dir))
     folder = RunFolder(Path(run_dir))

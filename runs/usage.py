@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from agents.models.ledger import LedgerEntry, ledger_totals
-from agents.models.settings import ROLE_FALLBACK
-from runs.results import ResultRecord
+from atelier.agents.models.ledger import LedgerEntry, ledger_totals
+from atelier.agents.models.settings import ROLE_FALLBACK
+from atelier.runs.results import ResultRecord
 
 
 def role_kind(role: str) -> str:

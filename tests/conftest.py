@@ -13,12 +13,12 @@ _SESSION_CACHE = tempfile.mkdtemp(prefix="atelier-test-cache-")
 os.environ["ATELIER_CACHE_DIR"] = _SESSION_CACHE
 os.environ["ATELIER_STATE_DIR"] = _SESSION_CACHE
 
-from benchmarks.common.offline import apply_offline_defaults  # noqa: E402
+from atelier.benchmarks.common.offline import apply_offline_defaults  # noqa: E402
 
 apply_offline_defaults()  # as every entry point does (the CLI, Studio's graphs, a run)
 
-from benchmarks.case import Case, ChatMessage, ChatSession, Gold, MemorySnippet, Persona, Query, RubricAspect  # noqa: E402
-from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark  # noqa: E402
+from atelier.benchmarks.case import Case, ChatMessage, ChatSession, Gold, MemorySnippet, Persona, Query, RubricAspect  # noqa: E402
+from atelier.benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark  # noqa: E402
 
 GOLD_SENTINEL = "GOLD-SENTINEL-7f3a"
 

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agents.models.gateway import Gateway
-from agents.models.settings import ModelSettings
-from agents.response import Citation
-from benchmarks.common.errors import AtelierError
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.response import Citation
+from atelier.benchmarks.common.errors import AtelierError
 
 Answer = dict[str, Any] | Callable[[list[dict[str, Any]], ModelSettings], dict[str, Any]]
 

@@ -45,7 +45,7 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agents.models.scripted import compose_text, requested_schema, schema_instance
+from atelier.agents.models.scripted import compose_text, requested_schema, schema_instance
 
 BEHAVIOURS = ("ok", "429", "500", "503", "timeout", "malformed", "cut", "garbage", "400", "invalid500")
 # kind -> the structured modes it accepts, and how it refuses the others (status, message)
@@ -312,7 +312,7 @@ if __name__ == "__main__":
 
 
 def _tokens(text: str) -> int:
-    from memory.budget import count_tokens
+    from atelier.memory.budget import count_tokens
 
     return count_tokens(text)
 

@@ -26,17 +26,17 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agents.models.cache import ResponseCache
-from agents.models.gateway import Gateway
-from agents.models.ledger import Ledger
-from agents.models.openai_api import EndpointSession
-from benchmarks.common.errors import AtelierError, ConfigError
-from graphs.external import agents, launcher
-from graphs.external.agents import session_env
-from graphs.external.endpoint import AgentEndpoint
-from graphs.external.options import ExternalOptions
-from graphs.pipelines import check_systems_available
-from runs.recipe import parse_recipe
+from atelier.agents.models.cache import ResponseCache
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.ledger import Ledger
+from atelier.agents.models.openai_api import EndpointSession
+from atelier.benchmarks.common.errors import AtelierError, ConfigError
+from atelier.graphs.external import agents, launcher
+from atelier.graphs.external.agents import session_env
+from atelier.graphs.external.endpoint import AgentEndpoint
+from atelier.graphs.external.options import ExternalOptions
+from atelier.graphs.pipelines import check_systems_available
+from atelier.runs.recipe import parse_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = "bypass"  # the runner below, found by the agent server on PYTHONPATH
@@ -169,7 +169,7 @@ RUNNER = textwrap.dedent('''
 LAUNCHER = textwrap.dedent("""
     import asyncio, json, sys
     from pathlib import Path
-    from graphs.external import agents, launcher
+    from atelier.graphs.external import agents, launcher
 
     runners, workdir, isolation, base = sys.argv[1:5]
     launcher.base_env = lambda: {**agents.base_env(), "PYTHONPATH": runners}

@@ -12,8 +12,8 @@ import stat
 import psutil
 import pytest
 
-from graphs.external.agents import session_env
-from graphs.external.launcher import AgentServer, AgentServerError, endpoint_relay
+from atelier.graphs.external.agents import session_env
+from atelier.graphs.external.launcher import AgentServer, AgentServerError, endpoint_relay
 
 pytest.importorskip("gpt_researcher")
 

@@ -11,12 +11,12 @@ import textwrap
 import httpx
 import pytest
 
-from agents.models.gateway import Gateway
-from agents.models.ledger import Ledger
-from graphs.external.agents import CHILD
-from graphs.external.endpoint import AgentEndpoint
-from tools.config import WebConfig
-from tools.web import build_web
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.ledger import Ledger
+from atelier.graphs.external.agents import CHILD
+from atelier.graphs.external.endpoint import AgentEndpoint
+from atelier.tools.config import WebConfig
+from atelier.tools.web import build_web
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from benchmarks.common.atomic_files import atomic_writer, write_atomically, write_if_absent
+from atelier.benchmarks.common.atomic_files import atomic_writer, write_atomically, write_if_absent
 
 
 def test_writes_bytes_and_text_into_new_folders_and_replaces_what_was_there(tmp_path):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runs.bench.graph import covered_seconds
+from atelier.runs.bench.graph import covered_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 

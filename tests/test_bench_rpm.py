@@ -11,11 +11,11 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-from agents.models.gateway import _LIMITS, Gateway, retry_after_s
-from agents.models.ledger import Ledger
-from agents.models.settings import ModelSettings
-from runs.bench.rate_limited_provider import RateLimitedProvider, Request, SmoothRate
-from runs.bench.runner import PROVIDER_KEY, rate_limit_figures
+from atelier.agents.models.gateway import _LIMITS, Gateway, retry_after_s
+from atelier.agents.models.ledger import Ledger
+from atelier.agents.models.settings import ModelSettings
+from atelier.runs.bench.rate_limited_provider import RateLimitedProvider, Request, SmoothRate
+from atelier.runs.bench.runner import PROVIDER_KEY, rate_limit_figures
 
 
 def test_the_smooth_rate_admits_one_request_per_interval_and_says_how_long_to_wait():

@@ -8,10 +8,10 @@ import json
 import pytest
 from pydantic import ValidationError, create_model
 
-from agents import clarifier, planner, researcher
-from agents.models.budgeted import ITEM_CHARS, ShortItem, at_most
-from agents.models.gateway import Gateway, _Answered
-from benchmarks.case import Query
+from atelier.agents import clarifier, planner, researcher
+from atelier.agents.models.budgeted import ITEM_CHARS, ShortItem, at_most
+from atelier.agents.models.gateway import Gateway, _Answered
+from atelier.benchmarks.case import Query
 
 QUERY = Query(text="Plan my trip")
 BRIEF = planner.ResearchBrief.plain(QUERY)

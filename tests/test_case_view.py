@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.case import (
+from atelier.benchmarks.case import (
     Case,
     CaseView,
     ChatMessage,
@@ -102,7 +102,7 @@ def test_persona_setting_exposes_the_persona_but_no_gold():
 
 
 def test_views_of_real_loader_cases_carry_no_gold():
-    from benchmarks.registry import load_cases
+    from atelier.benchmarks.registry import load_cases
 
     for case in load_cases("ikat", split="2023_test", limit=20, seed=3):
         assert case.gold.answer

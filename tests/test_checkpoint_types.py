@@ -12,14 +12,14 @@ import typing
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import BaseModel
 
-from agents.judges.base import JudgeResult
-from agents.response import SystemResponse
-from benchmarks.case import Case
-from graphs.context import EpisodeContext, SystemSpec
-from graphs.episode import build_episode_graph
-from graphs.pipelines import PIPELINES
-from graphs.serde import STATE_TYPES, serializer
-from memory.base import UserContext
+from atelier.agents.judges.base import JudgeResult
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Case
+from atelier.graphs.context import EpisodeContext, SystemSpec
+from atelier.graphs.episode import build_episode_graph
+from atelier.graphs.pipelines import PIPELINES
+from atelier.graphs.serde import STATE_TYPES, serializer
+from atelier.memory.base import UserContext
 from tests.conftest import LoadRequest, tiny_cases
 
 

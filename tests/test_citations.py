@@ -3,7 +3,7 @@ others are removed and counted, and the text ends with the list of the sources i
 
 from __future__ import annotations
 
-from agents.citations import SourceRef, check_citations
+from atelier.agents.citations import SourceRef, check_citations
 
 
 def sources(n: int) -> list[SourceRef]:

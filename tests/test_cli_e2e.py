@@ -14,7 +14,7 @@ import pytest
 from tests.openai_stub import OpenAIStub
 
 ROOT = Path(__file__).resolve().parent.parent
-ATELIER = [sys.executable, "-m", "runs.cli"]
+ATELIER = [sys.executable, "-m", "atelier.runs.cli"]
 
 
 def atelier(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.data_files import ENV_DATA_DIR, data_dir
-from runs.cli import main
+from atelier.benchmarks.data_files import ENV_DATA_DIR, data_dir
+from atelier.runs.cli import main
 
 TINY = """
 name = "t"
@@ -316,12 +316,12 @@ def test_a_nan_latency_is_refused_where_it_is_read_not_copied_into_a_rescore(tmp
 
 
 def test_an_unexpected_error_is_one_line_pointing_at_its_traceback(tmp_path, capsys, monkeypatch, cache_dir):
-    import runs.recipe
+    from atelier.runs import recipe as recipe_module
 
     def broken(path):
         raise KeyError("a bug in the recipe loader")
 
-    monkeypatch.setattr(runs.recipe, "load_recipe", broken)
+    monkeypatch.setattr(recipe_module, "load_recipe", broken)
     code, _, err = atelier(capsys, monkeypatch, "recipe", "check", str(write(tmp_path / "t.toml", TINY)))
     assert code == 1
     line = one_error_line(err)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from runs.cost import forecast
-from runs.recipe import load_recipe, parse_recipe
-from runs.runner import run_recipe
+from atelier.runs.cost import forecast
+from atelier.runs.recipe import load_recipe, parse_recipe
+from atelier.runs.runner import run_recipe
 from tests.openai_stub import OpenAIStub
 from tests.test_cli_errors import atelier
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.data_files import data_dir, locate, registered_file, registered_files, verify_file
-from benchmarks.registry import benchmark_names, get_benchmark
+from atelier.benchmarks.data_files import data_dir, locate, registered_file, registered_files, verify_file
+from atelier.benchmarks.registry import benchmark_names, get_benchmark
 
 
 def test_every_file_in_the_data_dir_is_registered_and_verifies():

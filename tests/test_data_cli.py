@@ -7,8 +7,8 @@ import shutil
 
 from typer.testing import CliRunner
 
-from benchmarks.data_files import ENV_DATA_DIR, data_dir
-from runs.cli import app
+from atelier.benchmarks.data_files import ENV_DATA_DIR, data_dir
+from atelier.runs.cli import app
 
 runner = CliRunner()
 

@@ -1,4 +1,4 @@
-"""benchmarks.download.fetch_checked against a real HTTP server on loopback (no internet)."""
+"""atelier.benchmarks.download.fetch_checked against a real HTTP server on loopback (no internet)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import zipfile
 
 import pytest
 
-from benchmarks.common.errors import DataError
-from benchmarks.data_files import DataFile, verify_file
-from benchmarks.download import fetch_checked
+from atelier.benchmarks.common.errors import DataError
+from atelier.benchmarks.data_files import DataFile, verify_file
+from atelier.benchmarks.download import fetch_checked
 
 PLAIN = b'{"taskid": 1, "task": "plan a trip"}\n{"taskid": 2, "task": "compare laptops"}\n'
 
@@ -117,7 +117,7 @@ def test_http_error_and_missing_url_are_data_errors(server, tmp_path):
 
 
 def test_resolve_downloads_into_the_cache_when_the_data_dir_lacks_the_file(server, tmp_path, monkeypatch):
-    from benchmarks import data_files
+    from atelier.benchmarks import data_files
 
     monkeypatch.setenv(data_files.ENV_DATA_DIR, str(tmp_path / "empty"))
     monkeypatch.setenv(data_files.ENV_CACHE_DIR, str(tmp_path / "cache"))

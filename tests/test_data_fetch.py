@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks import data_files
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.data_fetch import RELEASES, Release, fetch, where_to_get
-from benchmarks.data_files import DataFile
-from runs.cli import app
+from atelier.benchmarks import data_files
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.data_fetch import RELEASES, Release, fetch, where_to_get
+from atelier.benchmarks.data_files import DataFile
+from atelier.runs.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
-ATELIER = [sys.executable, "-c", "from runs.cli import main; main()"]
+ATELIER = [sys.executable, "-c", "from atelier.runs.cli import main; main()"]
 RELEASE_BYTES = b'{"id": 1, "text": "the real release"}\n'
 
 

@@ -17,12 +17,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-import tools.http
-from tools.asgi_server import AsgiServer
-from tools.caps import FetchCaps
-from tools.errors import CapExceeded, FetchFailed
-from tools.http import CappedBody, GuardedHttp, HttpResponse
-from tools.url_guard import AllowList, UrlGuard
+from atelier.tools import http as tools_http
+from atelier.tools.asgi_server import AsgiServer
+from atelier.tools.caps import FetchCaps
+from atelier.tools.errors import CapExceeded, FetchFailed
+from atelier.tools.http import CappedBody, GuardedHttp, HttpResponse
+from atelier.tools.url_guard import AllowList, UrlGuard
 
 CAP = 1_000_000
 MB = 1 << 20
@@ -213,7 +213,7 @@ async def test_an_unknown_encoding_passes_through_undecoded_as_httpx_does(server
 
 async def test_an_encoding_without_a_capped_decoder_here_is_refused_not_expanded(server, monkeypatch):
     app, running = server
-    monkeypatch.delitem(tools.http._DECODERS, "br")  # as with a brotli older than 1.2, or none
+    monkeypatch.delitem(tools_http._DECODERS, "br")  # as with a brotli older than 1.2, or none
     app.bodies["br"] = (encoded(b"hello", "br"), "br")
     with pytest.raises(FetchFailed, match="content encoding 'br' cannot be decoded within the byte cap"):
         await fetch(running, "br")
@@ -221,7 +221,7 @@ async def test_an_encoding_without_a_capped_decoder_here_is_refused_not_expanded
 
 async def test_every_encoding_httpx_accepts_is_decoded_under_the_cap_and_asked_for(server):
     app, running = server
-    assert set(httpx._decoders.SUPPORTED_DECODERS) <= set(tools.http._DECODERS)
+    assert set(httpx._decoders.SUPPORTED_DECODERS) <= set(tools_http._DECODERS)
     app.bodies["plain"] = (b"x", "identity")
     await fetch(running, "plain")
     assert app.accept_encoding[-1] == "gzip, deflate, br, zstd"

@@ -12,14 +12,14 @@ import json
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from agents.models.gateway import Gateway, ModelCallError
-from agents.supervisor import ToolTurnAnswer
-from graphs.deep_research.graph import build_deep_research_graph
-from graphs.deep_research.nodes import context_overflowed, trimmed_notes
-from graphs.resources import release, resources_for
-from graphs.serde import serializer
+from atelier.agents.models.gateway import Gateway, ModelCallError
+from atelier.agents.supervisor import ToolTurnAnswer
+from atelier.graphs.deep_research.graph import build_deep_research_graph
+from atelier.graphs.deep_research.nodes import context_overflowed, trimmed_notes
+from atelier.graphs.resources import release, resources_for
+from atelier.graphs.serde import serializer
+from atelier.tools.web import capture_web_log
 from tests.test_pipelines import context, prompts  # noqa: F401 (a fixture)
-from tools.web import capture_web_log
 
 AGENTIC = {"design": "agentic", "max_researchers": 3, "max_rounds": 2, "max_pages": 3, "max_tool_calls": 6}
 TOOL_NODES = {"clarify", "write_brief", "supervisor", "act", "read", "compress", "write_report"}
@@ -77,7 +77,7 @@ async def test_the_agentic_design_researches_in_parallel_within_its_budgets_and_
 async def test_a_model_that_never_stops_calling_tools_is_stopped_by_the_budgets(tmp_path, monkeypatch):
     """Every turn of the supervisor researches and thinks, every researcher turn searches: the
     supervisor's turns, the rounds and the tool calls end the episode."""
-    from agents import supervisor as supervisor_module
+    from atelier.agents import supervisor as supervisor_module
 
     turns = collections.Counter()
 
@@ -95,7 +95,7 @@ async def test_a_model_that_never_stops_calling_tools_is_stopped_by_the_budgets(
         queries = [{"name": "search", "arguments": {"query": f"lisbon hotels {turns[role]} {i}"}} for i in range(4)]
         return ToolTurnAnswer.model_validate({"tool_calls": queries})
 
-    monkeypatch.setattr("graphs.deep_research.agentic.tool_turn", relentless)
+    monkeypatch.setattr("atelier.graphs.deep_research.agentic.tool_turn", relentless)
     response, values, _, _ = await _run(tmp_path, "q01", max_rounds=2, max_researchers=2, max_tool_calls=5)
     findings = values["findings"]
     assert response.meta["rounds"] == 2 and response.meta["supervisor_turns"] == 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agents.models.embeddings import get_embedder
+from atelier.agents.models.embeddings import get_embedder
 
 TEXTS = ["I am vegetarian and allergic to soy.", "Cheap train tickets from Lisbon to Porto.", "我喜欢喝乌龙茶"]
 

@@ -13,16 +13,16 @@ from collections import Counter
 
 import pytest
 
-from agents.models.settings import ModelSettings
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.metrics.statistics import epoch_spread
-from graphs.context import EpisodeContext, SystemSpec
-from runs.epochs import epoch_context, epoch_of
-from runs.preflight import epoch_problems
-from runs.recipe import load_recipe, parse_recipe
-from runs.results import ResultRecord, ResultsFile, result_key
-from runs.runner import expected_keys, run_recipe
-from runs.summary import epoch_means, summarize
+from atelier.agents.models.settings import ModelSettings
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.metrics.statistics import epoch_spread
+from atelier.graphs.context import EpisodeContext, SystemSpec
+from atelier.runs.epochs import epoch_context, epoch_of
+from atelier.runs.preflight import epoch_problems
+from atelier.runs.recipe import load_recipe, parse_recipe
+from atelier.runs.results import ResultRecord, ResultsFile, result_key
+from atelier.runs.runner import expected_keys, run_recipe
+from atelier.runs.summary import epoch_means, summarize
 from tests.test_cli_errors import atelier
 from tests.test_run_signals import SLOW_MODEL, lines, start, wait_for_results
 
@@ -117,8 +117,8 @@ def test_a_comparative_judge_pairs_responses_epoch_by_epoch(tmp_path, cache_dir)
     for record in compared:  # judged once per epoch, against the baseline's response of that epoch
         pairwise = [j for j in record["judgments"] if j["judge"] == "lampqa_pairwise"]
         assert len(pairwise) == 1 and not pairwise[0].get("failed"), record["key"]
-    from runs.judging import comparisons_due
-    from runs.results import ResultRecord
+    from atelier.runs.judging import comparisons_due
+    from atelier.runs.results import ResultRecord
 
     loaded = {k: ResultRecord.model_validate(v) for k, v in records.items()}
     baseline_e2 = next(r for r in loaded.values() if r.system == "direct-none" and r.epoch == 2)
@@ -303,9 +303,9 @@ def test_three_epochs_of_the_quickstart_killed_and_resumed_run_each_key_once(tmp
 def test_each_epoch_has_its_own_trace_ledger_calls_and_view_page(tmp_path, cache_dir):
     import lxml.html
 
-    from agents.models.ledger import read_ledger
-    from runs.trace import load_trace
-    from runs.view import write_static
+    from atelier.agents.models.ledger import read_ledger
+    from atelier.runs.trace import load_trace
+    from atelier.runs.view import write_static
 
     data = load_recipe(QUICKSTART).model_dump(mode="python")
     data["benchmark"]["limit"] = 1
@@ -343,7 +343,7 @@ def test_trace_names_a_missing_epoch_in_one_line(tmp_path, cache_dir):
         [
             sys.executable,
             "-m",
-            "runs.cli",
+            "atelier.runs.cli",
             "trace",
             str(folder.path),
             "q13",
@@ -362,7 +362,7 @@ def test_trace_names_a_missing_epoch_in_one_line(tmp_path, cache_dir):
 
 
 def test_paired_comparisons_take_each_case_once_as_its_mean_over_epochs():
-    from runs.comparisons import scores_by_case, versus_baseline
+    from atelier.runs.comparisons import scores_by_case, versus_baseline
 
     records = [
         record("q1", "a", 1, 0.2),

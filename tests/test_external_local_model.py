@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.models.local_model import SERVERS
-from runs.recipe import parse_recipe
-from runs.runner import run_recipe
+from atelier.agents.models.local_model import SERVERS
+from atelier.runs.recipe import parse_recipe
+from atelier.runs.runner import run_recipe
 from tests.test_local_model import local_model_installed  # noqa: F401 (autouse: skips, or fails in CI, without the extra)
 
 pytest.importorskip("open_deep_research")

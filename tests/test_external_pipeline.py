@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.common.errors import ConfigError
-from graphs.external import launcher
-from graphs.sources import SourceStore
-from runs.bench.graph import compare_graphs
-from runs.recipe import load_recipe, parse_recipe
-from runs.runner import RunFolder, run_recipe
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.graphs.external import launcher
+from atelier.graphs.sources import SourceStore
+from atelier.runs.bench.graph import compare_graphs
+from atelier.runs.recipe import load_recipe, parse_recipe
+from atelier.runs.runner import RunFolder, run_recipe
 
 pytest.importorskip("open_deep_research")
 pytest.importorskip("gpt_researcher")

@@ -8,10 +8,10 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel
 
-from agents.models.cache import ResponseCache
-from agents.models.gateway import Gateway, ModelCallError, StructuredOutputError
-from agents.models.ledger import Ledger, call_tags, read_ledger
-from agents.models.settings import ModelSettings
+from atelier.agents.models.cache import ResponseCache
+from atelier.agents.models.gateway import Gateway, ModelCallError, StructuredOutputError
+from atelier.agents.models.ledger import Ledger, call_tags, read_ledger
+from atelier.agents.models.settings import ModelSettings
 from tests.openai_stub import OpenAIStub
 
 
@@ -336,7 +336,7 @@ def test_litellm_loads_its_tokenizer_once_when_the_first_calls_come_together():
 
     script = textwrap.dedent("""
         import asyncio
-        import benchmarks.common.offline
+        import atelier.benchmarks.common.offline
         import litellm._lazy_imports as lazy
         loads = []
         original = lazy.get_default_encoding
@@ -344,8 +344,8 @@ def test_litellm_loads_its_tokenizer_once_when_the_first_calls_come_together():
             loads.append(1)
             return original()
         lazy.get_default_encoding = counted
-        from agents.models.gateway import Gateway
-        from agents.models.settings import ModelSettings
+        from atelier.agents.models.gateway import Gateway
+        from atelier.agents.models.settings import ModelSettings
 
         async def main():
             gateway = Gateway({"system": ModelSettings(model="scripted?latency_ms=20")})
@@ -417,7 +417,7 @@ async def test_without_a_cache_identical_requests_are_separate_calls(stub):
 
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "-1", "1e400"])
 def test_scripted_refuses_non_finite_and_negative_latency(value):
-    from agents.models.scripted import parse_model_string
+    from atelier.agents.models.scripted import parse_model_string
 
     with pytest.raises(ValueError, match="latency_ms") as info:
         parse_model_string(f"scripted?latency_ms={value}")
@@ -428,13 +428,13 @@ def test_scripted_refuses_non_finite_and_negative_latency(value):
 
 @pytest.mark.parametrize("name", ["error_rate", "malformed_rate"])
 def test_scripted_refuses_nan_rates(name):
-    from agents.models.scripted import parse_model_string
+    from atelier.agents.models.scripted import parse_model_string
 
     with pytest.raises(ValueError, match=name):
         parse_model_string(f"scripted?{name}=nan")
 
 
 def test_scripted_takes_a_finite_latency():
-    from agents.models.scripted import parse_model_string
+    from atelier.agents.models.scripted import parse_model_string
 
     assert parse_model_string("scripted?latency_ms=12.5").latency_ms == 12.5

@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from runs.cli.gateway import TOKEN_ENV, checked_host, checked_token
+from atelier.runs.cli.gateway import TOKEN_ENV, checked_host, checked_token
 
 ROOT = Path(__file__).resolve().parent.parent
 ASK = {"model": "final_report", "messages": [{"role": "user", "content": "Hello there, write."}]}
@@ -28,7 +28,18 @@ ASK = {"model": "final_report", "messages": [{"role": "user", "content": "Hello 
 @contextlib.contextmanager
 def _serve(*args: str, env: dict[str, str] | None = None):
     """A `gateway serve` process; yields it with its base URL (…/v1) and the lines it printed first."""
-    command = [sys.executable, "-m", "runs.cli", "gateway", "serve", "--model", "scripted", "--port", "0", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "atelier.runs.cli",
+        "gateway",
+        "serve",
+        "--model",
+        "scripted",
+        "--port",
+        "0",
+        *args,
+    ]
     full_env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV} | {"PYTHONUNBUFFERED": "1"} | (env or {})
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=ROOT
@@ -190,7 +201,7 @@ def test_serve_caps_a_streamed_body_without_waiting_for_its_end(sealed):
 )
 def test_serve_refuses_bad_flags_in_one_line(flags, said):
     finished = subprocess.run(
-        [sys.executable, "-m", "runs.cli", "gateway", "serve", "--port", "0", *flags],
+        [sys.executable, "-m", "atelier.runs.cli", "gateway", "serve", "--port", "0", *flags],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -204,7 +215,7 @@ def test_serve_refuses_bad_flags_in_one_line(flags, said):
 
 
 def test_the_host_check_passes_loopback_and_public_hosts():
-    from benchmarks.common.errors import ConfigError
+    from atelier.benchmarks.common.errors import ConfigError
 
     for host in ("127.0.0.1", "127.0.0.2", "localhost", "::1"):
         checked_host(host, public=False)
@@ -214,7 +225,7 @@ def test_the_host_check_passes_loopback_and_public_hosts():
 
 
 def test_the_api_key_is_generated_or_checked():
-    from benchmarks.common.errors import ConfigError
+    from atelier.benchmarks.common.errors import ConfigError
 
     generated, made = checked_token(None)
     assert made and generated.startswith("atl-") and len(generated) >= 30 and generated != checked_token(None)[0]

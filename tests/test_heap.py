@@ -6,9 +6,9 @@ from __future__ import annotations
 import gc
 import weakref
 
-from agents.models.gateway import Gateway
-from graphs.heap import settled_heap
-from runs.runner import run_recipe
+from atelier.agents.models.gateway import Gateway
+from atelier.graphs.heap import settled_heap
+from atelier.runs.runner import run_recipe
 from tests.test_runner import recipe
 
 

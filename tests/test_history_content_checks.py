@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from agents.models.gateway import Gateway
-from agents.user_sim import HistoryOptions, check_protocol, synthesize_history
-from agents.user_sim.history import history_rules
-from agents.user_sim.persona import persona_traits, preference_tags
-from agents.user_sim.protocol import ContentRules, content_problems, item_problems, language_problem
-from agents.user_sim.reversibility import ReversibilityReport, reversibility_problems
-from benchmarks.loaders.pdr import (
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.user_sim import HistoryOptions, check_protocol, synthesize_history
+from atelier.agents.user_sim.history import history_rules
+from atelier.agents.user_sim.persona import persona_traits, preference_tags
+from atelier.agents.user_sim.protocol import ContentRules, content_problems, item_problems, language_problem
+from atelier.agents.user_sim.reversibility import ReversibilityReport, reversibility_problems
+from atelier.benchmarks.loaders.pdr import (
     ContextClick,
     ContextDialogue,
     ContextMemory,
@@ -26,7 +26,7 @@ from benchmarks.loaders.pdr import (
     ContextSearch,
     read_language,
 )
-from runs.simulate_history import history_outcome
+from atelier.runs.simulate_history import history_outcome
 from tests.test_cli_e2e import atelier, env  # noqa: F401 (env: the CLI tests' fixture)
 
 NOTE = "Spent the evening at the Suzhou library going through my algorithms homework before the Friday deadline."

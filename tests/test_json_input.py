@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from benchmarks.common.errors import DataError
-from benchmarks.common.json_input import parse_json, read_appended_jsonl, validate_strictly
+from atelier.benchmarks.common.errors import DataError
+from atelier.benchmarks.common.json_input import parse_json, read_appended_jsonl, validate_strictly
 
 
 @pytest.mark.parametrize(

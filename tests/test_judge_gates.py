@@ -11,13 +11,13 @@ import asyncio
 import pytest
 from pydantic import ValidationError
 
-from agents.judges.aepd import annotation_model, located
-from agents.judges.base import JudgeEnv, blank, create_judge
-from agents.judges.store import ArtifactStore
-from agents.response import Citation, SystemResponse
-from benchmarks.case import Case, Gold, Persona, PTKBStatement, Query, RJPair
-from benchmarks.common.degradation import counts_by_kind
-from graphs.sources import SourceStore
+from atelier.agents.judges.aepd import annotation_model, located
+from atelier.agents.judges.base import JudgeEnv, blank, create_judge
+from atelier.agents.judges.store import ArtifactStore
+from atelier.agents.response import Citation, SystemResponse
+from atelier.benchmarks.case import Case, Gold, Persona, PTKBStatement, Query, RJPair
+from atelier.benchmarks.common.degradation import counts_by_kind
+from atelier.graphs.sources import SourceStore
 from tests.judge_doubles import FakeWeb, HandWritten, prompt, serving, sha256
 
 NOTE = "# Note"  # what a re-ask adds to the prompt: a new request, so a new sample

@@ -8,12 +8,12 @@ import asyncio
 
 import pytest
 
-from agents.judges.base import JudgeEnv, create_judge
-from agents.judges.store import ArtifactStore
-from agents.models.gateway import Gateway
-from agents.models.settings import ModelSettings
-from agents.response import Citation, SystemResponse
-from benchmarks.case import Case, Criterion, Gold, Persona, PTKBStatement, Query, RJPair, RubricAspect
+from atelier.agents.judges.base import JudgeEnv, create_judge
+from atelier.agents.judges.store import ArtifactStore
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.response import Citation, SystemResponse
+from atelier.benchmarks.case import Case, Criterion, Gold, Persona, PTKBStatement, Query, RJPair, RubricAspect
 from tests.judge_doubles import FakeWeb, HandWritten, HashedCitation, prompt, serving, sha256
 
 PAGE_A = "Oslo is the capital of Norway and its largest city."
@@ -474,8 +474,8 @@ def test_plain_citations_without_a_hash_are_read_and_not_counted_as_mismatches(t
 
 
 def test_every_judge_role_is_a_known_role_falling_back_to_judge() -> None:
-    from agents.judges.base import JUDGES
-    from agents.models.settings import JUDGE_ROLES, ROLE_FALLBACK
+    from atelier.agents.judges.base import JUDGES
+    from atelier.agents.models.settings import JUDGE_ROLES, ROLE_FALLBACK
 
     roles = {role for _, cls in JUDGES.items() for role in cls.roles}
     assert roles <= set(JUDGE_ROLES) and all(ROLE_FALLBACK[role] == "judge" for role in JUDGE_ROLES)

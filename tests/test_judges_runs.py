@@ -9,20 +9,20 @@ import json
 
 import pytest
 
-from agents.judges.base import JudgeEnv, create_judge
-from agents.models.gateway import Gateway
-from agents.models.settings import JUDGE_ROLES, ModelSettings
-from agents.response import SystemResponse
-from benchmarks.common.errors import ConfigError
-from benchmarks.loaders.sample import sample_pages
-from benchmarks.registry import load_cases
-from runs.recipe import parse_recipe
-from runs.results import ResultsFile
-from runs.runner import run_recipe
+from atelier.agents.judges.base import JudgeEnv, create_judge
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.settings import JUDGE_ROLES, ModelSettings
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.loaders.sample import sample_pages
+from atelier.benchmarks.registry import load_cases
+from atelier.runs.recipe import parse_recipe
+from atelier.runs.results import ResultsFile
+from atelier.runs.runner import run_recipe
+from atelier.tools.config import WebConfig
+from atelier.tools.web import build_web
 from tests.judge_doubles import HashedCitation, serving, sha256
 from tests.openai_stub import OpenAIStub
-from tools.config import WebConfig
-from tools.web import build_web
 
 RANGES = {"0-1": (0, 1), "0-10": (0, 10), "0-100": (0, 100)}
 

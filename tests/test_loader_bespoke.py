@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.registry import load_cases
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.registry import load_cases
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bespoke"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from benchmarks.registry import load_cases
+from atelier.benchmarks.registry import load_cases
 
 
 def test_languages():

@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.case import Case
-from benchmarks.common.errors import DataError
-from benchmarks.data_files import ENV_DATA_DIR, data_dir
-from benchmarks.registry import load_cases
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.common.errors import DataError
+from atelier.benchmarks.data_files import ENV_DATA_DIR, data_dir
+from atelier.benchmarks.registry import load_cases
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LAMPQA = FIXTURES / "lampqa" / "Lifestyle_and_Personal_Development_test.jsonl"
@@ -277,7 +277,7 @@ def test_a_record_with_unicode_line_breaks_in_its_strings_loads_intact(breaks, c
 
 
 def test_a_bad_record_after_unicode_line_breaks_is_reported_at_its_own_line(tmp_path):
-    from benchmarks.loaders._records import RawRecord, read_jsonl
+    from atelier.benchmarks.loaders._records import RawRecord, read_jsonl
 
     class Line(RawRecord):
         text: str

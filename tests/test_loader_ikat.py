@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.registry import load_cases
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.registry import load_cases
 
 TOPICS_2025 = Path(__file__).parent / "fixtures" / "ikat2025" / "2025_test_topics.json"
 
@@ -93,7 +93,7 @@ def test_wrong_type_names_record_index_and_field(tmp_path):
 
 def test_qrels_lines_are_counted_at_newlines_only(tmp_path):
     """A form feed or U+0085 inside a line is no line end: the bad line is named as an editor counts."""
-    from benchmarks.loaders.ikat import read_qrels
+    from atelier.benchmarks.loaders.ikat import read_qrels
 
     qrels = tmp_path / "qrels"
     qrels.write_text("9-1_1 0 ptkb1 2\x0c\r\n9-1_2 0 ptkb2\x85 1\n9-1_3 0 ptkb3 x\n", encoding="utf-8")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.registry import load_cases
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.registry import load_cases
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lampqa"
 JSONL = FIXTURES / "Lifestyle_and_Personal_Development_test.jsonl"

@@ -6,8 +6,8 @@ import collections
 
 import pytest
 
-from benchmarks.loaders.locomo import NOT_MENTIONED, normalise_evidence
-from benchmarks.registry import load_cases
+from atelier.benchmarks.loaders.locomo import NOT_MENTIONED, normalise_evidence
+from atelier.benchmarks.registry import load_cases
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.loaders.prefeval import TOPICS
-from benchmarks.registry import load_cases
+from atelier.benchmarks.loaders.prefeval import TOPICS
+from atelier.benchmarks.registry import load_cases
 
 
 @pytest.mark.parametrize(

@@ -20,15 +20,15 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from agents.models.gateway import Gateway, ModelCallError
-from agents.models.ledger import Ledger
-from agents.models.local_model import SERVERS, LlamaServer, parse_local_model
-from agents.models.settings import ModelSettings
-from agents.models.structured_output import MODES_FILE, ModeMemory
-from graphs.pipelines import pipeline_names
-from runs.outcome import EXIT_FAILURES, EXIT_OK
-from runs.recipe import parse_recipe
-from runs.runner import Runner, run_recipe
+from atelier.agents.models.gateway import Gateway, ModelCallError
+from atelier.agents.models.ledger import Ledger
+from atelier.agents.models.local_model import SERVERS, LlamaServer, parse_local_model
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.models.structured_output import MODES_FILE, ModeMemory
+from atelier.graphs.pipelines import pipeline_names
+from atelier.runs.outcome import EXIT_FAILURES, EXIT_OK
+from atelier.runs.recipe import parse_recipe
+from atelier.runs.runner import Runner, run_recipe
 from tests.test_report import render
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,7 +186,7 @@ def test_the_quickstart_on_the_local_model(tmp_path):
         [
             sys.executable,
             "-m",
-            "runs.cli",
+            "atelier.runs.cli",
             "run",
             str(short),
             "--model",
@@ -288,7 +288,7 @@ def test_a_fully_cached_rerun_starts_no_server(tmp_path, cache_dir, monkeypatch)
 def test_the_server_exits_when_its_parent_dies(tmp_path):
     script = (
         "import os, sys\n"
-        "from agents.models.local_model import LlamaServer, parse_local_model\n"
+        "from atelier.agents.models.local_model import LlamaServer, parse_local_model\n"
         "server = LlamaServer(parse_local_model('local/smollm2')).start()\n"
         "print(server._process.pid, flush=True)\n"
         "os._exit(0)  # no clean-up: the child must notice by itself\n"
@@ -307,7 +307,7 @@ def test_the_server_exits_when_its_parent_dies(tmp_path):
 def test_model_check_and_bench_model_on_the_local_model(tmp_path):
     env = {**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")}
     check = subprocess.run(
-        [sys.executable, "-m", "runs.cli", "model", "check", "--model", "local/smollm2", "--json"],
+        [sys.executable, "-m", "atelier.runs.cli", "model", "check", "--model", "local/smollm2", "--json"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -322,7 +322,7 @@ def test_model_check_and_bench_model_on_the_local_model(tmp_path):
     assert probe["structured"]["refused_modes"] == ["json_schema"] and probe["structured"]["answer"]
 
     bench = subprocess.run(
-        [sys.executable, "-m", "runs.cli", "bench", "model", "--requests", "2", "--max-tokens", "12"],
+        [sys.executable, "-m", "atelier.runs.cli", "bench", "model", "--requests", "2", "--max-tokens", "12"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -17,24 +17,24 @@ from pathlib import Path
 
 import pytest
 
-from agents.clarify import DONT_KNOW, ClarifyRequest
-from agents.judges.base import JudgeResult
-from agents.models.gateway import Gateway
-from agents.models.ledger import Ledger, call_tags
-from agents.models.local_model import SERVERS, parse_local_model
-from agents.models.settings import ModelSettings
-from agents.user_sim import (
+from atelier.agents.clarify import DONT_KNOW, ClarifyRequest
+from atelier.agents.judges.base import JudgeResult
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.ledger import Ledger, call_tags
+from atelier.agents.models.local_model import SERVERS, parse_local_model
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.user_sim import (
     HistoryOptions,
     answer_clarification,
     check_protocol,
     check_reversibility,
     synthesize_history,
 )
-from agents.user_sim.history import history_rules
-from benchmarks.loaders.pdr import context_history
-from benchmarks.registry import load_cases
-from runs.recipe import parse_recipe
-from runs.runner import run_recipe
+from atelier.agents.user_sim.history import history_rules
+from atelier.benchmarks.loaders.pdr import context_history
+from atelier.benchmarks.registry import load_cases
+from atelier.runs.recipe import parse_recipe
+from atelier.runs.runner import run_recipe
 from tests.test_local_model import INSTALLED, lines, local_model_installed  # noqa: F401 (the skip-or-fail fixture)
 
 MODEL = "local/smollm2"

@@ -6,11 +6,11 @@ import importlib.util
 
 import pytest
 
-from agents.models import local_model
-from agents.models.local_model import LocalModelError, parse_local_model
-from agents.models.settings import LOCAL_DEFAULT_MAX_TOKENS, ModelSettings
-from benchmarks.common.errors import ConfigError
-from runs.recipe import parse_recipe
+from atelier.agents.models import local_model
+from atelier.agents.models.local_model import LocalModelError, parse_local_model
+from atelier.agents.models.settings import LOCAL_DEFAULT_MAX_TOKENS, ModelSettings
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.runs.recipe import parse_recipe
 
 
 def _recipe(model: str) -> dict:
@@ -54,14 +54,14 @@ def test_without_the_extra_the_error_says_how_to_install_it(monkeypatch):
 
 def test_local_roles_get_bounded_answers_unless_they_say_otherwise(monkeypatch):
     monkeypatch.setattr(local_model, "parse_local_model", lambda model: None)
-    monkeypatch.setattr("agents.models.settings.parse_local_model", lambda model: None)
+    monkeypatch.setattr("atelier.agents.models.settings.parse_local_model", lambda model: None)
     assert ModelSettings(model="local/smollm2").max_tokens == LOCAL_DEFAULT_MAX_TOKENS
     assert ModelSettings(model="local/smollm2", max_tokens=40).max_tokens == 40
     assert ModelSettings(model="openai/gpt-4o-mini").max_tokens is None
 
 
 def test_the_endpoint_identity_ignores_a_local_servers_port(monkeypatch):
-    monkeypatch.setattr("agents.models.settings.parse_local_model", lambda model: None)
+    monkeypatch.setattr("atelier.agents.models.settings.parse_local_model", lambda model: None)
     assert ModelSettings(model="local/smollm2", api_base="http://127.0.0.1:1234/v1").endpoint == "local/smollm2"
     remote = ModelSettings(model="openai/x", api_base="http://h:8000/v1/")
     assert remote.endpoint == "openai/x@http://h:8000/v1"
@@ -74,14 +74,14 @@ def test_concurrent_first_calls_share_one_server_and_release_it(tmp_path, monkey
     import threading
     import time
 
-    from agents.models.gateway import Gateway
-    from agents.models.local_model import LocalModelSpec
+    from atelier.agents.models.gateway import Gateway
+    from atelier.agents.models.local_model import LocalModelSpec
     from tests.openai_stub import OpenAIStub
 
     gguf = tmp_path / "fake.gguf"
     gguf.write_bytes(b"GGUF")
     spec = LocalModelSpec(gguf=str(gguf), alias="fake")
-    monkeypatch.setattr("agents.models.settings.parse_local_model", lambda model: spec)
+    monkeypatch.setattr("atelier.agents.models.settings.parse_local_model", lambda model: spec)
     users = {"acquired": 0, "released": 0}
     lock = threading.Lock()
 

@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from runs.recipe import load_recipe
+from atelier.runs.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "runs" / "recipes" / "memory_access.toml"
@@ -21,7 +21,7 @@ PDR = ROOT / "runs" / "recipes" / "memory_access_pdr.toml"
 
 def atelier(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "runs.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=1500
+        [sys.executable, "-m", "atelier.runs.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=1500
     )
 
 

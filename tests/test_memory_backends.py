@@ -14,14 +14,21 @@ from typing import Any, TypedDict
 import numpy as np
 import pytest
 
-from agents.memory_curator import ProfileAnalysis, ProfileTrait, TopicSummaries, TopicSummary, UserFact, UserKnowledge
-from agents.models.gateway import Gateway
-from agents.models.ledger import current_tags
-from agents.models.settings import ModelSettings
-from agents.persona_distiller import FACET_PATHS, RELEASED_FACETS, FacetUpdate, PersonaUpdate
-from agents.profiler import CriterionGuidance, InterestProfile, PresentationSignals, QueryProfile, UserProfile
-from agents.relevance import SessionJudgment, judge_sessions_batch
-from benchmarks.case import (
+from atelier.agents.memory_curator import (
+    ProfileAnalysis,
+    ProfileTrait,
+    TopicSummaries,
+    TopicSummary,
+    UserFact,
+    UserKnowledge,
+)
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.ledger import current_tags
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.persona_distiller import FACET_PATHS, RELEASED_FACETS, FacetUpdate, PersonaUpdate
+from atelier.agents.profiler import CriterionGuidance, InterestProfile, PresentationSignals, QueryProfile, UserProfile
+from atelier.agents.relevance import SessionJudgment, judge_sessions_batch
+from atelier.benchmarks.case import (
     ChatMessage,
     ChatSession,
     DialogueTurn,
@@ -32,12 +39,12 @@ from benchmarks.case import (
     SearchSession,
     persona_facets,
 )
-from benchmarks.data_files import data_dir
-from memory.base import MemoryEnv, MemoryQuery
-from memory.budget import count_tokens
-from memory.hierarchy import HeatWeights, MidTermMemory, Page
-from memory.mem0_bridge import ExtractedMemory, Mem0Extraction
-from memory.registry import create_backend
+from atelier.benchmarks.data_files import data_dir
+from atelier.memory.base import MemoryEnv, MemoryQuery
+from atelier.memory.budget import count_tokens
+from atelier.memory.hierarchy import HeatWeights, MidTermMemory, Page
+from atelier.memory.mem0_bridge import ExtractedMemory, Mem0Extraction
+from atelier.memory.registry import create_backend
 
 # --------------------------------------------------------------------------- a fake gateway
 

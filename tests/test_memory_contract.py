@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from agents.models.gateway import Gateway
-from agents.models.settings import ModelSettings
-from benchmarks.case import (
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.settings import ModelSettings
+from atelier.benchmarks.case import (
     ChatMessage,
     ChatSession,
     ExplicitPersona,
@@ -18,9 +18,9 @@ from benchmarks.case import (
     SearchQueryRecord,
     SearchSession,
 )
-from memory.base import MemoryEnv, MemoryQuery
-from memory.budget import count_tokens
-from memory.registry import backend_names, create_backend
+from atelier.memory.base import MemoryEnv, MemoryQuery
+from atelier.memory.budget import count_tokens
+from atelier.memory.registry import backend_names, create_backend
 
 
 def history(user: str, marker: str) -> list:

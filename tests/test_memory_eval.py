@@ -10,14 +10,14 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from benchmarks.case import Case, ConversationTurn, Gold, HistoryEvent, MemorySnippet, Query
-from benchmarks.common.errors import ConfigError
-from benchmarks.registry import load_cases
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, memory_query
-from memory.evaluation import evaluate_retrieval, gold_qrels, user_histories
-from runs.bench.memory import synthetic_histories, synthetic_queries
-from runs.cli import memory as memory_cli
-from runs.cli.memory import backend_config, parse_assignments
+from atelier.benchmarks.case import Case, ConversationTurn, Gold, HistoryEvent, MemorySnippet, Query
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.registry import load_cases
+from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, memory_query
+from atelier.memory.evaluation import evaluate_retrieval, gold_qrels, user_histories
+from atelier.runs.bench.memory import synthetic_histories, synthetic_queries
+from atelier.runs.cli import memory as memory_cli
+from atelier.runs.cli.memory import backend_config, parse_assignments
 
 
 class FixedRanking(MemoryBackend):
@@ -97,10 +97,10 @@ async def test_no_gold_is_not_measured_never_zero():
 
 
 def test_memory_eval_without_gold_prints_null_and_exits_as_bad_input(cli, monkeypatch):
-    import benchmarks.registry
+    from atelier.benchmarks import registry as registry_module
 
     no_gold = [case(f"c{i}", "u1", f"q{i}", Gold()) for i in range(3)]
-    monkeypatch.setattr(benchmarks.registry, "load_cases", lambda *args, **kwargs: no_gold)
+    monkeypatch.setattr(registry_module, "load_cases", lambda *args, **kwargs: no_gold)
     result = CliRunner().invoke(cli, ["memory", "eval", "--benchmark", "sample", "--split", "all", "--backend", "none"])
     assert isinstance(result.exception, ConfigError)  # the CLI's main turns it into one line and exit 2
     assert str(result.exception) == (
@@ -128,7 +128,7 @@ def test_memory_eval_on_a_benchmark_without_gold_exits_2(tmp_path):
     from pathlib import Path
 
     done = subprocess.run(
-        [sys.executable, "-m", "runs.cli", "memory", "eval", "--benchmark", "pdr", "--backend", "none"],
+        [sys.executable, "-m", "atelier.runs.cli", "memory", "eval", "--benchmark", "pdr", "--backend", "none"],
         cwd=Path(__file__).resolve().parent.parent,
         capture_output=True,
         text=True,

@@ -9,10 +9,10 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from agents.models.gateway import Gateway
-from agents.models.settings import ModelSettings
-from agents.query_expansion import expansion_messages
-from benchmarks.case import (
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.query_expansion import expansion_messages
+from atelier.benchmarks.case import (
     ChatMessage,
     ChatSession,
     ConversationTurn,
@@ -21,13 +21,13 @@ from benchmarks.case import (
     SearchQueryRecord,
     SearchSession,
 )
-from benchmarks.common.errors import DataError
-from memory.base import MemoryEnv, MemoryQuery
-from memory.budget import count_tokens
-from memory.registry import create_backend
-from memory.retrieval.dense import passages
-from memory.retrieval.event_store import EventStore, user_key
-from memory.retrieval.fusion import reciprocal_rank_fusion, turn_mixture, weighted_sum
+from atelier.benchmarks.common.errors import DataError
+from atelier.memory.base import MemoryEnv, MemoryQuery
+from atelier.memory.budget import count_tokens
+from atelier.memory.registry import create_backend
+from atelier.memory.retrieval.dense import passages
+from atelier.memory.retrieval.event_store import EventStore, user_key
+from atelier.memory.retrieval.fusion import reciprocal_rank_fusion, turn_mixture, weighted_sum
 
 METHODS = ("bm25", "dense", "hybrid")
 

@@ -10,22 +10,22 @@ from typing import Any
 
 import pytest
 
-from agents.answerer import recall_before_answering
-from agents.models.gateway import Gateway, ModelCallError
-from agents.models.ledger import Ledger, capture_calls, ledger_totals, read_ledger, read_tool_calls
-from agents.response import SystemResponse
-from benchmarks.case import Query
-from benchmarks.common.errors import ConfigError
-from benchmarks.registry import load_cases
-from graphs.context import EpisodeContext, SystemSpec
-from graphs.memory_tool import RECALL_MEMORY, RECALL_MEMORY_TOOL, MemoryAccessOptions, recall_memory
-from graphs.pipelines import pipeline_options
-from graphs.rag import build_rag_graph
-from graphs.resources import release, resources_for
-from memory.base import MemoryQuery
-from runs.comparisons import _history_values, recalled_event_ids
-from runs.results import ContextUsed, ResultRecord
-from tools.config import WebConfig
+from atelier.agents.answerer import recall_before_answering
+from atelier.agents.models.gateway import Gateway, ModelCallError
+from atelier.agents.models.ledger import Ledger, capture_calls, ledger_totals, read_ledger, read_tool_calls
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Query
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.registry import load_cases
+from atelier.graphs.context import EpisodeContext, SystemSpec
+from atelier.graphs.memory_tool import RECALL_MEMORY, RECALL_MEMORY_TOOL, MemoryAccessOptions, recall_memory
+from atelier.graphs.pipelines import pipeline_options
+from atelier.graphs.rag import build_rag_graph
+from atelier.graphs.resources import release, resources_for
+from atelier.memory.base import MemoryQuery
+from atelier.runs.comparisons import _history_values, recalled_event_ids
+from atelier.runs.results import ContextUsed, ResultRecord
+from atelier.tools.config import WebConfig
 
 BM25 = {"backend": "retrieval", "method": "bm25"}
 FULL = {"backend": "full"}
@@ -314,8 +314,8 @@ def test_history_retrieval_scores_what_the_tool_recalled():
 def test_a_run_records_no_upfront_recall_with_the_tool_and_its_report_shows_the_recalls(
     tmp_path, cache_dir, monkeypatch
 ):
-    from runs.recipe import parse_recipe
-    from runs.runner import run_recipe
+    from atelier.runs.recipe import parse_recipe
+    from atelier.runs.runner import run_recipe
 
     original = Gateway.structured
 

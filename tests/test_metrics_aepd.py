@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from benchmarks.metrics.aepd import (
+from atelier.benchmarks.metrics.aepd import (
     AEPDInput,
     aepd_scores,
     content_length_uniformity,

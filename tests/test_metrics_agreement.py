@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 from scipy import stats
 
-from benchmarks.metrics.agreement import (
+from atelier.benchmarks.metrics.agreement import (
     CorrelationInput,
     JudgeAgreementInput,
     PairwiseJudgement,
@@ -90,7 +90,7 @@ def test_correlation_input_pairs_lists() -> None:
 
 
 def test_criterion_agreement_over_a_run_with_three_systems() -> None:
-    from benchmarks.metrics.agreement import LabelledScore, criterion_agreement, feedback_accuracy
+    from atelier.benchmarks.metrics.agreement import LabelledScore, criterion_agreement, feedback_accuracy
 
     items = [
         LabelledScore(case_id=c, system=s, model=m, human=h)
@@ -120,8 +120,8 @@ def test_undefined_p_values_are_none_never_nan() -> None:
 
 
 def test_pca_interval_is_the_seeded_bootstrap_of_the_pair_outcomes() -> None:
-    from benchmarks.metrics.agreement import LabelledScore, criterion_agreement
-    from benchmarks.metrics.statistics import bootstrap_ci
+    from atelier.benchmarks.metrics.agreement import LabelledScore, criterion_agreement
+    from atelier.benchmarks.metrics.statistics import bootstrap_ci
 
     # q1..q3 agree, q4 disagrees: outcomes (0, 1, 1, 1) in any order
     items = [
@@ -149,7 +149,7 @@ def test_pca_interval_is_the_seeded_bootstrap_of_the_pair_outcomes() -> None:
 
 def test_average_is_the_mean_of_per_criterion_figures_never_pooled() -> None:
     """BESPOKE Table 3's Avg.: two criteria on different scales, +1 and -1, average 0."""
-    from benchmarks.metrics.agreement import LabelledScore, average_agreement, criterion_agreement
+    from atelier.benchmarks.metrics.agreement import LabelledScore, average_agreement, criterion_agreement
 
     rating = criterion_agreement(
         [LabelledScore(case_id=f"q{i // 2}", system="ab"[i % 2], model=v, human=v) for i, v in enumerate([1, 2, 3, 4])]

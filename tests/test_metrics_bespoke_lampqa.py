@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from benchmarks.metrics.bespoke import BespokeInput, bespoke_scores, gold_information_recall, likert_to_percent
-from benchmarks.metrics.lampqa import LampQAInput, check_direct_level, lampqa_score, lampqa_scores, pairwise_outcome
+from atelier.benchmarks.metrics.bespoke import BespokeInput, bespoke_scores, gold_information_recall, likert_to_percent
+from atelier.benchmarks.metrics.lampqa import (
+    LampQAInput,
+    check_direct_level,
+    lampqa_score,
+    lampqa_scores,
+    pairwise_outcome,
+)
 
 
 @pytest.mark.parametrize(("likert", "percent"), [(1, 20.0), (3, 60.0), (5, 100.0)])

@@ -11,9 +11,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from benchmarks.common.errors import AtelierError, ConfigError, DataError
-from benchmarks.metrics.registry import EXAMPLES_DIR, METRICS, read_metric_input, run_metric
-from runs.cli import metric as metric_cli
+from atelier.benchmarks.common.errors import AtelierError, ConfigError, DataError
+from atelier.benchmarks.metrics.registry import EXAMPLES_DIR, METRICS, read_metric_input, run_metric
+from atelier.runs.cli import metric as metric_cli
 
 ATELIER = Path(sys.executable).with_name("atelier")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from benchmarks.metrics.locomo import locomo_f1, normalize_answer, refuses, token_f1
-from benchmarks.metrics.prefeval import PreferenceChecks, PrefEvalInput, preference_verdict, prefeval_scores
+from atelier.benchmarks.metrics.locomo import locomo_f1, normalize_answer, refuses, token_f1
+from atelier.benchmarks.metrics.prefeval import PreferenceChecks, PrefEvalInput, preference_verdict, prefeval_scores
 
 
 def test_normalisation_drops_commas_punctuation_articles_and_and() -> None:

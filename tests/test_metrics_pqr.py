@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from benchmarks.metrics.pqr import (
+from atelier.benchmarks.metrics.pqr import (
     ClaimCheck,
     DimensionJudgement,
     PQRInput,
@@ -16,7 +16,7 @@ from benchmarks.metrics.pqr import (
     pqr_scores,
     reliability_from_claims,
 )
-from benchmarks.metrics.registry import EXAMPLES_DIR
+from atelier.benchmarks.metrics.registry import EXAMPLES_DIR
 
 
 def _dimension(weight: float, *criteria: tuple[float, float]) -> dict:

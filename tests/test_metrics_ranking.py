@@ -13,7 +13,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from benchmarks.metrics.ranking import RankingInput, evaluate_runs, query_ranking_scores, ranking_scores
+from atelier.benchmarks.metrics.ranking import RankingInput, evaluate_runs, query_ranking_scores, ranking_scores
 
 CUTOFFS = (1, 3, 5, 10)
 

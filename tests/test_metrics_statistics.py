@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 from scipy import stats
 
-from benchmarks.metrics.statistics import (
+from atelier.benchmarks.metrics.statistics import (
     BootstrapInput,
     PairedTestInput,
     bootstrap_ci,

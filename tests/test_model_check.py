@@ -9,13 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agents.models.gateway import Gateway
-from agents.models.model_probe import probe_models
-from agents.models.settings import ModelSettings
-from agents.models.structured_output import MODES_FILE, ModeMemory
-from runs.bench.model import ModelBenchSettings, run_model_bench
-from runs.model_check import probe_recipe, recipe_models
-from runs.recipe import parse_recipe
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.model_probe import probe_models
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.models.structured_output import MODES_FILE, ModeMemory
+from atelier.runs.bench.model import ModelBenchSettings, run_model_bench
+from atelier.runs.model_check import probe_recipe, recipe_models
+from atelier.runs.recipe import parse_recipe
 from tests.openai_stub import OpenAIStub
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +79,7 @@ def test_model_check_cli_exits_non_zero_and_names_the_failure(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "runs.cli",
+                "atelier.runs.cli",
                 "model",
                 "check",
                 "--model",

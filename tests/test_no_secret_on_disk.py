@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.cli import main
+from atelier.runs.cli import main
 from tests.openai_stub import OpenAIStub
 
 KEY = "sk-planted-3f9a7c2e5b1d4e6f8a0b2c4d6e8f0a1b"
@@ -121,7 +121,7 @@ ENV_KEY = "tvly-planted-9e8d7c6b5a4f3e2d1c0b"
 
 @pytest.mark.parametrize("flag", [["--api-key", KEY], [f"--api-key={KEY}"]])
 def test_a_crash_keeps_its_traceback_but_not_the_keys_of_its_command_line(tmp_path, capsys, monkeypatch, flag):
-    import runs.recipe
+    from atelier.runs import recipe as recipe_module
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("ATELIER_CACHE_DIR", str(cache))
@@ -130,7 +130,7 @@ def test_a_crash_keeps_its_traceback_but_not_the_keys_of_its_command_line(tmp_pa
     def broken(path):  # a bug whose message quotes both keys, the first cut where the error line clips it
         raise RuntimeError("x" * (300 - len("RuntimeError: ") - 20) + f"{KEY} then {ENV_KEY} in a bug")
 
-    monkeypatch.setattr(runs.recipe, "load_recipe", broken)
+    monkeypatch.setattr(recipe_module, "load_recipe", broken)
     recipe = tmp_path / "t.toml"
     recipe.write_text("name = 't'\n")
     code, _, err = atelier(capsys, monkeypatch, "run", str(recipe), *flag, "--no-progress")
@@ -153,15 +153,15 @@ def test_a_crash_keeps_its_traceback_but_not_the_keys_of_its_command_line(tmp_pa
 def test_whatever_a_command_writes_leaves_out_the_key_of_its_command_line(tmp_path, capsys, monkeypatch):
     """Not only runs: any command's writers (a gateway's ledger, a simulation's files) get the keys
     its command line gives."""
-    import runs.recipe
-    from benchmarks.common.errors import ConfigError
-    from runs.results import write_json_atomic
+    from atelier.benchmarks.common.errors import ConfigError
+    from atelier.runs import recipe as recipe_module
+    from atelier.runs.results import write_json_atomic
 
     def writes_then_refuses(path):
         write_json_atomic(tmp_path / "written.json", {"error": f"the provider said {KEY}"})
         raise ConfigError(f"refused with key {KEY}")
 
-    monkeypatch.setattr(runs.recipe, "load_recipe", writes_then_refuses)
+    monkeypatch.setattr(recipe_module, "load_recipe", writes_then_refuses)
     code, _, err = atelier(capsys, monkeypatch, "run", str(tmp_path / "r.toml"), "--api-key", KEY, "--no-progress")
     assert code == 2 and err.strip() == "error: refused with key sk-…[redacted]"
     assert json.loads((tmp_path / "written.json").read_text()) == {"error": "the provider said sk-…[redacted]"}
@@ -171,7 +171,7 @@ def test_whatever_a_command_writes_leaves_out_the_key_of_its_command_line(tmp_pa
 
 
 def test_a_key_is_blanked_whole_escaped_or_cut_short_and_nothing_else_is():
-    from benchmarks.common.redaction import Redactor
+    from atelier.benchmarks.common.redaction import Redactor
 
     redactor = Redactor([KEY, 'sk-q"uo<te>-key-000'])
     assert redactor.redact(f"Incorrect API key provided: {KEY}.") == "Incorrect API key provided: sk-…[redacted]."
@@ -189,7 +189,7 @@ def test_a_key_is_blanked_whole_escaped_or_cut_short_and_nothing_else_is():
 
 
 def test_placeholders_shorter_than_a_key_are_not_secrets():
-    from benchmarks.common.redaction import Redactor
+    from atelier.benchmarks.common.redaction import Redactor
 
     redactor = Redactor(["none", "EMPTY", "sk-x", "sk-local"])
     assert redactor.secrets == {"sk-local"}
@@ -197,8 +197,8 @@ def test_placeholders_shorter_than_a_key_are_not_secrets():
 
 
 def test_bytes_are_blanked_byte_for_byte_so_a_serialized_value_still_loads():
-    from benchmarks.common.redaction import Redactor
-    from graphs.serde import serializer
+    from atelier.benchmarks.common.redaction import Redactor
+    from atelier.graphs.serde import serializer
 
     serde = serializer()
     kind, data = serde.dumps_typed({"error": f"refused: {KEY}", "tokens": [3, 4]})
@@ -212,8 +212,8 @@ def test_bytes_are_blanked_byte_for_byte_so_a_serialized_value_still_loads():
 def test_a_checkpoint_holds_no_key(tmp_path):
     import asyncio
 
-    from benchmarks.common.redaction import Redactor
-    from graphs.persistence import run_checkpointer
+    from atelier.benchmarks.common.redaction import Redactor
+    from atelier.graphs.persistence import run_checkpointer
 
     async def write() -> None:
         async with run_checkpointer(tmp_path, redactor=Redactor([KEY])) as saver:
@@ -236,7 +236,7 @@ def test_a_checkpoint_holds_no_key(tmp_path):
 
 
 def test_the_command_line_loses_the_values_of_its_key_options():
-    from benchmarks.common.redaction import Redactor, key_flag_values
+    from atelier.benchmarks.common.redaction import Redactor, key_flag_values
 
     argv = ["run", "r.toml", "--api-key", KEY, "--token=tok-0123456789", "--model", "m"]
     assert key_flag_values(argv) == {KEY, "tok-0123456789"}
@@ -252,7 +252,7 @@ def test_the_command_line_loses_the_values_of_its_key_options():
 
 
 def test_variables_named_like_keys():
-    from benchmarks.common.redaction import is_key_name, key_variables
+    from atelier.benchmarks.common.redaction import is_key_name, key_variables
 
     for name in (
         "OPENAI_API_KEY",
@@ -276,10 +276,10 @@ def test_variables_named_like_keys():
 def test_every_documented_key_variable_of_a_web_service_is_named_like_a_key():
     """Outside a run (the CLI's error file) keys are found by the variable's name: each web service's
     documented variable must match, or its key would be missed."""
-    from benchmarks.common.redaction import is_key_name
-    from tools.api_keys import KeyedServiceConfig
-    from tools.readers.registry import READERS
-    from tools.search.registry import PROVIDERS
+    from atelier.benchmarks.common.redaction import is_key_name
+    from atelier.tools.api_keys import KeyedServiceConfig
+    from atelier.tools.readers.registry import READERS
+    from atelier.tools.search.registry import PROVIDERS
 
     options = [cls.Options for registry in (PROVIDERS, READERS) for cls in (registry.get(n) for n in registry.names())]
     keyed = [o for o in options if issubclass(o, KeyedServiceConfig)]
@@ -288,8 +288,8 @@ def test_every_documented_key_variable_of_a_web_service_is_named_like_a_key():
 
 
 def test_a_run_knows_every_key_its_recipe_gives_or_names(monkeypatch):
-    from benchmarks.common.redaction import Redactor
-    from runs.recipe import parse_recipe
+    from atelier.benchmarks.common.redaction import Redactor
+    from atelier.runs.recipe import parse_recipe
 
     monkeypatch.setenv("ATELIER_TEST_JUDGE_KEY", "judge-key-0123456789")  # named by api_key_env only
     monkeypatch.setenv("TAVILY_API_KEY", ENV_KEY)  # the web provider's documented variable
@@ -334,8 +334,8 @@ def test_a_run_knows_every_key_its_recipe_gives_or_names(monkeypatch):
 
 
 def test_writers_use_the_run_s_redactor_and_the_environment_s_outside_a_run(tmp_path, monkeypatch):
-    from benchmarks.common.redaction import Redactor, active_redactor, redacting
-    from runs.results import write_json_atomic
+    from atelier.benchmarks.common.redaction import Redactor, active_redactor, redacting
+    from atelier.runs.results import write_json_atomic
 
     monkeypatch.setenv("SOME_SERVICE_TOKEN", ENV_KEY)
     assert active_redactor().secrets >= {ENV_KEY}

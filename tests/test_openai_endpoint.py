@@ -10,12 +10,12 @@ import openai
 import pytest
 from jsonschema import Draft202012Validator
 
-from agents.models.cache import ResponseCache
-from agents.models.gateway import Gateway
-from agents.models.ledger import Ledger
-from agents.models.openai_api import EndpointSession
-from agents.models.settings import ModelSettings
-from graphs.external.endpoint import AgentEndpoint
+from atelier.agents.models.cache import ResponseCache
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.ledger import Ledger
+from atelier.agents.models.openai_api import EndpointSession
+from atelier.agents.models.settings import ModelSettings
+from atelier.graphs.external.endpoint import AgentEndpoint
 from tests.openai_stub import OpenAIStub
 
 PLAN = {
@@ -156,7 +156,7 @@ def test_a_litellm_embedding_model_embeds_over_http_without_litellm_logging(endp
     endpoint's local embedder), without litellm's own logging while no callback consumes it."""
     from litellm.litellm_core_utils.litellm_logging import Logging
 
-    from agents.models.embeddings import LiteLLMEmbedder
+    from atelier.agents.models.embeddings import LiteLLMEmbedder
 
     logged = []
     monkeypatch.setattr(Logging, "success_handler", lambda self, *a, **k: logged.append("success"))
@@ -221,7 +221,7 @@ def test_a_recursive_schema_is_refused_at_once_without_a_model_call(endpoint):
 
 
 def test_schema_problems_are_found_by_a_bounded_walk():
-    from agents.models.openai_api import MAX_SCHEMA_DEPTH, schema_problem
+    from atelier.agents.models.openai_api import MAX_SCHEMA_DEPTH, schema_problem
 
     cycle = {
         "$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}},

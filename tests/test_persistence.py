@@ -6,9 +6,9 @@ import sqlite3
 
 import pytest
 
-from benchmarks.common.errors import DataError
-from graphs.persistence import RunSerializer
-from memory.base import UserContext
+from atelier.benchmarks.common.errors import DataError
+from atelier.graphs.persistence import RunSerializer
+from atelier.memory.base import UserContext
 
 
 def test_large_values_are_stored_once_and_load_back_in_place(tmp_path):

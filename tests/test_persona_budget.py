@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.case import ExplicitPersona, MemorySnippet, ViewAblation
-from benchmarks.registry import load_cases
-from memory.base import MemoryEnv, memory_query
-from memory.budget import count_tokens, pack_events, render_event
-from memory.registry import create_backend
-from runs.recipe import load_recipe
+from atelier.benchmarks.case import ExplicitPersona, MemorySnippet, ViewAblation
+from atelier.benchmarks.registry import load_cases
+from atelier.memory.base import MemoryEnv, memory_query
+from atelier.memory.budget import count_tokens, pack_events, render_event
+from atelier.memory.registry import create_backend
+from atelier.runs.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 SIMULATED_USERS = ROOT / "runs" / "recipes" / "simulated_users.toml"
@@ -77,7 +77,7 @@ def test_without_a_persona_the_history_is_packed_as_before():
 
 
 def test_a_profiler_reads_the_whole_persona_first_whatever_its_budget():
-    from memory.history_text import history_text
+    from atelier.memory.history_text import history_text
 
     persona_tokens = count_tokens(render_event(PERSONA))
     read = history_text([*HISTORY, PERSONA], persona_tokens + 40)

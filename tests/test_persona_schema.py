@@ -9,9 +9,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from agents.persona_distiller import FACET_PATHS, FacetUpdate, nest_facets
-from benchmarks.case import persona_facets
-from benchmarks.data_files import data_dir
+from atelier.agents.persona_distiller import FACET_PATHS, FacetUpdate, nest_facets
+from atelier.benchmarks.case import persona_facets
+from atelier.benchmarks.data_files import data_dir
 
 DIET = "Preferences and Interests > Lifestyle Preferences > Diet"
 

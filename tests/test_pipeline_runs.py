@@ -11,10 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from graphs.pipelines import pipeline_names
-from memory.registry import BACKENDS
-from runs.recipe import load_recipe, parse_recipe
-from runs.runner import run_recipe
+from atelier.graphs.pipelines import pipeline_names
+from atelier.memory.registry import BACKENDS
+from atelier.runs.recipe import load_recipe, parse_recipe
+from atelier.runs.runner import run_recipe
 from tests.openai_stub import OpenAIStub
 
 ROOT = Path(__file__).resolve().parent.parent

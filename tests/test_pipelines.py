@@ -11,19 +11,19 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from agents.clarify import ClarifyAnswers, ClarifyRequest
-from agents.models.gateway import Gateway
-from benchmarks.common.errors import ConfigError
-from benchmarks.registry import load_cases
-from graphs.context import EpisodeContext, SystemSpec
-from graphs.deep_research.graph import build_deep_research_graph
-from graphs.inputs import gold_context
-from graphs.planpers import build_planpers_graph
-from graphs.rag import build_rag_graph
-from graphs.resources import release, resources_for
-from graphs.serde import serializer
-from graphs.sources import SourceStore, text_sha256
-from tools.config import WebConfig
+from atelier.agents.clarify import ClarifyAnswers, ClarifyRequest
+from atelier.agents.models.gateway import Gateway
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.registry import load_cases
+from atelier.graphs.context import EpisodeContext, SystemSpec
+from atelier.graphs.deep_research.graph import build_deep_research_graph
+from atelier.graphs.inputs import gold_context
+from atelier.graphs.planpers import build_planpers_graph
+from atelier.graphs.rag import build_rag_graph
+from atelier.graphs.resources import release, resources_for
+from atelier.graphs.serde import serializer
+from atelier.graphs.sources import SourceStore, text_sha256
+from atelier.tools.config import WebConfig
 
 SMALL = {"max_researchers": 2, "max_rounds": 2, "max_pages": 2, "max_tool_calls": 4}
 
@@ -48,7 +48,7 @@ def prompts(monkeypatch):
     original = Gateway._request
 
     async def spy(self, role, messages, **kwargs):
-        from agents.models.ledger import current_tags
+        from atelier.agents.models.ledger import current_tags
 
         seen.append((current_tags().get("node", ""), role, json.dumps(messages, ensure_ascii=False)))
         return await original(self, role, messages, **kwargs)
@@ -257,8 +257,8 @@ def test_noise_replaces_a_seeded_share_of_gold_with_other_users_unrelated_gold(t
 
 
 def test_a_case_without_gold_information_fails_that_system_with_a_clear_reason(tmp_path, cache_dir):
-    from runs.recipe import parse_recipe
-    from runs.runner import run_recipe
+    from atelier.runs.recipe import parse_recipe
+    from atelier.runs.runner import run_recipe
 
     recipe = parse_recipe(
         {
@@ -304,7 +304,7 @@ async def test_random_profile_answers_with_another_users_context_chosen_by_the_s
 
 
 def test_pipeline_options_are_typed_and_a_typo_is_refused_with_its_key_path():
-    from runs.recipe import parse_recipe
+    from atelier.runs.recipe import parse_recipe
 
     base = {"name": "t", "benchmark": {"name": "sample"}}
 
@@ -334,8 +334,8 @@ def test_pipeline_options_are_typed_and_a_typo_is_refused_with_its_key_path():
 
 
 async def test_every_type_in_deep_research_state_is_registered_with_the_checkpoint_serializer(tmp_path, caplog):
-    from agents.planner import ResearchBrief
-    from graphs.deep_research.state import Findings
+    from atelier.agents.planner import ResearchBrief
+    from atelier.graphs.deep_research.state import Findings
 
     ctx = context(tmp_path, "deep_research", memory="full", answerer="person", clarify="always", **SMALL)
     graph = build_deep_research_graph().copy(update={"checkpointer": InMemorySaver(serde=serializer())})
@@ -376,7 +376,7 @@ async def test_deep_research_with_gold_context_reads_the_gold_information_and_ne
 
 
 async def test_a_failed_note_taking_call_is_recorded_and_the_report_still_written(tmp_path, monkeypatch):
-    from agents.models.gateway import StructuredOutputError
+    from atelier.agents.models.gateway import StructuredOutputError
 
     original = Gateway.structured
     failed = []
@@ -414,7 +414,7 @@ async def test_a_planning_step_a_model_cannot_do_falls_back_and_is_recorded(
     tmp_path, monkeypatch, pipeline, broken, recorded
 ):
     """A weak model that cannot fill a plan's schema still gets an answer, and the fallback is recorded."""
-    from agents.models.gateway import StructuredOutputError
+    from atelier.agents.models.gateway import StructuredOutputError
 
     original = Gateway.structured
 

@@ -8,10 +8,10 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from graphs.deep_research.graph import build_deep_research_graph
-from graphs.deep_research.review import PlanReview, ReviewedTopic, parse_review
-from graphs.resources import release
-from graphs.serde import serializer
+from atelier.graphs.deep_research.graph import build_deep_research_graph
+from atelier.graphs.deep_research.review import PlanReview, ReviewedTopic, parse_review
+from atelier.graphs.resources import release
+from atelier.graphs.serde import serializer
 from tests.test_pipelines import SMALL, context
 from tests.test_studio import CASE, _client, studio  # noqa: F401 (a fixture: `langgraph dev` on a free port)
 
@@ -118,9 +118,9 @@ async def test_a_run_with_no_one_to_review_researches_the_plan_and_records_the_r
 
 @pytest.mark.parametrize("design", ["plan", "agentic"])
 async def test_the_simulated_user_reviews_the_plan_in_a_run(tmp_path, design):
-    from agents.models.ledger import capture_calls
-    from benchmarks.registry import load_cases
-    from graphs.simulate import run_with_simulated_user
+    from atelier.agents.models.ledger import capture_calls
+    from atelier.benchmarks.registry import load_cases
+    from atelier.graphs.simulate import run_with_simulated_user
 
     ctx = context(
         tmp_path, "deep_research", answerer="simulated_user", design=design, review_plan=True, clarify="never", **SMALL
@@ -178,8 +178,8 @@ class Verdict:
     ],
 )
 async def test_the_simulated_users_verdict_is_held_to_what_a_reviewer_can_send(verdict, accept, subtopics, fallback):
-    from agents.user_sim.plan_review import review_plan_as_user
-    from benchmarks.registry import load_cases
+    from atelier.agents.user_sim.plan_review import review_plan_as_user
+    from atelier.benchmarks.registry import load_cases
 
     gateway = Verdict(verdict)
     case = load_cases("tiny", limit=1)[0]
@@ -192,8 +192,8 @@ async def test_the_simulated_users_verdict_is_held_to_what_a_reviewer_can_send(v
 
 
 async def test_the_simulated_user_sends_no_gold_in_its_plan():
-    from agents.user_sim.plan_review import review_plan_as_user
-    from benchmarks.registry import load_cases
+    from atelier.agents.user_sim.plan_review import review_plan_as_user
+    from atelier.benchmarks.registry import load_cases
     from tests.conftest import GOLD_SENTINEL
 
     gateway = Verdict({"accept": False, "subtopics": [f"{GOLD_SENTINEL} need 0", "Prices"], "reason": GOLD_SENTINEL})
@@ -214,8 +214,8 @@ async def test_a_review_the_code_had_to_change_is_a_degraded_step_of_the_respons
 
 
 async def test_a_long_verdict_still_makes_a_valid_review():
-    from agents.user_sim.plan_review import review_plan_as_user
-    from benchmarks.registry import load_cases
+    from atelier.agents.user_sim.plan_review import review_plan_as_user
+    from atelier.benchmarks.registry import load_cases
 
     many = [f"Costs of option {chr(65 + i % 26)}{chr(65 + i // 26)}" for i in range(60)]
     gateway = Verdict(

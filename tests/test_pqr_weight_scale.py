@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents.judges.pqr import AXIS_DIMENSIONS, generate_criteria
+from atelier.agents.judges.pqr import AXIS_DIMENSIONS, generate_criteria
 
 
 class _Answers:

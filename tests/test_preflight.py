@@ -10,10 +10,10 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from runs.cli import app
-from runs.preflight import PreflightError, data_problems, preflight_problems
-from runs.recipe import parse_recipe
-from runs.runner import run_recipe
+from atelier.runs.cli import app
+from atelier.runs.preflight import PreflightError, data_problems, preflight_problems
+from atelier.runs.recipe import parse_recipe
+from atelier.runs.runner import run_recipe
 from tests.openai_stub import OpenAIStub
 
 
@@ -43,7 +43,7 @@ def litellm_imported():
 
 
 def problems(r) -> tuple[list[str], float]:
-    from benchmarks.registry import load_cases
+    from atelier.benchmarks.registry import load_cases
 
     started = time.perf_counter()
     found = asyncio.run(preflight_problems(r, load_cases("tiny")))
@@ -96,8 +96,8 @@ def test_missing_keys_are_named(tmp_path, monkeypatch):
 
 
 def test_a_corrupted_data_file_is_refused(tmp_path, monkeypatch):
-    from benchmarks.data_files import locate
-    from benchmarks.loaders.locomo import RELPATH
+    from atelier.benchmarks.data_files import locate
+    from atelier.benchmarks.loaders.locomo import RELPATH
 
     original, _ = locate(RELPATH)
     data = tmp_path / "data"
@@ -142,7 +142,7 @@ def test_the_command_exits_2_with_one_line_per_problem(tmp_path):
         'api_key = "sk-x"\n[[systems]]\nname = "s"\nmemory = { backend = "none" }\n'
     )
     done = subprocess.run(
-        [sys.executable, "-m", "runs.cli", "run", str(path), "--out", str(tmp_path / "run")],
+        [sys.executable, "-m", "atelier.runs.cli", "run", str(path), "--out", str(tmp_path / "run")],
         capture_output=True,
         text=True,
         timeout=120,
@@ -156,7 +156,7 @@ def test_the_command_exits_2_with_one_line_per_problem(tmp_path):
 
 
 def test_a_judge_that_does_not_fit_the_benchmark_is_one_line_naming_both(tmp_path):
-    from benchmarks.registry import load_cases
+    from atelier.benchmarks.registry import load_cases
 
     r = parse_recipe(
         {

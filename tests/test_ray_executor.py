@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from runs.recipe import load_recipe
-from runs.runner import run_recipe
+from atelier.runs.recipe import load_recipe
+from atelier.runs.runner import run_recipe
 from tests.openai_stub import OpenAIStub
 from tests.ray_cluster import DRIVER_ENV, LocalRayCluster, free_port
 
@@ -167,7 +167,7 @@ def test_max_concurrency_holds_across_the_cluster(cluster, tmp_path, cache_dir):
         data["models"]["system"] = limited
         data["models"]["judge"] = limited
         data["run"]["concurrency"] = 8
-        from runs.recipe import Recipe
+        from atelier.runs.recipe import Recipe
 
         folder = run_recipe(Recipe.model_validate(data), tmp_path / "limited", progress=False).path
     results = lines(folder / "results.jsonl")
@@ -222,7 +222,7 @@ def test_a_searching_pipeline_leaves_its_web_in_the_run_folder_for_replay(cluste
     """rag with dense retrieval over the user's history (chromadb) searches and reads the sandbox
     web on the nodes; the records reach the run folder, and a local replay from that folder alone
     (no network, no sandbox) recalls the same history and gives the same answers."""
-    from runs.recipe import parse_recipe
+    from atelier.runs.recipe import parse_recipe
 
     def recipe(name: str, **extra):
         return parse_recipe(
@@ -263,7 +263,7 @@ def test_resume_on_the_cluster_runs_only_what_is_missing_and_redis_serves_every_
 ):
     import redis
 
-    from runs.recipe import Recipe
+    from atelier.runs.recipe import Recipe
 
     data = (
         load_recipe(QUICKSTART)
@@ -300,7 +300,7 @@ def test_a_worker_node_killed_midway_loses_and_doubles_nothing(cluster, local_qu
     command = [
         sys.executable,
         "-m",
-        "runs.cli",
+        "atelier.runs.cli",
         "run",
         str(QUICKSTART),
         "--model",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.common.errors import ConfigError
-from runs.recipe import load_recipe
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.runs.recipe import load_recipe
 
 GOOD = """
 name = "t"
@@ -126,7 +126,7 @@ def test_command_line_overrides_apply_to_every_role_and_system(tmp_path):
 
 
 def test_web_table_is_validated_and_keys_are_checked_before_a_run(tmp_path, monkeypatch):
-    from tools.web import check_web_config
+    from atelier.tools.web import check_web_config
 
     monkeypatch.delenv("TAVILY_API_KEY", raising=False)
     recipe = load_recipe(write(tmp_path, GOOD + '\n[web]\nprovider = "tavily"\n'))

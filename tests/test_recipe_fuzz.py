@@ -18,11 +18,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.common.errors import AtelierError
-from runs.preflight import PreflightError
-from runs.recipe import load_recipe
-from runs.runner import run_recipe
-from tools.web import check_web_config
+from atelier.benchmarks.common.errors import AtelierError
+from atelier.runs.preflight import PreflightError
+from atelier.runs.recipe import load_recipe
+from atelier.runs.runner import run_recipe
+from atelier.tools.web import check_web_config
 
 RECIPE = """\
 name = "fuzz"

@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
-from runs.comparisons import adjust, detail_value, versus_paper
-from runs.recipe import parse_recipe
-from runs.runner import run_recipe
+from atelier.runs.comparisons import adjust, detail_value, versus_paper
+from atelier.runs.recipe import parse_recipe
+from atelier.runs.runner import run_recipe
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -147,8 +147,8 @@ def test_a_run_where_everything_failed_gets_a_page_that_says_so(tmp_path, cache_
 def test_report_re_renders_a_run_folder(tmp_path, cache_dir):
     from typer.testing import CliRunner
 
-    from benchmarks.common.errors import ConfigError
-    from runs.cli import app
+    from atelier.benchmarks.common.errors import ConfigError
+    from atelier.runs.cli import app
 
     folder = run_recipe(recipe(tmp_path), tmp_path / "run", progress=False)
     before = json.loads(folder.summary.read_text())
@@ -172,8 +172,8 @@ def test_benjamini_hochberg_adjusts_p_values_together():
 
 
 def test_paper_metrics_read_headline_scores_or_detail_paths():
-    from agents.judges.base import JudgeResult
-    from runs.results import ResultRecord
+    from atelier.agents.judges.base import JudgeResult
+    from atelier.runs.results import ResultRecord
 
     def record(case, score, p):
         return ResultRecord(
@@ -200,9 +200,9 @@ def test_paper_metrics_read_headline_scores_or_detail_paths():
 
 
 def test_paper_metrics_for_history_retrieval_and_trade_offs():
-    from agents.judges.base import JudgeResult
-    from benchmarks.case import Case, Gold, Query
-    from runs.results import ContextUsed, ResultRecord
+    from atelier.agents.judges.base import JudgeResult
+    from atelier.benchmarks.case import Case, Gold, Query
+    from atelier.runs.results import ContextUsed, ResultRecord
 
     def record(case, ranking, p, d):
         return ResultRecord(
@@ -253,7 +253,7 @@ def test_paper_metrics_for_history_retrieval_and_trade_offs():
 
 
 def test_judge_figures_table_criterion_means_per_system():
-    from runs.report import judge_figures
+    from atelier.runs.report import judge_figures
 
     summary = {
         "systems": {

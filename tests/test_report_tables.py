@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from runs.cli import app
-from runs.comparisons import versus_baseline
-from runs.recipe import load_recipe, parse_recipe
-from runs.report import Point, ci_text, dot_plot, paper_tables, write_report
-from runs.results import ResultsFile, result_key
-from runs.runner import RunFolder, load_run_config, run_recipe
+from atelier.runs.cli import app
+from atelier.runs.comparisons import versus_baseline
+from atelier.runs.recipe import load_recipe, parse_recipe
+from atelier.runs.report import Point, ci_text, dot_plot, paper_tables, write_report
+from atelier.runs.results import ResultsFile, result_key
+from atelier.runs.runner import RunFolder, load_run_config, run_recipe
 from tests.test_report import browser, table
 
 QUICKSTART = Path(__file__).parent.parent / "runs" / "recipes" / "quickstart.toml"
@@ -166,9 +166,9 @@ def test_one_case_says_it_has_no_ci():
 
 
 def test_paper_numbers_over_epochs_count_cases_each_its_mean_over_epochs():
-    from agents.judges.base import JudgeResult
-    from runs.comparisons import versus_paper
-    from runs.results import ResultRecord
+    from atelier.agents.judges.base import JudgeResult
+    from atelier.runs.comparisons import versus_paper
+    from atelier.runs.results import ResultRecord
 
     def record(case: str, epoch: int, score: float) -> ResultRecord:
         return ResultRecord(
@@ -286,7 +286,7 @@ def test_forty_systems_get_a_sorted_dot_plot_a_panel_per_judge_and_no_page_wider
     assert len(groups) == 1 and len(table(doc, groups[0].get("id"))) == len(CRITERIA)  # 108 numbers, 12 rows
 
     # the measurement sees overflow where there is some: the old one-column-per-(system, judge) index
-    monkeypatch.setattr("runs.report.WIDE_INDEX", 10**6)
+    monkeypatch.setattr("atelier.runs.report.WIDE_INDEX", 10**6)
     write_report(path, config=config, summary=summary, records=records)
     _, scroll, inner = measured(path, tmp_path)
     assert scroll > inner
@@ -387,7 +387,7 @@ def test_compare_html_shows_the_config_diff_the_cases_side_by_side_and_the_plots
 
 
 def test_the_run_table_in_the_terminal_says_one_case_has_no_ci(tmp_path, capsys):
-    from runs.cli.run import _print_summary
+    from atelier.runs.cli.run import _print_summary
 
     ledger = {"calls": 1, "provider_calls": 0, "cache_hits": 1, "prompt_tokens": 1, "completion_tokens": 1}
     judged = {"n": 1, "mean": 0.5, "ci95": [0.5, 0.5], "failed": 0}

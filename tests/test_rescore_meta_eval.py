@@ -16,21 +16,26 @@ import typer
 from scipy import stats
 from typer.testing import CliRunner
 
-from agents.judges.base import JudgeResult
-from agents.models.settings import ROLE_FALLBACK
-from agents.response import SystemResponse
-from benchmarks.metrics.statistics import bootstrap_ci
-from runs.cli import judges as judges_cli
-from runs.recipe import parse_recipe
-from runs.results import ResultRecord, ResultsFile
-from runs.runner import run_recipe
+from atelier.agents.judges.base import JudgeResult
+from atelier.agents.models.settings import ROLE_FALLBACK
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.metrics.statistics import bootstrap_ci
+from atelier.runs.cli import judges as judges_cli
+from atelier.runs.recipe import parse_recipe
+from atelier.runs.results import ResultRecord, ResultsFile
+from atelier.runs.runner import run_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def atelier(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "runs.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "atelier.runs.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
@@ -402,7 +407,7 @@ def test_jsonl_lines_split_on_newlines_only(tmp_path, cli) -> None:
     ]
     labels.write_text("\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\r\n", encoding="utf-8")
     assert len(labels.read_text(encoding="utf-8").splitlines()) > 3  # what str.splitlines() would have cut
-    from runs.meta_eval import read_labels
+    from atelier.runs.meta_eval import read_labels
 
     read = read_labels(labels)
     assert [lb.score for lb in read.labels] == [4, 2] and read.labels[0].feedback == "warm\u2028but\u0085long\u2029"
@@ -568,7 +573,7 @@ def test_meta_eval_against_another_judges_run_and_bespoke_feedback_accuracy(tmp_
 
 
 def test_bench_judge_reuses_criteria_once_per_pair(cache_dir) -> None:
-    from runs.bench.judge import bench_judge
+    from atelier.runs.bench.judge import bench_judge
 
     result = asyncio.run(bench_judge(pairs=3, systems=3))
     reuse, fresh = result["with_reuse"], result["without_reuse"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from agents.models.cache import ResponseCache
-from agents.models.gateway import Gateway
-from agents.models.ledger import Ledger
-from agents.models.settings import ModelSettings
-from runs.resume import JUDGE_SIDE, SYSTEM_SIDE, check_resume
+from atelier.agents.models.cache import ResponseCache
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.ledger import Ledger
+from atelier.agents.models.settings import ModelSettings
+from atelier.runs.resume import JUDGE_SIDE, SYSTEM_SIDE, check_resume
 
 BASE = {
     "seed": 0,

@@ -28,19 +28,19 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from agents.models.cache import ResponseCache
-from agents.models.gateway import Gateway
-from agents.models.ledger import Ledger
-from agents.models.settings import ModelSettings
-from benchmarks.case import ChatMessage, ChatSession, MemorySnippet, PTKBStatement
-from benchmarks.common.errors import ConfigError
-from graphs.context import EpisodeContext, SystemSpec
-from graphs.inputs import GraphInputError
-from graphs.resources import release, resources_for, run_path
-from memory.base import MemoryEnv, MemoryQuery
-from memory.journal import JOURNAL_FILE, JournaledMemory, MemoryRebuildError, journaled
-from memory.registry import backend_names, create_backend
-from runs.recipe import parse_recipe
+from atelier.agents.models.cache import ResponseCache
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.ledger import Ledger
+from atelier.agents.models.settings import ModelSettings
+from atelier.benchmarks.case import ChatMessage, ChatSession, MemorySnippet, PTKBStatement
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.graphs.context import EpisodeContext, SystemSpec
+from atelier.graphs.inputs import GraphInputError
+from atelier.graphs.resources import release, resources_for, run_path
+from atelier.memory.base import MemoryEnv, MemoryQuery
+from atelier.memory.journal import JOURNAL_FILE, JournaledMemory, MemoryRebuildError, journaled
+from atelier.memory.registry import backend_names, create_backend
+from atelier.runs.recipe import parse_recipe
 from tests.openai_stub import OpenAIStub
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,7 +153,7 @@ async def test_hierarchical_heat_from_searches_is_rebuilt_and_a_repeated_task_do
     memory = open_backend("hierarchical", store, cache)
     await memory.ingest("u1", history("u1", 6))
     heat_before = [s.visits for s in memory.tiers("u1").mid_term.sessions.values()]
-    monkeypatch.setattr("memory.journal.graph_task", lambda: "q1::sys|recall:task-1")
+    monkeypatch.setattr("atelier.memory.journal.graph_task", lambda: "q1::sys|recall:task-1")
     asked = await memory.context("u1", "Which running shoes should I buy?")
     after_one = await memory.state_digest("u1")
     heat_after = [s.visits for s in memory.tiers("u1").mid_term.sessions.values()]
@@ -179,7 +179,7 @@ async def test_a_graph_step_is_named_alike_when_a_new_process_redoes_it(tmp_path
     from langgraph.graph import START, StateGraph
     from typing_extensions import TypedDict
 
-    from memory.journal import graph_task
+    from atelier.memory.journal import graph_task
 
     class State(TypedDict, total=False):
         seen: str
@@ -202,7 +202,7 @@ async def test_a_graph_step_is_named_alike_when_a_new_process_redoes_it(tmp_path
 
 
 def test_a_clock_tape_gives_back_its_readings_then_says_it_ran_out():
-    from memory.clock import ClockTape, on_tape, read_clock
+    from atelier.memory.clock import ClockTape, on_tape, read_clock
 
     ticks = iter([10.0, 20.0, 30.0])
     recording = ClockTape()
@@ -390,7 +390,7 @@ def _default_sigint() -> None:
 def start(args: list[str], cache: Path) -> subprocess.Popen:
     env = {**os.environ, "ATELIER_CACHE_DIR": str(cache), "STUB_KEY": "sk-stub"}
     return subprocess.Popen(
-        [sys.executable, "-m", "runs.cli", *args],
+        [sys.executable, "-m", "atelier.runs.cli", *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -425,10 +425,10 @@ async def test_an_episode_the_run_shuts_down_under_is_left_unrecorded_not_failed
     """Ctrl-C: the run closes its checkpoint database, then its stores, while episodes still run. The
     episode that then fails on them did not fail: it is cancelled (nothing recorded; the resumed run
     continues it) rather than recorded as "ProgrammingError: Cannot operate on a closed database"."""
-    from benchmarks.registry import load_cases
-    from graphs.episode import episode_graph_for
-    from graphs.persistence import InlineSqliteSaver, RunSerializer
-    from runs.runner import Runner
+    from atelier.benchmarks.registry import load_cases
+    from atelier.graphs.episode import episode_graph_for
+    from atelier.graphs.persistence import InlineSqliteSaver, RunSerializer
+    from atelier.runs.runner import Runner
 
     (case,) = load_cases("tiny", limit=1)
     system = SystemSpec(name="direct-full", memory={"backend": "full"})
@@ -544,8 +544,8 @@ def recipe(path: Path, models: HeldModels) -> Path:
 
 def open_checkpoints(folder: Path):
     """The run folder's episode graph over its checkpoints, read-only (the run may be writing them)."""
-    from graphs.episode import episode_graph_for
-    from graphs.persistence import InlineSqliteSaver, RunSerializer
+    from atelier.graphs.episode import episode_graph_for
+    from atelier.graphs.persistence import InlineSqliteSaver, RunSerializer
 
     conn = sqlite3.connect(f"file:{folder / 'checkpoints.sqlite'}?mode=ro", uri=True, check_same_thread=False)
     saver = InlineSqliteSaver(conn, serde=RunSerializer(conn))
@@ -701,7 +701,7 @@ def test_kill_9_after_ingest_mid_pipeline_and_mid_judge_then_resume_changes_no_r
 
 def test_resumed_step_is_none_for_a_fresh_episode():
     """`Runner._resumed_from` on a graph with no checkpointer (a run's first attempt in tests)."""
-    from runs.runner import Runner
+    from atelier.runs.runner import Runner
 
     class NoSaver:
         checkpointer = None

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from runs.folder_lock import LOCK_NAME, RunFolderLock
+from atelier.runs.folder_lock import LOCK_NAME, RunFolderLock
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = """name = "lock"
@@ -42,7 +42,7 @@ def start(tmp_path: Path, out: Path, latency_ms: int = 400) -> subprocess.Popen:
     )  # (latency is answer-neutral: a resume may change it)
     env = {**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")}
     return subprocess.Popen(
-        [sys.executable, "-m", "runs.cli", "run", str(recipe), "--out", str(out), "--no-progress"],
+        [sys.executable, "-m", "atelier.runs.cli", "run", str(recipe), "--out", str(out), "--no-progress"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -95,7 +95,7 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
 def test_the_lock_refuses_a_second_holder_in_the_same_process_too(tmp_path):
     import pytest
 
-    from benchmarks.common.errors import ConfigError
+    from atelier.benchmarks.common.errors import ConfigError
 
     with RunFolderLock(tmp_path / "f"):
         with pytest.raises(ConfigError, match=f"pid {os.getpid()}"):

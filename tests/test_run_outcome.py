@@ -9,12 +9,12 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from agents.models.ledger import LedgerEntry, ledger_totals
-from runs.cli import app
-from runs.outcome import EXIT_FAILURES, EXIT_OK, outcome_of
-from runs.recipe import parse_recipe
-from runs.results import ResultsFile
-from runs.runner import Runner, run_recipe
+from atelier.agents.models.ledger import LedgerEntry, ledger_totals
+from atelier.runs.cli import app
+from atelier.runs.outcome import EXIT_FAILURES, EXIT_OK, outcome_of
+from atelier.runs.recipe import parse_recipe
+from atelier.runs.results import ResultsFile
+from atelier.runs.runner import Runner, run_recipe
 from tests.openai_stub import OpenAIStub
 from tests.test_runner import recipe
 
@@ -108,8 +108,8 @@ def test_a_clean_run_exits_zero_and_a_resumed_one_says_what_was_done(tmp_path, c
 
 
 def test_failed_judgments_are_counted_and_fail_the_exit_code(tmp_path, cache_dir, monkeypatch):
-    from agents.judges.lampqa import LampQAAspectJudge
-    from agents.models.gateway import ModelCallError
+    from atelier.agents.judges.lampqa import LampQAAspectJudge
+    from atelier.agents.models.gateway import ModelCallError
 
     async def broken(self, case, response, env, prepared=None):
         raise ModelCallError("judge model down", role="judge", model="m", attempts=1)
@@ -124,7 +124,7 @@ def test_failed_judgments_are_counted_and_fail_the_exit_code(tmp_path, cache_dir
 
 
 def test_outcome_counts_missing_episodes_of_the_recipe_only():
-    from runs.results import ResultRecord
+    from atelier.runs.results import ResultRecord
 
     def record(key, status="ok"):
         case, system = key.split("::")
@@ -160,7 +160,7 @@ def test_systems_seed_and_concurrency_overrides(tmp_path, cache_dir):
     base = recipe(tmp_path)
     only = base.with_overrides(systems=["full"], seed=7, concurrency=9)
     assert [s.name for s in only.systems] == ["full"] and only.seed == 7 and only.run.concurrency == 9
-    from benchmarks.common.errors import ConfigError
+    from atelier.benchmarks.common.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"--systems: no system 'ful' in recipe 't'; valid: none, full"):
         base.with_overrides(systems=["ful"])
@@ -175,7 +175,7 @@ def test_checkpoints_stay_small_and_an_episode_resumes_from_its_last_checkpoint(
     """The judge fails once, after the answer was checkpointed; resumed, the episode continues at
     the judge from the compressed checkpoints: the answer is neither asked again nor served from the
     cache."""
-    from agents.judges.lampqa import LampQAAspectJudge
+    from atelier.agents.judges.lampqa import LampQAAspectJudge
 
     original = LampQAAspectJudge.judge
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ATELIER = [sys.executable, "-m", "runs.cli"]
+ATELIER = [sys.executable, "-m", "atelier.runs.cli"]
 SLOW_MODEL = "scripted?latency_ms=150"
 
 

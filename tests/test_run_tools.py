@@ -8,12 +8,12 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks.common.errors import ConfigError
-from runs.cli import app
-from runs.compare import compare_runs
-from runs.recipe import parse_recipe
-from runs.runner import run_recipe
-from runs.trace import load_trace
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.runs.cli import app
+from atelier.runs.compare import compare_runs
+from atelier.runs.recipe import parse_recipe
+from atelier.runs.runner import run_recipe
+from atelier.runs.trace import load_trace
 
 
 def recipe(tmp_path, judge_model="scripted", systems=("none", "full")):
@@ -122,7 +122,7 @@ def test_list_shows_every_kind_with_typed_options():
 
 
 def test_bench_runner_measures_efficiency_overhead_memory_and_checkpoints(tmp_path, cache_dir):
-    from runs.bench.runner import RunnerBenchSettings, _critical_steps, efficiency_bound, run_runner_benchmark
+    from atelier.runs.bench.runner import RunnerBenchSettings, _critical_steps, efficiency_bound, run_runner_benchmark
 
     assert _critical_steps([(0, 1), (0.5, 1.5), (2, 3)]) == 2  # two overlapping calls, then one more
     floor = {"litellm_ms_per_call": 4.0, "langgraph_ms_per_one_node_episode": 1.0}

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from agents.models.gateway import Gateway
-from runs.recipe import parse_recipe
-from runs.results import ResultsFile
-from runs.runner import Runner, run_recipe
+from atelier.agents.models.gateway import Gateway
+from atelier.runs.recipe import parse_recipe
+from atelier.runs.results import ResultsFile
+from atelier.runs.runner import Runner, run_recipe
 from tests.conftest import GOLD_SENTINEL
 
 
@@ -104,12 +104,12 @@ def test_failures_are_recorded_with_their_reason(tmp_path, cache_dir):
 
 
 def test_a_resumed_run_redoes_failed_episodes_and_the_last_line_wins(tmp_path, cache_dir, monkeypatch):
-    import graphs.direct
+    from atelier.graphs import direct as direct_module
 
     async def broken(*args, **kwargs):
         raise RuntimeError("the writer fell over")
 
-    monkeypatch.setattr(graphs.direct, "answer", broken)
+    monkeypatch.setattr(direct_module, "answer", broken)
     folder = run_recipe(recipe(tmp_path), progress=False)
     assert {r["error"] for r in lines(folder.results)} == {"RuntimeError: the writer fell over"}
     monkeypatch.undo()
@@ -138,7 +138,7 @@ def test_systems_never_see_gold(tmp_path, cache_dir, monkeypatch):
 
 
 def test_a_web_provider_without_its_key_stops_the_run_before_any_episode(tmp_path, cache_dir, monkeypatch):
-    from benchmarks.common.errors import ConfigError
+    from atelier.benchmarks.common.errors import ConfigError
 
     monkeypatch.delenv("SERPER_API_KEY", raising=False)
     data = recipe(tmp_path).model_dump(mode="python")
@@ -149,9 +149,9 @@ def test_a_web_provider_without_its_key_stops_the_run_before_any_episode(tmp_pat
 
 
 async def test_the_runs_web_is_shared_recorded_in_the_run_folder_and_logged(tmp_path):
-    from graphs.context import EpisodeContext, SystemSpec
-    from graphs.resources import release, resources_for
-    from tools.config import WebConfig
+    from atelier.graphs.context import EpisodeContext, SystemSpec
+    from atelier.graphs.resources import release, resources_for
+    from atelier.tools.config import WebConfig
 
     web = WebConfig(cache_dir=tmp_path / "run" / "web")
     contexts = [
@@ -170,7 +170,7 @@ async def test_the_runs_web_is_shared_recorded_in_the_run_folder_and_logged(tmp_
 
 
 def test_a_run_folder_only_resumes_the_recipe_that_made_it(tmp_path, cache_dir):
-    from benchmarks.common.errors import ConfigError
+    from atelier.benchmarks.common.errors import ConfigError
 
     folder = run_recipe(recipe(tmp_path), progress=False)
     changed = recipe(tmp_path, model="scripted?seed=9")

@@ -12,11 +12,19 @@ from urllib.parse import urlparse
 
 import pytest
 
-from benchmarks.case import Case, CaseView, ChatSession, ExplicitPersona, MemorySnippet, SearchSession, persona_facets
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.data_files import data_dir
-from benchmarks.loaders import sample
-from benchmarks.registry import get_benchmark, load_cases
+from atelier.benchmarks.case import (
+    Case,
+    CaseView,
+    ChatSession,
+    ExplicitPersona,
+    MemorySnippet,
+    SearchSession,
+    persona_facets,
+)
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.data_files import data_dir
+from atelier.benchmarks.loaders import sample
+from atelier.benchmarks.registry import get_benchmark, load_cases
 
 SUITE = sample.load_suite()
 ALL_CASES = load_cases("sample", split="all")

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from benchmarks.common.errors import DataError
-from benchmarks.registry import load_cases
-from benchmarks.rj_pairs import with_rj_pairs
-from runs.recipe import parse_recipe
-from runs.runner import run_recipe
+from atelier.benchmarks.common.errors import DataError
+from atelier.benchmarks.registry import load_cases
+from atelier.benchmarks.rj_pairs import with_rj_pairs
+from atelier.runs.recipe import parse_recipe
+from atelier.runs.runner import run_recipe
 from tests.test_cli_e2e import atelier, env, lines  # noqa: F401 (env: the CLI tests' fixture)
 
 
@@ -172,8 +172,8 @@ def test_feedback_turns_a_runs_responses_into_rj_pairs_for_later_runs(tmp_path, 
 def test_simulated_rj_pairs_let_the_bespoke_judge_score_a_benchmark_without_them(tmp_path, cache_dir):
     import asyncio
 
-    from benchmarks.common.errors import ConfigError
-    from runs.simulate_feedback import rate_run
+    from atelier.benchmarks.common.errors import ConfigError
+    from atelier.runs.simulate_feedback import rate_run
 
     lampqa = {
         "name": "lampqa",

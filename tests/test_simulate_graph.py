@@ -11,19 +11,19 @@ import pytest
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
-from agents.clarify import ClarifyAnswers, ClarifyRequest
-from agents.models.gateway import Gateway
-from agents.prompts import Section, build_messages
-from agents.response import Citation, SystemResponse
-from agents.user_sim import STOP_TOKEN
-from benchmarks.case import ConversationTurn
-from graphs.context import EpisodeContext
-from graphs.inputs import PipelineInput, PipelineOutput, case_view
-from graphs.pipelines import PIPELINES, PipelineSpec
-from graphs.resources import resources_for
-from graphs.simulate import transcript
-from runs.recipe import Recipe, parse_recipe
-from runs.runner import run_recipe
+from atelier.agents.clarify import ClarifyAnswers, ClarifyRequest
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.prompts import Section, build_messages
+from atelier.agents.response import Citation, SystemResponse
+from atelier.agents.user_sim import STOP_TOKEN
+from atelier.benchmarks.case import ConversationTurn
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.inputs import PipelineInput, PipelineOutput, case_view
+from atelier.graphs.pipelines import PIPELINES, PipelineSpec
+from atelier.graphs.resources import resources_for
+from atelier.graphs.simulate import transcript
+from atelier.runs.recipe import Recipe, parse_recipe
+from atelier.runs.runner import run_recipe
 from tests.conftest import GOLD_SENTINEL
 
 
@@ -230,7 +230,7 @@ def test_a_simulator_copying_the_gold_need_is_stopped_at_the_boundary(
 
 
 async def test_studio_serves_the_simulate_graph_on_the_embedded_defaults(cache_dir):
-    from graphs import studio
+    from atelier.graphs import studio
 
     out = await studio.simulate.ainvoke({"benchmark": "sample", "case_id": "q01"})
     assert out["response"].text.startswith("## Turn 1\n\n**User:** ")
@@ -266,8 +266,8 @@ def test_an_episode_left_at_its_clarify_interrupt_resumes_there(tmp_path, cache_
 
 async def stored_interrupt(checkpoints, thread_id):
     """The clarify request an episode's checkpoint is waiting on, read back through the run's serializer."""
-    from graphs.episode import build_episode_graph
-    from graphs.persistence import run_checkpointer
+    from atelier.graphs.episode import build_episode_graph
+    from atelier.graphs.persistence import run_checkpointer
 
     async with run_checkpointer(checkpoints.parent) as saver:
         graph = build_episode_graph("asking", checkpointer=saver)

@@ -9,10 +9,10 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from agents.models.gateway import Gateway
-from agents.models.ledger import current_tags
-from runs.recipe import parse_recipe
-from runs.runner import run_recipe
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.ledger import current_tags
+from atelier.runs.recipe import parse_recipe
+from atelier.runs.runner import run_recipe
 from tests.conftest import GOLD_SENTINEL
 
 SMALL = {

@@ -13,10 +13,10 @@ from types import ModuleType, SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks.common.errors import ConfigError
-from graphs.external.graph import agent_response
-from runs.cli import app
-from runs.recipe import load_recipe
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.graphs.external.graph import agent_response
+from atelier.runs.cli import app
+from atelier.runs.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -198,8 +198,8 @@ RESEARCHER_TOOLS = [
 
 @pytest.mark.parametrize("brief", [f"brief {i}: pensions for a nurse on night shifts" for i in range(20)])
 def test_the_scripted_model_starts_working_on_a_first_tool_turn(brief):
-    from agents.models.scripted import ScriptedLLM
-    from agents.models.tool_calls import TOOL_TURN_NOTE, tool_turn_schema
+    from atelier.agents.models.scripted import ScriptedLLM
+    from atelier.agents.models.tool_calls import TOOL_TURN_NOTE, tool_turn_schema
 
     messages = [{"role": "user", "content": brief}, {"role": "user", "content": TOOL_TURN_NOTE}]
     for tools, work in ((SUPERVISOR_TOOLS, "ConductResearch"), (RESEARCHER_TOOLS, "web_search")):
@@ -213,7 +213,7 @@ def test_the_scripted_model_starts_working_on_a_first_tool_turn(brief):
 @pytest.mark.slow
 def test_the_shipped_external_agents_recipe_researches_on_the_scripted_model(tmp_path):
     pytest.importorskip("open_deep_research")
-    from runs.runner import run_recipe
+    from atelier.runs.runner import run_recipe
 
     recipe = load_recipe(ROOT / "runs" / "recipes" / "external_agents.toml").with_overrides(
         limit=1, out_dir=str(tmp_path / "out"), systems=["open_deep_research-none", "open_deep_research-full"]
@@ -315,7 +315,7 @@ def test_cli_run_of_a_recipe_whose_data_is_missing_is_one_line_exit_2(tmp_path):
         [
             sys.executable,
             "-c",
-            "from runs.cli import main; main()",
+            "from atelier.runs.cli import main; main()",
             "run",
             str(recipe_path),
             "--out",
@@ -333,8 +333,8 @@ def test_cli_run_of_a_recipe_whose_data_is_missing_is_one_line_exit_2(tmp_path):
 
 
 def test_the_scripted_first_tool_move_is_only_the_first_and_only_on_tool_turns():
-    from agents.models.scripted import first_tool_move
-    from agents.models.tool_calls import TOOL_TURN_NOTE, flatten_messages, tool_turn_schema
+    from atelier.agents.models.scripted import first_tool_move
+    from atelier.agents.models.tool_calls import TOOL_TURN_NOTE, flatten_messages, tool_turn_schema
 
     schema = tool_turn_schema(RESEARCHER_TOOLS)
     first = [{"role": "user", "content": "pensions"}, {"role": "user", "content": TOOL_TURN_NOTE}]

@@ -14,11 +14,11 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel
 
-from agents.models.gateway import Gateway, ModelCallError, extract_json
-from agents.models.ledger import Ledger, read_ledger
-from agents.models.provider_errors import server_message
-from agents.models.settings import ModelSettings
-from agents.models.structured_output import MODES, MODES_FILE, ModeMemory
+from atelier.agents.models.gateway import Gateway, ModelCallError, extract_json
+from atelier.agents.models.ledger import Ledger, read_ledger
+from atelier.agents.models.provider_errors import server_message
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.models.structured_output import MODES, MODES_FILE, ModeMemory
 from tests.openai_stub import OpenAIStub
 
 

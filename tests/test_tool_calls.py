@@ -8,8 +8,8 @@ import pytest
 from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
-from agents.models.scripted import schema_instance
-from agents.models.tool_calls import flatten_messages, openai_tool_calls, schema_model, tool_turn_schema
+from atelier.agents.models.scripted import schema_instance
+from atelier.agents.models.tool_calls import flatten_messages, openai_tool_calls, schema_model, tool_turn_schema
 
 PLAN = {
     "type": "object",

@@ -8,13 +8,13 @@ import collections
 
 import pytest
 
-from agents.citations import SourceRef
-from graphs.deep_research.graph import build_deep_research_graph
-from graphs.deep_research.reads import EpisodeReads
-from graphs.deep_research.state import Note
-from graphs.resources import release, resources_for
+from atelier.agents.citations import SourceRef
+from atelier.graphs.deep_research.graph import build_deep_research_graph
+from atelier.graphs.deep_research.reads import EpisodeReads
+from atelier.graphs.deep_research.state import Note
+from atelier.graphs.resources import release, resources_for
+from atelier.tools.web import capture_web_log
 from tests.test_pipelines import context
-from tools.web import capture_web_log
 
 
 async def _episode(tmp_path, case: str, **options):

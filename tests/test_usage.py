@@ -6,10 +6,10 @@ from __future__ import annotations
 import itertools
 import random
 
-from agents.judges.base import JudgeResult
-from runs.results import ResultRecord
-from runs.summary import summarize
-from runs.usage import system_usage
+from atelier.agents.judges.base import JudgeResult
+from atelier.runs.results import ResultRecord
+from atelier.runs.summary import summarize
+from atelier.runs.usage import system_usage
 
 
 def _record(i: int, latency: float) -> ResultRecord:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 
-from agents.clarify import ClarifyRequest
-from agents.models.gateway import Gateway
-from agents.models.settings import ModelSettings
-from agents.user_sim import DONT_KNOW, STOP_TOKEN, answer_clarification, next_user_turn, rate_response
-from agents.user_sim.feedback import UserFeedback
-from benchmarks.case import ConversationTurn
-from benchmarks.registry import load_cases
+from atelier.agents.clarify import ClarifyRequest
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.user_sim import DONT_KNOW, STOP_TOKEN, answer_clarification, next_user_turn, rate_response
+from atelier.agents.user_sim.feedback import UserFeedback
+from atelier.benchmarks.case import ConversationTurn
+from atelier.benchmarks.registry import load_cases
 from tests.conftest import GOLD_SENTINEL
 from tests.openai_stub import OpenAIStub
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agents.user_sim.disclosure import ELLIPSIS, GoldGuard, gold_strings
-from benchmarks.case import Case, Gold, MemorySnippet, Persona, Query, RJPair, RubricAspect
+from atelier.agents.user_sim.disclosure import ELLIPSIS, GoldGuard, gold_strings
+from atelier.benchmarks.case import Case, Gold, MemorySnippet, Persona, Query, RJPair, RubricAspect
 
 NEED = "Priya wants the cheapest sensible way to get from Lisbon to Porto and a hostel under 38 euros a night."
 

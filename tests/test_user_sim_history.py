@@ -11,13 +11,19 @@ from collections import Counter
 
 import pytest
 
-from agents.models.gateway import Gateway
-from agents.models.settings import ModelSettings
-from agents.user_sim import HistoryOptions, check_protocol, check_reversibility, plan_history, synthesize_history
-from agents.user_sim.history import history_rules
-from agents.user_sim.persona import persona_traits, preference_tags
-from agents.user_sim.reversibility import INVERSE_ROLE, Verdicts
-from benchmarks.loaders.pdr import (
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.user_sim import (
+    HistoryOptions,
+    check_protocol,
+    check_reversibility,
+    plan_history,
+    synthesize_history,
+)
+from atelier.agents.user_sim.history import history_rules
+from atelier.agents.user_sim.persona import persona_traits, preference_tags
+from atelier.agents.user_sim.reversibility import INVERSE_ROLE, Verdicts
+from atelier.benchmarks.loaders.pdr import (
     ContextDialogue,
     ContextMemory,
     ContextMessage,
@@ -25,8 +31,8 @@ from benchmarks.loaders.pdr import (
     context_history,
     read_language,
 )
-from benchmarks.loaders.sample import load_suite
-from benchmarks.registry import load_cases
+from atelier.benchmarks.loaders.sample import load_suite
+from atelier.benchmarks.registry import load_cases
 from tests.test_cli_e2e import lines
 
 
@@ -152,7 +158,7 @@ class RecordingGateway:
         self.requests: list[tuple[str, list[dict], str]] = []
 
     def settings(self, role):
-        from agents.models.settings import ModelSettings
+        from atelier.agents.models.settings import ModelSettings
 
         return ModelSettings()
 
@@ -208,7 +214,7 @@ async def test_reversibility_of_an_empty_history_is_zero_without_a_call(user1):
 
 
 def test_the_same_seed_gives_the_same_history_from_the_cache_and_another_seed_another(tmp_path, cache_dir):
-    from runs.simulate_history import HistoryJob, run_history_job
+    from atelier.runs.simulate_history import HistoryJob, run_history_job
 
     def job(seed):
         return HistoryJob(users=["User2"], options=HistoryOptions(seed=seed), check=False)
@@ -225,7 +231,7 @@ def test_the_same_seed_gives_the_same_history_from_the_cache_and_another_seed_an
 
 
 async def test_synthesis_and_its_checks_run_over_litellms_http_path():
-    from agents.models.settings import ModelSettings
+    from atelier.agents.models.settings import ModelSettings
     from tests.openai_stub import OpenAIStub
 
     attributes = load_suite().personas["u4"].attributes()
@@ -276,8 +282,8 @@ class TraitWriter(Gateway):
         self.requests: list[tuple[str, str]] = []  # (trait, prompt)
 
     async def structured(self, role, messages, schema):
-        from agents.models.gateway import StructuredOutputError
-        from agents.user_sim.history import REJECTED_TITLE, TRAIT_TITLE
+        from atelier.agents.models.gateway import StructuredOutputError
+        from atelier.agents.user_sim.history import REJECTED_TITLE, TRAIT_TITLE
 
         prompt = messages[-1]["content"]
         trait = prompt.split(f"# {TRAIT_TITLE}\n", 1)[1].split(": ", 1)[0]
@@ -375,7 +381,7 @@ async def test_an_answer_cut_twice_is_asked_again_with_twice_the_budget():
 
 
 async def test_an_answer_cut_at_the_ceiling_is_asked_for_item_by_item():
-    from agents.user_sim.history import WritingEffort
+    from atelier.agents.user_sim.history import WritingEffort
     from tests.openai_stub import OpenAIStub
 
     attributes = one_tag_persona(
@@ -401,7 +407,7 @@ async def test_an_answer_cut_at_the_ceiling_is_asked_for_item_by_item():
 
 
 def test_a_history_written_by_a_real_endpoint_is_no_dry_run(tmp_path, cache_dir):
-    from runs.simulate_history import HistoryJob, run_history_job
+    from atelier.runs.simulate_history import HistoryJob, run_history_job
     from tests.openai_stub import OpenAIStub
 
     with OpenAIStub() as stub:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from runs.recipe import parse_recipe
-from runs.results import ResultsFile
-from runs.runner import run_recipe
-from runs.trace import load_trace
+from atelier.runs.recipe import parse_recipe
+from atelier.runs.results import ResultsFile
+from atelier.runs.runner import run_recipe
+from atelier.runs.trace import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -51,7 +51,12 @@ def render(url: str, screenshot: Path | None = None):
 
 def atelier(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "runs.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "atelier.runs.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
@@ -186,7 +191,7 @@ def test_an_episode_page_shows_the_timeline_the_calls_and_the_judge(quickstart, 
 
 
 def test_parallel_researchers_get_a_lane_each(tmp_path, cache_dir):
-    from runs.view import RunViewData
+    from atelier.runs.view import RunViewData
 
     recipe = parse_recipe(
         {
@@ -221,7 +226,7 @@ def test_parallel_researchers_get_a_lane_each(tmp_path, cache_dir):
 def test_the_server_serves_the_same_pages(quickstart):
     from starlette.testclient import TestClient
 
-    from runs.view_server import view_app
+    from atelier.runs.view_server import view_app
 
     run, _ = quickstart
     client = TestClient(view_app(run))

@@ -11,11 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.common.errors import DataError
-from tools.cache import WebCache, request_key
-from tools.config import SandboxConfig, WebConfig
-from tools.errors import FetchFailed, NetworkDisabled, ReplayMiss
-from tools.web import build_web
+from atelier.benchmarks.common.errors import DataError
+from atelier.tools.cache import WebCache, request_key
+from atelier.tools.config import SandboxConfig, WebConfig
+from atelier.tools.errors import FetchFailed, NetworkDisabled, ReplayMiss
+from atelier.tools.web import build_web
 
 FIXTURE_CORPUS = Path(__file__).parent / "fixtures" / "web" / "corpus"
 QUERIES = ("how do herons fish", "sourdough starter")
@@ -156,7 +156,7 @@ async def test_identical_requests_in_flight_together_share_one_live_call(tmp_pat
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from tools.asgi_server import AsgiServer
+    from atelier.tools.asgi_server import AsgiServer
 
     calls = []
 

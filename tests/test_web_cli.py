@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 from typer.testing import CliRunner
 
-from runs.cli import app
+from atelier.runs.cli import app
 
 FIXTURE_CORPUS = Path(__file__).parent / "fixtures" / "web" / "corpus"
-ATELIER = [sys.executable, "-c", "from runs.cli import main; main()"]
+ATELIER = [sys.executable, "-c", "from atelier.runs.cli import main; main()"]
 
 
 def invoke(*args: str):

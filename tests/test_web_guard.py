@@ -17,14 +17,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from benchmarks.common.errors import ConfigError
-from tools.asgi_server import AsgiServer
-from tools.caps import FetchCaps
-from tools.config import WebConfig
-from tools.errors import CapExceeded, FetchFailed, FetchRefused
-from tools.http import GuardedHttp
-from tools.url_guard import AllowList, UrlGuard, address_problem
-from tools.web import build_web
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.tools.asgi_server import AsgiServer
+from atelier.tools.caps import FetchCaps
+from atelier.tools.config import WebConfig
+from atelier.tools.errors import CapExceeded, FetchFailed, FetchRefused
+from atelier.tools.http import GuardedHttp
+from atelier.tools.url_guard import AllowList, UrlGuard, address_problem
+from atelier.tools.web import build_web
 
 FIFTY_MB = 50 * 1024 * 1024
 CHUNK = 64 * 1024

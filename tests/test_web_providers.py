@@ -10,12 +10,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from benchmarks.common.errors import ConfigError
-from tools.asgi_server import AsgiServer
-from tools.config import SandboxConfig, WebConfig
-from tools.errors import SearchFailed
-from tools.search import provider_names
-from tools.web import build_web
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.tools.asgi_server import AsgiServer
+from atelier.tools.config import SandboxConfig, WebConfig
+from atelier.tools.errors import SearchFailed
+from atelier.tools.search import provider_names
+from atelier.tools.web import build_web
 
 KEYS = {"tavily": "tvly-test-key", "serper": "serper-test-key", "brave": "brave-test-key", "jina": "jina_test_key"}
 KEY_ENV = {"tavily": "TAVILY_API_KEY", "serper": "SERPER_API_KEY", "brave": "BRAVE_API_KEY", "jina": "JINA_API_KEY"}
@@ -469,10 +469,10 @@ def test_bad_web_settings_are_config_errors_naming_the_field(settings, message):
 
 
 def test_validate_on_a_built_provider_names_the_missing_key():
-    from tools.caps import FetchCaps
-    from tools.http import GuardedHttp
-    from tools.search import provider_class, provider_config
-    from tools.url_guard import AllowList, UrlGuard
+    from atelier.tools.caps import FetchCaps
+    from atelier.tools.http import GuardedHttp
+    from atelier.tools.search import provider_class, provider_config
+    from atelier.tools.url_guard import AllowList, UrlGuard
 
     http = GuardedHttp(UrlGuard(AllowList()), FetchCaps())
     brave = provider_class("brave")(provider_config("brave", {}), http)

@@ -9,15 +9,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.data_files import data_dir
-from tools.config import SandboxConfig, WebConfig
-from tools.sandbox.app import PAGE_SIZE
-from tools.sandbox.corpus import SAMPLE_PAGES, load_corpus, wiki_url
-from tools.sandbox.ranking import Bm25Ranker, HybridRanker, build_ranker
-from tools.sandbox.server import SandboxWeb
-from tools.sandbox.urls import doc_url, mirror_url
-from tools.web import build_web
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.data_files import data_dir
+from atelier.tools.config import SandboxConfig, WebConfig
+from atelier.tools.sandbox.app import PAGE_SIZE
+from atelier.tools.sandbox.corpus import SAMPLE_PAGES, load_corpus, wiki_url
+from atelier.tools.sandbox.ranking import Bm25Ranker, HybridRanker, build_ranker
+from atelier.tools.sandbox.server import SandboxWeb
+from atelier.tools.sandbox.urls import doc_url, mirror_url
+from atelier.tools.web import build_web
 
 FIXTURE_CORPUS = Path(__file__).parent / "fixtures" / "web" / "corpus"
 NAV_AND_FOOTER = (
@@ -254,7 +254,7 @@ async def test_wiki_page_fetch_returns_the_summary_without_boilerplate(tmp_path)
 
 
 async def test_a_url_outside_the_sandbox_corpus_fails_with_its_status(tmp_path):
-    from tools.errors import FetchFailed
+    from atelier.tools.errors import FetchFailed
 
     config = WebConfig(mode="live", cache_dir=tmp_path, sandbox=SandboxConfig(corpus=str(FIXTURE_CORPUS)))
     async with build_web(config) as web:
@@ -266,7 +266,7 @@ async def test_a_url_outside_the_sandbox_corpus_fails_with_its_status(tmp_path):
     ("url", "reason"), [("file:///etc/passwd", "scheme 'file'"), ("http://169.254.169.254/latest/", "link-local")]
 )
 async def test_the_sandbox_web_refuses_what_the_real_web_would(tmp_path, url, reason):
-    from tools.errors import FetchRefused
+    from atelier.tools.errors import FetchRefused
 
     config = WebConfig(mode="live", cache_dir=tmp_path, sandbox=SandboxConfig(corpus=str(FIXTURE_CORPUS)))
     async with build_web(config) as web:
@@ -287,7 +287,7 @@ async def test_the_bundled_sample_pages_are_served_under_their_own_urls(tmp_path
 
 
 async def test_extraction_in_worker_processes_gives_the_same_page_as_in_a_thread(tmp_path):
-    from tools.extraction_pool import _pool
+    from atelier.tools.extraction_pool import _pool
 
     pages = []
     for workers in (0, 2):

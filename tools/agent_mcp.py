@@ -13,8 +13,8 @@ from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.server import StreamableHTTPASGIApp
 from starlette.routing import Route
 
-from tools.agent_web import SESSION_PREFIX, Source, WebSession, WebSessions
-from tools.errors import WebError
+from atelier.tools.agent_web import SESSION_PREFIX, Source, WebSession, WebSessions
+from atelier.tools.errors import WebError
 
 MCP_TOOLS = ("web_search", "fetch_page")
 

@@ -33,12 +33,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Host, Route, Router
 
-from agents.citations import SourceRef
-from agents.models.openai_api import EndpointSession, TokenRegistry
-from benchmarks.common.degradation import Degradation, degradation
-from tools.errors import ReplayMiss, WebError
-from tools.urls import canonical_url, web_source_id
-from tools.web import Web
+from atelier.agents.citations import SourceRef
+from atelier.agents.models.openai_api import EndpointSession, TokenRegistry
+from atelier.benchmarks.common.degradation import Degradation, degradation
+from atelier.tools.errors import ReplayMiss, WebError
+from atelier.tools.urls import canonical_url, web_source_id
+from atelier.tools.web import Web
 
 SESSION_PREFIX = "/s/{token}"
 PAGES_HOST = "pages.atelier.invalid"  # `.invalid` never resolves: only the proxy serves it

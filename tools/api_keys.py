@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.errors import ConfigError
 
 
 class KeyedServiceConfig(BaseModel):

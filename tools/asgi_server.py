@@ -10,8 +10,8 @@ import threading
 import time
 from typing import Literal
 
-from benchmarks.common.errors import AtelierError
-from benchmarks.common.loopback import bind_socket
+from atelier.benchmarks.common.errors import AtelierError
+from atelier.benchmarks.common.loopback import bind_socket
 
 STARTUP_TIMEOUT_S = 15.0
 

@@ -32,10 +32,10 @@ from typing import Any, Literal
 from cachetools import LRUCache
 from pydantic import BaseModel
 
-from benchmarks.common.atomic_files import write_atomically, write_if_absent
-from benchmarks.common.errors import DataError
-from tools.config import CacheMode
-from tools.errors import ReplayMiss
+from atelier.benchmarks.common.atomic_files import write_atomically, write_if_absent
+from atelier.benchmarks.common.errors import DataError
+from atelier.tools.config import CacheMode
+from atelier.tools.errors import ReplayMiss
 
 RequestKind = Literal["search", "fetch"]
 

@@ -28,10 +28,10 @@ from pydantic import (
     model_validator,
 )
 
-from benchmarks.common.errors import ConfigError
-from benchmarks.common.json_input import validate_strictly
-from tools.caps import FetchCaps
-from tools.url_guard import HostEntry
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.json_input import validate_strictly
+from atelier.tools.caps import FetchCaps
+from atelier.tools.url_guard import HostEntry
 
 CacheMode = Literal["live", "record", "replay"]
 RankerName = Literal["bm25", "hybrid"]
@@ -93,8 +93,8 @@ class WebConfig(BaseModel):
     @model_validator(mode="after")
     def _check_names_and_options(self) -> WebConfig:
         # ConfigError passes through pydantic unchanged, so the message names the [web] field.
-        from tools.readers.registry import reader_config
-        from tools.search.registry import provider_config
+        from atelier.tools.readers.registry import reader_config
+        from atelier.tools.search.registry import provider_config
 
         provider_config(self.provider, self.provider_options)
         reader_config(self.reader, self.reader_options)

@@ -6,7 +6,7 @@ result; the CLI prints it as one line.
 
 from __future__ import annotations
 
-from benchmarks.common.errors import AtelierError
+from atelier.benchmarks.common.errors import AtelierError
 
 
 class WebError(AtelierError):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from email.message import Message
 from typing import Any
 
-from tools.errors import UnsupportedContentType
+from atelier.tools.errors import UnsupportedContentType
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 TEXT_TYPES = ("text/plain", "text/markdown", "text/x-markdown")

@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from cachetools import LRUCache
 
-from tools.extract import ExtractedText, extract_text
+from atelier.tools.extract import ExtractedText, extract_text
 
 _lock = threading.Lock()
 _pools: dict[int, ProcessPoolExecutor] = {}

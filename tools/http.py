@@ -22,9 +22,9 @@ import httpcore
 import httpx
 from pydantic import BaseModel, Field
 
-from tools.caps import FetchCaps
-from tools.errors import CapExceeded, FetchFailed, FetchRefused, NetworkDisabled
-from tools.url_guard import AddressRefused, AddressUnresolved, UrlGuard
+from atelier.tools.caps import FetchCaps
+from atelier.tools.errors import CapExceeded, FetchFailed, FetchRefused, NetworkDisabled
+from atelier.tools.url_guard import AddressRefused, AddressUnresolved, UrlGuard
 
 # the optional decompressors httpx itself would use
 try:

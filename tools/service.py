@@ -6,10 +6,10 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
-from benchmarks.common.errors import ConfigError
-from benchmarks.common.named_registry import NamedRegistry, UnknownNameError
-from tools.api_keys import KeyedServiceConfig
-from tools.http import GuardedHttp
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.named_registry import NamedRegistry, UnknownNameError
+from atelier.tools.api_keys import KeyedServiceConfig
+from atelier.tools.http import GuardedHttp
 
 
 def require_keys(service: str, options: BaseModel) -> None:
@@ -55,7 +55,7 @@ def service_options(
     registry: NamedRegistry[type[S]], name: str, options: dict[str, Any], config_field: str
 ) -> BaseModel:
     """The service's typed options; a bad one raises ConfigError naming its field."""
-    from tools.config import parse_options
+    from atelier.tools.config import parse_options
 
     return parse_options(
         service_class(registry, name, config_field).Options, options, f"{config_field} options of {name}"

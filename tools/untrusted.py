@@ -9,9 +9,9 @@ again when rendered).
 
 from __future__ import annotations
 
-from agents.prompts import Section, neutralise_fence_closers
-from tools.page import Page
-from tools.search.base import SearchResult
+from atelier.agents.prompts import Section, neutralise_fence_closers
+from atelier.tools.page import Page
+from atelier.tools.search.base import SearchResult
 
 TRUNCATION_MARK = " [...truncated]"
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from benchmarks.common.errors import ConfigError
-from tools.errors import FetchFailed, FetchRefused
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.tools.errors import FetchFailed, FetchRefused
 
 ALLOWED_SCHEMES = ("http", "https")
 DEFAULT_PORTS = {"http": 80, "https": 443}

@@ -22,22 +22,22 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field
 
-from benchmarks.common.collect import collecting
-from benchmarks.data_files import cache_dir
-from tools.asgi_server import AsgiServer
-from tools.cache import CachedAnswer, RequestKind, WebCache
-from tools.config import WebConfig
-from tools.errors import FetchFailed, SearchFailed
-from tools.http import GuardedHttp, HttpResponse, OfflineTransport
-from tools.page import Page
-from tools.readers.base import PageReader
-from tools.readers.registry import reader_class, reader_config
-from tools.sandbox.urls import mirror_url
-from tools.search.base import SearchProvider, SearchResult
-from tools.search.registry import provider_class, provider_config
-from tools.service import require_keys
-from tools.url_guard import AllowList, UrlGuard
-from tools.urls import canonical_url
+from atelier.benchmarks.common.collect import collecting
+from atelier.benchmarks.data_files import cache_dir
+from atelier.tools.asgi_server import AsgiServer
+from atelier.tools.cache import CachedAnswer, RequestKind, WebCache
+from atelier.tools.config import WebConfig
+from atelier.tools.errors import FetchFailed, SearchFailed
+from atelier.tools.http import GuardedHttp, HttpResponse, OfflineTransport
+from atelier.tools.page import Page
+from atelier.tools.readers.base import PageReader
+from atelier.tools.readers.registry import reader_class, reader_config
+from atelier.tools.sandbox.urls import mirror_url
+from atelier.tools.search.base import SearchProvider, SearchResult
+from atelier.tools.search.registry import provider_class, provider_config
+from atelier.tools.service import require_keys
+from atelier.tools.url_guard import AllowList, UrlGuard
+from atelier.tools.urls import canonical_url
 
 # The sandbox's address in replay mode, where no sandbox runs: `.invalid` never resolves, and the
 # replay transport refuses every request anyway.
@@ -87,7 +87,7 @@ def web_description(config: WebConfig) -> dict[str, Any]:
         "endpoint": None,
     }
     if config.uses_sandbox:
-        from tools.sandbox.corpus import load_corpus
+        from atelier.tools.sandbox.corpus import load_corpus
 
         spec = config.sandbox_settings.corpus
         described.update(corpus=spec, documents=len(load_corpus(spec)), endpoint=config.sandbox_settings.url)
@@ -199,7 +199,7 @@ def build_web(config: WebConfig, *, transport: httpx.AsyncBaseTransport | None =
     elif settings.url:
         base_url = settings.url
     else:
-        from tools.sandbox.server import SandboxWeb
+        from atelier.tools.sandbox.server import SandboxWeb
 
         sandbox = SandboxWeb.from_config(settings).start()
         base_url = sandbox.base_url

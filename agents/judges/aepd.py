@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model, model_validator
 
-from agents.judges.base import (
+from atelier.agents.judges.base import (
     Judge,
     JudgeConfig,
     JudgeEnv,
@@ -41,12 +41,12 @@ from agents.judges.base import (
     quoted,
     register_judge,
 )
-from agents.judges.material import numbered, response_section
-from agents.prompts import Section, build_messages, conversation_section
-from agents.response import SystemResponse
-from benchmarks.case import Case
-from benchmarks.common.degradation import degradation
-from benchmarks.metrics.aepd import AEPDInput, aepd_scores
+from atelier.agents.judges.material import numbered, response_section
+from atelier.agents.prompts import Section, build_messages, conversation_section
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.common.degradation import degradation
+from atelier.benchmarks.metrics.aepd import AEPDInput, aepd_scores
 
 ROLE = "aepd_judge"
 

@@ -22,13 +22,13 @@ from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.judges.store import ArtifactStore
-from agents.models.gateway import Gateway, ModelCallError
-from agents.response import SystemResponse
-from benchmarks.case import Case
-from benchmarks.common.degradation import Degradation, degradation
-from benchmarks.common.errors import ConfigError
-from benchmarks.common.named_registry import NamedRegistry
+from atelier.agents.judges.store import ArtifactStore
+from atelier.agents.models.gateway import Gateway, ModelCallError
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.common.degradation import Degradation, degradation
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.named_registry import NamedRegistry
 
 
 class JudgeConfig(BaseModel):
@@ -389,12 +389,12 @@ def has(what: str, present: Callable[[Case], Any]) -> Requirement:
 JUDGES: NamedRegistry[type[Judge]] = NamedRegistry(
     "judge",
     modules=(
-        "agents.judges.lampqa",
-        "agents.judges.pqr",
-        "agents.judges.bespoke",
-        "agents.judges.aepd",
-        "agents.judges.locomo",
-        "agents.judges.prefeval",
+        "atelier.agents.judges.lampqa",
+        "atelier.agents.judges.pqr",
+        "atelier.agents.judges.bespoke",
+        "atelier.agents.judges.aepd",
+        "atelier.agents.judges.locomo",
+        "atelier.agents.judges.prefeval",
     ),
 )
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.judges.base import (
+from atelier.agents.judges.base import (
     Judge,
     JudgeConfig,
     JudgeEnv,
@@ -36,11 +36,11 @@ from agents.judges.base import (
     quoted,
     register_judge,
 )
-from agents.judges.material import response_section
-from agents.prompts import Section, build_messages
-from agents.response import SystemResponse
-from benchmarks.case import Case, RJPair
-from benchmarks.metrics.bespoke import BESPOKE_CRITERIA, BespokeInput, bespoke_scores
+from atelier.agents.judges.material import response_section
+from atelier.agents.prompts import Section, build_messages
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Case, RJPair
+from atelier.benchmarks.metrics.bespoke import BESPOKE_CRITERIA, BespokeInput, bespoke_scores
 
 ROLE_RUBRIC = "bespoke_rubric"
 ROLE_EVALUATOR = "bespoke_judge"

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agents.judges.base import (
+from atelier.agents.judges.base import (
     ComparativeJudge,
     Judge,
     JudgeConfig,
@@ -29,11 +29,11 @@ from agents.judges.base import (
     has,
     register_judge,
 )
-from agents.judges.material import response_section
-from agents.prompts import Section, build_messages
-from agents.response import SystemResponse
-from benchmarks.case import Case, RubricAspect
-from benchmarks.metrics.lampqa import (
+from atelier.agents.judges.material import response_section
+from atelier.agents.prompts import Section, build_messages
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Case, RubricAspect
+from atelier.benchmarks.metrics.lampqa import (
     PairwiseInput,
     check_direct_level,
     lampqa_score,

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agents.judges.base import (
+from atelier.agents.judges.base import (
     Judge,
     JudgeConfig,
     JudgeEnv,
@@ -28,11 +28,11 @@ from agents.judges.base import (
     has,
     register_judge,
 )
-from agents.judges.material import response_section
-from agents.prompts import Section, build_messages
-from agents.response import SystemResponse
-from benchmarks.case import Case
-from benchmarks.metrics.locomo import locomo_f1
+from atelier.agents.judges.material import response_section
+from atelier.agents.prompts import Section, build_messages
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.metrics.locomo import locomo_f1
 
 ROLE = "locomo_judge"
 ADVERSARIAL = 5

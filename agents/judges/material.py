@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from agents.prompts import Section
-from agents.response import SystemResponse
-from benchmarks.case import Case
+from atelier.agents.prompts import Section
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Case
 
 
 def persona_text(case: Case) -> str:

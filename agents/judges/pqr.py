@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
-from agents.judges.base import (
+from atelier.agents.judges.base import (
     Gated,
     Judge,
     JudgeConfig,
@@ -44,13 +44,13 @@ from agents.judges.base import (
     quoted,
     register_judge,
 )
-from agents.judges.material import per_item_model, persona_text, response_section
-from agents.judges.pqr_reliability import ReliabilitySettings, judge_reliability
-from agents.prompts import Section, build_messages
-from agents.response import SystemResponse
-from benchmarks.case import Case
-from benchmarks.common.degradation import Degradation, degradation
-from benchmarks.metrics.pqr import (
+from atelier.agents.judges.material import per_item_model, persona_text, response_section
+from atelier.agents.judges.pqr_reliability import ReliabilitySettings, judge_reliability
+from atelier.agents.prompts import Section, build_messages
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.common.degradation import Degradation, degradation
+from atelier.benchmarks.metrics.pqr import (
     PERSONALIZATION_DIMENSIONS,
     QUALITY_DIMENSIONS,
     AxisScore,
@@ -61,7 +61,7 @@ from benchmarks.metrics.pqr import (
     pooled_reliability,
     quality_score,
 )
-from benchmarks.metrics.weights import normalize_weights
+from atelier.benchmarks.metrics.weights import normalize_weights
 
 ROLE_CRITERIA = "pqr_criteria"
 ROLE_SCORER = "pqr_judge"

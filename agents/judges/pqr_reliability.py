@@ -30,13 +30,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
-from agents.judges.base import JudgeEnv, ask_again_once, blank, quoted
-from agents.judges.material import item_keys, numbered, per_item_model, response_section
-from agents.prompts import Section, build_messages
-from agents.response import Citation, SystemResponse
-from benchmarks.common.degradation import Degradation, degradation
-from benchmarks.common.errors import AtelierError
-from benchmarks.metrics.pqr import ClaimCheck, FactualReliability, NoCitation, Unreadable, reliability_from_claims
+from atelier.agents.judges.base import JudgeEnv, ask_again_once, blank, quoted
+from atelier.agents.judges.material import item_keys, numbered, per_item_model, response_section
+from atelier.agents.prompts import Section, build_messages
+from atelier.agents.response import Citation, SystemResponse
+from atelier.benchmarks.common.degradation import Degradation, degradation
+from atelier.benchmarks.common.errors import AtelierError
+from atelier.benchmarks.metrics.pqr import (
+    ClaimCheck,
+    FactualReliability,
+    NoCitation,
+    Unreadable,
+    reliability_from_claims,
+)
 
 Verdict = Literal["supported", "unsupported", "unknown"]
 

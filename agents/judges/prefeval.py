@@ -16,12 +16,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agents.judges.base import Judge, JudgeConfig, JudgeEnv, JudgeResult, Requirement, each_details, has, register_judge
-from agents.judges.material import response_section
-from agents.prompts import Section, build_messages
-from agents.response import SystemResponse
-from benchmarks.case import Case
-from benchmarks.metrics.prefeval import PreferenceChecks, PrefEvalInput, preference_verdict, prefeval_scores
+from atelier.agents.judges.base import (
+    Judge,
+    JudgeConfig,
+    JudgeEnv,
+    JudgeResult,
+    Requirement,
+    each_details,
+    has,
+    register_judge,
+)
+from atelier.agents.judges.material import response_section
+from atelier.agents.prompts import Section, build_messages
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.metrics.prefeval import PreferenceChecks, PrefEvalInput, preference_verdict, prefeval_scores
 
 ROLE = "prefeval_judge"
 ANALYST = "You analyse a conversation between a user and an assistant, strictly and meticulously."

@@ -35,16 +35,23 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, SecretStr, ValidationError
 
-from agents.models.cache import RedisResponseCache, ResponseCache, request_key
-from agents.models.ledger import Ledger
-from agents.models.local_model import SERVERS, LocalModelError, LocalModelSpec
-from agents.models.provider_errors import Verdict, classify, server_message, status_of
-from agents.models.scripted import PROVIDER as SCRIPTED_PROVIDER
-from agents.models.scripted import parse_model_string, register_with_litellm
-from agents.models.settings import ModelSettings, settings_for_role
-from agents.models.structured_output import MODES, ModeMemory, StructuredMode, answer_text, mode_params, supported_modes
-from agents.models.trace import traced_request
-from agents.prompts import json_instructions, repair_instructions
+from atelier.agents.models.cache import RedisResponseCache, ResponseCache, request_key
+from atelier.agents.models.ledger import Ledger
+from atelier.agents.models.local_model import SERVERS, LocalModelError, LocalModelSpec
+from atelier.agents.models.provider_errors import Verdict, classify, server_message, status_of
+from atelier.agents.models.scripted import PROVIDER as SCRIPTED_PROVIDER
+from atelier.agents.models.scripted import parse_model_string, register_with_litellm
+from atelier.agents.models.settings import ModelSettings, settings_for_role
+from atelier.agents.models.structured_output import (
+    MODES,
+    ModeMemory,
+    StructuredMode,
+    answer_text,
+    mode_params,
+    supported_modes,
+)
+from atelier.agents.models.trace import traced_request
+from atelier.agents.prompts import json_instructions, repair_instructions
 
 T = TypeVar("T", bound=BaseModel)
 

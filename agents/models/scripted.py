@@ -31,8 +31,8 @@ from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.models.tool_calls import TOOL_RESULT_LEAD
-from agents.prompts import JSON_INSTRUCTIONS_LEAD, schema_in_instructions
+from atelier.agents.models.tool_calls import TOOL_RESULT_LEAD
+from atelier.agents.prompts import JSON_INSTRUCTIONS_LEAD, schema_in_instructions
 
 DRY_RUN_MARK = "DRY RUN"
 # Raised whenever what the scripted model answers changes (it keys the response cache): 2 quotes the

@@ -7,9 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from agents.models.local_model import LocalModelError, LocalModelSpec, is_local, parse_local_model
-from agents.models.scripted import parse_model_string
-from agents.models.structured_output import StructuredMode
+from atelier.agents.models.local_model import LocalModelError, LocalModelSpec, is_local, parse_local_model
+from atelier.agents.models.scripted import parse_model_string
+from atelier.agents.models.structured_output import StructuredMode
 
 # The roles every run knows. Later graphs add their own (researcher, writer, ...); a role without
 # its own setting falls back to `system` for systems under test and to `judge` for evaluators.

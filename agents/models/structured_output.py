@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from benchmarks.common.atomic_files import write_atomically
+from atelier.benchmarks.common.atomic_files import write_atomically
 
 StructuredMode = Literal["json_schema", "json_object", "tool", "prompt"]
 MODES: tuple[StructuredMode, ...] = get_args(StructuredMode)

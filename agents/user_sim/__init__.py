@@ -9,15 +9,15 @@ Grounded on a persona and, per query, the hidden gold need, it:
 Nothing it sends a system carries gold text: `disclosure.GoldGuard` scrubs every message.
 """
 
-from agents.clarify import DONT_KNOW
-from agents.user_sim.answers import SimulatedAnswers, answer_clarification
-from agents.user_sim.conversation import UserTurn, next_user_turn
-from agents.user_sim.disclosure import GoldGuard
-from agents.user_sim.feedback import UserFeedback, rate_response
-from agents.user_sim.grounding import STOP_TOKEN
-from agents.user_sim.history import HistoryOptions, SynthesizedHistory, plan_history, synthesize_history
-from agents.user_sim.protocol import ProtocolFigures, check_protocol
-from agents.user_sim.reversibility import ReversibilityReport, check_reversibility
+from atelier.agents.clarify import DONT_KNOW
+from atelier.agents.user_sim.answers import SimulatedAnswers, answer_clarification
+from atelier.agents.user_sim.conversation import UserTurn, next_user_turn
+from atelier.agents.user_sim.disclosure import GoldGuard
+from atelier.agents.user_sim.feedback import UserFeedback, rate_response
+from atelier.agents.user_sim.grounding import STOP_TOKEN
+from atelier.agents.user_sim.history import HistoryOptions, SynthesizedHistory, plan_history, synthesize_history
+from atelier.agents.user_sim.protocol import ProtocolFigures, check_protocol
+from atelier.agents.user_sim.reversibility import ReversibilityReport, check_reversibility
 
 __all__ = [
     "DONT_KNOW",

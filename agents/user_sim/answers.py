@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from agents.clarify import DONT_KNOW, ClarifyAnswers, ClarifyRequest
-from agents.models.gateway import Gateway
-from agents.prompts import Section, build_messages
-from agents.user_sim.disclosure import GoldGuard
-from agents.user_sim.grounding import SIMULATOR_ROLE, STOP_TOKEN, user_sections
-from benchmarks.case import Case
+from atelier.agents.clarify import DONT_KNOW, ClarifyAnswers, ClarifyRequest
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.prompts import Section, build_messages
+from atelier.agents.user_sim.disclosure import GoldGuard
+from atelier.agents.user_sim.grounding import SIMULATOR_ROLE, STOP_TOKEN, user_sections
+from atelier.benchmarks.case import Case
 
 TASK = (
     "The assistant asks you the clarifying questions above before it starts working on your question. "

@@ -15,11 +15,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agents.models.gateway import Gateway
-from agents.prompts import build_messages, conversation_section
-from agents.user_sim.disclosure import GoldGuard
-from agents.user_sim.grounding import SIMULATOR_ROLE, STOP_TOKEN, user_sections
-from benchmarks.case import Case, ConversationTurn
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.prompts import build_messages, conversation_section
+from atelier.agents.user_sim.disclosure import GoldGuard
+from atelier.agents.user_sim.grounding import SIMULATOR_ROLE, STOP_TOKEN, user_sections
+from atelier.benchmarks.case import Case, ConversationTurn
 
 TASK = (
     "Read the assistant's last response against what you are looking for, and write your next message:\n"

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.case import Case
+from atelier.benchmarks.case import Case
 
 SPAN = 6
 ELLIPSIS = "…"

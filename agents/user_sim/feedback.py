@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from agents.models.gateway import Gateway
-from agents.prompts import Section, build_messages
-from agents.user_sim.grounding import SIMULATOR_ROLE, user_sections
-from benchmarks.case import Case, RJPair
-from benchmarks.metrics.bespoke import BESPOKE_CRITERIA
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.prompts import Section, build_messages
+from atelier.agents.user_sim.grounding import SIMULATOR_ROLE, user_sections
+from atelier.benchmarks.case import Case, RJPair
+from atelier.benchmarks.metrics.bespoke import BESPOKE_CRITERIA
 
 CRITERIA_GUIDE = (
     "- need_alignment: how well the response captures your information need — whether it directly addresses "

@@ -8,9 +8,9 @@ its own words. The same grounding serves clarification answers, conversation tur
 
 from __future__ import annotations
 
-from agents.prompts import Section
-from agents.user_sim.persona import render_persona
-from benchmarks.case import Case, ExplicitPersona, MemorySnippet, PreferenceStatement, PTKBStatement
+from atelier.agents.prompts import Section
+from atelier.agents.user_sim.persona import render_persona
+from atelier.benchmarks.case import Case, ExplicitPersona, MemorySnippet, PreferenceStatement, PTKBStatement
 
 STOP_TOKEN = "###STOP###"
 SELF_STATEMENT_LIMIT = 60  # without a persona: at most this many statements from the history

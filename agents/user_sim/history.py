@@ -48,11 +48,11 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from agents.models.gateway import Gateway, ModelCallError, StructuredOutputError
-from agents.models.ledger import capture_calls
-from agents.prompts import Section, build_messages, json_instructions
-from agents.user_sim.persona import Trait, persona_traits, render_persona
-from agents.user_sim.protocol import (
+from atelier.agents.models.gateway import Gateway, ModelCallError, StructuredOutputError
+from atelier.agents.models.ledger import capture_calls
+from atelier.agents.prompts import Section, build_messages, json_instructions
+from atelier.agents.user_sim.persona import Trait, persona_traits, render_persona
+from atelier.agents.user_sim.protocol import (
     CONVERSATIONAL_RANGE,
     MIN_ITEMS_PER_TAG,
     ContentRules,
@@ -62,9 +62,9 @@ from agents.user_sim.protocol import (
     item_problems,
     problem_kind,
 )
-from benchmarks.common.errors import ConfigError
-from benchmarks.common.tasks import gather_or_cancel
-from benchmarks.loaders.pdr import (
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.tasks import gather_or_cancel
+from atelier.benchmarks.loaders.pdr import (
     ContextClick,
     ContextDialogue,
     ContextMemory,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.case import persona_facets
+from atelier.benchmarks.case import persona_facets
 
 PREFERENCE_MARKERS = ("preference", "interest", "appetite", "偏好", "兴趣", "喜好", "爱好", "倾向")
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from agents.models.budgeted import ITEM_CHARS
-from agents.models.gateway import Gateway
-from agents.prompts import Section, build_messages
-from agents.user_sim.disclosure import GoldGuard
-from agents.user_sim.grounding import SIMULATOR_ROLE, STOP_TOKEN, user_sections
-from agents.user_sim.protocol import ContentRules
-from benchmarks.case import Case
+from atelier.agents.models.budgeted import ITEM_CHARS
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.prompts import Section, build_messages
+from atelier.agents.user_sim.disclosure import GoldGuard
+from atelier.agents.user_sim.grounding import SIMULATOR_ROLE, STOP_TOKEN, user_sections
+from atelier.agents.user_sim.protocol import ContentRules
+from atelier.benchmarks.case import Case
 
 TASK = (
     "Before it starts, the assistant shows you the sub-topics it plans to research for your question. "

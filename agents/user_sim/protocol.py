@@ -29,9 +29,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, computed_field
 
-from agents.user_sim.disclosure import SPAN, ngrams, word_tokens
-from agents.user_sim.persona import persona_traits, preference_tags, render_persona
-from benchmarks.loaders.pdr import ContextDialogue, ContextMemory, ContextRecord, ContextSearch
+from atelier.agents.user_sim.disclosure import SPAN, ngrams, word_tokens
+from atelier.agents.user_sim.persona import persona_traits, preference_tags, render_persona
+from atelier.benchmarks.loaders.pdr import ContextDialogue, ContextMemory, ContextRecord, ContextSearch
 
 MIN_ITEMS_PER_TAG = 5
 CONVERSATIONAL_RANGE = (0.2, 0.5)

@@ -27,13 +27,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, computed_field, create_model
 
-from agents.models.budgeted import at_most
-from agents.models.gateway import Gateway
-from agents.prompts import Section, build_messages
-from agents.user_sim.history import ask_within_budget
-from agents.user_sim.persona import Trait, persona_traits
-from benchmarks.case import HistoryEvent
-from benchmarks.common.tasks import gather_or_cancel
+from atelier.agents.models.budgeted import at_most
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.prompts import Section, build_messages
+from atelier.agents.user_sim.history import ask_within_budget
+from atelier.agents.user_sim.persona import Trait, persona_traits
+from atelier.benchmarks.case import HistoryEvent
+from atelier.benchmarks.common.tasks import gather_or_cancel
 
 Verdict = Literal["recovered", "partial", "missed", "contradicted"]
 VERDICTS: tuple[str, ...] = ("recovered", "partial", "missed", "contradicted")

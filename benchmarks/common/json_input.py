@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, SecretStr, ValidationError
 
-from benchmarks.common.errors import DataError
+from atelier.benchmarks.common.errors import DataError
 
 
 def parse_json(text: str | bytes, *, file: str | Path | None = None, line: int | None = None) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 
-from benchmarks.common.errors import AtelierError
+from atelier.benchmarks.common.errors import AtelierError
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable
 from typing import Generic, TypeVar
 
-from benchmarks.common.errors import AtelierError
+from atelier.benchmarks.common.errors import AtelierError
 
 T = TypeVar("T")
 

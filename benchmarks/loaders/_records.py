@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.common.json_input import parse_json, validation_error
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.common.json_input import parse_json, validation_error
 
 RecordT = TypeVar("RecordT", bound=BaseModel)
 ItemT = TypeVar("ItemT")

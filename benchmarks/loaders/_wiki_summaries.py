@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from benchmarks.loaders._records import RawRecord, read_json_object
+from atelier.benchmarks.loaders._records import RawRecord, read_json_object
 
 RELPATH = "wiki_summaries/summaries_en.json"
 

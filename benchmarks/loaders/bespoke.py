@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchmarks.case import (
+from atelier.benchmarks.case import (
     Case,
     ChatMessage,
     ChatSession,
@@ -40,8 +40,8 @@ from benchmarks.case import (
     SearchResultClick,
     SearchSession,
 )
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.loaders._records import (
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.loaders._records import (
     RawRecord,
     deterministic_subset,
     existing_path,
@@ -49,7 +49,7 @@ from benchmarks.loaders._records import (
     read_jsonl,
     validate,
 )
-from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
+from atelier.benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 
 NAME = "bespoke"
 TABLES = {

@@ -13,11 +13,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-from benchmarks.case import Case, Criterion, Gold, Query
-from benchmarks.common.errors import DataError
-from benchmarks.data_files import resolve
-from benchmarks.loaders._records import RawRecord, deterministic_subset, index_unique, read_jsonl
-from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
+from atelier.benchmarks.case import Case, Criterion, Gold, Query
+from atelier.benchmarks.common.errors import DataError
+from atelier.benchmarks.data_files import resolve
+from atelier.benchmarks.loaders._records import RawRecord, deterministic_subset, index_unique, read_jsonl
+from atelier.benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 
 NAME = "drb"
 QUERY_RELPATH = "deep_research_bench/query.jsonl"

@@ -23,10 +23,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-from benchmarks.case import Case, ConversationTurn, Gold, PTKBStatement, Query
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.data_files import resolve
-from benchmarks.loaders._records import (
+from atelier.benchmarks.case import Case, ConversationTurn, Gold, PTKBStatement, Query
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.data_files import resolve
+from atelier.benchmarks.loaders._records import (
     RawRecord,
     deterministic_subset,
     existing_path,
@@ -37,7 +37,7 @@ from benchmarks.loaders._records import (
     text_lines,
     validate_array,
 )
-from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
+from atelier.benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 
 NAME = "ikat"
 TOPIC_FILES = {

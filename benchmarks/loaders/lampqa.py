@@ -17,10 +17,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchmarks.case import Case, Gold, PastQuestion, Query, RubricAspect
-from benchmarks.common.errors import ConfigError
-from benchmarks.loaders._records import RawRecord, deterministic_subset, existing_path, index_unique, read_json_or_jsonl
-from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
+from atelier.benchmarks.case import Case, Gold, PastQuestion, Query, RubricAspect
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.loaders._records import (
+    RawRecord,
+    deterministic_subset,
+    existing_path,
+    index_unique,
+    read_json_or_jsonl,
+)
+from atelier.benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 
 NAME = "lampqa"
 

@@ -21,10 +21,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
-from benchmarks.case import Case, DialogueTurn, Gold, Query
-from benchmarks.data_files import resolve
-from benchmarks.loaders._records import RawRecord, deterministic_subset, index_unique, read_json_array
-from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
+from atelier.benchmarks.case import Case, DialogueTurn, Gold, Query
+from atelier.benchmarks.data_files import resolve
+from atelier.benchmarks.loaders._records import RawRecord, deterministic_subset, index_unique, read_json_array
+from atelier.benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 
 NAME = "locomo"
 RELPATH = "locomo/locomo10.json"

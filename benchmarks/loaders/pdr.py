@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from benchmarks.case import (
+from atelier.benchmarks.case import (
     Case,
     ChatMessage,
     ChatSession,
@@ -50,9 +50,9 @@ from benchmarks.case import (
     SearchSession,
     persona_facets,
 )
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.data_files import resolve
-from benchmarks.loaders._records import (
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.data_files import resolve
+from atelier.benchmarks.loaders._records import (
     RawRecord,
     deterministic_subset,
     existing_path,
@@ -60,7 +60,7 @@ from benchmarks.loaders._records import (
     read_jsonl,
     validation_error,
 )
-from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
+from atelier.benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 
 NAME = "pdr"
 LANGUAGES = ("en", "zh")

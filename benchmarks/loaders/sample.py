@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from benchmarks.case import (
+from atelier.benchmarks.case import (
     Case,
     ChatMessage,
     ChatSession,
@@ -38,9 +38,9 @@ from benchmarks.case import (
     SearchSession,
     persona_facets,
 )
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.common.json_input import parse_json
-from benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.common.json_input import parse_json
+from atelier.benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 
 BENCHMARK = "sample"
 SETTINGS = ("context", "task_only", "persona", "persona+context")
@@ -369,7 +369,7 @@ def read_suite(root: Traversable | Path) -> SampleSuite:
 
 
 def bundled_root() -> Traversable:
-    return files("benchmarks.sample")
+    return files("atelier.benchmarks.sample")
 
 
 @lru_cache(maxsize=1)

@@ -14,6 +14,6 @@
 - `registry`: `METRICS`, name -> input model + function + description, used by `atelier metric`.
 """
 
-from benchmarks.metrics.statistics import ConfidenceInterval, PairedTestResult, bootstrap_ci, paired_test
+from atelier.benchmarks.metrics.statistics import ConfidenceInterval, PairedTestResult, bootstrap_ci, paired_test
 
 __all__ = ["ConfidenceInterval", "PairedTestResult", "bootstrap_ci", "paired_test"]

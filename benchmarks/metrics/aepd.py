@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from pydantic import Field, field_validator, model_validator
 
-from benchmarks.metrics.models import MetricInput, MetricResult
+from atelier.benchmarks.metrics.models import MetricInput, MetricResult
 
 
 def personalized_precision(n_personalized: int, n_aspects: int) -> float:

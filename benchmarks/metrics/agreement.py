@@ -27,8 +27,8 @@ import numpy as np
 from pydantic import Field, FiniteFloat, model_validator
 from scipy import stats
 
-from benchmarks.metrics.models import MetricInput, MetricResult
-from benchmarks.metrics.statistics import DEFAULT_RESAMPLES, bootstrap_ci
+from atelier.benchmarks.metrics.models import MetricInput, MetricResult
+from atelier.benchmarks.metrics.statistics import DEFAULT_RESAMPLES, bootstrap_ci
 
 
 class PairwiseJudgement(MetricInput):

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from benchmarks.metrics.models import MetricInput, MetricResult
+from atelier.benchmarks.metrics.models import MetricInput, MetricResult
 
 BESPOKE_CRITERIA: tuple[str, ...] = ("need_alignment", "content_depth", "tone", "explanation_style")
 LIKERT_MIN, LIKERT_MAX = 1, 5

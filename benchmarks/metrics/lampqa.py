@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from benchmarks.metrics.models import MetricInput, MetricResult
+from atelier.benchmarks.metrics.models import MetricInput, MetricResult
 
 MAX_ASPECT_SCORE = 2.0
 

@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from benchmarks.metrics.models import MetricInput, MetricResult
+from atelier.benchmarks.metrics.models import MetricInput, MetricResult
 
 Category = Literal[1, 2, 3, 4, 5]
 REFUSAL_MARKERS = ("no information available", "not mentioned")

@@ -48,7 +48,7 @@ from typing import Literal, TypeVar
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from benchmarks.metrics.models import MetricInput, MetricResult
+from atelier.benchmarks.metrics.models import MetricInput, MetricResult
 
 PersonalizationDimension = Literal["GOAL", "CONT", "PRES", "ACTI"]
 PERSONALIZATION_DIMENSIONS: tuple[str, ...] = ("GOAL", "CONT", "PRES", "ACTI")

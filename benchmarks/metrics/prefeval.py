@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from benchmarks.metrics.models import MetricInput, MetricResult
+from atelier.benchmarks.metrics.models import MetricInput, MetricResult
 
 ErrorType = Literal["unhelpful", "inconsistent", "hallucinated_violation", "unaware_violation"]
 ERROR_TYPES: tuple[ErrorType, ...] = ("unhelpful", "inconsistent", "hallucinated_violation", "unaware_violation")

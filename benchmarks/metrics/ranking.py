@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import ir_measures
 from pydantic import Field, FiniteFloat, model_validator
 
-from benchmarks.metrics.models import MetricInput, MetricResult
+from atelier.benchmarks.metrics.models import MetricInput, MetricResult
 
 DEFAULT_CUTOFFS: tuple[int, ...] = (1, 3, 5, 10)
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.common.json_input import read_json_file
-from benchmarks.metrics import aepd, agreement, bespoke, lampqa, locomo, pqr, prefeval, ranking, statistics
-from benchmarks.metrics.models import MetricInput, MetricResult
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.common.json_input import read_json_file
+from atelier.benchmarks.metrics import aepd, agreement, bespoke, lampqa, locomo, pqr, prefeval, ranking, statistics
+from atelier.benchmarks.metrics.models import MetricInput, MetricResult
 
 EXAMPLES_DIR = Path(__file__).with_name("examples")
 

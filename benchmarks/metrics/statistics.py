@@ -36,7 +36,7 @@ import numpy as np
 from pydantic import Field, FiniteFloat, model_validator
 from scipy import stats
 
-from benchmarks.metrics.models import MetricInput, MetricResult
+from atelier.benchmarks.metrics.models import MetricInput, MetricResult
 
 DEFAULT_RESAMPLES = 10_000
 # Bounds the resamples scipy builds at once (resamples x n values) to keep memory small for long runs.

@@ -29,14 +29,14 @@ from langgraph.graph import END
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 
-from agents.citations import SourceRef
-from agents.models.gateway import ModelCallError
-from agents.models.ledger import call_tags
-from agents.models.tool_calls import openai_tool_calls
-from agents.planner import ResearchBrief, checked_queries
-from agents.prompts import Section
-from agents.researcher import take_notes
-from agents.supervisor import (
+from atelier.agents.citations import SourceRef
+from atelier.agents.models.gateway import ModelCallError
+from atelier.agents.models.ledger import call_tags
+from atelier.agents.models.tool_calls import openai_tool_calls
+from atelier.agents.planner import ResearchBrief, checked_queries
+from atelier.agents.prompts import Section
+from atelier.agents.researcher import take_notes
+from atelier.agents.supervisor import (
     SUPERVISOR_TOOLS,
     ToolCall,
     compress_findings,
@@ -45,14 +45,14 @@ from agents.supervisor import (
     supervisor_messages,
     tool_turn,
 )
-from benchmarks.common.degradation import Degradation, degradation
-from graphs.context import EpisodeContext
-from graphs.deep_research.nodes import PIPELINE, memory_reference, options_of, recall_for
-from graphs.deep_research.reads import EpisodeReads, episode_reads, fetch_claimed
-from graphs.deep_research.state import AgentResearcherState, AgentTask, DeepResearchState, Findings, Note
-from graphs.memory_tool import RECALL_MEMORY, RECALL_MEMORY_TOOL
-from graphs.sources import WebHit, search_web
-from graphs.start import pipeline_context, pipeline_resources
+from atelier.benchmarks.common.degradation import Degradation, degradation
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.deep_research.nodes import PIPELINE, memory_reference, options_of, recall_for
+from atelier.graphs.deep_research.reads import EpisodeReads, episode_reads, fetch_claimed
+from atelier.graphs.deep_research.state import AgentResearcherState, AgentTask, DeepResearchState, Findings, Note
+from atelier.graphs.memory_tool import RECALL_MEMORY, RECALL_MEMORY_TOOL
+from atelier.graphs.sources import WebHit, search_web
+from atelier.graphs.start import pipeline_context, pipeline_resources
 
 # ----------------------------------------------------------------------------- the supervisor
 

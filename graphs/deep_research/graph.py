@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from langgraph.graph import START, StateGraph
 
-from graphs.context import EpisodeContext
-from graphs.deep_research import agentic, nodes
-from graphs.deep_research.nodes import PIPELINE, DeepResearchOptions
-from graphs.deep_research.review import review_plan
-from graphs.deep_research.state import (
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.deep_research import agentic, nodes
+from atelier.graphs.deep_research.nodes import PIPELINE, DeepResearchOptions
+from atelier.graphs.deep_research.review import review_plan
+from atelier.graphs.deep_research.state import (
     AgentResearcherState,
     AgentTask,
     DeepResearchState,
@@ -37,8 +37,8 @@ from graphs.deep_research.state import (
     ResearcherState,
     ResearchTask,
 )
-from graphs.inputs import PipelineInput, PipelineOutput
-from graphs.pipelines import PipelineSpec, register_pipeline
+from atelier.graphs.inputs import PipelineInput, PipelineOutput
+from atelier.graphs.pipelines import PipelineSpec, register_pipeline
 
 
 def build_researcher_graph():

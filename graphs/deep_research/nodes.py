@@ -20,21 +20,21 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 from pydantic import Field
 
-from agents.answerer import recall_before_answering
-from agents.citations import SourceRef
-from agents.clarifier import decide_clarification
-from agents.clarify import ClarifyAnswers, ClarifyRequest
-from agents.models.gateway import ModelCallError
-from agents.planner import ResearchBrief, Subtopic, checked_queries, plan_research, whole_question
-from agents.planner import reflect as reflect_on_gaps
-from agents.planner import write_brief as brief_for_user
-from agents.researcher import assess_coverage, take_notes
-from agents.response import SystemResponse
-from agents.writer import write_report as write_cited_report
-from benchmarks.common.degradation import Degradation, degradation
-from graphs.context import EpisodeContext
-from graphs.deep_research.reads import EpisodeReads, episode_reads, fetch_claimed, forget_episode
-from graphs.deep_research.state import (
+from atelier.agents.answerer import recall_before_answering
+from atelier.agents.citations import SourceRef
+from atelier.agents.clarifier import decide_clarification
+from atelier.agents.clarify import ClarifyAnswers, ClarifyRequest
+from atelier.agents.models.gateway import ModelCallError
+from atelier.agents.planner import ResearchBrief, Subtopic, checked_queries, plan_research, whole_question
+from atelier.agents.planner import reflect as reflect_on_gaps
+from atelier.agents.planner import write_brief as brief_for_user
+from atelier.agents.researcher import assess_coverage, take_notes
+from atelier.agents.response import SystemResponse
+from atelier.agents.writer import write_report as write_cited_report
+from atelier.benchmarks.common.degradation import Degradation, degradation
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.deep_research.reads import EpisodeReads, episode_reads, fetch_claimed, forget_episode
+from atelier.graphs.deep_research.state import (
     Clarification,
     DeepResearchState,
     Findings,
@@ -42,9 +42,9 @@ from graphs.deep_research.state import (
     ResearcherState,
     ResearchTask,
 )
-from graphs.inputs import PipelineOutput, case_view, memory_view
-from graphs.interrupts import ask_until_usable
-from graphs.memory_tool import (
+from atelier.graphs.inputs import PipelineOutput, case_view, memory_view
+from atelier.graphs.interrupts import ask_until_usable
+from atelier.graphs.memory_tool import (
     RECALL_MEMORY_TOOL,
     MemoryAccessOptions,
     Recall,
@@ -53,9 +53,9 @@ from graphs.memory_tool import (
     recalled_context,
     recalls_meta,
 )
-from graphs.pipelines import GoldContextOptions
-from graphs.sources import WebHit, citation_degradations, search_web
-from graphs.start import (
+from atelier.graphs.pipelines import GoldContextOptions
+from atelier.graphs.sources import WebHit, citation_degradations, search_web
+from atelier.graphs.start import (
     meta_of,
     pipeline_context,
     pipeline_options_of,

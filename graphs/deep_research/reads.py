@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from agents.citations import SourceRef
-from benchmarks.common.degradation import Degradation
-from graphs.context import EpisodeContext
-from graphs.deep_research.state import Note
-from graphs.resources import drop_episode_store, episode_store
-from graphs.sources import SourceStore, WebHit, read_web_sources
-from tools.web import Web
+from atelier.agents.citations import SourceRef
+from atelier.benchmarks.common.degradation import Degradation
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.deep_research.state import Note
+from atelier.graphs.resources import drop_episode_store, episode_store
+from atelier.graphs.sources import SourceStore, WebHit, read_web_sources
+from atelier.tools.web import Web
 
 Read = tuple[SourceRef | None, list[Note]]
 

@@ -19,15 +19,15 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agents.models.budgeted import ITEM_CHARS
-from agents.planner import Subtopic
-from benchmarks.common.degradation import degradation
-from graphs.context import EpisodeContext
-from graphs.deep_research.agentic import agent_tasks
-from graphs.deep_research.nodes import PIPELINE, options_of, research_tasks
-from graphs.deep_research.state import DeepResearchState
-from graphs.interrupts import ask_as_data_until_usable
-from graphs.start import pipeline_context
+from atelier.agents.models.budgeted import ITEM_CHARS
+from atelier.agents.planner import Subtopic
+from atelier.benchmarks.common.degradation import degradation
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.deep_research.agentic import agent_tasks
+from atelier.graphs.deep_research.nodes import PIPELINE, options_of, research_tasks
+from atelier.graphs.deep_research.state import DeepResearchState
+from atelier.graphs.interrupts import ask_as_data_until_usable
+from atelier.graphs.start import pipeline_context
 
 
 class ReviewedTopic(BaseModel):

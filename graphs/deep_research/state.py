@@ -13,11 +13,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
-from agents.citations import SourceRef
-from agents.planner import ResearchBrief
-from benchmarks.common.degradation import Degradation
-from graphs.inputs import PipelineInput, PipelineOutput
-from graphs.sources import WebHit
+from atelier.agents.citations import SourceRef
+from atelier.agents.planner import ResearchBrief
+from atelier.benchmarks.common.degradation import Degradation
+from atelier.graphs.inputs import PipelineInput, PipelineOutput
+from atelier.graphs.sources import WebHit
 
 
 class Clarification(BaseModel):

@@ -53,7 +53,7 @@ AGENTS: dict[str, AgentSpec] = {
 
 def check_installed(spec: AgentSpec, python: str | None) -> None:
     """Fail before the agent starts when it cannot: no such interpreter, or (in this one) no agent."""
-    from benchmarks.common.errors import ConfigError
+    from atelier.benchmarks.common.errors import ConfigError
 
     if python is not None and not os.access(python, os.X_OK):
         raise ConfigError(f"pipeline_options.python: {python} is not an executable interpreter")
@@ -115,7 +115,7 @@ def session_env(openai_base: str, token: str, web_root: str, proxy: str) -> dict
 
 def endpoint_address(env: dict[str, str]) -> tuple[str, int]:
     """The endpoint (host, port) a session's URLs all name: what an isolated agent may reach."""
-    from benchmarks.common.errors import AtelierError
+    from atelier.benchmarks.common.errors import AtelierError
 
     named = {(parts.hostname, parts.port) for key in SESSION_URLS if key in env for parts in [urlsplit(env[key])]}
     if len(named) != 1:

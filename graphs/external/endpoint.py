@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterator
 
 from starlette.applications import Starlette
 
-from agents.models.gateway import Gateway
-from agents.models.openai_api import EndpointSession, Sessions, openai_routes
-from graphs.context import EpisodeContext
-from graphs.resources import on_release
-from tools.agent_web import WebSession, WebSessions, agent_web_routes
-from tools.asgi_server import AsgiServer
-from tools.web import Web
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.openai_api import EndpointSession, Sessions, openai_routes
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.resources import on_release
+from atelier.tools.agent_web import WebSession, WebSessions, agent_web_routes
+from atelier.tools.asgi_server import AsgiServer
+from atelier.tools.web import Web
 
 
 class AgentEndpoint:
@@ -41,7 +41,7 @@ class AgentEndpoint:
         routes = openai_routes(self.sessions) + agent_web_routes(self.web_sessions)
         self.mcp = None
         if with_mcp:
-            from tools.agent_mcp import mcp_routes, mcp_server
+            from atelier.tools.agent_mcp import mcp_routes, mcp_server
 
             self.mcp = mcp_server(self.web_sessions)
             routes += mcp_routes(self.mcp)

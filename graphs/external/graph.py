@@ -25,22 +25,29 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agents.external_brief import agent_brief
-from agents.models.ledger import current_tags
-from agents.response import Citation, SystemResponse
-from benchmarks.common.degradation import Degradation, degradation
-from benchmarks.common.errors import AtelierError
-from graphs.context import EpisodeContext
-from graphs.external.agents import AGENTS, session_env
-from graphs.external.endpoint import endpoint_for
-from graphs.external.launcher import run_agent_job
-from graphs.external.options import ExternalOptions
-from graphs.inputs import PipelineInput, PipelineOutput
-from graphs.pipelines import PipelineSpec, register_pipeline
-from graphs.resources import run_path
-from graphs.start import meta_of, pipeline_context, pipeline_options_of, pipeline_resources, start_inputs, view_of
-from tools.agent_web import WebSession
-from tools.errors import ReplayMiss
+from atelier.agents.external_brief import agent_brief
+from atelier.agents.models.ledger import current_tags
+from atelier.agents.response import Citation, SystemResponse
+from atelier.benchmarks.common.degradation import Degradation, degradation
+from atelier.benchmarks.common.errors import AtelierError
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.external.agents import AGENTS, session_env
+from atelier.graphs.external.endpoint import endpoint_for
+from atelier.graphs.external.launcher import run_agent_job
+from atelier.graphs.external.options import ExternalOptions
+from atelier.graphs.inputs import PipelineInput, PipelineOutput
+from atelier.graphs.pipelines import PipelineSpec, register_pipeline
+from atelier.graphs.resources import run_path
+from atelier.graphs.start import (
+    meta_of,
+    pipeline_context,
+    pipeline_options_of,
+    pipeline_resources,
+    start_inputs,
+    view_of,
+)
+from atelier.tools.agent_web import WebSession
+from atelier.tools.errors import ReplayMiss
 
 PIPELINE = "external"
 LOG_TAIL_CHARS = 1500

@@ -37,8 +37,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from benchmarks.common.errors import AtelierError, ConfigError
-from graphs.external.agents import CHILD, base_env, child_command, endpoint_address
+from atelier.benchmarks.common.errors import AtelierError, ConfigError
+from atelier.graphs.external.agents import CHILD, base_env, child_command, endpoint_address
 
 Isolation = Literal["namespaces", "none"]
 PREFIX = "@atelier "

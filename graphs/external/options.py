@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from graphs.external.launcher import Isolation
-from graphs.pipelines import PipelineOptions
+from atelier.graphs.external.launcher import Isolation
+from atelier.graphs.pipelines import PipelineOptions
 
 AgentName = Literal["open_deep_research", "gpt_researcher"]
 
@@ -49,8 +49,8 @@ class ExternalOptions(PipelineOptions):
     )
 
     def check_available(self) -> None:
-        from graphs.external.agents import AGENTS, check_installed
-        from graphs.external.launcher import require_boundary
+        from atelier.graphs.external.agents import AGENTS, check_installed
+        from atelier.graphs.external.launcher import require_boundary
 
         check_installed(AGENTS[self.agent], self.python)
         if self.isolation == "namespaces":

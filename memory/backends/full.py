@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from memory.base import MemoryConfig, MemoryQuery, UserContext
-from memory.budget import pack_events
-from memory.registry import register_backend
-from memory.user_events import RawHistoryBackend, most_recent_first
+from atelier.memory.base import MemoryConfig, MemoryQuery, UserContext
+from atelier.memory.budget import pack_events
+from atelier.memory.registry import register_backend
+from atelier.memory.user_events import RawHistoryBackend, most_recent_first
 
 
 class FullConfig(MemoryConfig):

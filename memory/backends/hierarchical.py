@@ -24,16 +24,25 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from agents.memory_curator import analyze_profile, extract_knowledge, summarize_topics
-from agents.models.embeddings import Embedder, get_embedder
-from benchmarks.case import HistoryEvent
-from benchmarks.common.degradation import degradation
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
-from memory.budget import pack, render_event
-from memory.hierarchy import Fact, FactMatch, HeatWeights, LongTermMemory, MidTermMemory, Page, PageMatch, TopicSession
-from memory.registry import register_backend
-from memory.steps import memory_step
-from memory.user_events import UserEvents
+from atelier.agents.memory_curator import analyze_profile, extract_knowledge, summarize_topics
+from atelier.agents.models.embeddings import Embedder, get_embedder
+from atelier.benchmarks.case import HistoryEvent
+from atelier.benchmarks.common.degradation import degradation
+from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
+from atelier.memory.budget import pack, render_event
+from atelier.memory.hierarchy import (
+    Fact,
+    FactMatch,
+    HeatWeights,
+    LongTermMemory,
+    MidTermMemory,
+    Page,
+    PageMatch,
+    TopicSession,
+)
+from atelier.memory.registry import register_backend
+from atelier.memory.steps import memory_step
+from atelier.memory.user_events import UserEvents
 
 
 class HierarchicalConfig(MemoryConfig):

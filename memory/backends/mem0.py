@@ -34,11 +34,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from benchmarks.case import ChatSession, HistoryEvent
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
-from memory.budget import pack
-from memory.registry import register_backend
-from memory.steps import memory_step
+from atelier.benchmarks.case import ChatSession, HistoryEvent
+from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
+from atelier.memory.budget import pack
+from atelier.memory.registry import register_backend
+from atelier.memory.steps import memory_step
 
 EVENT_IDS_KEY = "atelier_event_ids"
 COLLECTION = "atelier_mem0"
@@ -119,7 +119,7 @@ class Mem0Backend(MemoryBackend):
         from mem0.configs.base import MemoryConfig as Mem0MemoryConfig
         from mem0.vector_stores.configs import VectorStoreConfig
 
-        from memory.mem0_bridge import embedder_config, llm_config  # (also dates mem0's prompts)
+        from atelier.memory.mem0_bridge import embedder_config, llm_config  # (also dates mem0's prompts)
 
         config = Mem0MemoryConfig(
             vector_store=VectorStoreConfig(
@@ -158,7 +158,7 @@ class Mem0Backend(MemoryBackend):
             if not new:
                 return
             memory = await self._mem0()
-            from memory.mem0_bridge import extraction_date
+            from atelier.memory.mem0_bridge import extraction_date
 
             size = self.config.events_per_add
             with memory_step("ingest"):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from benchmarks.case import HistoryEvent
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, digest_of
-from memory.registry import register_backend
+from atelier.benchmarks.case import HistoryEvent
+from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, digest_of
+from atelier.memory.registry import register_backend
 
 
 class NoneConfig(MemoryConfig):

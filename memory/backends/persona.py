@@ -13,10 +13,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from benchmarks.case import ExplicitPersona, HistoryEvent, persona_facets
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
-from memory.facets import Facet, FacetRanker, FacetSelection, select_facets
-from memory.registry import register_backend
+from atelier.benchmarks.case import ExplicitPersona, HistoryEvent, persona_facets
+from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
+from atelier.memory.facets import Facet, FacetRanker, FacetSelection, select_facets
+from atelier.memory.registry import register_backend
 
 
 class PersonaConfig(MemoryConfig):

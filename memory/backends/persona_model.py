@@ -18,14 +18,14 @@ from typing import Literal
 
 from pydantic import Field
 
-from agents.persona_distiller import FACET_PATHS, distil_persona, nest_facets
-from benchmarks.case import HistoryEvent
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
-from memory.facets import Facet, FacetRanker, FacetSelection, select_facets
-from memory.history_text import history_chunks
-from memory.registry import register_backend
-from memory.steps import memory_step
-from memory.user_events import UserEvents
+from atelier.agents.persona_distiller import FACET_PATHS, distil_persona, nest_facets
+from atelier.benchmarks.case import HistoryEvent
+from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
+from atelier.memory.facets import Facet, FacetRanker, FacetSelection, select_facets
+from atelier.memory.history_text import history_chunks
+from atelier.memory.registry import register_backend
+from atelier.memory.steps import memory_step
+from atelier.memory.user_events import UserEvents
 
 
 class PersonaModelConfig(MemoryConfig):

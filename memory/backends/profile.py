@@ -18,14 +18,14 @@ from typing import Literal
 
 from pydantic import Field
 
-from agents.profiler import UserProfile, build_profile, build_query_profile
-from benchmarks.case import HistoryEvent
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
-from memory.history_text import history_chunks, history_text
-from memory.profile_text import profile_context
-from memory.registry import register_backend
-from memory.steps import memory_step
-from memory.user_events import RawHistoryBackend, UserEvents, most_recent_first
+from atelier.agents.profiler import UserProfile, build_profile, build_query_profile
+from atelier.benchmarks.case import HistoryEvent
+from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
+from atelier.memory.history_text import history_chunks, history_text
+from atelier.memory.profile_text import profile_context
+from atelier.memory.registry import register_backend
+from atelier.memory.steps import memory_step
+from atelier.memory.user_events import RawHistoryBackend, UserEvents, most_recent_first
 
 
 class ProfileConfig(MemoryConfig):

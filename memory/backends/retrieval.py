@@ -27,20 +27,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agents.profiler import build_query_profile
-from agents.query_expansion import expand_query
-from benchmarks.case import HistoryEvent
-from memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
-from memory.budget import pack, render_event
-from memory.embedders import memory_embedder
-from memory.history_text import history_text
-from memory.profile_text import profile_context
-from memory.registry import register_backend
-from memory.retrieval.dense import DenseIndex
-from memory.retrieval.event_store import EventStore
-from memory.retrieval.fusion import Ranking, reciprocal_rank_fusion, turn_mixture, weighted_sum
-from memory.retrieval.lexical import LexicalIndex, Stemming, StopWords
-from memory.steps import memory_step
+from atelier.agents.profiler import build_query_profile
+from atelier.agents.query_expansion import expand_query
+from atelier.benchmarks.case import HistoryEvent
+from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
+from atelier.memory.budget import pack, render_event
+from atelier.memory.embedders import memory_embedder
+from atelier.memory.history_text import history_text
+from atelier.memory.profile_text import profile_context
+from atelier.memory.registry import register_backend
+from atelier.memory.retrieval.dense import DenseIndex
+from atelier.memory.retrieval.event_store import EventStore
+from atelier.memory.retrieval.fusion import Ranking, reciprocal_rank_fusion, turn_mixture, weighted_sum
+from atelier.memory.retrieval.lexical import LexicalIndex, Stemming, StopWords
+from atelier.memory.steps import memory_step
 
 
 class ConversationConfig(BaseModel):

@@ -16,16 +16,16 @@ from typing import Literal
 
 from pydantic import Field
 
-from agents.profiler import build_query_profile
-from agents.relevance import judge_sessions
-from benchmarks.case import DialogueTurn, HistoryEvent
-from memory.base import MemoryConfig, MemoryQuery, UserContext, as_query
-from memory.budget import pack, render_event
-from memory.history_text import history_text
-from memory.profile_text import profile_context
-from memory.registry import register_backend
-from memory.steps import memory_step
-from memory.user_events import RawHistoryBackend, most_recent_first
+from atelier.agents.profiler import build_query_profile
+from atelier.agents.relevance import judge_sessions
+from atelier.benchmarks.case import DialogueTurn, HistoryEvent
+from atelier.memory.base import MemoryConfig, MemoryQuery, UserContext, as_query
+from atelier.memory.budget import pack, render_event
+from atelier.memory.history_text import history_text
+from atelier.memory.profile_text import profile_context
+from atelier.memory.registry import register_backend
+from atelier.memory.steps import memory_step
+from atelier.memory.user_events import RawHistoryBackend, most_recent_first
 
 
 class SelectedConfig(MemoryConfig):

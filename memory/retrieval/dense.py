@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks.case import HistoryEvent
-from benchmarks.common.errors import DataError
-from memory.embedders import CachingEmbedder
-from memory.retrieval.event_store import user_key
+from atelier.benchmarks.case import HistoryEvent
+from atelier.benchmarks.common.errors import DataError
+from atelier.memory.embedders import CachingEmbedder
+from atelier.memory.retrieval.event_store import user_key
 
 if TYPE_CHECKING:  # imported where used: chromadb is slow to import
     from chromadb.api.models.Collection import Collection

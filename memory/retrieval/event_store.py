@@ -14,11 +14,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from benchmarks.case import HistoryEvent
-from benchmarks.common.errors import DataError
-from benchmarks.common.json_input import read_appended_jsonl
-from benchmarks.loaders._records import validate
-from memory.user_events import UserEvents
+from atelier.benchmarks.case import HistoryEvent
+from atelier.benchmarks.common.errors import DataError
+from atelier.benchmarks.common.json_input import read_appended_jsonl
+from atelier.benchmarks.loaders._records import validate
+from atelier.memory.user_events import UserEvents
 
 
 class StoredEvent(BaseModel):

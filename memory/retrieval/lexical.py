@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from benchmarks.common.errors import ConfigError
-from memory.retrieval.event_store import EventStore
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.memory.retrieval.event_store import EventStore
 
 if TYPE_CHECKING:  # imported where used
     import bm25s

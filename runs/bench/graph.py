@@ -41,14 +41,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents.models.settings import ModelSettings
-from benchmarks.registry import load_cases
-from graphs.context import EpisodeContext, SystemSpec
-from graphs.heap import settled_heap
-from graphs.pipelines import PIPELINES, pipeline_options, pipeline_variant
-from graphs.resources import release, resources_for
-from runs.bench.stack_floor import measure_stack_floor
-from tools.config import WebConfig
+from atelier.agents.models.settings import ModelSettings
+from atelier.benchmarks.registry import load_cases
+from atelier.graphs.context import EpisodeContext, SystemSpec
+from atelier.graphs.heap import settled_heap
+from atelier.graphs.pipelines import PIPELINES, pipeline_options, pipeline_variant
+from atelier.graphs.resources import release, resources_for
+from atelier.runs.bench.stack_floor import measure_stack_floor
+from atelier.tools.config import WebConfig
 
 
 def _context(
@@ -124,8 +124,8 @@ async def _episodes(
 
 @contextlib.asynccontextmanager
 async def _checkpointer(kind: str, path: Path):
-    from graphs.persistence import run_checkpointer
-    from graphs.serde import serializer
+    from atelier.graphs.persistence import run_checkpointer
+    from atelier.graphs.serde import serializer
 
     if kind == "sqlite":
         path.parent.mkdir(parents=True, exist_ok=True)

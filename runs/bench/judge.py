@@ -16,16 +16,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents.answerer import answer_messages
-from agents.judges.base import JudgeEnv, create_judge
-from agents.judges.store import ArtifactStore
-from agents.models.gateway import Gateway
-from agents.models.ledger import Ledger
-from agents.models.scripted import compose_text
-from agents.models.settings import ModelSettings
-from agents.response import SystemResponse
-from benchmarks.case import Case
-from benchmarks.registry import load_cases
+from atelier.agents.answerer import answer_messages
+from atelier.agents.judges.base import JudgeEnv, create_judge
+from atelier.agents.judges.store import ArtifactStore
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.ledger import Ledger
+from atelier.agents.models.scripted import compose_text
+from atelier.agents.models.settings import ModelSettings
+from atelier.agents.response import SystemResponse
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.registry import load_cases
 
 
 def reports(cases: list[Case], systems: int) -> list[tuple[Case, SystemResponse]]:

@@ -20,8 +20,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks.case import ChatMessage, ChatSession, HistoryEvent, MemorySnippet, SearchQueryRecord, SearchSession
-from memory.base import MemoryBackend, MemoryQuery
+from atelier.benchmarks.case import (
+    ChatMessage,
+    ChatSession,
+    HistoryEvent,
+    MemorySnippet,
+    SearchQueryRecord,
+    SearchSession,
+)
+from atelier.memory.base import MemoryBackend, MemoryQuery
 
 TOPICS = (
     "running",

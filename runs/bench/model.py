@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from agents.answerer import answer_messages
-from agents.models.gateway import Gateway
-from agents.models.ledger import Ledger
-from agents.models.settings import ModelSettings
+from atelier.agents.answerer import answer_messages
+from atelier.agents.models.gateway import Gateway
+from atelier.agents.models.ledger import Ledger
+from atelier.agents.models.settings import ModelSettings
 
 if TYPE_CHECKING:
-    from benchmarks.case import CaseView
+    from atelier.benchmarks.case import CaseView
 
 
 class ModelBenchSettings(BaseModel):
@@ -35,7 +35,7 @@ class ModelBenchSettings(BaseModel):
 
 
 def _prompts(count: int) -> list[list[dict[str, str]]]:
-    from benchmarks.registry import load_cases
+    from atelier.benchmarks.registry import load_cases
 
     views: dict[str, CaseView] = {}
     for case in load_cases("sample", "all", "task_only"):  # tasks shared by several users: one each

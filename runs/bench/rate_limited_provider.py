@@ -17,7 +17,7 @@ Answers follow the request: text composed from the prompt, or a schema-valid ins
 structured request (the scripted model's composition, `agents.models.scripted`), with usage
 counted in words.
 
-    python -m runs.bench.rate_limited_provider --rpm 600 --latency-ms 1500
+    python -m atelier.runs.bench.rate_limited_provider --rpm 600 --latency-ms 1500
 prints `port <n>` once it listens.
 """
 
@@ -70,7 +70,7 @@ def body_hash(body: dict[str, Any]) -> str:
 
 
 def completion(body: dict[str, Any]) -> dict[str, Any]:
-    from agents.models.scripted import compose_text, requested_schema, schema_instance
+    from atelier.agents.models.scripted import compose_text, requested_schema, schema_instance
 
     messages = body.get("messages", [])
     schema, tool = requested_schema(body, messages)
@@ -190,7 +190,7 @@ def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
     sock.listen(512)
-    import agents.models.scripted  # noqa: F401 - imported before serving: the first answer waits on no import
+    import atelier.agents.models.scripted  # noqa: F401 - imported before serving: the first answer waits on no import
 
     app = provider_app(args.rpm, args.latency_ms / 1000, args.tolerance_s)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, backlog=512))

@@ -63,13 +63,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agents.models.ledger import read_ledger
-from benchmarks.case import Case
-from benchmarks.registry import load_cases
-from runs.bench.rate_limited_provider import RateLimitedProvider, Request
-from runs.bench.stack_floor import measure_stack_floor
-from runs.recipe import parse_recipe
-from runs.runner import Runner
+from atelier.agents.models.ledger import read_ledger
+from atelier.benchmarks.case import Case
+from atelier.benchmarks.registry import load_cases
+from atelier.runs.bench.rate_limited_provider import RateLimitedProvider, Request
+from atelier.runs.bench.stack_floor import measure_stack_floor
+from atelier.runs.recipe import parse_recipe
+from atelier.runs.runner import Runner
 
 
 class RunnerBenchSettings(BaseModel):
@@ -168,8 +168,8 @@ async def _warm_up(api_base: str) -> None:
     """One call to the provider before the clock starts, as `import litellm` is made before it: the
     first call on litellm's OpenAI path imports and builds what it needs, seconds of a stopped event
     loop a run pays once (a run's preflight pays it too), not the runner's steady rate."""
-    from agents.models.gateway import Gateway
-    from agents.models.settings import ModelSettings
+    from atelier.agents.models.gateway import Gateway
+    from atelier.agents.models.settings import ModelSettings
 
     settings = ModelSettings(model="openai/rate-limited", api_base=api_base, api_key=PROVIDER_KEY)
     await Gateway({"system": settings}).text("system", [{"role": "user", "content": "Warm up."}])

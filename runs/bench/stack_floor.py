@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable
 from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
-from agents.answerer import answer_messages
-from agents.models.gateway import configured_litellm, litellm_call_scope
-from agents.models.scripted import PROVIDER
-from benchmarks.case import CaseView
+from atelier.agents.answerer import answer_messages
+from atelier.agents.models.gateway import configured_litellm, litellm_call_scope
+from atelier.agents.models.scripted import PROVIDER
+from atelier.benchmarks.case import CaseView
 
 
 class _State(TypedDict, total=False):

@@ -15,11 +15,11 @@ import time
 import numpy as np
 from pydantic import BaseModel, Field
 
-from tools.config import RankerName, SandboxConfig, WebConfig
-from tools.sandbox.corpus import Document, load_corpus
-from tools.sandbox.ranking import build_ranker
-from tools.sandbox.server import SandboxWeb
-from tools.web import Web, build_web
+from atelier.tools.config import RankerName, SandboxConfig, WebConfig
+from atelier.tools.sandbox.corpus import Document, load_corpus
+from atelier.tools.sandbox.ranking import build_ranker
+from atelier.tools.sandbox.server import SandboxWeb
+from atelier.tools.web import Web, build_web
 
 
 class WebBenchmarkSettings(BaseModel):

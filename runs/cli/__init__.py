@@ -26,7 +26,7 @@ from pathlib import Path
 
 import typer
 
-from benchmarks.common.errors import AtelierError
+from atelier.benchmarks.common.errors import AtelierError
 
 app = typer.Typer(
     name="atelier",
@@ -40,20 +40,20 @@ app.add_typer(bench_app, name="bench")
 
 # Each module defines `register(app, bench_app)`.
 _COMMAND_MODULES = (
-    "runs.cli.run",
-    "runs.cli.recipe",
-    "runs.cli.data",
-    "runs.cli.metric",
-    "runs.cli.memory",
-    "runs.cli.web",
-    "runs.cli.judges",
-    "runs.cli.graph",
-    "runs.cli.gateway",
-    "runs.cli.model",
-    "runs.cli.simulate",
-    "runs.cli.runs",
-    "runs.cli.catalog",
-    "runs.cli.view",
+    "atelier.runs.cli.run",
+    "atelier.runs.cli.recipe",
+    "atelier.runs.cli.data",
+    "atelier.runs.cli.metric",
+    "atelier.runs.cli.memory",
+    "atelier.runs.cli.web",
+    "atelier.runs.cli.judges",
+    "atelier.runs.cli.graph",
+    "atelier.runs.cli.gateway",
+    "atelier.runs.cli.model",
+    "atelier.runs.cli.simulate",
+    "atelier.runs.cli.runs",
+    "atelier.runs.cli.catalog",
+    "atelier.runs.cli.view",
 )
 for _name in _COMMAND_MODULES:
     try:
@@ -71,7 +71,7 @@ EXIT_BUG = 1
 
 def _redactor():
     """The keys this command knows without a run: its key options' values and the environment's."""
-    from benchmarks.common.redaction import Redactor
+    from atelier.benchmarks.common.redaction import Redactor
 
     return Redactor.for_command_line(sys.argv[1:])
 
@@ -85,7 +85,7 @@ def _write_traceback(exc: BaseException) -> Path:
     """The full traceback of an unexpected error, kept in a file of its own (keys redacted)."""
     from datetime import datetime
 
-    from benchmarks.data_files import cache_dir
+    from atelier.benchmarks.data_files import cache_dir
 
     redactor = _redactor()
     command = " ".join(redactor.redact_argv(sys.argv[1:]))
@@ -102,10 +102,10 @@ def _write_traceback(exc: BaseException) -> Path:
 
 
 def main() -> None:
-    from benchmarks.common.offline import apply_offline_defaults
+    from atelier.benchmarks.common.offline import apply_offline_defaults
 
     apply_offline_defaults()  # before any library a command drives is imported
-    from benchmarks.common.redaction import redacting
+    from atelier.benchmarks.common.redaction import redacting
 
     try:
         # what any command writes (a gateway's ledger, a simulation's) leaves out the keys its command

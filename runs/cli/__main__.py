@@ -1,3 +1,3 @@
-from runs.cli import main
+from atelier.runs.cli import main
 
 main()

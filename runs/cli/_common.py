@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.errors import ConfigError
 
 
 def run_folder_option(out: Path | None) -> Path | None:

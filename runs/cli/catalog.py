@@ -13,7 +13,7 @@ import typer
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from runs.cli._common import print_json
+from atelier.runs.cli._common import print_json
 
 
 class Kind(str, Enum):
@@ -67,28 +67,28 @@ def _summary(cls: type) -> str:
 def catalog(kinds: list[Kind]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     if Kind.pipelines in kinds:
-        from graphs.pipelines import PIPELINES
+        from atelier.graphs.pipelines import PIPELINES
 
         out["pipelines"] = [
             {"name": name, "description": spec.description, "options": options_of(getattr(spec, "options", None))}
             for name, spec in PIPELINES.items()
         ]
     if Kind.memory in kinds:
-        from memory.registry import BACKENDS
+        from atelier.memory.registry import BACKENDS
 
         out["memory"] = [
             {"name": name, "description": _summary(cls), "options": options_of(cls.config_model)}
             for name, cls in BACKENDS.items()
         ]
     if Kind.judges in kinds:
-        from agents.judges.base import JUDGES
+        from atelier.agents.judges.base import JUDGES
 
         out["judges"] = [
             {"name": name, "description": _summary(cls), "options": options_of(cls.config_model)}
             for name, cls in JUDGES.items()
         ]
     if Kind.benchmarks in kinds:
-        from benchmarks.registry import BENCHMARKS
+        from atelier.benchmarks.registry import BENCHMARKS
 
         out["benchmarks"] = [
             {

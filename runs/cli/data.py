@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from runs.cli._common import machine_facts, print_json
+from atelier.runs.cli._common import machine_facts, print_json
 
 # Splits a plain `data check` cannot load: their data is not in the data directory.
 _NEEDS_OPTIONS = {"lampqa": "option data_file", "bespoke": "option data_dir"}
@@ -35,8 +35,8 @@ class CheckReport:
 
 
 def _benchmarks_by_dataset() -> dict[str, list[str]]:
-    from benchmarks.data_files import registered_file
-    from benchmarks.registry import benchmark_names, get_benchmark
+    from atelier.benchmarks.data_files import registered_file
+    from atelier.benchmarks.registry import benchmark_names, get_benchmark
 
     out: dict[str, list[str]] = defaultdict(list)
     for name in benchmark_names():
@@ -49,7 +49,7 @@ def _benchmarks_by_dataset() -> dict[str, list[str]]:
 
 def data_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Data sets, their files, where each resolves from, and the benchmarks that read them."""
-    from benchmarks.data_files import data_dir, locate, registered_files
+    from atelier.benchmarks.data_files import data_dir, locate, registered_files
 
     readers = _benchmarks_by_dataset()
     datasets: dict[str, list[dict]] = defaultdict(list)
@@ -82,8 +82,8 @@ def data_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
 
 
 def _check_files(dataset: str | None, report: CheckReport) -> None:
-    from benchmarks.common.errors import DataError
-    from benchmarks.data_files import locate, registered_files, verify_file
+    from atelier.benchmarks.common.errors import DataError
+    from atelier.benchmarks.data_files import locate, registered_files, verify_file
 
     for entry in registered_files(dataset):
         found = locate(entry.relpath)
@@ -111,8 +111,8 @@ def parse_options(pairs: list[str], benchmark: str | None) -> dict[str, str]:
     options model (an unknown key or a bad value is one line naming it)."""
     from pydantic import ValidationError
 
-    from benchmarks.common.errors import ConfigError
-    from benchmarks.registry import get_benchmark
+    from atelier.benchmarks.common.errors import ConfigError
+    from atelier.benchmarks.registry import get_benchmark
 
     if not pairs:
         return {}
@@ -135,9 +135,9 @@ def parse_options(pairs: list[str], benchmark: str | None) -> dict[str, str]:
 
 
 def _check_benchmarks(names: list[str], report: CheckReport, options: dict[str, str] | None = None) -> None:
-    from benchmarks.common.errors import AtelierError
-    from benchmarks.data_fetch import where_to_get
-    from benchmarks.registry import get_benchmark, load_cases
+    from atelier.benchmarks.common.errors import AtelierError
+    from atelier.benchmarks.data_fetch import where_to_get
+    from atelier.benchmarks.registry import get_benchmark, load_cases
 
     for name in names:
         spec = get_benchmark(name)
@@ -169,9 +169,9 @@ def data_check(
     ),
 ) -> None:
     """Check every registered file's sha256, parse every record, load every benchmark split; exit 1 on any failure."""
-    from benchmarks.common.errors import ConfigError
-    from benchmarks.data_files import registered_files
-    from benchmarks.registry import benchmark_names, get_benchmark
+    from atelier.benchmarks.common.errors import ConfigError
+    from atelier.benchmarks.data_files import registered_files
+    from atelier.benchmarks.registry import benchmark_names, get_benchmark
 
     if option and name not in benchmark_names():
         raise ConfigError(
@@ -215,7 +215,7 @@ def data_fetch(
     """Get a data set's public release from its upstream, each file checked against its registered
     sha256 (files already here and matching are kept); offline, or with no checksum registered, one
     line says where to get it (exit 2)."""
-    from benchmarks.data_fetch import fetch
+    from atelier.benchmarks.data_fetch import fetch
 
     for item in fetch(name):
         typer.echo(f"{item.how:8}  {item.file}  -> {item.path}")
@@ -223,7 +223,7 @@ def data_fetch(
 
 def bench_data(repeat: int = typer.Option(3, min=1, help="Timed repetitions (each parses the files afresh).")) -> None:
     """Time loading all 250 PDR queries and all iKAT topics in the data directory (target: under 2 s)."""
-    from benchmarks.registry import load_cases
+    from atelier.benchmarks.registry import load_cases
 
     ikat_splits = ("2023_train", "2023_test", "2024_test")
     pdr_times, ikat_times = [], []

@@ -28,7 +28,7 @@ def checked_token(token: str | None) -> tuple[str, bool]:
     """The API key to require, and whether it was generated here (None: make one)."""
     import secrets
 
-    from benchmarks.common.errors import ConfigError
+    from atelier.benchmarks.common.errors import ConfigError
 
     if token is None:
         return "atl-" + secrets.token_urlsafe(24), True
@@ -42,8 +42,8 @@ def checked_token(token: str | None) -> tuple[str, bool]:
 
 def checked_host(host: str, public: bool) -> None:
     """Refuse to listen beyond this machine unless asked to in so many words (`--public`)."""
-    from agents.models.openai_api import is_loopback_host
-    from benchmarks.common.errors import ConfigError
+    from atelier.agents.models.openai_api import is_loopback_host
+    from atelier.benchmarks.common.errors import ConfigError
 
     if not public and not is_loopback_host(host):
         raise ConfigError(
@@ -90,19 +90,19 @@ def serve(
     from starlette.applications import Starlette
     from starlette.routing import BaseRoute
 
-    from agents.models.cache import ResponseCache
-    from agents.models.gateway import Gateway
-    from agents.models.ledger import Ledger
-    from agents.models.openai_api import EndpointSession, RequestGuard, Sessions, loopback_hosts, openai_routes
-    from agents.models.settings import ROLES, ModelSettings
-    from benchmarks.common.errors import ConfigError
-    from benchmarks.data_files import cache_dir
-    from tools.agent_web import PAGES_HOST, WebSession, WebSessions, agent_web_routes
-    from tools.asgi_server import AsgiServer
+    from atelier.agents.models.cache import ResponseCache
+    from atelier.agents.models.gateway import Gateway
+    from atelier.agents.models.ledger import Ledger
+    from atelier.agents.models.openai_api import EndpointSession, RequestGuard, Sessions, loopback_hosts, openai_routes
+    from atelier.agents.models.settings import ROLES, ModelSettings
+    from atelier.benchmarks.common.errors import ConfigError
+    from atelier.benchmarks.data_files import cache_dir
+    from atelier.tools.agent_web import PAGES_HOST, WebSession, WebSessions, agent_web_routes
+    from atelier.tools.asgi_server import AsgiServer
 
     roles = {name: ModelSettings() for name in ROLES}
     if recipe is not None:
-        from runs.recipe import load_recipe
+        from atelier.runs.recipe import load_recipe
 
         roles = load_recipe(recipe).with_overrides(model=model, api_base=api_base, api_key=api_key).role_models()
     elif model or api_base or api_key:
@@ -134,7 +134,7 @@ def serve(
     routes: list[BaseRoute] = [*openai_routes(sessions)]
     mcp = None
     if web:
-        from tools.agent_mcp import mcp_routes, mcp_server
+        from atelier.tools.agent_mcp import mcp_routes, mcp_server
 
         mcp = mcp_server(web_sessions)
         routes += [*agent_web_routes(web_sessions), *mcp_routes(mcp)]
@@ -152,8 +152,8 @@ def serve(
     hosts = None if public else loopback_hosts(server.port) | ({PAGES_HOST} if web else set())
     app.add_middleware(RequestGuard, hosts=hosts, max_body_bytes=max_body_bytes)
     if web:
-        from tools.config import SandboxConfig, WebConfig
-        from tools.web import build_web
+        from atelier.tools.config import SandboxConfig, WebConfig
+        from atelier.tools.web import build_web
 
         run_web = build_web(WebConfig(sandbox=SandboxConfig(corpus=corpus), cache_dir=ledger.parent / "web"))
         web_sessions.add(WebSession(session, run_web, server.base_url))

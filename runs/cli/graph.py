@@ -7,8 +7,8 @@ from typing import Any
 
 import typer
 
-from runs.cli._common import machine_facts, print_json
-from runs.cli.memory import parse_assignments
+from atelier.runs.cli._common import machine_facts, print_json
+from atelier.runs.cli.memory import parse_assignments
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -36,8 +36,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     ) -> None:
         """Framework ms per LLM call, tokens, and deep_research's wall time over its critical path (JSON); with
         several --pipeline, each one's figures and a per-case side-by-side table."""
-        from runs.bench.graph import bench_graph as run
-        from runs.bench.graph import compare_graphs
+        from atelier.runs.bench.graph import bench_graph as run
+        from atelier.runs.bench.graph import compare_graphs
 
         settings: dict[str, Any] = dict(
             latency_ms=latency_ms,

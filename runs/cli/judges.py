@@ -12,8 +12,8 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from benchmarks.common.errors import ConfigError
-from runs.cli._common import machine_facts, print_json, run_folder_option
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.runs.cli._common import machine_facts, print_json, run_folder_option
 
 
 def parse_judge(text: str) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def judge_models(
 ) -> dict[str, Any]:
     """Judge-role model settings: the file's, then `--model/--api-base/--api-key` over `judge` and any
     judge role already set (the other judge roles fall back to `judge`)."""
-    from agents.models.settings import ModelSettings
+    from atelier.agents.models.settings import ModelSettings
 
     update = {k: v for k, v in (("model", model), ("api_base", api_base), ("api_key", api_key)) if v}
     settings = {role: ModelSettings.model_validate(s) for role, s in models.items()}
@@ -90,9 +90,9 @@ def rescore(
     """Judge a finished run's responses again (other judges or judge models); no system runs.
 
     Writes a new run folder beside RUN_DIR (config.json names the original) and prints its path last."""
-    from agents.models.settings import JUDGE_ROLES
-    from runs.cli.run import _print_summary
-    from runs.rescore import rescore_run
+    from atelier.agents.models.settings import JUDGE_ROLES
+    from atelier.runs.cli.run import _print_summary
+    from atelier.runs.rescore import rescore_run
 
     if web not in ("replay", "record", "live"):
         raise ConfigError(f"--web must be replay, record or live, not {web!r}")
@@ -146,7 +146,7 @@ def meta_eval(
     for `atelier meta-eval compare RUN ...`."""
     import asyncio
 
-    from runs.meta_eval import (
+    from atelier.runs.meta_eval import (
         Bootstrap,
         agreement,
         feedback_agreement,
@@ -169,9 +169,9 @@ def meta_eval(
         **agreement(scores, truth, criterion or None, Bootstrap(seed=seed)),
     }
     if feedback:
-        from agents.models.gateway import Gateway
-        from agents.models.settings import ModelSettings
-        from runs.rescore import load_run
+        from atelier.agents.models.gateway import Gateway
+        from atelier.agents.models.settings import ModelSettings
+        from atelier.runs.rescore import load_run
 
         _, recipe, _ = load_run(run_dir)
         wanted = {case for case, _ in scores.records}
@@ -202,7 +202,7 @@ def meta_eval_sheet(
     persona, response, the criterion's description and scale, and empty `label` and `feedback`
     columns; the judge's own scores are left out. Give it back filled in with
     `atelier meta-eval RUN --judge J --labels SHEET.csv`."""
-    from runs.meta_eval import report_json, write_sheet
+    from atelier.runs.meta_eval import report_json, write_sheet
 
     summary = write_sheet(run_dir, out, judge, criterion or None)
     sys.stdout.write(report_json(summary.model_dump()))
@@ -242,8 +242,8 @@ def bench_judge(
     """PQR prompt tokens per judged report with criteria reuse and without; prints JSON."""
     import asyncio
 
-    from agents.models.settings import ModelSettings
-    from runs.bench.judge import bench_judge as run_bench
+    from atelier.agents.models.settings import ModelSettings
+    from atelier.runs.bench.judge import bench_judge as run_bench
 
     settings = ModelSettings.model_validate({k: v for k, v in (("model", model), ("api_base", api_base)) if v})
     result = asyncio.run(

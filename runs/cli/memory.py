@@ -17,8 +17,8 @@ from typing import Any, cast
 import typer
 from pydantic import BaseModel, ValidationError
 
-from benchmarks.common.errors import ConfigError
-from runs.cli._common import machine_facts, print_json
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.runs.cli._common import machine_facts, print_json
 
 
 def _value(text: str) -> Any:
@@ -58,7 +58,7 @@ def _fields_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
 
 def backend_config(backend: str, params: list[str]):
     """The backend's typed config from `--param` values; one ConfigError naming the bad key."""
-    from memory.registry import backend_class
+    from atelier.memory.registry import backend_class
 
     model = backend_class(backend).config_model
     data = {**parse_assignments(params, "--param"), "backend": backend}
@@ -73,8 +73,8 @@ def backend_config(backend: str, params: list[str]):
 
 
 def _gateway(model: str, api_base: str | None):
-    from agents.models.gateway import Gateway
-    from agents.models.settings import ModelSettings
+    from atelier.agents.models.gateway import Gateway
+    from atelier.agents.models.settings import ModelSettings
 
     settings = ModelSettings(model=model, api_base=api_base)
     return Gateway({"system": settings, "memory": settings})
@@ -114,11 +114,11 @@ def memory_eval(
 
     When no case has gold relevant history nothing is measured: the figures print as null, with
     `not_measured` saying why, and the command exits 2 (bad input: pick a benchmark with gold)."""
-    from benchmarks.loaders._records import deterministic_subset
-    from benchmarks.registry import get_benchmark, load_cases
-    from memory.base import QUERY_MODES, MemoryEnv, QueryMode
-    from memory.evaluation import NOT_MEASURED, evaluate_retrieval, has_gold
-    from memory.registry import create_backend
+    from atelier.benchmarks.loaders._records import deterministic_subset
+    from atelier.benchmarks.registry import get_benchmark, load_cases
+    from atelier.memory.base import QUERY_MODES, MemoryEnv, QueryMode
+    from atelier.memory.evaluation import NOT_MEASURED, evaluate_retrieval, has_gold
+    from atelier.memory.registry import create_backend
 
     if query not in QUERY_MODES:
         raise ConfigError(f"--query {query!r}; valid: {', '.join(QUERY_MODES)}")
@@ -201,9 +201,9 @@ def bench_memory(
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic history and queries."),
 ) -> None:
     """Ingest N synthetic events, time recalls; print ingest items/s, recall p50/p95 ms, peak RSS MB."""
-    from memory.base import MemoryEnv
-    from memory.registry import create_backend
-    from runs.bench.memory import peak_rss_mb, run_bench
+    from atelier.memory.base import MemoryEnv
+    from atelier.memory.registry import create_backend
+    from atelier.runs.bench.memory import peak_rss_mb, run_bench
 
     config = backend_config(backend, param)
     gateway = _gateway(model, None)

@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from benchmarks.common.errors import ConfigError
-from runs.cli._common import print_json
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.runs.cli._common import print_json
 
 _LIST_WORD = "list"
 
@@ -26,7 +26,7 @@ def metric(
     schema: Annotated[bool, typer.Option("--schema", help="Print the metric's input JSON schema and exit.")] = False,
 ) -> None:
     """Compute a metric (PQR, BESPOKE, LaMP-QA, AEPD, LoCoMo, PrefEval, ranking, agreement, statistics); print JSON."""
-    from benchmarks.metrics.registry import METRICS, get_metric, read_metric_input, run_metric
+    from atelier.benchmarks.metrics.registry import METRICS, get_metric, read_metric_input, run_metric
 
     if list_metrics or name == _LIST_WORD:
         print_json(

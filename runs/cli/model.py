@@ -7,14 +7,14 @@ from pathlib import Path
 
 import typer
 
-from runs.cli._common import machine_facts, print_json
+from atelier.runs.cli._common import machine_facts, print_json
 
 MODEL_HELP = "Use this model for every role (any litellm provider string, `local/smollm2`, or `scripted`)."
 
 
 def _recipe(recipe: Path | None, model: str | None, api_base: str | None, api_key: str | None):
     """The recipe (or the embedded quickstart when none is named) with command-line model overrides."""
-    from runs.recipe import load_recipe
+    from atelier.runs.recipe import load_recipe
 
     path = recipe or Path(__file__).resolve().parent.parent / "recipes" / "quickstart.toml"
     return load_recipe(path).with_overrides(model=model, api_base=api_base, api_key=api_key)
@@ -37,8 +37,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         ),
     ) -> None:
         """Serve a local GGUF model with an OpenAI-compatible API (llama-cpp-python) until Ctrl-C."""
-        from agents.models.local_model import parse_local_model, serve_on_socket
-        from benchmarks.common.loopback import bind_socket
+        from atelier.agents.models.local_model import parse_local_model, serve_on_socket
+        from atelier.benchmarks.common.loopback import bind_socket
 
         model = f"local?gguf={gguf}" if gguf else "local/smollm2"
         spec = parse_local_model(model)
@@ -60,7 +60,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the probes as JSON on stdout."),
     ) -> None:
         """Per role: a text and a structured probe — reachable, structured mode chosen, latency, tokens/s."""
-        from runs.model_check import probe_recipe
+        from atelier.runs.model_check import probe_recipe
 
         probes = asyncio.run(probe_recipe(_recipe(recipe, model, api_base, api_key)))
         if as_json:
@@ -83,7 +83,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         max_tokens: int = typer.Option(96, "--max-tokens", min=1, help="Completion length asked for."),
     ) -> None:
         """Tokens/s, time to first token (streamed) and the framework's time as a share of the model's (JSON)."""
-        from runs.bench.model import ModelBenchSettings, run_model_bench
+        from atelier.runs.bench.model import ModelBenchSettings, run_model_bench
 
         settings = _recipe(recipe, model or (None if recipe else "local/smollm2"), api_base, api_key).role_models()
         chosen = settings.get(role) or settings["system"]

@@ -20,12 +20,12 @@ def check(
 ) -> None:
     """Validate FILE against the registered benchmarks, pipelines, memory backends, judges and web providers
     (including their API keys), and check that the benchmark's cases carry what each judge needs."""
-    from agents.judges.base import check_judge_fit, create_judge
-    from benchmarks.registry import get_benchmark
-    from graphs.context import check_hidden_facets
-    from graphs.pipelines import check_systems_available
-    from runs.recipe import load_recipe
-    from tools.web import check_web_config
+    from atelier.agents.judges.base import check_judge_fit, create_judge
+    from atelier.benchmarks.registry import get_benchmark
+    from atelier.graphs.context import check_hidden_facets
+    from atelier.graphs.pipelines import check_systems_available
+    from atelier.runs.recipe import load_recipe
+    from atelier.tools.web import check_web_config
 
     recipe = load_recipe(path)
     recipe.check_roles_named()
@@ -42,7 +42,7 @@ def check(
     if preflight:
         import asyncio
 
-        from runs.preflight import preflight as run_preflight
+        from atelier.runs.preflight import preflight as run_preflight
 
         passed = asyncio.run(run_preflight(recipe, cases))
         typer.echo(f"preflight ok ({passed.seconds:.1f} s, {len(passed.calls)} probe calls)", err=True)
@@ -67,9 +67,9 @@ def cost(
     from rich.console import Console
     from rich.table import Table
 
-    from runs.cli._common import print_json
-    from runs.cost import forecast, format_usd
-    from runs.recipe import load_recipe
+    from atelier.runs.cli._common import print_json
+    from atelier.runs.cost import forecast, format_usd
+    from atelier.runs.recipe import load_recipe
 
     recipe = load_recipe(path).with_overrides(model=model, api_base=api_base, limit=limit)
     recipe.check_roles_named()

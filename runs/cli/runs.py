@@ -6,13 +6,13 @@ from pathlib import Path
 
 import typer
 
-from runs.cli.run import ExecutorName
+from atelier.runs.cli.run import ExecutorName
 
 
 def report(run_dir: Path = typer.Argument(..., help="A run folder (runs/out/<run_id>).")) -> None:
     """Write RUN_DIR's summary.json and report.html again from its results and ledger; print the report's path."""
-    from runs.folder_lock import RunFolderLock
-    from runs.runner import RunFolder, finish_run, load_run_config
+    from atelier.runs.folder_lock import RunFolderLock
+    from atelier.runs.runner import RunFolder, finish_run, load_run_config
 
     folder = RunFolder(run_dir)
     config = load_run_config(run_dir)
@@ -38,7 +38,7 @@ def compare(
     """One table across runs: systems x judges with 95% CIs; paired tests on the cases runs share."""
     from rich.console import Console
 
-    from runs.compare import compare_runs, print_comparison, write_comparison_html
+    from atelier.runs.compare import compare_runs, print_comparison, write_comparison_html
 
     comparison = compare_runs(run_dirs, baseline=baseline)
     print_comparison(comparison, Console())
@@ -66,7 +66,7 @@ def trace(
     prompt, response, tokens and latency. Keys: n/→/space next, p/← previous, g first, G last, q quit."""
     import sys
 
-    from runs.trace import load_trace, step_through
+    from atelier.runs.trace import load_trace, step_through
 
     steps = load_trace(run_dir, case_id, system, epoch)
     if interactive is None:
@@ -98,8 +98,8 @@ def bench_runner(
 ) -> None:
     """Runner efficiency against the ideal wall time, framework ms per LLM call, peak RSS and checkpoint
     bytes per episode (JSON); with --rpm, how well the run keeps a provider's rate limit busy."""
-    from runs.bench.runner import RunnerBenchSettings, run_runner_benchmark
-    from runs.cli._common import machine_facts, print_json
+    from atelier.runs.bench.runner import RunnerBenchSettings, run_runner_benchmark
+    from atelier.runs.cli._common import machine_facts, print_json
 
     settings = RunnerBenchSettings(
         cases=cases,

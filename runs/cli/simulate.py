@@ -21,8 +21,8 @@ from typing import Any
 
 import typer
 
-from benchmarks.common.errors import ConfigError
-from runs.cli._common import print_json
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.runs.cli._common import print_json
 
 
 def _settings(
@@ -33,7 +33,7 @@ def _settings(
     seed: int,
     max_retries: int | None = None,
 ):
-    from agents.models.settings import ModelSettings
+    from atelier.agents.models.settings import ModelSettings
 
     values: dict[str, Any] = {
         "model": model,
@@ -63,8 +63,8 @@ def recipe_roles(path: Path) -> dict:
 
     from pydantic import ValidationError
 
-    from agents.models.settings import ModelSettings
-    from runs.recipe import KNOWN_ROLES
+    from atelier.agents.models.settings import ModelSettings
+    from atelier.runs.recipe import KNOWN_ROLES
 
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -107,7 +107,7 @@ def history_models(
     (the writer, and the checker unless `--checker-model` or the recipe names one), `--max-tokens`,
     `--api-base`, `--api-key-env`, `--max-retries` (both roles), `--temperature` (the writer) and
     `--seed` (both: part of what decides the answers)."""
-    from agents.models.settings import ModelSettings
+    from atelier.agents.models.settings import ModelSettings
 
     roles = recipe_roles(recipe) if recipe else {}
     writer = roles.get("history_writer") or roles.get("user_sim") or ModelSettings()
@@ -203,10 +203,10 @@ def history(
     """Synthesize users' implicit histories under PDR-Bench's annotation protocol; print the manifest's figures."""
     from pydantic import ValidationError
 
-    from agents.user_sim import HistoryOptions
-    from agents.user_sim.history import WritingEffort
-    from agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED
-    from runs.simulate_history import HistoryJob, choose_users, pdr_personas, run_history_job
+    from atelier.agents.user_sim import HistoryOptions
+    from atelier.agents.user_sim.history import WritingEffort
+    from atelier.agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED
+    from atelier.runs.simulate_history import HistoryJob, choose_users, pdr_personas, run_history_job
 
     try:
         options = HistoryOptions(
@@ -293,8 +293,8 @@ def check(
     overall) and, with --reversibility, the reversibility gate; exit 3 on a violation."""
     import asyncio
 
-    from agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED
-    from runs.simulate_history import check_contexts
+    from atelier.agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED
+    from atelier.runs.simulate_history import check_contexts
 
     checker = None
     if reversibility:
@@ -327,8 +327,8 @@ def feedback(
     """Rate a run's responses as their users would (BESPOKE's four criteria, 1-5 + feedback) into R-J pairs."""
     import asyncio
 
-    from runs.outcome import EXIT_FAILURES, most_common_lines, reason_of
-    from runs.simulate_feedback import rate_run
+    from atelier.runs.outcome import EXIT_FAILURES, most_common_lines, reason_of
+    from atelier.runs.simulate_feedback import rate_run
 
     settings = _settings(model, api_base, api_key_env, None, 0) if model else None
     report = asyncio.run(rate_run(run, out, settings, concurrency=concurrency, cache=cache))
@@ -346,7 +346,7 @@ def feedback(
 def _exit_like_a_run(report: dict) -> None:
     """Counts and the most common reasons on stderr; exit 3 when a user failed, is incomplete, or
     fails a check or the gate."""
-    from runs.simulate_history import history_outcome
+    from atelier.runs.simulate_history import history_outcome
 
     code, lines = history_outcome(report)
     for line in lines:

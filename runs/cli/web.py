@@ -7,7 +7,7 @@ from enum import Enum
 
 import typer
 
-from runs.cli._common import machine_facts, print_json
+from atelier.runs.cli._common import machine_facts, print_json
 
 
 class RankerChoice(str, Enum):
@@ -30,8 +30,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         ranker: RankerChoice = typer.Option(RankerChoice.bm25, "--ranker"),
     ) -> None:
         """Serve a corpus on loopback: SearXNG JSON at /search?q=...&format=json, pages at /doc/<id>."""
-        from tools.config import SandboxConfig
-        from tools.sandbox.server import SandboxWeb
+        from atelier.tools.config import SandboxConfig
+        from atelier.tools.sandbox.server import SandboxWeb
 
         server = SandboxWeb.from_config(SandboxConfig(corpus=corpus, ranker=ranker.value, host=host, port=port))
         typer.echo(server.base_url)
@@ -45,7 +45,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         max_results: int = typer.Option(10, "-n", "--max-results"),
     ) -> None:
         """Search the sandbox web through the searxng provider; prints the results as JSON."""
-        from tools.config import SandboxConfig, WebConfig
+        from atelier.tools.config import SandboxConfig, WebConfig
 
         config = WebConfig(mode="live", sandbox=SandboxConfig(corpus=corpus, ranker=ranker.value))
         print_json([result.model_dump(mode="json") for result in asyncio.run(_search(config, query, max_results))])
@@ -56,7 +56,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         corpus: str = typer.Option("sample", "--corpus", help=CORPUS_HELP),
     ) -> None:
         """Fetch one page of the sandbox web by its citable URL; prints the extracted page as JSON."""
-        from tools.config import SandboxConfig, WebConfig
+        from atelier.tools.config import SandboxConfig, WebConfig
 
         config = WebConfig(mode="live", sandbox=SandboxConfig(corpus=corpus))
         print_json(asyncio.run(_fetch(config, url)).model_dump(mode="json"))
@@ -71,7 +71,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed"),
     ) -> None:
         """Search latency p50/p95 and fetch+extract pages/s on the sandbox web (JSON)."""
-        from runs.bench.web import WebBenchmarkSettings, run_web_benchmark
+        from atelier.runs.bench.web import WebBenchmarkSettings, run_web_benchmark
 
         settings = WebBenchmarkSettings(
             corpus=corpus, ranker=ranker.value, queries=queries, pages=pages, concurrency=concurrency, seed=seed
@@ -80,14 +80,14 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
 
 async def _search(config, query: str, max_results: int):
-    from tools.web import build_web
+    from atelier.tools.web import build_web
 
     async with build_web(config) as web:
         return await web.search(query, max_results)
 
 
 async def _fetch(config, url: str):
-    from tools.web import build_web
+    from atelier.tools.web import build_web
 
     async with build_web(config) as web:
         return await web.fetch(url)

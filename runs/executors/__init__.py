@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from runs.executors.base import Episode, EpisodeFn, Executor
-from runs.executors.local import LocalExecutor
+from atelier.runs.executors.base import Episode, EpisodeFn, Executor
+from atelier.runs.executors.local import LocalExecutor
 
 __all__ = ["Episode", "EpisodeFn", "Executor", "open_executor"]
 
@@ -22,7 +22,7 @@ async def open_executor(
     if recipe.run.executor == "local":
         executor: Executor = LocalExecutor(episode_fn, graph)
     else:
-        from runs.executors.ray import RayExecutor, forwarded_env
+        from atelier.runs.executors.ray import RayExecutor, forwarded_env
 
         key_envs = [s.api_key_env for s in recipe.role_models().values()]
         key_envs += [s.api_key_env for system in recipe.systems for s in system.models.values()]
@@ -46,8 +46,8 @@ async def open_executor(
 
 def web_key_envs(web) -> list[str]:
     """The variables the web's search provider and page reader read their API keys from."""
-    from tools.readers.registry import reader_config
-    from tools.search.registry import provider_config
+    from atelier.tools.readers.registry import reader_config
+    from atelier.tools.search.registry import provider_config
 
     options = (provider_config(web.provider, web.provider_options), reader_config(web.reader, web.reader_options))
     return [name for o in options if (name := getattr(type(o), "api_key_env", None))]

@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from benchmarks.case import Case
-from graphs.context import EpisodeContext, SystemSpec
-from runs.epochs import epoch_of
-from runs.results import ResultRecord, result_key
+from atelier.benchmarks.case import Case
+from atelier.graphs.context import EpisodeContext, SystemSpec
+from atelier.runs.epochs import epoch_of
+from atelier.runs.results import ResultRecord, result_key
 
 # (episode graph, case, system, context) -> the episode's record; never raises for a failed episode
 EpisodeFn = Callable[[Any, Case, SystemSpec, EpisodeContext], Awaitable[ResultRecord]]

@@ -148,7 +148,7 @@ class ClusterLimits:
 
 def _per_node(model: str) -> str:
     """A local model (`local/...`) is served by each node's own server: its bound holds per node."""
-    from agents.models.local_model import is_local
+    from atelier.agents.models.local_model import is_local
 
     if not is_local(model):
         return model

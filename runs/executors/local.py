@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from runs.executors.base import Episode, EpisodeFn
-from runs.results import ResultRecord
+from atelier.runs.executors.base import Episode, EpisodeFn
+from atelier.runs.results import ResultRecord
 
 
 class LocalExecutor:

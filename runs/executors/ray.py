@@ -38,17 +38,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.models.ledger import LedgerEntry
-from agents.models.structured_output import MODES_FILE
-from benchmarks.common.atomic_files import write_atomically, write_if_absent
-from runs.executors.base import Episode, EpisodeFn
-from runs.results import ResultRecord
+from atelier.agents.models.ledger import LedgerEntry
+from atelier.agents.models.structured_output import MODES_FILE
+from atelier.benchmarks.common.atomic_files import write_atomically, write_if_absent
+from atelier.runs.executors.base import Episode, EpisodeFn
+from atelier.runs.results import ResultRecord
 
 if TYPE_CHECKING:  # ray and langchain are imported where used
     from langchain_core.runnables import RunnableConfig
     from ray import ObjectRef
 
-    from benchmarks.case import Case
+    from atelier.benchmarks.case import Case
 
 # files the driver writes itself from what episodes return, and node-local stores that stay put
 _NOT_COPIED = ("ledger.jsonl", "web_log.jsonl", "memory")
@@ -136,13 +136,13 @@ class EpisodeWorker:
             os.environ[name] = value
         import ray
 
-        from benchmarks.common.offline import apply_offline_defaults
+        from atelier.benchmarks.common.offline import apply_offline_defaults
 
         apply_offline_defaults()  # before litellm or chromadb load
         import litellm  # noqa: F401  (seconds to import: paid while the worker starts, not by its first episode)
 
-        from agents.models.gateway import set_model_limits
-        from runs.executors.limits import ClusterLimits
+        from atelier.agents.models.gateway import set_model_limits
+        from atelier.runs.executors.limits import ClusterLimits
 
         set_model_limits(ClusterLimits(run_id))
         self._cases_known = asyncio.Lock()
@@ -162,9 +162,9 @@ class EpisodeWorker:
         self.contexts: dict[str, Any] = {}
         from langgraph.checkpoint.memory import InMemorySaver
 
-        from graphs.episode import episode_graph_for
-        from graphs.heap import settle_heap
-        from graphs.serde import serializer
+        from atelier.graphs.episode import episode_graph_for
+        from atelier.graphs.heap import settle_heap
+        from atelier.graphs.serde import serializer
 
         self.saver = InMemorySaver(serde=serializer())
         self.graph = episode_graph_for(systems, checkpointer=self.saver)  # the driver's graph, here
@@ -193,7 +193,7 @@ class EpisodeWorker:
         hands it over as is and only a new (or restarted) worker fetches them, once."""
         async with self._cases_known:
             if not self._has_cases:
-                from graphs.inputs import remember_cases
+                from atelier.graphs.inputs import remember_cases
 
                 remember_cases(self.run_id, await cases[0])
                 self._has_cases = True
@@ -201,9 +201,9 @@ class EpisodeWorker:
     async def run(
         self, episode_fn: EpisodeFn, episode: Episode, checkpoints: list[Any], cases: list[Any]
     ) -> EpisodeOutput:
-        from agents.models.ledger import capture_calls
-        from benchmarks.common.redaction import Redactor, redacting
-        from tools.web import capture_web_log
+        from atelier.agents.models.ledger import capture_calls
+        from atelier.benchmarks.common.redaction import Redactor, redacting
+        from atelier.tools.web import capture_web_log
 
         if self._cpu_at_first is None:
             self._cpu_at_first = time.process_time()
@@ -232,8 +232,8 @@ class EpisodeWorker:
         worker's process used: CPU seconds from its first episode on, peak RSS."""
         import resource
 
-        from graphs.inputs import forget_cases
-        from graphs.resources import release
+        from atelier.graphs.inputs import forget_cases
+        from atelier.graphs.resources import release
 
         for context in self.contexts.values():
             await release(context)
@@ -307,7 +307,7 @@ class RayExecutor:
     # ------------------------------------------------------------------ start and stop
 
     async def start(self) -> RayExecutor:
-        from benchmarks.common.errors import ConfigError
+        from atelier.benchmarks.common.errors import ConfigError
 
         address = self.settings.address or os.environ.get("RAY_ADDRESS")
         if address is None and "ray" not in sys.modules:
@@ -328,7 +328,7 @@ class RayExecutor:
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise ConfigError(f"[run.ray] address {address!r}: cannot connect to a Ray cluster: {exc}") from None
             self._connected_here = True
-        from runs.executors.limits import start_limits_actor
+        from atelier.runs.executors.limits import start_limits_actor
 
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         self.address = address or ray.get_runtime_context().gcs_address
@@ -346,7 +346,7 @@ class RayExecutor:
             max_task_retries=-1,
             scheduling_strategy="SPREAD",
         )
-        from graphs.inputs import remembered_cases
+        from atelier.graphs.inputs import remembered_cases
 
         scratch = self.settings.scratch_dir
         # once in the object store for every worker, held until the run ends: a worker Ray restarts after
@@ -476,8 +476,8 @@ class RayExecutor:
 
     async def _deliver(self, episode: Episode, output: EpisodeOutput) -> None:
         """Write what the episode produced into the run folder: ledger, web log, files, checkpoints."""
-        from benchmarks.common.redaction import active_redactor
-        from graphs.resources import resources_for
+        from atelier.benchmarks.common.redaction import active_redactor
+        from atelier.graphs.resources import resources_for
 
         if output.calls:
             resources_for(episode.context).gateway.ledger.append(output.calls)

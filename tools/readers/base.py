@@ -13,10 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from tools.errors import FetchFailed
-from tools.http import GuardedHttp, HttpResponse
-from tools.page import Page
-from tools.service import WebService
+from atelier.tools.errors import FetchFailed
+from atelier.tools.http import GuardedHttp, HttpResponse
+from atelier.tools.page import Page
+from atelier.tools.service import WebService
 
 
 class ReaderOptions(BaseModel):

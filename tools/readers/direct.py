@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 from pydantic import Field
 
-from tools.extract import parse_content_type
-from tools.extraction_pool import default_workers, extract_text_async
-from tools.http import HttpResponse
-from tools.page import Page
-from tools.readers.base import PageReader, ReaderOptions, require_success
-from tools.readers.registry import register_reader
+from atelier.tools.extract import parse_content_type
+from atelier.tools.extraction_pool import default_workers, extract_text_async
+from atelier.tools.http import HttpResponse
+from atelier.tools.page import Page
+from atelier.tools.readers.base import PageReader, ReaderOptions, require_success
+from atelier.tools.readers.registry import register_reader
 
 ACCEPT = "text/html,application/xhtml+xml;q=0.9,text/plain;q=0.8,text/markdown;q=0.8"
 

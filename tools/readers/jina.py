@@ -12,12 +12,12 @@ from typing import ClassVar, Literal
 
 import httpx
 
-from tools.api_keys import KeyedServiceConfig
-from tools.errors import FetchFailed
-from tools.http import HttpResponse
-from tools.page import Page
-from tools.readers.base import PageReader, require_success
-from tools.readers.registry import register_reader
+from atelier.tools.api_keys import KeyedServiceConfig
+from atelier.tools.errors import FetchFailed
+from atelier.tools.http import HttpResponse
+from atelier.tools.page import Page
+from atelier.tools.readers.base import PageReader, require_success
+from atelier.tools.readers.registry import register_reader
 
 
 class JinaOptions(KeyedServiceConfig):

@@ -6,12 +6,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from benchmarks.common.named_registry import NamedRegistry
-from tools.readers.base import PageReader
-from tools.service import service_class, service_options
+from atelier.benchmarks.common.named_registry import NamedRegistry
+from atelier.tools.readers.base import PageReader
+from atelier.tools.service import service_class, service_options
 
 READERS: NamedRegistry[type[PageReader]] = NamedRegistry(
-    "page reader", modules=("tools.readers.direct", "tools.readers.jina")
+    "page reader", modules=("atelier.tools.readers.direct", "atelier.tools.readers.jina")
 )
 FIELD = "[web] reader"
 

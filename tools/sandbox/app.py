@@ -21,9 +21,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from tools.sandbox.corpus import Corpus, Document
-from tools.sandbox.ranking import Ranker
-from tools.sandbox.urls import DOC_PATH, HEALTH_PATH, MIRROR_PATH, SEARCH_PATH, doc_url
+from atelier.tools.sandbox.corpus import Corpus, Document
+from atelier.tools.sandbox.ranking import Ranker
+from atelier.tools.sandbox.urls import DOC_PATH, HEALTH_PATH, MIRROR_PATH, SEARCH_PATH, doc_url
 
 SITE_NAME = "Atelier Sandbox Web"
 ENGINE = "atelier-sandbox"
@@ -46,7 +46,7 @@ class SandboxSite:
         self.corpus = corpus
         self.ranker = ranker
         self._templates = jinja2.Environment(
-            loader=jinja2.PackageLoader("tools.sandbox", "templates"), autoescape=jinja2.select_autoescape()
+            loader=jinja2.PackageLoader("atelier.tools.sandbox", "templates"), autoescape=jinja2.select_autoescape()
         )
         self._by_topic: dict[str, list[int]] = defaultdict(list)
         for index, document in enumerate(corpus.documents):

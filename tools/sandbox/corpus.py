@@ -23,12 +23,12 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from benchmarks.common.errors import ConfigError, DataError
-from benchmarks.data_files import resolve
-from benchmarks.loaders._records import RawRecord, read_jsonl
-from tools.urls import canonical_url
+from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.benchmarks.data_files import resolve
+from atelier.benchmarks.loaders._records import RawRecord, read_jsonl
+from atelier.tools.urls import canonical_url
 
-SAMPLE_PAGES = Path(str(files("benchmarks.sample") / "pages.jsonl"))
+SAMPLE_PAGES = Path(str(files("atelier.benchmarks.sample") / "pages.jsonl"))
 BUILTIN_CORPORA = ("sample", "wiki")
 _WIKI_URL_SAFE = "()_,'!:;@$*-.~/"
 
@@ -138,7 +138,7 @@ def read_jsonl_documents(path: Path, corpus_name: str) -> list[Document]:
 
 
 def read_html_document(path: Path, root: Path, corpus_name: str) -> Document:
-    from tools.extract import decode_body, extract_html
+    from atelier.tools.extract import decode_body, extract_html
 
     html, _ = decode_body(path.read_bytes(), None)
     doc_id = path.relative_to(root).with_suffix("").as_posix()
@@ -158,7 +158,7 @@ def read_html_document(path: Path, root: Path, corpus_name: str) -> Document:
 
 
 def wiki_documents() -> list[Document]:
-    from benchmarks.loaders._wiki_summaries import RELPATH, read_summaries
+    from atelier.benchmarks.loaders._wiki_summaries import RELPATH, read_summaries
 
     return [
         Document(
@@ -174,7 +174,7 @@ def wiki_documents() -> list[Document]:
 
 
 def sample_documents() -> list[Document]:
-    from benchmarks.loaders.sample import sample_pages
+    from atelier.benchmarks.loaders.sample import sample_pages
 
     return [Document(**page.model_dump(include=set(Document.model_fields))) for page in sample_pages()]
 

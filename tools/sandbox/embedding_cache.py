@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.models.embeddings import Embedder
-from benchmarks.common.atomic_files import atomic_writer
-from benchmarks.data_files import cache_dir
-from tools.sandbox.corpus import Corpus, Document
+from atelier.agents.models.embeddings import Embedder
+from atelier.benchmarks.common.atomic_files import atomic_writer
+from atelier.benchmarks.data_files import cache_dir
+from atelier.tools.sandbox.corpus import Corpus, Document
 
 MAX_CHARS = 1500  # MiniLM reads 256 word pieces; longer text is wasted work
 

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from tools.sandbox.corpus import Corpus, Document
+from atelier.tools.sandbox.corpus import Corpus, Document
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,8 @@ class DenseRanker:
     name = "dense"
 
     def __init__(self, corpus: Corpus, embedder_name: str = "local") -> None:
-        from agents.models.embeddings import get_embedder
-        from tools.sandbox.embedding_cache import corpus_embeddings
+        from atelier.agents.models.embeddings import get_embedder
+        from atelier.tools.sandbox.embedding_cache import corpus_embeddings
 
         self._embedder = get_embedder(embedder_name)
         self._matrix = corpus_embeddings(corpus, self._embedder)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from tools.asgi_server import AsgiServer
-from tools.config import SandboxConfig
-from tools.sandbox.app import create_app
-from tools.sandbox.corpus import Corpus, load_corpus
-from tools.sandbox.ranking import Ranker, build_ranker
+from atelier.tools.asgi_server import AsgiServer
+from atelier.tools.config import SandboxConfig
+from atelier.tools.sandbox.app import create_app
+from atelier.tools.sandbox.corpus import Corpus, load_corpus
+from atelier.tools.sandbox.ranking import Ranker, build_ranker
 
 
 class SandboxWeb(AsgiServer):

@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.errors import SearchFailed
-from tools.http import GuardedHttp, HttpResponse
-from tools.service import WebService
+from atelier.tools.errors import SearchFailed
+from atelier.tools.http import GuardedHttp, HttpResponse
+from atelier.tools.service import WebService
 
 
 class SearchResult(BaseModel):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from tools.api_keys import KeyedServiceConfig
-from tools.search.base import SearchProvider, SearchResult
-from tools.search.registry import register_provider
+from atelier.tools.api_keys import KeyedServiceConfig
+from atelier.tools.search.base import SearchProvider, SearchResult
+from atelier.tools.search.registry import register_provider
 
 
 class BraveOptions(KeyedServiceConfig):

@@ -6,13 +6,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from benchmarks.common.named_registry import NamedRegistry
-from tools.search.base import SearchProvider
-from tools.service import service_class, service_options
+from atelier.benchmarks.common.named_registry import NamedRegistry
+from atelier.tools.search.base import SearchProvider
+from atelier.tools.service import service_class, service_options
 
 PROVIDERS: NamedRegistry[type[SearchProvider]] = NamedRegistry(
     "search provider",
-    modules=("tools.search.searxng", "tools.search.tavily", "tools.search.serper", "tools.search.brave"),
+    modules=(
+        "atelier.tools.search.searxng",
+        "atelier.tools.search.tavily",
+        "atelier.tools.search.serper",
+        "atelier.tools.search.brave",
+    ),
 )
 FIELD = "[web] provider"
 

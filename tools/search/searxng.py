@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import Field
 
-from tools.errors import SearchFailed
-from tools.search.base import ProviderOptions, SearchProvider, SearchResult
-from tools.search.registry import register_provider
+from atelier.tools.errors import SearchFailed
+from atelier.tools.search.base import ProviderOptions, SearchProvider, SearchResult
+from atelier.tools.search.registry import register_provider
 
 
 class SearxngOptions(ProviderOptions):

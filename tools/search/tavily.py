@@ -6,9 +6,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from tools.api_keys import KeyedServiceConfig
-from tools.search.base import SearchProvider, SearchResult
-from tools.search.registry import register_provider
+from atelier.tools.api_keys import KeyedServiceConfig
+from atelier.tools.search.base import SearchProvider, SearchResult
+from atelier.tools.search.registry import register_provider
 
 
 class TavilyOptions(KeyedServiceConfig):
