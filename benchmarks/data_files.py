@@ -107,25 +107,6 @@ def locate(relpath: str) -> tuple[Path, str] | None:
     return None
 
 
-def resolve(relpath: str) -> Path:
-    """The local path of a data file, looking in the data dir, then the cache, then downloading.
-
-    Downloading (`benchmarks.download`) checks the registered sha256 before the file is used.
-    """
-    found = locate(relpath)
-    if found is not None:
-        return found[0]
-    entry = registered_file(relpath)
-    root = data_dir()
-    cached = cached_path(relpath)
-    if entry is None or entry.url is None:
-        where = f"{ENV_DATA_DIR}={root}" if root else f"{ENV_DATA_DIR} (unset)"
-        raise DataError(f"data file not found in {where} or {cached.parent}, and it has no upstream URL", file=relpath)
-    from atelier.benchmarks.download import fetch_checked
-
-    return fetch_checked(entry, cached)
-
-
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:

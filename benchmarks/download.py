@@ -15,9 +15,34 @@ from pathlib import Path
 import httpx
 
 from atelier.benchmarks.common.errors import DataError
-from atelier.benchmarks.data_files import DataFile, sha256_file
+from atelier.benchmarks.data_files import (
+    ENV_DATA_DIR,
+    DataFile,
+    cached_path,
+    data_dir,
+    locate,
+    registered_file,
+    sha256_file,
+)
 
 _CHUNK = 1 << 20
+
+
+def resolve(relpath: str) -> Path:
+    """The local path of a data file, looking in the data dir, then the cache, then downloading.
+
+    Downloading (`fetch_checked`) checks the registered sha256 before the file is used.
+    """
+    found = locate(relpath)
+    if found is not None:
+        return found[0]
+    entry = registered_file(relpath)
+    root = data_dir()
+    cached = cached_path(relpath)
+    if entry is None or entry.url is None:
+        where = f"{ENV_DATA_DIR}={root}" if root else f"{ENV_DATA_DIR} (unset)"
+        raise DataError(f"data file not found in {where} or {cached.parent}, and it has no upstream URL", file=relpath)
+    return fetch_checked(entry, cached)
 
 
 def fetch_checked(entry: DataFile, dest: Path, *, timeout: float = 60.0) -> Path:

@@ -36,7 +36,7 @@ from atelier.graphs.external.agents import session_env
 from atelier.graphs.external.endpoint import AgentEndpoint
 from atelier.graphs.external.options import ExternalOptions
 from atelier.graphs.pipelines import check_systems_available
-from atelier.runs.recipe import parse_recipe
+from atelier.runs.folder.recipe import parse_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = "bypass"  # the runner below, found by the agent server on PYTHONPATH

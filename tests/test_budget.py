@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from atelier.runs.cost import Budget
+from atelier.runs.execution.cost import Budget
 from tests.openai_stub import OpenAIStub
 from tests.test_cli_errors import atelier, one_error_line
 

@@ -316,7 +316,7 @@ def test_a_nan_latency_is_refused_where_it_is_read_not_copied_into_a_rescore(tmp
 
 
 def test_an_unexpected_error_is_one_line_pointing_at_its_traceback(tmp_path, capsys, monkeypatch, cache_dir):
-    from atelier.runs import recipe as recipe_module
+    from atelier.runs.folder import recipe as recipe_module
 
     def broken(path):
         raise KeyError("a bug in the recipe loader")

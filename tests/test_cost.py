@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from atelier.runs.cost import forecast
-from atelier.runs.recipe import load_recipe, parse_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.cost import forecast
+from atelier.runs.execution.runner import dry_run_ledger, run_recipe
+from atelier.runs.folder.recipe import load_recipe, parse_recipe
 from tests.openai_stub import OpenAIStub
 from tests.test_cli_errors import atelier
 
@@ -76,7 +76,7 @@ def test_a_stub_run_of_realistic_answers_falls_inside_the_forecast(tmp_path, cac
         data["benchmark"]["limit"] = 3
         data["run"]["out_dir"] = str(tmp_path / "out")
         recipe = parse_recipe(data)
-        predicted = forecast(recipe, sample=2)
+        predicted = forecast(recipe, run=dry_run_ledger, sample=2)
         folder = run_recipe(recipe, tmp_path / "run", progress=False)
     ledger = [json.loads(line) for line in folder.ledger.read_text().splitlines()]
     spent = {}

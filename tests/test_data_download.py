@@ -117,13 +117,13 @@ def test_http_error_and_missing_url_are_data_errors(server, tmp_path):
 
 
 def test_resolve_downloads_into_the_cache_when_the_data_dir_lacks_the_file(server, tmp_path, monkeypatch):
-    from atelier.benchmarks import data_files
+    from atelier.benchmarks import data_files, download
 
     monkeypatch.setenv(data_files.ENV_DATA_DIR, str(tmp_path / "empty"))
     monkeypatch.setenv(data_files.ENV_CACHE_DIR, str(tmp_path / "cache"))
     entry = DataFile(relpath="test_only/tasks.jsonl", url=f"{server}/tasks.jsonl", sha256=sha(PLAIN), dataset="test")
     monkeypatch.setitem(data_files._FILES, entry.relpath, entry)
-    path = data_files.resolve(entry.relpath)
+    path = download.resolve(entry.relpath)
     assert path == tmp_path / "cache" / "data" / "test_only" / "tasks.jsonl"
     assert path.read_bytes() == PLAIN
     assert data_files.locate(entry.relpath) == (path, "cache")

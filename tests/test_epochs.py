@@ -17,12 +17,13 @@ from atelier.agents.models.settings import ModelSettings
 from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.benchmarks.metrics.statistics import epoch_spread
 from atelier.graphs.context import EpisodeContext, SystemSpec
-from atelier.runs.epochs import epoch_context, epoch_of
-from atelier.runs.preflight import epoch_problems
-from atelier.runs.recipe import load_recipe, parse_recipe
-from atelier.runs.results import ResultRecord, ResultsFile, result_key
-from atelier.runs.runner import expected_keys, run_recipe
-from atelier.runs.summary import epoch_means, summarize
+from atelier.runs.execution.preflight import epoch_problems
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.epochs import epoch_context, epoch_of
+from atelier.runs.folder.layout import expected_keys
+from atelier.runs.folder.recipe import load_recipe, parse_recipe
+from atelier.runs.folder.results import ResultRecord, ResultsFile, result_key
+from atelier.runs.reading.summary import epoch_means, summarize
 from tests.test_cli_errors import atelier
 from tests.test_run_signals import SLOW_MODEL, lines, start, wait_for_results
 
@@ -117,8 +118,8 @@ def test_a_comparative_judge_pairs_responses_epoch_by_epoch(tmp_path, cache_dir)
     for record in compared:  # judged once per epoch, against the baseline's response of that epoch
         pairwise = [j for j in record["judgments"] if j["judge"] == "lampqa_pairwise"]
         assert len(pairwise) == 1 and not pairwise[0].get("failed"), record["key"]
-    from atelier.runs.judging import comparisons_due
-    from atelier.runs.results import ResultRecord
+    from atelier.runs.execution.judging import comparisons_due
+    from atelier.runs.folder.results import ResultRecord
 
     loaded = {k: ResultRecord.model_validate(v) for k, v in records.items()}
     baseline_e2 = next(r for r in loaded.values() if r.system == "direct-none" and r.epoch == 2)
@@ -304,8 +305,8 @@ def test_each_epoch_has_its_own_trace_ledger_calls_and_view_page(tmp_path, cache
     import lxml.html
 
     from atelier.agents.models.ledger import read_ledger
-    from atelier.runs.trace import load_trace
-    from atelier.runs.view import write_static
+    from atelier.runs.reading.trace import load_trace
+    from atelier.runs.reading.view import write_static
 
     data = load_recipe(QUICKSTART).model_dump(mode="python")
     data["benchmark"]["limit"] = 1
@@ -362,7 +363,7 @@ def test_trace_names_a_missing_epoch_in_one_line(tmp_path, cache_dir):
 
 
 def test_paired_comparisons_take_each_case_once_as_its_mean_over_epochs():
-    from atelier.runs.comparisons import scores_by_case, versus_baseline
+    from atelier.runs.reading.comparisons import scores_by_case, versus_baseline
 
     records = [
         record("q1", "a", 1, 0.2),

@@ -11,9 +11,9 @@ import pytest
 
 from atelier.agents.models.ledger import Ledger, call_tags, capture_calls
 from atelier.benchmarks.common.errors import ConfigError
-from atelier.runs.executors.limits import ModelLimitsActor
-from atelier.runs.executors.ray import _NewFiles, forwarded_env
-from atelier.runs.recipe import parse_recipe
+from atelier.runs.execution.executors.limits import ModelLimitsActor
+from atelier.runs.execution.executors.ray import _NewFiles, forwarded_env
+from atelier.runs.folder.recipe import parse_recipe
 
 
 def recipe(**run):
@@ -151,7 +151,7 @@ async def test_ledger_capture_collects_an_episodes_calls_tasks_included(tmp_path
 def test_workers_structured_modes_merge_into_the_run_folder_latest_first(tmp_path):
     import json
 
-    from atelier.runs.executors.ray import _merge_modes
+    from atelier.runs.execution.executors.ray import _merge_modes
 
     path = tmp_path / "structured_modes.json"
     _merge_modes(path, json.dumps({"a@x": {"mode": "json_schema", "learned_at": "2026-01-01T00:00:02+00:00"}}).encode())

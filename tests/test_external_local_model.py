@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from atelier.agents.models.local_model import SERVERS
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import parse_recipe
 from tests.test_local_model import local_model_installed  # noqa: F401 (autouse: skips, or fails in CI, without the extra)
 
 pytest.importorskip("open_deep_research")

@@ -20,8 +20,9 @@ from atelier.benchmarks.common.errors import ConfigError
 from atelier.graphs.external import launcher
 from atelier.graphs.sources import SourceStore
 from atelier.runs.bench.graph import compare_graphs
-from atelier.runs.recipe import load_recipe, parse_recipe
-from atelier.runs.runner import RunFolder, run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.layout import RunFolder
+from atelier.runs.folder.recipe import load_recipe, parse_recipe
 
 pytest.importorskip("open_deep_research")
 pytest.importorskip("gpt_researcher")

@@ -13,8 +13,8 @@ from atelier.agents.models.ledger import current_tags
 from atelier.benchmarks.case import ViewAblation, facet_matches
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.registry import load_cases
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import parse_recipe
 
 DIET = "Preferences and Interests > Lifestyle Preferences > Diet"
 
@@ -110,7 +110,7 @@ def test_the_hidden_system_never_sees_the_facet_or_its_items(tmp_path, cache_dir
 def test_the_simulated_users_recipe_is_valid_and_its_ablations_match():
     from atelier.agents.judges.base import check_judge_fit, create_judge
     from atelier.graphs.context import check_hidden_facets
-    from atelier.runs.recipe import load_recipe
+    from atelier.runs.folder.recipe import load_recipe
 
     recipe = load_recipe("runs/recipes/simulated_users.toml")
     cases = recipe.cases()

@@ -8,7 +8,7 @@ import weakref
 
 from atelier.agents.models.gateway import Gateway
 from atelier.graphs.heap import settled_heap
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
 from tests.test_runner import recipe
 
 

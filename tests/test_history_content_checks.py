@@ -26,7 +26,7 @@ from atelier.benchmarks.loaders.pdr import (
     ContextSearch,
     read_language,
 )
-from atelier.runs.simulate_history import history_outcome
+from atelier.runs.studies.simulate_history import history_outcome
 from tests.test_cli_e2e import atelier, env  # noqa: F401 (env: the CLI tests' fixture)
 
 NOTE = "Spent the evening at the Suzhou library going through my algorithms homework before the Friday deadline."

@@ -17,10 +17,10 @@ from atelier.benchmarks.common.degradation import Degradation, counts_by_kind, d
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.memory.budget import pack
 from atelier.runs.cli import app
-from atelier.runs.outcome import EXIT_FAILURES, EXIT_OK, outcome_of
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.results import ResultRecord, result_key
-from atelier.runs.runner import Runner, run_recipe
+from atelier.runs.execution.runner import Runner, run_recipe
+from atelier.runs.folder.recipe import parse_recipe
+from atelier.runs.folder.results import ResultRecord, result_key
+from atelier.runs.reading.outcome import EXIT_FAILURES, EXIT_OK, outcome_of
 from tests.test_cli_errors import atelier, one_error_line
 from tests.test_report import render, table
 
@@ -69,7 +69,7 @@ def test_a_degraded_episode_fails_the_exit_code_unless_its_kind_is_tolerated():
 
 
 def test_the_record_gathers_memory_system_and_judge_degradations():
-    from atelier.runs.results import ContextUsed
+    from atelier.runs.folder.results import ContextUsed
 
     cut = degradation("memory_budget_cut", "recall", count=2)
     fell = degradation("step_fallback", "plan", "one sub-topic")
@@ -274,7 +274,7 @@ def test_a_real_system_model_with_an_unset_judge_is_refused_naming_the_role(tmp_
 
 def test_a_real_model_on_every_role_from_the_command_line_is_not_refused(tmp_path):
     path = write_recipe(tmp_path, {}, models='[models.system]\nmodel = "openai/gpt-4o-mini"')
-    from atelier.runs.recipe import load_recipe
+    from atelier.runs.folder.recipe import load_recipe
 
     with pytest.raises(ConfigError, match=r"\[models\.judge\] not set"):
         load_recipe(path).check_roles_named()

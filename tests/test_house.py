@@ -11,12 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import parse_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 # runs -> graphs -> (memory, tools) -> agents -> benchmarks: a floor imports only the floors below it
 FLOORS = {"runs": 4, "graphs": 3, "memory": 2, "tools": 2, "agents": 1, "benchmarks": 0}
+# inside runs: cli -> bench -> studies -> execution -> reading -> folder (recipes/ is data)
+RUNS_FLOORS = {"cli": 5, "bench": 4, "studies": 3, "execution": 2, "reading": 1, "folder": 0}
 
 
 def imports_of(path: Path) -> list[str]:
@@ -50,11 +52,86 @@ def test_no_import_runs_back_up_a_floor(tmp_path):
     assert up_the_floors(ROOT) == []
     # the check can fail: a ground-floor module that imports the runner
     (tmp_path / "benchmarks").mkdir()
-    (tmp_path / "benchmarks" / "bad.py").write_text("from atelier.runs.runner import Runner\nimport tools.web\n")
+    (tmp_path / "benchmarks" / "bad.py").write_text(
+        "from atelier.runs.execution.runner import Runner\nimport tools.web\n"
+    )
     assert up_the_floors(tmp_path) == [
-        "benchmarks/bad.py imports atelier.runs.runner",
+        "benchmarks/bad.py imports atelier.runs.execution.runner",
         "benchmarks/bad.py imports tools.web (not under atelier.)",
     ]
+
+
+def runs_rooms_up(root: Path) -> list[str]:
+    """Imports inside runs/ that run back up its rooms' floors, and modules outside any room."""
+    wrong = []
+    for path in sorted((root / "runs").rglob("*.py")):
+        parts = path.relative_to(root / "runs").parts
+        if len(parts) == 1:
+            if parts[0] != "__init__.py":
+                wrong.append(f"runs/{parts[0]} is in no room")
+            continue
+        room = parts[0]
+        for module in imports_of(path):
+            names = module.split(".")
+            if names[:2] == ["atelier", "runs"] and len(names) > 2:
+                other = names[2]
+                if other not in RUNS_FLOORS:
+                    wrong.append(f"runs/{'/'.join(parts)} imports {module}, in no room")
+                elif other != room and RUNS_FLOORS[other] >= RUNS_FLOORS[room]:
+                    wrong.append(f"runs/{'/'.join(parts)} imports {module}")
+    return wrong
+
+
+def test_the_runs_rooms_import_only_rooms_below_them(tmp_path):
+    assert runs_rooms_up(ROOT) == []
+    # the check can fail: reading a run that imports the runner, a module outside the rooms
+    (tmp_path / "runs" / "reading").mkdir(parents=True)
+    (tmp_path / "runs" / "reading" / "bad.py").write_text("from atelier.runs.execution.runner import Runner\n")
+    (tmp_path / "runs" / "loose.py").write_text("")
+    assert runs_rooms_up(tmp_path) == [
+        "runs/loose.py is in no room",
+        "runs/reading/bad.py imports atelier.runs.execution.runner",
+    ]
+
+
+def import_circles(root: Path) -> list[list[str]]:
+    """Strongly connected components of the module import graph (every import, also one inside a
+    function: a circle through a deferred import is still a circle)."""
+    modules: dict[str, Path] = {}
+    for room in FLOORS:
+        for path in (root / room).rglob("*.py"):
+            name = ".".join(("atelier", *path.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+            modules[name] = path
+
+    def known(module: str) -> str | None:
+        while module and module not in modules:
+            module = module.rpartition(".")[0]
+        return module or None
+
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            for target in filter(None, map(known, targets)):
+                if target != name and not name.startswith(target + "."):  # a module's own package is no edge
+                    edges[name].add(target)
+    import networkx
+
+    graph = networkx.DiGraph([(a, b) for a, bs in edges.items() for b in bs])
+    return sorted(sorted(c) for c in networkx.strongly_connected_components(graph) if len(c) > 1)
+
+
+def test_no_import_circle_in_the_tree(tmp_path):
+    assert import_circles(ROOT) == []
+    # the check can fail: two modules that import each other, one of them inside a function
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "a.py").write_text("from atelier.tools.b import x\n")
+    (tmp_path / "tools" / "b.py").write_text("def x():\n    from atelier.tools import a\n")
+    assert import_circles(tmp_path) == [["atelier.tools.a", "atelier.tools.b"]]
 
 
 def test_importing_every_package_changes_nothing_in_the_environment():

@@ -16,9 +16,9 @@ from atelier.agents.response import SystemResponse
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.loaders.sample import sample_pages
 from atelier.benchmarks.registry import load_cases
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.results import ResultsFile
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import parse_recipe
+from atelier.runs.folder.results import ResultsFile
 from atelier.tools.config import WebConfig
 from atelier.tools.web import build_web
 from tests.judge_doubles import HashedCitation, serving, sha256

@@ -26,9 +26,9 @@ from atelier.agents.models.local_model import SERVERS, LlamaServer, parse_local_
 from atelier.agents.models.settings import ModelSettings
 from atelier.agents.models.structured_output import MODES_FILE, ModeMemory
 from atelier.graphs.pipelines import pipeline_names
-from atelier.runs.outcome import EXIT_FAILURES, EXIT_OK
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.runner import Runner, run_recipe
+from atelier.runs.execution.runner import Runner, run_recipe
+from atelier.runs.folder.recipe import parse_recipe
+from atelier.runs.reading.outcome import EXIT_FAILURES, EXIT_OK
 from tests.test_report import render
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -33,8 +33,8 @@ from atelier.agents.user_sim import (
 from atelier.agents.user_sim.history import history_rules
 from atelier.benchmarks.loaders.pdr import context_history
 from atelier.benchmarks.registry import load_cases
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import parse_recipe
 from tests.test_local_model import INSTALLED, lines, local_model_installed  # noqa: F401 (the skip-or-fail fixture)
 
 MODEL = "local/smollm2"

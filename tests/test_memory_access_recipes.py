@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from atelier.runs.recipe import load_recipe
+from atelier.runs.folder.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "runs" / "recipes" / "memory_access.toml"

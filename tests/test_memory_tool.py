@@ -23,8 +23,8 @@ from atelier.graphs.pipelines import pipeline_options
 from atelier.graphs.rag import build_rag_graph
 from atelier.graphs.resources import release, resources_for
 from atelier.memory.base import MemoryQuery
-from atelier.runs.comparisons import _history_values, recalled_event_ids
-from atelier.runs.results import ContextUsed, ResultRecord
+from atelier.runs.folder.results import ContextUsed, ResultRecord
+from atelier.runs.reading.comparisons import _history_values, recalled_event_ids
 from atelier.tools.config import WebConfig
 
 BM25 = {"backend": "retrieval", "method": "bm25"}
@@ -314,8 +314,8 @@ def test_history_retrieval_scores_what_the_tool_recalled():
 def test_a_run_records_no_upfront_recall_with_the_tool_and_its_report_shows_the_recalls(
     tmp_path, cache_dir, monkeypatch
 ):
-    from atelier.runs.recipe import parse_recipe
-    from atelier.runs.runner import run_recipe
+    from atelier.runs.execution.runner import run_recipe
+    from atelier.runs.folder.recipe import parse_recipe
 
     original = Gateway.structured
 

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.runs.cli import judges as judges_cli
-from atelier.runs.meta_eval import SHEET_COLUMNS, read_labels, run_scores
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import parse_recipe
+from atelier.runs.studies.meta_eval import SHEET_COLUMNS, read_labels, run_scores
 
 BESPOKE = ("need_alignment", "content_depth", "tone", "explanation_style", "recall")
 
@@ -282,7 +282,7 @@ def test_a_decimal_comma_and_a_score_column_are_read(tmp_path) -> None:
 
 
 def test_text_a_spreadsheet_would_run_as_a_formula_is_guarded(tmp_path) -> None:
-    from atelier.runs.meta_eval import _escaped, _unescaped
+    from atelier.runs.studies.meta_eval import _escaped, _unescaped
 
     for text in ("=SUM(A1)", "- a bullet", "+1", "@home"):
         assert _escaped(text) == "'" + text and _unescaped(_escaped(text)) == text
@@ -290,7 +290,7 @@ def test_text_a_spreadsheet_would_run_as_a_formula_is_guarded(tmp_path) -> None:
 
 
 def test_sheet_refusals_name_what_is_wrong(run_dir, tmp_path, cli) -> None:
-    from atelier.runs.meta_eval import write_sheet
+    from atelier.runs.studies.meta_eval import write_sheet
 
     with pytest.raises(ConfigError, match=r"no judgment by 'nobody' in .* \(judges there: bespoke, pqr\)"):
         write_sheet(run_dir, tmp_path / "s.csv", judge="nobody")

@@ -14,8 +14,8 @@ from atelier.agents.models.model_probe import probe_models
 from atelier.agents.models.settings import ModelSettings
 from atelier.agents.models.structured_output import MODES_FILE, ModeMemory
 from atelier.runs.bench.model import ModelBenchSettings, run_model_bench
-from atelier.runs.model_check import probe_recipe, recipe_models
-from atelier.runs.recipe import parse_recipe
+from atelier.runs.execution.model_check import probe_recipe, recipe_models
+from atelier.runs.folder.recipe import parse_recipe
 from tests.openai_stub import OpenAIStub
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -121,7 +121,7 @@ ENV_KEY = "tvly-planted-9e8d7c6b5a4f3e2d1c0b"
 
 @pytest.mark.parametrize("flag", [["--api-key", KEY], [f"--api-key={KEY}"]])
 def test_a_crash_keeps_its_traceback_but_not_the_keys_of_its_command_line(tmp_path, capsys, monkeypatch, flag):
-    from atelier.runs import recipe as recipe_module
+    from atelier.runs.folder import recipe as recipe_module
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("ATELIER_CACHE_DIR", str(cache))
@@ -154,8 +154,8 @@ def test_whatever_a_command_writes_leaves_out_the_key_of_its_command_line(tmp_pa
     """Not only runs: any command's writers (a gateway's ledger, a simulation's files) get the keys
     its command line gives."""
     from atelier.benchmarks.common.errors import ConfigError
-    from atelier.runs import recipe as recipe_module
-    from atelier.runs.results import write_json_atomic
+    from atelier.runs.folder import recipe as recipe_module
+    from atelier.runs.folder.results import write_json_atomic
 
     def writes_then_refuses(path):
         write_json_atomic(tmp_path / "written.json", {"error": f"the provider said {KEY}"})
@@ -289,7 +289,7 @@ def test_every_documented_key_variable_of_a_web_service_is_named_like_a_key():
 
 def test_a_run_knows_every_key_its_recipe_gives_or_names(monkeypatch):
     from atelier.benchmarks.common.redaction import Redactor
-    from atelier.runs.recipe import parse_recipe
+    from atelier.runs.folder.recipe import parse_recipe
 
     monkeypatch.setenv("ATELIER_TEST_JUDGE_KEY", "judge-key-0123456789")  # named by api_key_env only
     monkeypatch.setenv("TAVILY_API_KEY", ENV_KEY)  # the web provider's documented variable
@@ -335,7 +335,7 @@ def test_a_run_knows_every_key_its_recipe_gives_or_names(monkeypatch):
 
 def test_writers_use_the_run_s_redactor_and_the_environment_s_outside_a_run(tmp_path, monkeypatch):
     from atelier.benchmarks.common.redaction import Redactor, active_redactor, redacting
-    from atelier.runs.results import write_json_atomic
+    from atelier.runs.folder.results import write_json_atomic
 
     monkeypatch.setenv("SOME_SERVICE_TOKEN", ENV_KEY)
     assert active_redactor().secrets >= {ENV_KEY}

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from atelier.runs.cli import main
-from atelier.runs.recipe import load_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import load_recipe
 from tests.test_cli_errors import DEEP, TINY
 
 FILES = ["config.json", "results.jsonl", "ledger.jsonl", "checkpoints.sqlite", "summary.json", "report.html"]

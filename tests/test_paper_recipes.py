@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from atelier.runs.recipe import load_recipe, parse_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import load_recipe, parse_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPERS = sorted((ROOT / "runs" / "recipes" / "papers").glob("*.toml"))

@@ -14,7 +14,7 @@ from atelier.benchmarks.registry import load_cases
 from atelier.memory.base import MemoryEnv, memory_query
 from atelier.memory.budget import count_tokens, pack_events, render_event
 from atelier.memory.registry import create_backend
-from atelier.runs.recipe import load_recipe
+from atelier.runs.folder.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 SIMULATED_USERS = ROOT / "runs" / "recipes" / "simulated_users.toml"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from atelier.graphs.pipelines import pipeline_names
 from atelier.memory.registry import BACKENDS
-from atelier.runs.recipe import load_recipe, parse_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import load_recipe, parse_recipe
 from tests.openai_stub import OpenAIStub
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -257,8 +257,8 @@ def test_noise_replaces_a_seeded_share_of_gold_with_other_users_unrelated_gold(t
 
 
 def test_a_case_without_gold_information_fails_that_system_with_a_clear_reason(tmp_path, cache_dir):
-    from atelier.runs.recipe import parse_recipe
-    from atelier.runs.runner import run_recipe
+    from atelier.runs.execution.runner import run_recipe
+    from atelier.runs.folder.recipe import parse_recipe
 
     recipe = parse_recipe(
         {
@@ -304,7 +304,7 @@ async def test_random_profile_answers_with_another_users_context_chosen_by_the_s
 
 
 def test_pipeline_options_are_typed_and_a_typo_is_refused_with_its_key_path():
-    from atelier.runs.recipe import parse_recipe
+    from atelier.runs.folder.recipe import parse_recipe
 
     base = {"name": "t", "benchmark": {"name": "sample"}}
 

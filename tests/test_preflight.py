@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from atelier.runs.cli import app
-from atelier.runs.preflight import PreflightError, data_problems, preflight_problems
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.preflight import PreflightError, data_problems, preflight_problems
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import parse_recipe
 from tests.openai_stub import OpenAIStub
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from atelier.runs.recipe import load_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import load_recipe
 from tests.openai_stub import OpenAIStub
 from tests.ray_cluster import DRIVER_ENV, LocalRayCluster, free_port
 
@@ -167,7 +167,7 @@ def test_max_concurrency_holds_across_the_cluster(cluster, tmp_path, cache_dir):
         data["models"]["system"] = limited
         data["models"]["judge"] = limited
         data["run"]["concurrency"] = 8
-        from atelier.runs.recipe import Recipe
+        from atelier.runs.folder.recipe import Recipe
 
         folder = run_recipe(Recipe.model_validate(data), tmp_path / "limited", progress=False).path
     results = lines(folder / "results.jsonl")
@@ -222,7 +222,7 @@ def test_a_searching_pipeline_leaves_its_web_in_the_run_folder_for_replay(cluste
     """rag with dense retrieval over the user's history (chromadb) searches and reads the sandbox
     web on the nodes; the records reach the run folder, and a local replay from that folder alone
     (no network, no sandbox) recalls the same history and gives the same answers."""
-    from atelier.runs.recipe import parse_recipe
+    from atelier.runs.folder.recipe import parse_recipe
 
     def recipe(name: str, **extra):
         return parse_recipe(
@@ -263,7 +263,7 @@ def test_resume_on_the_cluster_runs_only_what_is_missing_and_redis_serves_every_
 ):
     import redis
 
-    from atelier.runs.recipe import Recipe
+    from atelier.runs.folder.recipe import Recipe
 
     data = (
         load_recipe(QUICKSTART)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from atelier.benchmarks.common.errors import ConfigError
-from atelier.runs.recipe import load_recipe
+from atelier.runs.folder.recipe import load_recipe
 
 GOOD = """
 name = "t"

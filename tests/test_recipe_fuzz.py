@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from atelier.benchmarks.common.errors import AtelierError
-from atelier.runs.preflight import PreflightError
-from atelier.runs.recipe import load_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.preflight import PreflightError
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import load_recipe
 from atelier.tools.web import check_web_config
 
 RECIPE = """\

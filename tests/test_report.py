@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
-from atelier.runs.comparisons import adjust, detail_value, versus_paper
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import parse_recipe
+from atelier.runs.reading.comparisons import adjust, detail_value, versus_paper
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -173,7 +173,7 @@ def test_benjamini_hochberg_adjusts_p_values_together():
 
 def test_paper_metrics_read_headline_scores_or_detail_paths():
     from atelier.agents.judges.base import JudgeResult
-    from atelier.runs.results import ResultRecord
+    from atelier.runs.folder.results import ResultRecord
 
     def record(case, score, p):
         return ResultRecord(
@@ -202,7 +202,7 @@ def test_paper_metrics_read_headline_scores_or_detail_paths():
 def test_paper_metrics_for_history_retrieval_and_trade_offs():
     from atelier.agents.judges.base import JudgeResult
     from atelier.benchmarks.case import Case, Gold, Query
-    from atelier.runs.results import ContextUsed, ResultRecord
+    from atelier.runs.folder.results import ContextUsed, ResultRecord
 
     def record(case, ranking, p, d):
         return ResultRecord(
@@ -253,7 +253,7 @@ def test_paper_metrics_for_history_retrieval_and_trade_offs():
 
 
 def test_judge_figures_table_criterion_means_per_system():
-    from atelier.runs.report import judge_figures
+    from atelier.runs.reading.report import judge_figures
 
     summary = {
         "systems": {

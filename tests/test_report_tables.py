@@ -15,11 +15,12 @@ import pytest
 from typer.testing import CliRunner
 
 from atelier.runs.cli import app
-from atelier.runs.comparisons import versus_baseline
-from atelier.runs.recipe import load_recipe, parse_recipe
-from atelier.runs.report import Point, ci_text, dot_plot, paper_tables, write_report
-from atelier.runs.results import ResultsFile, result_key
-from atelier.runs.runner import RunFolder, load_run_config, run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.layout import RunFolder, load_run_config
+from atelier.runs.folder.recipe import load_recipe, parse_recipe
+from atelier.runs.folder.results import ResultsFile, result_key
+from atelier.runs.reading.comparisons import versus_baseline
+from atelier.runs.reading.report import Point, ci_text, dot_plot, paper_tables, write_report
 from tests.test_report import browser, table
 
 QUICKSTART = Path(__file__).parent.parent / "runs" / "recipes" / "quickstart.toml"
@@ -167,8 +168,8 @@ def test_one_case_says_it_has_no_ci():
 
 def test_paper_numbers_over_epochs_count_cases_each_its_mean_over_epochs():
     from atelier.agents.judges.base import JudgeResult
-    from atelier.runs.comparisons import versus_paper
-    from atelier.runs.results import ResultRecord
+    from atelier.runs.folder.results import ResultRecord
+    from atelier.runs.reading.comparisons import versus_paper
 
     def record(case: str, epoch: int, score: float) -> ResultRecord:
         return ResultRecord(
@@ -286,7 +287,7 @@ def test_forty_systems_get_a_sorted_dot_plot_a_panel_per_judge_and_no_page_wider
     assert len(groups) == 1 and len(table(doc, groups[0].get("id"))) == len(CRITERIA)  # 108 numbers, 12 rows
 
     # the measurement sees overflow where there is some: the old one-column-per-(system, judge) index
-    monkeypatch.setattr("atelier.runs.report.WIDE_INDEX", 10**6)
+    monkeypatch.setattr("atelier.runs.reading.report.WIDE_INDEX", 10**6)
     write_report(path, config=config, summary=summary, records=records)
     _, scroll, inner = measured(path, tmp_path)
     assert scroll > inner

@@ -21,9 +21,9 @@ from atelier.agents.models.settings import ROLE_FALLBACK
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.metrics.statistics import bootstrap_ci
 from atelier.runs.cli import judges as judges_cli
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.results import ResultRecord, ResultsFile
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import parse_recipe
+from atelier.runs.folder.results import ResultRecord, ResultsFile
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -407,7 +407,7 @@ def test_jsonl_lines_split_on_newlines_only(tmp_path, cli) -> None:
     ]
     labels.write_text("\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\r\n", encoding="utf-8")
     assert len(labels.read_text(encoding="utf-8").splitlines()) > 3  # what str.splitlines() would have cut
-    from atelier.runs.meta_eval import read_labels
+    from atelier.runs.studies.meta_eval import read_labels
 
     read = read_labels(labels)
     assert [lb.score for lb in read.labels] == [4, 2] and read.labels[0].feedback == "warm\u2028but\u0085long\u2029"

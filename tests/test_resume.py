@@ -9,7 +9,7 @@ from atelier.agents.models.cache import ResponseCache
 from atelier.agents.models.gateway import Gateway
 from atelier.agents.models.ledger import Ledger
 from atelier.agents.models.settings import ModelSettings
-from atelier.runs.resume import JUDGE_SIDE, SYSTEM_SIDE, check_resume
+from atelier.runs.folder.resume import JUDGE_SIDE, SYSTEM_SIDE, check_resume
 
 BASE = {
     "seed": 0,

@@ -40,7 +40,7 @@ from atelier.graphs.resources import release, resources_for, run_path
 from atelier.memory.base import MemoryEnv, MemoryQuery
 from atelier.memory.journal import JOURNAL_FILE, JournaledMemory, MemoryRebuildError, journaled
 from atelier.memory.registry import backend_names, create_backend
-from atelier.runs.recipe import parse_recipe
+from atelier.runs.folder.recipe import parse_recipe
 from tests.openai_stub import OpenAIStub
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -428,7 +428,7 @@ async def test_an_episode_the_run_shuts_down_under_is_left_unrecorded_not_failed
     from atelier.benchmarks.registry import load_cases
     from atelier.graphs.episode import episode_graph_for
     from atelier.graphs.persistence import InlineSqliteSaver, RunSerializer
-    from atelier.runs.runner import Runner
+    from atelier.runs.execution.runner import Runner
 
     (case,) = load_cases("tiny", limit=1)
     system = SystemSpec(name="direct-full", memory={"backend": "full"})
@@ -701,7 +701,7 @@ def test_kill_9_after_ingest_mid_pipeline_and_mid_judge_then_resume_changes_no_r
 
 def test_resumed_step_is_none_for_a_fresh_episode():
     """`Runner._resumed_from` on a graph with no checkpointer (a run's first attempt in tests)."""
-    from atelier.runs.runner import Runner
+    from atelier.runs.execution.runner import Runner
 
     class NoSaver:
         checkpointer = None

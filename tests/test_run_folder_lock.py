@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from atelier.runs.folder_lock import LOCK_NAME, RunFolderLock
+from atelier.runs.folder.lock import LOCK_NAME, RunFolderLock
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = """name = "lock"

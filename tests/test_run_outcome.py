@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 
 from atelier.agents.models.ledger import LedgerEntry, ledger_totals
 from atelier.runs.cli import app
-from atelier.runs.outcome import EXIT_FAILURES, EXIT_OK, outcome_of
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.results import ResultsFile
-from atelier.runs.runner import Runner, run_recipe
+from atelier.runs.execution.runner import Runner, run_recipe
+from atelier.runs.folder.recipe import parse_recipe
+from atelier.runs.folder.results import ResultsFile
+from atelier.runs.reading.outcome import EXIT_FAILURES, EXIT_OK, outcome_of
 from tests.openai_stub import OpenAIStub
 from tests.test_runner import recipe
 
@@ -124,7 +124,7 @@ def test_failed_judgments_are_counted_and_fail_the_exit_code(tmp_path, cache_dir
 
 
 def test_outcome_counts_missing_episodes_of_the_recipe_only():
-    from atelier.runs.results import ResultRecord
+    from atelier.runs.folder.results import ResultRecord
 
     def record(key, status="ok"):
         case, system = key.split("::")

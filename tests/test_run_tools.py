@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.runs.cli import app
-from atelier.runs.compare import compare_runs
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.runner import run_recipe
-from atelier.runs.trace import load_trace
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import parse_recipe
+from atelier.runs.reading.compare import compare_runs
+from atelier.runs.reading.trace import load_trace
 
 
 def recipe(tmp_path, judge_model="scripted", systems=("none", "full")):

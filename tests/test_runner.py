@@ -8,9 +8,9 @@ import json
 import pytest
 
 from atelier.agents.models.gateway import Gateway
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.results import ResultsFile
-from atelier.runs.runner import Runner, run_recipe
+from atelier.runs.execution.runner import Runner, run_recipe
+from atelier.runs.folder.recipe import parse_recipe
+from atelier.runs.folder.results import ResultsFile
 from tests.conftest import GOLD_SENTINEL
 
 

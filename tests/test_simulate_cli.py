@@ -10,8 +10,8 @@ import pytest
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.registry import load_cases
 from atelier.benchmarks.rj_pairs import with_rj_pairs
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import parse_recipe
 from tests.test_cli_e2e import atelier, env, lines  # noqa: F401 (env: the CLI tests' fixture)
 
 
@@ -173,7 +173,7 @@ def test_simulated_rj_pairs_let_the_bespoke_judge_score_a_benchmark_without_them
     import asyncio
 
     from atelier.benchmarks.common.errors import ConfigError
-    from atelier.runs.simulate_feedback import rate_run
+    from atelier.runs.studies.simulate_feedback import rate_run
 
     lampqa = {
         "name": "lampqa",

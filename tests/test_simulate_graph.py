@@ -22,8 +22,8 @@ from atelier.graphs.inputs import PipelineInput, PipelineOutput, case_view
 from atelier.graphs.pipelines import PIPELINES, PipelineSpec
 from atelier.graphs.resources import resources_for
 from atelier.graphs.simulate import transcript
-from atelier.runs.recipe import Recipe, parse_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import Recipe, parse_recipe
 from tests.conftest import GOLD_SENTINEL
 
 

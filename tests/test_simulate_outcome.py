@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from atelier.runs.outcome import EXIT_FAILURES, EXIT_OK
+from atelier.runs.reading.outcome import EXIT_FAILURES, EXIT_OK
 from tests.test_cli_e2e import atelier, env, lines  # noqa: F401 (env: the CLI tests' fixture)
 
 

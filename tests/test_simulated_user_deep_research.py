@@ -11,8 +11,8 @@ import pytest
 
 from atelier.agents.models.gateway import Gateway
 from atelier.agents.models.ledger import current_tags
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.runner import run_recipe
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import parse_recipe
 from tests.conftest import GOLD_SENTINEL
 
 SMALL = {

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.graphs.external.graph import agent_response
 from atelier.runs.cli import app
-from atelier.runs.recipe import load_recipe
+from atelier.runs.folder.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -213,7 +213,7 @@ def test_the_scripted_model_starts_working_on_a_first_tool_turn(brief):
 @pytest.mark.slow
 def test_the_shipped_external_agents_recipe_researches_on_the_scripted_model(tmp_path):
     pytest.importorskip("open_deep_research")
-    from atelier.runs.runner import run_recipe
+    from atelier.runs.execution.runner import run_recipe
 
     recipe = load_recipe(ROOT / "runs" / "recipes" / "external_agents.toml").with_overrides(
         limit=1, out_dir=str(tmp_path / "out"), systems=["open_deep_research-none", "open_deep_research-full"]

@@ -7,9 +7,9 @@ import itertools
 import random
 
 from atelier.agents.judges.base import JudgeResult
-from atelier.runs.results import ResultRecord
-from atelier.runs.summary import summarize
-from atelier.runs.usage import system_usage
+from atelier.runs.folder.results import ResultRecord
+from atelier.runs.reading.summary import summarize
+from atelier.runs.reading.usage import system_usage
 
 
 def _record(i: int, latency: float) -> ResultRecord:

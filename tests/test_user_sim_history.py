@@ -214,7 +214,7 @@ async def test_reversibility_of_an_empty_history_is_zero_without_a_call(user1):
 
 
 def test_the_same_seed_gives_the_same_history_from_the_cache_and_another_seed_another(tmp_path, cache_dir):
-    from atelier.runs.simulate_history import HistoryJob, run_history_job
+    from atelier.runs.studies.simulate_history import HistoryJob, run_history_job
 
     def job(seed):
         return HistoryJob(users=["User2"], options=HistoryOptions(seed=seed), check=False)
@@ -407,7 +407,7 @@ async def test_an_answer_cut_at_the_ceiling_is_asked_for_item_by_item():
 
 
 def test_a_history_written_by_a_real_endpoint_is_no_dry_run(tmp_path, cache_dir):
-    from atelier.runs.simulate_history import HistoryJob, run_history_job
+    from atelier.runs.studies.simulate_history import HistoryJob, run_history_job
     from tests.openai_stub import OpenAIStub
 
     with OpenAIStub() as stub:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.results import ResultsFile
-from atelier.runs.runner import run_recipe
-from atelier.runs.trace import load_trace
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import parse_recipe
+from atelier.runs.folder.results import ResultsFile
+from atelier.runs.reading.trace import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -191,7 +191,7 @@ def test_an_episode_page_shows_the_timeline_the_calls_and_the_judge(quickstart, 
 
 
 def test_parallel_researchers_get_a_lane_each(tmp_path, cache_dir):
-    from atelier.runs.view import RunViewData
+    from atelier.runs.reading.view import RunViewData
 
     recipe = parse_recipe(
         {
@@ -226,7 +226,7 @@ def test_parallel_researchers_get_a_lane_each(tmp_path, cache_dir):
 def test_the_server_serves_the_same_pages(quickstart):
     from starlette.testclient import TestClient
 
-    from atelier.runs.view_server import view_app
+    from atelier.runs.reading.view_server import view_app
 
     run, _ = quickstart
     client = TestClient(view_app(run))

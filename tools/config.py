@@ -22,14 +22,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     field_serializer,
     field_validator,
     model_validator,
 )
 
 from atelier.benchmarks.common.errors import ConfigError
-from atelier.benchmarks.common.json_input import validate_strictly
 from atelier.tools.caps import FetchCaps
 from atelier.tools.url_guard import HostEntry
 
@@ -123,15 +121,3 @@ class WebConfig(BaseModel):
     @property
     def sandbox_settings(self) -> SandboxConfig:
         return self.sandbox or SandboxConfig()
-
-
-def parse_options(model: type[BaseModel], options: dict[str, Any], where: str) -> BaseModel:
-    """Validate a provider's or reader's options; a bad one raises ConfigError naming its field."""
-    try:
-        return validate_strictly(model, options)
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "(options)"
-        raise ConfigError(f"{where}: field '{field}': {first['msg']}") from None

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.json_input import validate_strictly
 from atelier.benchmarks.common.named_registry import NamedRegistry, UnknownNameError
 from atelier.tools.api_keys import KeyedServiceConfig
 from atelier.tools.http import GuardedHttp
@@ -55,8 +56,18 @@ def service_options(
     registry: NamedRegistry[type[S]], name: str, options: dict[str, Any], config_field: str
 ) -> BaseModel:
     """The service's typed options; a bad one raises ConfigError naming its field."""
-    from atelier.tools.config import parse_options
-
     return parse_options(
         service_class(registry, name, config_field).Options, options, f"{config_field} options of {name}"
     )
+
+
+def parse_options(model: type[BaseModel], options: dict[str, Any], where: str) -> BaseModel:
+    """Validate a provider's or reader's options; a bad one raises ConfigError naming its field."""
+    try:
+        return validate_strictly(model, options)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "(options)"
+        raise ConfigError(f"{where}: field '{field}': {first['msg']}") from None

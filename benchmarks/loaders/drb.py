@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from atelier.benchmarks.case import Case, Criterion, Gold, Query
 from atelier.benchmarks.common.errors import DataError
-from atelier.benchmarks.data_files import resolve
+from atelier.benchmarks.download import resolve
 from atelier.benchmarks.loaders._records import RawRecord, deterministic_subset, index_unique, read_jsonl
 from atelier.benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 

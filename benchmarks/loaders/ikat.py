@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from atelier.benchmarks.case import Case, ConversationTurn, Gold, PTKBStatement, Query
 from atelier.benchmarks.common.errors import ConfigError, DataError
-from atelier.benchmarks.data_files import resolve
+from atelier.benchmarks.download import resolve
 from atelier.benchmarks.loaders._records import (
     RawRecord,
     deterministic_subset,

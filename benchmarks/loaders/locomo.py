@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from atelier.benchmarks.case import Case, DialogueTurn, Gold, Query
-from atelier.benchmarks.data_files import resolve
+from atelier.benchmarks.download import resolve
 from atelier.benchmarks.loaders._records import RawRecord, deterministic_subset, index_unique, read_json_array
 from atelier.benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 

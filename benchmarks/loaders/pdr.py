@@ -51,7 +51,7 @@ from atelier.benchmarks.case import (
     persona_facets,
 )
 from atelier.benchmarks.common.errors import ConfigError, DataError
-from atelier.benchmarks.data_files import resolve
+from atelier.benchmarks.download import resolve
 from atelier.benchmarks.loaders._records import (
     RawRecord,
     deterministic_subset,

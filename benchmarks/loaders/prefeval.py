@@ -23,7 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from atelier.benchmarks.case import Case, ChatMessage, ChatSession, Gold, Persona, PreferenceStatement, Query
-from atelier.benchmarks.data_files import resolve
+from atelier.benchmarks.download import resolve
 from atelier.benchmarks.loaders._records import RawRecord, deterministic_subset, read_json_array
 from atelier.benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark
 

@@ -7,7 +7,7 @@ The two entry points the experiment runner uses:
         `low, high = bootstrap_ci(...)`. n == 1, or n values all equal, gives (value, value): no
         spread to resample. n == 0 gives (None, None). The values are resampled in the order given,
         so callers that want the same interval from the same values in any order sort them first
-        (runs/summary.py does).
+        (runs/reading/summary.py does).
 
     paired_test(a, b, confidence=0.95, n_resamples=10_000, seed=0) -> PairedTestResult
         Two systems scored on the same cases, a[i] and b[i] for case i. Reports the mean difference

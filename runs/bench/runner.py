@@ -68,8 +68,8 @@ from atelier.benchmarks.case import Case
 from atelier.benchmarks.registry import load_cases
 from atelier.runs.bench.rate_limited_provider import RateLimitedProvider, Request
 from atelier.runs.bench.stack_floor import measure_stack_floor
-from atelier.runs.recipe import parse_recipe
-from atelier.runs.runner import Runner
+from atelier.runs.execution.runner import Runner
+from atelier.runs.folder.recipe import parse_recipe
 
 
 class RunnerBenchSettings(BaseModel):

@@ -102,7 +102,7 @@ def serve(
 
     roles = {name: ModelSettings() for name in ROLES}
     if recipe is not None:
-        from atelier.runs.recipe import load_recipe
+        from atelier.runs.folder.recipe import load_recipe
 
         roles = load_recipe(recipe).with_overrides(model=model, api_base=api_base, api_key=api_key).role_models()
     elif model or api_base or api_key:

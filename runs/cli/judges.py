@@ -92,7 +92,7 @@ def rescore(
     Writes a new run folder beside RUN_DIR (config.json names the original) and prints its path last."""
     from atelier.agents.models.settings import JUDGE_ROLES
     from atelier.runs.cli.run import _print_summary
-    from atelier.runs.rescore import rescore_run
+    from atelier.runs.studies.rescore import rescore_run
 
     if web not in ("replay", "record", "live"):
         raise ConfigError(f"--web must be replay, record or live, not {web!r}")
@@ -146,7 +146,7 @@ def meta_eval(
     for `atelier meta-eval compare RUN ...`."""
     import asyncio
 
-    from atelier.runs.meta_eval import (
+    from atelier.runs.studies.meta_eval import (
         Bootstrap,
         agreement,
         feedback_agreement,
@@ -171,7 +171,7 @@ def meta_eval(
     if feedback:
         from atelier.agents.models.gateway import Gateway
         from atelier.agents.models.settings import ModelSettings
-        from atelier.runs.rescore import load_run
+        from atelier.runs.studies.rescore import load_run
 
         _, recipe, _ = load_run(run_dir)
         wanted = {case for case, _ in scores.records}
@@ -202,7 +202,7 @@ def meta_eval_sheet(
     persona, response, the criterion's description and scale, and empty `label` and `feedback`
     columns; the judge's own scores are left out. Give it back filled in with
     `atelier meta-eval RUN --judge J --labels SHEET.csv`."""
-    from atelier.runs.meta_eval import report_json, write_sheet
+    from atelier.runs.studies.meta_eval import report_json, write_sheet
 
     summary = write_sheet(run_dir, out, judge, criterion or None)
     sys.stdout.write(report_json(summary.model_dump()))

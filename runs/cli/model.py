@@ -14,7 +14,7 @@ MODEL_HELP = "Use this model for every role (any litellm provider string, `local
 
 def _recipe(recipe: Path | None, model: str | None, api_base: str | None, api_key: str | None):
     """The recipe (or the embedded quickstart when none is named) with command-line model overrides."""
-    from atelier.runs.recipe import load_recipe
+    from atelier.runs.folder.recipe import load_recipe
 
     path = recipe or Path(__file__).resolve().parent.parent / "recipes" / "quickstart.toml"
     return load_recipe(path).with_overrides(model=model, api_base=api_base, api_key=api_key)
@@ -60,7 +60,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the probes as JSON on stdout."),
     ) -> None:
         """Per role: a text and a structured probe — reachable, structured mode chosen, latency, tokens/s."""
-        from atelier.runs.model_check import probe_recipe
+        from atelier.runs.execution.model_check import probe_recipe
 
         probes = asyncio.run(probe_recipe(_recipe(recipe, model, api_base, api_key)))
         if as_json:

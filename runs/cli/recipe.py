@@ -24,7 +24,7 @@ def check(
     from atelier.benchmarks.registry import get_benchmark
     from atelier.graphs.context import check_hidden_facets
     from atelier.graphs.pipelines import check_systems_available
-    from atelier.runs.recipe import load_recipe
+    from atelier.runs.folder.recipe import load_recipe
     from atelier.tools.web import check_web_config
 
     recipe = load_recipe(path)
@@ -42,7 +42,7 @@ def check(
     if preflight:
         import asyncio
 
-        from atelier.runs.preflight import preflight as run_preflight
+        from atelier.runs.execution.preflight import preflight as run_preflight
 
         passed = asyncio.run(run_preflight(recipe, cases))
         typer.echo(f"preflight ok ({passed.seconds:.1f} s, {len(passed.calls)} probe calls)", err=True)
@@ -68,12 +68,13 @@ def cost(
     from rich.table import Table
 
     from atelier.runs.cli._common import print_json
-    from atelier.runs.cost import forecast, format_usd
-    from atelier.runs.recipe import load_recipe
+    from atelier.runs.execution.cost import forecast, format_usd
+    from atelier.runs.execution.runner import dry_run_ledger
+    from atelier.runs.folder.recipe import load_recipe
 
     recipe = load_recipe(path).with_overrides(model=model, api_base=api_base, limit=limit)
     recipe.check_roles_named()
-    predicted = forecast(recipe, sample=sample)
+    predicted = forecast(recipe, run=dry_run_ledger, sample=sample)
     if as_json:
         print_json(predicted.model_dump(mode="json"))
         return

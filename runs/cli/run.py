@@ -105,15 +105,15 @@ def run(
 
     from atelier.benchmarks.common.errors import ConfigError
     from atelier.runs.cli._common import run_folder_option
-    from atelier.runs.folder_lock import RunFolderLock
+    from atelier.runs.folder.lock import RunFolderLock
 
     # a folder in use is refused first, within a second: before the imports and checks below
     out = run_folder_option(out)
     lock = RunFolderLock(out).acquire() if out is not None else None
 
-    from atelier.runs.outcome import EXIT_INTERRUPTED
-    from atelier.runs.recipe import load_recipe
-    from atelier.runs.runner import Runner
+    from atelier.runs.execution.runner import Runner
+    from atelier.runs.folder.recipe import load_recipe
+    from atelier.runs.reading.outcome import EXIT_INTERRUPTED
 
     try:  # the runner releases the lock when its run ends; a refusal before it lets it go here
         if ray_address and executor is ExecutorName.local:
@@ -169,7 +169,7 @@ def run(
 
 
 def _finished_now(runner) -> int:
-    from atelier.runs.results import ResultsFile
+    from atelier.runs.folder.results import ResultsFile
 
     try:
         return sum(r.ok for r in ResultsFile(runner.folder.results).load().values()) - runner.already_done
@@ -183,8 +183,8 @@ def _print_summary(path: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from atelier.runs.report import ci_text
-    from atelier.runs.usage import format_cost
+    from atelier.runs.reading.report import ci_text
+    from atelier.runs.reading.usage import format_cost
 
     summary = json.loads(path.read_text(encoding="utf-8"))
     table = Table(title="DRY RUN (scripted model)" if summary["dry_run"] else None)

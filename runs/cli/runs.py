@@ -11,8 +11,9 @@ from atelier.runs.cli.run import ExecutorName
 
 def report(run_dir: Path = typer.Argument(..., help="A run folder (runs/out/<run_id>).")) -> None:
     """Write RUN_DIR's summary.json and report.html again from its results and ledger; print the report's path."""
-    from atelier.runs.folder_lock import RunFolderLock
-    from atelier.runs.runner import RunFolder, finish_run, load_run_config
+    from atelier.runs.folder.layout import RunFolder, load_run_config
+    from atelier.runs.folder.lock import RunFolderLock
+    from atelier.runs.reading.finish import finish_run
 
     folder = RunFolder(run_dir)
     config = load_run_config(run_dir)
@@ -38,7 +39,7 @@ def compare(
     """One table across runs: systems x judges with 95% CIs; paired tests on the cases runs share."""
     from rich.console import Console
 
-    from atelier.runs.compare import compare_runs, print_comparison, write_comparison_html
+    from atelier.runs.reading.compare import compare_runs, print_comparison, write_comparison_html
 
     comparison = compare_runs(run_dirs, baseline=baseline)
     print_comparison(comparison, Console())
@@ -66,7 +67,7 @@ def trace(
     prompt, response, tokens and latency. Keys: n/→/space next, p/← previous, g first, G last, q quit."""
     import sys
 
-    from atelier.runs.trace import load_trace, step_through
+    from atelier.runs.reading.trace import load_trace, step_through
 
     steps = load_trace(run_dir, case_id, system, epoch)
     if interactive is None:

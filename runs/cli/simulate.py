@@ -64,7 +64,7 @@ def recipe_roles(path: Path) -> dict:
     from pydantic import ValidationError
 
     from atelier.agents.models.settings import ModelSettings
-    from atelier.runs.recipe import KNOWN_ROLES
+    from atelier.runs.folder.recipe import KNOWN_ROLES
 
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -206,7 +206,7 @@ def history(
     from atelier.agents.user_sim import HistoryOptions
     from atelier.agents.user_sim.history import WritingEffort
     from atelier.agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED
-    from atelier.runs.simulate_history import HistoryJob, choose_users, pdr_personas, run_history_job
+    from atelier.runs.studies.simulate_history import HistoryJob, choose_users, pdr_personas, run_history_job
 
     try:
         options = HistoryOptions(
@@ -294,7 +294,7 @@ def check(
     import asyncio
 
     from atelier.agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED
-    from atelier.runs.simulate_history import check_contexts
+    from atelier.runs.studies.simulate_history import check_contexts
 
     checker = None
     if reversibility:
@@ -327,8 +327,8 @@ def feedback(
     """Rate a run's responses as their users would (BESPOKE's four criteria, 1-5 + feedback) into R-J pairs."""
     import asyncio
 
-    from atelier.runs.outcome import EXIT_FAILURES, most_common_lines, reason_of
-    from atelier.runs.simulate_feedback import rate_run
+    from atelier.runs.reading.outcome import EXIT_FAILURES, most_common_lines, reason_of
+    from atelier.runs.studies.simulate_feedback import rate_run
 
     settings = _settings(model, api_base, api_key_env, None, 0) if model else None
     report = asyncio.run(rate_run(run, out, settings, concurrency=concurrency, cache=cache))
@@ -346,7 +346,7 @@ def feedback(
 def _exit_like_a_run(report: dict) -> None:
     """Counts and the most common reasons on stderr; exit 3 when a user failed, is incomplete, or
     fails a check or the gate."""
-    from atelier.runs.simulate_history import history_outcome
+    from atelier.runs.studies.simulate_history import history_outcome
 
     code, lines = history_outcome(report)
     for line in lines:

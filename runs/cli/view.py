@@ -22,11 +22,11 @@ def view(
     episode its steps on a timeline, each model call's prompt, answer, tokens, latency and cache hit,
     the state change per step and the judges' details."""
     if static is not None:
-        from atelier.runs.view import write_static
+        from atelier.runs.reading.view import write_static
 
         typer.echo(str(write_static(run_dir, static)))
         return
-    from atelier.runs.view_server import serve
+    from atelier.runs.reading.view_server import serve
 
     serve(run_dir, host, port, say=lambda line: typer.echo(line, err=True))
 

@@ -24,7 +24,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from atelier.benchmarks.common.errors import ConfigError, DataError
-from atelier.benchmarks.data_files import resolve
+from atelier.benchmarks.download import resolve
 from atelier.benchmarks.loaders._records import RawRecord, read_jsonl
 from atelier.tools.urls import canonical_url
 

@@ -5,7 +5,7 @@
 (`runs.cost.Budget`: each episode reserves its forecast high end until it ends).
 
 Episodes run concurrently (bounded by `run.concurrency`; each model further bounded by its own
-settings) on the recipe's executor: asyncio in this process, or a Ray cluster (`runs/executors/`).
+settings) on the recipe's executor: asyncio in this process, or a Ray cluster (`runs/execution/executors/`).
 Each episode's graph is checkpointed in SQLite, each finished result appended atomically with an
 idempotent key, so a killed run resumed with the same `--out` folder loses nothing and counts
 nothing twice. Failures are recorded with their reason.
@@ -23,19 +23,18 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
-from atelier.agents.judges.base import ComparativeJudge, Judge, check_judge_fit, create_judge
-from atelier.agents.models.ledger import call_tags, capture_calls, ledger_totals, read_ledger
+from atelier.agents.judges.base import Judge, check_judge_fit, create_judge
+from atelier.agents.models.ledger import LedgerEntry, call_tags, capture_calls, read_ledger
 from atelier.benchmarks.case import Case
 from atelier.benchmarks.common.errors import ConfigError, DataError
-from atelier.benchmarks.common.json_input import read_appended_jsonl, read_json_file, validation_error
+from atelier.benchmarks.common.json_input import read_appended_jsonl
 from atelier.benchmarks.common.offline import apply_offline_defaults
 from atelier.benchmarks.common.redaction import Redactor, redacting
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
@@ -43,51 +42,24 @@ from atelier.graphs.episode import episode_graph_for
 from atelier.graphs.heap import settled_heap
 from atelier.graphs.inputs import forget_cases, remember_cases
 from atelier.graphs.persistence import run_checkpointer
-from atelier.graphs.pipelines import PIPELINES, check_systems_available
+from atelier.graphs.pipelines import check_systems_available
 from atelier.graphs.resources import release, resources_for
 from atelier.graphs.simulate import run_with_simulated_user
-from atelier.runs.cost import Budget, plan_budget, spent_in
-from atelier.runs.epochs import epoch_context, epoch_of, run_epochs
-from atelier.runs.executors import Episode, open_executor
-from atelier.runs.folder_lock import RunFolderLock
-from atelier.runs.judging import judge_again, judge_comparisons, judgments_due
-from atelier.runs.outcome import RunOutcome, outcome_of
-from atelier.runs.preflight import preflight
-from atelier.runs.recipe import Recipe
-from atelier.runs.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
-from atelier.runs.resume import check_resume
-from atelier.runs.usage import system_usage
+from atelier.runs.execution.budget import Budget, spent_in
+from atelier.runs.execution.cost import plan_budget
+from atelier.runs.execution.executors import Episode, open_executor
+from atelier.runs.execution.judging import judge_again, judge_comparisons, judgments_due
+from atelier.runs.execution.preflight import preflight
+from atelier.runs.folder.epochs import epoch_context, epoch_of
+from atelier.runs.folder.layout import RunFolder, expected_keys, stored_config
+from atelier.runs.folder.lock import RunFolderLock
+from atelier.runs.folder.recipe import Recipe
+from atelier.runs.folder.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
+from atelier.runs.folder.resume import check_resume
+from atelier.runs.reading.finish import finish_run, searched_web
+from atelier.runs.reading.outcome import RunOutcome
 from atelier.tools.config import WebConfig
-from atelier.tools.web import check_web_config, web_description
-
-
-@dataclass(frozen=True)
-class RunFolder:
-    path: Path
-
-    @property
-    def config(self) -> Path:
-        return self.path / "config.json"
-
-    @property
-    def results(self) -> Path:
-        return self.path / "results.jsonl"
-
-    @property
-    def summary(self) -> Path:
-        return self.path / "summary.json"
-
-    @property
-    def ledger(self) -> Path:
-        return self.path / "ledger.jsonl"
-
-    @property
-    def report(self) -> Path:
-        return self.path / "report.html"
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.path / "checkpoints.sqlite"
+from atelier.tools.web import check_web_config
 
 
 def new_run_id(recipe: Recipe) -> str:
@@ -103,16 +75,6 @@ def _versions() -> dict[str, str]:
         except PackageNotFoundError:
             continue
     return out
-
-
-def expected_keys(case_ids: list[str], systems: list[str], epochs: int = 1) -> list[str]:
-    """The episodes of a recipe: every (case, system, epoch); epochs outermost, then systems."""
-    return [
-        result_key(case_id, system, epoch)
-        for epoch in range(1, epochs + 1)
-        for system in systems
-        for case_id in case_ids
-    ]
 
 
 class Runner:
@@ -132,7 +94,7 @@ class Runner:
         if folder is not None and folder.exists() and not folder.is_dir():
             raise ConfigError(f"{folder} is a file, not a run folder: give --out a new or existing run folder")
         existing = folder is not None and (folder / "config.json").exists()
-        stored = _stored_config(folder / "config.json") if existing and folder is not None else None
+        stored = stored_config(folder / "config.json") if existing and folder is not None else None
         self.run_id = (stored and stored.run_id) or (folder.name if folder else new_run_id(recipe))
         self.folder = RunFolder(folder or Path(recipe.run.out_dir) / self.run_id)
         self.lock = lock or RunFolderLock(self.folder.path)
@@ -197,7 +159,9 @@ class Runner:
         cases = self.load_cases()
         check_hidden_facets(cases, recipe.systems)
         # a budget over an unknown price is refused before any call; the forecast's dry run calls no provider
-        budget = await asyncio.to_thread(plan_budget, recipe) if recipe.run.budget_usd is not None else None
+        budget = (
+            await asyncio.to_thread(plan_budget, recipe, dry_run_ledger) if recipe.run.budget_usd is not None else None
+        )
         if self.preflight:  # models answer, keys, data, judge fit, the web: or nothing starts
             passed = await preflight(recipe, cases)
         else:  # a judge the cases cannot feed is refused all the same
@@ -287,7 +251,7 @@ class Runner:
 
                 with settled_heap():  # imports done, graph compiled: full collections now skip all of it
                     async with self._executor(graph) as executor:
-                        with _progress(self.progress, total=len(keys), done=len(done) - len(rejudge)) as bar:
+                        with EpisodeProgress(self.progress, total=len(keys), done=len(done) - len(rejudge)) as bar:
                             tasks = [asyncio.create_task(one(case, system, epoch)) for case, system, epoch in todo]
                             tasks += [
                                 asyncio.create_task(judged_again(stored, case, judges))
@@ -411,7 +375,7 @@ class Runner:
     def _check_resumable(self) -> bool:
         """Refuses a folder whose outputs another recipe made (see `runs.resume`). True when the
         judges changed since: every stored response is then judged again."""
-        stored = _stored_config(self.folder.config)
+        stored = stored_config(self.folder.config)
         if stored is None or stored.recipe is None:
             return False
         try:
@@ -452,7 +416,7 @@ class Runner:
     def _config(self, cases: list[Case]) -> dict[str, Any]:
         """config.json: the run as resolved. Whether it is a dry run is known only from its calls
         (summary.json's `dry_run`)."""
-        previous = _stored_config(self.folder.config)
+        previous = stored_config(self.folder.config)
         return {
             "run_id": self.run_id,
             "started_at": (previous and previous.started_at) or datetime.now(UTC).isoformat(timespec="seconds"),
@@ -467,128 +431,6 @@ class Runner:
         return self.outcome
 
 
-def searched_web(recipe: Recipe) -> dict[str, Any] | None:
-    """The web the run's systems searched (None when no system uses the web), with a warning when a
-    recipe that reproduces a paper searched the bundled 63-page sample: its numbers rest on a web
-    that knows nothing of most of the paper's tasks."""
-    if not any(PIPELINES.get(s.pipeline).uses_web for s in recipe.systems):
-        return None
-    described = web_description(recipe.web)
-    if recipe.report.reproduces and described["corpus"] == "sample":
-        described["warning"] = (
-            f"this recipe reproduces {recipe.report.reproduces} but searched the bundled sample "
-            f"corpus ({described['documents']} pages on UK household topics); set [web.sandbox] "
-            'corpus = "wiki" (or a real search provider)'
-        )
-    return described
-
-
-def run_cases(config: dict[str, Any]) -> dict[str, Case]:
-    """The cases of a run, loaded again as its recipe names them ({} when the data is not here)."""
-    try:
-        loaded = Recipe.model_validate(config["recipe"]).cases(limited=False)
-    except Exception:  # noqa: BLE001 - the report then shows case ids without their queries
-        return {}
-    wanted = set(config["cases"])
-    return {case.id: case for case in loaded if case.id in wanted}
-
-
-def finish_run(
-    folder: RunFolder, config: dict[str, Any], cases: list[Case] | None = None, *, budget: Budget | None = None
-) -> RunOutcome:
-    """Write summary.json and report.html for exactly the episodes of the recipe in `config` (its
-    cases x systems x epochs), from what results.jsonl and ledger.jsonl hold; return how the run ended.
-    `cases` (the run's, else loaded again) give the report each case's query; `budget`, the run's
-    (`[run] budget_usd`), what it spent and whether it stopped the run."""
-    from atelier.runs.comparisons import versus_baseline, versus_paper  # scipy and matplotlib: only once there is
-    from atelier.runs.report import write_report  # something to summarize (a failed preflight exits sooner)
-    from atelier.runs.summary import epoch_means, summarize
-
-    recipe = config["recipe"]
-    systems = [s["name"] for s in recipe["systems"]]
-    judge_objects = [create_judge(j) for j in recipe["judges"]]
-    judges = [j.key for j in judge_objects]
-    epochs = run_epochs(config)
-    keys = expected_keys(config["cases"], systems, epochs)
-    wanted = set(keys)
-    records = [r for k, r in ResultsFile(folder.results).load().items() if k in wanted]
-    baselines = {j.key: j.baseline for j in judge_objects if isinstance(j, ComparativeJudge)}
-    outcome = outcome_of(records, keys, judges, baselines=baselines, tolerate=recipe["run"].get("tolerate", []))
-    if budget is not None and budget.reached:
-        outcome.budget_reached = budget.line()
-    ledger = read_ledger(folder.ledger)
-    summary = summarize(
-        records,
-        systems,
-        judges,
-        seed=recipe.get("seed", 0),
-        aggregates={j.key: j.aggregate for j in judge_objects},
-        epochs=epochs,
-    )
-    for name, usage in system_usage(records, ledger, systems, config["cases"]).items():
-        summary["systems"][name]["usage"] = usage
-    report = recipe.get("report") or {}
-    summary["versus_baseline"] = versus_baseline(  # paired on cases: each case's mean over its epochs
-        epoch_means(records) if epochs > 1 else records,
-        systems,
-        judges,
-        report.get("baseline"),
-        seed=recipe.get("seed", 0),
-    )
-    by_id = {case.id: case for case in cases} if cases is not None else run_cases(config)
-    summary["paper"] = versus_paper(records, report.get("paper") or [], by_id, seed=recipe.get("seed", 0))
-    summary["web"] = searched_web(Recipe.model_validate(recipe))
-    outcome.unmeasured = [f"{row['row']} / {row['metric']}" for row in summary["paper"] if not row["n"]]
-    case_ids = set(config["cases"])
-    # the run's calls: its episodes' and its own (preflight), not those of systems or cases left out since
-    calls = [
-        e for e in ledger if (e.case_id is None or e.case_id in case_ids) and (e.system is None or e.system in systems)
-    ]
-    summary = {
-        "run_id": config["run_id"],
-        # true exactly when some call was answered by `scripted` (a rescore's responses: their own flag)
-        "dry_run": any(e.dry_run for e in calls) or any(r.dry_run for r in records),
-        "benchmark": recipe["benchmark"],
-        "n_cases": len(config["cases"]),
-        "judges": judges,
-        **summary,
-        "episodes": outcome.as_dict(),
-        "ledger": ledger_totals(calls),
-    }
-    if budget is not None:
-        summary["budget"] = budget.as_dict()
-    write_json_atomic(folder.summary, summary)
-    write_report(folder.report, config=config, summary=summary, records=records, cases=by_id)
-    return outcome
-
-
-class _StoredConfig(BaseModel):
-    """What a resumed run reads back from its folder's config.json."""
-
-    model_config = ConfigDict(extra="allow")
-
-    run_id: str | None = None
-    started_at: str | None = None
-    recipe: dict[str, Any] | None = None
-
-
-def _stored_config(path: Path) -> _StoredConfig | None:
-    if not path.exists():
-        return None
-    try:
-        return _StoredConfig.model_validate(read_json_file(path))
-    except DataError as exc:
-        problem, line = exc.detail, exc.line
-    except ValidationError as exc:
-        error = validation_error(exc, file=path)
-        problem, line = f"field '{error.field}': {error.detail}", None
-    raise DataError(
-        f"{problem}; the run folder's {path.name} is damaged: restore it, or choose a new --out folder",
-        file=path,
-        line=line,
-    )
-
-
 def _mend_torn_line(path: Path, consequence: str) -> None:
     """Cut a line the previous process died writing, so appending goes on from a clean end."""
     torn = read_appended_jsonl(path, repair=True).torn_line
@@ -599,14 +441,14 @@ def _mend_torn_line(path: Path, consequence: str) -> None:
         )
 
 
-class _progress:
+class EpisodeProgress:
     """A rich progress bar over episodes (ok / failed), or nothing when disabled."""
 
     def __init__(self, enabled: bool, total: int, done: int) -> None:
         self.enabled, self.total, self.done = enabled, total, done
         self.failed = 0
 
-    def __enter__(self) -> _progress:
+    def __enter__(self) -> EpisodeProgress:
         if self.enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -636,9 +478,9 @@ def run_recipe(recipe: Recipe, folder: Path | None = None, *, progress: bool = T
     return asyncio.run(Runner(recipe, folder, progress=progress).run())
 
 
-def load_run_config(path: Path) -> dict[str, Any]:
-    """A run folder's config.json (a damaged one is an error naming it), or an error saying it is none."""
-    stored = _stored_config(Path(path) / "config.json")
-    if stored is None:
-        raise ConfigError(f"{path} is not a run folder (no config.json)")
-    return stored.model_dump()
+def dry_run_ledger(recipe: Recipe, folder: Path) -> list[LedgerEntry]:
+    """Run `recipe` in `folder` with no preflight and no progress bar; its ledger (the cost
+    forecast's measurement: `atelier.runs.execution.cost.forecast(recipe, run=dry_run_ledger)`)."""
+    runner = Runner(recipe, folder, progress=False, preflight=False)
+    asyncio.run(runner.run())
+    return read_ledger(runner.folder.ledger)

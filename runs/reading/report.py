@@ -20,9 +20,9 @@ from pydantic import BaseModel
 from atelier.benchmarks.case import Case
 from atelier.benchmarks.common.degradation import KINDS, counts_by_kind
 from atelier.benchmarks.common.redaction import active_redactor
-from atelier.runs.comparisons import scores_by_case, tool_recalls
-from atelier.runs.results import ResultRecord, result_key
-from atelier.runs.usage import format_cost
+from atelier.runs.folder.results import ResultRecord, result_key
+from atelier.runs.reading.comparisons import scores_by_case, tool_recalls
+from atelier.runs.reading.usage import format_cost
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 WIDE_INDEX = 8  # more systems x judges than this: the case index gets a row per (case, system), not a column

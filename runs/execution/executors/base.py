@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 from atelier.benchmarks.case import Case
 from atelier.graphs.context import EpisodeContext, SystemSpec
-from atelier.runs.epochs import epoch_of
-from atelier.runs.results import ResultRecord, result_key
+from atelier.runs.folder.epochs import epoch_of
+from atelier.runs.folder.results import ResultRecord, result_key
 
 # (episode graph, case, system, context) -> the episode's record; never raises for a failed episode
 EpisodeFn = Callable[[Any, Case, SystemSpec, EpisodeContext], Awaitable[ResultRecord]]

@@ -51,7 +51,7 @@ from atelier.benchmarks.metrics.agreement import (
 )
 from atelier.benchmarks.metrics.statistics import DEFAULT_RESAMPLES
 from atelier.graphs.judge import ARTIFACTS_DIR
-from atelier.runs.results import ResultRecord, ResultsFile
+from atelier.runs.folder.results import ResultRecord, ResultsFile
 
 HEADLINE = "score"  # the judge's headline score, compared like a criterion
 SUB_CRITERION_SCALE = "0-10"  # PQR's stage-3 scores
@@ -706,7 +706,7 @@ def write_sheet(run_dir: Path, out: Path, judge: str | None = None, criteria: li
     description and scale, and empty `label` and `feedback` cells. The judge's own scores are not in
     it: whoever labels does so blind. CSV in UTF-8 with a byte-order mark, so spreadsheets open it
     as UTF-8."""
-    from atelier.runs.rescore import load_run
+    from atelier.runs.studies.rescore import load_run
 
     _, recipe, records = load_run(run_dir)
     judge = sheet_judge(run_dir, records, judge)

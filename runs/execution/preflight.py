@@ -27,7 +27,7 @@ from atelier.agents.models.ledger import Ledger, LedgerEntry, call_tags
 from atelier.agents.models.settings import ModelSettings
 from atelier.benchmarks.case import Case
 from atelier.benchmarks.common.errors import AtelierError, ConfigError
-from atelier.runs.recipe import Recipe
+from atelier.runs.folder.recipe import Recipe
 
 PROBE_TIMEOUT_S = 7.0  # per model, its text and structured probe together; models are probed concurrently
 
@@ -187,7 +187,7 @@ def epoch_problems(recipe: Recipe) -> list[str]:
     report a spread of about nothing. Refused, for every system-side role the run uses that is
     not `scripted` (whose answers follow the seed at any temperature); judges are not concerned
     (their seeds stay, their variance is `repeats`'s)."""
-    from atelier.runs.resume import SYSTEM_SIDE
+    from atelier.runs.folder.resume import SYSTEM_SIDE
 
     if recipe.run.epochs <= 1:
         return []

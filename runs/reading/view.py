@@ -39,10 +39,10 @@ from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.degradation import KINDS
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.redaction import active_redactor
-from atelier.runs.epochs import run_epochs
-from atelier.runs.report import TEMPLATE_DIR, anchor
-from atelier.runs.results import ResultRecord, ResultsFile, result_key
-from atelier.runs.trace import Step, _checkpoints, _plain, _where, load_trace
+from atelier.runs.folder.epochs import run_epochs
+from atelier.runs.folder.results import ResultRecord, ResultsFile, result_key
+from atelier.runs.reading.report import TEMPLATE_DIR, anchor
+from atelier.runs.reading.trace import Step, _checkpoints, _plain, _where, load_trace
 
 EPISODES_DIR = "episodes"
 VALUE_CHARS = 20_000  # a state value or a message longer than this is cut on the page (and says so)
@@ -131,7 +131,7 @@ class RunViewData:
     """A run folder read once for its view: config, results and ledger."""
 
     def __init__(self, run_dir: str | Path) -> None:
-        from atelier.runs.runner import RunFolder, load_run_config
+        from atelier.runs.folder.layout import RunFolder, load_run_config
 
         self.path = Path(run_dir)
         if not self.path.is_dir():

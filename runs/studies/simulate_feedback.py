@@ -22,8 +22,8 @@ from atelier.agents.user_sim import rate_response
 from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.data_files import cache_dir
-from atelier.runs.recipe import Recipe
-from atelier.runs.results import ResultsFile
+from atelier.runs.folder.recipe import Recipe
+from atelier.runs.folder.results import ResultsFile
 
 
 def _run_recipe(run_dir: Path) -> Recipe:

@@ -11,7 +11,7 @@ from pathlib import Path
 from atelier.agents.models.model_probe import ModelProbe, probe_models
 from atelier.agents.models.settings import ModelSettings
 from atelier.agents.models.structured_output import ModeMemory
-from atelier.runs.recipe import Recipe
+from atelier.runs.folder.recipe import Recipe
 
 
 def recipe_models(recipe: Recipe) -> dict[str, ModelSettings]:

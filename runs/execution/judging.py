@@ -18,7 +18,7 @@ from atelier.benchmarks.common.errors import DataError
 from atelier.graphs.context import EpisodeContext
 from atelier.graphs.judge import judge_env
 from atelier.graphs.resources import resources_for
-from atelier.runs.results import ResultRecord
+from atelier.runs.folder.results import ResultRecord
 
 
 def stored_response(record: ResultRecord) -> SystemResponse:

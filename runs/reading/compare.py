@@ -15,16 +15,16 @@ from typing import Any
 
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.redaction import active_redactor
-from atelier.runs.comparisons import CORRECTION, adjust, paired_row
-from atelier.runs.report import Point, ci_text, dot_plot, response_parts
-from atelier.runs.results import ResultRecord, ResultsFile
-from atelier.runs.usage import format_cost
+from atelier.runs.folder.results import ResultRecord, ResultsFile
+from atelier.runs.reading.comparisons import CORRECTION, adjust, paired_row
+from atelier.runs.reading.report import Point, ci_text, dot_plot, response_parts
+from atelier.runs.reading.usage import format_cost
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 
 
 def _load(run_dir: Path) -> dict[str, Any]:
-    from atelier.runs.runner import RunFolder, load_run_config
+    from atelier.runs.folder.layout import RunFolder, load_run_config
 
     config = load_run_config(run_dir)
     folder = RunFolder(Path(run_dir))

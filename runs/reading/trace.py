@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from atelier.agents.models.ledger import LedgerEntry, read_ledger
 from atelier.benchmarks.common.errors import ConfigError
-from atelier.runs.epochs import run_epochs
-from atelier.runs.results import ResultRecord, ResultsFile, result_key
+from atelier.runs.folder.epochs import run_epochs
+from atelier.runs.folder.results import ResultRecord, ResultsFile, result_key
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -112,7 +112,7 @@ def _calls_from_cache(entries: list[LedgerEntry], cache_dir: str | None) -> list
 
 
 def load_trace(run_dir: str | Path, case_id: str, system: str | None = None, epoch: int = 1) -> list[Step]:
-    from atelier.runs.runner import RunFolder, load_run_config
+    from atelier.runs.folder.layout import RunFolder, load_run_config
 
     config = load_run_config(Path(run_dir))
     folder = RunFolder(Path(run_dir))

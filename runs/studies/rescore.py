@@ -28,11 +28,12 @@ from atelier.benchmarks.common.redaction import redacting
 from atelier.graphs.judge import ARTIFACTS_DIR
 from atelier.graphs.resources import release
 from atelier.graphs.sources import SOURCES_DIR
-from atelier.runs.folder_lock import RunFolderLock
-from atelier.runs.judging import judge_again, judge_comparisons
-from atelier.runs.recipe import Recipe, parse_recipe
-from atelier.runs.results import ResultRecord, ResultsFile, write_json_atomic
-from atelier.runs.runner import RunFolder, Runner, _progress
+from atelier.runs.execution.judging import judge_again, judge_comparisons
+from atelier.runs.execution.runner import EpisodeProgress, Runner
+from atelier.runs.folder.layout import RunFolder
+from atelier.runs.folder.lock import RunFolderLock
+from atelier.runs.folder.recipe import Recipe, parse_recipe
+from atelier.runs.folder.results import ResultRecord, ResultsFile, write_json_atomic
 
 MASKED = "**********"  # how config.json shows a secret
 
@@ -190,7 +191,7 @@ class Rescore:
             results.append(rescored)
             return rescored
 
-        with _progress(self.runner.progress, total=len(stored), done=len(stored) - len(todo)) as bar:
+        with EpisodeProgress(self.runner.progress, total=len(stored), done=len(stored) - len(todo)) as bar:
             for finished in asyncio.as_completed([asyncio.create_task(one(r)) for r in todo]):
                 bar.advance((await finished).ok)
         for record in await judge_comparisons(results.load(), cases, contexts, recipe.run.concurrency):

@@ -24,17 +24,17 @@ episode to decide whether an episode may start.
 
 from __future__ import annotations
 
-import asyncio
-import math
 import tempfile
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from atelier.agents.models.settings import ModelSettings, settings_for_role
-from atelier.runs.recipe import Recipe
+from atelier.runs.execution.budget import Budget
+from atelier.runs.folder.recipe import Recipe
 
 TYPICAL_SHARE = 0.25  # of max_tokens a completion uses, at the low end of the range
 DEFAULT_MAX_TOKENS = 4096  # a role with no max_tokens, on a model litellm has no output limit for
@@ -148,23 +148,23 @@ def _dry_recipe(recipe: Recipe, sample: int, folder: Path) -> Recipe:
     return Recipe.model_validate(data)
 
 
-def _measure(recipe: Recipe, sample: int) -> tuple[list[Any], int]:
-    """The ledger of a scripted dry run of `recipe` on `sample` cases, and how many cases it ran."""
-    from atelier.agents.models.ledger import read_ledger
-    from atelier.runs.runner import Runner
+# Runs a recipe in a run folder and returns its ledger: the runner's `dry_run_ledger` (the runner
+# plans a budget with this module, so it hands its own way of running in rather than being imported)
+RunForLedger = Callable[[Recipe, Path], list[Any]]
 
+
+def _measure(recipe: Recipe, sample: int, run: RunForLedger) -> tuple[list[Any], int]:
+    """The ledger of a scripted dry run of `recipe` on `sample` cases, and how many cases it ran."""
     with tempfile.TemporaryDirectory(prefix="atelier-cost-") as scratch:
         dry = _dry_recipe(recipe, sample, Path(scratch))
-        runner = Runner(dry, Path(scratch) / "run", progress=False, preflight=False)
-        asyncio.run(runner.run())
-        return read_ledger(runner.folder.ledger), len(dry.cases())
+        return run(dry, Path(scratch) / "run"), len(dry.cases())
 
 
-def forecast(recipe: Recipe, *, sample: int = 2) -> CostForecast:
+def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2) -> CostForecast:
     cases = recipe.cases()
     epochs = recipe.run.epochs  # each epoch makes the calls of one (measured) epoch again
     episodes = len(cases) * len(recipe.systems) * epochs
-    ledger, measured_cases = _measure(recipe, min(sample, len(cases)))
+    ledger, measured_cases = _measure(recipe, min(sample, len(cases)), run)
     per_case = len(cases) * epochs / max(1, measured_cases)  # episodes of each system scale with the cases
     every_case = measured_cases == len(cases)  # then the calls are as measured, not a range
     notes: list[str] = []
@@ -280,68 +280,7 @@ def format_usd(span: Span | None) -> str:
 # ----------------------------------------------------------------------------- the budget
 
 
-class Budget:
-    """`[run] budget_usd`: no episode starts that could take spend past it.
-
-    Before an episode starts it reserves its system's forecast high end (`per_episode_usd_high`);
-    when it ends the reservation is released for what its calls actually cost (its ledger lines;
-    the whole reservation when that is unknown). Spend before this session (earlier sessions of the
-    run folder, the preflight's probes) counts from the ledger. The first episode that cannot be
-    reserved stops the run from starting any other: what runs finishes, and the run ends with
-    exit 3, "budget reached" (`runs.outcome`)."""
-
-    def __init__(self, limit_usd: float, per_episode_usd: dict[str, float], spent_before: float = 0.0) -> None:
-        self.limit_usd = limit_usd
-        self.per_episode_usd = per_episode_usd
-        self.spent_before = spent_before
-        self.spent_now = 0.0  # what this session's finished episodes cost
-        self.reserved = 0.0  # held by episodes in flight
-        self.reached = False
-        self.refused: tuple[str, float] | None = None  # the (system, reservation) that did not fit
-
-    @property
-    def spent(self) -> float:
-        return self.spent_before + self.spent_now
-
-    def reserve(self, system: str) -> float | None:
-        """The reservation for one episode of `system`, or None: the budget cannot hold it (and from
-        then on holds no other)."""
-        need = self.per_episode_usd[system]
-        if self.reached or self.spent + self.reserved + need > self.limit_usd:
-            self.reached = True
-            self.refused = self.refused or (system, need)
-            return None
-        self.reserved += need
-        return need
-
-    def settle(self, reservation: float, actual: float | None) -> None:
-        """An episode ended: its reservation released, what it cost (None: unknown, the reservation) spent."""
-        self.reserved = max(0.0, self.reserved - reservation)
-        self.spent_now += reservation if actual is None else actual
-
-    def line(self) -> str:
-        return f"budget reached: spent ${self.spent:.4f} of ${self.limit_usd:.4f}; resume with a larger --budget-usd"
-
-    def as_dict(self) -> dict[str, Any]:
-        """summary.json's `budget`."""
-        return {
-            "limit_usd": self.limit_usd,
-            "spent_usd": round(self.spent, 6),
-            "reached": self.reached,
-            "per_episode_reservation_usd": dict(self.per_episode_usd),
-            "refused": {"system": self.refused[0], "reservation_usd": self.refused[1]} if self.refused else None,
-        }
-
-
-def spent_in(entries: list[Any]) -> float:
-    """What the provider calls among ledger `entries` cost (cache hits and failed calls cost nothing;
-    a call with no price adds nothing: a run with a budget has every price)."""
-    return math.fsum(
-        e.cost_usd for e in entries if e.is_model_call and not e.cache_hit and e.status == "ok" and e.cost_usd
-    )
-
-
-def plan_budget(recipe: Recipe) -> Budget | None:
+def plan_budget(recipe: Recipe, run: RunForLedger) -> Budget | None:
     """The run's budget with each system's reservation per episode, or None when it has none. A
     budget over a model with no known price is refused (ConfigError), before any call: it could not
     be kept. Runs the forecast's scripted dry run (no provider call)."""
@@ -360,7 +299,7 @@ def plan_budget(recipe: Recipe) -> Budget | None:
                     "is unknown, so no budget can be kept; set input_cost_per_token and output_cost_per_token "
                     f"in [models.{role}], or run without a budget"
                 )
-    predicted = forecast(recipe)
+    predicted = forecast(recipe, run=run)
     unpriced = {name: usd for name, usd in predicted.per_episode_usd_high.items() if usd is None}
     if unpriced:
         raise ConfigError(

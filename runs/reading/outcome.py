@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from atelier.benchmarks.common.degradation import counts_by_kind
-from atelier.runs.results import ResultRecord
+from atelier.runs.folder.results import ResultRecord
 
 EXIT_OK = 0
 EXIT_FAILURES = 3

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 from atelier.agents.models.ledger import LedgerEntry
 from atelier.agents.models.structured_output import MODES_FILE
 from atelier.benchmarks.common.atomic_files import write_atomically, write_if_absent
-from atelier.runs.executors.base import Episode, EpisodeFn
-from atelier.runs.results import ResultRecord
+from atelier.runs.execution.executors.base import Episode, EpisodeFn
+from atelier.runs.folder.results import ResultRecord
 
 if TYPE_CHECKING:  # ray and langchain are imported where used
     from langchain_core.runnables import RunnableConfig
@@ -142,7 +142,7 @@ class EpisodeWorker:
         import litellm  # noqa: F401  (seconds to import: paid while the worker starts, not by its first episode)
 
         from atelier.agents.models.gateway import set_model_limits
-        from atelier.runs.executors.limits import ClusterLimits
+        from atelier.runs.execution.executors.limits import ClusterLimits
 
         set_model_limits(ClusterLimits(run_id))
         self._cases_known = asyncio.Lock()
@@ -328,7 +328,7 @@ class RayExecutor:
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise ConfigError(f"[run.ray] address {address!r}: cannot connect to a Ray cluster: {exc}") from None
             self._connected_here = True
-        from atelier.runs.executors.limits import start_limits_actor
+        from atelier.runs.execution.executors.limits import start_limits_actor
 
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         self.address = address or ray.get_runtime_context().gcs_address

@@ -11,7 +11,7 @@ from typing import Any
 
 from atelier.agents.models.settings import ModelSettings
 from atelier.graphs.context import EpisodeContext, SystemSpec
-from atelier.runs.resume import SYSTEM_SIDE
+from atelier.runs.folder.resume import SYSTEM_SIDE
 
 EPOCH_MARK = "@epoch"
 

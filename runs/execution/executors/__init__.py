@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from atelier.runs.executors.base import Episode, EpisodeFn, Executor
-from atelier.runs.executors.local import LocalExecutor
+from atelier.runs.execution.executors.base import Episode, EpisodeFn, Executor
+from atelier.runs.execution.executors.local import LocalExecutor
 
 __all__ = ["Episode", "EpisodeFn", "Executor", "open_executor"]
 
@@ -22,7 +22,7 @@ async def open_executor(
     if recipe.run.executor == "local":
         executor: Executor = LocalExecutor(episode_fn, graph)
     else:
-        from atelier.runs.executors.ray import RayExecutor, forwarded_env
+        from atelier.runs.execution.executors.ray import RayExecutor, forwarded_env
 
         key_envs = [s.api_key_env for s in recipe.role_models().values()]
         key_envs += [s.api_key_env for system in recipe.systems for s in system.models.values()]

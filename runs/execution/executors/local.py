@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from atelier.runs.executors.base import Episode, EpisodeFn
-from atelier.runs.results import ResultRecord
+from atelier.runs.execution.executors.base import Episode, EpisodeFn
+from atelier.runs.folder.results import ResultRecord
 
 
 class LocalExecutor:

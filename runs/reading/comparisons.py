@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from atelier.benchmarks.metrics.statistics import bootstrap_ci, paired_test
-from atelier.runs.results import ResultRecord
+from atelier.runs.folder.results import ResultRecord
 
 ALPHA = 0.05
 CORRECTION = "Benjamini-Hochberg"

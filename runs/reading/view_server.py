@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from atelier.runs.view import EPISODES_DIR, RunViewData, render_episode, render_index
+from atelier.runs.reading.view import EPISODES_DIR, RunViewData, render_episode, render_index
 
 
 def view_app(run_dir: str | Path):

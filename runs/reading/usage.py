@@ -12,7 +12,7 @@ import numpy as np
 
 from atelier.agents.models.ledger import LedgerEntry, ledger_totals
 from atelier.agents.models.settings import ROLE_FALLBACK
-from atelier.runs.results import ResultRecord
+from atelier.runs.folder.results import ResultRecord
 
 
 def role_kind(role: str) -> str:

@@ -22,8 +22,8 @@ from typing import Any
 from atelier.agents.judges.base import JudgeResult
 from atelier.benchmarks.common.degradation import counts_by_kind
 from atelier.benchmarks.metrics.statistics import bootstrap_ci, epoch_spread, paired_test
-from atelier.runs.comparisons import scores_by_case
-from atelier.runs.results import ResultRecord
+from atelier.runs.folder.results import ResultRecord
+from atelier.runs.reading.comparisons import scores_by_case
 
 
 def _epoch_scores(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, dict[int, float]]:

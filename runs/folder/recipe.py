@@ -86,7 +86,7 @@ class BenchmarkSection(_Strict):
 
 
 class RaySection(_Strict):
-    """`[run.ray]`: where and how episodes run when `executor = "ray"` (see runs/executors/ray.py)."""
+    """`[run.ray]`: where and how episodes run when `executor = "ray"` (see runs/execution/executors/ray.py)."""
 
     address: str | None = Field(
         default=None,

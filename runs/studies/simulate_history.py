@@ -57,9 +57,9 @@ from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl
 from atelier.benchmarks.data_files import cache_dir
 from atelier.benchmarks.loaders.pdr import ContextRecord, context_history, read_contexts, read_language
-from atelier.runs.folder_lock import RunFolderLock
-from atelier.runs.outcome import EXIT_FAILURES, EXIT_OK, most_common_lines, reason_of
-from atelier.runs.results import write_json_atomic
+from atelier.runs.folder.lock import RunFolderLock
+from atelier.runs.folder.results import write_json_atomic
+from atelier.runs.reading.outcome import EXIT_FAILURES, EXIT_OK, most_common_lines, reason_of
 
 ROLES = ("history_writer", "history_checker")
 JOURNAL = "synthesis.jsonl"

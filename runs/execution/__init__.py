@@ -1,0 +1,1 @@
+"""Executing a run: the runner and its executors, preflight, cost forecast and budget, judging."""

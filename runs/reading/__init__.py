@@ -1,0 +1,1 @@
+"""Reading a run: its summary and outcome, report.html, the browser view, trace, compare."""

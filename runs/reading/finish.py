@@ -1,0 +1,126 @@
+"""A run's ending: summary.json and report.html written from what its folder holds, and how it ended."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from atelier.agents.judges.base import ComparativeJudge, create_judge
+from atelier.agents.models.ledger import ledger_totals, read_ledger
+from atelier.benchmarks.case import Case
+from atelier.graphs.pipelines import PIPELINES
+from atelier.runs.folder.epochs import run_epochs
+from atelier.runs.folder.layout import RunFolder, expected_keys
+from atelier.runs.folder.recipe import Recipe
+from atelier.runs.folder.results import ResultsFile, write_json_atomic
+from atelier.runs.reading.outcome import RunOutcome, outcome_of
+from atelier.runs.reading.usage import system_usage
+from atelier.tools.web import web_description
+
+
+class BudgetState(Protocol):
+    """What a run's budget (`atelier.runs.execution.cost.Budget`) tells its ending."""
+
+    @property
+    def reached(self) -> bool: ...
+
+    def line(self) -> str: ...
+
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+def searched_web(recipe: Recipe) -> dict[str, Any] | None:
+    """The web the run's systems searched (None when no system uses the web), with a warning when a
+    recipe that reproduces a paper searched the bundled 63-page sample: its numbers rest on a web
+    that knows nothing of most of the paper's tasks."""
+    if not any(PIPELINES.get(s.pipeline).uses_web for s in recipe.systems):
+        return None
+    described = web_description(recipe.web)
+    if recipe.report.reproduces and described["corpus"] == "sample":
+        described["warning"] = (
+            f"this recipe reproduces {recipe.report.reproduces} but searched the bundled sample "
+            f"corpus ({described['documents']} pages on UK household topics); set [web.sandbox] "
+            'corpus = "wiki" (or a real search provider)'
+        )
+    return described
+
+
+def run_cases(config: dict[str, Any]) -> dict[str, Case]:
+    """The cases of a run, loaded again as its recipe names them ({} when the data is not here)."""
+    try:
+        loaded = Recipe.model_validate(config["recipe"]).cases(limited=False)
+    except Exception:  # noqa: BLE001 - the report then shows case ids without their queries
+        return {}
+    wanted = set(config["cases"])
+    return {case.id: case for case in loaded if case.id in wanted}
+
+
+def finish_run(
+    folder: RunFolder, config: dict[str, Any], cases: list[Case] | None = None, *, budget: BudgetState | None = None
+) -> RunOutcome:
+    """Write summary.json and report.html for exactly the episodes of the recipe in `config` (its
+    cases x systems x epochs), from what results.jsonl and ledger.jsonl hold; return how the run ended.
+    `cases` (the run's, else loaded again) give the report each case's query; `budget`, the run's
+    (`[run] budget_usd`), what it spent and whether it stopped the run."""
+    from atelier.runs.reading.comparisons import (  # scipy and matplotlib: only once there is
+        versus_baseline,
+        versus_paper,
+    )
+    from atelier.runs.reading.report import write_report  # something to summarize (a failed preflight exits sooner)
+    from atelier.runs.reading.summary import epoch_means, summarize
+
+    recipe = config["recipe"]
+    systems = [s["name"] for s in recipe["systems"]]
+    judge_objects = [create_judge(j) for j in recipe["judges"]]
+    judges = [j.key for j in judge_objects]
+    epochs = run_epochs(config)
+    keys = expected_keys(config["cases"], systems, epochs)
+    wanted = set(keys)
+    records = [r for k, r in ResultsFile(folder.results).load().items() if k in wanted]
+    baselines = {j.key: j.baseline for j in judge_objects if isinstance(j, ComparativeJudge)}
+    outcome = outcome_of(records, keys, judges, baselines=baselines, tolerate=recipe["run"].get("tolerate", []))
+    if budget is not None and budget.reached:
+        outcome.budget_reached = budget.line()
+    ledger = read_ledger(folder.ledger)
+    summary = summarize(
+        records,
+        systems,
+        judges,
+        seed=recipe.get("seed", 0),
+        aggregates={j.key: j.aggregate for j in judge_objects},
+        epochs=epochs,
+    )
+    for name, usage in system_usage(records, ledger, systems, config["cases"]).items():
+        summary["systems"][name]["usage"] = usage
+    report = recipe.get("report") or {}
+    summary["versus_baseline"] = versus_baseline(  # paired on cases: each case's mean over its epochs
+        epoch_means(records) if epochs > 1 else records,
+        systems,
+        judges,
+        report.get("baseline"),
+        seed=recipe.get("seed", 0),
+    )
+    by_id = {case.id: case for case in cases} if cases is not None else run_cases(config)
+    summary["paper"] = versus_paper(records, report.get("paper") or [], by_id, seed=recipe.get("seed", 0))
+    summary["web"] = searched_web(Recipe.model_validate(recipe))
+    outcome.unmeasured = [f"{row['row']} / {row['metric']}" for row in summary["paper"] if not row["n"]]
+    case_ids = set(config["cases"])
+    # the run's calls: its episodes' and its own (preflight), not those of systems or cases left out since
+    calls = [
+        e for e in ledger if (e.case_id is None or e.case_id in case_ids) and (e.system is None or e.system in systems)
+    ]
+    summary = {
+        "run_id": config["run_id"],
+        # true exactly when some call was answered by `scripted` (a rescore's responses: their own flag)
+        "dry_run": any(e.dry_run for e in calls) or any(r.dry_run for r in records),
+        "benchmark": recipe["benchmark"],
+        "n_cases": len(config["cases"]),
+        "judges": judges,
+        **summary,
+        "episodes": outcome.as_dict(),
+        "ledger": ledger_totals(calls),
+    }
+    if budget is not None:
+        summary["budget"] = budget.as_dict()
+    write_json_atomic(folder.summary, summary)
+    write_report(folder.report, config=config, summary=summary, records=records, cases=by_id)
+    return outcome

@@ -1,0 +1,1 @@
+"""Studies on runs: re-judging a run, meta-evaluating judges, simulated histories and feedback."""
