@@ -10,7 +10,7 @@ from atelier.agents.models import local_model
 from atelier.agents.models.local_model import LocalModelError, parse_local_model
 from atelier.agents.models.settings import LOCAL_DEFAULT_MAX_TOKENS, ModelSettings
 from atelier.benchmarks.common.errors import ConfigError
-from atelier.runs.recipe import parse_recipe
+from atelier.runs.folder.recipe import parse_recipe
 
 
 def _recipe(model: str) -> dict:
