@@ -90,6 +90,9 @@ def test_concurrent_first_calls_share_one_server_and_release_it(tmp_path, monkey
         class Server:
             base_url = stub.base_url
 
+            def died(self, wait_s: float = 0.0) -> None:
+                return None  # alive
+
         def acquire(wanted):
             time.sleep(0.3)  # a server takes a while to start: every first call is in flight by now
             with lock:

@@ -37,7 +37,7 @@ from pydantic import BaseModel, SecretStr, ValidationError
 
 from atelier.agents.models.cache import RedisResponseCache, ResponseCache, request_key
 from atelier.agents.models.ledger import Ledger
-from atelier.agents.models.local_model import SERVERS, LocalModelError, LocalModelSpec
+from atelier.agents.models.local_model import SERVERS, LlamaServer, LocalModelError, LocalModelSpec, LocalServerDied
 from atelier.agents.models.provider_errors import Verdict, classify, server_message, status_of
 from atelier.agents.models.scripted import PROVIDER as SCRIPTED_PROVIDER
 from atelier.agents.models.scripted import parse_model_string, register_with_litellm
@@ -355,7 +355,8 @@ class Gateway:
         self.cache = cache
         self.ledger = ledger or Ledger(None)
         self.modes = modes or ModeMemory()
-        self._local: dict[LocalModelSpec, str] = {}  # the local servers this gateway uses -> base URL
+        self._local: dict[LocalModelSpec, LlamaServer] = {}  # the local servers this gateway uses
+        self._local_dead: dict[LocalModelSpec, LocalServerDied] = {}  # died as they started: not started again
         self._local_specs: dict[str, LocalModelSpec] = {}
         self._local_lock = threading.Lock()
         self._in_flight = _InFlight()
@@ -420,8 +421,13 @@ class Gateway:
         parts: list[str] = []
         completion_tokens = 0
         async with _LIMITS.semaphore(served.endpoint, served.max_concurrency):
+            self._raise_if_server_died(settings)
             started = time.perf_counter()
-            stream = await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=served.timeout_s)
+            try:
+                stream = await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=served.timeout_s)
+            except Exception:
+                await asyncio.to_thread(self._raise_if_server_died, settings, 0.5)
+                raise
             async for chunk in stream:
                 delta = chunk.choices[0].delta.content if chunk.choices else None
                 if delta:
@@ -529,14 +535,21 @@ class Gateway:
             return settings
         spec = self._local_spec(settings)
         with self._local_lock:
-            base_url = self._local.get(spec)
-        if base_url is None:
-            server = await asyncio.to_thread(SERVERS.acquire, spec)
+            server = self._local.get(spec)
+        if server is None:
+            if spec in self._local_dead:
+                raise self._local_dead[spec]
+            try:
+                acquired = await asyncio.to_thread(SERVERS.acquire, spec)
+            except LocalServerDied as exc:
+                self._local_dead[spec] = exc
+                raise
             with self._local_lock:  # never held across an await: other calls on this loop take it
                 counted_twice = spec in self._local  # another call of this gateway got there first
-                base_url = self._local.setdefault(spec, server.base_url)
+                server = self._local.setdefault(spec, acquired)
             if counted_twice:
                 await asyncio.to_thread(SERVERS.release, spec)
+        base_url = server.base_url
         # llama.cpp's server answers one request at a time: queue here, so timeouts time the answer
         return settings.model_copy(
             update={
@@ -560,6 +573,8 @@ class Gateway:
         model's point at its running server)."""
         try:
             served = await self._served(settings)
+        except LocalServerDied:
+            raise
         except LocalModelError as exc:
             raise ModelCallError(
                 f"{role} model {settings.model}: {exc}",
@@ -729,7 +744,22 @@ class Gateway:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    response = await self._provider_call(litellm, served, kwargs)
+                    self._raise_if_server_died(settings)
+                    try:
+                        response = await self._provider_call(litellm, served, kwargs)
+                    except Exception:
+                        # a call cut off by its server's death is that death, not a retryable error
+                        await asyncio.to_thread(self._raise_if_server_died, settings, 0.5)
+                        raise
+        except LocalServerDied as exc:  # not a ModelCallError: no step falls back past a dead server
+            self.ledger.record(
+                **common,
+                latency_ms=round((time.perf_counter() - started) * 1000, 3),
+                attempts=attempts,
+                status="error",
+                error=str(exc)[:300],
+            )
+            raise
         except ModelCallError as exc:  # the local server would not start
             self.ledger.record(
                 **common,
@@ -796,6 +826,18 @@ class Gateway:
             status="ok",
         )
         return content, _Answered(key, finish_reason == "length")
+
+    def _raise_if_server_died(self, settings: ModelSettings, wait_s: float = 0.0) -> None:
+        """A local model whose server process is gone fails at once with LocalServerDied: how it died
+        and its log's end, never a retry against a socket nobody answers. It is no ModelCallError, so
+        no step of a pipeline falls back past it: the episode fails, naming the dead server."""
+        if not settings.is_local:
+            return
+        with self._local_lock:
+            server = self._local.get(self._local_spec(settings))
+        death = server.died(wait_s) if server is not None else None
+        if death is not None:
+            raise LocalServerDied(f"the local model server for {settings.model} {death}")
 
     async def _provider_call(self, litellm, settings: ModelSettings, kwargs: dict[str, Any]):
         async with _LIMITS.semaphore(settings.endpoint, settings.max_concurrency):

@@ -17,14 +17,27 @@ The context is the model's own (8192 tokens for SmolLM2). A prompt that does not
 the server with its message ("This model's maximum context length is ...") and the gateway fails
 that call at once; nothing is truncated silently. When prompt + `max_tokens` exceeds the context,
 llama.cpp shortens the completion and reports `finish_reason = "length"` (kept in the ledger).
+
+A server that dies (a crash, a kill) fails the call that was waiting on it and every later one at
+once, naming the signal or exit status and the end of its log; it is not restarted and not retried
+(`LocalServerDied`). The parent keeps no copy of the listening socket once the child holds it, so a
+dead server refuses connections instead of leaving them to time out. The server's log is an
+unnamed temporary file: nothing is left behind however the run ends.
+
+`probe(spec)` loads the model in a separate short-lived process and asks for one tiny completion:
+preflight's check that this machine can run the model (a llama.cpp built for instructions the OS
+does not enable dies on its first completion). `cpu_problems` compares the instruction sets the
+library was built with against what this CPU and kernel enable.
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import importlib.util
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -32,7 +45,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -55,8 +68,21 @@ PROMPT_CACHE_BYTES = 128 << 20
 N_BATCH = 64
 
 
+# README's install builds llama.cpp this way: for any x86-64 CPU with AVX2, never for the build
+# machine's own (`-march=native` would use AVX-512 or AMX, which some VMs advertise and fault on)
+PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"
+PORTABLE_REINSTALL = (
+    f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" .venv/bin/pip install --force-reinstall --no-deps --no-cache-dir '
+    '-c constraints.txt "llama-cpp-python[server]"'
+)
+
+
 class LocalModelError(AtelierError):
     """The local model cannot be found, loaded or served."""
+
+
+class LocalServerDied(LocalModelError):
+    """The local model's server process is gone: every call to it fails at once, none is retried."""
 
 
 def usable_cores() -> int:
@@ -181,47 +207,48 @@ def serve_on_socket(spec: LocalModelSpec, sock: socket.socket) -> None:
 
 class LlamaServer:
     """One llama-cpp-python server in a child process. The parent binds the socket (so the port
-    is known, and free, before the child starts) and hands it over."""
+    is known, and free, before the child starts), hands it over, and closes its own copy."""
 
     def __init__(self, spec: LocalModelSpec, host: str = "127.0.0.1", port: int = 0) -> None:
         self.spec = spec
-        self._socket = bind_socket(host, port)
+        self._socket: socket.socket | None = bind_socket(host, port)
         self.host, self.port = self._socket.getsockname()[:2]
         self._process: subprocess.Popen | None = None
-        handle, log = tempfile.mkstemp(prefix=f"atelier-llama-{spec.alias}-", suffix=".log")
-        os.close(handle)
-        self._log = Path(log)
+        self._log: IO[bytes] = tempfile.TemporaryFile(prefix=f"atelier-llama-{spec.alias}-")  # unnamed
 
     @property
     def base_url(self) -> str:
         """The OpenAI-compatible API root (`.../v1`)."""
         return f"http://{self.host}:{self.port}/v1"
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
     def start(self, timeout_s: float = STARTUP_TIMEOUT_S) -> LlamaServer:
         import httpx
 
-        job = json.dumps(
-            {"spec": self.spec.model_dump(), "fd": self._socket.fileno(), "parent": os.getpid(), "log": str(self._log)}
-        )
+        assert self._socket is not None, "a server is started once"
+        job = json.dumps({"spec": self.spec.model_dump(), "fd": self._socket.fileno(), "parent": os.getpid()})
         env = {**os.environ, "OMP_NUM_THREADS": str(self.spec.threads)}
-        with self._log.open("wb") as log:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "atelier.agents.models.local_model", job],
-                pass_fds=(self._socket.fileno(),),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=str(Path(__file__).resolve().parent.parent),
-                start_new_session=True,
-            )
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "atelier.agents.models.local_model", job],
+            pass_fds=(self._socket.fileno(),),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        # The child holds the listening socket now. Were the parent to keep its copy, the kernel
+        # would go on accepting connections for a dead child, and each call would wait out its timeout.
+        self._socket.close()
+        self._socket = None
         deadline = time.monotonic() + timeout_s
         while True:
-            if self._process.poll() is not None:
+            death = self.died()
+            if death is not None:
                 self.stop()
-                raise LocalModelError(
-                    f"the local model server for {self.spec.gguf} exited "
-                    f"(code {self._process.returncode}): {self.log_tail()}"
-                )
+                raise LocalServerDied(f"the local model server for {self.spec.gguf} {death}")
             try:
                 if httpx.get(f"{self.base_url}/models", timeout=2.0).status_code == 200:
                     return self
@@ -236,11 +263,29 @@ class LlamaServer:
             time.sleep(0.1)
 
     def log_tail(self, lines: int = 12) -> str:
-        try:
-            text = self._log.read_text(encoding="utf-8", errors="replace").strip()
-        except OSError:
+        try:  # pread: the child shares the file's offset, which a seek here would move under it
+            fd = self._log.fileno()
+            text = os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", errors="replace").strip()
+        except (OSError, ValueError):  # closed: the server was stopped
             return "(no log)"
         return " | ".join(text.splitlines()[-lines:]) or "(empty log)"
+
+    def died(self, wait_s: float = 0.0) -> str | None:
+        """None while the server process lives; else how it ended (signal or exit status) and the
+        end of its log. `wait_s`: how long to let a process that is going finish going (a call that
+        lost its connection may see the close before the process is reaped)."""
+        if self._process is None:
+            return None
+        try:
+            code = self._process.wait(timeout=wait_s) if wait_s else self._process.poll()
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is None:
+            return None
+        said = f"(pid {self._process.pid}) {describe_exit(code)}; its log: {self.log_tail()}"
+        if -code in (signal.SIGILL, signal.SIGSEGV, signal.SIGBUS):  # how a CPU-specific build dies
+            said += f" (if it died on its first completion, reinstall llama.cpp built for any x86-64 CPU: {PORTABLE_REINSTALL})"
+        return said
 
     @property
     def running(self) -> bool:
@@ -254,14 +299,28 @@ class LlamaServer:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait(timeout=10)
-        self._socket.close()
-        self._log.unlink(missing_ok=True)
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+        self._log.close()
 
     def __enter__(self) -> LlamaServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def describe_exit(code: int) -> str:
+    """A child's return code in words: `died of signal SIGSEGV (segmentation fault)`, `exited with status 1`."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+            said = signal.strsignal(-code) or ""
+        except ValueError:
+            name, said = f"signal {-code}", ""
+        return f"died of signal {name}" + (f" ({said.lower()})" if said else "")
+    return f"exited with status {code}"
 
 
 class _Servers:
@@ -273,13 +332,22 @@ class _Servers:
         self._servers: dict[LocalModelSpec, tuple[LlamaServer, int]] = {}
 
     def acquire(self, spec: LocalModelSpec) -> LlamaServer:
+        """The running server for `spec`, started on first use. A server that died while it had
+        users is not started again behind their back: acquiring it fails with how it died."""
         with self._lock:
             server, users = self._servers.get(spec, (None, 0))
+            if server is not None and users and (death := server.died()) is not None:
+                raise LocalServerDied(f"the local model server for {spec.gguf} {death}")
             if server is None or not server.running:
                 server = LlamaServer(spec).start()
                 users = 0
             self._servers[spec] = (server, users + 1)
             return server
+
+    def server(self, spec: LocalModelSpec) -> LlamaServer | None:
+        with self._lock:
+            held = self._servers.get(spec)
+            return held[0] if held else None
 
     def release(self, spec: LocalModelSpec) -> None:
         with self._lock:
@@ -308,21 +376,152 @@ SERVERS = _Servers()
 atexit.register(SERVERS.stop_all)
 
 
-def _exit_with_parent(parent: int, log: str) -> None:
-    """The parent died without stopping this server (killed): clean up and go too."""
+def _exit_with_parent(parent: int) -> None:
+    """The parent died without stopping this server (killed): go too."""
     while True:
         if os.getppid() != parent:
-            Path(log).unlink(missing_ok=True)
             os._exit(0)
         time.sleep(1.0)
 
 
 def _child_main(job_json: str) -> None:
     job: dict[str, Any] = json.loads(job_json)
-    threading.Thread(target=_exit_with_parent, args=(job["parent"], job["log"]), daemon=True).start()
+    threading.Thread(target=_exit_with_parent, args=(job["parent"],), daemon=True).start()
     sock = socket.socket(fileno=job["fd"])
     serve_on_socket(LocalModelSpec.model_validate(job["spec"]), sock)
 
 
+# ----------------------------------------------------------------------------- can this machine run it
+
+
+PROBE_TIMEOUT_S = 60.0  # loading 93 MB and one 4-token completion take ~1-2 s; a loaded machine more
+# llama.cpp's names for the instruction sets a build uses -> the /proc/cpuinfo flag that says the CPU
+# has it and the kernel enabled its state (Linux clears a flag whose XSAVE state the OS does not enable)
+FEATURE_FLAGS = {
+    "SSE3": "pni",
+    "SSSE3": "ssse3",
+    "AVX": "avx",
+    "AVX2": "avx2",
+    "AVX_VNNI": "avx_vnni",
+    "F16C": "f16c",
+    "FMA": "fma",
+    "BMI2": "bmi2",
+    "AVX512": "avx512f",
+    "AVX512_VBMI": "avx512vbmi",
+    "AVX512_VNNI": "avx512_vnni",
+    "AVX512_BF16": "avx512_bf16",
+    "AMX_INT8": "amx_int8",
+}
+# features a build for any x86-64 machine of ours leaves out: some VMs advertise them and fault on use
+NOT_PORTABLE = ("AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16", "AMX_INT8")
+
+
+class ProbeResult(BaseModel):
+    """What one tiny completion in a separate process showed."""
+
+    system_info: str
+    seconds: float
+    text: str
+
+
+def built_features(system_info: str) -> set[str]:
+    """The instruction sets llama.cpp says it was built with (`llama_print_system_info`: `AVX2 = 1 | ...`)."""
+    features = set()
+    for part in system_info.replace("\n", "|").split("|"):
+        name, _, value = part.rpartition(":")[2].partition("=")
+        if value.strip() == "1" and name.strip():
+            features.add(name.strip())
+    return features
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The first processor's flags in /proc/cpuinfo (empty when there is none: not Linux, or not x86)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def amx_granted() -> bool:
+    """Whether the kernel lets processes use AMX tile data (XFEATURE 18 in ARCH_GET_XCOMP_SUPP)."""
+    if sys.platform != "linux":
+        return False
+    arch_prctl, arch_get_xcomp_supp, xfeature_xtiledata = 158, 0x1021, 18
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        mask = ctypes.c_uint64(0)
+        if libc.syscall(arch_prctl, arch_get_xcomp_supp, ctypes.byref(mask)) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    return bool(mask.value >> xfeature_xtiledata & 1)
+
+
+def cpu_problems(system_info: str, flags: set[str], amx_ok: bool) -> list[str]:
+    """The instruction sets the library was built with that this CPU or kernel does not enable."""
+    problems = []
+    for feature in sorted(built_features(system_info)):
+        flag = FEATURE_FLAGS.get(feature)
+        if flag is None:
+            continue  # not an instruction set (LLAMAFILE, OPENMP, REPACK)
+        if flag not in flags:
+            problems.append(f"{feature} (no '{flag}' in /proc/cpuinfo)")
+        elif feature == "AMX_INT8" and not amx_ok:
+            problems.append("AMX_INT8 (the kernel grants no AMX tile state to processes)")
+    return problems
+
+
+def probe(spec: LocalModelSpec, timeout_s: float = PROBE_TIMEOUT_S) -> ProbeResult:
+    """Load the model in a separate process and ask it for one tiny completion; the library's
+    instruction sets checked against this CPU and kernel first. A crash (a signal), a hang or an
+    instruction set this machine does not enable raises LocalModelError naming it and the fix."""
+    fix = f"reinstall llama.cpp built for any x86-64 CPU: {PORTABLE_REINSTALL}"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "atelier.agents.models.local_model", "--probe", spec.model_dump_json()],
+            capture_output=True,
+            timeout=timeout_s,
+            env={**os.environ, "OMP_NUM_THREADS": str(spec.threads)},
+        )
+    except subprocess.TimeoutExpired:
+        raise LocalModelError(
+            f"the local model {spec.alias} gave no completion within {timeout_s:g} s in a test process"
+        ) from None
+    said = " | ".join(done.stderr.decode("utf-8", errors="replace").strip().splitlines()[-6:])
+    if done.returncode != 0:
+        raise LocalModelError(
+            f"the local model {spec.alias} {describe_exit(done.returncode)} on its first completion"
+            + (f" ({said})" if said else "")
+            + f"; {fix}"
+        )
+    result = ProbeResult.model_validate_json(done.stdout.decode().strip().splitlines()[-1])
+    problems = cpu_problems(result.system_info, cpu_flags(), amx_granted())
+    if problems:
+        raise LocalModelError(
+            f"llama.cpp was built for instructions this machine does not enable: {', '.join(problems)}; {fix}"
+        )
+    return result
+
+
+def _probe_main(spec_json: str) -> None:
+    spec = LocalModelSpec.model_validate_json(spec_json)
+    started = time.perf_counter()
+    import llama_cpp
+
+    model = llama_cpp.Llama(model_path=spec.gguf, n_ctx=512, n_threads=spec.threads, verbose=False)
+    answer = model.create_chat_completion(messages=[{"role": "user", "content": "Say hi."}], max_tokens=4)
+    text = answer["choices"][0]["message"]["content"] or ""  # type: ignore[index]
+    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+    print(ProbeResult(system_info=info, seconds=round(time.perf_counter() - started, 3), text=text).model_dump_json())
+
+
 if __name__ == "__main__":
-    _child_main(sys.argv[1])
+    if sys.argv[1] == "--probe":
+        _probe_main(sys.argv[2])
+    else:
+        _child_main(sys.argv[1])

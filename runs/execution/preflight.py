@@ -2,7 +2,9 @@
 
 - every model a role uses answers the text and structured probe of `atelier model check`
   (`agents.models.model_probe.probe_models`; the scripted model passes at once; an unknown model name or an
-  unreachable `api_base` fails here, not in every episode);
+  unreachable `api_base` fails here, not in every episode); a local model (`local/...`) gives one
+  tiny completion in a process of its own (`atelier.agents.models.local_model.probe`: a crash, a hang
+  or a llama.cpp built for instructions this machine does not enable fails here, by name);
 - the keys those models and the web provider need are present;
 - the benchmark's data files are present and match their registered sha256;
 - every judge fits the benchmark: the cases carry the gold it needs;
@@ -30,6 +32,8 @@ from atelier.benchmarks.common.errors import AtelierError, ConfigError
 from atelier.runs.folder.recipe import Recipe
 
 PROBE_TIMEOUT_S = 7.0  # per model, its text and structured probe together; models are probed concurrently
+# a local model: loading it (~1 s) and one 4-token completion in a process of its own, on a loaded machine
+LOCAL_PROBE_TIMEOUT_S = 30.0
 
 
 class PreflightError(ConfigError):
@@ -93,12 +97,12 @@ async def probe_problem(
     from atelier.agents.models.model_probe import probe_models
 
     if settings.is_local:
-        # Probing would start its server, which a run replayed from the cache never does; what can
-        # be wrong before the first call (no extra, no weights) is what parsing the spec checks.
-        from atelier.agents.models.local_model import LocalModelError, parse_local_model
+        # One tiny completion in a short-lived process of its own (a llama.cpp built for instructions
+        # this machine does not enable dies there, not in the run); the run's server is not started.
+        from atelier.agents.models.local_model import LocalModelError, parse_local_model, probe
 
         try:
-            parse_local_model(settings.model)
+            await asyncio.to_thread(probe, parse_local_model(settings.model), LOCAL_PROBE_TIMEOUT_S)
         except LocalModelError as exc:
             return str(exc)
         return None
