@@ -51,15 +51,18 @@ FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9-]*")
 # paths of PLACEHOLDERS replaced.
 REAL: dict[str, tuple[int, str]] = {
     # the README tour, step 1 to 3: the module fixture runs the two runs, the rest read them
-    "atelier run runs/recipes/quickstart.toml --limit 4 --out runs/out/tour": (
+    "atelier run quickstart --limit 4 --out runs/out/tour": (
         0,
-        "the tour's first run: 4 cases x 2 systems on the scripted model; every other real command reads it",
+        "the tour's first run, the shipped recipe by name: 4 cases x 2 systems on the scripted model; every "
+        "other real command reads it",
     ),
     "atelier run my_recipe.toml --limit 4 --out runs/out/tour-retrieval": (
         0,
         "the tour's swapped backend: the quickstart with README's [[systems]] snippet (BM25 retrieval)",
     ),
-    "atelier recipe check runs/recipes/quickstart.toml": (0, "the first command of the tour and of recipes.md"),
+    "atelier recipe check quickstart": (0, "the tour: a shipped recipe checked by name"),
+    "atelier recipe check runs/recipes/quickstart.toml": (0, "recipes.md: the same recipe by its path"),
+    "atelier recipe list": (0, "the first command of the tour and of recipes.md: the shipped recipes"),
     "atelier view runs/out/tour --static runs/out/tour/view": (0, "the tour: the run's episodes as static pages"),
     "atelier trace runs/out/tour q13 --system direct-full --all": (
         0,
@@ -82,6 +85,8 @@ HELP_ONLY_WHY: dict[tuple[str, ...], str] = {
     "the tour's two `--limit 4` runs run for real",
     ("recipe", "check"): "`--preflight` or a placeholder recipe; the plain check of the quickstart runs for real",
     ("recipe", "cost"): "a scripted dry run of sample cases: ~13 s for what `recipe check` already loads",
+    ("recipe", "new"): "writes into the current folder (the checkout here); tests/test_shipped_recipes.py runs it "
+    "in a temporary one and checks what it wrote",
     ("list",): "the bracketed kinds are alternatives; `atelier list memory` runs for real",
     ("view",): "without --static it serves until stopped; the tour's --static view runs for real",
     ("trace",): "placeholders; the tour's trace runs for real",

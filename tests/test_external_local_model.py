@@ -40,6 +40,7 @@ def lines(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.battery
 def test_both_external_agents_run_on_the_local_model_behind_the_gateway_endpoint(tmp_path, cache_dir):
     recipe = parse_recipe(
         {

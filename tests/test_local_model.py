@@ -126,6 +126,7 @@ def check_the_panel(folder: Path, screenshot: Path) -> dict[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.battery  # minutes of the real model per pipeline: .ci/run runs it after README's command
 # `direct` runs in the quickstart test below, through the CLI; `external` (both agents) in
 # tests/test_external_local_model.py
 @pytest.mark.parametrize("pipeline", [name for name in pipeline_names() if name not in ("direct", "external")])
@@ -174,6 +175,7 @@ def test_every_pipeline_runs_on_the_local_model(tmp_path, cache_dir, pipeline):
 
 
 @pytest.mark.slow
+@pytest.mark.battery
 def test_the_quickstart_on_the_local_model(tmp_path):
     """`atelier run runs/recipes/quickstart.toml --model local/smollm2` on one case: its two systems'
     episodes at once on the one server (answers kept short)."""

@@ -41,7 +41,7 @@ MODEL = "local/smollm2"
 SHORT = 32  # the systems' answers: judged, not read
 JUDGE_TOKENS = 384  # room for a judge's JSON (analysis strings and scores) to close
 HISTORY_TOKENS = 640  # five history items in one answer
-pytestmark = pytest.mark.slow  # each test waits on the real model
+pytestmark = [pytest.mark.slow, pytest.mark.battery]  # each test waits on the real model (minutes)
 
 
 @pytest.fixture(scope="module", autouse=True)

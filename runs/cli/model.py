@@ -16,8 +16,7 @@ def _recipe(recipe: Path | None, model: str | None, api_base: str | None, api_ke
     """The recipe (or the embedded quickstart when none is named) with command-line model overrides."""
     from atelier.runs.folder.recipe import load_recipe
 
-    path = recipe or Path(__file__).resolve().parent.parent / "recipes" / "quickstart.toml"
-    return load_recipe(path).with_overrides(model=model, api_base=api_base, api_key=api_key)
+    return load_recipe(recipe or "quickstart").with_overrides(model=model, api_base=api_base, api_key=api_key)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

@@ -1,4 +1,4 @@
-"""`atelier recipe check FILE`: validate a recipe without running it."""
+"""`atelier recipe ...`: list the shipped recipes, start a new one, check one, forecast its cost."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ from pathlib import Path
 
 import typer
 
-recipe_app = typer.Typer(help="Recipes: check them before running.", no_args_is_help=True)
+recipe_app = typer.Typer(help="Recipes: list the shipped ones, start one, check and price it.", no_args_is_help=True)
+RECIPE_HELP = "A recipe TOML file, or a shipped recipe by name (`atelier recipe list`)."
 
 
 @recipe_app.command("check")
 def check(
-    path: Path = typer.Argument(..., help="A recipe TOML file."),
+    path: Path = typer.Argument(..., help=RECIPE_HELP),
     preflight: bool = typer.Option(
         False,
         "--preflight",
@@ -54,7 +55,7 @@ def check(
 
 @recipe_app.command("cost")
 def cost(
-    path: Path = typer.Argument(..., help="A recipe TOML file."),
+    path: Path = typer.Argument(..., help=RECIPE_HELP),
     model: str | None = typer.Option(None, "--model", help="Price the run with this model on every role."),
     api_base: str | None = typer.Option(None, "--api-base", help="The endpoint --model is served at."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Forecast the first N cases only."),
@@ -106,6 +107,47 @@ def cost(
     )
     for note in predicted.notes:
         console.print(f"note: {note}")
+
+
+@recipe_app.command("list")
+def list_recipes(
+    as_json: bool = typer.Option(False, "--json", help="Print name, description and path as JSON."),
+) -> None:
+    """The recipes shipped with Atelier, by the name `atelier run NAME` takes."""
+    from atelier.runs.cli._common import print_json
+    from atelier.runs.folder.shipped import describe, shipped_recipes
+
+    shipped = {name: (describe(path), path) for name, path in shipped_recipes().items()}
+    if as_json:
+        print_json([{"name": n, "description": d, "path": str(p)} for n, (d, p) in shipped.items()])
+        return
+    width = max(map(len, shipped))
+    for name, (description, _) in shipped.items():
+        typer.echo(f"{name:<{width}}  {description}")
+
+
+@recipe_app.command("new")
+def new(
+    name: str = typer.Argument(..., help="The recipe's name; NAME.toml is written."),
+    folder: Path = typer.Option(Path("."), "--dir", help="Where to write NAME.toml."),
+) -> None:
+    """Write NAME.toml, a commented recipe to start from (two systems, one judge, the scripted model)."""
+    import re
+
+    from atelier.benchmarks.common.errors import ConfigError
+    from atelier.runs.folder.shipped import new_recipe_text
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+        raise ConfigError(f"recipe name {name!r}: use letters, digits, '_', '.' and '-' (at most 64), e.g. my_study")
+    path = folder / f"{name}.toml"
+    try:
+        with path.open("x", encoding="utf-8") as fh:  # never over an existing file
+            fh.write(new_recipe_text(name))
+    except FileExistsError:
+        raise ConfigError(f"{path} exists; choose another name or remove it first") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
+    typer.echo(f"wrote {path}; check it with: atelier recipe check {path}")
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

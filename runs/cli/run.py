@@ -57,7 +57,9 @@ async def _stopped_by_sigterm(work):
 
 
 def run(
-    recipe: Path = typer.Argument(..., help="A recipe TOML file, e.g. runs/recipes/quickstart.toml."),
+    recipe: Path = typer.Argument(
+        ..., help="A recipe TOML file, or a shipped recipe by name (`quickstart`; `atelier recipe list`)."
+    ),
     model: str | None = typer.Option(
         None, "--model", help="Use this model for every role (any litellm provider string, or `scripted`)."
     ),

@@ -42,6 +42,7 @@ from atelier.benchmarks.rj_pairs import with_rj_pairs
 from atelier.graphs.context import SystemSpec
 from atelier.graphs.pipelines import PIPELINES
 from atelier.memory.registry import BACKENDS
+from atelier.runs.folder.shipped import recipe_file
 from atelier.tools.config import WebConfig
 
 KNOWN_ROLES = tuple(ROLES) + tuple(ROLE_FALLBACK)
@@ -539,7 +540,8 @@ def _source_text(source: str | None) -> str | None:
 
 
 def load_recipe(path: str | Path) -> Recipe:
-    path = Path(path)
+    """A recipe from a TOML file, or the shipped recipe of that name (`quickstart`)."""
+    path = recipe_file(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:

@@ -1,0 +1,80 @@
+"""Shipped recipes by name, `atelier recipe list` and `atelier recipe new` (issue 40, item 2): what a
+user of the installed wheel has with no checkout at hand."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.runs.cli import main
+from atelier.runs.folder.recipe import load_recipe
+from atelier.runs.folder.shipped import recipe_file, shipped_recipes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def atelier(capsys, monkeypatch):
+    """`atelier ARGS` in this process: (exit code, stdout, stderr)."""
+
+    def run(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["atelier", *args])
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            main()
+        out, err = capsys.readouterr()
+        return int(exited.value.code or 0), out, err
+
+    return run
+
+
+def test_every_shipped_recipe_has_a_name_and_loads_by_it():
+    on_disk = sorted(
+        p.relative_to(ROOT / "runs" / "recipes").with_suffix("").as_posix()
+        for p in (ROOT / "runs" / "recipes").rglob("*.toml")
+    )
+    assert list(shipped_recipes()) == on_disk and "quickstart" in on_disk and "papers/pdr_table1_systems" in on_disk
+    assert load_recipe("quickstart").name == "quickstart"
+    assert recipe_file("papers/lampqa_table2").name == "lampqa_table2.toml"
+
+
+def test_a_name_that_is_neither_a_file_nor_shipped_is_refused_naming_the_shipped_ones(tmp_path, monkeypatch, atelier):
+    with pytest.raises(
+        ConfigError, match=r"no recipe file 'quickstrt' and no shipped recipe of that name; shipped: .*quickstart"
+    ):
+        recipe_file("quickstrt")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "quickstart.toml").write_text('name = "mine"\n')  # a file of the user's wins over a shipped name
+    assert recipe_file("quickstart.toml") == Path("quickstart.toml")
+    code, _, err = atelier("recipe", "check", "quickstrt")
+    assert code == 2 and err.startswith("error: no recipe file 'quickstrt'") and "Traceback" not in err
+
+
+def test_recipe_list_names_each_shipped_recipe_with_its_description(atelier):
+    code, out, _ = atelier("recipe", "list", "--json")
+    assert code == 0
+    listed = {row["name"]: row for row in json.loads(out)}
+    assert set(listed) == set(shipped_recipes())
+    assert listed["quickstart"]["description"] == load_recipe("quickstart").description
+    code, out, _ = atelier("recipe", "list")
+    assert code == 0 and len(out.splitlines()) == len(listed)
+
+
+def test_recipe_new_writes_a_commented_recipe_that_checks_and_never_overwrites(tmp_path, atelier):
+    code, out, _ = atelier("recipe", "new", "my_study", "--dir", str(tmp_path))
+    written = tmp_path / "my_study.toml"
+    assert code == 0 and str(written) in out
+    text = written.read_text()
+    assert 'name = "my_study"' in text and text.count("\n#") >= 5  # commented
+    assert load_recipe(written).name == "my_study"
+    code, _, err = atelier("recipe", "check", str(written))
+    assert code == 0, err
+    written.write_text(text + "# my edits\n")
+    code, _, err = atelier("recipe", "new", "my_study", "--dir", str(tmp_path))
+    assert code == 2 and "exists" in err and written.read_text().endswith("# my edits\n")
+    code, _, err = atelier("recipe", "new", "../escape", "--dir", str(tmp_path))
+    assert code == 2 and "recipe name" in err and not (tmp_path.parent / "escape.toml").exists()
