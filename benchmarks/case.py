@@ -340,6 +340,12 @@ class Case(_CaseBase):
         description="For synthesized or annotated histories: the persona facet path each history event reflects "
         "(PDR's reversibility links). Not shown to systems; used by facet ablations and reversibility checks.",
     )
+    clusters: dict[str, str] = Field(
+        default_factory=dict,
+        description="The groups this case shares with others, by dimension (PDR: persona and task; LoCoMo: "
+        "conversation; iKAT: topic; sample: user). Scores within a group move together, so intervals and "
+        "paired tests resample these groups (benchmarks.metrics.clusters); empty: cases are independent.",
+    )
 
     def view(self, setting: str | None = None, hide: ViewAblation | None = None) -> CaseView:
         """The system's view under `setting` (default: the case's own), minus what `hide` hides.
@@ -376,7 +382,7 @@ class Case(_CaseBase):
             history = persona_events
         elif setting == "persona+context":
             history = persona_events + history
-        data = self.model_dump(exclude={"gold", "persona", "history", "setting", "history_traits"})
+        data = self.model_dump(exclude={"gold", "persona", "history", "setting", "history_traits", "clusters"})
         return CaseView.model_validate({**data, "history": history, "setting": setting})
 
     def event_ids(self) -> set[str]:

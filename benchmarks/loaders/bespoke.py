@@ -296,6 +296,7 @@ def load(request: LoadRequest) -> list[Case]:
             setting=request.setting,
             history=tables.history.get(q.user, []),
             meta={"query_id": q.query_id},
+            clusters={"user": q.user},
             gold=Gold(
                 information_need=q.gold_information_need or None,
                 information_claims=tables.claims.get(q.query_id, []),

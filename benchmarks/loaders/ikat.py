@@ -294,6 +294,7 @@ def topic_cases(
                 ),
                 setting=setting,
                 task_id=topic.number,
+                clusters={"topic": f"{split}:{topic.number}"},
                 domain=topic.title,
                 history=history,
                 meta={"topic": topic.number, "turn_id": turn.turn_id, "title": topic.title, "split": split},

@@ -139,6 +139,7 @@ def sample_cases(sample: SampleRecord, history: list[DialogueTurn], setting: str
                 id=f"{NAME}:{sample.sample_id}:{i}",
                 benchmark=NAME,
                 user_id=sample.sample_id,
+                clusters={"conversation": sample.sample_id},
                 query=Query(text=qa.question),
                 setting=setting,
                 history=history,

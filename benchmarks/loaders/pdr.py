@@ -345,6 +345,7 @@ def build_case(
             history=context_history(context) if context else [],
             history_traits=context_traits(context) if context else {},
             meta={"query_id": query.id, "language": query.language},
+            clusters={"persona": query.userid, "task": str(query.taskid)},
         )
     except ValidationError as exc:
         # Event ids must be unique within a user's history; only a contexts file can break that.

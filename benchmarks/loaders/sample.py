@@ -319,6 +319,7 @@ class SampleSuite:
             persona=Persona(user_id=persona.userid, attributes=persona.attributes()),
             gold=query.gold.to_gold(),
             meta={"split": self.split_of(query)},
+            clusters={"user": query.userid},
         )
 
 

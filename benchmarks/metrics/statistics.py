@@ -2,20 +2,38 @@
 
 The two entry points the experiment runner uses:
 
-    bootstrap_ci(values, confidence=0.95, n_resamples=10_000, seed=0) -> ConfidenceInterval(low, high)
-        Percentile bootstrap CI of the mean (scipy `bootstrap`, method="percentile"). It unpacks as
-        `low, high = bootstrap_ci(...)`. n == 1, or n values all equal, gives (value, value): no
-        spread to resample. n == 0 gives (None, None). The values are resampled in the order given,
-        so callers that want the same interval from the same values in any order sort them first
-        (runs/reading/summary.py does).
+    bootstrap_ci(values, confidence=0.95, n_resamples=10_000, seed=0, clusters=None) -> ConfidenceInterval(low, high)
+        Percentile bootstrap CI of the mean. It unpacks as `low, high = bootstrap_ci(...)`. n == 1,
+        or n values all equal, gives (value, value): no spread to resample. n == 0 gives (None,
+        None). The values are resampled in the order given, so callers that want the same interval
+        from the same values in any order sort them first (runs/reading/summary.py does).
+        `mean_interval` gives the same interval with what it rests on (method, clusters, design
+        effect, minimum detectable difference).
 
-    paired_test(a, b, confidence=0.95, n_resamples=10_000, seed=0) -> PairedTestResult
+    paired_test(a, b, confidence=0.95, n_resamples=10_000, seed=0, clusters=None) -> PairedTestResult
         Two systems scored on the same cases, a[i] and b[i] for case i. Reports the mean difference
         a - b with its bootstrap CI, the two-sided p-value of a paired permutation test (scipy
         `permutation_test`, swapping a and b within cases: exact when 2^n <= n_resamples, else Monte
         Carlo) and the two-sided p-value of scipy's Wilcoxon signed-rank test (zero differences
         dropped, scipy's default). When every difference is zero, or n == 1, both p-values are 1.
         With n == 0 every statistic is None.
+
+    `clusters` (both): one label per value, or named label lists for a crossed design
+    (`{"persona": [...], "task": [...]}`; see `clusters.ClusterDesign`). Given them, every figure
+    takes the cluster as the unit:
+      - one dimension: the interval is a percentile cluster bootstrap (scipy `bootstrap` over the
+        clusters' sums and sizes, the mean as their ratio); `permutation_p` swaps a and b for whole
+        clusters at once (a sign flip of each cluster's summed difference: scipy
+        `permutation_test` on cluster sums); `wilcoxon_p` ranks the clusters' mean differences.
+      - two or more crossed dimensions: the interval is the multiway (pigeonhole) bootstrap
+        (`clusters.resampled_means`); `permutation_p` is the p-value that inverts that interval
+        (no permutation of a crossed design is exchangeable under the null of no average
+        difference: swapping within personas leaves the task effects unshuffled, and the other way
+        round); `wilcoxon_p` is None (no rank test fits a crossed design).
+    `design_effect` and `mde` rest on the cluster-robust variance of the mean (one-way CR1;
+    Cameron-Gelbach-Miller for crossed designs): mde = (z_0.975 + z_0.8) * SE, the smallest true
+    difference a 5% two-sided test detects with 80% power. `ci_method` and `p_method` name what was
+    done; `cluster_notes` says what was dropped from the design and when there are too few clusters.
 
     epoch_spread(scores, epochs) -> EpochSpread
         One system run k times on the same cases (`[run] epochs`): the mean over cases of each
@@ -30,12 +48,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
-from pydantic import Field, FiniteFloat, model_validator
+from pydantic import Field, FiniteFloat, StrictInt, StrictStr, model_validator
 from scipy import stats
 
+from atelier.benchmarks.metrics.clusters import (
+    Clusters,
+    ClusterDesign,
+    cluster_sums,
+    design_effect,
+    minimum_detectable,
+    percentile_p,
+    resampled_means,
+    standard_error,
+)
 from atelier.benchmarks.metrics.models import MetricInput, MetricResult
 
 DEFAULT_RESAMPLES = 10_000
@@ -48,30 +76,138 @@ class ConfidenceInterval(NamedTuple):
     high: float | None
 
 
+CASE_METHOD = "percentile bootstrap over cases (independent)"
+CASE_TEST = "paired permutation over cases (a and b swapped within each case)"
+
+
+class IntervalResult(MetricResult):
+    """The mean with its interval and what the interval rests on."""
+
+    n: int
+    mean: float | None
+    low: float | None
+    high: float | None
+    confidence: float
+    ci_method: str = Field(description="How the interval was made (cases, one-way or multiway cluster bootstrap).")
+    n_clusters: dict[str, int] = Field(
+        default_factory=dict, description="Clusters per dimension the figures resampled (empty: independent cases)."
+    )
+    design_effect: float | None = Field(
+        default=None,
+        description="Cluster-robust variance of the mean over the independent-cases variance s^2/n "
+        "(n / design_effect is the effective n); None when every value is equal.",
+    )
+    mde: float | None = Field(
+        default=None,
+        description="Minimum detectable difference at 80% power, 5% two-sided: (z_0.975 + z_0.8) x the "
+        "cluster-robust standard error of the mean.",
+    )
+    cluster_notes: list[str] = Field(
+        default_factory=list, description="Dimensions dropped from the design, and too few clusters, in words."
+    )
+
+
 def bootstrap_ci(
     values: Sequence[float],
     confidence: float = 0.95,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
+    clusters: Clusters | None = None,
 ) -> ConfidenceInterval:
-    """Percentile bootstrap confidence interval of the mean of `values`."""
+    """Percentile bootstrap confidence interval of the mean of `values` (clusters resampled when given)."""
+    result = mean_interval(values, confidence, n_resamples, seed, clusters)
+    return ConfidenceInterval(result.low, result.high)
+
+
+def mean_interval(
+    values: Sequence[float],
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    clusters: Clusters | None = None,
+) -> IntervalResult:
+    """The mean of `values`, its percentile bootstrap interval, and what it rests on."""
     data = _as_finite_array(values, "values")
     _check_settings(confidence, n_resamples)
-    if data.size == 0:
-        return ConfidenceInterval(None, None)
-    if np.all(data == data[0]):  # one value, or many equal ones: every resample has that mean
-        return ConfidenceInterval(float(data[0]), float(data[0]))
-    result = stats.bootstrap(
-        (data,),
-        np.mean,
-        n_resamples=n_resamples,
-        batch=max(1, _MAX_VALUES_PER_BATCH // data.size),
-        vectorized=True,
-        confidence_level=confidence,
-        method="percentile",
-        rng=np.random.default_rng(seed),
+    design = ClusterDesign.of(clusters, data.size)
+    ci, _ = _interval(data, design, confidence, n_resamples, seed)
+    return IntervalResult(
+        n=int(data.size),
+        mean=math.fsum(data.tolist()) / data.size if data.size else None,
+        low=ci.low,
+        high=ci.high,
+        confidence=confidence,
+        **_design_figures(data, design),
     )
-    return ConfidenceInterval(float(result.confidence_interval.low), float(result.confidence_interval.high))
+
+
+def _design_figures(data: np.ndarray, design: ClusterDesign) -> dict[str, Any]:
+    """ci_method, n_clusters, design_effect, mde and cluster_notes of `data` under `design`."""
+    return {
+        "ci_method": _ci_method(design),
+        "n_clusters": design.levels,
+        "design_effect": design_effect(data, design) if design.clustered else (1.0 if data.size >= 2 else None),
+        "mde": minimum_detectable(standard_error(data, design)) if data.size >= 2 else None,
+        "cluster_notes": [*design.notes, *design.warnings()],
+    }
+
+
+def _ci_method(design: ClusterDesign) -> str:
+    if not design.clustered:
+        return CASE_METHOD
+    if len(design.names) == 1:
+        return f"percentile cluster bootstrap over {design.describe()}"
+    return f"percentile multiway (pigeonhole) cluster bootstrap over {design.describe()}"
+
+
+def _interval(
+    data: np.ndarray, design: ClusterDesign, confidence: float, n_resamples: int, seed: int
+) -> tuple[ConfidenceInterval, np.ndarray | None]:
+    """The percentile interval of the mean, and the resampled means when they were drawn here
+    (the multiway bootstrap, whose p-value inverts them)."""
+    if data.size == 0:
+        return ConfidenceInterval(None, None), None
+    if np.all(data == data[0]):  # one value, or many equal ones: every resample has that mean
+        return ConfidenceInterval(float(data[0]), float(data[0])), None
+    rng = np.random.default_rng(seed)
+    if not design.clustered:
+        result = stats.bootstrap(
+            (data,),
+            np.mean,
+            n_resamples=n_resamples,
+            batch=max(1, _MAX_VALUES_PER_BATCH // data.size),
+            vectorized=True,
+            confidence_level=confidence,
+            method="percentile",
+            rng=rng,
+        )
+        return ConfidenceInterval(
+            float(result.confidence_interval.low), float(result.confidence_interval.high)
+        ), None
+    if len(design.names) == 1:
+        sums, sizes = cluster_sums(data, design.codes[0])
+        result = stats.bootstrap(
+            (sums, sizes),
+            _ratio_of_sums,
+            paired=True,
+            n_resamples=n_resamples,
+            batch=max(1, _MAX_VALUES_PER_BATCH // sums.size),
+            vectorized=True,
+            confidence_level=confidence,
+            method="percentile",
+            rng=rng,
+        )
+        return ConfidenceInterval(
+            float(result.confidence_interval.low), float(result.confidence_interval.high)
+        ), None
+    means = resampled_means(data, design, n_resamples, rng)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return ConfidenceInterval(float(low), float(high)), means
+
+
+def _ratio_of_sums(sums: np.ndarray, sizes: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.sum(sums, axis=axis) / np.sum(sizes, axis=axis)
 
 
 class PairedTestResult(MetricResult):
@@ -82,8 +218,28 @@ class PairedTestResult(MetricResult):
     ci_low: float | None = Field(description="Bootstrap CI of the mean difference, lower bound.")
     ci_high: float | None = Field(description="Bootstrap CI of the mean difference, upper bound.")
     confidence: float
-    permutation_p: float | None = Field(description="Two-sided paired permutation test p-value.")
-    wilcoxon_p: float | None = Field(description="Two-sided Wilcoxon signed-rank p-value.")
+    permutation_p: float | None = Field(
+        description="Two-sided p-value of the paired test `p_method` names (a permutation over cases or "
+        "clusters; for crossed clusters, the one that inverts the multiway bootstrap interval)."
+    )
+    wilcoxon_p: float | None = Field(
+        description="Two-sided Wilcoxon signed-rank p-value (over cluster means when clustered one-way; "
+        "None for crossed clusters)."
+    )
+    ci_method: str = Field(default=CASE_METHOD, description="How the interval of the difference was made.")
+    p_method: str = Field(default=CASE_TEST, description="What `permutation_p` tests.")
+    n_clusters: dict[str, int] = Field(
+        default_factory=dict, description="Clusters per dimension (empty: independent cases)."
+    )
+    design_effect: float | None = Field(
+        default=None, description="Cluster-robust variance of the mean difference over s^2/n of the differences."
+    )
+    mde: float | None = Field(
+        default=None,
+        description="Minimum detectable difference at 80% power, 5% two-sided, for these cases, clusters and "
+        "variance: (z_0.975 + z_0.8) x the cluster-robust SE of the mean difference.",
+    )
+    cluster_notes: list[str] = Field(default_factory=list)
 
 
 def paired_test(
@@ -92,6 +248,7 @@ def paired_test(
     confidence: float = 0.95,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
+    clusters: Clusters | None = None,
 ) -> PairedTestResult:
     """Compare two systems scored on the same cases (a[i] and b[i] belong to case i)."""
     first = _as_finite_array(a, "a")
@@ -100,6 +257,10 @@ def paired_test(
         raise ValueError(f"paired scores differ in length: {first.size} vs {second.size}")
     _check_settings(confidence, n_resamples)
     n = int(first.size)
+    design = ClusterDesign.of(clusters, n)
+    differences = first - second
+    figures = _design_figures(differences, design)
+    del figures["ci_method"]
     if n == 0:
         return PairedTestResult(
             n=0,
@@ -111,9 +272,22 @@ def paired_test(
             confidence=confidence,
             permutation_p=None,
             wilcoxon_p=None,
+            ci_method=_ci_method(design),
+            p_method=_p_method(design),
+            **figures,
         )
-    differences = first - second
-    ci = bootstrap_ci(differences, confidence, n_resamples, seed)
+    ci, resampled = _interval(differences, design, confidence, n_resamples, seed)
+    if not design.clustered:
+        permutation, wilcoxon = _permutation_p(first, second, n_resamples, seed), _wilcoxon_p(differences)
+    elif len(design.names) == 1:
+        codes = design.codes[0]
+        sums_a, sizes = cluster_sums(first, codes)
+        sums_b, _ = cluster_sums(second, codes)
+        permutation = _permutation_p(sums_a, sums_b, n_resamples, seed)
+        wilcoxon = _wilcoxon_p((sums_a - sums_b) / sizes)
+    else:
+        permutation = 1.0 if resampled is None else percentile_p(resampled)
+        wilcoxon = None
     return PairedTestResult(
         n=n,
         mean_a=float(first.mean()),
@@ -122,9 +296,20 @@ def paired_test(
         ci_low=ci.low,
         ci_high=ci.high,
         confidence=confidence,
-        permutation_p=_permutation_p(first, second, n_resamples, seed),
-        wilcoxon_p=_wilcoxon_p(differences),
+        permutation_p=permutation,
+        wilcoxon_p=wilcoxon,
+        ci_method=_ci_method(design),
+        p_method=_p_method(design),
+        **figures,
     )
+
+
+def _p_method(design: ClusterDesign) -> str:
+    if not design.clustered:
+        return CASE_TEST
+    if len(design.names) == 1:
+        return f"cluster permutation over {design.describe()} (a and b swapped for whole clusters)"
+    return f"multiway cluster bootstrap over {design.describe()} (the p-value that inverts its percentile interval)"
 
 
 def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
@@ -170,25 +355,43 @@ def _check_settings(confidence: float, n_resamples: int) -> None:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
 
 
+ClusterLabels = list[StrictStr | StrictInt] | dict[str, list[StrictStr | StrictInt]]
+_CLUSTERS_HELP = (
+    "Cluster labels: one per value (users, conversations, ...), or a table of named label lists for a "
+    'crossed design ({"persona": [...], "task": [...]}). Given them, intervals and p-values resample clusters.'
+)
+
+
+def _check_labels(clusters: ClusterLabels | None, n: int) -> None:
+    if clusters is None:
+        return
+    named = clusters if isinstance(clusters, dict) else {"clusters": clusters}
+    for name, labels in named.items():
+        if len(labels) != n:
+            where = "clusters" if name == "clusters" else f"clusters.{name}"
+            raise ValueError(f"{where}: {len(labels)} labels for {n} values (one label per value)")
+
+
 class BootstrapInput(MetricInput):
     values: list[FiniteFloat] = Field(description="Per-case scores of one system (may be empty).")
     confidence: float = Field(default=0.95, gt=0, lt=1, description="Confidence level of the interval.")
     n_resamples: int = Field(default=DEFAULT_RESAMPLES, ge=1, description="Bootstrap resamples.")
     seed: int = Field(default=0, description="Seed of numpy's default_rng.")
+    clusters: ClusterLabels | None = Field(default=None, description=_CLUSTERS_HELP)
+
+    @model_validator(mode="after")
+    def _labelled(self) -> BootstrapInput:
+        _check_labels(self.clusters, len(self.values))
+        return self
 
 
-class BootstrapResult(MetricResult):
-    n: int
-    mean: float | None
-    low: float | None
-    high: float | None
-    confidence: float
+class BootstrapResult(IntervalResult):
+    pass
 
 
 def bootstrap_summary(request: BootstrapInput) -> BootstrapResult:
-    low, high = bootstrap_ci(request.values, request.confidence, request.n_resamples, request.seed)
-    mean = math.fsum(request.values) / len(request.values) if request.values else None
-    return BootstrapResult(n=len(request.values), mean=mean, low=low, high=high, confidence=request.confidence)
+    result = mean_interval(request.values, request.confidence, request.n_resamples, request.seed, request.clusters)
+    return BootstrapResult(**result.model_dump())
 
 
 class PairedTestInput(MetricInput):
@@ -197,16 +400,18 @@ class PairedTestInput(MetricInput):
     confidence: float = Field(default=0.95, gt=0, lt=1, description="Confidence level of the CI.")
     n_resamples: int = Field(default=DEFAULT_RESAMPLES, ge=1, description="Bootstrap and permutation resamples.")
     seed: int = Field(default=0, description="Seed for the bootstrap and the permutation test.")
+    clusters: ClusterLabels | None = Field(default=None, description=_CLUSTERS_HELP)
 
     @model_validator(mode="after")
     def _paired(self) -> PairedTestInput:
         if len(self.a) != len(self.b):
             raise ValueError(f"a and b must score the same cases: {len(self.a)} vs {len(self.b)} values")
+        _check_labels(self.clusters, len(self.a))
         return self
 
 
 def paired_test_from_input(request: PairedTestInput) -> PairedTestResult:
-    return paired_test(request.a, request.b, request.confidence, request.n_resamples, request.seed)
+    return paired_test(request.a, request.b, request.confidence, request.n_resamples, request.seed, request.clusters)
 
 
 class EpochSpread(MetricResult):

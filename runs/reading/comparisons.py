@@ -1,7 +1,8 @@
 """Paired comparisons against a baseline, with a correction for multiple comparisons.
 
 Each comparison pairs the two sides' scores on the cases both were scored on (`paired_test`: mean
-difference with a bootstrap CI, permutation and Wilcoxon p-values). A table of comparisons tests
+difference with a bootstrap CI, permutation and Wilcoxon p-values), resampling the cases' clusters
+when they have them (`cluster_labels`). A table of comparisons tests
 many hypotheses at once, so its permutation p-values are adjusted together with
 Benjamini-Hochberg (`scipy.stats.false_discovery_control`, which controls the false discovery
 rate); `significant` reads the adjusted value at ALPHA.
@@ -21,6 +22,47 @@ ALPHA = 0.05
 CORRECTION = "Benjamini-Hochberg"
 
 
+# case id -> dimension (persona, task, conversation, ...) -> the case's cluster on it (`Case.clusters`)
+CaseClusters = Mapping[str, Mapping[str, str]]
+
+
+def cluster_labels(case_ids: Iterable[str], clusters: CaseClusters | None) -> dict[str, list[str]] | None:
+    """The `clusters` argument of the statistics for these cases, in their order: per dimension any
+    of them has, one label each (a case without that dimension is a cluster of its own). None: no
+    case has clusters."""
+    ids = list(case_ids)
+    if not clusters:
+        return None
+    dimensions = list(dict.fromkeys(d for c in ids for d in clusters.get(c, {})))
+    if not dimensions:
+        return None
+    return {d: [clusters.get(c, {}).get(d) or f"case:{c}" for c in ids] for d in dimensions}
+
+
+def cluster_summary(records: Iterable[ResultRecord], clusters: CaseClusters | None) -> dict[str, Any]:
+    """The run's cluster design: each dimension with how many clusters its scored cases fall in."""
+    from atelier.benchmarks.metrics.clusters import MIN_CLUSTERS
+
+    ids = sorted({r.case_id for r in records if r.ok})
+    labels = cluster_labels(ids, clusters) or {}
+    dimensions = {d: len(set(values)) for d, values in labels.items()}
+    if not dimensions:
+        note = (
+            "the cases carry no cluster keys: every interval and test takes cases as independent"
+            if clusters is not None
+            else "the run's cases could not be loaded, so their clusters are unknown: cases taken as independent"
+        )
+        return {"dimensions": {}, "note": note}
+    few = [d for d, g in dimensions.items() if g < MIN_CLUSTERS]
+    out: dict[str, Any] = {
+        "dimensions": dimensions,
+        "note": f"intervals and tests resample {' x '.join(dimensions)} clusters (each cell's ci_method says how)",
+    }
+    if few:
+        out["warning"] = f"few clusters ({', '.join(f'{d}: {dimensions[d]}' for d in few)}; under {MIN_CLUSTERS})"
+    return out
+
+
 def scores_by_case(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, float]:
     """Case id -> score, in case-id order; with epochs, the case's mean over its scored epochs (paired
     tests and CIs take cases as the unit, each case once)."""
@@ -32,12 +74,16 @@ def scores_by_case(records: Iterable[ResultRecord], system: str, judge: str) -> 
     return {case: math.fsum(values) / len(values) for case, values in sorted(by_case.items())}
 
 
-def paired_row(a: Mapping[str, float], b: Mapping[str, float], *, seed: int = 0) -> dict[str, Any] | None:
+def paired_row(
+    a: Mapping[str, float], b: Mapping[str, float], *, seed: int = 0, clusters: CaseClusters | None = None
+) -> dict[str, Any] | None:
     """`a` against `b` on their shared cases (differences are a - b); None under two shared cases."""
     shared = sorted(a.keys() & b.keys())
     if len(shared) < 2:
         return None
-    return paired_test([a[c] for c in shared], [b[c] for c in shared], seed=seed).model_dump()
+    return paired_test(
+        [a[c] for c in shared], [b[c] for c in shared], seed=seed, clusters=cluster_labels(shared, clusters)
+    ).model_dump()
 
 
 def adjust(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -55,7 +101,13 @@ def adjust(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def versus_baseline(
-    records: list[ResultRecord], systems: list[str], judges: list[str], baseline: str | None, *, seed: int = 0
+    records: list[ResultRecord],
+    systems: list[str],
+    judges: list[str],
+    baseline: str | None,
+    *,
+    seed: int = 0,
+    clusters: CaseClusters | None = None,
 ) -> dict[str, Any]:
     """Every other system against `baseline` (default: the first system), per judge, adjusted as one family."""
     baseline = baseline if baseline in systems else (systems[0] if systems else None)
@@ -65,7 +117,7 @@ def versus_baseline(
         for system in systems:
             if system == baseline:
                 continue
-            row = paired_row(scores_by_case(records, system, judge), base, seed=seed)
+            row = paired_row(scores_by_case(records, system, judge), base, seed=seed, clusters=clusters)
             if row is not None:
                 rows.append({"judge": judge, "system": system, **row})
     return {"baseline": baseline, "correction": CORRECTION, "alpha": ALPHA, "rows": adjust(rows)}
@@ -112,8 +164,15 @@ def recalled_event_ids(record: ResultRecord) -> list[str]:
 
 
 def _history_values(records: list[ResultRecord], cases: Mapping[str, Any], kind: str, k: int) -> list[float]:
-    """Each scored episode's history retrieval against the case's gold relevant events: the ranking
-    is every event the system received, upfront and through `recall_memory` (`recalled_event_ids`)."""
+    return [value for _, value in _history_scores(records, cases, kind, k)]
+
+
+def _history_scores(
+    records: list[ResultRecord], cases: Mapping[str, Any], kind: str, k: int
+) -> list[tuple[str, float]]:
+    """Each scored episode's history retrieval against the case's gold relevant events, with its case
+    id: the ranking is every event the system received, upfront and through `recall_memory`
+    (`recalled_event_ids`)."""
     from atelier.benchmarks.metrics.ranking import query_ranking_scores
 
     values = []
@@ -125,7 +184,7 @@ def _history_values(records: list[ResultRecord], cases: Mapping[str, Any], kind:
         if not any(grade > 0 for grade in qrels.values()):
             continue
         scores = query_ranking_scores(recalled_event_ids(record), qrels, [k])
-        values.append(getattr(scores, kind)[k])
+        values.append((record.case_id, getattr(scores, kind)[k]))
     return values
 
 
@@ -148,21 +207,25 @@ def versus_paper(
     cases: Mapping[str, Any] | None = None,
     *,
     seed: int = 0,
+    clusters: CaseClusters | None = None,
 ) -> list[dict[str, Any]]:
     """For each number a paper reports (`[[report.paper]]`), ours on the system that stands for the
     paper's row: the mean over our scored cases of the judge's metric (`score`, a criterion, a details
     path); `history.ndcg@K` / `history.recall@K` / `history.precision@K`, the memory's ranking of the
     user's history against the gold relevant events; or `kendall_tau(a,b)` / `n_both_positive(a,b)`
     between two criteria over the cases where both are positive. `ci95`: the percentile bootstrap
-    95% CI of a mean over two or more cases, else [None, None] (one case; a rank correlation)."""
+    95% CI of a mean over two or more cases (resampling the cases' `clusters` when given), else
+    [None, None] (one case; a rank correlation)."""
     out = []
     for row in paper_rows:
         mine = [r for r in records if r.system == row["system"] and r.ok]
         judgments = [j for r in mine for j in r.judgments if j.judge == row.get("judge") and not j.error]
         for metric, paper_value in row["values"].items():
             history, trade_off = _HISTORY.match(metric), _TRADE_OFF.match(metric)
+            ids: list[str] = []
             if history:
-                values = _history_values(mine, cases or {}, history.group(1), int(history.group(2)))
+                scored = _history_scores(mine, cases or {}, history.group(1), int(history.group(2)))
+                ids, values = [c for c, _ in scored], [v for _, v in scored]
                 ours, n = (sum(values) / len(values) if values else None), len(values)
             elif trade_off:
                 ours, n = _trade_off(judgments, *trade_off.groups())
@@ -172,10 +235,15 @@ def versus_paper(
                     for j in r.judgments:
                         if j.judge == row.get("judge") and not j.error and (v := judgment_value(j, metric)) is not None:
                             by_case.setdefault(r.case_id, []).append(v)
-                values = [math.fsum(v) / len(v) for _, v in sorted(by_case.items())]
+                ids = sorted(by_case)
+                values = [math.fsum(by_case[c]) / len(by_case[c]) for c in ids]
                 ours, n = (sum(values) / len(values) if values else None), len(values)
             # a bootstrap CI for a mean over cases; a rank correlation or a count has none
-            ci = list(bootstrap_ci(values, seed=seed)) if not trade_off and n >= 2 else [None, None]
+            ci = (
+                list(bootstrap_ci(values, seed=seed, clusters=cluster_labels(ids, clusters)))
+                if not trade_off and n >= 2
+                else [None, None]
+            )
             out.append(
                 {
                     "row": row["row"],

@@ -81,6 +81,9 @@ def finish_run(
     if budget is not None and budget.reached:
         outcome.budget_reached = budget.line()
     ledger = read_ledger(folder.ledger)
+    by_id = {case.id: case for case in cases} if cases is not None else run_cases(config)
+    # what the statistics resample: None when the cases could not be loaded (said in the summary)
+    clusters = {case_id: case.clusters for case_id, case in by_id.items()} if by_id else None
     summary = summarize(
         records,
         systems,
@@ -88,6 +91,7 @@ def finish_run(
         seed=recipe.get("seed", 0),
         aggregates={j.key: j.aggregate for j in judge_objects},
         epochs=epochs,
+        clusters=clusters,
     )
     for name, usage in system_usage(records, ledger, systems, config["cases"]).items():
         summary["systems"][name]["usage"] = usage
@@ -98,9 +102,11 @@ def finish_run(
         judges,
         report.get("baseline"),
         seed=recipe.get("seed", 0),
+        clusters=clusters,
     )
-    by_id = {case.id: case for case in cases} if cases is not None else run_cases(config)
-    summary["paper"] = versus_paper(records, report.get("paper") or [], by_id, seed=recipe.get("seed", 0))
+    summary["paper"] = versus_paper(
+        records, report.get("paper") or [], by_id, seed=recipe.get("seed", 0), clusters=clusters
+    )
     summary["web"] = searched_web(Recipe.model_validate(recipe))
     outcome.unmeasured = [f"{row['row']} / {row['metric']}" for row in summary["paper"] if not row["n"]]
     case_ids = set(config["cases"])

@@ -6,6 +6,16 @@ resamples cases with all their epochs (each case weighing the same), and the pai
 per-case means. Each judge's entry then also gives the case means (`case_means`) and the spread
 between epochs (`epoch_spread`: `benchmarks.metrics.statistics.epoch_spread`).
 
+Cases that share a cluster (a persona, a task, a conversation: `Case.clusters`, given as `clusters`,
+case id -> dimension -> label) are not independent: every CI and paired test then resamples
+clusters (`benchmarks.metrics.statistics`), and each says how (`ci_method`, `n_clusters`,
+`design_effect`, `mde`, `cluster_notes`); the summary's `clusters` names the design.
+
+Each cell (system x judge) also splits its score variance into between-case, between-epoch and
+between-judge-repeat parts (`variance`: `benchmarks.metrics.variance.variance_components`): the
+epoch part needs `[run] epochs` > 1, the repeat part `[[judges]] repeats` > 1; a part not measured
+is null.
+
 Scores are put in case-id order before anything is computed from them, so the same results give
 the same summary byte for byte, whatever the order of the lines in results.jsonl (a resumed run
 appends in the order episodes finish).
@@ -21,9 +31,10 @@ from typing import Any
 
 from atelier.agents.judges.base import JudgeResult
 from atelier.benchmarks.common.degradation import counts_by_kind
-from atelier.benchmarks.metrics.statistics import bootstrap_ci, epoch_spread, paired_test
+from atelier.benchmarks.metrics.statistics import epoch_spread, mean_interval, paired_test
+from atelier.benchmarks.metrics.variance import variance_components
 from atelier.runs.folder.results import ResultRecord
-from atelier.runs.reading.comparisons import scores_by_case
+from atelier.runs.reading.comparisons import CaseClusters, cluster_labels, cluster_summary, scores_by_case
 
 
 def _epoch_scores(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, dict[int, float]]:
@@ -33,6 +44,24 @@ def _epoch_scores(records: Iterable[ResultRecord], system: str, judge: str) -> d
         score = r.scores.get(judge)
         if r.system == system and r.ok and score is not None:
             scores.setdefault(r.case_id, {})[r.epoch] = score
+    return {case: dict(sorted(by_epoch.items())) for case, by_epoch in sorted(scores.items())}
+
+
+def repeat_scores(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, dict[int, list[float]]]:
+    """Case id -> epoch -> the judge's score in each of its repeats (one score when it judged once)."""
+    scores: dict[str, dict[int, list[float]]] = {}
+    for r in records:
+        if r.system != system or not r.ok:
+            continue
+        for j in r.judgments:
+            if j.judge != judge or j.failed:
+                continue
+            repeats = j.details.get("repeat_scores") if j.repeats > 1 else None
+            values = [float(v) for v in repeats if v is not None] if repeats else []
+            if not values and j.score is not None:
+                values = [j.score]
+            if values:
+                scores.setdefault(r.case_id, {})[r.epoch] = values
     return {case: dict(sorted(by_epoch.items())) for case, by_epoch in sorted(scores.items())}
 
 
@@ -65,9 +94,11 @@ def summarize(
     seed: int = 0,
     aggregates: dict[str, Callable[[list[JudgeResult]], dict[str, Any]]] | None = None,
     epochs: int = 1,
+    clusters: CaseClusters | None = None,
 ) -> dict[str, Any]:
     """`aggregates`: per judge key, the judge's own system-level figures (criterion means, PQR's pooled
-    FA and CC, ...) from its judgments. `epochs`: the runs of each (case, system) the recipe asked for."""
+    FA and CC, ...) from its judgments. `epochs`: the runs of each (case, system) the recipe asked for.
+    `clusters`: case id -> dimension -> cluster label (None or empty: independent cases)."""
     per_system: dict[str, Any] = {}
     for system in systems:
         # in one fixed order, so every figure (a judge's own aggregates too) is the same whatever the
@@ -90,15 +121,21 @@ def summarize(
         if ends:  # how its conversations with the simulated user ended (satisfied, gave_up, turn_budget, ...)
             entry["conversations"] = dict(sorted(ends.items()))
         for judge in judges:
-            values = list(scores_by_case(mine, system, judge).values())
-            low, high = bootstrap_ci(values, seed=seed)
+            by_case = scores_by_case(mine, system, judge)
+            values = list(by_case.values())
+            interval = mean_interval(values, seed=seed, clusters=cluster_labels(list(by_case), clusters))
             pairs = [(r, j) for r in answered for j in r.judgments if j.judge == judge]
             judged = [j for _, j in pairs]
             spreads = [j.std for j in judged if j.std is not None]
             entry["judges"][judge] = {
                 "n": len(values),  # 0: not measured, and mean and CI are null
                 "mean": math.fsum(values) / len(values) if values else None,
-                "ci95": [low, high],
+                "ci95": [interval.low, interval.high],
+                "ci_method": interval.ci_method,
+                "n_clusters": interval.n_clusters,
+                "design_effect": interval.design_effect,
+                "mde": interval.mde,
+                "cluster_notes": interval.cluster_notes,
                 # no score: the judgment failed, or its protocol leaves the score undefined (PQR excluding
                 # a report with no cited claim); a response the judge does not apply to (a pairwise judge's
                 # baseline) has no judgment and is not counted
@@ -110,6 +147,7 @@ def summarize(
                 # conditions judges report (no_cited_claims, order_flip, empty_gold, ...): how many responses
                 "flags": dict(sorted(Counter(flag for j in judged for flag in j.flags).items())),
                 "mean_repeat_std": math.fsum(spreads) / len(spreads) if spreads else None,
+                "variance": variance_components(repeat_scores(mine, system, judge)).model_dump(),
             }
             if epochs > 1:  # n, mean and CI above are over cases, each case's score its mean over epochs
                 by_epoch = _epoch_scores(mine, system, judge)
@@ -126,6 +164,16 @@ def summarize(
             shared = sorted(scores_a.keys() & scores_b.keys())
             if len(shared) < 2:
                 continue
-            test = paired_test([scores_a[c] for c in shared], [scores_b[c] for c in shared], seed=seed)
+            test = paired_test(
+                [scores_a[c] for c in shared],
+                [scores_b[c] for c in shared],
+                seed=seed,
+                clusters=cluster_labels(shared, clusters),
+            )
             comparisons.append({"judge": judge, "a": a, "b": b, **test.model_dump()})
-    return {"epochs": epochs, "systems": per_system, "comparisons": comparisons}
+    return {
+        "epochs": epochs,
+        "clusters": cluster_summary(records, clusters),
+        "systems": per_system,
+        "comparisons": comparisons,
+    }
