@@ -12,12 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from scipy import stats
 
 from atelier.benchmarks.metrics.clusters import (
     ClusterDesign,
     clustered_variance,
     design_effect,
-    percentile_p,
+    multiway_t,
+    standard_error,
     z_sum,
 )
 from atelier.benchmarks.metrics.statistics import (
@@ -124,7 +126,7 @@ def test_crossed_result_names_both_dimensions_and_has_no_rank_test() -> None:
         d, np.zeros_like(d), n_resamples=500, clusters={"persona": personas.tolist(), "task": tasks.tolist()}
     )
     assert result.n_clusters == {"persona": 25, "task": 50}
-    assert "multiway" in result.ci_method and "persona (25) x task (50)" in result.ci_method
+    assert "multiway cluster-robust" in result.ci_method and "persona (25) x task (50)" in result.ci_method
     assert result.wilcoxon_p is None and 0 < result.permutation_p <= 1
     assert result.ci_low < d.mean() < result.ci_high
 
@@ -204,9 +206,19 @@ def test_clustered_figures_are_finite_and_the_interval_holds_the_resampled_range
     assert 0 <= test.permutation_p <= 1
 
 
-def test_percentile_p_never_reaches_zero_and_is_one_when_centred() -> None:
-    assert percentile_p(np.full(999, 0.5)) == pytest.approx(2 / 1000)
-    assert percentile_p(np.linspace(-1, 1, 1001)) == 1.0
+def test_crossed_interval_and_p_are_the_t_on_the_fewest_clusters() -> None:
+    personas, tasks = _crossed_design()
+    d = np.random.default_rng(8).normal(0.1, 1, size=personas.size)
+    crossed = {"persona": personas.tolist(), "task": tasks.tolist()}
+    design = ClusterDesign.of(crossed, d.size)
+    se = standard_error(d, design)
+    t = stats.t.ppf(0.975, 24)  # 25 personas, the fewer clusters
+    low, high, p = multiway_t(d, design, 0.95)
+    assert (low, high) == pytest.approx((d.mean() - t * se, d.mean() + t * se))
+    assert p == pytest.approx(2 * stats.t.sf(abs(d.mean()) / se, 24))
+    result = paired_test(d, np.zeros_like(d), clusters=crossed)
+    assert (result.ci_low, result.ci_high, result.permutation_p) == pytest.approx((low, high, p))
+    assert bootstrap_ci(d, clusters=crossed) == pytest.approx((low, high))
 
 
 def test_labels_must_number_the_values() -> None:

@@ -26,10 +26,10 @@ null far more often than it says. This module holds the pure math the intervals 
     minimum_detectable(se) = (z_{1-alpha/2} + z_power) * se: the smallest true difference a two-sided
         test at `alpha` detects with probability `power` (normal approximation).
 
-    resampled_means(values, design, n_resamples, rng)
-        The multiway (pigeonhole) bootstrap of the mean (Owen 2007; Owen & Eckles 2012): each
-        dimension's levels are drawn with replacement independently, each case weighted by the
-        product of its levels' draw counts. One dimension: the ordinary cluster bootstrap.
+    multiway_t(values, design, confidence)
+        For crossed designs: the interval mean +- t * SE and the two-sided p-value of mean / SE, with
+        SE the multiway cluster-robust one and t on min(G) - 1 degrees of freedom (the dimension
+        with the fewest clusters bounds what the data can say about the variance).
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from scipy import stats
 
 MIN_CLUSTERS = 10  # below this, cluster-robust intervals and tests are unreliable: said, never hidden
 ONE_WAY_NAME = "cluster"  # the dimension's name when clusters come as one list of labels
-_MAX_WEIGHTS_PER_BATCH = 2_000_000  # resamples x cases held at once
 
 Clusters = Sequence[str | int] | Mapping[str, Sequence[str | int]]
 
@@ -184,40 +183,22 @@ def minimum_detectable(se: float, alpha: float = 0.05, power: float = 0.8) -> fl
     return z_sum(alpha, power) * se
 
 
-def resampled_means(values: np.ndarray, design: ClusterDesign, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """Bootstrap means of `values` resampling every dimension's clusters independently (pigeonhole);
-    a resample whose weights are all zero (possible when the crossing is incomplete) is drawn again."""
-    levels = list(design.levels.values())
-    n = values.size
-    batch = max(1, _MAX_WEIGHTS_PER_BATCH // max(1, n))
-    means: list[np.ndarray] = []
-    remaining = n_resamples
-    while remaining > 0:
-        size = min(batch, remaining)
-        weights = np.ones((size, n))
-        for g, codes in zip(levels, design.codes):
-            counts = rng.multinomial(g, np.full(g, 1 / g), size=size)  # draws of each level, per resample
-            weights *= counts[:, codes]
-        totals = weights.sum(axis=1)
-        usable = totals > 0
-        means.append((weights[usable] @ values) / totals[usable])
-        remaining -= int(usable.sum())
-    return np.concatenate(means)[:n_resamples]
-
-
 def cluster_sums(values: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per cluster, the sum of its values and how many it holds."""
     return np.bincount(codes, weights=values), np.bincount(codes).astype(float)
 
 
-def percentile_p(resampled: np.ndarray) -> float:
-    """The two-sided p-value that inverts the percentile interval: twice the smaller share of
-    resampled estimates on either side of zero, each share counted as (k + 1) / (B + 1)."""
-    b = resampled.size
-    below = (np.count_nonzero(resampled <= 0) + 1) / (b + 1)
-    above = (np.count_nonzero(resampled >= 0) + 1) / (b + 1)
-    return float(min(1.0, 2 * min(below, above)))
-
-
 def standard_error(values: Sequence[float] | np.ndarray, design: ClusterDesign) -> float:
     return math.sqrt(max(0.0, clustered_variance(values, design)))
+
+
+def multiway_t(values: np.ndarray, design: ClusterDesign, confidence: float) -> tuple[float, float, float]:
+    """(low, high, p): mean +- t_{min(G)-1} x the cluster-robust SE, and the two-sided p of mean = 0."""
+    mean = float(values.mean())
+    se = standard_error(values, design)
+    df = min(design.levels.values()) - 1
+    if se == 0.0:  # every cluster's mean is the overall mean: nothing varies between clusters
+        return mean, mean, 1.0 if mean == 0.0 else 0.0
+    half = float(stats.t.ppf(1 - (1 - confidence) / 2, df)) * se
+    p = float(2 * stats.t.sf(abs(mean) / se, df))
+    return mean - half, mean + half, p

@@ -7,6 +7,7 @@ The two entry points the experiment runner uses:
         or n values all equal, gives (value, value): no spread to resample. n == 0 gives (None,
         None). The values are resampled in the order given, so callers that want the same interval
         from the same values in any order sort them first (runs/reading/summary.py does).
+        With crossed `clusters` (below) it is a multiway cluster-robust t interval instead.
         `mean_interval` gives the same interval with what it rests on (method, clusters, design
         effect, minimum detectable difference).
 
@@ -25,11 +26,15 @@ The two entry points the experiment runner uses:
         clusters' sums and sizes, the mean as their ratio); `permutation_p` swaps a and b for whole
         clusters at once (a sign flip of each cluster's summed difference: scipy
         `permutation_test` on cluster sums); `wilcoxon_p` ranks the clusters' mean differences.
-      - two or more crossed dimensions: the interval is the multiway (pigeonhole) bootstrap
-        (`clusters.resampled_means`); `permutation_p` is the p-value that inverts that interval
-        (no permutation of a crossed design is exchangeable under the null of no average
-        difference: swapping within personas leaves the task effects unshuffled, and the other way
-        round); `wilcoxon_p` is None (no rank test fits a crossed design).
+      - two or more crossed dimensions (PDR's persona x task): the multiway cluster-robust standard
+        error (Cameron, Gelbach & Miller 2011) with a t reference on min(G) - 1 degrees of freedom
+        (`clusters.multiway_t`): the interval is mean +- t x SE, and `permutation_p` is that t
+        test's p-value. No permutation fits a crossed design (swapping a and b for whole personas
+        leaves the task effects unshuffled, and the other way round: each one-way test rejects a
+        true null too often), and the multiway (pigeonhole) bootstrap counts the residual variance
+        about three times, an interval up to 1.7x too wide when cluster effects are weak; this SE is
+        also the one the design effect, the mde and `atelier plan` rest on. `wilcoxon_p` is None (no
+        rank test fits a crossed design).
     `design_effect` and `mde` rest on the cluster-robust variance of the mean (one-way CR1;
     Cameron-Gelbach-Miller for crossed designs): mde = (z_0.975 + z_0.8) * SE, the smallest true
     difference a 5% two-sided test detects with 80% power. `ci_method` and `p_method` name what was
@@ -60,8 +65,7 @@ from atelier.benchmarks.metrics.clusters import (
     cluster_sums,
     design_effect,
     minimum_detectable,
-    percentile_p,
-    resampled_means,
+    multiway_t,
     standard_error,
 )
 from atelier.benchmarks.metrics.models import MetricInput, MetricResult
@@ -88,7 +92,7 @@ class IntervalResult(MetricResult):
     low: float | None
     high: float | None
     confidence: float
-    ci_method: str = Field(description="How the interval was made (cases, one-way or multiway cluster bootstrap).")
+    ci_method: str = Field(description="How the interval was made (cases, a one-way cluster bootstrap, a multiway cluster-robust t).")
     n_clusters: dict[str, int] = Field(
         default_factory=dict, description="Clusters per dimension the figures resampled (empty: independent cases)."
     )
@@ -157,14 +161,13 @@ def _ci_method(design: ClusterDesign) -> str:
         return CASE_METHOD
     if len(design.names) == 1:
         return f"percentile cluster bootstrap over {design.describe()}"
-    return f"percentile multiway (pigeonhole) cluster bootstrap over {design.describe()}"
+    return f"multiway cluster-robust SE (Cameron-Gelbach-Miller), t on min(G)-1 df, over {design.describe()}"
 
 
 def _interval(
     data: np.ndarray, design: ClusterDesign, confidence: float, n_resamples: int, seed: int
-) -> tuple[ConfidenceInterval, np.ndarray | None]:
-    """The percentile interval of the mean, and the resampled means when they were drawn here
-    (the multiway bootstrap, whose p-value inverts them)."""
+) -> tuple[ConfidenceInterval, float | None]:
+    """The interval of the mean, and for a crossed design the p-value of its t test (mean = 0)."""
     if data.size == 0:
         return ConfidenceInterval(None, None), None
     if np.all(data == data[0]):  # one value, or many equal ones: every resample has that mean
@@ -200,10 +203,8 @@ def _interval(
         return ConfidenceInterval(
             float(result.confidence_interval.low), float(result.confidence_interval.high)
         ), None
-    means = resampled_means(data, design, n_resamples, rng)
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(means, [tail, 1 - tail])
-    return ConfidenceInterval(float(low), float(high)), means
+    low, high, p = multiway_t(data, design, confidence)
+    return ConfidenceInterval(low, high), p
 
 
 def _ratio_of_sums(sums: np.ndarray, sizes: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -220,7 +221,7 @@ class PairedTestResult(MetricResult):
     confidence: float
     permutation_p: float | None = Field(
         description="Two-sided p-value of the paired test `p_method` names (a permutation over cases or "
-        "clusters; for crossed clusters, the one that inverts the multiway bootstrap interval)."
+        "clusters; for crossed clusters, the multiway cluster-robust t test)."
     )
     wilcoxon_p: float | None = Field(
         description="Two-sided Wilcoxon signed-rank p-value (over cluster means when clustered one-way; "
@@ -276,7 +277,7 @@ def paired_test(
             p_method=_p_method(design),
             **figures,
         )
-    ci, resampled = _interval(differences, design, confidence, n_resamples, seed)
+    ci, t_test_p = _interval(differences, design, confidence, n_resamples, seed)
     if not design.clustered:
         permutation, wilcoxon = _permutation_p(first, second, n_resamples, seed), _wilcoxon_p(differences)
     elif len(design.names) == 1:
@@ -286,7 +287,7 @@ def paired_test(
         permutation = _permutation_p(sums_a, sums_b, n_resamples, seed)
         wilcoxon = _wilcoxon_p((sums_a - sums_b) / sizes)
     else:
-        permutation = 1.0 if resampled is None else percentile_p(resampled)
+        permutation = 1.0 if t_test_p is None else t_test_p
         wilcoxon = None
     return PairedTestResult(
         n=n,
@@ -309,7 +310,7 @@ def _p_method(design: ClusterDesign) -> str:
         return CASE_TEST
     if len(design.names) == 1:
         return f"cluster permutation over {design.describe()} (a and b swapped for whole clusters)"
-    return f"multiway cluster bootstrap over {design.describe()} (the p-value that inverts its percentile interval)"
+    return f"multiway cluster-robust t test over {design.describe()} (no permutation fits a crossed design)"
 
 
 def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:

@@ -10,6 +10,8 @@
 - every judge fits the benchmark: the cases carry the gold it needs;
 - with epochs (`[run] epochs` > 1), no system-side role of a real model answers at temperature 0
   (its epochs would repeat one answer);
+- with judge repeats (`[[judges]] repeats` > 1), no judge's main role of a real model answers at
+  temperature 0 (its repeats would be identical);
 - a web that is not started in-process (a SearXNG URL, a search API, a running sandbox) answers.
 
 Problems are collected, never raised one by one: a failed preflight reports one line per problem
@@ -215,6 +217,33 @@ def epoch_problems(recipe: Recipe) -> list[str]:
     return list(problems.values())
 
 
+def repeat_problems(recipe: Recipe) -> list[str]:
+    """Judge repeats (`[[judges]] repeats` > 1) over a real model answering at temperature 0: each
+    repeat asks with its own seed, but a real model decoding greedily gives the same judgment
+    whatever the seed, so the repeats would be identical and the judge's variance would read 0.
+    Refused for the judge's main (scoring) role; `scripted` follows the seed at any temperature."""
+    from atelier.agents.judges.base import JUDGES
+    from atelier.agents.models.settings import settings_for_role
+
+    problems = []
+    roles = recipe.role_models()
+    for i, judge in enumerate(recipe.judges):
+        repeats = int(judge.get("repeats") or 1)
+        if repeats <= 1:
+            continue
+        role = JUDGES.get(str(judge.get("name"))).roles[0]
+        settings = settings_for_role(roles, role)
+        if settings.is_scripted or settings.temperature > 0:
+            continue
+        where = f"models.{role}" if role in recipe.models else "models.judge"
+        problems.append(
+            f"judges[{i}] ({judge.get('label') or judge.get('name')}): repeats = {repeats}, but its role {role} "
+            f"({settings.model}, {where}) answers at temperature 0, so the {repeats} repeats would be identical "
+            f"and the judge's own variance would read 0: set [{where}] temperature > 0 (e.g. 0.7), or repeats = 1"
+        )
+    return problems
+
+
 def needs_web_probe(recipe: Recipe) -> bool:
     """A web the run uses (a system's pipeline searches, or a judge reads sources) and does not start
     itself (a SearXNG URL, a search API, a running sandbox)."""
@@ -263,6 +292,7 @@ async def preflight_problems(recipe: Recipe, cases: Sequence[Case], ledger: Ledg
     problems += data_problems(recipe.benchmark.name)
     problems += judge_problems(recipe, cases)
     problems += epoch_problems(recipe)
+    problems += repeat_problems(recipe)
     probed = await asyncio.gather(
         *(probe_problem(settings, where, ledger) for settings, where in uses), web_problem(recipe)
     )

@@ -319,7 +319,40 @@ def epoch_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-_STANDARD = {"n", "mean", "ci95", "failed", "flags", "mean_repeat_std", "criteria", "case_means", "epoch_spread"}
+def variance_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per (system, judge) with scores, its variance split into between-case, between-epoch and
+    between-judge-repeat parts (`variance` in summary.json)."""
+    return [
+        {"system": system, "judge": judge, **stats["variance"]}
+        for system, entry in summary["systems"].items()
+        for judge, stats in entry["judges"].items()
+        if stats.get("variance") and stats["variance"].get("n_cases")
+    ]
+
+
+def cluster_methods(summary: dict[str, Any]) -> list[str]:
+    """The interval methods the cells used, each once (clustered designs name their clusters)."""
+    methods = [stats.get("ci_method") for entry in summary["systems"].values() for stats in entry["judges"].values()]
+    return list(dict.fromkeys(m for m in methods if m))
+
+
+_STANDARD = {
+    "n",
+    "mean",
+    "ci95",
+    "failed",
+    "flags",
+    "mean_repeat_std",
+    "criteria",
+    "case_means",
+    "epoch_spread",
+    "ci_method",
+    "n_clusters",
+    "design_effect",
+    "mde",
+    "cluster_notes",
+    "variance",
+}
 
 
 def judge_figures(summary: dict[str, Any], judge: str) -> dict[str, Any]:
@@ -449,6 +482,8 @@ def write_report(
         chart=_score_chart(summary),
         paper_tables=paper_tables(summary.get("paper") or []),
         epochs=epoch_rows(summary),
+        variance=variance_rows(summary),
+        cluster_methods=cluster_methods(summary),
         context_shares=context_share_rows(records, systems),
         wide_index=len(systems) * max(1, len(summary.get("judges", []))) > WIDE_INDEX,
         distributions=_distribution_chart(summary, records),
