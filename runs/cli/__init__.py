@@ -54,6 +54,7 @@ _COMMAND_MODULES = (
     "atelier.runs.cli.runs",
     "atelier.runs.cli.catalog",
     "atelier.runs.cli.view",
+    "atelier.runs.cli.plan",
 )
 for _name in _COMMAND_MODULES:
     try:

@@ -1,0 +1,74 @@
+"""`atelier plan RUN_DIR --detect D`: from a pilot run, the cases x epochs x judge repeats each
+comparison needs to detect a difference of D at 80% power, and what that costs (`runs.studies.plan`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def plan(
+    run_dir: Path = typer.Argument(..., help="The pilot run's folder."),
+    detect: float = typer.Option(..., "--detect", help="The difference to detect, in the judge's own scale."),
+    power: float = typer.Option(0.8, "--power", min=0.5, max=0.999, help="Probability of detecting it."),
+    alpha: float = typer.Option(0.05, "--alpha", min=0.001, max=0.5, help="Two-sided significance level."),
+    model: str | None = typer.Option(None, "--model", help="Price the plan with this model on every role."),
+    no_cost: bool = typer.Option(False, "--no-cost", help="Skip the cost forecast (its scripted dry runs)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    """Per comparison of a pilot run: the cases x epochs x judge repeats that detect a difference of
+    --detect at --power (5% two-sided), from the pilot's variance by source (clusters, cases, epochs,
+    judge repeats), and what each plan costs (the recipe's cost forecast)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from atelier.runs.cli._common import print_json
+    from atelier.runs.studies.plan import plan_run
+
+    result = plan_run(run_dir, detect, power=power, alpha=alpha, model=model, with_cost=not no_cost)
+    if as_json:
+        print_json(result.model_dump(mode="json"))
+        return
+    console = Console()
+    console.print(
+        f"plan for detecting {detect:g} at {power:.0%} power, {alpha:g} two-sided "
+        f"(benchmark: {result.benchmark_cases} cases)"
+    )
+    for c in result.comparisons:
+        pilot = c.pilot
+        table = Table(
+            title=f"{c.judge}: {c.a} - {c.b} (pilot: {pilot['cases']} cases, {pilot['epochs']:g} epoch(s), "
+            f"{pilot['repeats']:g} repeat(s); difference {pilot['mean_difference']:+.3g}, MDE {pilot['mde']:.3g})"
+        )
+        for column in ("epochs", "repeats", "cases", "MDE", "episodes", "judgments", "calls", "USD"):
+            table.add_column(column)
+        for o in c.options:
+            cost = o.cost
+            table.add_row(
+                str(o.epochs),
+                str(o.repeats),
+                str(o.cases) if o.cases is not None else "not enough",
+                f"{o.mde:.3g}",
+                str(o.episodes or "–"),
+                str(o.judgments or "–"),
+                f"{cost.calls[0]:,.0f} – {cost.calls[1]:,.0f}" if cost else "–",
+                (f"${cost.usd[0]:,.4f} – ${cost.usd[1]:,.4f}" if cost.usd is not None else "unknown") if cost else "–",
+            )
+        console.print(table)
+        parts = " + ".join(f"{k} {v:.3g}" for k, v in c.variance.clusters.items())
+        console.print(
+            f"variance of the difference: {parts + ' + ' if parts else ''}case {c.variance.case:.3g} + "
+            f"epoch {c.variance.epoch:.3g} + judge repeat {c.variance.repeat:.3g}"
+        )
+        if c.recommended is not None:
+            r = c.recommended
+            console.print(f"recommended: {r.cases} cases x {r.epochs} epoch(s) x {r.repeats} judge repeat(s)")
+        for note in c.notes:
+            console.print(f"note: {note}")
+    for note in result.notes:
+        console.print(f"note: {note}")
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    app.command("plan")(plan)
