@@ -116,6 +116,9 @@ def meta_eval(
         help="A filled-in sheet (CSV, from `meta-eval sheet`) or "
         "JSON Lines labels: case_id, system, criterion, score, feedback?",
     ),
+    labeller: str | None = typer.Option(
+        None, "--labeller", help="Or: this labeller's labels from the labelling page (`atelier label`)."
+    ),
     against: Path | None = typer.Option(
         None, "--against", help="Or: another run folder whose judgments are the labels."
     ),
@@ -150,18 +153,23 @@ def meta_eval(
         Bootstrap,
         agreement,
         feedback_agreement,
+        labels_from_page,
         labels_from_run,
         read_labels,
         report_json,
         run_scores,
     )
 
-    if labels is not None and against is None:
+    given = [option for option in (labels, against, labeller) if option is not None]
+    if len(given) != 1:
+        raise ConfigError("give exactly one of --labels FILE, --labeller NAME or --against RUN_DIR")
+    if labels is not None:
         truth = read_labels(labels)
-    elif against is not None and labels is None:
-        truth = labels_from_run(against, against_judge or judge)
+    elif labeller is not None:
+        truth = labels_from_page(run_dir, judge, labeller)
     else:
-        raise ConfigError("give exactly one of --labels FILE or --against RUN_DIR")
+        assert against is not None
+        truth = labels_from_run(against, against_judge or judge)
     scores = run_scores(run_dir, judge)
     report: dict[str, Any] = {
         "run": str(run_dir),
@@ -230,6 +238,37 @@ def meta_eval_app() -> typer.Typer:
     return group
 
 
+def label(
+    run_dir: Path = typer.Argument(..., help="The run folder whose responses are to be labelled."),
+    judge: str | None = typer.Option(None, "--judge", help="Whose rubric (default: the run's only judge)."),
+    labeller: str | None = typer.Option(
+        None, "--labeller", help="Open the page as this labeller (else the page asks for a name)."
+    ),
+    host: str = typer.Option("127.0.0.1", "--host", help="A loopback address to serve on."),
+    port: int = typer.Option(8766, "--port", min=0, max=65535, help="The port (0: any free one)."),
+    token: str | None = typer.Option(
+        None, "--token", envvar="ATELIER_LABEL_TOKEN", help="The page's token (default: a new one, in the URL)."
+    ),
+) -> None:
+    """Serve a page on loopback on which people label the run's responses on the judge's rubric
+    (BESPOKE 1-5 per criterion, PQR sub-criteria 0-10, LaMP-QA aspects 0-2): blind, in random order,
+    keyboard-driven, each label saved as it is given to RUN_DIR/labels/JUDGE/LABELLER.jsonl. Then
+    `atelier meta-eval RUN_DIR --judge JUDGE --labeller NAME`."""
+    from atelier.agents.models.openai_api import is_loopback_host
+    from atelier.runs.cli.gateway import checked_token
+    from atelier.runs.studies.labelling import serve_labelling
+
+    if not is_loopback_host(host):
+        raise ConfigError(f"--host {host}: the labelling page serves on loopback only")
+    token, _ = checked_token(token)
+    server, session, url = serve_labelling(run_dir, judge, host=host, port=port, token=token, labeller=labeller)
+    typer.echo(
+        f"labelling {len(session.responses)} responses of judge {session.judge} ({session.rubric.name}) "
+        f"from {run_dir}\nopen {url}\n(Ctrl-C stops; labels are saved as they are given)"
+    )
+    server.serve_forever()
+
+
 def bench_judge(
     pairs: int = typer.Option(20, "--pairs", min=1, help="(task, persona) pairs."),
     systems: int = typer.Option(5, "--systems", min=1, help="Systems judged on every pair."),
@@ -257,4 +296,5 @@ def bench_judge(
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("rescore")(rescore)
     app.add_typer(meta_eval_app(), name="meta-eval")
+    app.command("label")(label)
     bench_app.command("judge")(bench_judge)

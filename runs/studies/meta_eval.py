@@ -87,7 +87,7 @@ class LabelFile(BaseModel):
     """What a labels file held: its labels, and the rows of a sheet nobody filled in."""
 
     path: str
-    format: Literal["csv", "jsonl", "run"]
+    format: Literal["csv", "jsonl", "run", "page"]
     labels: list[Label]
     unlabelled_rows: int = 0
 
@@ -120,6 +120,30 @@ def read_labels(path: Path) -> LabelFile:
         )
     _refuse_duplicates(found.labels, path)
     return found
+
+
+def labels_from_page(run_dir: Path, judge: str, labeller: str) -> LabelFile:
+    """One labeller's labels from the labelling page (`atelier label`): the last one given per
+    (case, system, criterion), each on the judge's criterion scale."""
+    from atelier.runs.studies.label_store import labellers, labels_path, latest_labels
+
+    path = labels_path(run_dir, judge, labeller)
+    latest = latest_labels(path)
+    if not latest:
+        known = labellers(run_dir, judge)
+        raise ConfigError(
+            f"no labels by {labeller!r} for judge {judge!r} in {run_dir} ({path} is missing or empty); "
+            + (f"labellers there: {', '.join(known)}" if known else f"label them with `atelier label {run_dir} --judge {judge}`")
+        )
+    labels = []
+    for data in latest.values():
+        fields = {k: data.get(k) for k in ("case_id", "system", "criterion", "score", "feedback", "criterion_text")}
+        try:
+            labels.append(Label.model_validate(fields).at(data["_line"]))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise DataError(first["msg"], file=path, line=data["_line"], field=".".join(map(str, first["loc"]))) from None
+    return LabelFile(path=str(path), format="page", labels=labels)
 
 
 def _jsonl_labels(text: str, path: Path) -> list[Label]:
@@ -701,11 +725,32 @@ def sheet_judge(run_dir: Path, records: dict[str, ResultRecord], judge: str | No
     return keys[0]
 
 
-def write_sheet(run_dir: Path, out: Path, judge: str | None = None, criteria: list[str] | None = None) -> SheetSummary:
-    """One row per (case, system, criterion) the judge scored, with the response, the criterion's
-    description and scale, and empty `label` and `feedback` cells. The judge's own scores are not in
-    it: whoever labels does so blind. CSV in UTF-8 with a byte-order mark, so spreadsheets open it
-    as UTF-8."""
+class SheetItem(BaseModel):
+    """One thing to label: a criterion of one response, with what a person needs to judge it."""
+
+    case_id: str
+    system: str
+    criterion: str
+    scale: str = Field(description="`low-high`, or empty when the judge's criterion has no rubric scale.")
+    description: str
+    criterion_text: str = Field(description="A PQR sub-criterion's wording (empty otherwise).")
+    group: str = Field(description="A PQR sub-criterion's dimension code; the criterion otherwise.")
+    query: str
+    persona: str
+    response: str
+
+
+class SheetItems(BaseModel):
+    judge: str
+    judge_name: str = Field(description="The judge's registered name (`bespoke`, `pqr`, ...).")
+    items: list[SheetItem]
+    sub_criteria: bool = Field(description="PQR: the items are sub-criteria, named by dimension in `criteria`.")
+    cases_without_query: list[str]
+
+
+def sheet_items(run_dir: Path, judge: str | None = None, criteria: list[str] | None = None) -> SheetItems:
+    """Every (case, system, criterion) the judge scored in the run, what the sheet and the labelling
+    page show for each, in (case, system) order. The judge's own scores are not among them."""
     from atelier.runs.studies.rescore import load_run
 
     _, recipe, records = load_run(run_dir)
@@ -719,14 +764,14 @@ def write_sheet(run_dir: Path, out: Path, judge: str | None = None, criteria: li
     wanted = {r.case_id for r in judged}
     cases = {c.id: c for c in recipe.cases(limited=False) if c.id in wanted}
     selected = set(criteria) if criteria else None
-    rows: list[list[str]] = []
-    names: dict[str, None] = {}
-    over_limit = 0
+    items: list[SheetItem] = []
+    any_sub = False
     for record in judged:
         result = _judgment(record, judge)
         found = sub_criteria(result.details)
+        any_sub = any_sub or bool(found)
         if found:
-            items = [
+            rows = [
                 (
                     row["id"],
                     SUB_CRITERION_SCALE,
@@ -736,37 +781,86 @@ def write_sheet(run_dir: Path, out: Path, judge: str | None = None, criteria: li
                 )
                 for code, row in found
             ]
+        elif name == "lampqa_aspects":
+            rows = [(key, *_aspect_guide(result.details, key), "", key) for key in result.criteria]
         else:
-            items = [(key, *guide.get(key, ("", "")), "", key) for key in result.criteria]
-        items = [item for item in items if selected is None or item[0] in selected or item[4] in selected]
-        if not items:
-            continue
+            rows = [(key, *guide.get(key, ("", "")), "", key) for key in result.criteria]
+        rows = [row for row in rows if selected is None or row[0] in selected or row[4] in selected]
         case = cases.get(record.case_id)
         assert record.response is not None  # `judged` keeps the records with a response
-        text = record.response.text
-        over_limit += len(text) > SPREADSHEET_CELL_LIMIT
-        for criterion, scale, description, wording, group in items:
-            names[f"{group}-*" if found else criterion] = None
-            rows.append(
-                [
-                    record.case_id,
-                    record.system,
-                    criterion,
-                    scale,
-                    "",
-                    "",
-                    _escaped(description),
-                    _escaped(wording),
-                    _escaped(case.query.text if case else ""),
-                    _escaped(persona_text(case) if case else ""),
-                    _escaped(text),
-                ]
+        for criterion, scale, description, wording, group in rows:
+            items.append(
+                SheetItem(
+                    case_id=record.case_id,
+                    system=record.system,
+                    criterion=criterion,
+                    scale=scale,
+                    description=description,
+                    criterion_text=wording,
+                    group=group,
+                    query=case.query.text if case else "",
+                    persona=persona_text(case) if case else "",
+                    response=record.response.text,
+                )
             )
-    if not rows:
+    if not items:
         raise ConfigError(
             f"judge {judge!r} in {run_dir} scored no response"
             + (f" on {', '.join(sorted(selected))}" if selected else "")
         )
+    return SheetItems(
+        judge=judge,
+        judge_name=str(name),
+        items=items,
+        sub_criteria=any_sub,
+        cases_without_query=sorted(wanted - set(cases)),
+    )
+
+
+def _aspect_guide(details: dict[str, Any], key: str) -> tuple[str, str]:
+    """A LaMP-QA rubric aspect: its 0-1 scale (the judge's 0-2 match score halved) and what it asks."""
+    index = int(key.rsplit("_", 1)[-1]) - 1 if key.rsplit("_", 1)[-1].isdigit() else -1
+    aspects = details.get("aspects") or []
+    aspect = aspects[index].get("aspect", "") if 0 <= index < len(aspects) else ""
+    return (
+        "0-1",
+        f"Aspect: {aspect}\nDoes the response address it? 0 not at all, 0.5 partly, 1 fully "
+        "(LaMP-QA's 0-2 match score, halved as the judge reports it).",
+    )
+
+
+def write_sheet(run_dir: Path, out: Path, judge: str | None = None, criteria: list[str] | None = None) -> SheetSummary:
+    """One row per (case, system, criterion) the judge scored, with the response, the criterion's
+    description and scale, and empty `label` and `feedback` cells. The judge's own scores are not in
+    it: whoever labels does so blind. CSV in UTF-8 with a byte-order mark, so spreadsheets open it
+    as UTF-8."""
+    found = sheet_items(run_dir, judge, criteria)
+    rows: list[list[str]] = []
+    names: dict[str, None] = {}
+    over_limit = 0
+    counted: set[tuple[str, str]] = set()
+    for item in found.items:
+        if (item.case_id, item.system) not in counted:
+            counted.add((item.case_id, item.system))
+            over_limit += len(item.response) > SPREADSHEET_CELL_LIMIT
+        names[f"{item.group}-*" if found.sub_criteria else item.criterion] = None
+        rows.append(
+            [
+                item.case_id,
+                item.system,
+                item.criterion,
+                item.scale,
+                "",
+                "",
+                _escaped(item.description),
+                _escaped(item.criterion_text),
+                _escaped(item.query),
+                _escaped(item.persona),
+                _escaped(item.response),
+            ]
+        )
+    judge = found.judge
+    wanted = {item.case_id for item in found.items}
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer, dialect="excel")
     writer.writerow(SHEET_COLUMNS)
@@ -782,6 +876,6 @@ def write_sheet(run_dir: Path, out: Path, judge: str | None = None, criteria: li
         rows=len(rows),
         responses=len({(r[0], r[1]) for r in rows}),
         criteria=list(names),
-        cases_without_query=sorted(wanted - set(cases)),
+        cases_without_query=[c for c in found.cases_without_query if c in wanted],
         responses_over_cell_limit=over_limit,
     )
