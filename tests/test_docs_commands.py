@@ -77,6 +77,11 @@ REAL: dict[str, tuple[int, str]] = {
     "atelier data list": (0, "no data is read, only located"),
     "atelier metric --list": (0, "pure code"),
     "atelier metric pqr --input benchmarks/metrics/examples/pqr.json": (0, "pure code on a shipped example"),
+    "atelier metric paired_test --input benchmarks/metrics/examples/paired_test.json": (
+        0,
+        "pure code: the crossed-clusters example of docs/statistics.md",
+    ),
+    "atelier plan runs/out/tour --detect 0.3 --no-cost": (0, "the plan from the tour's run, without the forecast"),
 }
 
 # Every other documented command is checked with --help only; why, per command path.
@@ -104,6 +109,9 @@ HELP_ONLY_WHY: dict[tuple[str, ...], str] = {
     ("rescore",): "needs a real judge model (--model openai/...) or a judges file of the reader's",
     ("meta-eval", "RUN_DIR"): "needs labels a person filled in, or a second run judged by PQR",
     ("meta-eval", "sheet"): "needs a run judged by BESPOKE (the tour's is judged by LaMP-QA)",
+    ("label",): "serves the labelling page until stopped; tests/test_label_page.py drives it in chromium",
+    ("plan",): "placeholder RUN_DIR and a real model's price; the plan of the tour's run runs for real",
+    ("metric", "bootstrap_ci"): "--schema prints the input schema: the paired_test example runs for real",
     ("gateway", "serve"): "serves until stopped",
     ("model", "check"): "probes a real server (Ollama, the local model)",
     ("model", "serve"): "serves the local model until stopped",

@@ -104,7 +104,16 @@ def test_a_run_with_repeats_on_a_real_model_at_temperature_0_stops_at_preflight(
 ) -> None:
     recipe = _quickstart_with_repeats(tmp_path, 3)
     code, _, err = atelier(
-        capsys, monkeypatch, "run", str(recipe), "--model", "local/smollm2", "--limit", "1", "--out", str(tmp_path / "r")
+        capsys,
+        monkeypatch,
+        "run",
+        str(recipe),
+        "--model",
+        "local/smollm2",
+        "--limit",
+        "1",
+        "--out",
+        str(tmp_path / "r"),
     )
     assert code == 2
     assert "repeats = 3, but its role lampqa_judge (local/smollm2" in the_error(err) + err

@@ -103,7 +103,7 @@ def label_response(driver, path: Path, ratings: str) -> None:
     for rating in ratings:
         before = len(lines(path))
         press(driver, rating)
-        wait_for(lambda: len(lines(path)) == before + 1)
+        wait_for(lambda expected=before + 1: len(lines(path)) == expected)
         wait_for(lambda: text(driver, "status").startswith("saved"))
 
 
@@ -114,7 +114,9 @@ def test_label_in_a_real_browser_reload_resume_and_agree_with_the_sheet(run_dir,
         alice = run_dir / "labels" / "bespoke" / "alice.jsonl"
 
         browser.get(url)  # no labeller in the URL: the page asks for a name
-        name = wait_for(lambda: browser.find_element("id", "labeller").is_displayed() and browser.find_element("id", "labeller"))
+        name = wait_for(
+            lambda: browser.find_element("id", "labeller").is_displayed() and browser.find_element("id", "labeller")
+        )
         name.send_keys("alice\n")
         wait_for(lambda: "1 of 6" in text(browser, "position"))
         # blind: no system name, case id or judge score anywhere on the page
@@ -175,7 +177,12 @@ def test_label_in_a_real_browser_reload_resume_and_agree_with_the_sheet(run_dir,
     app = typer.Typer()
     judges_cli.register(app, typer.Typer())
     sheet = tmp_path / "sheet.csv"
-    assert CliRunner().invoke(app, ["meta-eval", "sheet", str(run_dir), "--judge", "bespoke", "--out", str(sheet)]).exit_code == 0
+    assert (
+        CliRunner()
+        .invoke(app, ["meta-eval", "sheet", str(run_dir), "--judge", "bespoke", "--out", str(sheet)])
+        .exit_code
+        == 0
+    )
     rows = sheet_rows(sheet)
     for row in rows:
         label = latest.get((row["case_id"], row["system"], row["criterion"]))

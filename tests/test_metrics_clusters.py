@@ -254,4 +254,6 @@ def test_metric_cli_prints_the_clustered_figures_and_refuses_bad_labels_in_one_l
         timeout=120,
     )
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [f"error: {bad}: clusters.persona: 2 labels for 3 values (one label per value)"]
+    assert done.stderr.strip().splitlines() == [
+        f"error: {bad}: clusters.persona: 2 labels for 3 values (one label per value)"
+    ]

@@ -60,8 +60,8 @@ from pydantic import Field, FiniteFloat, StrictInt, StrictStr, model_validator
 from scipy import stats
 
 from atelier.benchmarks.metrics.clusters import (
-    Clusters,
     ClusterDesign,
+    Clusters,
     cluster_sums,
     design_effect,
     minimum_detectable,
@@ -92,7 +92,9 @@ class IntervalResult(MetricResult):
     low: float | None
     high: float | None
     confidence: float
-    ci_method: str = Field(description="How the interval was made (cases, a one-way cluster bootstrap, a multiway cluster-robust t).")
+    ci_method: str = Field(
+        description="How the interval was made (cases, a one-way cluster bootstrap, a multiway cluster-robust t)."
+    )
     n_clusters: dict[str, int] = Field(
         default_factory=dict, description="Clusters per dimension the figures resampled (empty: independent cases)."
     )
@@ -184,9 +186,7 @@ def _interval(
             method="percentile",
             rng=rng,
         )
-        return ConfidenceInterval(
-            float(result.confidence_interval.low), float(result.confidence_interval.high)
-        ), None
+        return ConfidenceInterval(float(result.confidence_interval.low), float(result.confidence_interval.high)), None
     if len(design.names) == 1:
         sums, sizes = cluster_sums(data, design.codes[0])
         result = stats.bootstrap(
@@ -200,9 +200,7 @@ def _interval(
             method="percentile",
             rng=rng,
         )
-        return ConfidenceInterval(
-            float(result.confidence_interval.low), float(result.confidence_interval.high)
-        ), None
+        return ConfidenceInterval(float(result.confidence_interval.low), float(result.confidence_interval.high)), None
     low, high, p = multiway_t(data, design, confidence)
     return ConfidenceInterval(low, high), p
 

@@ -1,26 +1,26 @@
 """Where a score's variance comes from, and how many cases, epochs and judge repeats a difference needs.
 
-    variance_components(scores) -> VarianceComponents
-        `scores`: case -> epoch -> the judge's repeat scores of that (case, epoch). A nested
-        random-effects model, score = case + epoch-within-case + repeat-within-epoch, estimated by
-        the method of moments (the ANOVA estimator, each level's pooled within-group variance less
-        what the level below contributes to it; a negative estimate is set to 0, as usual):
-          between_repeat  the judge's own variance: the pooled variance of the repeats of one response
-          between_epoch   the system's: the pooled variance of one case's epoch means, less
-                          between_repeat / repeats
-          between_case    the cases': the variance of the case means, less what epochs and repeats
-                          leave in them
-        A level that was not repeated (one epoch; one repeat) is None: not measured, never 0.
+variance_components(scores) -> VarianceComponents
+    `scores`: case -> epoch -> the judge's repeat scores of that (case, epoch). A nested
+    random-effects model, score = case + epoch-within-case + repeat-within-epoch, estimated by
+    the method of moments (the ANOVA estimator, each level's pooled within-group variance less
+    what the level below contributes to it; a negative estimate is set to 0, as usual):
+      between_repeat  the judge's own variance: the pooled variance of the repeats of one response
+      between_epoch   the system's: the pooled variance of one case's epoch means, less
+                      between_repeat / repeats
+      between_case    the cases': the variance of the case means, less what epochs and repeats
+                      leave in them
+    A level that was not repeated (one epoch; one repeat) is None: not measured, never 0.
 
-    cluster_components(case_values, design) -> per dimension the variance between its clusters
-        From one-way cluster-robust variances: V_k ~ s_k^2/G_k + (s^2 - s_k^2)/n, solved for s_k^2.
+cluster_components(case_values, design) -> per dimension the variance between its clusters
+    From one-way cluster-robust variances: V_k ~ s_k^2/G_k + (s^2 - s_k^2)/n, solved for s_k^2.
 
-    required_cases(plan, ...) / planned_variance(plan, ...)
-        Var(mean difference) for n cases, e epochs, r repeats =
-            sum_k s_k^2 / G_k(n) + s_case^2 / n + s_epoch^2 / (n e) + s_repeat^2 / (n e r),
-        where G_k(n) = n / (the pilot's cases per cluster of k), at most the clusters the benchmark
-        has. The plan needs the smallest n whose (z_0.975 + z_0.8) x sqrt(Var) is at most the
-        difference to detect.
+required_cases(plan, ...) / planned_variance(plan, ...)
+    Var(mean difference) for n cases, e epochs, r repeats =
+        sum_k s_k^2 / G_k(n) + s_case^2 / n + s_epoch^2 / (n e) + s_repeat^2 / (n e r),
+    where G_k(n) = n / (the pilot's cases per cluster of k), at most the clusters the benchmark
+    has. The plan needs the smallest n whose (z_0.975 + z_0.8) x sqrt(Var) is at most the
+    difference to detect.
 """
 
 from __future__ import annotations

@@ -129,6 +129,18 @@ def _scores(records: list[ResultRecord], system: str, judge: str) -> dict[tuple[
     return {case: math.fsum(values) / len(values) for case, values in by_case.items()}
 
 
+def _case_clusters(runs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, str]] | None:
+    """(benchmark, case id) -> the case's clusters, from the runs' cases loaded again (None when
+    none of them can be: the paired tests then take cases as independent)."""
+    from atelier.runs.reading.finish import run_cases
+
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for run in runs:
+        benchmark = run["summary"]["benchmark"].get("name")
+        out.update({(benchmark, case_id): case.clusters for case_id, case in run_cases(run["config"]).items()})
+    return out or None
+
+
 def compare_runs(run_dirs: list[Path], *, baseline: str | None = None, seed: int = 0) -> dict[str, Any]:
     """Every (run, system) of `run_dirs` against the baseline entry (`run_id:system`, default the first)."""
     if len(run_dirs) < 2:
@@ -164,12 +176,13 @@ def compare_runs(run_dirs: list[Path], *, baseline: str | None = None, seed: int
     if baseline is not None and baseline not in ids:
         raise ConfigError(f"--baseline {baseline!r} is not one of: {', '.join(ids)}")
     base = next(e for e in entries if e["id"] == (baseline or ids[0]))
+    clusters = _case_clusters(runs)
     rows = []
     for judge in judges:
         for entry in entries:
             if entry is base:
                 continue
-            row = paired_row(entry["scores"][judge], base["scores"][judge], seed=seed)
+            row = paired_row(entry["scores"][judge], base["scores"][judge], seed=seed, clusters=clusters)
             if row is not None:
                 rows.append({"judge": judge, "entry": entry["id"], **row})
     for entry in entries:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from atelier.benchmarks.metrics.statistics import bootstrap_ci, paired_test
@@ -22,11 +22,12 @@ ALPHA = 0.05
 CORRECTION = "Benjamini-Hochberg"
 
 
-# case id -> dimension (persona, task, conversation, ...) -> the case's cluster on it (`Case.clusters`)
-CaseClusters = Mapping[str, Mapping[str, str]]
+# case id (compare: (benchmark, case id)) -> dimension (persona, task, conversation, ...) -> the
+# case's cluster on it (`Case.clusters`)
+CaseClusters = Mapping[Any, Mapping[str, str]]
 
 
-def cluster_labels(case_ids: Iterable[str], clusters: CaseClusters | None) -> dict[str, list[str]] | None:
+def cluster_labels(case_ids: Iterable[Hashable], clusters: CaseClusters | None) -> dict[str, list[str]] | None:
     """The `clusters` argument of the statistics for these cases, in their order: per dimension any
     of them has, one label each (a case without that dimension is a cluster of its own). None: no
     case has clusters."""
@@ -75,7 +76,7 @@ def scores_by_case(records: Iterable[ResultRecord], system: str, judge: str) -> 
 
 
 def paired_row(
-    a: Mapping[str, float], b: Mapping[str, float], *, seed: int = 0, clusters: CaseClusters | None = None
+    a: Mapping[Any, float], b: Mapping[Any, float], *, seed: int = 0, clusters: CaseClusters | None = None
 ) -> dict[str, Any] | None:
     """`a` against `b` on their shared cases (differences are a - b); None under two shared cases."""
     shared = sorted(a.keys() & b.keys())

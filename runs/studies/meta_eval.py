@@ -133,7 +133,11 @@ def labels_from_page(run_dir: Path, judge: str, labeller: str) -> LabelFile:
         known = labellers(run_dir, judge)
         raise ConfigError(
             f"no labels by {labeller!r} for judge {judge!r} in {run_dir} ({path} is missing or empty); "
-            + (f"labellers there: {', '.join(known)}" if known else f"label them with `atelier label {run_dir} --judge {judge}`")
+            + (
+                f"labellers there: {', '.join(known)}"
+                if known
+                else f"label them with `atelier label {run_dir} --judge {judge}`"
+            )
         )
     labels = []
     for data in latest.values():
@@ -142,7 +146,9 @@ def labels_from_page(run_dir: Path, judge: str, labeller: str) -> LabelFile:
             labels.append(Label.model_validate(fields).at(data["_line"]))
         except ValidationError as exc:
             first = exc.errors()[0]
-            raise DataError(first["msg"], file=path, line=data["_line"], field=".".join(map(str, first["loc"]))) from None
+            raise DataError(
+                first["msg"], file=path, line=data["_line"], field=".".join(map(str, first["loc"]))
+            ) from None
     return LabelFile(path=str(path), format="page", labels=labels)
 
 

@@ -174,7 +174,9 @@ def _unit_costs(recipe: Recipe, model: str | None) -> tuple[dict[str, tuple[Cost
         repeat_calls = [max(0.0, t - o) for o, t in zip(calls_one, calls_two)]
         repeat_usd = None if usd_one is None or usd_two is None else [max(0.0, t - o) for o, t in zip(usd_one, usd_two)]
         episode_calls = [max(0.0, o - r) for o, r in zip(calls_one, repeat_calls)]
-        episode_usd = None if usd_one is None or repeat_usd is None else [max(0.0, o - r) for o, r in zip(usd_one, repeat_usd)]
+        episode_usd = (
+            None if usd_one is None or repeat_usd is None else [max(0.0, o - r) for o, r in zip(usd_one, repeat_usd)]
+        )
         out[system] = (CostRange(calls=episode_calls, usd=episode_usd), CostRange(calls=repeat_calls, usd=repeat_usd))
     return out, list(once.notes)
 
@@ -189,9 +191,7 @@ def _plan_cost(units: list[tuple[CostRange, CostRange]], cases: int, epochs: int
             usd = [usd[end] + cases * epochs * (episode.usd[end] + repeats * repeat.usd[end]) for end in (0, 1)]
         else:
             usd = None
-    return CostRange(
-        calls=[round(c) for c in calls], usd=None if usd is None else [round(u, 6) for u in usd]
-    )
+    return CostRange(calls=[round(c) for c in calls], usd=None if usd is None else [round(u, 6) for u in usd])
 
 
 def plan_run(
