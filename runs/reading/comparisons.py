@@ -57,7 +57,7 @@ def cluster_summary(records: Iterable[ResultRecord], clusters: CaseClusters | No
     few = [d for d, g in dimensions.items() if g < MIN_CLUSTERS]
     out: dict[str, Any] = {
         "dimensions": dimensions,
-        "note": f"intervals and tests resample {' x '.join(dimensions)} clusters (each cell's ci_method says how)",
+        "note": f"intervals and tests take {' x '.join(dimensions)} clusters as the unit (each cell's ci_method says how)",
     }
     if few:
         out["warning"] = f"few clusters ({', '.join(f'{d}: {dimensions[d]}' for d in few)}; under {MIN_CLUSTERS})"
