@@ -81,6 +81,7 @@ REAL: dict[str, tuple[int, str]] = {
         0,
         "pure code: the crossed-clusters example of docs/statistics.md",
     ),
+    "atelier metric bootstrap_ci --schema": (0, "pure code: the input schema, clusters included"),
     "atelier plan runs/out/tour --detect 0.3 --no-cost": (0, "the plan from the tour's run, without the forecast"),
 }
 
@@ -111,7 +112,6 @@ HELP_ONLY_WHY: dict[tuple[str, ...], str] = {
     ("meta-eval", "sheet"): "needs a run judged by BESPOKE (the tour's is judged by LaMP-QA)",
     ("label",): "serves the labelling page until stopped; tests/test_label_page.py drives it in chromium",
     ("plan",): "placeholder RUN_DIR and a real model's price; the plan of the tour's run runs for real",
-    ("metric", "bootstrap_ci"): "--schema prints the input schema: the paired_test example runs for real",
     ("gateway", "serve"): "serves until stopped",
     ("model", "check"): "probes a real server (Ollama, the local model)",
     ("model", "serve"): "serves the local model until stopped",
