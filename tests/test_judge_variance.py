@@ -11,7 +11,7 @@ import pytest
 from atelier.benchmarks.metrics.variance import variance_components
 from atelier.runs.execution.preflight import repeat_problems
 from atelier.runs.folder.recipe import load_recipe, parse_recipe
-from tests.test_cli_errors import atelier, the_error
+from tests.test_cli_errors import atelier
 
 QUICKSTART = "runs/recipes/quickstart.toml"
 
@@ -109,12 +109,14 @@ def test_a_run_with_repeats_on_a_real_model_at_temperature_0_stops_at_preflight(
         "run",
         str(recipe),
         "--model",
-        "local/smollm2",
+        "openai/gpt-4o-mini",
+        "--api-base",
+        "http://127.0.0.1:9/v1",
         "--limit",
         "1",
         "--out",
         str(tmp_path / "r"),
     )
-    assert code == 2
-    assert "repeats = 3, but its role lampqa_judge (local/smollm2" in the_error(err) + err
+    assert code == 2 and "Traceback" not in err
+    assert "repeats = 3, but its role lampqa_judge (openai/gpt-4o-mini, models.judge) answers at temperature 0" in err
     assert not (tmp_path / "r" / "results.jsonl").exists()
