@@ -20,7 +20,6 @@ numbered by first use. It ends with the list of cited sources, each with what wa
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Literal
 
 from langgraph.graph import END, START, StateGraph
@@ -29,16 +28,14 @@ from langgraph.types import Command
 from pydantic import Field, model_validator
 
 from atelier.agents.answerer import answer_messages
-from atelier.agents.citations import SourceRef
-from atelier.agents.models.grounding import GroundedAnswer, Grounding, ProviderCitation
-from atelier.agents.response import Citation, SystemResponse
+from atelier.agents.models.grounding import GroundedAnswer, Grounding
+from atelier.agents.response import SystemResponse
 from atelier.benchmarks.common.degradation import Degradation, degradation
 from atelier.graphs.context import EpisodeContext
 from atelier.graphs.inputs import PipelineInput, PipelineOutput
 from atelier.graphs.pipelines import PipelineOptions, PipelineSpec, register_pipeline
-from atelier.graphs.sources import WebHit, read_web_sources
+from atelier.graphs.sources import CitedPage, CitedUrl, read_cited_pages
 from atelier.graphs.start import meta_of, pipeline_options_of, pipeline_resources, start_inputs, view_of
-from atelier.tools.urls import web_source_id
 
 PIPELINE = "research_api"
 ROLE = "researcher"
@@ -95,58 +92,34 @@ def numbered_text(answer: GroundedAnswer) -> str:
     return text
 
 
-def _source_line(cited: ProviderCitation, read: SourceRef | None, problem: str | None) -> str:
-    title = cited.title or (read.title if read else "") or cited.url
-    what = f"read, sha256 {read.sha256[:12]}" if read else f"not read: {problem}"
-    return f"[{cited.number}] {title}. {cited.url} ({what})"
-
-
 async def read_cited(state: ResearchApiState, runtime: Runtime[EpisodeContext]) -> Command[Literal["__end__"]]:
     resources = pipeline_resources(runtime, PIPELINE)
     answer = state["answer"]
-    cited = sorted(answer.citations, key=lambda c: c.number)
-    web = await resources.open_web() if cited else None
-    outcomes: list[tuple[list[SourceRef], list[Degradation]]] = []
-    if web is not None:
-        # one fetch per URL, so each outcome stays with its citation (a ReplayMiss fails the episode)
-        outcomes = await asyncio.gather(
-            *(
-                read_web_sources(web, resources.sources, [WebHit(url=c.url, title=c.title)], step="read_cited")
-                for c in cited
-            )
+    cited = [
+        CitedUrl(url=c.url, title=c.title, number=c.number) for c in sorted(answer.citations, key=lambda c: c.number)
+    ]
+    pages: list[CitedPage] = []
+    degraded: list[Degradation] = []
+    if cited:
+        pages, degraded = await read_cited_pages(
+            await resources.open_web(), resources.sources, cited, step="read_cited"
         )
-    citations, lines, degraded, unread = [], [], [], []
-    for c, (refs, problems) in zip(cited, outcomes):
-        read = refs[0] if refs else None
-        problem = problems[0].detail if problems else None
-        degraded += problems
-        if read is None:
-            unread.append(c.url)
-        citations.append(
-            Citation(
-                source_id=web_source_id(c.url),
-                url=c.url,
-                title=c.title or (read.title if read else None) or None,
-                sha256=read.sha256 if read else None,
-                number=c.number,
-            )
-        )
-        lines.append(_source_line(c, read, problem))
-    if not cited:
+    else:
         degraded.append(degradation("no_findings", "research", "the model's answer cites no source"))
     text = numbered_text(answer)
-    if lines:
-        text = f"{text.rstrip()}\n\n## Sources\n" + "\n".join(lines)
+    if pages:
+        text = f"{text.rstrip()}\n\n## Sources\n" + "\n".join(p.line() for p in pages)
     options = _options(runtime)
+    unread = [p.cited.url for p in pages if p.read is None]
     meta = meta_of(state, runtime, PIPELINE) | {
         "api": options.api,
         "stream": options.stream,
-        "citations": {"cited": len(cited), "read": len(cited) - len(unread), "unread": unread},
+        "citations": {"cited": len(pages), "read": len(pages) - len(unread), "unread": unread},
         "search_results": len(answer.search_results),
         "provider_usage": answer.usage.model_dump(),
         "critical_path_calls": 1,
     }
-    response = SystemResponse(text=text, citations=citations, meta=meta, degraded=degraded)
+    response = SystemResponse(text=text, citations=[p.citation() for p in pages], meta=meta, degraded=degraded)
     return Command(goto=END, update={"response": response})  # type: ignore[arg-type]  # langgraph types END as str
 
 

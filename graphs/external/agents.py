@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ ENDPOINT_HOSTS = ("127.0.0.1", "localhost")
 class AgentSpec:
     name: str
     package: str  # the distribution (pip name) that provides it
-    module: str  # imported in the child; checked before a run when the child uses this interpreter
+    module: str | None  # imported in the child; checked before a run when the child uses this interpreter
     call_roles: dict[str, str] = field(default_factory=dict)  # the agent's call names -> model roles
 
 
@@ -48,6 +49,9 @@ AGENTS: dict[str, AgentSpec] = {
         "gpt_researcher",
         {"fast": "researcher", "strategic": "planner", "smart": "writer"},
     ),
+    # any program speaking the command protocol (child/run_command.py); its calls' names are the
+    # `model` it asks the endpoint for
+    "command": AgentSpec("command", "", None),
 }
 
 
@@ -57,11 +61,26 @@ def check_installed(spec: AgentSpec, python: str | None) -> None:
 
     if python is not None and not os.access(python, os.X_OK):
         raise ConfigError(f"pipeline_options.python: {python} is not an executable interpreter")
-    if python is None and importlib.util.find_spec(spec.module) is None:
+    if python is None and spec.module is not None and importlib.util.find_spec(spec.module) is None:
         raise ConfigError(
             f'external agent {spec.name!r} is not installed: pip install -e ".[agents]" '
             f"(or set pipeline_options.python to an interpreter that has {spec.package})"
         )
+
+
+def check_command(argv: list[str], cwd: str | None) -> None:
+    """Fail before the first episode when a command agent's program or working folder is not there."""
+    from atelier.benchmarks.common.errors import ConfigError
+
+    if cwd is not None and not os.path.isdir(cwd):
+        raise ConfigError(f"pipeline_options.cwd: {cwd} is not a folder")
+    program = argv[0]
+    if os.sep in program:
+        where = program if os.path.isabs(program) else os.path.join(cwd or os.getcwd(), program)
+        if not os.access(where, os.X_OK):
+            raise ConfigError(f"pipeline_options.command: {program} is not an executable file")
+    elif shutil.which(program, path=base_env()["PATH"]) is None:
+        raise ConfigError(f"pipeline_options.command: {program} is not on the agents' PATH ({base_env()['PATH']})")
 
 
 def _tiktoken_cache() -> str | None:
