@@ -20,7 +20,7 @@ from atelier.runs.execution.runner import run_recipe
 from atelier.runs.folder.recipe import parse_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
-AGENT = str(ROOT / "tests" / "fixtures" / "command_agent.py")  # outside /tmp: the boundary's /tmp is its own
+AGENT = str(ROOT / "docs" / "examples" / "command_agent.py")  # outside /tmp: the boundary's /tmp is its own
 
 
 def system(name: str, mode: str, **options) -> dict:

@@ -49,6 +49,14 @@ AGENTS: dict[str, AgentSpec] = {
         "gpt_researcher",
         {"fast": "researcher", "strategic": "planner", "smart": "writer"},
     ),
+    # the OpenAI Agents SDK's research bot (child/run_openai_agents.py); its top-level package is
+    # `agents`, which a checkout's own folder of that name shadows: installed is checked by distribution
+    "openai_agents": AgentSpec(
+        "openai_agents",
+        "openai-agents==0.20.0",
+        "agents",
+        {"planner": "planner", "search": "researcher", "writer": "writer"},
+    ),
     # any program speaking the command protocol (child/run_command.py); its calls' names are the
     # `model` it asks the endpoint for
     "command": AgentSpec("command", "", None),
@@ -61,11 +69,22 @@ def check_installed(spec: AgentSpec, python: str | None) -> None:
 
     if python is not None and not os.access(python, os.X_OK):
         raise ConfigError(f"pipeline_options.python: {python} is not an executable interpreter")
-    if python is None and spec.module is not None and importlib.util.find_spec(spec.module) is None:
+    if python is None and spec.module is not None and not _installed(spec):
         raise ConfigError(
             f'external agent {spec.name!r} is not installed: pip install -e ".[agents]" '
             f"(or set pipeline_options.python to an interpreter that has {spec.package})"
         )
+
+
+def _installed(spec: AgentSpec) -> bool:
+    """The agent's distribution is installed in this interpreter, and its module importable."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version(spec.package.split("==", 1)[0])
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return spec.module is None or importlib.util.find_spec(spec.module) is not None
 
 
 def check_command(argv: list[str], cwd: str | None) -> None:

@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 from atelier.graphs.external.launcher import Isolation
 from atelier.graphs.pipelines import PipelineOptions
 
-AgentName = Literal["open_deep_research", "gpt_researcher", "command", "langgraph"]
+AgentName = Literal["open_deep_research", "gpt_researcher", "openai_agents", "command", "langgraph"]
 JobVia = Literal["stdin", "file"]
 InterruptAnswer = Literal["simulated_user", "fail"]
 # the options only one kind of agent reads: named in a recipe for another, they are refused
