@@ -43,9 +43,18 @@ WRITER = (
 
 async def run(job: dict) -> dict:
     import httpx
-    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
     from openai import AsyncOpenAI
     from pydantic import BaseModel, Field
+
+    # the SDK's package; mypy, checking Atelier, takes `agents` for Atelier's room of that name
+    from agents import (  # type: ignore[attr-defined]
+        Agent,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
 
     set_tracing_disabled(True)
     settings = {**DEFAULTS, **(job.get("settings") or {})}
@@ -86,7 +95,9 @@ async def run(job: dict) -> dict:
             page = await web.get(f"page/{result['url'].rstrip('/').rsplit('/', 1)[-1]}")
             text = page.text if page.status_code == 200 else result.get("content", "")
             read.append(result["citable_url"])
-            parts.append(f"Source: {result['citable_url']}\nTitle: {result['title']}\n{text[: int(settings['page_chars'])]}")
+            parts.append(
+                f"Source: {result['citable_url']}\nTitle: {result['title']}\n{text[: int(settings['page_chars'])]}"
+            )
         return "\n\n".join(parts) or "No results."
 
     planner = Agent(name="PlannerAgent", instructions=PLANNER, model=model("planner"), output_type=WebSearchPlan)
@@ -114,9 +125,7 @@ async def run(job: dict) -> dict:
                 return None
 
         summaries = [s for s in await asyncio.gather(*(search(item) for item in items)) if s]
-        written = await Runner.run(
-            writer, f"Original query: {query}\nSummarized search results: {summaries}"
-        )
+        written = await Runner.run(writer, f"Original query: {query}\nSummarized search results: {summaries}")
         report = written.final_output_as(ReportData)
     finally:
         await web.aclose()
