@@ -120,7 +120,7 @@ def test_a_deep_research_api_is_a_system_whose_citations_are_fetched_stored_and_
         code, err = atelier(capsys, monkeypatch, "run", str(recipe), "--out", str(tmp_path / "first"), "--no-progress")
         # the cited page the web does not have: counted, not dropped, and the run says so
         assert code == 3, err
-        assert "fetch_failed 1" in err and "source_unreadable" in err
+        assert "fetch_failed 1" in err  # (R's own source_unreadable depends on which claims cite it: below)
         folder = tmp_path / "first"
         (result,) = lines(folder / "results.jsonl")
         assert result["status"] == "ok" and result["scores"]["pqr"] is not None

@@ -177,9 +177,9 @@ def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]
     cited, unknown = web.cited([*listed, *_URL.findall(report)])
     numbers = _reference_numbers(report, web)
     for number, url in enumerate(listed, 1):
-        source = web.source_for(url)
-        if source is not None:
-            numbers.setdefault(source.id, number)
+        listed_source = web.source_for(url)
+        if listed_source is not None:
+            numbers.setdefault(listed_source.id, number)
     # a source the agent saw only as a search result's snippet has no page text read: no sha256
     citations = [
         Citation(source_id=s.id, url=s.url, title=s.title or None, sha256=s.sha256, number=numbers.get(s.id))

@@ -189,7 +189,8 @@ async def run_langgraph_agent(state: Any, runtime: Runtime[EpisodeContext], opti
             "context": filled(options.context, values) or None,
             "config": filled(options.config, values) or None,
         }
-        client = get_client(url=options.url, timeout=httpx.Timeout(options.timeout_s, connect=10.0))
+        # (connect, read, write, pool): a run may take as long as the episode may
+        client = get_client(url=options.url, timeout=(10.0, options.timeout_s, options.timeout_s, 10.0))
         try:
             final, thread_id, asked = await asyncio.wait_for(drive(client, options, run, answer), options.timeout_s)
         except TimeoutError:
