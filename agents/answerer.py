@@ -36,15 +36,21 @@ TASK_PERSONALIZED = (
     "depth, tone and format of your answer. Do not mention that you were given a profile."
 )
 TASK_PLAIN = "Answer the user's current question as helpfully and completely as you can."
+TASK_RESEARCH = " Research the question on the web first, and cite the sources you rely on."
 TASK_PLAN = (
     " You are also given the aspects this user expects to see in the response: cover each of them, "
     "in the order and depth that suits this user."
 )
 
 
-def answer_messages(view: CaseView, context_text: str, plan: Sequence[str] = ()) -> list[dict[str, str]]:
+def answer_messages(
+    view: CaseView, context_text: str, plan: Sequence[str] = (), *, research: bool = False
+) -> list[dict[str, str]]:
+    """`research`: for a model that searches the web itself (a deep-research API), asked to research and cite."""
     sections = user_sections(view.query, context_text)
     task = TASK_PERSONALIZED if context_text else TASK_PLAIN
+    if research:
+        task += TASK_RESEARCH
     if plan:
         sections.append(Section("Aspects expected in the response", "\n".join(f"- {a}" for a in plan)))
         task += TASK_PLAN

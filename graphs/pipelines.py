@@ -79,6 +79,10 @@ class PipelineSpec:
     # a one-step pipeline's step: the episode graph runs it as its own node rather than nesting the
     # one-node graph `build` makes (served alone in Studio), which costs each episode ~5 ms of CPU
     step: Callable[..., Any] | None = None
+    # roles the pipeline asks only as a model that researches the web itself (`Gateway.grounded`):
+    # a run's preflight does not probe a system's own model for them with its text and structured
+    # probe, which to a deep-research API is a paid research run that cannot answer a schema
+    research_roles: tuple[str, ...] = ()
 
 
 PIPELINES: NamedRegistry[PipelineSpec] = NamedRegistry(
@@ -88,6 +92,7 @@ PIPELINES: NamedRegistry[PipelineSpec] = NamedRegistry(
         "atelier.graphs.rag",
         "atelier.graphs.planpers",
         "atelier.graphs.deep_research.graph",
+        "atelier.graphs.research_api",
         "atelier.graphs.external.graph",
     ),
 )

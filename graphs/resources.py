@@ -13,6 +13,7 @@ keeps nothing of the ones that ended.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -169,7 +170,12 @@ def context_key(context: EpisodeContext) -> str:
     seen = _seen.get(id(context))
     if seen is not None and seen[0] is context:
         return seen[1]
-    key = context.model_dump_json()
+    # its JSON masks API keys: a digest of them too, so contexts differing only in a role's key (a
+    # served graph given each episode's own endpoint token) do not share one gateway
+    secrets = [
+        s.api_key.get_secret_value() for s in (*context.models.values(), *context.system.models.values()) if s.api_key
+    ]
+    key = context.model_dump_json() + (hashlib.sha256("\0".join(secrets).encode()).hexdigest() if secrets else "")
     if len(_seen) > 4096:
         _seen.clear()
     _seen[id(context)] = (context, key)

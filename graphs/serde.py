@@ -24,6 +24,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from atelier.agents.citations import SourceRef
 from atelier.agents.clarify import ClarifyAnswers, ClarifyRequest
 from atelier.agents.judges.base import JudgeResult
+from atelier.agents.models.grounding import GroundedAnswer
 from atelier.agents.planner import ReportForm, ResearchBrief
 from atelier.agents.response import Citation, SystemResponse
 from atelier.benchmarks.case import Case, CaseView, ConversationTurn, Query
@@ -55,6 +56,7 @@ STATE_TYPES: tuple[type, ...] = (
     ClarifyAnswers,
     ConversationTurn,  # graphs/simulate.py: the conversation so far,
     Query,  # and a later turn's query
+    GroundedAnswer,  # research_api: the provider's answer with its citations
 )
 
 

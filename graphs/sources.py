@@ -19,6 +19,7 @@ from cachetools import LRUCache
 from pydantic import BaseModel
 
 from atelier.agents.citations import CitationReport, SourceRef
+from atelier.agents.response import Citation
 from atelier.benchmarks.common.atomic_files import write_if_absent
 from atelier.benchmarks.common.degradation import Degradation, degradation
 from atelier.benchmarks.data_files import cache_dir
@@ -173,3 +174,54 @@ def citation_degradations(report: CitationReport, step: str) -> list[Degradation
             count=removed,
         )
     ]
+
+
+class CitedUrl(BaseModel):
+    """A URL a system's answer cites (a provider's or an agent's citation), with the [n] it is cited by."""
+
+    url: str
+    title: str = ""
+    number: int
+
+
+class CitedPage(BaseModel):
+    """What became of one cited URL: read (its text kept under `sha256`) or not (`problem`)."""
+
+    cited: CitedUrl
+    read: SourceRef | None = None
+    problem: str | None = None
+
+    def citation(self) -> Citation:
+        return Citation(
+            source_id=web_source_id(self.cited.url),
+            url=self.cited.url,
+            title=self.cited.title or (self.read.title if self.read else None) or None,
+            sha256=self.read.sha256 if self.read else None,
+            number=self.cited.number,
+        )
+
+    def line(self) -> str:
+        """Its entry in a report's source list."""
+        title = self.cited.title or (self.read.title if self.read else "") or self.cited.url
+        what = f"read, sha256 {self.read.sha256[:12]}" if self.read else f"not read: {self.problem}"
+        return f"[{self.cited.number}] {title}. {self.cited.url} ({what})"
+
+
+async def read_cited_pages(
+    web: Web, store: SourceStore, cited: Sequence[CitedUrl], *, step: str
+) -> tuple[list[CitedPage], list[Degradation]]:
+    """Fetch each URL a system cites through the run's web (cache, replay, `web_log.jsonl`) and keep
+    its text in the store, so its citation carries the sha256 of what the page said. A page that
+    cannot be read stays cited, with the reason, and is a `fetch_failed` degradation; a page missing
+    from a replayed web fails the episode (`ReplayMiss`)."""
+    # one fetch per URL, so each outcome stays with its citation
+    outcomes = await asyncio.gather(
+        *(read_web_sources(web, store, [WebHit(url=c.url, title=c.title)], step=step) for c in cited)
+    )
+    pages, degraded = [], []
+    for c, (refs, problems) in zip(cited, outcomes):
+        degraded += problems
+        pages.append(
+            CitedPage(cited=c, read=refs[0] if refs else None, problem=problems[0].detail if problems else None)
+        )
+    return pages, degraded

@@ -25,6 +25,7 @@ from atelier.graphs.memory import build_memory_graph
 from atelier.graphs.pipelines import PIPELINES
 from atelier.graphs.planpers import build_planpers_graph
 from atelier.graphs.rag import build_rag_graph
+from atelier.graphs.research_api import build_research_api_graph
 
 # The server runs nodes on its event loop and refuses blocking calls there (`langgraph dev` without
 # --allow-blocking): what loads lazily on a first call — litellm's import reads the working folder —
@@ -37,6 +38,7 @@ direct = build_direct_graph()
 rag = build_rag_graph()
 planpers = build_planpers_graph()
 deep_research = build_deep_research_graph()
+research_api = build_research_api_graph()
 external = build_external_graph()
 memory = build_memory_graph()
 judge = build_judge_graph()

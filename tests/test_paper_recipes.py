@@ -109,3 +109,32 @@ def test_a_paper_recipe_on_the_sample_corpus_is_warned_about_at_start_and_in_the
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["web"]["corpus"] == "sample" and summary["web"]["documents"] == 63
     assert 'id="web-warning"' in (tmp_path / "run" / "report.html").read_text()
+
+
+def test_the_pdr_table1_systems_the_paper_ran_are_switched_on_by_uncommenting_them():
+    """Each paper row whose system can run here with a key or a checkout names it (`runs_as`);
+    uncommented, every such system validates and the paper's row sits beside it."""
+    import tomllib
+
+    path = ROOT / "runs" / "recipes" / "papers" / "pdr_table1_systems.toml"
+    text = path.read_text()
+    block = text[text.index("# ---- The paper's own systems") : text.index("[[judges]]")]
+    switched_on = "\n".join(
+        line[2:] if line.startswith(("# [[systems]]", "# name", "# pipeline", "# memory", "# models.")) else line
+        for line in block.splitlines()
+    )
+    data = tomllib.loads(text.replace(block, switched_on))
+    recipe = parse_recipe(data, source=str(path))
+    names = {s.name for s in recipe.systems}
+    rows = {row.row: row for row in recipe.report.paper}
+    wanted = {row["row"]: row.get("runs_as") for row in tomllib.loads(text)["report"]["paper"]}
+    assert all(name in names for name in wanted.values() if name), wanted
+    for row, runs_as in wanted.items():
+        assert rows[row].system == (runs_as or rows[row].system)
+    # left commented, the rows stay beside the pipelines that stand for them
+    plain = load_recipe(path)
+    assert {row.system for row in plain.report.paper} == {"deep_research", "llm_search"}
+    by_name = {s.name: s for s in recipe.systems}
+    assert by_name["o3_deep_research"].pipeline_options["api"] == "responses"
+    assert by_name["deerflow"].pipeline_options["agent"] == "langgraph"
+    assert by_name["oagents"].pipeline_options["agent"] == "command"

@@ -18,7 +18,18 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVED = {"episode", "direct", "rag", "planpers", "deep_research", "external", "memory", "judge", "simulate"}
+SERVED = {
+    "episode",
+    "direct",
+    "rag",
+    "planpers",
+    "deep_research",
+    "research_api",
+    "external",
+    "memory",
+    "judge",
+    "simulate",
+}
 CASE = {"benchmark": "sample", "case_id": "q01"}
 SMALL = {"max_researchers": 2, "max_rounds": 2, "max_pages": 2, "max_tool_calls": 4}
 

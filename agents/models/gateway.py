@@ -36,6 +36,16 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, SecretStr, ValidationError
 
 from atelier.agents.models.cache import RedisResponseCache, ResponseCache, request_key
+from atelier.agents.models.grounding import (
+    GroundedAnswer,
+    Grounding,
+    ProviderReply,
+    read_chat,
+    read_chat_stream,
+    read_responses,
+    read_responses_stream,
+    responses_input,
+)
 from atelier.agents.models.ledger import Ledger
 from atelier.agents.models.local_model import SERVERS, LlamaServer, LocalModelError, LocalModelSpec, LocalServerDied
 from atelier.agents.models.provider_errors import Verdict, classify, server_message, status_of
@@ -104,10 +114,12 @@ class _Request(BaseModel):
 
 @dataclass(frozen=True)
 class _Answered:
-    """About one answer: its cache key, and whether it was cut at max_tokens (finish_reason "length")."""
+    """About one answer: its cache key, whether it was cut at max_tokens (finish_reason "length"),
+    and (a grounded request) the provider's citations, search results and reported usage."""
 
     key: str | None
     cut: bool = False
+    grounding: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -375,6 +387,15 @@ class Gateway:
         content, _ = await self._request(role, messages, mode=None, schema=None, kind="text")
         return content
 
+    async def grounded(self, role: str, messages: list[dict[str, Any]], grounding: Grounding) -> GroundedAnswer:
+        """Ask a model that researches the web itself (`agents.models.grounding`): its text with
+        the citations, search results and usage its provider returned. Cached and ledgered like
+        every call (the ledger line adds reasoning tokens, citation tokens and web searches)."""
+        content, answered = await self._request(
+            role, messages, mode=None, schema=None, kind="grounded", grounding=grounding
+        )
+        return GroundedAnswer.model_validate({**(answered.grounding or {}), "text": content})
+
     async def structured(self, role: str, messages: list[dict[str, Any]], schema: type[T]) -> T:
         """Ask for an instance of `schema` in the strongest mode the endpoint accepts; validate;
         repair once; raise StructuredOutputError."""
@@ -622,18 +643,21 @@ class Gateway:
         schema: _Schema | None,
         kind: str,
         may_fall_back: bool = False,
+        grounding: Grounding | None = None,
     ) -> tuple[str, _Answered]:
         """One request (with its retries). `may_fall_back`: a refusal is not final, the caller
-        will ask in a weaker structured mode; the ledger marks it `refused` rather than `error`."""
+        will ask in a weaker structured mode; the ledger marks it `refused` rather than `error`.
+        `grounding`: a model that researches (its API and tools are part of the cache key)."""
         settings = self.settings(role)
         litellm = configured_litellm()
         model, api_base = self._identity(settings)
+        output = mode_params(mode, schema.name, schema.schema) if mode and schema else {}
         request = _Request(
             model=model,
             api_base=api_base,
             messages=messages,
             structured_mode=mode,
-            output=mode_params(mode, schema.name, schema.schema) if mode and schema else {},
+            output=grounding.identity() if grounding is not None else output,
             temperature=settings.temperature,
             seed=settings.seed,
             max_tokens=settings.max_tokens,
@@ -663,8 +687,11 @@ class Gateway:
                     cache_hit=True,
                     finish_reason=cached.get("finish_reason"),
                     status="ok",
+                    **_usage_fields(cached.get("grounding")),
                 )
-                return cached["content"], _Answered(key, cached.get("finish_reason") == "length")
+                return cached["content"], _Answered(
+                    key, cached.get("finish_reason") == "length", grounding=cached.get("grounding")
+                )
             if self.cache is None:  # nothing to share an answer through: each request is its own call
                 return await self._provider_request(
                     role,
@@ -676,6 +703,7 @@ class Gateway:
                     common=common,
                     started=started,
                     may_fall_back=may_fall_back,
+                    grounding=grounding,
                 )
             leader = self._in_flight.join(key)
             if leader is None:
@@ -705,6 +733,7 @@ class Gateway:
                 common=common,
                 started=started,
                 may_fall_back=may_fall_back,
+                grounding=grounding,
             )
         except ModelCallError as exc:
             failure = exc
@@ -724,10 +753,13 @@ class Gateway:
         common: dict[str, Any],
         started: float,
         may_fall_back: bool,
+        grounding: Grounding | None = None,
     ) -> tuple[str, _Answered]:
         """`_request`'s call to the provider (with its retries), its cache store and ledger line."""
         key = common["request_key"]
         attempts = 0
+        response: Any = None
+        reply: ProviderReply | None = None
         try:
             kwargs, served = await self._provider_kwargs(role, settings, messages, mode=mode, schema=schema)
             started = time.perf_counter()  # a local server's start-up is not this call's latency
@@ -746,7 +778,12 @@ class Gateway:
                     attempts += 1
                     self._raise_if_server_died(settings)
                     try:
-                        response = await self._provider_call(litellm, served, kwargs)
+                        if grounding is None:
+                            response = await self._provider_call(litellm, served, kwargs)
+                        else:
+                            # the scripted and local models speak chat only (and search nothing)
+                            responses = grounding.api == "responses" and not (settings.is_scripted or settings.is_local)
+                            reply = await self._grounded_call(litellm, served, kwargs, grounding, responses=responses)
                     except Exception:
                         # a call cut off by its server's death is that death, not a retryable error
                         await asyncio.to_thread(self._raise_if_server_died, settings, 0.5)
@@ -789,17 +826,28 @@ class Gateway:
                 server_message=said,
             ) from exc
 
-        choice = response.choices[0]
-        content = answer_text(choice.message, mode)
-        finish_reason = getattr(choice, "finish_reason", None)
-        usage = getattr(response, "usage", None)
-        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
-        hidden = getattr(response, "_hidden_params", None) or {}
-        cost = hidden.get("response_cost")
+        grounded: dict[str, Any] | None = None
+        if grounding is None:
+            choice = response.choices[0]
+            content = answer_text(choice.message, mode)
+            finish_reason = getattr(choice, "finish_reason", None)
+            usage = getattr(response, "usage", None)
+            prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+            completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+            hidden = getattr(response, "_hidden_params", None) or {}
+            cost = hidden.get("response_cost")
+        else:
+            assert reply is not None  # the grounded call answered
+            response = reply.raw
+            content, finish_reason = reply.answer.text, reply.finish_reason
+            prompt_tokens, completion_tokens, cost = reply.prompt_tokens, reply.completion_tokens, reply.cost
+            grounded = reply.answer.model_dump(exclude={"text"})
         # the role's own price wins over litellm's map (ModelSettings has both prices or neither)
         if settings.input_cost_per_token is not None and settings.output_cost_per_token is not None:
             cost = prompt_tokens * settings.input_cost_per_token + completion_tokens * settings.output_cost_per_token
+        searches = int(((grounded or {}).get("usage") or {}).get("search_calls") or 0)
+        if settings.search_cost_per_call is not None and searches:
+            cost = (cost or 0.0) + searches * settings.search_cost_per_call
         if self.cache is not None:
             self.cache.put(
                 key,
@@ -810,6 +858,7 @@ class Gateway:
                     "completion_tokens": completion_tokens,
                     "model": settings.model,
                     "messages": messages,
+                    **({"grounding": grounded} if grounded is not None else {}),
                 },
             )  # the prompt, for `atelier trace`
         self.ledger.record(
@@ -824,8 +873,9 @@ class Gateway:
             finish_reason=finish_reason,
             attempts=attempts,
             status="ok",
+            **_usage_fields(grounded),
         )
-        return content, _Answered(key, finish_reason == "length")
+        return content, _Answered(key, finish_reason == "length", grounding=grounded)
 
     def _raise_if_server_died(self, settings: ModelSettings, wait_s: float = 0.0) -> None:
         """A local model whose server process is gone fails at once with LocalServerDied: how it died
@@ -845,6 +895,58 @@ class Gateway:
                 await _LIMITS.limiter(settings.endpoint, settings.rpm).acquire()
             with litellm_call_scope():  # set before wait_for makes the call's task, which copies it
                 return await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=settings.timeout_s)
+
+    async def _grounded_call(
+        self, litellm, settings: ModelSettings, kwargs: dict[str, Any], grounding: Grounding, *, responses: bool
+    ) -> ProviderReply:
+        """One attempt of a grounded request (`settings` as served): the Responses API, or
+        litellm's chat completions (Perplexity, search models)."""
+        async with _LIMITS.semaphore(settings.endpoint, settings.max_concurrency):
+            if settings.rpm:
+                await _LIMITS.limiter(settings.endpoint, settings.rpm).acquire()
+            if responses:
+                return await asyncio.wait_for(_responses_call(settings, kwargs, grounding), timeout=settings.timeout_s)
+
+            async def chat() -> ProviderReply:
+                with litellm_call_scope():
+                    if not grounding.stream:
+                        return read_chat(await litellm.acompletion(**kwargs))
+                    stream = await litellm.acompletion(**kwargs, stream=True, stream_options={"include_usage": True})
+                    return await read_chat_stream(stream, kwargs["messages"])
+
+            return await asyncio.wait_for(chat(), timeout=settings.timeout_s)
+
+
+async def _responses_call(settings: ModelSettings, kwargs: dict[str, Any], grounding: Grounding) -> ProviderReply:
+    """The Responses API through the OpenAI SDK (litellm 1.106.2's own path cannot be imported
+    beside `mcp<2`: see `agents.models.grounding`). The model is `openai/<name>` or `<name>`."""
+    from openai import AsyncOpenAI
+
+    provider, _, name = settings.model.rpartition("/")
+    if provider not in ("", "openai"):
+        raise ValueError(f"the Responses API is OpenAI's: model {settings.model!r} is not openai/<model>")
+    instructions, items = responses_input(kwargs["messages"])
+    request: dict[str, Any] = {"model": name, "input": items, **settings.extra}
+    if instructions:
+        request["instructions"] = instructions
+    if grounding.tools:
+        request["tools"] = list(grounding.tools)
+    if settings.max_tokens is not None:
+        request["max_output_tokens"] = settings.max_tokens
+    async with AsyncOpenAI(
+        base_url=settings.api_base, api_key=settings.resolved_api_key(), max_retries=0, timeout=settings.timeout_s
+    ) as client:
+        if grounding.stream:
+            return await read_responses_stream(await client.responses.create(**request, stream=True), settings.model)
+        return read_responses(await client.responses.create(**request), settings.model)
+
+
+def _usage_fields(grounded: dict[str, Any] | None) -> dict[str, Any]:
+    """A grounded answer's reported usage, as ledger fields (none for other calls)."""
+    if not grounded:
+        return {}
+    usage = grounded.get("usage") or {}
+    return {k: usage.get(k) for k in ("reasoning_tokens", "citation_tokens", "search_calls")}
 
 
 def _provider_ms(response: Any) -> float | None:

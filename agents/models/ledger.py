@@ -94,10 +94,15 @@ class LedgerEntry(BaseModel):
     latency_ms: float = 0.0
     cache_hit: bool = False
     attempts: int = 0
-    kind: str = "text"  # text | structured | repair | tool (a system's tool call, not a model call)
+    kind: str = "text"  # text | structured | repair | grounded | tool (a system's tool call, not a model call)
     structured_mode: str | None = None  # json_schema | json_object | tool | prompt (structured requests)
     status: str = "ok"  # ok | error | refused (the endpoint would not take this structured mode)
     error: str | None = None
+    # a grounded call (a model that researches, `Gateway.grounded`): what its provider reported
+    # beyond prompt and completion tokens; None: not such a call, or the provider did not say
+    reasoning_tokens: int | None = None
+    citation_tokens: int | None = None
+    search_calls: int | None = None  # web searches the provider ran for the answer
     provider_ms: float | None = None  # the provider's share of latency_ms (litellm's timing, last attempt)
     finish_reason: str | None = None  # "length": the answer was cut at max_tokens or the context's end
     dry_run: bool = False
@@ -206,6 +211,8 @@ def ledger_totals(entries: list[LedgerEntry]) -> dict[str, Any]:
         "mode_refusals": sum(e.status == "refused" for e in entries),
         "prompt_tokens": sum(e.prompt_tokens for e in provider),
         "completion_tokens": sum(e.completion_tokens for e in provider),
+        "reasoning_tokens": sum(e.reasoning_tokens or 0 for e in provider),
+        "search_calls": sum(e.search_calls or 0 for e in provider),
         "cost_usd": round(sum(priced), 6) if priced or not provider else None,
         "unpriced_calls": len(provider) - len(priced),
     }

@@ -52,8 +52,11 @@ def server_message(exc: BaseException) -> str:
 
 def classify(exc: BaseException) -> Verdict:
     import litellm
+    import openai
 
-    if isinstance(exc, (asyncio.TimeoutError, litellm.Timeout, litellm.RateLimitError)):
+    from atelier.agents.models.grounding import ResponsesStreamError
+
+    if isinstance(exc, (asyncio.TimeoutError, litellm.Timeout, litellm.RateLimitError, ResponsesStreamError)):
         return "retry"
     if isinstance(
         exc,
@@ -67,7 +70,8 @@ def classify(exc: BaseException) -> Verdict:
     ):
         return "fatal"
     status = status_of(exc)
-    if isinstance(exc, litellm.APIConnectionError) and not _looks_like_validation(exc):
+    # the OpenAI SDK's (the Responses API's) lost connections and timeouts too
+    if isinstance(exc, (litellm.APIConnectionError, openai.APIConnectionError)) and not _looks_like_validation(exc):
         return "retry"  # connection refused or reset, an unparseable body: the server may recover
     if status in (401, 403, 404):
         return "fatal"

@@ -68,6 +68,12 @@ class ModelSettings(BaseModel):
         "litellm has no price for (a self-hosted or new one); both or neither.",
     )
     output_cost_per_token: float | None = Field(default=None, ge=0, description="USD per completion token.")
+    search_cost_per_call: float | None = Field(
+        default=None,
+        ge=0,
+        description="USD per web search a model that researches reports (OpenAI's web_search_call items), added to "
+        "the call's cost where litellm's price map has none for them.",
+    )
     structured_mode: Literal["auto"] | StructuredMode = Field(
         default="auto",
         description="How structured answers are asked for: `auto` tries json_schema, json_object (+ schema), "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ ENDPOINT_HOSTS = ("127.0.0.1", "localhost")
 class AgentSpec:
     name: str
     package: str  # the distribution (pip name) that provides it
-    module: str  # imported in the child; checked before a run when the child uses this interpreter
+    module: str | None  # imported in the child; checked before a run when the child uses this interpreter
     call_roles: dict[str, str] = field(default_factory=dict)  # the agent's call names -> model roles
 
 
@@ -48,6 +49,17 @@ AGENTS: dict[str, AgentSpec] = {
         "gpt_researcher",
         {"fast": "researcher", "strategic": "planner", "smart": "writer"},
     ),
+    # the OpenAI Agents SDK's research bot (child/run_openai_agents.py); its top-level package is
+    # `agents`, which a checkout's own folder of that name shadows: installed is checked by distribution
+    "openai_agents": AgentSpec(
+        "openai_agents",
+        "openai-agents==0.20.0",
+        "agents",
+        {"planner": "planner", "search": "researcher", "writer": "writer"},
+    ),
+    # any program speaking the command protocol (child/run_command.py); its calls' names are the
+    # `model` it asks the endpoint for
+    "command": AgentSpec("command", "", None),
 }
 
 
@@ -57,11 +69,37 @@ def check_installed(spec: AgentSpec, python: str | None) -> None:
 
     if python is not None and not os.access(python, os.X_OK):
         raise ConfigError(f"pipeline_options.python: {python} is not an executable interpreter")
-    if python is None and importlib.util.find_spec(spec.module) is None:
+    if python is None and spec.module is not None and not _installed(spec):
         raise ConfigError(
             f'external agent {spec.name!r} is not installed: pip install -e ".[agents]" '
             f"(or set pipeline_options.python to an interpreter that has {spec.package})"
         )
+
+
+def _installed(spec: AgentSpec) -> bool:
+    """The agent's distribution is installed in this interpreter, and its module importable."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version(spec.package.split("==", 1)[0])
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return spec.module is None or importlib.util.find_spec(spec.module) is not None
+
+
+def check_command(argv: list[str], cwd: str | None) -> None:
+    """Fail before the first episode when a command agent's program or working folder is not there."""
+    from atelier.benchmarks.common.errors import ConfigError
+
+    if cwd is not None and not os.path.isdir(cwd):
+        raise ConfigError(f"pipeline_options.cwd: {cwd} is not a folder")
+    program = argv[0]
+    if os.sep in program:
+        where = program if os.path.isabs(program) else os.path.join(cwd or os.getcwd(), program)
+        if not os.access(where, os.X_OK):
+            raise ConfigError(f"pipeline_options.command: {program} is not an executable file")
+    elif shutil.which(program, path=base_env()["PATH"]) is None:
+        raise ConfigError(f"pipeline_options.command: {program} is not on the agents' PATH ({base_env()['PATH']})")
 
 
 def _tiktoken_cache() -> str | None:

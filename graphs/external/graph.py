@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import tempfile
 import time
@@ -24,6 +25,7 @@ from typing import Any, Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
+from pydantic import ValidationError
 
 from atelier.agents.external_brief import agent_brief
 from atelier.agents.models.ledger import current_tags
@@ -33,6 +35,7 @@ from atelier.benchmarks.common.errors import AtelierError
 from atelier.graphs.context import EpisodeContext
 from atelier.graphs.external.agents import AGENTS, session_env
 from atelier.graphs.external.endpoint import endpoint_for
+from atelier.graphs.external.langgraph_agent import run_langgraph_agent
 from atelier.graphs.external.launcher import run_agent_job
 from atelier.graphs.external.options import ExternalOptions
 from atelier.graphs.inputs import PipelineInput, PipelineOutput
@@ -152,13 +155,31 @@ def _unverified(urls: list[str]) -> list[Degradation]:
     return [degradation("citation_removed", "citations", detail, count=len(urls))]
 
 
+def _agent_degradations(items: list[Any]) -> list[Degradation]:
+    """The steps the agent says degraded; one that is no degradation fails the episode naming it."""
+    out = []
+    for index, item in enumerate(items):
+        try:
+            out.append(Degradation.model_validate(item))
+        except ValidationError as exc:
+            problem = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(item)'}: {e['msg']}" for e in exc.errors()[:3])
+            raise ExternalAgentError(f"the agent's degraded[{index}] is not a degradation: {problem}") from None
+    return out
+
+
 def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]) -> SystemResponse:
     """The agent's report, its citations the sources it cites among those it read."""
     report = str(result.get("report") or "")
     for source in web.sources.values():  # an agent that scraped our pages cites their addresses here
         report = report.replace(web.page_url(source), source.url)
-    cited, unknown = web.cited(_URL.findall(report))
+    # a command agent lists its citations (numbered as listed); other agents cite in their text
+    listed = [str(c.get("url") or "") for c in result.get("citations") or [] if isinstance(c, dict)]
+    cited, unknown = web.cited([*listed, *_URL.findall(report)])
     numbers = _reference_numbers(report, web)
+    for number, url in enumerate(listed, 1):
+        listed_source = web.source_for(url)
+        if listed_source is not None:
+            numbers.setdefault(listed_source.id, number)
     # a source the agent saw only as a search result's snippet has no page text read: no sha256
     citations = [
         Citation(source_id=s.id, url=s.url, title=s.title or None, sha256=s.sha256, number=numbers.get(s.id))
@@ -171,7 +192,7 @@ def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]
         # the agent's own degraded steps (e.g. some of open_deep_research's research units failed)
         degraded=[
             *web.degraded,
-            *(Degradation.model_validate(d) for d in result.get("degraded") or []),
+            *_agent_degradations(result.get("degraded") or []),
             *_unverified(unknown),
         ],
         meta={
@@ -196,6 +217,9 @@ def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]
 async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> Command[Literal["__end__"]]:
     context = pipeline_context(runtime, PIPELINE)
     options = _options(runtime)
+    if options.agent == "langgraph":  # a server elsewhere: no process of ours, no launcher
+        response = await run_langgraph_agent(state, runtime, options)
+        return Command(goto=END, update={"response": response})  # type: ignore[arg-type]  # langgraph types END as str
     await asyncio.to_thread(options.check_available)  # probes the OS boundary: a subprocess, off the event loop
     spec = AGENTS[options.agent]
     resources = pipeline_resources(runtime, PIPELINE)
@@ -216,13 +240,19 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         keep=resources.sources.put,
     ) as (model, web_session):
         assert web_session is not None
+        view = view_of(state, runtime, PIPELINE)
         job = {
             "agent": spec.name,
             "brief": state["brief"],
+            "task": view.query.text,
+            "user_context": state["user_context"].text,
+            "case_id": view.id,
             "settings": options.settings,
             "today": options.today.isoformat() if options.today else None,
             "endpoint": {"openai_base": endpoint.openai_base, "web_root": web_session.root},
         }
+        if options.command is not None:  # resolved here: the job runs in its own working folder
+            job["command"] = {"argv": options.command, "job_via": options.job_via, "cwd": options.cwd or os.getcwd()}
         output = await asyncio.to_thread(_job_files, workdir, job)
         env = session_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy)
         started = time.perf_counter()
@@ -281,7 +311,8 @@ def build_external_graph():
 register_pipeline(
     PipelineSpec(
         PIPELINE,
-        "an external deep-research agent (open_deep_research, gpt_researcher) through the gateway endpoint",
+        "an external agent (open_deep_research, gpt_researcher, any command, any LangGraph server) through the "
+        "gateway endpoint",
         build_external_graph,
         ExternalOptions,
         variant_option="agent",

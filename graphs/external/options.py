@@ -5,12 +5,27 @@ from __future__ import annotations
 from datetime import date
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from atelier.graphs.external.launcher import Isolation
 from atelier.graphs.pipelines import PipelineOptions
 
-AgentName = Literal["open_deep_research", "gpt_researcher"]
+AgentName = Literal["open_deep_research", "gpt_researcher", "openai_agents", "command", "langgraph"]
+JobVia = Literal["stdin", "file"]
+InterruptAnswer = Literal["simulated_user", "fail"]
+# the options only one kind of agent reads: named in a recipe for another, they are refused
+COMMAND_OPTIONS = ("command", "job_via", "cwd")
+LANGGRAPH_OPTIONS = (
+    "url",
+    "assistant_id",
+    "input",
+    "context",
+    "config",
+    "report",
+    "citations",
+    "interrupts",
+    "max_interrupts",
+)
 
 
 class ExternalOptions(PipelineOptions):
@@ -48,10 +63,77 @@ class ExternalOptions(PipelineOptions):
         "only an audit hook in the agent's Python that refuses its own lookups and connections off this machine.",
     )
 
+    # agent = "command": any program, the command protocol (graphs/external/child/run_command.py)
+    command: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description='agent = "command": the program and its arguments (argv), run inside the agents\' boundary.',
+    )
+    job_via: JobVia = Field(default="stdin", description='agent = "command": the job on its stdin, or only in a file.')
+    cwd: str | None = Field(default=None, description='agent = "command": its working folder (default: the run\'s).')
+
+    # agent = "langgraph": a LangGraph server's assistant (graphs/external/langgraph_agent.py)
+    url: str | None = Field(default=None, description='agent = "langgraph": the LangGraph server\'s URL.')
+    assistant_id: str | None = Field(default=None, description='agent = "langgraph": the assistant (or graph) id.')
+    input: dict[str, Any] = Field(
+        default_factory=lambda: {"messages": [{"role": "user", "content": "{brief}"}]},
+        description='agent = "langgraph": the run\'s input; strings name the case with {brief}, {task}, '
+        "{user_context}, {case_id}, {benchmark}, and the run's endpoint with {openai_base}, {api_key}, {search_url}, {mcp_url}.",
+    )
+    context: dict[str, Any] = Field(
+        default_factory=dict, description='agent = "langgraph": the run\'s runtime context (same placeholders).'
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description='agent = "langgraph": the run\'s config, e.g. {configurable = {...}} (same placeholders).',
+    )
+    report: str = Field(
+        default="final_report",
+        description='agent = "langgraph": where the report is in the final state: a dotted path ("final_report", '
+        '"response.text", "messages.-1.content").',
+    )
+    citations: str | None = Field(
+        default=None,
+        description='agent = "langgraph": where its citations are in the final state (a list of URLs, or of objects with "url").',
+    )
+    interrupts: InterruptAnswer = Field(
+        default="simulated_user",
+        description='agent = "langgraph": who answers an interrupt: the simulated user (recorded in the response), '
+        "or nobody (the episode fails naming it).",
+    )
+    max_interrupts: int = Field(default=3, ge=0, le=20, description='agent = "langgraph": interrupts answered at most.')
+
+    @model_validator(mode="after")
+    def _options_of_the_agent(self) -> ExternalOptions:
+        # set to other than its default (a resolved recipe spells out every option: set is not enough)
+        fields = type(self).model_fields
+        given = [
+            n
+            for n in (*COMMAND_OPTIONS, *LANGGRAPH_OPTIONS)
+            if getattr(self, n) != fields[n].get_default(call_default_factory=True)
+        ]
+        for agent, names in (("command", COMMAND_OPTIONS), ("langgraph", LANGGRAPH_OPTIONS)):
+            stray = [n for n in names if n in given] if self.agent != agent else []
+            if stray:
+                raise ValueError(
+                    f"{', '.join(stray)}: only for agent = {agent!r} (this system's agent is {self.agent!r})"
+                )
+        if self.agent == "command" and not self.command:
+            raise ValueError('agent = "command" needs command = ["program", "arg", ...]')
+        if self.agent == "langgraph" and not (self.url and self.assistant_id):
+            raise ValueError('agent = "langgraph" needs url (the LangGraph server) and assistant_id')
+        return self
+
     def check_available(self) -> None:
-        from atelier.graphs.external.agents import AGENTS, check_installed
+        from atelier.graphs.external.agents import AGENTS, check_command, check_installed
         from atelier.graphs.external.launcher import require_boundary
 
-        check_installed(AGENTS[self.agent], self.python)
+        if self.agent == "langgraph":
+            return  # a server elsewhere: the episode reaches it, or fails naming why
+        if self.agent == "command":
+            assert self.command is not None  # checked above
+            check_command(self.command, self.cwd)
+        else:
+            check_installed(AGENTS[self.agent], self.python)
         if self.isolation == "namespaces":
             require_boundary(self.python)

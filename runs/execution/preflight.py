@@ -52,9 +52,13 @@ class PreflightError(ConfigError):
 # ----------------------------------------------------------------------------- models
 
 
-def model_uses(recipe: Recipe) -> dict[str, tuple[ModelSettings, list[str]]]:
+def model_uses(recipe: Recipe, *, probed: bool = False) -> dict[str, tuple[ModelSettings, list[str]]]:
     """Each distinct model setting the recipe's roles use, with where it is set
-    (`models.judge`, `systems[1].models.system`)."""
+    (`models.judge`, `systems[1].models.system`). `probed`: only those the preflight probes — not a
+    system's own model for a role its pipeline asks only as a model that researches (a deep-research
+    API: `PipelineSpec.research_roles`)."""
+    from atelier.graphs.pipelines import PIPELINES
+
     uses: dict[str, tuple[ModelSettings, list[str]]] = {}
 
     def add(settings: ModelSettings, where: str) -> None:
@@ -64,8 +68,10 @@ def model_uses(recipe: Recipe) -> dict[str, tuple[ModelSettings, list[str]]]:
     for role, settings in recipe.role_models().items():
         add(settings, f"models.{role}")
     for i, system in enumerate(recipe.systems):
+        researching = PIPELINES.get(system.pipeline).research_roles if probed else ()
         for role, settings in system.models.items():
-            add(settings, f"systems[{i}].models.{role}")
+            if role not in researching:
+                add(settings, f"systems[{i}].models.{role}")
     return uses
 
 
@@ -293,10 +299,11 @@ async def preflight_problems(recipe: Recipe, cases: Sequence[Case], ledger: Ledg
     problems += judge_problems(recipe, cases)
     problems += epoch_problems(recipe)
     problems += repeat_problems(recipe)
+    probe = list(model_uses(recipe, probed=True).values())
     probed = await asyncio.gather(
-        *(probe_problem(settings, where, ledger) for settings, where in uses), web_problem(recipe)
+        *(probe_problem(settings, where, ledger) for settings, where in probe), web_problem(recipe)
     )
-    for (settings, where), problem in zip(uses, probed[:-1]):
+    for (settings, where), problem in zip(probe, probed[:-1]):
         if problem:
             base = f" at {settings.api_base}" if settings.api_base else ""
             problems.append(f"{', '.join(where)} ({settings.model}{base}): {problem}")

@@ -153,6 +153,12 @@ class PaperRow(_Strict):
 
     row: str = Field(min_length=1, description="The paper's label of the row, e.g. 'OpenAI Deep Research'.")
     system: str = Field(description="Our system that stands for it (a name in [[systems]]).")
+    runs_as: str | None = Field(
+        default=None,
+        description="The system that runs the paper's own system (its API or agent), which a recipe may keep "
+        "commented out until a key or a checkout is at hand: when [[systems]] has it, the row sits beside it instead "
+        "of `system`.",
+    )
     judge: str | None = Field(
         default=None,
         description="The judge whose numbers these are (a name in [[judges]]); none for history-retrieval metrics.",
@@ -439,6 +445,9 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
         raise ConfigError(f"{source}: systems: names must be unique; repeated: {', '.join(duplicates)}")
     _check_report(checked.report, names, [j.name for j in checked.judges], source)
     resolved = checked.model_dump(mode="python")
+    for row in resolved["report"]["paper"]:  # beside the paper's own system, when this run has it
+        if row.get("runs_as") in names:
+            row["system"] = row["runs_as"]
     for system, checked_system in zip(resolved["systems"], checked.systems):
         system["memory"] = checked_system.memory.model_dump()
     resolved["judges"] = [j.model_dump() for j in checked.judges]

@@ -1,0 +1,325 @@
+"""Stub servers of deep-research model APIs on 127.0.0.1, speaking each provider's own format.
+
+    kind "perplexity"  POST /chat/completions (Perplexity's API has no /v1): an answer whose `[n]`
+                       markers name the response's `citations` (URLs), with `search_results`
+                       (url, title, date, snippet) and Perplexity's usage (`reasoning_tokens`,
+                       `citation_tokens`, `num_search_queries`, and its `cost` block). With
+                       `"stream": true`, server-sent chat chunks, each repeating `citations` and
+                       `search_results` (as Perplexity does), the usage on the last.
+    kind "responses"   POST /v1/responses (OpenAI's Responses API, as `o3-deep-research` answers):
+                       `web_search_call` and `reasoning` output items, then a message whose
+                       `output_text` carries `url_citation` annotations with their character spans,
+                       and usage with `output_tokens_details.reasoning_tokens`. With `"stream": true`,
+                       the Responses event stream (`response.created`, `response.output_item.added`,
+                       `response.output_text.delta`, `response.output_text.annotation.added`, ...,
+                       `response.completed` carrying the whole response).
+
+The stub cites the URLs it is given (`cites=[(url, title), ...]`), so a test decides which cited
+pages the run's web can read. `script([...])` queues behaviours per request (`ok`, `429`, `500`);
+each request's body is kept in `requests`.
+
+Usage (manual): python tests/research_api_stub.py --kind perplexity --port 8021 --cite https://...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+KINDS = ("perplexity", "responses")
+BEHAVIOURS = ("ok", "429", "500")
+SEARCHES = 3  # web searches each answer reports
+REASONING_TOKENS = 40
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+class ResearchApiStub:
+    def __init__(self, kind: str, cites: list[tuple[str, str]], port: int = 0) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown research API stub kind {kind!r}; valid: {', '.join(KINDS)}")
+        self.kind = kind
+        self.cites = list(cites)
+        self.requests: list[dict[str, Any]] = []
+        self._script: deque[str] = deque()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
+        self._server.daemon_threads = True
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        root = f"http://127.0.0.1:{self.port}"
+        return root if self.kind == "perplexity" else f"{root}/v1"
+
+    def script(self, behaviours: list[str]) -> None:
+        unknown = set(behaviours) - set(BEHAVIOURS)
+        if unknown:
+            raise ValueError(f"unknown behaviours {sorted(unknown)}; valid: {BEHAVIOURS}")
+        with self._lock:
+            self._script.extend(behaviours)
+
+    def _next(self) -> str:
+        with self._lock:
+            return self._script.popleft() if self._script else "ok"
+
+    def start(self) -> ResearchApiStub:
+        threading.Thread(target=self._server.serve_forever, name=f"{self.kind}-stub", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> ResearchApiStub:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ answers
+
+    def _question(self, body: dict[str, Any]) -> str:
+        if self.kind == "perplexity":
+            messages = body.get("messages") or []
+        else:
+            messages = body.get("input") if isinstance(body.get("input"), list) else [{"content": body.get("input")}]
+        last = str((messages[-1] if messages else {}).get("content") or "")
+        return " ".join(last.split()[:12])
+
+    def perplexity(self, body: dict[str, Any]) -> dict[str, Any]:
+        sentences = [f"Research on: {self._question(body)}."]
+        sentences += [f"{title} is a source on this [{n}]." for n, (_, title) in enumerate(self.cites, 1)]
+        content = "<think>I searched the web.</think>" + " ".join(sentences)
+        prompt = sum(_words(str(m.get("content") or "")) for m in body.get("messages") or [])
+        completion = _words(content) + REASONING_TOKENS
+        return {
+            "id": f"pplx-{len(self.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "sonar-deep-research"),
+            "citations": [url for url, _ in self.cites],
+            "search_results": [
+                {"title": title, "url": url, "date": "2025-01-01", "snippet": f"About {title}."}
+                for url, title in self.cites
+            ],
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+                "citation_tokens": 100 * len(self.cites),
+                "num_search_queries": SEARCHES,
+                "reasoning_tokens": REASONING_TOKENS,
+                "search_context_size": "low",
+                "cost": {
+                    "input_tokens_cost": 0.0001,
+                    "output_tokens_cost": 0.0002,
+                    "reasoning_tokens_cost": 0.0003,
+                    "citation_tokens_cost": 0.0004,
+                    "search_queries_cost": 0.015,
+                    "request_cost": 0.0,
+                    "total_cost": 0.016,
+                },
+            },
+        }
+
+    def response(self, body: dict[str, Any]) -> dict[str, Any]:
+        text = f"Research on: {self._question(body)}."
+        annotations = []
+        for url, title in self.cites:
+            link = f"[{title}]({url})"
+            text += f" {title} is a source on this ("
+            annotations.append(
+                {
+                    "type": "url_citation",
+                    "url": url,
+                    "title": title,
+                    "start_index": len(text),
+                    "end_index": len(text) + len(link),
+                }
+            )
+            text += link + ")."
+        output: list[dict[str, Any]] = [
+            {
+                "type": "web_search_call",
+                "id": f"ws_{i}",
+                "status": "completed",
+                "action": {"type": "search", "query": f"q{i}"},
+            }
+            for i in range(SEARCHES)
+        ]
+        output.append({"type": "reasoning", "id": "rs_1", "summary": []})
+        output.append(
+            {
+                "type": "message",
+                "id": "msg_1",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": annotations}],
+            }
+        )
+        prompt = _words(json.dumps(body.get("input"))) + _words(str(body.get("instructions") or ""))
+        completion = _words(text) + REASONING_TOKENS
+        return {
+            "id": f"resp_{len(self.requests)}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "completed",
+            "model": body.get("model", "o3-deep-research"),
+            "output": output,
+            "tools": body.get("tools") or [],
+            "parallel_tool_calls": False,
+            "tool_choice": "auto",
+            "usage": {
+                "input_tokens": prompt,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": completion,
+                "output_tokens_details": {"reasoning_tokens": REASONING_TOKENS},
+                "total_tokens": prompt + completion,
+            },
+        }
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _handler_class(self):
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for k, v in (headers or {}).items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def _events(self, events: list[tuple[str | None, dict[str, Any]]]) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for name, data in events:
+                    prefix = f"event: {name}\n" if name else ""
+                    self.wfile.write(f"{prefix}data: {json.dumps(data)}\n\n".encode())
+                if stub.kind == "perplexity":
+                    self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                path = self.path.rstrip("/")
+                wanted = "/chat/completions" if stub.kind == "perplexity" else "/v1/responses"
+                behaviour = stub._next()
+                with stub._lock:
+                    stub.requests.append({"path": path, "behaviour": behaviour, "body": body})
+                if path != wanted:
+                    self._send(404, {"error": {"message": f"no route {path}"}})
+                elif behaviour in ("429", "500"):
+                    self._send(int(behaviour), {"error": {"message": f"stub {behaviour}"}}, {"Retry-After": "0"})
+                elif stub.kind == "perplexity":
+                    answer = stub.perplexity(body)
+                    self._events(_perplexity_chunks(answer)) if body.get("stream") else self._send(200, answer)
+                else:
+                    answer = stub.response(body)
+                    self._events(_response_events(answer)) if body.get("stream") else self._send(200, answer)
+
+        return Handler
+
+
+def _perplexity_chunks(answer: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:
+    """Perplexity's stream: chat chunks of a few words, each with the citations and search results."""
+    base = {k: answer[k] for k in ("id", "created", "model", "citations", "search_results")}
+    base["object"] = "chat.completion.chunk"
+    words = answer["choices"][0]["message"]["content"].split(" ")
+    chunks = []
+    for i in range(0, len(words), 4):
+        piece = " ".join(words[i : i + 4]) + (" " if i + 4 < len(words) else "")
+        delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
+        chunks.append((None, base | {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}))
+    last = base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": answer["usage"]}
+    chunks.append((None, last))
+    return chunks
+
+
+def _response_events(answer: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:
+    """The Responses API's event stream for `answer`."""
+    events: list[tuple[str | None, dict[str, Any]]] = []
+
+    def event(kind: str, **data: Any) -> None:
+        events.append((kind, {"type": kind, "sequence_number": len(events), **data}))
+
+    event("response.created", response=answer | {"status": "in_progress", "output": [], "usage": None})
+    for index, item in enumerate(answer["output"]):
+        if item["type"] != "message":
+            event("response.output_item.added", output_index=index, item=item)
+            event("response.output_item.done", output_index=index, item=item)
+            continue
+        part = item["content"][0]
+        event("response.output_item.added", output_index=index, item=item | {"content": [], "status": "in_progress"})
+        text = part["text"]
+        for start in range(0, len(text), 40):
+            event(
+                "response.output_text.delta",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                delta=text[start : start + 40],
+                logprobs=[],
+            )
+        for number, annotation in enumerate(part["annotations"]):
+            event(
+                "response.output_text.annotation.added",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                annotation_index=number,
+                annotation=annotation,
+            )
+        event(
+            "response.output_text.done", item_id=item["id"], output_index=index, content_index=0, text=text, logprobs=[]
+        )
+        event("response.output_item.done", output_index=index, item=item)
+    event("response.completed", response=answer)
+    return events
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kind", choices=KINDS, default="perplexity")
+    parser.add_argument("--port", type=int, default=8021)
+    parser.add_argument("--cite", action="append", default=[], help="A URL the answers cite (repeatable).")
+    args = parser.parse_args()
+    with ResearchApiStub(args.kind, [(url, url) for url in args.cite], args.port) as stub:
+        print(f"{args.kind} stub at {stub.base_url}", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()

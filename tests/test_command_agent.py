@@ -1,0 +1,113 @@
+"""Any command as a system (`agent = "command"`): a small script speaking the command protocol runs
+inside the agents' boundary (the launcher's namespaces), searches and reads the run's web and asks
+the run's model through the endpoint (ledgered with the case), and its report is scored with its
+citation's page in `sources/`; a script that exits 1, prints no JSON or hangs fails its episode
+with the reason named."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from atelier.benchmarks.common.errors import ConfigError
+from atelier.graphs.external import launcher
+from atelier.graphs.pipelines import pipeline_options
+from atelier.graphs.sources import SourceStore
+from atelier.runs.execution.runner import run_recipe
+from atelier.runs.folder.recipe import parse_recipe
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENT = str(ROOT / "docs" / "examples" / "command_agent.py")  # outside /tmp: the boundary's /tmp is its own
+
+
+def system(name: str, mode: str, **options) -> dict:
+    return {
+        "name": name,
+        "pipeline": "external",
+        "memory": {"backend": "full"},
+        "pipeline_options": {"agent": "command", "command": [sys.executable, AGENT, "--mode", mode], **options},
+    }
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("command")
+    recipe = parse_recipe(
+        {
+            "name": "command-agents",
+            "benchmark": {"name": "sample", "setting": "context", "limit": 1},
+            "models": {"system": {"model": "scripted"}, "judge": {"model": "scripted"}},
+            "systems": [
+                system("script", "ok"),
+                system("script-file", "ok", job_via="file"),
+                system("crash", "exit1"),
+                system("garbage", "garbage"),
+                system("hang", "hang", timeout_s=4),
+            ],
+            "judges": [{"name": "lampqa_aspects"}],
+            "cache": {"dir": str(tmp / "llm")},
+            "run": {"out_dir": str(tmp / "run"), "concurrency": 5},
+        }
+    )
+    return run_recipe(recipe, progress=False)
+
+
+def test_a_command_speaking_the_protocol_is_a_scored_system(folder):
+    results = {r["system"]: r for r in lines(folder.results)}
+    ledger = lines(folder.ledger)
+    store = SourceStore.for_run(str(folder.path))
+    for name, via in (("script", "stdin"), ("script-file", "file")):
+        result = results[name]
+        assert result["status"] == "ok" and result["scores"]["lampqa_aspects"] is not None, result.get("error")
+        response = result["response"]
+        assert response["meta"]["agent"] == "command" and response["meta"]["isolation"] == "namespaces"
+        assert response["meta"]["searches"] == 1 and response["meta"]["fetches"] == 1
+        (citation,) = response["citations"]  # the page it read, by its own URL, with what it said
+        assert citation["number"] == 1 and citation["url"].startswith("https://") and store.get(citation["sha256"])
+        assert response["meta"]["details"]["argv"][-1] == "ok"
+        # its model call went through the run's endpoint: ledgered with the case, under its call name
+        (call,) = [e for e in ledger if e["system"] == name and e["node"] == "command:command-agent"]
+        assert call["case_id"] == result["case_id"] and call["status"] == "ok"
+        log = next((folder.path / "external" / name).glob("*/agent.log")).read_text()
+        assert f"({via})" in log  # the job came as the protocol says
+    # a command agent's server runs inside the agents' namespaces, as the other agents' do
+    assert any(agent == "command" and isolated for (_, agent, isolated) in launcher._servers)
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("crash", "command failed: CommandFailed: exited with code 1; its stderr ends: job for case"),
+        ("garbage", "its stdout is not one JSON object"),
+        ("hang", "command did not finish within 4 s"),
+    ],
+)
+def test_a_command_that_fails_or_hangs_fails_its_episode_naming_why(folder, name, reason):
+    result = {r["system"]: r for r in lines(folder.results)}[name]
+    assert result["status"] == "error" and reason in result["error"], result["error"]
+    if name == "crash":
+        assert "broke down on purpose" in result["error"]
+
+
+def test_command_options_are_checked(tmp_path):
+    with pytest.raises(ConfigError, match="needs command"):
+        pipeline_options("external", {"agent": "command"})
+    with pytest.raises(ConfigError, match="command: only for agent = 'command'"):
+        pipeline_options("external", {"agent": "gpt_researcher", "command": ["x"]})
+    with pytest.raises(ConfigError, match="job_via"):
+        pipeline_options("external", {"agent": "command", "command": ["x"], "job_via": "socket"})
+    missing = pipeline_options("external", {"agent": "command", "command": ["no-such-program-here"]})
+    with pytest.raises(ConfigError, match="no-such-program-here is not on the agents' PATH"):
+        missing.check_available()
+    not_a_folder = pipeline_options(
+        "external", {"agent": "command", "command": ["python3"], "cwd": str(tmp_path / "x")}
+    )
+    with pytest.raises(ConfigError, match="is not a folder"):
+        not_a_folder.check_available()
