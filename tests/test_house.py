@@ -7,6 +7,7 @@ import ast
 import asyncio
 import gc
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -138,6 +139,24 @@ def test_no_import_circle_in_the_tree(tmp_path):
     (tmp_path / "tools" / "a.py").write_text("from atelier.tools.b import x\n")
     (tmp_path / "tools" / "b.py").write_text("def x():\n    from atelier.tools import a\n")
     assert import_circles(tmp_path) == [["atelier.tools.a", "atelier.tools.b"]]
+
+
+def test_atelier_installs_beside_the_openai_agents_sdk(tmp_path):
+    """One installed name: outside the checkout, `agents` is the OpenAI Agents SDK (the `agents` extra
+    installs it) and Atelier's rooms are under `atelier.`, both imported by one interpreter."""
+    probe = (
+        "import importlib.metadata as md, json, agents, atelier.agents.models.gateway as gateway\n"
+        "from agents import Agent\n"
+        "print(json.dumps([agents.__file__, gateway.__file__, md.version('openai-agents')]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    sdk, gateway, version = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(sdk).parts[-3:] == ("site-packages", "agents", "__init__.py") and version
+    assert Path(gateway).parts[-4:] == ("atelier", "agents", "models", "gateway.py")
 
 
 def test_importing_every_package_changes_nothing_in_the_environment():
