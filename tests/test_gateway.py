@@ -35,7 +35,7 @@ def _gateway(stub: OpenAIStub, tmp_path, **overrides) -> Gateway:
         api_base=stub.base_url,
         api_key="sk-stub",
         retry_backoff_s=0.01,
-        timeout_s=overrides.pop("timeout_s", 5.0),
+        timeout_s=overrides.pop("timeout_s", 30.0),  # a loaded machine's first litellm call can take seconds
         **overrides,
     )
     return Gateway(
