@@ -85,6 +85,9 @@ class PipelineSpec:
     # a run's preflight does not probe a system's own model for them with its text and structured
     # probe, which to a deep-research API is a paid research run that cannot answer a schema
     research_roles: tuple[str, ...] = ()
+    # types of its own its graph state holds (pydantic models, dataclasses), which the checkpoint
+    # serializer must know to give them back after a resume (graphs/serde.py)
+    state_types: tuple[type, ...] = ()
 
 
 def plugin_pipeline(value: Any, name: str) -> PipelineSpec:
@@ -118,12 +121,16 @@ def plugin_pipeline(value: Any, name: str) -> PipelineSpec:
     options = getattr(value, "options", PipelineOptions)
     if not (inspect.isclass(options) and issubclass(options, PipelineOptions)):
         raise PluginKindError(f"{_described(value)}: its `options` must subclass PipelineOptions")
+    state_types = tuple(getattr(value, "state_types", ()))
+    if not all(inspect.isclass(t) for t in state_types):
+        raise PluginKindError(f"{_described(value)}: its `state_types` must be a tuple of classes")
     return PipelineSpec(
         name,
         _first_line(value) or f"graph factory {name}",
         _checked_factory(value, name),
         options,
         uses_web=bool(getattr(value, "uses_web", True)),
+        state_types=state_types,
     )
 
 
@@ -172,6 +179,11 @@ PIPELINES: NamedRegistry[PipelineSpec] = NamedRegistry(
     ),
     adapt=plugin_pipeline,
 )
+
+
+def declared_state_types() -> tuple[type, ...]:
+    """The state types the pipelines registered so far declare (a plugin's own, graphs/serde.py)."""
+    return tuple(t for spec in PIPELINES.loaded().values() for t in spec.state_types)
 
 
 def node_name(pipeline: str) -> str:

@@ -61,5 +61,8 @@ STATE_TYPES: tuple[type, ...] = (
 
 
 def serializer() -> JsonPlusSerializer:
-    """LangGraph's serializer, deserializing exactly the safe built-in types and `STATE_TYPES`."""
-    return JsonPlusSerializer(allowed_msgpack_modules=STATE_TYPES)
+    """LangGraph's serializer, deserializing exactly the safe built-in types, `STATE_TYPES` and the
+    types the registered pipelines declare (a plugin graph's `state_types`)."""
+    from atelier.graphs.pipelines import declared_state_types
+
+    return JsonPlusSerializer(allowed_msgpack_modules=STATE_TYPES + declared_state_types())

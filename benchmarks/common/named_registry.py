@@ -100,6 +100,10 @@ class NamedRegistry(Generic[T]):
         self._scan_entry_points()
         return sorted(self._entries.items())
 
+    def loaded(self) -> dict[str, T]:
+        """What is registered now, loading nothing more."""
+        return dict(self._entries)
+
     def origin(self, name: str) -> PluginOrigin | None:
         """Where a plugin entry came from; None for a built-in one."""
         return self._origins.get(name)

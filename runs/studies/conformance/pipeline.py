@@ -194,8 +194,9 @@ class PipelineKit:
             count, problems = 0, []
             for case_id, returned in self.responses.items():
                 config = {"configurable": {"thread_id": f"{case_id}::checked"}}
-                history = [s async for s in graph.aget_state_history(config)]
-                count += len(history)
+                # every checkpoint of the thread, the pipeline's own (a subgraph's namespace) included,
+                # with its pending writes: each value deserialized as a resumed run would
+                count += sum(1 for _ in saver.list(config))
                 stored = (await graph.aget_state(config)).values.get("response")
                 if isinstance(returned, SystemResponse) and stored != returned:
                     problems.append(
