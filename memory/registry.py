@@ -36,7 +36,11 @@ def plugin_backend(value: Any, name: str) -> type[MemoryBackend]:
         __module__=base.__module__,
         backend=(Literal[name], name),  # type: ignore[valid-type]  # the recipe's name, made at runtime
     )
-    return type(value.__name__, (value,), {"name": name, "config_model": config, "__module__": value.__module__, "__doc__": value.__doc__})
+    return type(
+        value.__name__,
+        (value,),
+        {"name": name, "config_model": config, "__module__": value.__module__, "__doc__": value.__doc__},
+    )
 
 
 def _what(value: Any) -> str:

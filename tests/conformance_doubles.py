@@ -84,7 +84,9 @@ class GoldReadingMemory(_Events):
         from atelier.graphs.inputs import _remembered
 
         context = await super().context(user_id, query, budget)
-        gold = [c.gold.information_need for c in _remembered.values() if c.user_id == user_id and c.gold.information_need]
+        gold = [
+            c.gold.information_need for c in _remembered.values() if c.user_id == user_id and c.gold.information_need
+        ]
         return context.model_copy(update={"text": context.text + "".join(f"\n{g}" for g in gold[:1])})
 
 
@@ -190,7 +192,9 @@ class OffScale(Judge):
     name = "off_scale"
     config_model = JudgeConfig
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
+    async def judge_once(
+        self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
+    ) -> JudgeResult:
         return self.result(7.0)
 
 
@@ -205,6 +209,8 @@ class Credulous(Judge):
     name = "credulous"
     config_model = JudgeConfig
 
-    async def judge_once(self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None) -> JudgeResult:
+    async def judge_once(
+        self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
+    ) -> JudgeResult:
         verdict = await env.gateway.structured(self.role, [{"role": "user", "content": response.text or "-"}], Verdict)
         return self.result(float(verdict.good), details={"reasoning": verdict.reasoning})

@@ -26,7 +26,15 @@ SMALL_RESEARCH = {"max_researchers": 2, "max_rounds": 1, "max_pages": 2, "max_to
 
 # Issue 41 makes every built-in backend keep an explicit persona whole and first (or record that it
 # could not); until it lands these fail that clause alone. A backend that holds it passes too.
-PERSONA_PENDING_ISSUE_41 = {"profile", "query_profile", "selected", "retrieval", "mem0", "hierarchical", "persona_model"}
+PERSONA_PENDING_ISSUE_41 = {
+    "profile",
+    "query_profile",
+    "selected",
+    "retrieval",
+    "mem0",
+    "hierarchical",
+    "persona_model",
+}
 
 
 def check(protocol: str, ref: str, tmp_path: Path, **options):
@@ -139,7 +147,10 @@ def test_a_pipeline_declaring_its_state_types_keeps_its_checkpoints(tmp_path):
     assert report.broken == [], report.lines()
 
 
-@pytest.mark.parametrize(("double", "clause"), [("OffScale", "scores inside the declared scale"), ("Credulous", "junk output gated and recorded")])
+@pytest.mark.parametrize(
+    ("double", "clause"),
+    [("OffScale", "scores inside the declared scale"), ("Credulous", "junk output gated and recorded")],
+)
 def test_a_judge_that_breaks_a_clause_is_caught_on_that_clause(double, clause, tmp_path):
     report = check("judge", f"{DOUBLES}:{double}", tmp_path)
     assert broken_names(report) == [clause], report.lines()

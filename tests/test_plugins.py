@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.runs.folder.recipe import load_recipe, parse_recipe
@@ -98,7 +100,9 @@ def test_the_installed_package_runs_by_entry_point_name_and_is_listed(outside, t
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     recipe = outside / "recipe-installed.toml"
-    done = atelier("run", str(recipe), "--limit", "2", "--no-progress", "--out", str(run), cwd=elsewhere, path=str(site))
+    done = atelier(
+        "run", str(recipe), "--limit", "2", "--no-progress", "--out", str(run), cwd=elsewhere, path=str(site)
+    )
     assert done.returncode == 0, done.stderr
     plugins = {p["name"]: p for p in json.loads((run / "config.json").read_text())["plugins"]}
     assert set(plugins) == {"draft_revise", "keyword", "strict", "mylab_cases"}
@@ -153,7 +157,9 @@ def test_a_plugins_options_are_checked_with_key_path_line_and_choices(on_path, t
         "min_overlap": 1,
     }
     judged = recipe_file(
-        tmp_path, '[[systems]]\nname = "a"\nmemory = { backend = "none" }\n', '[[judges]]\nname = "mylab.judges:Strict"\nmin_words = -1\n'
+        tmp_path,
+        '[[systems]]\nname = "a"\nmemory = { backend = "none" }\n',
+        '[[judges]]\nname = "mylab.judges:Strict"\nmin_words = -1\n',
     )
     with pytest.raises(ConfigError, match=rf"{judged}:13: judges\[0\]\.min_words: Input should be greater"):
         load_recipe(judged)
@@ -183,7 +189,9 @@ def test_a_module_that_fails_to_import_is_told_in_one_line(on_path, tmp_path):
     sys.path.insert(0, str(tmp_path))
     try:
         path = recipe_file(tmp_path, '[[systems]]\nname = "a"\nmemory = { backend = "badlab.memory:M" }\n')
-        with pytest.raises(ConfigError, match=r"cannot import module 'badlab.memory': RuntimeError: the lab's database is offline"):
+        with pytest.raises(
+            ConfigError, match=r"cannot import module 'badlab.memory': RuntimeError: the lab's database is offline"
+        ):
             load_recipe(path)
     finally:
         sys.path.remove(str(tmp_path))
@@ -248,7 +256,7 @@ def test_a_file_of_cases_is_a_benchmark_read_from_the_recipes_folder(tmp_path):
     path.write_text(path.read_text().replace('path = "cases.jsonl"', 'path = "missing.jsonl"'))
     with pytest.raises(ConfigError, match=rf"{path}:3: benchmark.options.path: .*missing.jsonl is not a file"):
         load_recipe(path).cases()
-    path.write_text(path.read_text().replace('[benchmark]\n', '[benchmark]\nname = "sample"\n'))
+    path.write_text(path.read_text().replace("[benchmark]\n", '[benchmark]\nname = "sample"\n'))
     with pytest.raises(ConfigError, match="give either `name` .* or `path`, not both"):
         load_recipe(path)
 
@@ -259,3 +267,24 @@ def test_a_pipeline_variant_is_told_from_a_reference():
     assert pipeline_variant("external:gpt_researcher") == ("external", {"agent": "gpt_researcher"})
     assert pipeline_variant("mylab.graphs:build") == ("mylab.graphs:build", {})
     assert pipeline_variant("direct") == ("direct", {})
+
+
+@settings(max_examples=200, deadline=None)
+# references to modules that do not exist (no real module is imported by a generated name)
+@given(
+    st.text(max_size=40)
+    | st.from_regex(r"zz_[a-z0-9_]{0,8}(\.[a-z_.]{0,6})?:[A-Za-z_.][A-Za-z0-9_.]{0,12}", fullmatch=True)
+)
+def test_any_name_resolves_to_a_plugin_or_fails_with_one_clear_error(name):
+    """Whatever a recipe spells: a registered name, an unknown one (with the valid choices), or a
+    PluginError saying what could not be imported — never another exception."""
+    from atelier.benchmarks.common.named_registry import UnknownNameError
+    from atelier.benchmarks.common.plugins import PluginError, is_reference
+    from atelier.memory.registry import BACKENDS
+
+    try:
+        BACKENDS.get(name)
+    except UnknownNameError as exc:
+        assert not is_reference(name) and "valid: " in str(exc)
+    except PluginError as exc:
+        assert is_reference(name) and "\n" not in str(exc)

@@ -386,6 +386,7 @@ def has(what: str, present: Callable[[Case], Any]) -> Requirement:
 
 # --------------------------------------------------------------------------- registry
 
+
 def plugin_judge(value: Any, name: str) -> type[Judge]:
     """A plugin's `Judge` subclass as the judge registered as `name` (a researcher's own judge,
     benchmarks/common/plugins.py): a subclass whose `name` is `name` and whose config model takes
@@ -416,7 +417,11 @@ def plugin_judge(value: Any, name: str) -> type[Judge]:
         __module__=base.__module__,
         name=(Literal[name], name),  # type: ignore[valid-type]  # the recipe's name, made at runtime
     )
-    return type(value.__name__, (value,), {"name": name, "config_model": config, "__module__": value.__module__, "__doc__": value.__doc__})
+    return type(
+        value.__name__,
+        (value,),
+        {"name": name, "config_model": config, "__module__": value.__module__, "__doc__": value.__doc__},
+    )
 
 
 JUDGES: NamedRegistry[type[Judge]] = NamedRegistry(

@@ -46,9 +46,7 @@ class UnknownNameError(AtelierError, KeyError):
 
 
 class NamedRegistry(Generic[T]):
-    def __init__(
-        self, kind: str, modules: Iterable[str] = (), adapt: Callable[[Any, str], T] | None = None
-    ) -> None:
+    def __init__(self, kind: str, modules: Iterable[str] = (), adapt: Callable[[Any, str], T] | None = None) -> None:
         """`adapt(obj, name)`: a loaded plugin as this registry's entry, registered as `name`; raises
         PluginKindError when `obj` is not of this kind. No `adapt`: the registry takes no plugin."""
         self.kind = kind

@@ -24,7 +24,9 @@ from typing import Any
 from atelier.benchmarks.common.errors import ConfigError
 
 GROUP = "atelier.plugins"
-_REFERENCE = re.compile(r"^(?P<module>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*):(?P<attr>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)$")
+_REFERENCE = re.compile(
+    r"^(?P<module>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*):(?P<attr>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)$"
+)
 
 
 class PluginError(ConfigError):
@@ -79,7 +81,8 @@ def load_reference(reference: str) -> Any:
         if not hasattr(value, part):
             public = sorted(n for n in dir(module) if not n.startswith("_"))[:12]
             raise PluginError(
-                f"module {module_name!r} has no attribute {attr!r}" + (f" (it has: {', '.join(public)})" if public else "")
+                f"module {module_name!r} has no attribute {attr!r}"
+                + (f" (it has: {', '.join(public)})" if public else "")
             )
         value = getattr(value, part)
     return value

@@ -43,7 +43,9 @@ async def revise(state: DraftReviseState, runtime: Runtime[EpisodeContext]) -> P
         "system",
         build_messages(ROLE, sections, "Revise the draft so that its content, depth and tone fit this user."),
     )
-    return {"response": SystemResponse(text=text, meta={"pipeline": "draft_revise", "draft_chars": len(state["draft"])})}
+    return {
+        "response": SystemResponse(text=text, meta={"pipeline": "draft_revise", "draft_chars": len(state["draft"])})
+    }
 
 
 def build():

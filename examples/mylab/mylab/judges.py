@@ -22,10 +22,23 @@ class StrictConfig(JudgeConfig):
     min_words: int = Field(default=20, ge=0, le=2000, description="A response shorter than this scores 0.")
 
 
+REASONING = "Why, in two sentences."
+
+
 class Verdict(BaseModel):
-    reasoning: str = Field(description="Why, in two sentences.")
+    reasoning: str = Field(description=REASONING)
     answers_question: bool
     fits_user: bool = Field(description="Whether it respects what the user's profile and need say.")
+
+
+def degenerate(verdict: Verdict) -> list[str]:
+    """What makes a verdict unusable: no reasoning, or the field's description echoed back (what
+    SmolLM2-135M answers)."""
+    if blank(verdict.reasoning):
+        return ["empty reasoning"]
+    if verdict.reasoning.strip() == REASONING:
+        return ["the reasoning repeats the question's description instead of answering it"]
+    return []
 
 
 class Strict(Judge):
@@ -50,7 +63,12 @@ class Strict(Judge):
             "Say whether the response answers the question, and whether it fits what the user needs.",
         )
         gated = await ask_again_once(
-            env.gateway, self.role, messages, Verdict, lambda v: ["empty reasoning"] if blank(v.reasoning) else [], self.step
+            env.gateway,
+            self.role,
+            messages,
+            Verdict,
+            degenerate,
+            self.step,
         )
         verdict = gated.or_fail("the verdict")
         score = (verdict.answers_question + verdict.fits_user) / 2

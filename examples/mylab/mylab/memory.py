@@ -18,7 +18,9 @@ from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserCo
 from atelier.memory.budget import pack_events
 
 WORD = re.compile(r"\w+")
-STOPWORDS = frozenset("a an and are as at be by for from how i in is it me my of on or the to what which with you".split())
+STOPWORDS = frozenset(
+    "a an and are as at be by for from how i in is it me my of on or the to what which with you".split()
+)
 
 
 def words(text: str) -> set[str]:

@@ -88,7 +88,9 @@ class BenchmarkKit:
         split, setting = self.spec.split_default, self.spec.setting_default
         first, second = self.load(split, setting, seed=7), self.load(split, setting, seed=7)
         same = [c.model_dump(mode="json") for c in first] == [c.model_dump(mode="json") for c in second]
-        return verdict(REPEATABLE, same, f"two loads with seed 7: {'the same' if same else 'different'} {len(first)} cases")
+        return verdict(
+            REPEATABLE, same, f"two loads with seed 7: {'the same' if same else 'different'} {len(first)} cases"
+        )
 
     async def settings(self) -> Clause:
         problems = []
@@ -106,4 +108,6 @@ class BenchmarkKit:
                     break
         if problems:
             return broken(SETTINGS, "; ".join(problems[:4]))
-        return held(SETTINGS, f"settings {', '.join(self.spec.settings)}: each view as its setting says, no gold in any")
+        return held(
+            SETTINGS, f"settings {', '.join(self.spec.settings)}: each view as its setting says, no gold in any"
+        )

@@ -78,7 +78,10 @@ class Report:
             names = ", ".join(c.name for c in self.broken)
             out.append(f"{len(self.broken)} of {len(counted)} clauses broken: {names}")
         else:
-            out.append(f"all {len(counted)} clauses held" + (f" ({len(self.clauses) - len(counted)} n/a)" if len(counted) < len(self.clauses) else ""))
+            out.append(
+                f"all {len(counted)} clauses held"
+                + (f" ({len(self.clauses) - len(counted)} n/a)" if len(counted) < len(self.clauses) else "")
+            )
         return out
 
     def as_json(self) -> dict:

@@ -171,7 +171,6 @@ class JudgeKit:
         """Every (what was judged, its judgment, the model calls it made) on `cases` under the judge
         role's `model`; with `junk`, through a JunkGateway (and how many texts it emptied)."""
         from atelier.agents.models.ledger import capture_calls
-
         from atelier.graphs.inputs import forget_cases, remember_cases
         from atelier.graphs.judge import judge_env
         from atelier.graphs.resources import release, resources_for

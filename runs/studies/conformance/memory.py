@@ -316,7 +316,9 @@ class MemoryKit:
         remember_cases(context.run_id, [case])  # where a backend reaching for the whole case would find it
         try:
             with capture_calls() as calls:
-                out = await build_memory_graph().ainvoke({"benchmark": case.benchmark, "case_id": case.id}, context=context)
+                out = await build_memory_graph().ainvoke(
+                    {"benchmark": case.benchmark, "case_id": case.id}, context=context
+                )
         finally:
             await release(context)
             forget_cases(context.run_id)
@@ -360,7 +362,9 @@ class MemoryKit:
         problems = []
         for user, digest in first["digests"].items():
             if digests[user] != digest:
-                problems.append(f"{user}'s state digest {short(digest)} before the kill, {short(digests[user])} rebuilt")
+                problems.append(
+                    f"{user}'s state digest {short(digest)} before the kill, {short(digests[user])} rebuilt"
+                )
         if probe is not None and UserContext.model_validate(first["probe"]) != probe:
             problems.append("the rebuilt memory gives another context for the same query")
         uncached = [c for c in calls if not c.cache_hit and c.is_model_call]
@@ -400,7 +404,7 @@ class MemoryKit:
             problems.append(f"{len(missing)} of {len(values)} facets missing from the context (e.g. {missing[0]!r})")
         if not first:
             problems.append(f"the persona's event is not first ({ctx.event_ids[:3] or 'no event ids'})")
-        return verdict(PERSONA, False, "; ".join(problems) + f" at a budget of 400, and no degradation records it")
+        return verdict(PERSONA, False, "; ".join(problems) + " at a budget of 400, and no degradation records it")
 
 
 PROBE = MemoryQuery(text="Where should I travel this spring?")
@@ -487,9 +491,7 @@ def _read_line(child: subprocess.Popen, timeout: float) -> str:
 async def first_process(config: dict[str, Any], store: Path, cache: Path) -> dict[str, Any]:
     """A run's memory work as a process does it (journaled in its store): two ingests of u1 with a
     recall between, u2, a probe recall; then what the memory holds, before anything is closed."""
-    memory = journaled(
-        create_backend(config, MemoryEnv(gateway=scripted_gateway(cache), store_dir=store))
-    )
+    memory = journaled(create_backend(config, MemoryEnv(gateway=scripted_gateway(cache), store_dir=store)))
     events = feed("u1", "UONEWORD")
     await memory.ingest("u1", events[1:4])
     await memory.context("u1", QUERY)

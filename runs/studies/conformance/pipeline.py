@@ -254,5 +254,9 @@ class PipelineKit:
             INTERRUPT,
             ok,
             f"asked {len(request.questions)} question(s) with a ClarifyRequest; an unusable resume was asked again; "
-            + ("the typed ClarifyAnswers resumed it to a response" if ok else "the typed ClarifyAnswers did not finish it"),
+            + (
+                "the typed ClarifyAnswers resumed it to a response"
+                if ok
+                else "the typed ClarifyAnswers did not finish it"
+            ),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ async def run_check(protocol: str, ref: str, options: dict[str, Any], workdir: P
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix=f"atelier-check-{protocol}-") as folder:
             return await _run(protocol, ref, options, Path(folder))
-    workdir.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     return await _run(protocol, ref, options, workdir)
 
 
