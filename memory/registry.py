@@ -30,12 +30,8 @@ def plugin_backend(value: Any, name: str) -> type[MemoryBackend]:
     base = getattr(value, "config_model", None) or MemoryConfig
     if not (inspect.isclass(base) and issubclass(base, MemoryConfig)):
         raise PluginKindError(f"{value.__name__}.config_model must subclass atelier.memory.base.MemoryConfig")
-    config = create_model(
-        base.__name__,
-        __base__=base,
-        __module__=base.__module__,
-        backend=(Literal[name], name),  # type: ignore[valid-type]  # the recipe's name, made at runtime
-    )
+    spelled: Any = Literal[name]  # the recipe's name, a type made at runtime
+    config = create_model(base.__name__, __base__=base, __module__=base.__module__, backend=(spelled, name))
     return type(
         value.__name__,
         (value,),

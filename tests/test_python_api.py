@@ -97,7 +97,9 @@ def test_bad_input_is_refused_naming_what_is_valid(tmp_path):
         ConfigError, match=r"unknown override 'limt'; valid: model, .*limit, .*out, progress, preflight"
     ):
         atelier.run("quickstart", limt=2)
-    with pytest.raises(ConfigError, match=r"no bundled recipe of that name \(bundled: .*quickstart"):
+    with pytest.raises(
+        ConfigError, match=r"no recipe file 'quickstrat' and no shipped recipe of that name; shipped: .*quickstart"
+    ):
         atelier.run("quickstrat")
     with pytest.raises(DataError, match="no such run folder"):
         atelier.open_run(tmp_path / "nothing")

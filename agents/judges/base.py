@@ -411,12 +411,8 @@ def plugin_judge(value: Any, name: str) -> type[Judge]:
     base = getattr(value, "config_model", None) or JudgeConfig
     if not (inspect.isclass(base) and issubclass(base, JudgeConfig)):
         raise PluginKindError(f"{value.__name__}.config_model must subclass atelier.agents.judges.base.JudgeConfig")
-    config = create_model(
-        base.__name__,
-        __base__=base,
-        __module__=base.__module__,
-        name=(Literal[name], name),  # type: ignore[valid-type]  # the recipe's name, made at runtime
-    )
+    spelled: Any = Literal[name]  # the recipe's name, a type made at runtime
+    config = create_model(base.__name__, __base__=base, __module__=base.__module__, name=(spelled, name))
     return type(
         value.__name__,
         (value,),

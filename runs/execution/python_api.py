@@ -1,7 +1,7 @@
 """Runs from Python (a notebook, a script): `atelier.run` and `atelier.arun` (also here).
 
     import atelier
-    run = atelier.run("quickstart", limit=2)      # a bundled recipe's name, a TOML path, a dict or a Recipe
+    run = atelier.run("quickstart", limit=2)      # a shipped recipe's name, a TOML path, a dict or a Recipe
     run.summary, run.results, run.ledger, run.to_pandas()
 
 `run` blocks until the run ends and is safe where an event loop is already running (Jupyter): the
@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -28,31 +27,14 @@ RECIPE_OVERRIDES = tuple(p for p in inspect.signature(Recipe.with_overrides).par
 RUN_OPTIONS = ("out", "progress", "preflight")
 
 
-def bundled_recipes() -> list[str]:
-    """The names of the recipes that ship with Atelier (runs/recipes/*.toml)."""
-    return sorted(
-        p.name.removesuffix(".toml")
-        for p in files("atelier.runs").joinpath("recipes").iterdir()
-        if p.name.endswith(".toml")
-    )
-
-
 def as_recipe(recipe_or_path: Recipe | dict[str, Any] | str | Path) -> Recipe:
     """A Recipe from itself, recipe data (a dict as the TOML would hold it), a TOML file's path, or
-    the name of a bundled recipe (`quickstart`)."""
+    the name of a shipped recipe (`quickstart`; `atelier recipe list`)."""
     if isinstance(recipe_or_path, Recipe):
         return recipe_or_path
     if isinstance(recipe_or_path, dict):
         return parse_recipe(recipe_or_path, source="<dict>")
-    path = Path(recipe_or_path).expanduser()
-    if path.is_file():
-        return load_recipe(path)
-    bundled = files("atelier.runs").joinpath("recipes", f"{recipe_or_path}.toml")
-    if isinstance(recipe_or_path, str) and "/" not in recipe_or_path and bundled.is_file():
-        return load_recipe(Path(str(bundled)))
-    raise ConfigError(
-        f"no recipe file {str(path)!r}, and no bundled recipe of that name (bundled: {', '.join(bundled_recipes())})"
-    )
+    return load_recipe(Path(recipe_or_path).expanduser())
 
 
 async def arun(recipe_or_path: Recipe | dict[str, Any] | str | Path, **overrides: Any) -> Run:

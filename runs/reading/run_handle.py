@@ -114,7 +114,7 @@ class Run:
 
     def rows(self) -> list[dict[str, Any]]:
         """`to_pandas`'s rows as dicts (no pandas needed)."""
-        judges = self.judges or [None]
+        judges: list[str | None] = [*self.judges] or [None]
         rows = []
         for record in self.results:
             given = {j.judge: j for j in record.judgments}

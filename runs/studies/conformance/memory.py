@@ -257,6 +257,7 @@ class MemoryKit:
     async def budget(self, contexts: list) -> Clause:
         backend = getattr(self, "_budget_backend", None) or self.backend()
         events = feed("alice", USERS["alice"])
+        given = persona("alice")
         if getattr(self, "_budget_backend", None) is None:
             await backend.ingest("alice", events)
         ids = {e.id for e in events}
@@ -268,7 +269,7 @@ class MemoryKit:
             tokens = count_tokens(ctx.text)
             if tokens <= budget:
                 measured.append(f"{tokens}/{budget}")
-            elif persona_alone_kept(ctx, events[0]):
+            elif persona_alone_kept(ctx, given):
                 measured.append(f"{tokens}/{budget} (the persona alone, kept whole over the budget, recorded)")
             else:
                 over.append(f"{tokens} tokens for a budget of {budget}")

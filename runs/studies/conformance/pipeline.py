@@ -18,7 +18,7 @@ import os
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from atelier.agents.clarify import ClarifyAnswers, ClarifyRequest
 from atelier.agents.response import SystemResponse
@@ -78,7 +78,7 @@ class PipelineKit:
             judges=[],
             web=WebConfig(cache_dir=self.workdir / "web"),
             benchmark=BenchmarkRef(name=BENCHMARK),
-            clarify_answerer=answerer,  # type: ignore[arg-type]  # a Literal field
+            clarify_answerer=answerer,
         )
 
     async def run(self) -> Report:
@@ -135,7 +135,7 @@ class PipelineKit:
                 seen.append(f"{case_id}: {len(response.text)} chars, {len(response.citations)} citations")
         resources = resources_for(context)
         web_log = resources.web().log if self._used_web(resources) else []
-        fetched = {e.request.get("url") for e in web_log if e.kind == "fetch"}
+        fetched = {str(e.request.get("url")) for e in web_log if e.kind == "fetch"}
         self.read = (fetched, set())
         if problems:
             return broken(SCHEMA, "; ".join(problems))
@@ -196,7 +196,7 @@ class PipelineKit:
                 config = {"configurable": {"thread_id": f"{case_id}::checked"}}
                 # every checkpoint of the thread, the pipeline's own (a subgraph's namespace) included,
                 # with its pending writes: each value deserialized as a resumed run would
-                count += sum(1 for _ in saver.list(config))
+                count += len(list(saver.list(cast(Any, config))))
                 stored = (await graph.aget_state(config)).values.get("response")
                 if isinstance(returned, SystemResponse) and stored != returned:
                     problems.append(
