@@ -89,7 +89,8 @@ def test_every_builtin_judge_keeps_the_contract(tmp_path):
     from atelier.agents.judges.base import JUDGES
 
     for name in JUDGES.names():
-        report = check("judge", name, tmp_path / name)
+        required = {"baseline": "the-baseline"} if JUDGES.get(name).comparative else {}  # its one required option
+        report = check("judge", name, tmp_path / name, **required)
         assert report.broken == [], report.lines()
         assert {c.verdict for c in report.clauses} == {"held"}, report.lines()
 
