@@ -75,6 +75,7 @@ _MADE_BY: dict[tuple[str, str | None], str] = {
     ("pdr", "contexts_file"): "a contexts file `atelier simulate history --benchmark pdr --out DIR` writes "
     "(or PDR-Bench's own context_data/contexts_en.jsonl)",
     ("ikat", "topics_file"): "a topics file of the iKAT release (https://github.com/irlabamsterdam/iKAT)",
+    ("jsonl", "path"): "your own cases, one per line in the Case schema (docs/bring-your-own.md)",
 }
 
 

@@ -1,15 +1,26 @@
-"""Benchmarks by name: each loader registers itself with its splits, settings and typed options."""
+"""Benchmarks by name: each loader registers itself with its splits, settings and typed options.
+
+A researcher's own data comes by reference (`[benchmark] name = "mylab.data:load"`) or entry point
+(benchmarks/common/plugins.py) — a `BenchmarkSpec`, or a loader function of one argument, the
+`LoadRequest` — or as a JSON Lines file of cases (`[benchmark] path = "cases.jsonl"`, the `jsonl`
+benchmark: benchmarks/loaders/cases_file.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from atelier.benchmarks.case import Case
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.named_registry import NamedRegistry
+from atelier.benchmarks.common.plugins import PluginKindError
+
+# what Case.view understands for any case (PDR-Bench's settings); a loader function may set its own
+PDR_SETTINGS = ("context", "task_only", "persona", "persona+context")
 
 
 class NoOptions(BaseModel):
@@ -46,6 +57,78 @@ class BenchmarkSpec:
         return self.default_setting or self.settings[0]
 
 
+def checked_cases(name: str, produced: Iterable[Any], limit: int | None, where: str) -> list[Case]:
+    """What a loader produced as cases of benchmark `name`: each a `Case` or its dict (validated;
+    the first bad one is a DataError naming `where`, the item and the field), its `benchmark` set
+    to `name` (so every later lookup of the case finds it), at most `limit`, ids unique."""
+    cases: list[Case] = []
+    seen: set[str] = set()
+    for index, item in enumerate(produced):
+        if limit is not None and len(cases) >= limit:
+            break
+        try:
+            case = item if isinstance(item, Case) else Case.model_validate(item)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            key = ".".join(str(part) for part in first["loc"]) or "(case)"
+            raise DataError(f"{where}: case {index}: {key}: {first['msg']}") from None
+        if case.id in seen:
+            raise DataError(f"{where}: case {index}: id {case.id!r} is repeated; case ids must be unique")
+        seen.add(case.id)
+        cases.append(case if case.benchmark == name else case.model_copy(update={"benchmark": name}))
+    return cases
+
+
+def plugin_benchmark(value: Any, name: str) -> BenchmarkSpec:
+    """A plugin as the benchmark registered as `name`: a `BenchmarkSpec` (its name replaced), or a
+    loader function `load(request: LoadRequest)` returning cases (`Case`s or their dicts); its
+    attributes `splits`, `settings` and `options` (a pydantic model), when set, say what it takes."""
+    if isinstance(value, BenchmarkSpec):
+        return replace(value, name=name, load=_checked_loader(value.load, name))
+    if inspect.isclass(value) or not callable(value):
+        kind = "class" if inspect.isclass(value) else type(value).__name__
+        raise PluginKindError(
+            "a benchmark is a loader function of one argument (the LoadRequest) returning cases, or a "
+            f"BenchmarkSpec; this is a {kind} {getattr(value, '__qualname__', repr(value)[:60])}"
+        )
+    try:
+        parameters = [
+            p for p in inspect.signature(value).parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        parameters = []
+    required = [p for p in parameters if p.default is p.empty]
+    if len(required) != 1:
+        raise PluginKindError(
+            f"a benchmark loader takes one argument (the LoadRequest); {getattr(value, '__qualname__', value)} "
+            f"takes {len(required)} required"
+        )
+    doc = (inspect.getdoc(value) or "").strip().split("\n")[0]
+    splits = tuple(getattr(value, "splits", ("all",)))
+    settings = tuple(getattr(value, "settings", PDR_SETTINGS))
+    options = getattr(value, "options", NoOptions)
+    if not splits or not settings or not (inspect.isclass(options) and issubclass(options, BaseModel)):
+        raise PluginKindError(
+            f"{value.__qualname__}: `splits` and `settings` must be non-empty, `options` a pydantic model"
+        )
+    return BenchmarkSpec(
+        name=name,
+        description=doc or f"loader {name}",
+        splits=splits,
+        settings=settings,
+        load=_checked_loader(value, name),
+        options=options,
+        default_setting="context" if "context" in settings else None,
+    )
+
+
+def _checked_loader(load: Callable[[LoadRequest], Any], name: str) -> Callable[[LoadRequest], list[Case]]:
+    def checked(request: LoadRequest) -> list[Case]:
+        return checked_cases(name, load(request) or [], request.limit, f"benchmark {name!r}")
+
+    return checked
+
+
 BENCHMARKS: NamedRegistry[BenchmarkSpec] = NamedRegistry(
     "benchmark",
     modules=(
@@ -57,7 +140,9 @@ BENCHMARKS: NamedRegistry[BenchmarkSpec] = NamedRegistry(
         "atelier.benchmarks.loaders.lampqa",
         "atelier.benchmarks.loaders.bespoke",
         "atelier.benchmarks.loaders.drb",
+        "atelier.benchmarks.loaders.cases_file",
     ),
+    adapt=plugin_benchmark,
 )
 
 

@@ -34,7 +34,7 @@ from atelier.graphs.inputs import (
 )
 from atelier.graphs.judge import build_judge_graph
 from atelier.graphs.memory import ingest, recall
-from atelier.graphs.pipelines import PIPELINES
+from atelier.graphs.pipelines import PIPELINES, node_name
 from atelier.graphs.resources import resources_for
 from atelier.graphs.simulate import build_conversation_graph, conversation_branch
 from atelier.memory.base import UserContext
@@ -86,7 +86,7 @@ def build_episode_graph(
         if spec.pipeline in talks and (spec.conversation is not None or spec.pipeline not in names):
             return conversation_branch(spec.pipeline)
         if spec.pipeline in names and spec.conversation is None:
-            return spec.pipeline
+            return node_name(spec.pipeline)
         kind = "conversation branch" if spec.conversation is not None else "pipeline"
         raise GraphInputError(
             f"this episode graph has no {kind} for pipeline {spec.pipeline!r}; it has: "
@@ -103,14 +103,14 @@ def build_episode_graph(
     graph.add_node("recall", recall)
     for name in names:
         spec = PIPELINES.get(name)
-        graph.add_node(name, spec.step or spec.build())
-        graph.add_conditional_edges(name, judged, ["judge", END])
+        graph.add_node(node_name(name), spec.step or spec.build())
+        graph.add_conditional_edges(node_name(name), judged, ["judge", END])
     for name in talks:
         graph.add_node(conversation_branch(name), build_conversation_graph(name))
         graph.add_conditional_edges(conversation_branch(name), judged, ["judge", END])
     graph.add_node("judge", build_judge_graph())
     graph.add_edge(START, "prepare")
-    graph.add_conditional_edges("recall", system, [*names, *map(conversation_branch, talks)])
+    graph.add_conditional_edges("recall", system, [*map(node_name, names), *map(conversation_branch, talks)])
     return graph.compile(checkpointer=checkpointer, name="episode")
 
 

@@ -12,14 +12,16 @@ search).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.named_registry import NamedRegistry
+from atelier.benchmarks.common.plugins import PluginKindError, is_reference
 
 
 class PipelineOptions(BaseModel):
@@ -83,6 +85,86 @@ class PipelineSpec:
     # a run's preflight does not probe a system's own model for them with its text and structured
     # probe, which to a deep-research API is a paid research run that cannot answer a schema
     research_roles: tuple[str, ...] = ()
+    # types of its own its graph state holds (pydantic models, dataclasses), which the checkpoint
+    # serializer must know to give them back after a resume (graphs/serde.py)
+    state_types: tuple[type, ...] = ()
+
+
+def plugin_pipeline(value: Any, name: str) -> PipelineSpec:
+    """A plugin as the pipeline registered as `name` (a researcher's own graph,
+    benchmarks/common/plugins.py): a `PipelineSpec` (its name replaced), a graph factory — a
+    function called with no argument that returns a compiled LangGraph graph, as `langgraph.json`
+    takes one; its `options` attribute, if any, is its options model — or a compiled graph itself.
+    The graph takes `PipelineInput` and returns `{"response": SystemResponse}` (graphs/inputs.py)."""
+    if isinstance(value, PipelineSpec):
+        return replace(value, name=name)
+    if _is_compiled_graph(value):
+        graph = value
+        return PipelineSpec(name, _first_line(value) or f"graph {name}", lambda: graph)
+    if inspect.isclass(value) or not callable(value):
+        raise PluginKindError(
+            "a pipeline is a graph factory (a function of no argument returning a compiled LangGraph graph), a "
+            f"compiled graph or a PipelineSpec; this is {_described(value)}"
+        )
+    try:
+        required = [
+            p
+            for p in inspect.signature(value).parameters.values()
+            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]
+    except (TypeError, ValueError):  # a callable with no signature to read
+        required = []
+    if required:
+        raise PluginKindError(
+            f"a graph factory takes no argument; {_described(value)} requires {', '.join(p.name for p in required)}"
+        )
+    options = getattr(value, "options", PipelineOptions)
+    if not (inspect.isclass(options) and issubclass(options, PipelineOptions)):
+        raise PluginKindError(f"{_described(value)}: its `options` must subclass PipelineOptions")
+    state_types = tuple(getattr(value, "state_types", ()))
+    if not all(inspect.isclass(t) for t in state_types):
+        raise PluginKindError(f"{_described(value)}: its `state_types` must be a tuple of classes")
+    return PipelineSpec(
+        name,
+        _first_line(value) or f"graph factory {name}",
+        _checked_factory(value, name),
+        options,
+        uses_web=bool(getattr(value, "uses_web", True)),
+        state_types=state_types,
+    )
+
+
+def _checked_factory(factory: Callable[[], Any], name: str) -> Callable[[], Any]:
+    """`factory`, whose result must be a compiled graph: anything else is a ConfigError naming it."""
+
+    def build() -> Any:
+        graph = factory()
+        if not _is_compiled_graph(graph):
+            raise ConfigError(
+                f"pipeline {name!r}: its factory returned {_described(graph)}, not a compiled LangGraph graph "
+                "(call .compile() on the StateGraph)"
+            )
+        return graph
+
+    build.__doc__ = factory.__doc__
+    return build
+
+
+def _is_compiled_graph(value: Any) -> bool:
+    from langgraph.pregel import Pregel
+
+    return isinstance(value, Pregel)
+
+
+def _first_line(value: Any) -> str:
+    """The first line of a function's own docstring ('' for anything else: a graph's is its class's)."""
+    doc = inspect.getdoc(value) if inspect.isfunction(value) else None
+    return (doc or "").strip().split("\n")[0]
+
+
+def _described(value: Any) -> str:
+    kind = "class" if inspect.isclass(value) else type(value).__name__
+    return f"a {kind} {getattr(value, '__qualname__', repr(value)[:60])}"
 
 
 PIPELINES: NamedRegistry[PipelineSpec] = NamedRegistry(
@@ -95,7 +177,19 @@ PIPELINES: NamedRegistry[PipelineSpec] = NamedRegistry(
         "atelier.graphs.research_api",
         "atelier.graphs.external.graph",
     ),
+    adapt=plugin_pipeline,
 )
+
+
+def declared_state_types() -> tuple[type, ...]:
+    """The state types the pipelines registered so far declare (a plugin's own, graphs/serde.py)."""
+    return tuple(t for spec in PIPELINES.loaded().values() for t in spec.state_types)
+
+
+def node_name(pipeline: str) -> str:
+    """The graph node a pipeline runs as: its name, with `:` (which LangGraph reserves in node names)
+    as `.` — a plugin named `mylab.graphs:build` runs as node `mylab.graphs.build`."""
+    return pipeline.replace(":", ".")
 
 
 def register_pipeline(spec: PipelineSpec) -> PipelineSpec:
@@ -107,10 +201,11 @@ def pipeline_names() -> list[str]:
 
 
 def pipeline_variant(name: str) -> tuple[str, dict[str, Any]]:
-    """`deep_research` -> (deep_research, {}); `external:gpt_researcher` -> (external, {"agent": ...})."""
+    """`deep_research` -> (deep_research, {}); `external:gpt_researcher` -> (external, {"agent": ...});
+    a plugin reference (`mylab.graphs:build`, whose module is no registered pipeline) -> (it, {})."""
     pipeline, _, variant = name.partition(":")
-    if not variant:
-        return pipeline, {}
+    if not variant or (is_reference(name) and pipeline not in PIPELINES.names()):
+        return (name if variant else pipeline), {}
     option = PIPELINES.get(pipeline).variant_option
     if option is None:
         raise ConfigError(f"pipeline {pipeline!r} has no variants ({name!r})")

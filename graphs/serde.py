@@ -13,6 +13,10 @@ data and need no entry. Plain data (dict, list, str, numbers) needs none either.
 fails on LangGraph's warning for an unregistered or blocked type (tests/conftest.py), so a
 missing entry shows up as soon as a test resumes a graph that holds it.
 
+A pipeline of a researcher's own (a plugin, docs/bring-your-own.md) declares its types instead:
+`build.state_types = (MyType,)` on its graph factory; `serializer()` adds the types of every
+pipeline registered.
+
 LangGraph Studio (`langgraph dev`) brings its own checkpointer and serializer, which this module
 cannot reach: there LangGraph may log the warning, and nothing breaks.
 """
@@ -61,5 +65,8 @@ STATE_TYPES: tuple[type, ...] = (
 
 
 def serializer() -> JsonPlusSerializer:
-    """LangGraph's serializer, deserializing exactly the safe built-in types and `STATE_TYPES`."""
-    return JsonPlusSerializer(allowed_msgpack_modules=STATE_TYPES)
+    """LangGraph's serializer, deserializing exactly the safe built-in types, `STATE_TYPES` and the
+    types the registered pipelines declare (a plugin graph's `state_types`)."""
+    from atelier.graphs.pipelines import declared_state_types
+
+    return JsonPlusSerializer(allowed_msgpack_modules=STATE_TYPES + declared_state_types())

@@ -40,7 +40,7 @@ from atelier.graphs.deep_research.review import PlanReviewRequest
 from atelier.graphs.inputs import PipelineInput, PipelineOutput, case_from_input, case_view, memory_view
 from atelier.graphs.memory import no_upfront_context, recall_context
 from atelier.graphs.memory_tool import reads_memory_upfront
-from atelier.graphs.pipelines import PIPELINES
+from atelier.graphs.pipelines import PIPELINES, node_name
 from atelier.graphs.resources import resources_for
 
 RequestT = TypeVar("RequestT", ClarifyRequest, PlanReviewRequest)
@@ -49,7 +49,7 @@ MAX_INTERRUPTS = 8  # clarify and plan review rounds one episode may ask for
 
 def conversation_branch(pipeline: str) -> str:
     """The episode node where `pipeline` talks with the simulated user."""
-    return f"{pipeline}_conversation"
+    return f"{node_name(pipeline)}_conversation"
 
 
 class ConversationState(PipelineInput, PipelineOutput, total=False):

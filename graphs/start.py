@@ -28,11 +28,12 @@ StateT = TypeVar("StateT", bound=Mapping[str, Any])  # a pipeline's state (a Typ
 _as_pipeline: dict[tuple[int, str], tuple[EpisodeContext, EpisodeContext]] = {}
 
 
-def pipeline_context(runtime: Runtime[EpisodeContext], pipeline: str) -> EpisodeContext:
+def pipeline_context(runtime: Runtime[EpisodeContext], pipeline: str | None = None) -> EpisodeContext:
     """The runtime context with `pipeline` as its system's pipeline: a pipeline graph run alone (in
-    Studio) under a context written for another pipeline runs as this one, with the same options."""
+    Studio) under a context written for another pipeline runs as this one, with the same options.
+    None: the context's own pipeline (a plugin's graph, which does not know the name a recipe gives it)."""
     context = runtime.context or EpisodeContext()
-    if context.system.pipeline == pipeline:
+    if pipeline is None or context.system.pipeline == pipeline:
         return context
     known = _as_pipeline.get((id(context), pipeline))
     if known is None or known[0] is not context:
@@ -48,16 +49,19 @@ def pipeline_options_of(runtime: Runtime[EpisodeContext], pipeline: str, model: 
     return options
 
 
-def pipeline_resources(runtime: Runtime[EpisodeContext], pipeline: str) -> Resources:
+def pipeline_resources(runtime: Runtime[EpisodeContext], pipeline: str | None = None) -> Resources:
     return resources_for(pipeline_context(runtime, pipeline))
 
 
-async def start_inputs(state: StateT, runtime: Runtime[EpisodeContext], pipeline: str) -> tuple[StateT, dict[str, Any]]:
+async def start_inputs(
+    state: StateT, runtime: Runtime[EpisodeContext], pipeline: str | None = None
+) -> tuple[StateT, dict[str, Any]]:
     """The pipeline's complete inputs, and the state update that completes them (empty inside an episode).
     The inputs are a dict of the state's keys and the inputs' (a state of the same TypedDict)."""
     if state.get("user_context") is not None:
         return cast(StateT, dict(state)), {}
     context = pipeline_context(runtime, pipeline)
+    pipeline = context.system.pipeline
     resources = resources_for(context)
     update: dict[str, Any] = {}
     if state.get("view") is None:
@@ -71,9 +75,9 @@ async def start_inputs(state: StateT, runtime: Runtime[EpisodeContext], pipeline
     return cast(StateT, {**merged, "user_context": update["user_context"]}), update
 
 
-def view_of(state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str) -> CaseView:
+def view_of(state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str | None = None) -> CaseView:
     return case_view(state, pipeline_context(runtime, pipeline))
 
 
-def meta_of(state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str) -> dict[str, Any]:
+def meta_of(state: Mapping[str, Any], runtime: Runtime[EpisodeContext], pipeline: str | None = None) -> dict[str, Any]:
     return input_meta(state, pipeline_context(runtime, pipeline))

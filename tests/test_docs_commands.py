@@ -117,6 +117,8 @@ HELP_ONLY_WHY: dict[tuple[str, ...], str] = {
     ("model", "serve"): "serves the local model until stopped",
     ("simulate", "history"): "writes histories for PDR-Bench users: minutes, and the PDR data",
     ("simulate", "check"): "placeholder contexts file; `--reversibility` needs a real model",
+    ("check",): "the conformance kit takes 10-60 s a system (a child process it kills, the sandbox web); "
+    "tests/test_conformance.py runs it on every built-in and on examples/mylab",
 }
 
 # The documented paths a real command writes or reads, in the temporary folder instead. `my_recipe.toml`

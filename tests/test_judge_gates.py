@@ -483,3 +483,50 @@ def test_r_punctuation_only_extracted_fact_then_sound_is_scored_and_twice_fails(
     assert "1 extracted statement(s) are empty or punctuation only (e.g. '.')" in result.degraded[0].detail
     failed, _ = r_run(response, web, lambda m, s: degenerate)
     assert failed.failed and "the claim extraction still degenerate after asking again" in failed.error
+
+
+# --------------------------------------------------------------------------- LoCoMo and PrefEval (found by the kit)
+
+
+def locomo_case() -> Case:
+    return Case(
+        id="l1",
+        benchmark="locomo",
+        user_id="s",
+        query=Query(text="When did she move?"),
+        meta={"category": 2},
+        gold=Gold(answer="7 May 2023"),
+    )
+
+
+def test_locomo_blank_reasoning_then_sound_is_scored_and_twice_fails() -> None:
+    """`atelier check judge locomo` found a verdict with punctuation for reasoning scored as sound."""
+    sound, blank_one = {"reasoning": "same date", "verdict": "CORRECT"}, {"reasoning": ";", "verdict": "CORRECT"}
+    judge, response = create_judge({"name": "locomo"}), SystemResponse(text="She moved on 7 May 2023")
+    gateway = HandWritten({"Correctness": first_then(blank_one, sound)})
+    result = run(judge, locomo_case(), response, JudgeEnv(gateway=gateway))
+    assert result.score == 1.0 and gateway.count("Correctness") == 2
+    assert kinds(result) == {"judge_output_gated": 1} and "the reasoning is empty" in result.degraded[0].detail
+    twice = run(judge, locomo_case(), response, JudgeEnv(gateway=HandWritten({"Correctness": blank_one})))
+    assert twice.failed and twice.score is None and "the reasoning is empty or punctuation only" in twice.error
+
+
+def test_prefeval_blank_explanation_or_unquoted_yes_then_sound_is_scored_and_twice_fails() -> None:
+    case = pdr_case().model_copy(update={"gold": Gold(preference="I am vegan.")})
+    sound_check, blank_check = {"explanation": "it respects it", "answer": "No"}, {"explanation": ",", "answer": "No"}
+    quoted_yes, unquoted_yes = (
+        {"preference": "since you are vegan", "answer": "Yes"},
+        {"preference": "", "answer": "Yes"},
+    )
+    gateway = HandWritten(
+        {"Acknowledgement": first_then(unquoted_yes, quoted_yes), "Check": first_then(blank_check, sound_check)}
+    )
+    result = run(create_judge({"name": "prefeval"}), case, SystemResponse(text="x"), JudgeEnv(gateway=gateway))
+    assert not result.failed and kinds(result) == {"judge_output_gated": 4}  # the acknowledgement and three checks
+    assert any("a Yes with the preference empty" in d.detail for d in result.degraded)
+    unchanged = HandWritten({"Acknowledgement": quoted_yes, "Check": blank_check})
+    twice = run(create_judge({"name": "prefeval"}), case, SystemResponse(text="x"), JudgeEnv(gateway=unchanged))
+    assert twice.failed and "the explanation is empty or punctuation only" in twice.error
+    # a No needs no quote: an empty preference is what the schema asks for then
+    no = HandWritten({"Acknowledgement": {"preference": "", "answer": "No"}, "Check": sound_check})
+    assert run(create_judge({"name": "prefeval"}), case, SystemResponse(text="x"), JudgeEnv(gateway=no)).degraded == []

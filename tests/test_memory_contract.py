@@ -1,5 +1,8 @@
-"""The contract every memory backend keeps: ingest, recall, budget, real ids, isolation, empty history,
-unicode, idempotent ingest, concurrency. Runs every registered backend on the scripted model."""
+"""What every memory backend keeps beyond the conformance kit: an empty history gives an empty
+context, unicode survives, the state digest follows what is ingested. The protocol's contract itself
+— idempotent ingest, isolated concurrent users, the budget, real event ids, no gold read, the state
+rebuilt after a kill, the persona — is the kit's (`atelier check memory`), which
+tests/test_conformance.py runs on every registered backend."""
 
 from __future__ import annotations
 
@@ -18,8 +21,7 @@ from atelier.benchmarks.case import (
     SearchQueryRecord,
     SearchSession,
 )
-from atelier.memory.base import MemoryEnv, MemoryQuery
-from atelier.memory.budget import count_tokens
+from atelier.memory.base import MemoryEnv
 from atelier.memory.registry import backend_names, create_backend
 
 
@@ -68,41 +70,11 @@ async def ingest_all(backend) -> None:
     await asyncio.gather(*(backend.ingest(user, history(user, marker)) for user, marker in USERS.items()))
 
 
-async def test_recall_returns_real_ids_within_budget(backend):
-    await ingest_all(backend)
-    for user in USERS:
-        for budget in (40, 400):
-            ctx = await backend.context(user, MemoryQuery(text="Suggest a vegetarian dinner plan for a runner"), budget)
-            assert ctx.backend == backend.name
-            assert count_tokens(ctx.text) <= budget
-            assert ctx.tokens == count_tokens(ctx.text) or ctx.form == "none"
-            assert set(ctx.event_ids) <= {e.id for e in history(user, USERS[user])}
-            assert len(ctx.event_ids) == len(set(ctx.event_ids))
-            if ctx.form == "none":
-                assert ctx.text == "" and ctx.event_ids == []
-
-
-async def test_one_users_memory_never_reaches_another(backend):
-    await ingest_all(backend)
-    for user in USERS:
-        other = next(m for u, m in USERS.items() if u != user)
-        ctx = await backend.context(user, "vegetarian soy marathon budget Lisbon cats index funds tea", 2000)
-        assert other not in ctx.text
-        assert not any(i.startswith(f"{u}:") for i in ctx.event_ids for u in USERS if u != user)
-
-
 async def test_empty_history_gives_an_empty_context(backend):
     ctx = await backend.context("nobody", "what should I cook tonight?", 500)
     assert ctx.event_ids == []
     await backend.ingest("empty", [])
     assert (await backend.context("empty", "anything", 500)).event_ids == []
-
-
-async def test_ingest_is_idempotent(backend):
-    await ingest_all(backend)
-    await backend.ingest("alice", history("alice", USERS["alice"]))
-    ctx = await backend.context("alice", "vegetarian", 4000)
-    assert len(ctx.event_ids) == len(set(ctx.event_ids))
 
 
 async def test_unicode_survives(backend):

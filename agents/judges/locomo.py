@@ -24,8 +24,11 @@ from atelier.agents.judges.base import (
     JudgeFailed,
     JudgeResult,
     Requirement,
+    ask_again_once,
+    blank,
     each_details,
     has,
+    quoted,
     register_judge,
 )
 from atelier.agents.judges.material import response_section
@@ -88,6 +91,15 @@ def refusal_messages(case: Case, response: SystemResponse) -> list[dict[str, str
     )
 
 
+def _degenerate(verdict: Refusal | Correctness) -> list[str]:
+    """A verdict with no reasoning rests on nothing (the degenerate-output gate, agents/judges/base.py)."""
+    return (
+        [f"the reasoning is empty or punctuation only ({quoted(verdict.reasoning)})"]
+        if blank(verdict.reasoning)
+        else []
+    )
+
+
 @register_judge
 class LocomoJudge(Judge):
     name = "locomo"
@@ -113,15 +125,22 @@ class LocomoJudge(Judge):
         f1 = locomo_f1(response.text, case.gold.answer or "", kind)
         verdict: Refusal | Correctness
         if kind == ADVERSARIAL:
-            verdict = await env.gateway.structured(self.role, refusal_messages(case, response), Refusal)
+            refusal = await ask_again_once(
+                env.gateway, self.role, refusal_messages(case, response), Refusal, _degenerate, self.step
+            )
+            verdict, degraded = refusal.or_fail("the verdict"), refusal.degraded
             correct = verdict.verdict == "REFUSED"
         else:
-            verdict = await env.gateway.structured(self.role, correctness_messages(case, response), Correctness)
+            correctness = await ask_again_once(
+                env.gateway, self.role, correctness_messages(case, response), Correctness, _degenerate, self.step
+            )
+            verdict, degraded = correctness.or_fail("the verdict"), correctness.degraded
             correct = verdict.verdict == "CORRECT"
         return self.result(
             float(correct),
             criteria={"llm_correct": float(correct), "f1": f1},
             details={"category": kind, "verdict": verdict.verdict, "reasoning": verdict.reasoning, "f1": f1},
+            degraded=degraded,
         )
 
     def aggregate(self, results: list[JudgeResult]) -> dict[str, Any]:

@@ -22,8 +22,11 @@ from atelier.agents.judges.base import (
     JudgeEnv,
     JudgeResult,
     Requirement,
+    ask_again_once,
+    blank,
     each_details,
     has,
+    quoted,
     register_judge,
 )
 from atelier.agents.judges.material import response_section
@@ -111,6 +114,21 @@ def helpfulness_messages(case: Case, response: SystemResponse) -> list[dict[str,
     )
 
 
+def _unquoted(acknowledged: Acknowledgement) -> list[str]:
+    """A Yes must quote the preference it saw (the degenerate-output gate, agents/judges/base.py)."""
+    if acknowledged.answer == "Yes" and blank(acknowledged.preference):
+        return [f"a Yes with the preference empty or punctuation only ({quoted(acknowledged.preference)})"]
+    return []
+
+
+def _unexplained(check: Check) -> list[str]:
+    return (
+        [f"the explanation is empty or punctuation only ({quoted(check.explanation)})"]
+        if blank(check.explanation)
+        else []
+    )
+
+
 @register_judge
 class PrefEvalJudge(Judge):
     name = "prefeval"
@@ -124,16 +142,22 @@ class PrefEvalJudge(Judge):
     async def judge_once(
         self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
     ) -> JudgeResult:
-        ask = env.gateway.structured
-        acknowledged, violation, helpfulness = await asyncio.gather(
-            ask(self.role, acknowledgement_messages(case, response), Acknowledgement),
-            ask(self.role, violation_messages(case, response), Check),
-            ask(self.role, helpfulness_messages(case, response), Check),
+        def ask(messages, schema, problems_of):
+            return ask_again_once(env.gateway, self.role, messages, schema, problems_of, self.step)
+
+        gated = await asyncio.gather(
+            ask(acknowledgement_messages(case, response), Acknowledgement, _unquoted),
+            ask(violation_messages(case, response), Check, _unexplained),
+            ask(helpfulness_messages(case, response), Check, _unexplained),
         )
+        acknowledged = gated[0].or_fail("the acknowledgement check")
+        violation, helpfulness = (g.or_fail("the check") for g in gated[1:])
+        degraded = [d for g in gated for d in g.degraded]
         acknowledges = acknowledged.answer == "Yes"
-        hallucination = (
-            await ask(self.role, hallucination_messages(case, acknowledged.preference), Check) if acknowledges else None
-        )
+        hallucination = None
+        if acknowledges:
+            checked = await ask(hallucination_messages(case, acknowledged.preference), Check, _unexplained)
+            hallucination, degraded = checked.or_fail("the hallucination check"), degraded + checked.degraded
         checks = PreferenceChecks(
             acknowledges=acknowledges,
             hallucinates=bool(hallucination and hallucination.answer == "Yes"),
@@ -155,6 +179,7 @@ class PrefEvalJudge(Judge):
                 },
             },
             flags=[verdict.error] if verdict.error else [],
+            degraded=degraded,
         )
 
     def aggregate(self, results: list[JudgeResult]) -> dict[str, Any]:

@@ -55,6 +55,7 @@ _COMMAND_MODULES = (
     "atelier.runs.cli.catalog",
     "atelier.runs.cli.view",
     "atelier.runs.cli.plan",
+    "atelier.runs.cli.check",
 )
 for _name in _COMMAND_MODULES:
     try:

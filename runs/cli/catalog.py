@@ -64,27 +64,48 @@ def _summary(cls: type) -> str:
     return re.sub(r"^`[\w.-]+`:\s*", "", first)
 
 
+def _origin(registry: Any, name: str) -> dict[str, Any]:
+    """`{"plugin": "..."}` for a plugin (where it came from), nothing for a built-in."""
+    origin = registry.origin(name)
+    return {"plugin": origin.describe()} if origin is not None else {}
+
+
 def catalog(kinds: list[Kind]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     if Kind.pipelines in kinds:
         from atelier.graphs.pipelines import PIPELINES
 
         out["pipelines"] = [
-            {"name": name, "description": spec.description, "options": options_of(getattr(spec, "options", None))}
+            {
+                "name": name,
+                "description": spec.description,
+                "options": options_of(getattr(spec, "options", None)),
+                **_origin(PIPELINES, name),
+            }
             for name, spec in PIPELINES.items()
         ]
     if Kind.memory in kinds:
         from atelier.memory.registry import BACKENDS
 
         out["memory"] = [
-            {"name": name, "description": _summary(cls), "options": options_of(cls.config_model)}
+            {
+                "name": name,
+                "description": _summary(cls),
+                "options": options_of(cls.config_model),
+                **_origin(BACKENDS, name),
+            }
             for name, cls in BACKENDS.items()
         ]
     if Kind.judges in kinds:
         from atelier.agents.judges.base import JUDGES
 
         out["judges"] = [
-            {"name": name, "description": _summary(cls), "options": options_of(cls.config_model)}
+            {
+                "name": name,
+                "description": _summary(cls),
+                "options": options_of(cls.config_model),
+                **_origin(JUDGES, name),
+            }
             for name, cls in JUDGES.items()
         ]
     if Kind.benchmarks in kinds:
@@ -92,6 +113,7 @@ def catalog(kinds: list[Kind]) -> dict[str, list[dict[str, Any]]]:
 
         out["benchmarks"] = [
             {
+                **_origin(BENCHMARKS, name),
                 "name": name,
                 "description": spec.description,
                 "splits": list(spec.splits),
@@ -120,13 +142,29 @@ def _print(listing: dict[str, list[dict[str, Any]]]) -> None:
         table.add_column("options: name type = default")
         for entry in entries:
             options = "\n".join(f"{o['name']} {o['type']} = {o['default']!r}" for o in entry["options"]) or "–"
-            cells = [entry["name"], entry["description"]]
+            what = entry["description"] + (f"\n[{entry['plugin']}]" if entry.get("plugin") else "")
+            cells = [entry["name"], what]
             if kind == "benchmarks":
                 splits = [entry["default_split"]] + [s for s in entry["splits"] if s != entry["default_split"]]
                 settings = [entry["default_setting"]] + [s for s in entry["settings"] if s != entry["default_setting"]]
                 cells += [", ".join(splits), ", ".join(settings)]
             table.add_row(*cells, options)
         console.print(table)
+    for line in broken_plugins():
+        console.print(f"[red]plugin not loaded[/red]: {line}")
+
+
+def broken_plugins() -> list[str]:
+    """Installed entry points of the group `atelier.plugins` that failed to load, with the reason."""
+    from atelier.agents.judges.base import JUDGES
+    from atelier.benchmarks.registry import BENCHMARKS
+    from atelier.graphs.pipelines import PIPELINES
+    from atelier.memory.registry import BACKENDS
+
+    found: dict[str, str] = {}
+    for registry in (PIPELINES, BACKENDS, JUDGES, BENCHMARKS):
+        found.update(registry.broken)
+    return [found[name] for name in sorted(found)]
 
 
 def list_command(

@@ -53,7 +53,7 @@ from atelier.runs.execution.preflight import preflight
 from atelier.runs.folder.epochs import epoch_context, epoch_of
 from atelier.runs.folder.layout import RunFolder, expected_keys, stored_config
 from atelier.runs.folder.lock import RunFolderLock
-from atelier.runs.folder.recipe import Recipe
+from atelier.runs.folder.recipe import Recipe, plugins_used
 from atelier.runs.folder.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
 from atelier.runs.folder.resume import check_resume
 from atelier.runs.reading.finish import finish_run, searched_web
@@ -421,6 +421,7 @@ class Runner:
             "run_id": self.run_id,
             "started_at": (previous and previous.started_at) or datetime.now(UTC).isoformat(timespec="seconds"),
             "recipe": self.recipe.model_dump(mode="json"),
+            "plugins": plugins_used(self.recipe),  # what the recipe loaded from researchers' own packages
             "cache_dir": self.cache_dir,
             "cases": [c.id for c in cases],
             "versions": _versions(),

@@ -36,7 +36,8 @@ from atelier.benchmarks.case import Case
 from atelier.benchmarks.common.degradation import check_kinds
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.json_input import validate_strictly
-from atelier.benchmarks.common.named_registry import UnknownNameError
+from atelier.benchmarks.common.named_registry import NamedRegistry, UnknownNameError
+from atelier.benchmarks.common.plugins import PluginError
 from atelier.benchmarks.registry import BENCHMARKS, get_benchmark, load_cases
 from atelier.benchmarks.rj_pairs import with_rj_pairs
 from atelier.graphs.context import SystemSpec
@@ -370,10 +371,20 @@ class Recipe(_Strict):
 # ----------------------------------------------------------------------------- registry-typed parts
 
 
-@lru_cache(maxsize=1)
+def _registered() -> tuple[tuple[str, ...], ...]:
+    """What the registries hold now (plugins register as recipes name them)."""
+    return tuple(tuple(r.names()) for r in (BACKENDS, JUDGES, PIPELINES, BENCHMARKS))
+
+
 def _validator_model() -> type[BaseModel]:
+    return _validator_model_for(_registered())
+
+
+@lru_cache(maxsize=8)
+def _validator_model_for(registered: tuple[tuple[str, ...], ...]) -> type[BaseModel]:
     """A mirror of `Recipe` whose registry-typed tables are discriminated unions over what is
-    registered, so pydantic itself reports unknown names with the valid choices."""
+    registered (`registered`: the names, which key the cache), so pydantic itself reports unknown
+    names with the valid choices."""
     memory_configs = tuple(BACKENDS.get(n).config_model for n in BACKENDS.names())
     judge_configs = tuple(JUDGES.get(n).config_model for n in JUDGES.names())
     # types built at runtime from the registries: no static type to give them
@@ -432,6 +443,8 @@ class _CheckedRecipe(Protocol):
 def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | None = None) -> Recipe:
     """Validate recipe data strictly, as TOML spells it (`concurrency = true` is not a number)."""
     _check_values(data, source)
+    data = cases_file_as_benchmark(data, source, text)
+    load_plugins(data, source, text)
     try:
         # its output is what `_CheckedRecipe` describes
         checked = cast(_CheckedRecipe, validate_strictly(_validator_model(), data))
@@ -453,6 +466,94 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
     resolved["judges"] = [j.model_dump() for j in checked.judges]
     resolved["source"] = source
     return Recipe.model_validate(resolved)
+
+
+# Where a recipe names something a registry holds: (key path pattern, registry); "*" is each item.
+PLUGIN_PLACES: tuple[tuple[tuple[str, ...], NamedRegistry[Any]], ...] = (
+    (("systems", "*", "pipeline"), PIPELINES),
+    (("systems", "*", "memory", "backend"), BACKENDS),
+    (("judges", "*", "name"), JUDGES),
+    (("benchmark", "name"), BENCHMARKS),
+)
+
+
+def _named_at(data: Any, pattern: tuple[str, ...], loc: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], str]]:
+    """The string values at `pattern` in recipe data, with their key paths."""
+    if not pattern:
+        return [(loc, data)] if isinstance(data, str) else []
+    head, rest = pattern[0], pattern[1:]
+    if head == "*":
+        items = list(enumerate(data)) if isinstance(data, list) else []
+        return [found for i, item in items for found in _named_at(item, rest, loc + (i,))]
+    return _named_at(data[head], rest, loc + (head,)) if isinstance(data, dict) and head in data else []
+
+
+def load_plugins(data: dict[str, Any], source: str, text: str | None) -> None:
+    """Load every plugin the recipe names (`module:attr` or an entry-point name) into its registry,
+    before validation checks its options like a built-in's. One that cannot be loaded is a
+    ConfigError naming the recipe line, the key and the module."""
+    problems = []
+    for pattern, registry in PLUGIN_PLACES:
+        for loc, name in _named_at(data, pattern):
+            try:
+                registry.get(name)
+            except UnknownNameError:
+                continue  # validation reports it, with the valid choices
+            except PluginError as exc:
+                line = _line_of(text, loc, name)
+                problems.append(f"{source}:{line}" if line else source)
+                problems[-1] += f": {_key_path(loc)}: {exc}"
+    if problems:
+        head = "invalid recipe" if len(problems) == 1 else f"invalid recipe ({len(problems)} problems)"
+        raise ConfigError(f"{head}: {problems[0]}" if len(problems) == 1 else head + "\n  " + "\n  ".join(problems))
+
+
+def plugins_used(recipe: Recipe) -> list[dict[str, Any]]:
+    """The plugins a recipe names, for its run's config: kind, name, what it loads, and the
+    distribution (with its version) an entry point came from."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    data = recipe.model_dump(mode="python")
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for pattern, registry in PLUGIN_PLACES:
+        for _, name in _named_at(data, pattern):
+            origin = registry.origin(name)
+            if origin is None or (registry.kind, name) in out:
+                continue
+            entry: dict[str, Any] = {"kind": registry.kind, "name": name, "target": origin.target}
+            if origin.distribution:
+                try:
+                    entry["distribution"] = f"{origin.distribution} {version(origin.distribution)}"
+                except PackageNotFoundError:
+                    entry["distribution"] = origin.distribution
+            out[(registry.kind, name)] = entry
+    return list(out.values())
+
+
+CASES_FILE_BENCHMARK = "jsonl"  # benchmarks/loaders/cases_file.py
+
+
+def cases_file_as_benchmark(data: dict[str, Any], source: str, text: str | None = None) -> dict[str, Any]:
+    """`[benchmark] path = "cases.jsonl"`: a JSON Lines file of cases, i.e. the `jsonl` benchmark with
+    `options.path`."""
+    benchmark = data.get("benchmark")
+    if not isinstance(benchmark, dict) or "path" not in benchmark:
+        return data
+    benchmark = dict(benchmark)
+    path = benchmark.pop("path")
+    options = benchmark.get("options")
+    line = _line_of(text, ("benchmark", "path"), None)
+    where = f"{source}:{line}" if line else source
+    if benchmark.get("name", CASES_FILE_BENCHMARK) != CASES_FILE_BENCHMARK:
+        raise ConfigError(
+            f"invalid recipe: {where}: benchmark.path: a file of cases is read by itself, so give either "
+            f"`name` ({benchmark['name']!r}) or `path`, not both"
+        )
+    if isinstance(options, dict) and "path" in options:
+        raise ConfigError(f"invalid recipe: {where}: benchmark.path: also given as benchmark.options.path; give one")
+    benchmark["name"] = CASES_FILE_BENCHMARK
+    benchmark["options"] = {**(options if isinstance(options, dict) else {}), "path": path}
+    return {**data, "benchmark": benchmark}
 
 
 def _check_report(report: ReportSection, systems: list[str], judges: list[str], source: str) -> None:
@@ -566,6 +667,7 @@ def load_recipe(path: str | Path) -> Recipe:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply to parse") from None
+    data = cases_file_as_benchmark(data, str(path), text)
     return parse_recipe(resolve_data_paths(data, path.resolve().parent), source=str(path), text=text)
 
 

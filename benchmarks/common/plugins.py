@@ -1,0 +1,113 @@
+"""Plugins: what a researcher brings from a package of their own, named in a recipe by reference.
+
+Two ways to name a plugin:
+
+- `module:attr` (`mylab.memory:KeywordMemory`): the module is imported from `sys.path` (a package
+  installed or not, e.g. a folder on `PYTHONPATH`), its attribute is the plugin;
+- a short name (`keyword`): an entry point of that name in the group `atelier.plugins`, which an
+  installed distribution declares in its pyproject.toml
+  (`[project.entry-points."atelier.plugins"] keyword = "mylab.memory:KeywordMemory"`).
+
+What a plugin must be depends on where it is named (a memory backend, a pipeline, a judge, a
+benchmark): each registry adapts the loaded object to its own kind, or refuses it naming what it
+expected (`PluginKindError`). This module only finds and imports; it knows no kind.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from atelier.benchmarks.common.errors import ConfigError
+
+GROUP = "atelier.plugins"
+_REFERENCE = re.compile(
+    r"^(?P<module>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*):(?P<attr>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)$"
+)
+
+
+class PluginError(ConfigError):
+    """A plugin that cannot be loaded: its module does not import, or lacks the attribute."""
+
+
+class PluginKindError(PluginError):
+    """A plugin that loaded but is not what its place in the recipe needs (a judge named as memory)."""
+
+
+@dataclass(frozen=True)
+class PluginOrigin:
+    """Where a registered plugin came from, as listings and a run's config show it."""
+
+    name: str  # as the recipe names it
+    target: str  # module:attr
+    distribution: str | None = None  # the installed distribution declaring it (entry points only)
+
+    def describe(self) -> str:
+        if self.distribution:
+            return f"plugin {self.target} (entry point {self.name!r} of {self.distribution})"
+        return f"plugin {self.target}"
+
+
+def is_reference(name: str) -> bool:
+    """Whether `name` is a `module:attr` reference (rather than a registered or entry-point name)."""
+    return bool(_REFERENCE.match(name))
+
+
+def load_reference(reference: str) -> Any:
+    """The object `module:attr` names; a PluginError naming the module (or the attribute) otherwise."""
+    match = _REFERENCE.match(reference)
+    if match is None:
+        raise PluginError(f"{reference!r} is not a reference: write module:attribute, e.g. mylab.memory:KeywordMemory")
+    module_name, attr = match["module"], match["attr"]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or module_name
+        hint = (
+            " (is its package installed, or its folder on PYTHONPATH?)"
+            if module_name == missing or module_name.startswith(missing + ".")
+            else ""
+        )
+        raise PluginError(f"cannot import module {module_name!r}: no module named {missing!r}{hint}") from None
+    except Exception as exc:  # noqa: BLE001 - a plugin's own import error, whatever it is, told in one line
+        raise PluginError(
+            f"cannot import module {module_name!r}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        ) from None
+    value: Any = module
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            public = sorted(n for n in dir(module) if not n.startswith("_"))[:12]
+            raise PluginError(
+                f"module {module_name!r} has no attribute {attr!r}"
+                + (f" (it has: {', '.join(public)})" if public else "")
+            )
+        value = getattr(value, part)
+    return value
+
+
+def plugin_entry_points() -> list[EntryPoint]:
+    """The entry points of the group `atelier.plugins` in this environment, by name."""
+    return sorted(entry_points(group=GROUP), key=lambda ep: ep.name)
+
+
+def find_entry_point(name: str) -> EntryPoint | None:
+    found = [ep for ep in plugin_entry_points() if ep.name == name]
+    return found[0] if found else None
+
+
+def load_entry_point(entry: EntryPoint) -> Any:
+    """An entry point's object; a PluginError naming the entry point and its module otherwise."""
+    try:
+        return load_reference(entry.value)
+    except PluginError as exc:
+        raise PluginError(f"entry point {entry.name!r} ({entry.value}, group {GROUP}): {exc}") from None
+
+
+def origin_of(name: str, entry: EntryPoint | None = None) -> PluginOrigin:
+    if entry is None:
+        return PluginOrigin(name=name, target=name)
+    distribution = entry.dist.name if entry.dist is not None else None
+    return PluginOrigin(name=name, target=entry.value, distribution=distribution)

@@ -1,0 +1,216 @@
+"""Systems that each break one clause of a protocol's contract, for tests/test_conformance.py: every
+clause the kit checks has an input that must fail it. They are plugins named by `module:attr`
+(`tests.conformance_doubles:LeakyMemory`), as a researcher's own would be."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from langgraph.graph import START, StateGraph
+from langgraph.runtime import Runtime
+from pydantic import BaseModel
+
+from atelier.agents.judges.base import Judge, JudgeConfig, JudgeEnv, JudgeResult
+from atelier.agents.response import Citation, SystemResponse
+from atelier.benchmarks.case import Case, ExplicitPersona, HistoryEvent
+from atelier.graphs.context import EpisodeContext
+from atelier.graphs.inputs import PipelineInput, PipelineOutput
+from atelier.memory.base import MemoryBackend, MemoryQuery, UserContext, digest_of
+from atelier.memory.budget import pack_events
+
+# --------------------------------------------------------------------------- memory
+
+
+class _Events(MemoryBackend):
+    """A correct raw-history backend the doubles below each break in one way."""
+
+    def __init__(self, config, env=None) -> None:
+        super().__init__(config, env)
+        self.held: dict[str, dict[str, HistoryEvent]] = {}
+
+    async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
+        store = self.held.setdefault(user_id, {})
+        for event in events:
+            store.setdefault(event.id, event)
+
+    def events(self, user_id: str) -> list[HistoryEvent]:
+        return list(self.held.get(user_id, {}).values())
+
+    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        packed = pack_events(self.events(user_id), self.budget(budget))
+        return UserContext(
+            backend=self.name,
+            form="raw" if packed.ids else "none",
+            text=packed.text,
+            event_ids=packed.ids,
+            tokens=packed.tokens,
+            degraded=packed.degraded("recall"),
+        )
+
+    async def state_digest(self, user_id: str) -> str:
+        return digest_of(self.events(user_id))
+
+
+class SoundMemory(_Events):
+    """Keeps every clause (the doubles' control)."""
+
+
+class RepeatingMemory(_Events):
+    """Ingest is not idempotent: an event given twice is held twice."""
+
+    async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
+        store = self.held.setdefault(user_id, {})
+        for event in events:
+            store[f"{event.id}#{len(store)}"] = event
+
+
+class SharedMemory(_Events):
+    """One pool for every user: users see each other."""
+
+    async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
+        await super().ingest("everyone", events)
+
+    def events(self, user_id: str) -> list[HistoryEvent]:
+        return super().events("everyone")
+
+
+class GoldReadingMemory(_Events):
+    """Reaches for the whole case (gold included) among the cases a run remembered."""
+
+    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        from atelier.graphs.inputs import _remembered
+
+        context = await super().context(user_id, query, budget)
+        gold = [
+            c.gold.information_need for c in _remembered.values() if c.user_id == user_id and c.gold.information_need
+        ]
+        return context.model_copy(update={"text": context.text + "".join(f"\n{g}" for g in gold[:1])})
+
+
+class ProcessBoundMemory(_Events):
+    """Its state depends on the process: a new process never rebuilds it exactly."""
+
+    async def state_digest(self, user_id: str) -> str:
+        return digest_of([self.events(user_id), os.getpid(), random.random()])
+
+
+class PersonaDroppingMemory(_Events):
+    """Drops the explicit persona without a word."""
+
+    def events(self, user_id: str) -> list[HistoryEvent]:
+        return [e for e in super().events(user_id) if not isinstance(e, ExplicitPersona)]
+
+
+# --------------------------------------------------------------------------- pipelines
+
+
+class _State(PipelineInput, PipelineOutput, total=False):
+    pass
+
+
+def _graph(node):
+    graph = StateGraph(_State, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput)
+    graph.add_node("answer", node)
+    graph.add_edge(START, "answer")
+    return graph.compile()
+
+
+def dict_response():
+    """Returns a plain dict where a SystemResponse belongs."""
+
+    async def answer(state: _State, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+        return {"response": {"text": "an answer"}}
+
+    return _graph(answer)
+
+
+def invented_citation():
+    """Cites a page it never read."""
+
+    async def answer(state: _State, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+        citation = Citation(source_id="s1", url="https://example.org/never-read", number=1)
+        return {"response": SystemResponse(text="As a page says [1].", citations=[citation])}
+
+    return _graph(answer)
+
+
+class Scratch(BaseModel):
+    """A type of its own in graph state, not declared to the checkpoint serializer."""
+
+    note: str
+
+
+class _ScratchState(_State, total=False):
+    scratch: Scratch
+
+
+def undeclared_state_type():
+    async def think(state: _ScratchState, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+        return {"scratch": Scratch(note="thinking")}
+
+    async def answer(state: _ScratchState, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+        return {"response": SystemResponse(text=f"an answer after {state['scratch'].note}")}
+
+    graph = StateGraph(
+        _ScratchState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput
+    )
+    graph.add_node("think", think)
+    graph.add_node("answer", answer)
+    graph.add_edge(START, "think")
+    graph.add_edge("think", "answer")
+    return graph.compile()
+
+
+def declared_state_type():
+    """The same graph, its state type declared to the serializer."""
+    return undeclared_state_type()
+
+
+declared_state_type.state_types = (Scratch,)  # type: ignore[attr-defined]
+
+
+def untyped_interrupt():
+    """Asks the user with a plain dict, not a ClarifyRequest."""
+    from langgraph.types import interrupt
+
+    async def answer(state: _State, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+        reply = interrupt({"ask": "which city?"})
+        return {"response": SystemResponse(text=f"for {reply}")}
+
+    return _graph(answer)
+
+
+# --------------------------------------------------------------------------- judges
+
+
+class OffScale(Judge):
+    """Declares 0-1 and scores 7."""
+
+    name = "off_scale"
+    config_model = JudgeConfig
+
+    async def judge_once(
+        self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
+    ) -> JudgeResult:
+        return self.result(7.0)
+
+
+class Verdict(BaseModel):
+    reasoning: str
+    good: bool
+
+
+class Credulous(Judge):
+    """Scores whatever its model says, however degenerate its reasoning."""
+
+    name = "credulous"
+    config_model = JudgeConfig
+
+    async def judge_once(
+        self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
+    ) -> JudgeResult:
+        verdict = await env.gateway.structured(self.role, [{"role": "user", "content": response.text or "-"}], Verdict)
+        return self.result(float(verdict.good), details={"reasoning": verdict.reasoning})
