@@ -107,10 +107,11 @@ async def probe_problem(
     if settings.is_local:
         # One tiny completion in a short-lived process of its own (a llama.cpp built for instructions
         # this machine does not enable dies there, not in the run); the run's server is not started.
-        from atelier.agents.models.local_model import LocalModelError, parse_local_model, probe
+        from atelier.agents.models.local_model import LocalModelError, parse_local_model
+        from atelier.agents.models.local_model import probe as probe_local
 
         try:
-            await asyncio.to_thread(probe, parse_local_model(settings.model), LOCAL_PROBE_TIMEOUT_S)
+            await asyncio.to_thread(probe_local, parse_local_model(settings.model), LOCAL_PROBE_TIMEOUT_S)
         except LocalModelError as exc:
             return str(exc)
         return None
