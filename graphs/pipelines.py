@@ -204,7 +204,7 @@ def pipeline_variant(name: str) -> tuple[str, dict[str, Any]]:
     """`deep_research` -> (deep_research, {}); `external:gpt_researcher` -> (external, {"agent": ...});
     a plugin reference (`mylab.graphs:build`, whose module is no registered pipeline) -> (it, {})."""
     pipeline, _, variant = name.partition(":")
-    if not variant or (is_reference(name) and pipeline not in PIPELINES.names()):
+    if not variant or (is_reference(name) and pipeline not in PIPELINES.known()):
         return (name if variant else pipeline), {}
     option = PIPELINES.get(pipeline).variant_option
     if option is None:

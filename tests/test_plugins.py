@@ -288,3 +288,19 @@ def test_any_name_resolves_to_a_plugin_or_fails_with_one_clear_error(name):
         assert not is_reference(name) and "valid: " in str(exc)
     except PluginError as exc:
         assert is_reference(name) and "\n" not in str(exc)
+
+
+def test_a_reference_loaded_is_found_but_not_listed_among_the_registrys_names():
+    """Loading a `module:attr` plugin (one test, one recipe) leaves what a registry lists as it was:
+    the grid of built-in pipelines x backends and the judges' roles do not grow with it."""
+    from atelier.benchmarks.common.named_registry import NamedRegistry
+
+    registry: NamedRegistry[object] = NamedRegistry("thing", adapt=lambda obj, name: obj)
+    registry.register("builtin", object())
+    before = registry.names()
+    loaded = registry.get("tests.conformance_doubles:SoundMemory")
+    assert loaded is registry.get("tests.conformance_doubles:SoundMemory")
+    assert registry.names() == before == ["builtin"]
+    assert [name for name, _ in registry.items()] == before
+    assert registry.known() == ["builtin", "tests.conformance_doubles:SoundMemory"]
+    assert "tests.conformance_doubles:SoundMemory" in registry.loaded()

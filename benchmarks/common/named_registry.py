@@ -6,9 +6,10 @@ import so that listing names is complete without the caller importing every modu
 A registry given an `adapt` function also takes plugins (benchmarks/common/plugins.py): a name it
 does not hold that is a `module:attr` reference, or the name of an entry point in the group
 `atelier.plugins`, is loaded, adapted to the registry's kind (`adapt` raises PluginKindError for
-an object of another kind) and registered under that name, so everything that looks a name up —
-a recipe, a run's worker process, a resumed run — finds it the same way. Installed entry points
-of the registry's kind are listed with its names.
+an object of another kind) and kept under that name, so everything that looks a name up — a
+recipe, a run's worker process, a resumed run — finds it the same way. Installed entry points of
+the registry's kind are listed with its names; a `module:attr` reference is not (loading one, in a
+test or a recipe, does not change what the registry lists).
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class NamedRegistry(Generic[T]):
         self.kind = kind
         self._modules = tuple(modules)
         self._entries: dict[str, T] = {}
+        # `module:attr` plugins loaded by reference: found by get() but not among names(), which
+        # lists what is built in or installed (a reference one test or recipe loaded is neither)
+        self._references: dict[str, T] = {}
         self._loaded = False
         self._lock = threading.RLock()
         self._adapt = adapt
@@ -83,8 +87,15 @@ class NamedRegistry(Generic[T]):
         self._scan_entry_points()
         return sorted(self._entries)
 
+    def known(self) -> list[str]:
+        """The listed names and the `module:attr` plugins loaded by reference so far: what a recipe
+        validated now may name (its references are loaded before it is validated)."""
+        return sorted({*self.names(), *self._references})
+
     def get(self, name: str) -> T:
         self._load()
+        if name in self._references:
+            return self._references[name]
         if name not in self._entries:
             plugin = self._plugin(name)
             if plugin is None:
@@ -99,8 +110,8 @@ class NamedRegistry(Generic[T]):
         return sorted(self._entries.items())
 
     def loaded(self) -> dict[str, T]:
-        """What is registered now, loading nothing more."""
-        return dict(self._entries)
+        """What is registered now (plugins loaded by reference included), loading nothing more."""
+        return {**self._entries, **self._references}
 
     def origin(self, name: str) -> PluginOrigin | None:
         """Where a plugin entry came from; None for a built-in one."""
@@ -125,10 +136,11 @@ class NamedRegistry(Generic[T]):
         except PluginKindError as exc:
             raise PluginKindError(f"{origin.describe()} is not a {self.kind}: {exc}") from None
         with self._lock:
-            if name not in self._entries:
-                self.register(name, adapted)
+            held = self._references if is_reference(name) else self._entries
+            if name not in held:
+                held[name] = adapted
                 self._origins[name] = origin
-            return self._entries[name]
+            return held[name]
 
     def _scan_entry_points(self) -> None:
         """Register the installed entry points of this registry's kind (once per process); one that

@@ -372,8 +372,8 @@ class Recipe(_Strict):
 
 
 def _registered() -> tuple[tuple[str, ...], ...]:
-    """What the registries hold now (plugins register as recipes name them)."""
-    return tuple(tuple(r.names()) for r in (BACKENDS, JUDGES, PIPELINES, BENCHMARKS))
+    """What the registries hold now (the plugins a recipe names are loaded before it is checked)."""
+    return tuple(tuple(r.known()) for r in (BACKENDS, JUDGES, PIPELINES, BENCHMARKS))
 
 
 def _validator_model() -> type[BaseModel]:
@@ -385,13 +385,13 @@ def _validator_model_for(registered: tuple[tuple[str, ...], ...]) -> type[BaseMo
     """A mirror of `Recipe` whose registry-typed tables are discriminated unions over what is
     registered (`registered`: the names, which key the cache), so pydantic itself reports unknown
     names with the valid choices."""
-    memory_configs = tuple(BACKENDS.get(n).config_model for n in BACKENDS.names())
-    judge_configs = tuple(JUDGES.get(n).config_model for n in JUDGES.names())
+    memory_configs = tuple(BACKENDS.get(n).config_model for n in BACKENDS.known())
+    judge_configs = tuple(JUDGES.get(n).config_model for n in JUDGES.known())
     # types built at runtime from the registries: no static type to give them
     MemoryUnion: Any = Annotated[Union[memory_configs], Field(discriminator="backend")]  # noqa: UP007 (`|` cannot unpack a tuple)
     JudgeUnion: Any = Annotated[Union[judge_configs], Field(discriminator="name")]  # noqa: UP007
-    Pipeline: Any = Literal[tuple(PIPELINES.names())]
-    Benchmark: Any = Literal[tuple(BENCHMARKS.names())]
+    Pipeline: Any = Literal[tuple(PIPELINES.known())]
+    Benchmark: Any = Literal[tuple(BENCHMARKS.known())]
     Role: Any = Literal[KNOWN_ROLES]
 
     def typed_pipeline_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
@@ -752,9 +752,9 @@ def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
             loc = [
                 p
                 for i, p in enumerate(loc)
-                if not (i > 0 and loc[i - 1] in ("memory",) and isinstance(p, str) and p in BACKENDS.names())
+                if not (i > 0 and loc[i - 1] in ("memory",) and isinstance(p, str) and p in BACKENDS.known())
             ]
-            if len(loc) >= 3 and loc[0] == "judges" and isinstance(loc[1], int) and loc[2] in JUDGES.names():
+            if len(loc) >= 3 and loc[0] == "judges" and isinstance(loc[1], int) and loc[2] in JUDGES.known():
                 loc.pop(2)
             if loc and loc[-1] == "[key]":
                 loc.pop()
