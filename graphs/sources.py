@@ -99,17 +99,20 @@ async def search_web(
     web: Web, queries: Sequence[str], per_query: int, limit: int, skip: Sequence[str] = (), *, step: str = "search"
 ) -> tuple[list[WebHit], list[Degradation]]:
     """Run `queries` in parallel; the best `limit` results not in `skip`, best rank first (ties: the
-    order of the queries). Returns the hits and a `search_failed` degradation per search that failed.
-    A search missing from a replayed web is not a degradation: it fails the episode (`ReplayMiss`),
-    so a replay never answers from less web than was recorded."""
+    order of the queries). Returns the hits and a `search_failed` degradation per search that gave
+    no results: one that failed, and one that found nothing at all (a search whose results were all
+    in `skip`, read already, found something). A search missing from a replayed web is not a
+    degradation: it fails the episode (`ReplayMiss`), so a replay never answers from less web than
+    was recorded."""
 
     async def one(query: str):
         try:
-            return await web.search(query, per_query)
+            results = await web.search(query, per_query)
         except ReplayMiss:
             raise
         except WebError as exc:
             return degradation("search_failed", step, f"{query!r}: {exc}")
+        return results if results else degradation("search_failed", step, f"{query!r}: no results")
 
     outcomes = await asyncio.gather(*(one(q) for q in queries))
     failures = [o for o in outcomes if isinstance(o, Degradation)]
