@@ -163,20 +163,34 @@ async def read_web_sources(
 
 
 def citation_degradations(report: CitationReport, step: str) -> list[Degradation]:
-    """The citation check's removals, as degradations: markers naming no source the system read."""
+    """The citation check's removals, as degradations: markers naming no source the system read,
+    and the URLs the model's own source list (removed) named that the system never read."""
+    stats = report.stats
+    out = []
     # `check_citations` counts the removed markers (an int) and lists their numbers (ints)
-    removed = int(cast(int, report.stats.get("unresolved_removed") or 0))
-    if not removed:
-        return []
-    numbers = ", ".join(map(str, cast(list[int], report.stats.get("unresolved_numbers") or [])))
-    return [
-        degradation(
-            "citation_removed",
-            step,
-            f"cited [{numbers}] but read {report.stats.get('sources_read')} sources",
-            count=removed,
+    removed = int(cast(int, stats.get("unresolved_removed") or 0))
+    if removed:
+        numbers = ", ".join(map(str, cast(list[int], stats.get("unresolved_numbers") or [])))
+        out.append(
+            degradation(
+                "citation_removed",
+                step,
+                f"cited [{numbers}] but read {stats.get('sources_read')} sources",
+                count=removed,
+            )
         )
-    ]
+    unread = int(cast(int, stats.get("model_list_unread_urls") or 0))
+    if unread:
+        urls = ", ".join(cast(list[str], stats.get("model_list_unread") or []))
+        out.append(
+            degradation(
+                "citation_removed",
+                step,
+                f"the model's own source list (removed) named {unread} URLs the system never read: {urls}",
+                count=unread,
+            )
+        )
+    return out
 
 
 class CitedUrl(BaseModel):
