@@ -51,19 +51,25 @@ def machine_facts() -> dict[str, Any]:
 
 def end_with_outcome(outcome: Any, *, label: str | None = None) -> int:
     """Print how a run ended (`runs.reading.outcome.RunOutcome.lines`) on stderr, each line prefixed
-    with `label` when given; return its exit code (0, 3 or 130, as `atelier run`'s)."""
+    with `label` when given; return its exit code (0, 3 or 130, as `atelier run`'s). None (a folder
+    of results with no config.json, whose episodes are not known): nothing to say, 0."""
     import typer
 
+    if outcome is None:
+        return 0
     for line in outcome.lines():
         typer.echo(f"{label}: {line}" if label else line, err=True)
     return int(outcome.exit_code)
 
 
 def run_outcome(run_dir: Path) -> Any:
-    """How the run in `run_dir` ended, read from its folder (nothing written)."""
+    """How the run in `run_dir` ended, read from its folder (nothing written); None when the folder
+    holds results but no config.json (which episodes the run was to have is then unknown)."""
     from atelier.runs.folder.layout import RunFolder, load_run_config
     from atelier.runs.reading.finish import folder_outcome
 
+    if not (Path(run_dir) / "config.json").exists():
+        return None
     return folder_outcome(RunFolder(run_dir), load_run_config(run_dir))
 
 
