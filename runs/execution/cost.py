@@ -7,7 +7,7 @@ forecast scales this to every episode of the recipe (cases x systems) and prices
 
 - calls: as measured, per case, from -25% to +50% (cases differ, and a real model's answers are not
   the dry run's: a judge's call per rubric aspect, a researcher's per source, a plan's sub-topics);
-- prompt tokens: as measured, from -40% to +50% (a real model's answers, which later prompts carry
+- prompt tokens: as measured, from -50% to +50% (a real model's answers, which later prompts carry
   — notes, briefs, drafts — are longer or shorter than the scripted model's; cases differ; and
   another model's tokenizer counts the same text differently);
 - completion tokens: modelled per call from its role and kind, never from `max_tokens` (which
@@ -45,8 +45,8 @@ from atelier.runs.folder.recipe import Recipe
 DEFAULT_MAX_TOKENS = 4096  # a role with no max_tokens, on a model litellm has no output limit for
 SPREAD = (0.75, 1.5)  # a measured figure scaled to the range's ends
 # prompt tokens: as SPREAD, and another model's tokenizer counts the same text differently (a server
-# reporting words, as the test stub does, counts about 0.65x of cl100k's tokens)
-PROMPT_SPREAD = (0.6, 1.5)
+# reporting words, as the test stub does, counts 0.5-0.7x of cl100k's tokens: fewer on JSON)
+PROMPT_SPREAD = (0.5, 1.5)
 # What one completion of a role typically takes when no earlier run says better: a report, an answer,
 # a note; and a JSON answer (a verdict with feedback, a plan, a profile). Priors, replaced by what the
 # recipe's earlier runs on the same model took (`earlier_calls`).
