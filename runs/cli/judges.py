@@ -6,7 +6,7 @@ import json
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import click
 import typer
@@ -111,7 +111,14 @@ def rescore(
         more, models = read_judges_file(judges_file)
         judges += more
     settings = judge_models(models, model, api_base, api_key, list(JUDGE_ROLES))
-    rescore = Rescore(run_dir, judges, models=settings, out=run_folder_option(out), web_mode=web, progress=progress)
+    rescore = Rescore(
+        run_dir,
+        judges,
+        models=settings,
+        out=run_folder_option(out),
+        web_mode=cast(Literal["replay", "live", "record"], web),  # checked above
+        progress=progress,
+    )
     folder = asyncio.run(rescore.run())
     _print_summary(folder.summary)
     outcome = rescore.runner.outcome

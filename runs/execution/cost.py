@@ -5,9 +5,10 @@ by the offline `scripted` model (its own `max_tokens` kept), in a scratch folder
 cache: that measures how many calls each role makes per episode and how long its prompts are. The
 forecast scales this to every episode of the recipe (cases x systems) and prices it per role:
 
-- calls: as measured, per case, from -25% to +50% (cases differ, and a real model's answers are not
-  the dry run's: a judge's call per rubric aspect, a researcher's per source, a plan's sub-topics);
-- prompt tokens: as measured, from -50% to +50% (a real model's answers, which later prompts carry
+- calls: as measured, per case, from -25% to +100% (cases differ, and a real model's answers are not
+  the dry run's: a judge's call per rubric aspect, a researcher's per source, a plan's sub-topics, an
+  agent's loop that runs to its budget);
+- prompt tokens: as measured, from -55% to +50% (a real model's answers, which later prompts carry
   — notes, briefs, drafts — are longer or shorter than the scripted model's; cases differ; and
   another model's tokenizer counts the same text differently);
 - completion tokens: modelled per call from its role and kind, never from `max_tokens` (which
@@ -16,7 +17,7 @@ forecast scales this to every episode of the recipe (cases x systems) and prices
   of the recipe under its `out_dir`), what those calls of the role and kind took, from 0.75x their
   shortest to 1.5x their longest, around their mean; otherwise the role's typical length
   (`TYPICAL_TEXT_TOKENS`, `TYPICAL_STRUCTURED_TOKENS`: a report, an answer, a JSON verdict) and the
-  dry run's own measurement, from half the shorter of the two to twice the longer, around the
+  dry run's own measurement, from 0.4x the shorter of the two to twice the longer, around the
   typical length; always capped at the role's `max_tokens` (its model's maximum output, or
   `DEFAULT_MAX_TOKENS` when litellm does not know it: said in the forecast);
 - prices: the role's own `input_cost_per_token` / `output_cost_per_token`, else litellm's cost map
@@ -44,9 +45,12 @@ from atelier.runs.folder.recipe import Recipe
 
 DEFAULT_MAX_TOKENS = 4096  # a role with no max_tokens, on a model litellm has no output limit for
 SPREAD = (0.75, 1.5)  # a measured figure scaled to the range's ends
+# calls: an agent's loop (agentic researchers, tool turns) can run to its budget on a real model's
+# answers where the dry run's stopped halfway (measured: 16 researcher calls for the dry run's 8)
+CALL_SPREAD = (0.75, 2.0)
 # prompt tokens: as SPREAD, and another model's tokenizer counts the same text differently (a server
 # reporting words, as the test stub does, counts 0.5-0.7x of cl100k's tokens: fewer on JSON)
-PROMPT_SPREAD = (0.5, 1.5)
+PROMPT_SPREAD = (0.45, 1.5)
 # What one completion of a role typically takes when no earlier run says better: a report, an answer,
 # a note; and a JSON answer (a verdict with feedback, a plan, a profile). Priors, replaced by what the
 # recipe's earlier runs on the same model took (`earlier_calls`).
@@ -54,7 +58,7 @@ TYPICAL_TEXT_TOKENS: dict[str, int] = {"writer": 1200, "system": 500, "user_sim"
 DEFAULT_TEXT_TOKENS = 400
 TYPICAL_STRUCTURED_TOKENS: dict[str, int] = {"memory": 300, "planner": 250, "researcher": 250}
 DEFAULT_STRUCTURED_TOKENS = 200  # a judge's verdict with feedback, a clarifying question, ...
-TYPICAL_SPREAD = (0.5, 2.0)  # the prior range: half the shorter, twice the longer of prior and dry run
+TYPICAL_SPREAD = (0.4, 2.0)  # the prior range: 0.4x the shorter, twice the longer of prior and dry run
 
 
 class Span(BaseModel):
@@ -298,7 +302,7 @@ def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2, history: lis
         measured = len(entries) * per_case
         # a range even on every case: a real model's answers are not the dry run's (a plan with more
         # sub-topics, a judge finding more aspects, a researcher reading more pages)
-        calls = Span.of(measured * SPREAD[0], measured * SPREAD[1], point=measured)
+        calls = Span.of(measured * CALL_SPREAD[0], measured * CALL_SPREAD[1], point=measured)
         prompt = sum(e.prompt_tokens for e in entries) * per_case
         prompt_span = Span.of(prompt * PROMPT_SPREAD[0], prompt * PROMPT_SPREAD[1], point=prompt)
         low, point, high = completion_span(role, entries, limit, lengths)
