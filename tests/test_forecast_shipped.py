@@ -45,6 +45,7 @@ def spent(folder) -> dict[str, dict[str, float]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # a dry run and a run of a whole recipe (pipelines: every pipeline x backend)
 @pytest.mark.parametrize("model", ["scripted", "stub"])
 @pytest.mark.parametrize("name", SHIPPED)
 def test_the_forecast_contains_what_a_shipped_recipe_takes(name, model, tmp_path, cache_dir):

@@ -63,6 +63,7 @@ def ledger_spend(out) -> list[float]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # five runs of the quickstart on the stub, each with its forecast's dry run
 def test_the_quickstart_on_a_priced_stub_keeps_its_budget_at_concurrency_4(tmp_path, capsys, monkeypatch, cache_dir):
     with OpenAIStub() as stub:
         recipe = priced_quickstart(tmp_path, stub.base_url)
