@@ -98,10 +98,11 @@ _LIST_HEADING = re.compile(
     re.IGNORECASE,
 )
 # an entry of a source list: `[1] Title. URL`, `[^1]: ...`, `【1】`, `1. ...`, `1) ...`, `- ...`, a bare URL
+# (a label is not a link: `[1](https://...)` opening a line is a citation, not an entry)
 _LIST_ENTRY = re.compile(
-    r"[ \t]*(?:\[\^?\d+\]:?|【\d+】|\d+[.)](?=[ \t]|$)|[-*+•](?=[ \t]|$)|<?(?:https?://|www\.)\S+>?[ \t]*$)"
+    r"[ \t]*(?:\[\^?\d+\](?!\():?|【\d+】|\d+[.)](?=[ \t]|$)|[-*+•](?=[ \t]|$)|<?(?:https?://|www\.)\S+>?[ \t]*$)"
 )
-_LABELLED_ENTRY = re.compile(r"[ \t]*(?:\[\^?\d+\]:?|【\d+】)")  # an entry opening on a bracketed number
+_LABELLED_ENTRY = re.compile(r"[ \t]*(?:\[\^?\d+\](?!\():?|【\d+】)")  # an entry opening on a bracketed number
 _CONTINUATION = re.compile(r"(?: {2,}|\t)\S")  # an indented line continuing the entry above
 _FOOTNOTE_DEFINITION = re.compile(r"^[ \t]{0,3}\[\^(\d+)\]:", re.MULTILINE)
 _URL = re.compile(r"(?:https?://|www\.)[^\s<>()\[\]\"'`]+", re.IGNORECASE)

@@ -192,3 +192,9 @@ def test_only_markers_and_the_models_own_source_list_change(answer):
     assert report.stats["model_source_list_removed"] is own_list
     assert report.stats["model_list_unread_urls"] == (unread if own_list else 0)
     assert report.text.count("\n## Sources\n[") <= 1
+
+
+def test_a_link_form_marker_opening_a_line_is_a_citation_not_a_source_list():
+    # found by the property above: the whole answer taken for a headless source list
+    report = check_citations("[1](https://x.example/1).", sources(2))
+    assert body(report) == "[1]." and report.stats["model_source_list_removed"] is False
