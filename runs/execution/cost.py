@@ -5,7 +5,7 @@ by the offline `scripted` model (its own `max_tokens` kept), in a scratch folder
 cache: that measures how many calls each role makes per episode and how long its prompts are. The
 forecast scales this to every episode of the recipe (cases x systems) and prices it per role:
 
-- calls: as measured, per case, from -25% to +100% (cases differ, and a real model's answers are not
+- calls: as measured, per case, from -50% to +100% (cases differ, and a real model's answers are not
   the dry run's: a judge's call per rubric aspect, a researcher's per source, a plan's sub-topics, an
   agent's loop that runs to its budget);
 - prompt tokens: as measured, from -55% to +50% (a real model's answers, which later prompts carry
@@ -46,8 +46,8 @@ from atelier.runs.folder.recipe import Recipe
 DEFAULT_MAX_TOKENS = 4096  # a role with no max_tokens, on a model litellm has no output limit for
 SPREAD = (0.75, 1.5)  # a measured figure scaled to the range's ends
 # calls: an agent's loop (agentic researchers, tool turns) can run to its budget on a real model's
-# answers where the dry run's stopped halfway (measured: 16 researcher calls for the dry run's 8)
-CALL_SPREAD = (0.75, 2.0)
+# answers where the dry run's stopped halfway (16 researcher calls for the dry run's 8), or stop sooner
+CALL_SPREAD = (0.5, 2.0)
 # prompt tokens: as SPREAD, and another model's tokenizer counts the same text differently (a server
 # reporting words, as the test stub does, counts 0.5-0.7x of cl100k's tokens: fewer on JSON)
 PROMPT_SPREAD = (0.45, 1.5)
