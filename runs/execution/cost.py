@@ -8,9 +8,9 @@ forecast scales this to every episode of the recipe (cases x systems) and prices
 - calls: as measured, per case, from -50% to +100% (cases differ, and a real model's answers are not
   the dry run's: a judge's call per rubric aspect, a researcher's per source, a plan's sub-topics, an
   agent's loop that runs to its budget);
-- prompt tokens: as measured, from -55% to +50% (a real model's answers, which later prompts carry
-  — notes, briefs, drafts — are longer or shorter than the scripted model's; cases differ; and
-  another model's tokenizer counts the same text differently);
+- prompt tokens: per call as measured, from -55% to +50% (a real model's answers, which later
+  prompts carry — notes, briefs, drafts — are longer or shorter than the scripted model's; cases
+  differ; and another model's tokenizer counts the same text differently), over the calls' range;
 - completion tokens: modelled per call from its role and kind, never from `max_tokens` (which
   bounds a completion, and is what a real model rarely reaches): when earlier runs of this recipe
   on the same model left real calls in their ledgers (the run folder being resumed, or run folders
@@ -304,7 +304,12 @@ def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2, history: lis
         # sub-topics, a judge finding more aspects, a researcher reading more pages)
         calls = Span.of(measured * CALL_SPREAD[0], measured * CALL_SPREAD[1], point=measured)
         prompt = sum(e.prompt_tokens for e in entries) * per_case
-        prompt_span = Span.of(prompt * PROMPT_SPREAD[0], prompt * PROMPT_SPREAD[1], point=prompt)
+        # per call as PROMPT_SPREAD, over as many calls as the calls' range
+        prompt_span = Span.of(
+            prompt * PROMPT_SPREAD[0] * calls.low / measured,
+            prompt * PROMPT_SPREAD[1] * calls.high / measured,
+            point=prompt,
+        )
         low, point, high = completion_span(role, entries, limit, lengths)
         completion_span_ = Span.of(
             low * per_case * calls.low / measured,
