@@ -51,9 +51,12 @@ class JudgeTask(TypedDict):
 
 
 def artifact_store(context: EpisodeContext) -> ArtifactStore:
-    """The run folder's store (so the run is self-contained) backed by the cache's (so later runs reuse)."""
+    """The run folder's store (so the run is self-contained) backed by the cache's (so later runs
+    reuse), unless the run has no response cache (`[cache] enabled = false`, as the cost forecast's
+    dry run): then nothing made by an earlier run is reused, as no earlier answer is."""
     directories = [Path(context.run_dir) / ARTIFACTS_DIR] if context.run_dir else []
-    return ArtifactStore([*directories, cache_dir() / ARTIFACTS_DIR])
+    shared = [cache_dir() / ARTIFACTS_DIR] if context.cache_dir is not None or not directories else []
+    return ArtifactStore([*directories, *shared])
 
 
 def judge_env(resources: Resources) -> JudgeEnv:

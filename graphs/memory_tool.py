@@ -22,6 +22,8 @@ is empty, and the system's memory is exactly what it recalled.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import time
 import uuid
 from typing import Any, Literal
@@ -55,7 +57,9 @@ class MemoryAccessOptions(BaseModel):
         default=DEFAULT_MAX_RECALLS,
         ge=1,
         le=20,
-        description="With 'tool' or 'both': the most recall_memory calls one step offered the tool may make.",
+        description="With 'tool' or 'both': the most recall_memory calls the system may make in one episode, "
+        "every step counted (rag: its answer step; deep_research: the brief's author, then its researchers, who "
+        "share what the brief left).",
     )
 
     @model_validator(mode="after")
@@ -120,12 +124,40 @@ async def recall_memory(resources: Resources, view: CaseView, query: str, owner:
     recall = Recall(query=query, text=context.text, event_ids=context.event_ids, degraded=context.degraded)
     resources.gateway.ledger.record_tool(
         RECALL_MEMORY,
-        call_id=uuid.uuid4().hex[:12],
+        call_id=_recall_id(resources, query),
         tool_input={"query": query},
         tool_output={"event_ids": recall.event_ids, "backend": context.backend, "tokens": context.tokens},
         latency_ms=(time.perf_counter() - started) * 1000,
     )
     return recall
+
+
+def _recall_id(resources: Resources, query: str) -> str:
+    """The recall's ledger call id: the same when a resumed episode runs the step that made it again
+    (a graph task's id is the same when it runs again from the same checkpoint), so the ledger's
+    recalls are counted once (`agents.models.ledger.tool_calls` keeps the first line of each id).
+    The n-th recall of the same query in one execution of the step gets its own. Outside a graph: a
+    random id."""
+    try:
+        from langgraph.config import get_config
+
+        config = get_config()
+    except RuntimeError:  # not inside a graph run
+        return uuid.uuid4().hex[:12]
+    where = "|".join(
+        str(part)
+        for part in (
+            config.get("configurable", {}).get("thread_id", ""),
+            config.get("metadata", {}).get("langgraph_checkpoint_ns", ""),
+            config.get("configurable", {}).get("checkpoint_ns", ""),
+            query,
+        )
+    )
+    task = asyncio.current_task()  # a step run again (a resumed episode) counts from 0 again
+    counts = resources.recall_counts.setdefault(task, {}) if task is not None else {}
+    nth = counts.get(where, 0)
+    counts[where] = nth + 1
+    return hashlib.sha256(f"{where}|{nth}".encode()).hexdigest()[:16]
 
 
 def reads_memory_upfront(context: EpisodeContext, pipeline: str | None = None) -> bool:

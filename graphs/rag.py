@@ -113,6 +113,14 @@ async def retrieve(state: RagState, runtime: Runtime[EpisodeContext]) -> Command
     web = await resources.open_web()
     hits, not_searched = await search_web(web, queries, options.results_per_query, options.max_pages, step="retrieve")
     sources, not_read = await read_web_sources(web, resources.sources, hits, step="retrieve")
+    if not sources:  # each failed search and page is recorded; the answer itself rests on nothing read
+        degraded.append(
+            degradation(
+                "no_findings",
+                "retrieve",
+                f"{len(queries)} searches, {len(hits)} results, no page read: the answer rests on no source",
+            )
+        )
     return Command(
         goto="answer",
         update={

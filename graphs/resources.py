@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,11 @@ class Resources:
     _web: Web | None = field(default=None, repr=False)
     _memory: MemoryBackend | None = field(default=None, repr=False)
     _memory_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # recall_memory calls made so far, per asyncio task (one execution of a graph step) and where:
+    # each call's ledger id (graphs/memory_tool.py)
+    recall_counts: weakref.WeakKeyDictionary[Any, dict[str, int]] = field(
+        default_factory=weakref.WeakKeyDictionary, repr=False
+    )
 
     @property
     def memory(self) -> MemoryBackend:

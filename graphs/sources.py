@@ -99,17 +99,20 @@ async def search_web(
     web: Web, queries: Sequence[str], per_query: int, limit: int, skip: Sequence[str] = (), *, step: str = "search"
 ) -> tuple[list[WebHit], list[Degradation]]:
     """Run `queries` in parallel; the best `limit` results not in `skip`, best rank first (ties: the
-    order of the queries). Returns the hits and a `search_failed` degradation per search that failed.
-    A search missing from a replayed web is not a degradation: it fails the episode (`ReplayMiss`),
-    so a replay never answers from less web than was recorded."""
+    order of the queries). Returns the hits and a `search_failed` degradation per search that gave
+    no results: one that failed, and one that found nothing at all (a search whose results were all
+    in `skip`, read already, found something). A search missing from a replayed web is not a
+    degradation: it fails the episode (`ReplayMiss`), so a replay never answers from less web than
+    was recorded."""
 
     async def one(query: str):
         try:
-            return await web.search(query, per_query)
+            results = await web.search(query, per_query)
         except ReplayMiss:
             raise
         except WebError as exc:
             return degradation("search_failed", step, f"{query!r}: {exc}")
+        return results if results else degradation("search_failed", step, f"{query!r}: no results")
 
     outcomes = await asyncio.gather(*(one(q) for q in queries))
     failures = [o for o in outcomes if isinstance(o, Degradation)]
@@ -160,20 +163,34 @@ async def read_web_sources(
 
 
 def citation_degradations(report: CitationReport, step: str) -> list[Degradation]:
-    """The citation check's removals, as degradations: markers naming no source the system read."""
+    """The citation check's removals, as degradations: markers naming no source the system read,
+    and the URLs the model's own source list (removed) named that the system never read."""
+    stats = report.stats
+    out = []
     # `check_citations` counts the removed markers (an int) and lists their numbers (ints)
-    removed = int(cast(int, report.stats.get("unresolved_removed") or 0))
-    if not removed:
-        return []
-    numbers = ", ".join(map(str, cast(list[int], report.stats.get("unresolved_numbers") or [])))
-    return [
-        degradation(
-            "citation_removed",
-            step,
-            f"cited [{numbers}] but read {report.stats.get('sources_read')} sources",
-            count=removed,
+    removed = int(cast(int, stats.get("unresolved_removed") or 0))
+    if removed:
+        numbers = ", ".join(map(str, cast(list[int], stats.get("unresolved_numbers") or [])))
+        out.append(
+            degradation(
+                "citation_removed",
+                step,
+                f"cited [{numbers}] but read {stats.get('sources_read')} sources",
+                count=removed,
+            )
         )
-    ]
+    unread = int(cast(int, stats.get("model_list_unread_urls") or 0))
+    if unread:
+        urls = ", ".join(cast(list[str], stats.get("model_list_unread") or []))
+        out.append(
+            degradation(
+                "citation_removed",
+                step,
+                f"the model's own source list (removed) named {unread} URLs the system never read: {urls}",
+                count=unread,
+            )
+        )
+    return out
 
 
 class CitedUrl(BaseModel):

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from atelier.benchmarks.case import HistoryEvent
 from atelier.memory.base import MemoryBackend, digest_of
+from atelier.memory.persona_first import Personas, history_only
 
 
 class UserEvents:
@@ -73,10 +74,16 @@ class RawHistoryBackend(MemoryBackend):
     def __init__(self, config, env=None) -> None:
         super().__init__(config, env)
         self._events = UserEvents()
+        self._personas = Personas()  # the explicit persona, which its context puts first (memory/persona_first.py)
 
     async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
         async with self.user_lock(user_id):
+            self._personas.take(user_id, events)
             self._events.add(user_id, events)
+
+    def history(self, user_id: str) -> list[HistoryEvent]:
+        """The user's events but the explicit persona, in arrival order."""
+        return history_only(self._events.events(user_id))
 
     async def state_digest(self, user_id: str) -> str:
         return digest_of(self._events.events(user_id))

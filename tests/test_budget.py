@@ -60,22 +60,33 @@ concurrency = 4
 """
 
 
-def test_a_reservation_that_does_not_fit_stops_every_later_one():
+async def test_a_reservation_that_does_not_fit_waits_for_the_episodes_in_flight():
+    """Issue 41, item 4: a reservation that does not fit beside the episodes in flight waits for them
+    (they release what they did not spend) instead of ending the run; only one that cannot fit with
+    none in flight reaches the budget, and then no other starts."""
+    import asyncio
+
     budget = Budget(1.0, {"a": 0.4, "b": 0.1}, spent_before=0.15)
-    first, second = budget.reserve("a"), budget.reserve("a")
+    first, second = await budget.reserve("a"), await budget.reserve("a")
     assert (first, second) == (0.4, 0.4) and budget.reserved == pytest.approx(0.8)
-    assert budget.reserve("a") is None and budget.reached  # 0.15 + 0.8 + 0.4 > 1
-    assert budget.reserve("b") is None  # it would fit, but the run stops starting episodes
-    budget.settle(0.4, 0.05)
-    budget.settle(0.4, None)  # what it cost is unknown: the whole reservation counts as spent
-    assert budget.reserved == 0.0 and budget.spent == pytest.approx(0.6)
-    assert budget.line() == "budget reached: spent $0.6000 of $1.0000; resume with a larger --budget-usd"
+    third = asyncio.create_task(budget.reserve("a"))  # 0.15 + 0.8 + 0.4 > 1: it waits
+    await asyncio.sleep(0.01)
+    assert not third.done() and not budget.reached
+    await budget.settle(0.4, 0.05)  # the first cost 0.05: 0.2 + 0.4 + 0.4 fits
+    assert await third == 0.4 and budget.peak_committed <= 1.0
+    await budget.settle(0.4, None)  # what it cost is unknown: the whole reservation counts as spent
+    await budget.settle(0.4, 0.3)
+    assert budget.reserved == 0.0 and budget.spent == pytest.approx(0.15 + 0.05 + 0.4 + 0.3)
+    assert await budget.reserve("a") is None and budget.reached  # 0.9 + 0.4 > 1 with none in flight
+    assert await budget.reserve("b") is None  # it would fit, but the run stops starting episodes
+    assert budget.line() == "budget reached: spent $0.9000 of $1.0000; resume with a larger --budget-usd"
     assert budget.as_dict()["refused"] == {"system": "a", "reservation_usd": 0.4}
+    assert budget.as_dict()["peak_committed_usd"] <= 1.0
 
 
-def test_a_reservation_that_fits_exactly_is_granted():
+async def test_a_reservation_that_fits_exactly_is_granted():
     budget = Budget(0.5, {"a": 0.25})
-    assert budget.reserve("a") == 0.25 and budget.reserve("a") == 0.25 and not budget.reached
+    assert await budget.reserve("a") == 0.25 and await budget.reserve("a") == 0.25 and not budget.reached
 
 
 def test_a_budget_over_an_unknown_price_is_refused_before_any_call(tmp_path, capsys, monkeypatch, cache_dir):
@@ -122,8 +133,8 @@ def test_a_priced_stub_run_stops_before_its_budget_and_resumes_with_a_larger_one
             )
             return code, err
 
-        # each episode reserves its forecast high end (about $0.035-0.038 here, while one costs about
-        # $0.011-0.015): $0.09 holds two reservations beside the probes, never a third
+        # each episode reserves its forecast high end while it runs; one that does not fit waits for
+        # those in flight to release what they did not spend (issue 41): $0.09 runs most, not all
         code, err = run("0.09")
         summary = json.loads((folder / "summary.json").read_text())
         ledger = [json.loads(line) for line in (folder / "ledger.jsonl").read_text().splitlines()]
@@ -137,8 +148,9 @@ def test_a_priced_stub_run_stops_before_its_budget_and_resumes_with_a_larger_one
         assert summary["episodes"]["budget_reached"] == reached[0]
         done = [json.loads(line)["key"] for line in (folder / "results.jsonl").read_text().splitlines()]
         reservation = budget["per_episode_reservation_usd"]
-        assert 0.03 < reservation["direct-none"] < 0.05 and 0.03 < reservation["direct-full"] < 0.05
-        assert 1 <= len(done) <= 2 and summary["episodes"]["missing"] == 6 - len(done)
+        assert 0 < reservation["direct-none"] < 0.09 and 0 < reservation["direct-full"] < 0.09
+        assert budget["peak_committed_usd"] <= 0.09  # spent + in flight never passed it
+        assert 1 <= len(done) < 6 and summary["episodes"]["missing"] == 6 - len(done)
         assert all(json.loads(line)["cost_usd"] > 0 for line in (folder / "results.jsonl").read_text().splitlines())
 
         code, err = run("0.5")  # spend so far counts from the ledger: the rest fits in $0.50

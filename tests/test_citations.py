@@ -48,9 +48,17 @@ def test_the_models_own_source_list_is_replaced_by_the_checked_one():
 
 
 def test_no_citations_means_no_source_list_and_labels_are_not_markers():
-    report = check_citations("Plain answer with [a] label and a footnote[^1].", sources(2))
-    assert report.text == "Plain answer with [a] label and a footnote[^1]."
+    report = check_citations("Plain answer with [a] label.", sources(2))
+    assert report.text == "Plain answer with [a] label."
     assert report.citations == [] and report.stats["markers"] == 0
+
+
+def test_a_footnote_reference_is_a_citation_unless_its_definition_stays_as_prose():
+    report = check_citations("A claim[^2].", sources(2))
+    assert report.text.split("\n\n## Sources\n")[0] == "A claim[1]." and report.citations[0].source_id == "w-2"
+    text = "A claim[^1].\n\n[^1]: I think so, having tried it."
+    report = check_citations(text, sources(2))
+    assert report.text == text and report.stats["markers"] == 0 and report.stats["footnotes_left"] == 1
 
 
 def test_gold_sources_are_listed_without_a_url():
@@ -97,8 +105,8 @@ def test_a_list_heading_followed_by_prose_at_the_end_is_kept():
 def test_a_trailing_model_list_of_any_entry_form_is_replaced():
     text = (
         "Answer [2].\n\n**References:**\n[1] Made-up title. https://made-up.example\n\n"
-        "1. Invented paper\n   continued on an indented line\n- bullet entry\n* starred entry\n"
-        "https://bare.example/url\n\nSources:\n[2] Another invented one"
+        "1. Invented paper\n   continued on an indented line, madeup.org/paper\n- bullet entry, blog.example\n"
+        "* starred entry doi:10.1000/xyz\nhttps://bare.example/url\n\nSources:\n[2] Another invented one"
     )
     report = check_citations(text, sources(2))
     assert report.text == "Answer [1].\n\n## Sources\n[1] Page 2. https://site2.example/page"
@@ -108,7 +116,7 @@ def test_a_trailing_model_list_of_any_entry_form_is_replaced():
 
 def test_a_label_alone_on_its_line_opens_a_list_but_a_longer_line_does_not():
     for label in ("## Sources", "**References:**", "Sources:", "# Works cited", "Bibliography", "### Sources used"):
-        report = check_citations(f"Answer [1].\n\n{label}\n- made up", sources(1))
+        report = check_citations(f"Answer [1].\n\n{label}\n- made up, madeup.example/page", sources(1))
         assert report.text == "Answer [1].\n\n## Sources\n[1] Page 1. https://site1.example/page", label
         assert report.stats["model_source_list_removed"] is True
     report = check_citations("Answer [1].\n\nSources say prices rise.\n- made up", sources(1))

@@ -37,7 +37,9 @@ def test_the_quickstart_priced_for_gpt_4o_mini_without_a_provider_call(capsys, m
     assert 0 < predicted["total"]["usd"]["low"] < predicted["total"]["usd"]["high"]
     system, judge = predicted["roles"]["system"], predicted["roles"]["lampqa_judge"]
     assert system["price"] == {"input_per_token": 1.5e-07, "output_per_token": 6e-07, "source": "litellm"}
-    assert system["calls"] == {"low": 4, "high": 4} and judge["calls"]["low"] >= 4  # measured on every case: exact
+    # measured on every case, still a range: a real model's answers are not the dry run's (issue 41)
+    calls = system["calls"]
+    assert calls["point"] == 4 and calls["low"] < 4 < calls["high"] == 8 and judge["calls"]["point"] >= 4
     assert system["max_tokens"] == 16384 and not system["max_tokens_assumed"]  # litellm's limit for the model
     assert asked and all(model.startswith("scripted") for model in asked)
 

@@ -124,8 +124,19 @@ def model_calls(entries: list[LedgerEntry]) -> list[LedgerEntry]:
 
 
 def tool_calls(entries: list[LedgerEntry], node: str | None = None) -> list[LedgerEntry]:
-    """The entries that are a system's tool calls (of the tool `node`, when given)."""
-    return [e for e in entries if not e.is_model_call and (node is None or e.node == node)]
+    """The entries that are a system's tool calls (of the tool `node`, when given), each call once:
+    a resumed episode that runs a step again writes its tool calls again under the same call id
+    (graphs/memory_tool.py), and only the first line of an id counts."""
+    seen: set[tuple[str, str | None, int, str]] = set()
+    out = []
+    for e in entries:
+        if e.is_model_call or (node is not None and e.node != node):
+            continue
+        key = (e.call_id, e.system, e.epoch, e.run_id)
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return out
 
 
 class Ledger:

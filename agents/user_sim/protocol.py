@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, computed_field
 
+from atelier.agents.user_sim.contradiction import offline_contradictions
 from atelier.agents.user_sim.disclosure import SPAN, ngrams, word_tokens
 from atelier.agents.user_sim.persona import persona_traits, preference_tags, render_persona
 from atelier.benchmarks.loaders.pdr import ContextDialogue, ContextMemory, ContextRecord, ContextSearch
@@ -36,7 +37,17 @@ from atelier.benchmarks.loaders.pdr import ContextDialogue, ContextMemory, Conte
 MIN_ITEMS_PER_TAG = 5
 CONVERSATIONAL_RANGE = (0.2, 0.5)
 
-CONTENT_CHECKS: tuple[str, ...] = ("empty", "template echo", "name or role as content", "duplicate", "language")
+CONTENT_CHECKS: tuple[str, ...] = (
+    "empty",
+    "template echo",
+    "name or role as content",
+    "duplicate",
+    "language",
+    "contradiction",
+)
+# items repeating SPAN+ words of a persona value: a few is a person using their own words; more is a
+# history copied from the persona, which makes reversibility trivial and the history no history
+MAX_VERBATIM_SHARE = 0.25
 
 ContextItem = ContextMemory | ContextDialogue | ContextSearch
 
@@ -356,36 +367,64 @@ def item_problems(item: ContextItem, rules: ContentRules) -> list[str]:
 
 PASSAGE = 10  # words in a row two items share when one repeats a passage of the other
 PASSAGE_CJK = 20  # characters, for Chinese text (a word is one to three of them)
+SHINGLE = 3  # words per shingle (characters, for Chinese) of the near-duplicate check
+NEAR_DUPLICATE = 0.6  # Jaccard similarity of two items' shingles at which one is the other, varied
+MIN_SHINGLES = 4  # items shorter than this are left to the exact check
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 
 
 class Duplicates:
     """The items seen so far, to tell whether another repeats one of them: the same text once
-    normalised (case, spacing, punctuation), or a passage of it (`PASSAGE` words in a row; a
-    weak model writes variations on one opening, a person rarely repeats ten words)."""
+    normalised (case, spacing, punctuation, and every number read as a number: "5 km" and "7 km"
+    are one text), a passage of it (`PASSAGE` words in a row; a weak model writes variations on
+    one opening, a person rarely repeats ten words), or nearly all of it: the Jaccard similarity of
+    their `SHINGLE`-word shingles at least `NEAR_DUPLICATE` (the same sentences reordered, or with
+    a word or a number changed)."""
 
     def __init__(self) -> None:
         self._exact: dict[str, str] = {}
         self._passages: dict[tuple[str, ...], str] = {}
+        self._shingles: list[tuple[str, frozenset[tuple[str, ...]]]] = []
 
     @staticmethod
-    def _key(item: ContextItem) -> tuple[str, set[tuple[str, ...]]]:
-        tokens = word_tokens(item_text(item))
+    def _key(item: ContextItem) -> tuple[str, set[tuple[str, ...]], frozenset[tuple[str, ...]]]:
+        tokens = ["0" if _NUMBER.fullmatch(t) else t for t in word_tokens(item_text(item))]
         cjk = sum(1 for t in tokens if _CJK.match(t))
-        return " ".join(tokens), set(ngrams(tokens, PASSAGE_CJK if cjk * 2 > len(tokens) else PASSAGE))
+        chinese = cjk * 2 > len(tokens)
+        passages = set(ngrams(tokens, PASSAGE_CJK if chinese else PASSAGE))
+        shingles = frozenset(ngrams(tokens, SHINGLE * 2 if chinese else SHINGLE))
+        return " ".join(tokens), passages, shingles
 
     def of(self, item: ContextItem) -> str | None:
         """The id of the earlier item this one repeats, or None."""
-        text, passages = self._key(item)
+        text, passages, shingles = self._key(item)
         if text in self._exact:
             return self._exact[text]
-        return next((self._passages[p] for p in passages if p in self._passages), None)
+        passage = next((self._passages[p] for p in passages if p in self._passages), None)
+        if passage is not None or len(shingles) < MIN_SHINGLES:
+            return passage
+        for item_id, earlier in self._shingles:
+            if len(shingles & earlier) >= NEAR_DUPLICATE * len(shingles | earlier):
+                return item_id
+        return None
 
     def add(self, item_id: str, item: ContextItem) -> None:
-        text, passages = self._key(item)
+        text, passages, shingles = self._key(item)
         if text:
             self._exact.setdefault(text, item_id)
         for passage in passages:
             self._passages.setdefault(passage, item_id)
+        if len(shingles) >= MIN_SHINGLES:
+            self._shingles.append((item_id, shingles))
+
+
+def person_text(item: ContextItem) -> str:
+    """What the person says in an item: a note's title and text, their own turns, their searches."""
+    if isinstance(item, ContextMemory):
+        return f"{item.title}. {item.content}"
+    if isinstance(item, ContextDialogue):
+        return "\n".join(m.content for m in item.messages if m.role == "user")
+    return "\n".join(q.query for q in item.queries)
 
 
 def content_problems(items: Sequence[tuple[str, ContextItem]], rules: ContentRules) -> dict[str, list[str]]:
@@ -489,15 +528,22 @@ def check_protocol(
     rules: ContentRules | None = None,
     attribution: dict[str, list[str]] | None = None,
     min_items_per_tag: int = MIN_ITEMS_PER_TAG,
+    contradicted: dict[str, str] | None = None,
 ) -> ProtocolFigures:
     """The record's content checks (`rules`; without them only empty and duplicate items are
-    found) and protocol figures. `attribution`: per facet path, the ids of the items the
-    reversibility check's inverse pass cited for it; items then count for those facets."""
+    found, and contradictions of facts the persona fixes) and protocol figures. `attribution`: per
+    facet path, the ids of the items the reversibility check's inverse pass cited for it; items then
+    count for those facets. `contradicted`: per item id, why a checker model found it contradicts
+    the persona (`agents.user_sim.contradiction.judge_contradictions`)."""
     rules = rules or ContentRules()
     traits = persona_traits(attributes)
     paths = {t.path for t in traits}
     items = record_items(record)
     failures = content_problems(items, rules)
+    said = [(i, person_text(item)) for i, item in items]
+    against = {**offline_contradictions(attributes, said), **(contradicted or {})}
+    for item_id, why in against.items():
+        failures.setdefault(item_id, []).append(f"contradiction: {why}")
     passing = [(i, item) for i, item in items if i not in failures]
     if attribution is None:
         counted = passing
@@ -535,6 +581,12 @@ def check_protocol(
             first = kinds[kind][0]
             example = next(p for p in failures[first] if problem_kind(p) == kind).split(":", 1)[1].strip()
             problems.append(f"{kind} in {len(kinds[kind])} item(s): {_listed(kinds[kind])} (e.g. {first}: {example})")
+    if items and len(verbatim) > MAX_VERBATIM_SHARE * len(items):
+        problems.append(
+            f"verbatim copy: {len(verbatim)} of {len(items)} items ({len(verbatim) / len(items):.0%}) repeat "
+            f"{SPAN}+ consecutive words of the persona's own values (at most {MAX_VERBATIM_SHARE:.0%}): "
+            f"{_listed(verbatim)}"
+        )
     if below:
         problems.append(
             f"{len(below)} preference tag(s) with fewer than {min_items_per_tag} "

@@ -27,8 +27,10 @@ DegradationKind = Literal[
     "search_failed",
     "fetch_failed",
     "citation_removed",
+    "source_dropped",
     "no_findings",
     "memory_budget_cut",
+    "persona_not_kept",
     "source_unreadable",
     "judge_output_gated",
     "spans_removed",
@@ -40,11 +42,16 @@ KINDS: dict[str, str] = {
     "without it: the question as asked, one sub-topic, a source left out",
     "empty_answer": "a model answered with nothing usable (no queries, no aspects) and a default stood in",
     "invalid_query": "a search query the model wrote was not a query (a URL, empty, a repeat) and was replaced",
-    "search_failed": "a search gave no results: an error of the provider or the web",
+    "search_failed": "a search gave no results: the provider or the web failed, or it found nothing at all",
     "fetch_failed": "a page could not be read: an error, a refused URL, no text extracted",
-    "citation_removed": "a citation marker named no source the system read, and was removed",
-    "no_findings": "research found nothing: the report rests on no source",
+    "citation_removed": "a citation marker named no source the system read, and was removed; or the model's own "
+    "source list, removed, named URLs the system never read",
+    "source_dropped": "a source the system read (and took notes from) was left out of what the writer saw: "
+    "over the cap on sources in the report (deep_research `report_sources`)",
+    "no_findings": "research found nothing: the answer or report rests on no source",
     "memory_budget_cut": "a memory budget cut history events out of the context",
+    "persona_not_kept": "the setting gave the user's explicit persona, but the memory's context does not hold it "
+    "whole and first (a memory that gives no context, or selects or cuts the persona's facets)",
     "source_unreadable": "a fact-checker could not read a cited source",
     "judge_output_gated": "a judge's output was degenerate (empty feedback, spans not in the response, too few "
     "aspects) and was asked again",

@@ -57,9 +57,18 @@ from atelier.graphs.start import pipeline_context, pipeline_resources
 # ----------------------------------------------------------------------------- the supervisor
 
 
-def agent_tasks(state: DeepResearchState, topics: list[str], round_: int) -> list[Send]:
+def recall_allowances(state: DeepResearchState, researchers: int, max_recalls: int) -> list[int]:
+    """`max_recalls` is a budget per episode: what the brief and earlier rounds' researchers have not
+    used is shared among this round's researchers, evenly (the first ones take the remainder)."""
+    used = len(state.get("recalls", [])) + sum(len(f.recalls) for f in state.get("findings", []))
+    left = max(0, max_recalls - used)
+    return [left // researchers + (1 if i < left % researchers else 0) for i in range(researchers)]
+
+
+def agent_tasks(state: DeepResearchState, topics: list[str], round_: int, max_recalls: int) -> list[Send]:
     read_before = sorted({s.url for f in state.get("findings", []) for s in f.sources if s.url})
     gold = state.get("gold_context")
+    allowances = recall_allowances(state, len(topics), max_recalls) if topics else []
     return [
         Send(
             "agent_researcher",
@@ -71,6 +80,7 @@ def agent_tasks(state: DeepResearchState, topics: list[str], round_: int) -> lis
                 gold_sources=gold.sources if gold is not None else [],
                 episode=state.get("episode", ""),
                 memory=memory_reference(state),
+                recall_allowance=allowances[i],
             ),
         )
         for i, topic in enumerate(topics)
@@ -173,7 +183,7 @@ async def supervisor(
     if options.review_plan and turns == 0:
         update["plan"] = [{"title": t, "why_for_user": "", "queries": [t]} for t in topics]
         return Command(goto="review_plan", update=update)
-    return Command(goto=agent_tasks(state, topics, round_ + 1), update=update)
+    return Command(goto=agent_tasks(state, topics, round_ + 1, options.max_recalls), update=update)
 
 
 def _more(state: Any, *items: Degradation) -> list[Degradation]:
@@ -206,7 +216,7 @@ async def act(state: AgentResearcherState, runtime: Runtime[EpisodeContext]) -> 
     forced = "search" if not steps else "read" if unread and not read else None
     try:
         recall = (
-            [RECALL_MEMORY_TOOL] if options.recall_tool and len(state.get("recalls", [])) < options.max_recalls else []
+            [RECALL_MEMORY_TOOL] if options.recall_tool and len(state.get("recalls", [])) < _allowance(state) else []
         )
         turn = await tool_turn(gateway, "researcher", messages, researcher_tools(unread, recall), forced=forced)
     except ModelCallError as exc:  # the notes taken stand
@@ -222,6 +232,11 @@ async def act(state: AgentResearcherState, runtime: Runtime[EpisodeContext]) -> 
         return Command(goto="compress", update=update)
     pending = [{"id": c["id"], "name": t.name, "arguments": t.arguments} for c, t in zip(calls, turn.tool_calls)]
     return Command(goto="tools", update={**update, "calls": pending})
+
+
+def _allowance(state: AgentResearcherState) -> int:
+    """The recall_memory calls this researcher may make (a task from before allowances: none)."""
+    return int(state.get("recall_allowance", 0))
 
 
 @dataclass
@@ -308,7 +323,7 @@ async def tools(state: AgentResearcherState, runtime: Runtime[EpisodeContext]) -
             _notes_text(source, notes), sources=[source], notes=notes, fetches=1, called_model=True, degraded=problems
         )
 
-    recalls_left = options.max_recalls - len(state.get("recalls", []))
+    recalls_left = _allowance(state) - len(state.get("recalls", []))
 
     async def recall(query: str) -> _Outcome:
         nonlocal recalls_left

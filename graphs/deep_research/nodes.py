@@ -361,24 +361,47 @@ def trimmed_notes(notes: list[tuple[int, str]]) -> list[tuple[int, str]]:
     return [notes[position] for position in kept]
 
 
-def _report_material(findings: list[Findings], limit: int) -> tuple[list[SourceRef], list[tuple[int, str]]]:
-    """The sources with notes (first seen first, at most `limit`) and their notes, numbered 1..N."""
+def _report_material(
+    findings: list[Findings], limit: int
+) -> tuple[list[SourceRef], list[tuple[int, str]], list[Degradation]]:
+    """The sources with notes (first seen first, at most `limit`), their notes numbered 1..N, and a
+    `source_dropped` for the sources with notes the cap left out (with their notes)."""
     sources: dict[str, SourceRef] = {}
+    dropped: dict[str, SourceRef] = {}
     for f in findings:
         noted = {n.source_id for n in f.notes}
         for source in f.sources:
-            if source.id in noted and source.id not in sources and len(sources) < limit:
+            if source.id not in noted or source.id in sources or source.id in dropped:
+                continue
+            if len(sources) < limit:
                 sources[source.id] = source
+            else:
+                dropped[source.id] = source
     number = {sid: i for i, sid in enumerate(sources, start=1)}
     notes = [(number[n.source_id], n.text) for f in findings for n in f.notes if n.source_id in number]
-    return list(sources.values()), list(dict.fromkeys(notes))
+    lost_notes = len({(n.source_id, n.text) for f in findings for n in f.notes if n.source_id in dropped})
+    problems = (
+        [
+            degradation(
+                "source_dropped",
+                "write_report",
+                f"{len(dropped)} of {len(sources) + len(dropped)} sources with notes left out of the report "
+                f"(report_sources = {limit}), with their {lost_notes} notes: "
+                + ", ".join(s.url or s.title or s.id for s in dropped.values()),
+                count=len(dropped),
+            )
+        ]
+        if dropped
+        else []
+    )
+    return list(sources.values()), list(dict.fromkeys(notes)), problems
 
 
 async def write_report(state: DeepResearchState, runtime: Runtime[EpisodeContext]) -> PipelineOutput:
     options = _options(runtime)
     gateway = pipeline_resources(runtime, PIPELINE).gateway
     findings = _sorted_findings(state)
-    sources, notes = _report_material(findings, options.report_sources)
+    sources, notes, dropped = _report_material(findings, options.report_sources)
     clarification = state.get("clarification")
     query = view_of(state, runtime, PIPELINE).query
     shown, trimmed = notes, []
@@ -413,6 +436,7 @@ async def write_report(state: DeepResearchState, runtime: Runtime[EpisodeContext
         *state.get("degraded", []),
         *(d for f in findings for d in f.degraded),
         *(d for d in recall_degradations(options, recalls, "write_brief") if d.step != "recall_memory"),
+        *dropped,
         *trimmed,
         *citation_degradations(report, "write_report"),
     ]

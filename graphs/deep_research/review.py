@@ -120,7 +120,7 @@ def review_plan(
         ]
         if dropped:
             update["supervisor_messages"] = [*state.get("supervisor_messages", []), *dropped]
-        return Command(goto=agent_tasks(state, [t.title for t in topics], round_), update=update)
+        return Command(goto=agent_tasks(state, [t.title for t in topics], round_, options.max_recalls), update=update)
     subtopics = [
         Subtopic(title=t.title, why_for_user=t.why_for_user, queries=t.queries or [t.title[:ITEM_CHARS]])
         for t in topics

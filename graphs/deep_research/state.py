@@ -100,6 +100,7 @@ class AgentTask(TypedDict):
     gold_sources: list[SourceRef]
     episode: str
     memory: dict[str, Any]  # the case by reference, for recall_memory (memory_access = tool | both)
+    recall_allowance: int  # recall_memory calls it may make: its share of what the episode's max_recalls left
 
 
 class AgentResearcherState(AgentTask, ResearcherOutput, total=False):

@@ -40,6 +40,7 @@ from atelier.memory.hierarchy import (
     PageMatch,
     TopicSession,
 )
+from atelier.memory.persona_first import Personas, persona_first
 from atelier.memory.registry import register_backend
 from atelier.memory.steps import memory_step
 from atelier.memory.user_events import UserEvents
@@ -112,6 +113,7 @@ class HierarchicalMemory(MemoryBackend):
     def __init__(self, config, env=None) -> None:
         super().__init__(config, env)
         self._events = UserEvents()
+        self._personas = Personas()  # kept whole and first, not paged into the tiers (memory/persona_first.py)
         self._users: dict[str, UserTiers] = {}
         self._embedder: Embedder | None = None
         self.weights = HeatWeights(
@@ -143,7 +145,7 @@ class HierarchicalMemory(MemoryBackend):
         """All of `events` or none of them: a failed LLM call puts the tiers back as they were, so
         the ingest retried later (in this process, or replayed from a journal) makes the same steps."""
         async with self.user_lock(user_id):
-            new = self._events.unseen(user_id, events)
+            new = self._events.unseen(user_id, self._personas.take(user_id, events))  # the persona: first, whole
             if not new:
                 return
             before = copy.deepcopy(self._users.get(user_id))
@@ -211,6 +213,15 @@ class HierarchicalMemory(MemoryBackend):
     # ------------------------------------------------------------------ recall
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        """The explicit persona (when the setting gives one) whole and first, then the tiers' pages, facts and profile."""
+        return await persona_first(
+            self.name,
+            self._personas.get(user_id),
+            self.budget(budget),
+            lambda left: self._history_context(user_id, query, left),
+        )
+
+    async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
         memory = self._users.get(user_id)
         if memory is None or not self._events.ids(user_id):
             return UserContext(backend=self.name, form="none")

@@ -37,6 +37,7 @@ from pydantic import Field
 from atelier.benchmarks.case import ChatSession, HistoryEvent
 from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from atelier.memory.budget import pack
+from atelier.memory.persona_first import Personas, persona_first
 from atelier.memory.registry import register_backend
 from atelier.memory.steps import memory_step
 
@@ -91,6 +92,7 @@ class Mem0Backend(MemoryBackend):
         self._memory: Any = None
         self._build_lock = asyncio.Lock()
         self._ingested: dict[str, set[str]] = {}
+        self._personas = Personas()  # kept whole and first, not extracted into memories (memory/persona_first.py)
 
     def _store_root(self) -> Path:
         if self.env.store_dir is not None:
@@ -153,6 +155,7 @@ class Mem0Backend(MemoryBackend):
 
     async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
         async with self.user_lock(user_id):
+            events = self._personas.take(user_id, events)
             known = self.ingested_ids(user_id)
             new = list({e.id: e for e in events if e.id not in known}.values())
             if not new:
@@ -175,6 +178,15 @@ class Mem0Backend(MemoryBackend):
                     self._record(user_id, ids)
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        """The explicit persona (when the setting gives one) whole and first, then the memories mem0 finds for the query."""
+        return await persona_first(
+            self.name,
+            self._personas.get(user_id),
+            self.budget(budget),
+            lambda left: self._history_context(user_id, query, left),
+        )
+
+    async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
         query = as_query(query)
         known = self.ingested_ids(user_id)
         if not known or not query.text.strip():

@@ -16,6 +16,7 @@ from pydantic import Field
 from atelier.benchmarks.case import ExplicitPersona, HistoryEvent, persona_facets
 from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from atelier.memory.facets import Facet, FacetRanker, FacetSelection, select_facets
+from atelier.memory.persona_first import persona_not_kept
 from atelier.memory.registry import register_backend
 
 
@@ -57,13 +58,29 @@ class PersonaMemory(MemoryBackend):
         packed = await select_facets(
             facets, as_query(query).text, self.budget(budget), self.config.facets, self._ranker, self.config.max_facets
         )
+        left_out = len(facets) - len(packed.facets)
+        # the persona not whole: said as such (how many facets, and why), not as history cut
+        degraded = (
+            [
+                persona_not_kept(
+                    self.name,
+                    persona,
+                    f"{left_out} of {len(facets)} facets left out ("
+                    + (f"max_facets = {self.config.max_facets}, " if self.config.max_facets else "")
+                    + f"{self.budget(budget)}-token budget)",
+                    count=left_out,
+                )
+            ]
+            if left_out
+            else []
+        )
         if not packed.facets:
-            return UserContext(backend=self.name, form="none", degraded=packed.degraded)
+            return UserContext(backend=self.name, form="none", degraded=degraded)
         return UserContext(
             backend=self.name,
             form="persona",
             text=packed.text,
             event_ids=[persona.id],
             tokens=packed.tokens,
-            degraded=packed.degraded,
+            degraded=degraded,
         )

@@ -23,6 +23,7 @@ from atelier.benchmarks.case import HistoryEvent
 from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from atelier.memory.facets import Facet, FacetRanker, FacetSelection, select_facets
 from atelier.memory.history_text import history_chunks
+from atelier.memory.persona_first import Personas, persona_first
 from atelier.memory.registry import register_backend
 from atelier.memory.steps import memory_step
 from atelier.memory.user_events import UserEvents
@@ -55,11 +56,12 @@ class PersonaModel(MemoryBackend):
         super().__init__(config, env)
         self._events = UserEvents()
         self._facets: dict[str, dict[str, _FacetState]] = {}
+        self._personas = Personas()  # the explicit persona: whole and first, before the distilled one
         self._ranker = FacetRanker(self.config.embedder)
 
     async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
         async with self.user_lock(user_id):
-            new = self._events.unseen(user_id, events)
+            new = self._events.unseen(user_id, self._personas.take(user_id, events))
             if not new:
                 return
             facets = {
@@ -93,6 +95,15 @@ class PersonaModel(MemoryBackend):
         return nest_facets({f.path: f.value for f in self.facets(user_id)})
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        """The explicit persona (when the setting gives one) whole and first, then the persona distilled from the history."""
+        return await persona_first(
+            self.name,
+            self._personas.get(user_id),
+            self.budget(budget),
+            lambda left: self._history_context(user_id, query, left),
+        )
+
+    async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
         facets = self.facets(user_id)
         if not facets:
             return UserContext(backend=self.name, form="none")

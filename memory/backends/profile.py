@@ -22,6 +22,7 @@ from atelier.agents.profiler import UserProfile, build_profile, build_query_prof
 from atelier.benchmarks.case import HistoryEvent
 from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from atelier.memory.history_text import history_chunks, history_text
+from atelier.memory.persona_first import Personas, persona_first
 from atelier.memory.profile_text import profile_context
 from atelier.memory.registry import register_backend
 from atelier.memory.steps import memory_step
@@ -47,10 +48,11 @@ class GeneralProfile(MemoryBackend):
         super().__init__(config, env)
         self._events = UserEvents()
         self._profiles: dict[str, UserProfile] = {}
+        self._personas = Personas()  # kept whole and first, not profiled (memory/persona_first.py)
 
     async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
         async with self.user_lock(user_id):
-            new = self._events.unseen(user_id, events)
+            new = self._events.unseen(user_id, self._personas.take(user_id, events))
             if not new:
                 return
             profile = self._profiles.get(user_id)
@@ -65,9 +67,24 @@ class GeneralProfile(MemoryBackend):
         return self._profiles.get(user_id)
 
     async def state_digest(self, user_id: str) -> str:
-        return digest_of({"events": self._events.events(user_id), "profile": self._profiles.get(user_id)})
+        return digest_of(
+            {
+                "events": self._events.events(user_id),
+                "profile": self._profiles.get(user_id),
+                "persona": self._personas.get(user_id),
+            }
+        )
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        """The explicit persona (when the setting gives one) whole and first, then the profile."""
+        return await persona_first(
+            self.name,
+            self._personas.get(user_id),
+            self.budget(budget),
+            lambda left: self._history_context(user_id, query, left),
+        )
+
+    async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
         profile = self._profiles.get(user_id)
         if profile is None:
             return UserContext(backend=self.name, form="none")
@@ -89,7 +106,16 @@ class QueryAwareProfile(RawHistoryBackend):
     config: QueryProfileConfig
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
-        events = self._events.events(user_id)
+        """The explicit persona (when the setting gives one) whole and first, then the query-aware profile of the rest."""
+        return await persona_first(
+            self.name,
+            self._personas.get(user_id),
+            self.budget(budget),
+            lambda left: self._history_context(user_id, query, left),
+        )
+
+    async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        events = self.history(user_id)
         if not events:
             return UserContext(backend=self.name, form="none")
         query = as_query(query)

@@ -34,6 +34,7 @@ from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserCo
 from atelier.memory.budget import pack, render_event
 from atelier.memory.embedders import memory_embedder
 from atelier.memory.history_text import history_text
+from atelier.memory.persona_first import Personas, persona_first
 from atelier.memory.profile_text import profile_context
 from atelier.memory.registry import register_backend
 from atelier.memory.retrieval.dense import DenseIndex
@@ -116,6 +117,8 @@ class RetrievalMemory(MemoryBackend):
 
     def __init__(self, config, env=None) -> None:
         super().__init__(config, env)
+        # every recall ingests the case's history first (graphs/memory.py), which hands it the persona
+        self._personas = Personas()
         store = self.env.store_dir
         self.events = EventStore(store / "retrieval" / "events" if store else None)
         self.lexical = (
@@ -140,6 +143,7 @@ class RetrievalMemory(MemoryBackend):
 
     async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
         async with self.user_lock(user_id):
+            events = self._personas.take(user_id, events)  # kept whole and first, not ranked
             if self.dense is not None:  # first: it skips what its collection holds, so a failed ingest can be retried
                 await asyncio.to_thread(self.dense.add, user_id, events)
             new = await asyncio.to_thread(self.events.add, user_id, events)
@@ -147,6 +151,15 @@ class RetrievalMemory(MemoryBackend):
                 await asyncio.to_thread(self.lexical.refresh, user_id)
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        """The explicit persona (when the setting gives one) whole and first, then the events ranked for the query."""
+        return await persona_first(
+            self.name,
+            self._personas.get(user_id),
+            self.budget(budget),
+            lambda left: self._history_context(user_id, query, left),
+        )
+
+    async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
         query = as_query(query)
         with memory_step("recall"):
             texts = await self.query_texts(query)

@@ -22,6 +22,7 @@ from atelier.benchmarks.case import DialogueTurn, HistoryEvent
 from atelier.memory.base import MemoryConfig, MemoryQuery, UserContext, as_query
 from atelier.memory.budget import pack, render_event
 from atelier.memory.history_text import history_text
+from atelier.memory.persona_first import persona_first
 from atelier.memory.profile_text import profile_context
 from atelier.memory.registry import register_backend
 from atelier.memory.steps import memory_step
@@ -67,8 +68,9 @@ class SelectedHistory(RawHistoryBackend):
         return event.id
 
     def sessions(self, user_id: str) -> list[_Session]:
-        """The user's sessions, most recent first; events inside a session in arrival order."""
-        events = self._events.events(user_id)
+        """The user's sessions, most recent first; events inside a session in arrival order (the
+        explicit persona is none: it is kept whole and first)."""
+        events = self.history(user_id)
         sessions: dict[str, _Session] = {}
         for event in most_recent_first(events):
             key = self._session_key(event)
@@ -78,6 +80,15 @@ class SelectedHistory(RawHistoryBackend):
         return list(sessions.values())
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        """The explicit persona (when the setting gives one) whole and first, then the sessions judged relevant."""
+        return await persona_first(
+            self.name,
+            self._personas.get(user_id),
+            self.budget(budget),
+            lambda left: self._history_context(user_id, query, left),
+        )
+
+    async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
         query = as_query(query)
         sessions = self.sessions(user_id)[: self.config.max_sessions]
         if not sessions:

@@ -47,3 +47,44 @@ def machine_facts() -> dict[str, Any]:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"cpu": model, "cores": cores, "isa": [flag for flag in _CPU_FLAGS if flag in flags]}
+
+
+def end_with_outcome(outcome: Any, *, label: str | None = None) -> int:
+    """Print how a run ended (`runs.reading.outcome.RunOutcome.lines`) on stderr, each line prefixed
+    with `label` when given; return its exit code (0, 3 or 130, as `atelier run`'s). None (a folder
+    of results with no config.json, whose episodes are not known): nothing to say, 0."""
+    import typer
+
+    if outcome is None:
+        return 0
+    for line in outcome.lines():
+        typer.echo(f"{label}: {line}" if label else line, err=True)
+    return int(outcome.exit_code)
+
+
+def run_outcome(run_dir: Path) -> Any:
+    """How the run in `run_dir` ended, read from its folder (nothing written); None when the folder
+    holds results but no config.json (which episodes the run was to have is then unknown)."""
+    from atelier.runs.folder.layout import RunFolder, load_run_config
+    from atelier.runs.reading.finish import folder_outcome
+
+    if not (Path(run_dir) / "config.json").exists():
+        return None
+    return folder_outcome(RunFolder(run_dir), load_run_config(run_dir))
+
+
+def worst_exit(codes: list[int]) -> int:
+    """Several runs' exit codes as one: 130 (a run not finished) over 3 (failed or degraded) over 0."""
+    return max(codes, default=0)
+
+
+def table_console(*, stderr: bool = False) -> Any:
+    """A rich console for tables. On a terminal, the terminal's width; otherwise (a pipe, a file, a
+    CI log) no width to fit, so a table keeps every name whole instead of cutting it at 80 columns
+    (rich's default when it cannot ask a terminal)."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=10_000, soft_wrap=True)

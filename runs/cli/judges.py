@@ -6,14 +6,21 @@ import json
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import click
 import typer
 from typer.core import TyperGroup
 
 from atelier.benchmarks.common.errors import ConfigError
-from atelier.runs.cli._common import machine_facts, print_json, run_folder_option
+from atelier.runs.cli._common import (
+    end_with_outcome,
+    machine_facts,
+    print_json,
+    run_folder_option,
+    run_outcome,
+    worst_exit,
+)
 
 
 def parse_judge(text: str) -> dict[str, Any]:
@@ -90,9 +97,11 @@ def rescore(
     """Judge a finished run's responses again (other judges or judge models); no system runs.
 
     Writes a new run folder beside RUN_DIR (config.json names the original) and prints its path last."""
+    import asyncio
+
     from atelier.agents.models.settings import JUDGE_ROLES
     from atelier.runs.cli.run import _print_summary
-    from atelier.runs.studies.rescore import rescore_run
+    from atelier.runs.studies.rescore import Rescore
 
     if web not in ("replay", "record", "live"):
         raise ConfigError(f"--web must be replay, record or live, not {web!r}")
@@ -102,9 +111,21 @@ def rescore(
         more, models = read_judges_file(judges_file)
         judges += more
     settings = judge_models(models, model, api_base, api_key, list(JUDGE_ROLES))
-    folder = rescore_run(run_dir, judges, models=settings, out=run_folder_option(out), web_mode=web, progress=progress)
+    rescore = Rescore(
+        run_dir,
+        judges,
+        models=settings,
+        out=run_folder_option(out),
+        web_mode=cast(Literal["replay", "live", "record"], web),  # checked above
+        progress=progress,
+    )
+    folder = asyncio.run(rescore.run())
     _print_summary(folder.summary)
+    outcome = rescore.runner.outcome
+    assert outcome is not None  # a rescore ends by finishing its run folder
+    code = end_with_outcome(outcome)
     typer.echo(str(folder.path))
+    raise typer.Exit(code)
 
 
 def meta_eval(
@@ -194,6 +215,11 @@ def meta_eval(
     if out is not None:
         out.write_text(text, encoding="utf-8")
     sys.stdout.write(text)
+    # the agreement rests on the run's judgments: it ends as that run did (and, with --against, that one)
+    codes = [end_with_outcome(run_outcome(run_dir), label=str(run_dir) if against is not None else None)]
+    if against is not None:
+        codes.append(end_with_outcome(run_outcome(against), label=str(against)))
+    raise typer.Exit(worst_exit(codes))
 
 
 def meta_eval_sheet(
@@ -214,6 +240,7 @@ def meta_eval_sheet(
 
     summary = write_sheet(run_dir, out, judge, criterion or None)
     sys.stdout.write(report_json(summary.model_dump()))
+    raise typer.Exit(end_with_outcome(run_outcome(run_dir)))
 
 
 class _MetaEvalGroup(TyperGroup):

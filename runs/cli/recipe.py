@@ -13,6 +13,11 @@ RECIPE_HELP = "A recipe TOML file, or a shipped recipe by name (`atelier recipe 
 @recipe_app.command("check")
 def check(
     path: Path = typer.Argument(..., help=RECIPE_HELP),
+    model: str | None = typer.Option(
+        None, "--model", help="Check the recipe as `run --model` would run it: this model for every role."
+    ),
+    api_base: str | None = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for every role."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY", help="API key for every role."),
     preflight: bool = typer.Option(
         False,
         "--preflight",
@@ -20,7 +25,9 @@ def check(
     ),
 ) -> None:
     """Validate FILE against the registered benchmarks, pipelines, memory backends, judges and web providers
-    (including their API keys), and check that the benchmark's cases carry what each judge needs."""
+    (including their API keys), and check that the benchmark's cases carry what each judge needs. With
+    --model (--api-base, --api-key) the recipe is checked, and preflighted, as `atelier run` would run it
+    with the same options; the models each role would use are printed."""
     from atelier.agents.judges.base import check_judge_fit, create_judge
     from atelier.benchmarks.registry import get_benchmark
     from atelier.graphs.context import check_hidden_facets
@@ -28,7 +35,7 @@ def check(
     from atelier.runs.folder.recipe import load_recipe
     from atelier.tools.web import check_web_config
 
-    recipe = load_recipe(path)
+    recipe = load_recipe(path).with_overrides(model=model, api_base=api_base, api_key=api_key)
     recipe.check_roles_named()
     check_web_config(recipe.web)
     check_systems_available(recipe.systems)
@@ -39,6 +46,11 @@ def check(
     spec = get_benchmark(b.name)
     systems = ", ".join(f"{s.name} [{s.pipeline} + {s.memory['backend']}]" for s in recipe.systems)
     judges = ", ".join(j["name"] for j in recipe.judges) or "none"
+    roles = recipe.role_models()
+    models = ", ".join(
+        f"{role} {next((roles[r].model for r in fallback if r in recipe.models), roles[fallback[-1]].model)}"
+        for role, fallback in recipe.roles_used().items()
+    )
     limit = f", limit {b.limit}" if b.limit else ""
     if preflight:
         import asyncio
@@ -49,7 +61,8 @@ def check(
         typer.echo(f"preflight ok ({passed.seconds:.1f} s, {len(passed.calls)} probe calls)", err=True)
     typer.echo(
         f"ok: {path}: benchmark {b.name} (split {b.split or spec.split_default}, "
-        f"setting {b.setting or spec.setting_default}{limit}); systems: {systems}; judges: {judges}"
+        f"setting {b.setting or spec.setting_default}{limit}); systems: {systems}; judges: {judges}; "
+        f"models: {models}"
     )
 
 

@@ -182,9 +182,9 @@ def _finished_now(runner) -> int:
 def _print_summary(path: Path) -> None:
     import json
 
-    from rich.console import Console
     from rich.table import Table
 
+    from atelier.runs.cli._common import table_console
     from atelier.runs.reading.report import ci_text
     from atelier.runs.reading.usage import format_cost
 
@@ -193,7 +193,7 @@ def _print_summary(path: Path) -> None:
     epochs = summary.get("epochs", 1)
     columns = ("system", "judge", "n", "mean", "95% CI", "failed")
     for column in (*columns, "epoch sd") if epochs > 1 else columns:
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # a name wraps on a narrow terminal, never cut
     for system, entry in summary["systems"].items():
         for judge, stats in entry["judges"].items():
             table.add_row(
@@ -206,7 +206,7 @@ def _print_summary(path: Path) -> None:
                 *([_spread(stats["epoch_spread"])] if epochs > 1 else []),
             )
     ledger = summary["ledger"]
-    console = Console(stderr=True)
+    console = table_console(stderr=True)
     console.print(table)
     console.print(
         f"model calls: {ledger['calls']} ({ledger['provider_calls']} to providers, {ledger['cache_hits']} cache hits), "

@@ -6,22 +6,24 @@ from pathlib import Path
 
 import typer
 
+from atelier.runs.cli._common import table_console
 from atelier.runs.cli.run import ExecutorName
 
 
 def report(run_dir: Path = typer.Argument(..., help="A run folder (runs/out/<run_id>).")) -> None:
     """Write RUN_DIR's summary.json and report.html again from its results and ledger; print the report's path."""
+    from atelier.runs.cli._common import end_with_outcome
     from atelier.runs.folder.layout import RunFolder, load_run_config
     from atelier.runs.folder.lock import RunFolderLock
-    from atelier.runs.reading.finish import finish_run
+    from atelier.runs.reading.finish import finish_run, stored_budget
 
     folder = RunFolder(run_dir)
     config = load_run_config(run_dir)
     with RunFolderLock(folder.path, "report"):  # not while a run still writes the folder
-        outcome = finish_run(folder, config)
-    for line in outcome.lines():
-        typer.echo(line, err=True)
+        outcome = finish_run(folder, config, budget=stored_budget(folder))
+    code = end_with_outcome(outcome)
     typer.echo(str(folder.report))
+    raise typer.Exit(code)
 
 
 def compare(
@@ -36,16 +38,18 @@ def compare(
         None, "--baseline", help="The run:system the others are tested against (default: the first)."
     ),
 ) -> None:
-    """One table across runs: systems x judges with 95% CIs; paired tests on the cases runs share."""
-    from rich.console import Console
-
+    """One table across runs: systems x judges with 95% CIs; paired tests on the cases runs share.
+    Ends with each run's outcome line; exits as `run` would on the worst of them (0, 3, 130)."""
+    from atelier.runs.cli._common import end_with_outcome, run_outcome, worst_exit
     from atelier.runs.reading.compare import compare_runs, print_comparison, write_comparison_html
 
     comparison = compare_runs(run_dirs, baseline=baseline)
-    print_comparison(comparison, Console())
+    print_comparison(comparison, table_console())
     if html is not None:
         write_comparison_html(comparison, html)
         typer.echo(str(html), err=True)
+    codes = [end_with_outcome(run_outcome(Path(r["dir"])), label=r["label"]) for r in comparison["runs"]]
+    raise typer.Exit(worst_exit(codes))
 
 
 def trace(
@@ -67,12 +71,14 @@ def trace(
     prompt, response, tokens and latency. Keys: n/→/space next, p/← previous, g first, G last, q quit."""
     import sys
 
+    from atelier.runs.cli._common import end_with_outcome, run_outcome
     from atelier.runs.reading.trace import load_trace, step_through
 
     steps = load_trace(run_dir, case_id, system, epoch)
     if interactive is None:
         interactive = sys.stdin.isatty() and sys.stdout.isatty()
     step_through(steps, start=(step or 1) - 1, interactive=interactive, width=10**9 if full else 600)
+    raise typer.Exit(end_with_outcome(run_outcome(run_dir)))
 
 
 def bench_runner(

@@ -5,21 +5,28 @@ by the offline `scripted` model (its own `max_tokens` kept), in a scratch folder
 cache: that measures how many calls each role makes per episode and how long its prompts are. The
 forecast scales this to every episode of the recipe (cases x systems) and prices it per role:
 
-- calls: as measured, per case; when the sample is not every case, from -25% to +50% (cases differ:
-  a judge's call per rubric aspect, a researcher's per source);
-- prompt tokens: as measured, from -25% to +50% (a real model's answers, which later prompts carry
-  — notes, briefs, drafts — are longer or shorter than the scripted model's; and cases differ);
-- completion tokens: bounded by the role's `max_tokens` (the high end) and, at the low end, its
-  typical share of it for a text answer (`TYPICAL_SHARE`) or what the dry run's structured answer
-  took (a structured answer is as short as its schema allows); a role with no `max_tokens` is
-  bounded by its model's maximum output, or `DEFAULT_MAX_TOKENS` when litellm does not know it
-  (said in the forecast);
+- calls: as measured, per case, from -50% to +100% (cases differ, and a real model's answers are not
+  the dry run's: a judge's call per rubric aspect, a researcher's per source, a plan's sub-topics, an
+  agent's loop that runs to its budget);
+- prompt tokens: per call as measured, from -55% to +50% (a real model's answers, which later
+  prompts carry — notes, briefs, drafts — are longer or shorter than the scripted model's; cases
+  differ; and another model's tokenizer counts the same text differently), over the calls' range;
+- completion tokens: modelled per call from its role and kind, never from `max_tokens` (which
+  bounds a completion, and is what a real model rarely reaches): when earlier runs of this recipe
+  on the same model left real calls in their ledgers (the run folder being resumed, or run folders
+  of the recipe under its `out_dir`), what those calls of the role and kind took, from 0.75x their
+  shortest to 1.5x their longest, around their mean; otherwise the role's typical length
+  (`TYPICAL_TEXT_TOKENS`, `TYPICAL_STRUCTURED_TOKENS`: a report, an answer, a JSON verdict) and the
+  dry run's own measurement, from 0.4x the shorter of the two to twice the longer, around the
+  typical length; always capped at the role's `max_tokens` (its model's maximum output, or
+  `DEFAULT_MAX_TOKENS` when litellm does not know it: said in the forecast);
 - prices: the role's own `input_cost_per_token` / `output_cost_per_token`, else litellm's cost map
   (offline copy); `scripted` and local models cost nothing; a model with no known price makes its
   role's and the total's dollars `null`, never `$0`.
 
-Each figure is a low–high range. `[run] budget_usd` (`--budget-usd`) uses the high end per
-episode to decide whether an episode may start.
+Each figure is a low–high range with a point estimate (`point`, where the range is centred on one).
+`[run] budget_usd` (`--budget-usd`) reserves the high end per episode while it runs
+(`runs.execution.budget.Budget`).
 """
 
 from __future__ import annotations
@@ -36,21 +43,44 @@ from atelier.agents.models.settings import ModelSettings, settings_for_role
 from atelier.runs.execution.budget import Budget
 from atelier.runs.folder.recipe import Recipe
 
-TYPICAL_SHARE = 0.25  # of max_tokens a completion uses, at the low end of the range
 DEFAULT_MAX_TOKENS = 4096  # a role with no max_tokens, on a model litellm has no output limit for
 SPREAD = (0.75, 1.5)  # a measured figure scaled to the range's ends
+# calls: an agent's loop (agentic researchers, tool turns) can run to its budget on a real model's
+# answers where the dry run's stopped halfway (16 researcher calls for the dry run's 8), or stop sooner
+CALL_SPREAD = (0.5, 2.0)
+# prompt tokens: as SPREAD, and another model's tokenizer counts the same text differently (a server
+# reporting words, as the test stub does, counts 0.5-0.7x of cl100k's tokens: fewer on JSON)
+PROMPT_SPREAD = (0.45, 1.5)
+# What one completion of a role typically takes when no earlier run says better: a report, an answer,
+# a note; and a JSON answer (a verdict with feedback, a plan, a profile). Priors, replaced by what the
+# recipe's earlier runs on the same model took (`earlier_calls`).
+TYPICAL_TEXT_TOKENS: dict[str, int] = {"writer": 1200, "system": 500, "user_sim": 150}
+DEFAULT_TEXT_TOKENS = 400
+TYPICAL_STRUCTURED_TOKENS: dict[str, int] = {"memory": 300, "planner": 250, "researcher": 250}
+DEFAULT_STRUCTURED_TOKENS = 200  # a judge's verdict with feedback, a clarifying question, ...
+TYPICAL_SPREAD = (0.4, 2.0)  # the prior range: 0.4x the shorter, twice the longer of prior and dry run
 
 
 class Span(BaseModel):
     low: float
     high: float
+    point: float | None = Field(default=None, description="The estimate itself (inside the range).")
 
     @classmethod
-    def of(cls, low: float, high: float, digits: int = 0) -> Span:
-        return cls(low=round(low, digits), high=round(high, digits))
+    def of(cls, low: float, high: float, digits: int = 0, point: float | None = None) -> Span:
+        middle = (low + high) / 2 if point is None else min(max(point, low), high)
+        return cls(low=round(low, digits), high=round(high, digits), point=round(middle, digits))
 
     def __add__(self, other: Span) -> Span:
-        return Span(low=round(self.low + other.low, 6), high=round(self.high + other.high, 6))
+        return Span(
+            low=round(self.low + other.low, 6),
+            high=round(self.high + other.high, 6),
+            point=round(self.estimate + other.estimate, 6),
+        )
+
+    @property
+    def estimate(self) -> float:
+        return self.point if self.point is not None else (self.low + self.high) / 2
 
 
 class Price(BaseModel):
@@ -83,7 +113,13 @@ class CostForecast(BaseModel):
     systems: dict[str, dict[str, Any]]
     total: dict[str, Any]
     per_episode_usd_high: dict[str, float | None] = Field(
-        description="Per system, the most one episode may cost (what a budget reserves before it starts)."
+        description="Per system, the most one episode may cost (what a budget reserves while it runs)."
+    )
+    per_episode_usd: dict[str, float | None] = Field(
+        default_factory=dict, description="Per system, what one episode is expected to cost (the point estimate)."
+    )
+    history_calls: int = Field(
+        default=0, description="Real calls of earlier runs of the recipe its completion lengths were taken from."
     )
     notes: list[str] = Field(default_factory=list)
 
@@ -160,16 +196,92 @@ def _measure(recipe: Recipe, sample: int, run: RunForLedger) -> tuple[list[Any],
         return run(dry, Path(scratch) / "run"), len(dry.cases())
 
 
-def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2) -> CostForecast:
+def completion_span(
+    role: str, entries: list[Any], limit: int, history: dict[tuple[str, str], list[int]]
+) -> tuple[float, float, float]:
+    """The completion tokens of the dry run's calls of one role (one system), as a real model would
+    write them: (low, point, high), each call's within its role's `max_tokens` (see the module's
+    docstring)."""
+    low = point = high = 0.0
+    for entry in entries:
+        kind = "text" if entry.kind == "text" else "structured"
+        seen = history.get((role, kind))
+        if seen:
+            mean = sum(seen) / len(seen)
+            call = (min(seen) * SPREAD[0], mean, max(seen) * SPREAD[1])
+        else:
+            typical = (
+                TYPICAL_TEXT_TOKENS.get(role, DEFAULT_TEXT_TOKENS)
+                if kind == "text"
+                else TYPICAL_STRUCTURED_TOKENS.get(role, DEFAULT_STRUCTURED_TOKENS)
+            )
+            measured = entry.completion_tokens
+            call = (
+                min(typical, measured) * TYPICAL_SPREAD[0],
+                typical,
+                max(typical, measured) * TYPICAL_SPREAD[1],
+            )
+        low += min(call[0], limit)
+        point += min(call[1], limit)
+        high += min(call[2], limit)
+    return low, point, high
+
+
+def earlier_calls(recipe: Recipe, folders: list[Path] | None = None) -> list[Any]:
+    """Real model calls of earlier runs of this recipe (same name): `folders` when given, else every
+    run folder under its `out_dir`. Calls answered by `scripted` are left out (they say nothing of a
+    real model's lengths)."""
+    from atelier.agents.models.ledger import read_ledger
+    from atelier.runs.folder.layout import stored_config
+
+    if folders is None:
+        root = Path(recipe.run.out_dir)
+        folders = sorted(p.parent for p in root.glob("*/config.json")) if root.is_dir() else []
+    calls: list[Any] = []
+    for folder in folders:
+        try:
+            stored = stored_config(folder / "config.json")
+            if stored is None or stored.model_dump()["recipe"].get("name") != recipe.name:
+                continue
+            entries = read_ledger(folder / "ledger.jsonl") if (folder / "ledger.jsonl").exists() else []
+        except Exception:  # noqa: BLE001 - a folder that cannot be read teaches nothing; the priors stand
+            continue
+        calls += [e for e in entries if e.status == "ok" and not e.dry_run and e.system and e.completion_tokens]
+    return calls
+
+
+def _history(recipe: Recipe, calls: list[Any]) -> dict[tuple[str, str], list[int]]:
+    """Completion tokens of earlier real calls by (role, kind), of the model each role uses now."""
+    specs = {s.name: s for s in recipe.systems}
+    out: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for entry in calls:
+        spec = specs.get(entry.system)
+        if spec is None:
+            continue
+        settings = settings_for_role({**recipe.role_models(), **spec.models}, entry.role)
+        if settings.model != entry.model and not entry.model.endswith(settings.model.split("/", 1)[-1]):
+            continue
+        out[(entry.role, "text" if entry.kind == "text" else "structured")].append(entry.completion_tokens)
+    return dict(out)
+
+
+def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2, history: list[Any] | None = None) -> CostForecast:
+    """The forecast of `recipe` (see the module's docstring). `history`: real calls of earlier runs
+    of the recipe (default: those under its `out_dir`, `earlier_calls`)."""
     cases = recipe.cases()
     epochs = recipe.run.epochs  # each epoch makes the calls of one (measured) epoch again
     episodes = len(cases) * len(recipe.systems) * epochs
     ledger, measured_cases = _measure(recipe, min(sample, len(cases)), run)
     per_case = len(cases) * epochs / max(1, measured_cases)  # episodes of each system scale with the cases
-    every_case = measured_cases == len(cases)  # then the calls are as measured, not a range
     notes: list[str] = []
     if not recipe.web.uses_sandbox:
         notes.append(f"prompts measured on the sandbox web, not on {recipe.web.provider}: page texts differ in length")
+    earlier = earlier_calls(recipe) if history is None else history
+    lengths = _history(recipe, earlier)
+    if lengths:
+        notes.append(
+            f"completion lengths from {sum(len(v) for v in lengths.values())} calls of earlier runs of the recipe"
+        )
 
     grouped: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for entry in ledger:
@@ -181,22 +293,35 @@ def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2) -> CostForec
         s.name: {"calls": Span.of(0, 0), "usd": Span.of(0, 0, 6)} for s in recipe.systems
     }
     per_episode_high: dict[str, float | None] = {s.name: 0.0 for s in recipe.systems}
+    per_episode_point: dict[str, float | None] = {s.name: 0.0 for s in recipe.systems}
     specs = {s.name: s for s in recipe.systems}
     for (system, role), entries in sorted(grouped.items()):
         settings = settings_for_role({**recipe.role_models(), **specs[system].models}, role)
         limit, assumed = output_limit(settings)
         price = price_of(settings)
         measured = len(entries) * per_case
-        calls = Span.of(measured, measured) if every_case else Span.of(measured * SPREAD[0], measured * SPREAD[1])
+        # a range even on every case: a real model's answers are not the dry run's (a plan with more
+        # sub-topics, a judge finding more aspects, a researcher reading more pages)
+        calls = Span.of(measured * CALL_SPREAD[0], measured * CALL_SPREAD[1], point=measured)
         prompt = sum(e.prompt_tokens for e in entries) * per_case
-        prompt_span = Span.of(prompt * SPREAD[0], prompt * SPREAD[1])
-        shortest = sum(e.completion_tokens if e.kind != "text" else limit * TYPICAL_SHARE for e in entries) * per_case
-        completion_span = Span.of(shortest * calls.low / measured, calls.high * limit)
+        # per call as PROMPT_SPREAD, over as many calls as the calls' range
+        prompt_span = Span.of(
+            prompt * PROMPT_SPREAD[0] * calls.low / measured,
+            prompt * PROMPT_SPREAD[1] * calls.high / measured,
+            point=prompt,
+        )
+        low, point, high = completion_span(role, entries, limit, lengths)
+        completion_span_ = Span.of(
+            low * per_case * calls.low / measured,
+            high * per_case * calls.high / measured,
+            point=point * per_case,
+        )
         usd = (
             Span.of(
-                prompt_span.low * price.input_per_token + completion_span.low * price.output_per_token,
-                prompt_span.high * price.input_per_token + completion_span.high * price.output_per_token,
+                prompt_span.low * price.input_per_token + completion_span_.low * price.output_per_token,
+                prompt_span.high * price.input_per_token + completion_span_.high * price.output_per_token,
                 6,
+                point=prompt_span.estimate * price.input_per_token + completion_span_.estimate * price.output_per_token,
             )
             if price.input_per_token is not None and price.output_per_token is not None  # price.known
             else None
@@ -204,7 +329,7 @@ def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2) -> CostForec
         if assumed:
             notes.append(
                 f"role {role} ({settings.model}) has no max_tokens and litellm knows no output limit: "
-                f"{DEFAULT_MAX_TOKENS} tokens assumed per completion"
+                f"completions capped at {DEFAULT_MAX_TOKENS} tokens assumed"
             )
         previous = roles.get(role)
         roles[role] = _merged(
@@ -214,7 +339,7 @@ def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2) -> CostForec
                 model=settings.model,
                 calls=calls,
                 prompt_tokens=prompt_span,
-                completion_tokens=completion_span,
+                completion_tokens=completion_span_,
                 max_tokens=limit,
                 max_tokens_assumed=assumed,
                 price=price,
@@ -224,10 +349,11 @@ def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2) -> CostForec
         systems[system]["calls"] = systems[system]["calls"] + calls
         if usd is None or systems[system]["usd"] is None:
             systems[system]["usd"] = None
-            per_episode_high[system] = None
+            per_episode_high[system] = per_episode_point[system] = None
         else:
             systems[system]["usd"] = systems[system]["usd"] + usd
             per_episode_high[system] = (per_episode_high[system] or 0.0) + usd.high / (len(cases) * epochs)
+            per_episode_point[system] = (per_episode_point[system] or 0.0) + usd.estimate / (len(cases) * epochs)
 
     priced = [r.usd for r in roles.values()]
     known = [u for u in priced if u is not None]
@@ -247,6 +373,8 @@ def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2) -> CostForec
         systems=systems,
         total=total,
         per_episode_usd_high={k: (round(v, 6) if v is not None else None) for k, v in per_episode_high.items()},
+        per_episode_usd={k: (round(v, 6) if v is not None else None) for k, v in per_episode_point.items()},
+        history_calls=sum(len(v) for v in lengths.values()),
         notes=list(dict.fromkeys(notes)),
     )
 
@@ -280,10 +408,11 @@ def format_usd(span: Span | None) -> str:
 # ----------------------------------------------------------------------------- the budget
 
 
-def plan_budget(recipe: Recipe, run: RunForLedger) -> Budget | None:
+def plan_budget(recipe: Recipe, run: RunForLedger, folder: Path | None = None) -> Budget | None:
     """The run's budget with each system's reservation per episode, or None when it has none. A
     budget over a model with no known price is refused (ConfigError), before any call: it could not
-    be kept. Runs the forecast's scripted dry run (no provider call)."""
+    be kept. Runs the forecast's scripted dry run (no provider call); completion lengths come from
+    earlier runs of the recipe, `folder` (the run folder, when resumed) among them."""
     from atelier.benchmarks.common.errors import ConfigError
 
     limit = recipe.run.budget_usd
@@ -299,7 +428,10 @@ def plan_budget(recipe: Recipe, run: RunForLedger) -> Budget | None:
                     "is unknown, so no budget can be kept; set input_cost_per_token and output_cost_per_token "
                     f"in [models.{role}], or run without a budget"
                 )
-    predicted = forecast(recipe, run=run)
+    folders = sorted(p.parent for p in Path(recipe.run.out_dir).glob("*/config.json"))
+    if folder is not None and folder.resolve() not in {f.resolve() for f in folders}:
+        folders.append(folder)
+    predicted = forecast(recipe, run=run, history=earlier_calls(recipe, folders))
     unpriced = {name: usd for name, usd in predicted.per_episode_usd_high.items() if usd is None}
     if unpriced:
         raise ConfigError(
@@ -308,4 +440,4 @@ def plan_budget(recipe: Recipe, run: RunForLedger) -> Budget | None:
             "output_cost_per_token for them, or run without a budget"
         )
     per_episode = {name: float(usd or 0.0) for name, usd in predicted.per_episode_usd_high.items()}
-    return Budget(limit, per_episode)
+    return Budget(limit, per_episode, expected_usd={k: float(v or 0.0) for k, v in predicted.per_episode_usd.items()})

@@ -2,7 +2,8 @@
 
 `[run] epochs = k` runs each (case, system) k times, each epoch with seeds of its own
 (`epoch_context`); `[run] budget_usd` starts no episode that could take spend past it
-(`runs.cost.Budget`: each episode reserves its forecast high end until it ends).
+(`runs.execution.budget.Budget`: each episode reserves its forecast high end until it ends; one that
+does not fit waits for the episodes in flight).
 
 Episodes run concurrently (bounded by `run.concurrency`; each model further bounded by its own
 settings) on the recipe's executor: asyncio in this process, or a Ray cluster (`runs/execution/executors/`).
@@ -160,7 +161,9 @@ class Runner:
         check_hidden_facets(cases, recipe.systems)
         # a budget over an unknown price is refused before any call; the forecast's dry run calls no provider
         budget = (
-            await asyncio.to_thread(plan_budget, recipe, dry_run_ledger) if recipe.run.budget_usd is not None else None
+            await asyncio.to_thread(plan_budget, recipe, dry_run_ledger, self.folder.path)
+            if recipe.run.budget_usd is not None
+            else None
         )
         if self.preflight:  # models answer, keys, data, judge fit, the web: or nothing starts
             passed = await preflight(recipe, cases)
@@ -223,12 +226,17 @@ class Runner:
 
                 async def one(case: Case, system: SystemSpec, epoch: int) -> ResultRecord | None:
                     async with limit:
-                        reservation = budget.reserve(system.name) if budget is not None else 0.0
+                        reservation = await budget.reserve(system.name) if budget is not None else 0.0
                         if reservation is None:  # the budget cannot hold it: not started, left for a resume
                             return None
-                        record = await executor.run(Episode(case, system, epoch_contexts[(system.name, epoch)]))
+                        try:
+                            record = await executor.run(Episode(case, system, epoch_contexts[(system.name, epoch)]))
+                        except BaseException:
+                            if budget is not None:  # what it spent is unknown: its whole reservation
+                                budget.release(reservation, None)
+                            raise
                         if budget is not None:
-                            budget.settle(reservation, record.cost_usd)
+                            await budget.settle(reservation, record.cost_usd)
                     if record.ok:
                         saver.drop_pending_writes(record.key)  # and commits: its checkpoints are on disk first
                     await asyncio.to_thread(results.append, record)  # its fsync must not stall other episodes
@@ -239,13 +247,15 @@ class Runner:
                     kept = stored.model_copy(update={"judgments": [], "scores": {}}) if judgments_changed else stored
                     context = epoch_contexts[(stored.system, stored.epoch)]
                     async with limit:
-                        reservation = budget.reserve(stored.system) if budget is not None else 0.0
+                        reservation = await budget.reserve(stored.system) if budget is not None else 0.0
                         if reservation is None:
                             return None
                         with capture_calls() as calls:
-                            record = kept.with_judgments(await judge_again(case, stored, context, judges))
-                        if budget is not None:
-                            budget.settle(reservation, spent_in(calls))
+                            try:
+                                record = kept.with_judgments(await judge_again(case, stored, context, judges))
+                            finally:
+                                if budget is not None:
+                                    await budget.settle(reservation, spent_in(calls))
                     await asyncio.to_thread(results.append, record)
                     return record
 

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from atelier.benchmarks.common.degradation import counts_by_kind
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.redaction import active_redactor
 from atelier.runs.folder.results import ResultRecord, ResultsFile
@@ -163,10 +164,10 @@ def compare_runs(run_dirs: list[Path], *, baseline: str | None = None, seed: int
                     "dry_run": run["summary"].get("dry_run", False),
                     "n": stats["n"],
                     "errors": stats["errors"],
-                    # what degraded in the system's steps (and in how many episodes): a score on less web or
-                    # less memory than asked for is no improvement, whatever its value
-                    "degraded": stats.get("degraded", {}),
-                    "degraded_episodes": stats.get("degraded_episodes", 0),
+                    # what degraded (and in how many episodes), every kind: memory, the system's steps and
+                    # its judges'; a score on less web or less memory than asked for, or from a gated judge,
+                    # is no improvement, whatever its value
+                    **_degraded_of(run["records"], system),
                     "judges": {j: stats["judges"].get(j) for j in judges},
                     "cost": format_cost(calls) if calls else "–",
                     "scores": {j: _scores(run["records"], system, j) for j in judges},
@@ -198,6 +199,16 @@ def compare_runs(run_dirs: list[Path], *, baseline: str | None = None, seed: int
         "baseline": base["id"],
         "correction": CORRECTION,
         "comparisons": adjust(rows),
+    }
+
+
+def _degraded_of(records: list[ResultRecord], system: str) -> dict[str, Any]:
+    """Every degradation kind of `system`'s episodes (memory, pipeline, judges) with its count, and
+    how many episodes degraded."""
+    mine = [r for r in records if r.system == system and r.ok]
+    return {
+        "degraded": counts_by_kind(d for r in mine for d in r.degraded),
+        "degraded_episodes": sum(1 for r in mine if r.degraded),
     }
 
 
@@ -246,7 +257,7 @@ def print_comparison(comparison: dict[str, Any], console) -> None:
 
     table = Table(title="systems x judges: mean [95% CI] n")
     for column in ("run", "system", *comparison["judges"], "failed", "degraded", "system cost"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # a name wraps on a narrow terminal, never cut
     for e in comparison["entries"]:
         table.add_row(
             e["run"],
@@ -274,7 +285,7 @@ def print_comparison(comparison: dict[str, Any], console) -> None:
         f"(p adjusted together: {comparison['correction']})"
     )
     for column in ("judge", "entry", "pairs", "difference", "95% CI", "p", "adjusted p"):
-        paired.add_column(column)
+        paired.add_column(column, overflow="fold")
     for c in comparison["comparisons"]:
         paired.add_row(
             c["judge"],

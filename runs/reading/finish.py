@@ -54,6 +54,68 @@ def run_cases(config: dict[str, Any]) -> dict[str, Case]:
     return {case.id: case for case in loaded if case.id in wanted}
 
 
+class StoredBudget:
+    """The budget a run's summary.json recorded (`budget`), for a command that writes its summary
+    again (`atelier report`): what it spent and whether it stopped the run are kept."""
+
+    def __init__(self, stored: dict[str, Any]) -> None:
+        self.stored = stored
+
+    @property
+    def reached(self) -> bool:
+        return bool(self.stored.get("reached"))
+
+    def line(self) -> str:
+        return (
+            f"budget reached: spent ${float(self.stored.get('spent_usd') or 0):.4f} of "
+            f"${float(self.stored.get('limit_usd') or 0):.4f}; resume with a larger --budget-usd"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.stored)
+
+
+def stored_budget(folder: RunFolder) -> StoredBudget | None:
+    """The budget the folder's summary.json recorded, if any."""
+    summary = _stored_summary(folder)
+    return StoredBudget(summary["budget"]) if isinstance(summary.get("budget"), dict) else None
+
+
+def _stored_summary(folder: RunFolder) -> dict[str, Any]:
+    import json
+
+    try:
+        loaded = json.loads(folder.summary.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def folder_outcome(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
+    """How the run in `folder` ended, from what it holds (results.jsonl; summary.json for the paper
+    numbers it could not measure and its budget), writing nothing: what every command that reports
+    on a run ends with (`RunOutcome.lines`, `exit_code`), as `atelier run` does."""
+    outcome = _outcome(folder, config)
+    summary = _stored_summary(folder)
+    outcome.unmeasured = [f"{row['row']} / {row['metric']}" for row in summary.get("paper") or [] if not row.get("n")]
+    budget = stored_budget(folder)
+    if budget is not None and budget.reached:
+        outcome.budget_reached = budget.line()
+    return outcome
+
+
+def _outcome(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
+    recipe = config["recipe"]
+    judge_objects = [create_judge(j) for j in recipe["judges"]]
+    keys = expected_keys(config["cases"], [s["name"] for s in recipe["systems"]], run_epochs(config))
+    wanted = set(keys)
+    records = [r for k, r in ResultsFile(folder.results).load().items() if k in wanted]
+    baselines = {j.key: j.baseline for j in judge_objects if isinstance(j, ComparativeJudge)}
+    return outcome_of(
+        records, keys, [j.key for j in judge_objects], baselines=baselines, tolerate=recipe["run"].get("tolerate", [])
+    )
+
+
 def finish_run(
     folder: RunFolder, config: dict[str, Any], cases: list[Case] | None = None, *, budget: BudgetState | None = None
 ) -> RunOutcome:

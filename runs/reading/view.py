@@ -60,6 +60,9 @@ class EpisodeRow(BaseModel):
     scores: dict[str, float | None] = Field(default_factory=dict)
     degraded: dict[str, int] = Field(default_factory=dict, description="Degraded steps by kind.")
     latency_s: float | None = None
+    resumed_from: str | None = Field(
+        default=None, description="The step a later process resumed the episode at (it was stopped before)."
+    )
     calls: int = 0
     tokens: int = 0
     page: str = Field(description="The episode's page, relative to the index.")
@@ -118,6 +121,10 @@ class EpisodeView(BaseModel):
     lanes: list[str]
     steps: list[StepView]
     span_s: float
+    stopped_s: float = Field(
+        default=0.0, description="A resumed episode: the time it stood stopped, left out of the timeline."
+    )
+    stopped_at: float | None = Field(default=None, description="Where on the timeline (%) the stop was cut out.")
     trace_error: str | None = Field(default=None, description="Why there are no steps (the episode never started).")
     record: dict[str, Any] | None = Field(default=None, description="The result line, as JSON.")
 
@@ -167,6 +174,7 @@ class RunViewData:
                     scores=dict(record.scores) if record else {},
                     degraded=dict(Counter(d.kind for d in record.degraded for _ in range(d.count))) if record else {},
                     latency_s=record.latency_s if record else None,
+                    resumed_from=record.resumed_from if record else None,
                     calls=len(calls),
                     tokens=sum(e.prompt_tokens + e.completion_tokens for e in calls),
                     page=f"{EPISODES_DIR}/{episode_page(key)}",
@@ -196,11 +204,15 @@ class RunViewData:
         except ConfigError as exc:  # no checkpoints for it: the page says why its timeline is empty
             return EpisodeView(row=row, lanes=[], steps=[], span_s=0.0, trace_error=str(exc), record=self._record(row))
         lanes, views = self._steps(steps, row.key)
+        stop = _stop(views) if row.resumed_from else None
+        span, stopped_at = _layout(views, stop)
         return EpisodeView(
             row=row,
             lanes=lanes,
             steps=views,
-            span_s=_layout(views),
+            span_s=span,
+            stopped_s=round(stop[1] - stop[0], 3) if stop else 0.0,
+            stopped_at=stopped_at,
             record=self._record(row),
         )
 
@@ -291,18 +303,39 @@ def _call_view(entry: LedgerEntry, messages: list[dict[str, Any]] | None, answer
     )
 
 
-def _layout(steps: list[StepView]) -> float:
-    """Place steps and calls on the timeline (% of the episode's span); the span in seconds."""
+def _stop(steps: list[StepView]) -> tuple[float, float] | None:
+    """A resumed episode's stop: the longest stretch between two moments of its record (a checkpoint
+    written, a call started or returned) — the process that ran it was stopped there, and the one
+    that resumed it started at its end. None when it has no two moments."""
+    moments = sorted({s.end for s in steps} | {t for s in steps for c in s.calls for t in (c.start, c.end)})
+    gaps = [(later - earlier, earlier, later) for earlier, later in zip(moments, moments[1:])]
+    if not gaps:
+        return None
+    _, earlier, later = max(gaps)
+    return earlier, later
+
+
+def _layout(steps: list[StepView], stop: tuple[float, float] | None = None) -> tuple[float, float | None]:
+    """Place steps and calls on the timeline (% of the episode's span), with a resumed episode's stop
+    cut out (a step that spans it keeps the work on each side); the span in seconds, and where (%)
+    the stop was cut (None: no stop)."""
     if not steps:
-        return 0.0
+        return 0.0, None
     items: list[StepView | CallView] = [*steps, *(c for s in steps for c in s.calls)]
     t0 = min(item.start for item in items)
-    span = max(item.end for item in items) - t0
+
+    def at(t: float) -> float:
+        """Seconds of work from t0 to t: the stop does not count."""
+        if stop is None or t <= stop[0]:
+            return t - t0
+        return t - t0 - (min(t, stop[1]) - stop[0])
+
+    span = max(at(item.end) for item in items)
     scale = 100 / span if span > 0 else 0.0
     for item in items:
-        item.left = round((item.start - t0) * scale, 3)
-        item.width = round(max((item.end - item.start) * scale, 0.0), 3)
-    return span
+        item.left = round(at(item.start) * scale, 3)
+        item.width = round(max((at(item.end) - at(item.start)) * scale, 0.0), 3)
+    return span, (round(at(stop[0]) * scale, 3) if stop is not None else None)
 
 
 # ----------------------------------------------------------------------------- rendering

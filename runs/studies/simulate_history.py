@@ -40,6 +40,7 @@ from atelier.agents.models.gateway import Gateway, ModelCallError
 from atelier.agents.models.ledger import Ledger, call_tags
 from atelier.agents.models.settings import ModelSettings
 from atelier.agents.user_sim import HistoryOptions, check_protocol, check_reversibility, synthesize_history
+from atelier.agents.user_sim.contradiction import judge_contradictions
 from atelier.agents.user_sim.history import (
     SynthesisEvent,
     TraitReport,
@@ -50,7 +51,7 @@ from atelier.agents.user_sim.history import (
     plan_history,
     trait_reports,
 )
-from atelier.agents.user_sim.protocol import problem_kind
+from atelier.agents.user_sim.protocol import person_text, problem_kind, record_items
 from atelier.agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED, reversibility_problems
 from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.errors import ConfigError, DataError
@@ -134,6 +135,18 @@ async def record_figures(
     cited. A checker that fails is recorded as the reason the gate is not passed."""
     figures: dict[str, Any] = {}
     attribution = None
+    contradicted: dict[str, str] | None = None
+    if reversibility:  # a checker model is given: it also judges contradictions with the persona
+        try:
+            with call_tags(node="contradictions"):
+                contradicted = await judge_contradictions(
+                    gateway,
+                    "history_checker",
+                    attributes,
+                    [(i, person_text(item)) for i, item in record_items(record)],
+                )
+        except ModelCallError as exc:
+            figures["reversibility_problems"] = [f"reversibility: the contradiction check failed: {exc}"]
     if reversibility:
         try:
             with call_tags(node="reversibility"):
@@ -141,13 +154,23 @@ async def record_figures(
                     gateway, attributes, context_history(record), max_tokens_ceiling=max_tokens_ceiling
                 )
         except ModelCallError as exc:
-            figures["reversibility_problems"] = [f"reversibility: the check failed: {exc}"]
+            figures["reversibility_problems"] = [
+                *figures.get("reversibility_problems", []),
+                f"reversibility: the check failed: {exc}",
+            ]
         else:
             figures["reversibility"] = report.model_dump()
-            figures["reversibility_problems"] = reversibility_problems(report, min_recovered)
+            figures["reversibility_problems"] = [
+                *figures.get("reversibility_problems", []),
+                *reversibility_problems(report, min_recovered),
+            ]
             attribution = report.evidence
     figures["protocol"] = check_protocol(
-        attributes, record, rules=history_rules(attributes, language), attribution=attribution
+        attributes,
+        record,
+        rules=history_rules(attributes, language),
+        attribution=attribution,
+        contradicted=contradicted,
     ).model_dump()
     return dict(sorted(figures.items(), key=lambda kv: kv[0] != "protocol"))
 
