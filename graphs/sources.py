@@ -55,7 +55,7 @@ class SourceStore:
         sha = text_sha256(text)
         if self._recent.get(sha) is not None:  # written or read by this store already: on disk
             return sha
-        write_if_absent(self._path(sha), text)
+        write_if_absent(self._path(sha), text, redact=False)  # named by the sha256 of this very text
         self._recent[sha] = text
         return sha
 

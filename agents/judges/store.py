@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from atelier.benchmarks.common.redaction import active_redactor
+
 _inflight: dict[tuple[int, str], asyncio.Future] = {}
 _inflight_lock = threading.Lock()
 
@@ -96,7 +98,8 @@ def _write_once(path: Path, record: dict[str, Any]) -> dict[str, Any]:
     """Write `record` unless the file exists; return what the file holds afterwards."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(record, ensure_ascii=False, indent=1), encoding="utf-8")
+    text = active_redactor().redact(json.dumps(record, ensure_ascii=False, indent=1))  # shared: never a key
+    tmp.write_text(text, encoding="utf-8")
     try:
         os.link(tmp, path)  # atomic and refuses to overwrite: the first writer wins
     except FileExistsError:

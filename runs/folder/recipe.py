@@ -38,6 +38,7 @@ from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.json_input import validate_strictly
 from atelier.benchmarks.common.named_registry import NamedRegistry, UnknownNameError
 from atelier.benchmarks.common.plugins import PluginError
+from atelier.benchmarks.common.redaction import learn_secrets
 from atelier.benchmarks.registry import BENCHMARKS, get_benchmark, load_cases
 from atelier.benchmarks.rj_pairs import with_rj_pairs
 from atelier.graphs.context import SystemSpec
@@ -441,7 +442,9 @@ class _CheckedRecipe(Protocol):
 
 
 def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | None = None) -> Recipe:
-    """Validate recipe data strictly, as TOML spells it (`concurrency = true` is not a number)."""
+    """Validate recipe data strictly, as TOML spells it (`concurrency = true` is not a number). The
+    command's redactor learns the recipe's keys first: no message about it may show one."""
+    learn_secrets(data)
     _check_values(data, source)
     data = cases_file_as_benchmark(data, source, text)
     load_plugins(data, source, text)
