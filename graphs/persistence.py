@@ -33,6 +33,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.redaction import Redactor, active_redactor
 from atelier.graphs.serde import serializer
@@ -222,6 +223,7 @@ def connect_checkpoints(path: Path) -> sqlite3.Connection:
     if path.is_dir():
         raise DataError("is a folder, not a checkpoint database: move it away to go on", file=path)
     try:
+        no_follow.refuse_links(*no_follow.sqlite_files(path))  # SQLite would open a link as the database
         return sqlite3.connect(str(path), check_same_thread=False)
     except sqlite3.DatabaseError as exc:
         raise unreadable(path, exc) from None

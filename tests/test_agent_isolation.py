@@ -618,15 +618,24 @@ def planted():
 
 
 async def run_job(folder: Path, env: dict, isolation: str, attempts: list[str], **probe) -> tuple[int | None, dict]:
-    folder.mkdir(exist_ok=True)
+    await asyncio.to_thread(folder.mkdir, exist_ok=True)
     code = await launcher.run_agent_job(
-        None, AGENT, write_job(folder, attempts, **probe), folder / "output.json", folder / "agent.log", env, 120, isolation
+        None,
+        AGENT,
+        write_job(folder, attempts, **probe),
+        folder / "output.json",
+        folder / "agent.log",
+        env,
+        120,
+        isolation,
     )
     output = folder / "output.json"
     return code, json.loads(json.loads(output.read_text())["report"]) if output.exists() else {}
 
 
-async def attack_beside_a_concurrent_job(folder: Path, env: dict, isolation: str, planted: Planted, attempts: list[str]):
+async def attack_beside_a_concurrent_job(
+    folder: Path, env: dict, isolation: str, planted: Planted, attempts: list[str]
+):
     """A job (`victim`) waits while another (`attacker`) tries everything in `attempts` against the
     planted files, sockets, the victim and the agent server; then the victim is released."""
     victim_folder, attacker_folder = folder / "victim", folder / "attacker"

@@ -382,9 +382,15 @@ def test_a_key_in_the_api_base_query_or_in_any_header_and_its_encoded_echoes_are
     with OpenAIStub(quote_keys_on=ECHOED_ON) as stub:
         recipe = tmp_path / "recipe.toml"
         text = recipe_text(f"{stub.base_url}?api-key={quote(QUERY_KEY, safe='')}", f'api_key = "{KEY}"')
-        recipe.write_text(text.replace("max_retries = 0\n", f"max_retries = 0\nextra = {{ extra_headers = {{ {headers} }} }}\n"))
-        code, out, err = atelier(capsys, monkeypatch, "run", str(recipe), "--no-progress", "--out", str(tmp_path / "run"))
-        quoted = [r for r in stub.requests if ECHOED_ON in json.dumps(r["body"]) and not r["body"].get("response_format")]
+        recipe.write_text(
+            text.replace("max_retries = 0\n", f"max_retries = 0\nextra = {{ extra_headers = {{ {headers} }} }}\n")
+        )
+        code, out, err = atelier(
+            capsys, monkeypatch, "run", str(recipe), "--no-progress", "--out", str(tmp_path / "run")
+        )
+        quoted = [
+            r for r in stub.requests if ECHOED_ON in json.dumps(r["body"]) and not r["body"].get("response_format")
+        ]
     assert code in (0, 3), err
     assert quoted, "the model never repeated the keys: the test would prove nothing"
     results = (tmp_path / "run" / "results.jsonl").read_text()

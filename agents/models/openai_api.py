@@ -425,6 +425,17 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+def checked_host(host: str, public: bool, why: str) -> None:
+    """Refuse to listen beyond this machine unless asked to in so many words (`--public`): `why`
+    says what a stranger reaching the server would get (`gateway serve`, `view`)."""
+    from atelier.benchmarks.common.errors import ConfigError
+
+    if not public and not is_loopback_host(host):
+        raise ConfigError(
+            f"--host {host}: not a loopback address; {why}, so serving beyond this machine needs --public"
+        )
+
+
 def loopback_hosts(port: int) -> frozenset[str]:
     """The Host headers a loopback server on `port` answers (the bare names too on port 80)."""
     names = {f"{name}:{port}" for name in LOOPBACK_NAMES}

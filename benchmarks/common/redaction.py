@@ -40,9 +40,9 @@ import html
 import json
 import os
 import re
-from urllib.parse import quote, quote_plus, unquote, urlsplit
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
+from urllib.parse import quote, quote_plus, unquote, urlsplit
 
 from pydantic import BaseModel, SecretBytes, SecretStr
 

@@ -49,8 +49,8 @@ import functools
 import itertools
 import json
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile

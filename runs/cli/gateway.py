@@ -41,15 +41,9 @@ def checked_token(token: str | None) -> tuple[str, bool]:
 
 
 def checked_host(host: str, public: bool) -> None:
-    """Refuse to listen beyond this machine unless asked to in so many words (`--public`)."""
-    from atelier.agents.models.openai_api import is_loopback_host
-    from atelier.benchmarks.common.errors import ConfigError
+    from atelier.agents.models.openai_api import checked_host as refuse_beyond_loopback
 
-    if not public and not is_loopback_host(host):
-        raise ConfigError(
-            f"--host {host}: not a loopback address; whoever reaches the gateway spends its provider "
-            "key, so serving beyond this machine needs --public as well"
-        )
+    refuse_beyond_loopback(host, public, "whoever reaches the gateway spends its provider key")
 
 
 def serve(

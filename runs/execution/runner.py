@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from atelier.agents.judges.base import Judge, check_judge_fit, create_judge
 from atelier.agents.models.ledger import LedgerEntry, call_tags, capture_calls, read_ledger
 from atelier.benchmarks.case import Case
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl
 from atelier.benchmarks.common.offline import apply_offline_defaults
@@ -185,7 +186,7 @@ class Runner:
         if passed is not None:
             self.say(f"preflight ok ({passed.seconds:.1f} s)")
         if passed is not None and passed.calls:
-            with self.folder.ledger.open("a", encoding="utf-8") as fh:  # the probes cost what calls cost
+            with no_follow.open_file(self.folder.ledger, "a") as fh:  # the probes cost what calls cost
                 fh.writelines(
                     self.redactor.redact(e.model_copy(update={"run_id": self.run_id}).model_dump_json()) + "\n"
                     for e in passed.calls

@@ -13,8 +13,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.errors import ConfigError
-from atelier.benchmarks.common.redaction import active_redactor
 from atelier.runs.folder.results import ResultRecord, ResultsFile
 from atelier.runs.reading.comparisons import CORRECTION, adjust, paired_row
 from atelier.runs.reading.report import Point, ci_text, dot_plot, response_parts
@@ -30,7 +31,7 @@ def _load(run_dir: Path) -> dict[str, Any]:
     folder = RunFolder(Path(run_dir))
     if not folder.summary.exists():
         raise ConfigError(f"{run_dir} has no summary.json yet; write it with `atelier report {run_dir}`")
-    summary = json.loads(folder.summary.read_text(encoding="utf-8"))
+    summary = json.loads(no_follow.read_text(folder.summary))
     wanted = set(config["cases"])
     records = [r for r in ResultsFile(folder.results).load().values() if r.case_id in wanted]
     return {"dir": str(run_dir), "run_id": config["run_id"], "config": config, "summary": summary, "records": records}
@@ -298,4 +299,4 @@ def write_comparison_html(comparison: dict[str, Any], path: str | Path) -> None:
     html = env.get_template("compare.html.j2").render(
         c=comparison, charts=comparison_charts(comparison), excerpt_chars=EXCERPT_CHARS
     )
-    Path(path).write_text(active_redactor().redact(html), encoding="utf-8")
+    write_atomically(path, html)  # keys redacted; a link in its place is replaced, not written through

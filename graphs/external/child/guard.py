@@ -42,8 +42,8 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
-import json
 import ipaddress
+import json
 import os
 import signal
 import socket
@@ -164,7 +164,9 @@ def interpreter_paths() -> list[str]:
     return sorted(p for p in paths if p and os.path.exists(p))
 
 
-def _mount(libc: ctypes.CDLL, source: str | None, target: str, kind: str | None, flags: int, data: bytes | None = None) -> None:
+def _mount(
+    libc: ctypes.CDLL, source: str | None, target: str, kind: str | None, flags: int, data: bytes | None = None
+) -> None:
     _check(
         libc.mount(source.encode() if source else None, target.encode(), kind.encode() if kind else None, flags, data),
         f"mount {source or kind} on {target}",
@@ -345,7 +347,9 @@ def enter(port: int, socket_path: str, writable: list[str], read_only: list[str]
     the job's init (PID 1) forwards 127.0.0.1:`port` to the Unix socket `socket_path`. The job sees
     `writable` read-write, `read_only` (and the system's files) read-only, nothing else."""
     libc = _libc()
-    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC), "unshare (mounts, network, PIDs, IPC)")
+    _check(
+        libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC), "unshare (mounts, network, PIDs, IPC)"
+    )
     sources = _open_sources(writable, [*read_only, os.path.dirname(socket_path)])  # of this mount namespace
     sys.stdout.flush()
     sys.stderr.flush()
@@ -397,7 +401,9 @@ def probe() -> None:
         raise SystemExit("atelier boundary probe: the job's root can be written")
     except OSError as exc:
         if exc.errno != errno.EROFS:
-            raise SystemExit(f"atelier boundary probe: writing the job's root failed otherwise than read-only: {exc}") from exc
+            raise SystemExit(
+                f"atelier boundary probe: writing the job's root failed otherwise than read-only: {exc}"
+            ) from exc
     seen = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
     if seen != [1, os.getpid()]:
         raise SystemExit(f"atelier boundary probe: the job sees processes {seen}, not only its init and itself")
