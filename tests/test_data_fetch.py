@@ -64,7 +64,11 @@ def test_release(monkeypatch, tmp_path, upstream):
 
     def register(name: str) -> DataFile:
         entry = DataFile(
-            relpath="testset/records.jsonl", url=f"{upstream}/{name}", sha256=sha(RELEASE_BYTES), dataset="testset"
+            relpath="testset/records.jsonl",
+            url=f"{upstream}/{name}",
+            sha256=sha(RELEASE_BYTES),
+            dataset="testset",
+            upstream_bytes=len(RELEASE_BYTES),
         )
         monkeypatch.setitem(data_files._FILES, entry.relpath, entry)
         return entry
