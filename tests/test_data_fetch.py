@@ -159,7 +159,7 @@ def test_data_check_option_checks_a_users_own_download():
 def test_data_check_option_fails_on_a_download_that_is_not_there(tmp_path):
     missing = tmp_path / "no-such-download"
     failed = CliRunner().invoke(app, ["data", "check", "bespoke", "--option", f"data_dir={missing}"])
-    assert failed.exit_code == 1
+    assert failed.exit_code == 2
     assert f"FAIL  benchmark bespoke split all: option data_dir={missing} is not a directory" in failed.output
 
 

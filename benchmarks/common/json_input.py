@@ -35,6 +35,8 @@ def parse_json(text: str | bytes, *, file: str | Path | None = None, line: int |
         raise DataError("invalid JSON: nested too deeply to parse", file=file, line=line) from None
     except UnicodeDecodeError as exc:
         raise DataError(f"not valid UTF-8 at byte {exc.start}", file=file, line=line) from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4300), ...
+        raise DataError(f"invalid JSON: {exc}", file=file, line=line) from None
 
 
 def read_json_file(path: str | Path, *, follow_links: bool = True) -> Any:

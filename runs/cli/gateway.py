@@ -67,6 +67,9 @@ def serve(
         None, "--token", envvar=TOKEN_ENV, help="The API key clients must send (default: a new one, printed at start)."
     ),
     max_body_bytes: int = typer.Option(8 * 2**20, "--max-body-bytes", min=1, help="The largest request body taken."),
+    body_timeout_s: float = typer.Option(
+        60.0, "--body-timeout-s", min=0.1, help="Seconds a request body may take to arrive (a slower one: 408)."
+    ),
     ledger: Path = typer.Option(
         Path("runs/out/gateway/ledger.jsonl"), "--ledger", help="Where the ledger is appended."
     ),
@@ -144,7 +147,7 @@ def serve(
     app = Starlette(routes=routes, lifespan=lifespan)
     server = AsgiServer(app, host, port, lifespan="on")  # bound here: the port is known
     hosts = None if public else loopback_hosts(server.port) | ({PAGES_HOST} if web else set())
-    app.add_middleware(RequestGuard, hosts=hosts, max_body_bytes=max_body_bytes)
+    app.add_middleware(RequestGuard, hosts=hosts, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
     if web:
         from atelier.tools.config import SandboxConfig, WebConfig
         from atelier.tools.web import build_web

@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import re
 import tomllib
+from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -456,9 +457,12 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
     except ConfigError as exc:  # raised as is by validators that know their own field ([web])
         raise ConfigError(f"invalid recipe: {source}: {exc}") from None
     names = [s.name for s in checked.systems]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    folded = Counter(n.casefold() for n in names)  # a folder each: `A` and `a` are one on many file systems
+    duplicates = sorted({n for n in names if folded[n.casefold()] > 1})
     if duplicates:
-        raise ConfigError(f"{source}: systems: names must be unique; repeated: {', '.join(duplicates)}")
+        raise ConfigError(
+            f"{source}: systems: names must be unique (ignoring case); repeated: {', '.join(map(repr, duplicates))}"
+        )
     _check_report(checked.report, names, [j.name for j in checked.judges], source)
     resolved = checked.model_dump(mode="python")
     for row in resolved["report"]["paper"]:  # beside the paper's own system, when this run has it

@@ -83,6 +83,11 @@ class ResultRecord(BaseModel):
         "None when a call had no price or the record predates it.",
     )
     finished_at: float = 0.0
+    made_by: str | None = Field(
+        default=None,
+        description="The digest of the system identity that made this output (`runs.folder.resume.output_digest`): "
+        "a resumed run refuses an output another recipe made. None in records written before it was kept.",
+    )
 
     @property
     def ok(self) -> bool:

@@ -245,17 +245,21 @@ def degraded_text(entry: dict[str, Any]) -> str:
 def print_comparison(comparison: dict[str, Any], console) -> None:
     from rich.table import Table
 
+    from atelier.runs.reading.terminal_text import cells
+
     table = Table(title="systems x judges: mean [95% CI] n")
     for column in ("run", "system", *comparison["judges"], "failed", "degraded", "system cost"):
         table.add_column(column)
     for e in comparison["entries"]:
         table.add_row(
-            e["run"],
-            e["system"] + (" (dry run)" if e["dry_run"] else ""),
-            *(_mean_ci(e["judges"][j]) for j in comparison["judges"]),
-            str(e["errors"]),
-            degraded_text(e),
-            e["cost"],
+            *cells(
+                e["run"],
+                e["system"] + (" (dry run)" if e["dry_run"] else ""),
+                *(_mean_ci(e["judges"][j]) for j in comparison["judges"]),
+                str(e["errors"]),
+                degraded_text(e),
+                e["cost"],
+            )
         )
     console.print(table)
     differing = [row["key"] for row in comparison["config_diff"]["rows"] if row["differs"]]
@@ -278,13 +282,15 @@ def print_comparison(comparison: dict[str, Any], console) -> None:
         paired.add_column(column)
     for c in comparison["comparisons"]:
         paired.add_row(
-            c["judge"],
-            c["entry"],
-            str(c["n"]),
-            f"{c['mean_difference']:+.3f}",
-            f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}]",
-            f"{c['permutation_p']:.3g}" if c["permutation_p"] is not None else "–",
-            (f"{c['p_adjusted']:.3g}" + (" *" if c["significant"] else "")) if c["p_adjusted"] is not None else "–",
+            *cells(
+                c["judge"],
+                c["entry"],
+                str(c["n"]),
+                f"{c['mean_difference']:+.3f}",
+                f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}]",
+                f"{c['permutation_p']:.3g}" if c["permutation_p"] is not None else "–",
+                (f"{c['p_adjusted']:.3g}" + (" *" if c["significant"] else "")) if c["p_adjusted"] is not None else "–",
+            )
         )
     console.print(paired)
 
