@@ -12,7 +12,12 @@ a link, `[1](https://...)`, becomes the plain `[1]`: the URL the model wrote is 
 list at the end gives the URL actually read; if its number names no source read, the whole link is
 removed and counted like any unresolved marker.
 
-Left as written: `[^1]` footnotes, `[a]` labels, ordinary links `[text](url)`, and bracketed years:
+A URL the text names that is no source it was shown — an ordinary link `[text](url)`, an image
+`![alt](url)` or a bare `https://...` — is one a page (or the model) planted, such as a tracking
+link: the link keeps its text, the URL goes, and each is counted (`urls_removed`); the list at the
+end names the URLs actually read.
+
+Left as written: `[^1]` footnotes, `[a]` labels, and bracketed years:
 a bare `[2023]` or `[2019-2021]` whose numbers are all in 1900..2100 and none names a shown source
 (with 1950 sources shown, `[1950]` is a citation and `[1999]` a year; in a "Source N" form a number
 is always a citation).
@@ -127,6 +132,41 @@ def split_own_source_list(text: str) -> tuple[str, str]:
     return text, ""
 
 
+_LINK = re.compile(
+    r"(?P<image>!?)\[(?P<label>[^\]\n]*)\]"
+    r"\((?P<url>(?:[a-z][a-z0-9+.-]*:|//|www\.)[^()\s]*(?:\([^()\s]*\))?[^()\s]*)(?:\s+\"[^\"]*\")?\)",
+    re.IGNORECASE,
+)
+_BARE_URL = re.compile(r"(?<![\w(/])(?:https?://|www\.)[^\s<>\"'`\]\[)]+", re.IGNORECASE)
+_URL_TAIL = ".,;:!?"  # punctuation a sentence puts after a URL, not part of it
+
+
+def _known(url: str, read: set[str]) -> bool:
+    return url in read or url.rstrip("/") in {r.rstrip("/") for r in read}
+
+
+def _drop_unread_urls(text: str, read: set[str]) -> tuple[str, list[str]]:
+    """`text` without the URLs that name no source read (a link keeps its text); the URLs removed."""
+    removed: list[str] = []
+
+    def link(match: re.Match[str]) -> str:
+        url = match.group("url")
+        if _known(url, read):
+            return match.group(0)
+        removed.append(url)
+        return match.group("label")
+
+    def bare(match: re.Match[str]) -> str:
+        url = match.group(0)
+        stripped = url.rstrip(_URL_TAIL)
+        if _known(stripped, read):
+            return url
+        removed.append(stripped)
+        return url[len(stripped) :]
+
+    return _BARE_URL.sub(bare, _LINK.sub(link, text)), removed
+
+
 def source_line(number: int, source: SourceRef) -> str:
     where = source.url or "gold information provided with the task"
     return f"[{number}] {source.title or source.id}. {where}"
@@ -178,6 +218,7 @@ def check_citations(text: str, shown: Sequence[SourceRef], *, heading: str = "So
         return match.group("space") + " ".join(written) if written else ""
 
     body = _MARKER.sub(replace, body)
+    body, urls_removed = _drop_unread_urls(body, {s.url for s in shown if s.url})
     cited = sorted(renumber.items(), key=lambda item: item[1])
     citations = [
         Citation(
@@ -202,5 +243,7 @@ def check_citations(text: str, shown: Sequence[SourceRef], *, heading: str = "So
         "model_source_list_removed": bool(own_list),
         "link_urls_dropped": link_urls_dropped,
         "years_left": years_left,
+        "urls_removed": len(urls_removed),
+        "removed_urls": urls_removed[:10],
     }
     return CitationReport(text=body, citations=citations, stats=stats)

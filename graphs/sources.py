@@ -163,17 +163,24 @@ def citation_degradations(report: CitationReport, step: str) -> list[Degradation
     """The citation check's removals, as degradations: markers naming no source the system read."""
     # `check_citations` counts the removed markers (an int) and lists their numbers (ints)
     removed = int(cast(int, report.stats.get("unresolved_removed") or 0))
-    if not removed:
-        return []
-    numbers = ", ".join(map(str, cast(list[int], report.stats.get("unresolved_numbers") or [])))
-    return [
-        degradation(
-            "citation_removed",
-            step,
-            f"cited [{numbers}] but read {report.stats.get('sources_read')} sources",
-            count=removed,
+    urls = int(cast(int, report.stats.get("urls_removed") or 0))
+    out = []
+    if removed:
+        numbers = ", ".join(map(str, cast(list[int], report.stats.get("unresolved_numbers") or [])))
+        out.append(
+            degradation(
+                "citation_removed",
+                step,
+                f"cited [{numbers}] but read {report.stats.get('sources_read')} sources",
+                count=removed,
+            )
         )
-    ]
+    if urls:  # a link a page planted (a tracking URL), or one the model made up
+        named = ", ".join(cast(list[str], report.stats.get("removed_urls") or [])[:3])
+        out.append(
+            degradation("citation_removed", step, f"{urls} URL(s) named no source read, removed: {named}", count=urls)
+        )
+    return out
 
 
 class CitedUrl(BaseModel):

@@ -42,7 +42,7 @@ KINDS: dict[str, str] = {
     "invalid_query": "a search query the model wrote was not a query (a URL, empty, a repeat) and was replaced",
     "search_failed": "a search gave no results: an error of the provider or the web",
     "fetch_failed": "a page could not be read: an error, a refused URL, no text extracted",
-    "citation_removed": "a citation marker named no source the system read, and was removed",
+    "citation_removed": "a citation marker or a URL named no source the system read, and was removed",
     "no_findings": "research found nothing: the report rests on no source",
     "memory_budget_cut": "a memory budget cut history events out of the context",
     "source_unreadable": "a fact-checker could not read a cited source",
