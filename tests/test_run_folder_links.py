@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from atelier.benchmarks.common import no_follow
 from atelier.runs.cli import main
 
 RECIPE = """name = "links"
@@ -103,6 +102,8 @@ def test_a_fifo_in_place_of_the_lock_is_named(folder, tmp_path, capsys, monkeypa
 
 
 def test_no_follow_opens_regular_files_and_refuses_links_fifos_and_folders(tmp_path):
+    from atelier.benchmarks.common import no_follow
+
     regular = tmp_path / "regular"
     regular.write_text("text")
     assert no_follow.read_text(regular) == "text"
