@@ -132,7 +132,7 @@ def split_own_source_list(text: str) -> tuple[str, str]:
     return text, ""
 
 
-_LINK = re.compile(
+_MARKDOWN_LINK = re.compile(
     r"(?P<image>!?)\[(?P<label>[^\]\n]*)\]"
     r"\((?P<url>(?:[a-z][a-z0-9+.-]*:|//|www\.)[^()\s]*(?:\([^()\s]*\))?[^()\s]*)(?:\s+\"[^\"]*\")?\)",
     re.IGNORECASE,
@@ -164,7 +164,7 @@ def _drop_unread_urls(text: str, read: set[str]) -> tuple[str, list[str]]:
         removed.append(stripped)
         return url[len(stripped) :]
 
-    return _BARE_URL.sub(bare, _LINK.sub(link, text)), removed
+    return _BARE_URL.sub(bare, _MARKDOWN_LINK.sub(link, text)), removed
 
 
 def source_line(number: int, source: SourceRef) -> str:

@@ -38,7 +38,7 @@ class UnsafeFileError(DataError):
 def _refusal(path: str | os.PathLike[str], what: str) -> UnsafeFileError:
     return UnsafeFileError(
         f"is {what}, not a regular file; Atelier never opens a run folder's files through one: remove it",
-        file=path,
+        file=os.fspath(path),
     )
 
 

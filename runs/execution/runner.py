@@ -206,10 +206,10 @@ class Runner:
         keys = set(expected_keys([c.id for c in cases], [s.name for s in recipe.systems], recipe.run.epochs))
         latest = {k: r for k, r in results.load().items() if k in keys}
         made_by = {s.name: output_digest(recipe.model_dump(mode="json"), s.name) for s in recipe.systems}
-        for record in latest.values():
-            if record.made_by is not None and record.made_by != made_by[record.system]:
+        for stored in latest.values():
+            if stored.made_by is not None and stored.made_by != made_by[stored.system]:
                 raise ConfigError(
-                    f"{self.folder.results}: episode {record.key} was made by another recipe than this one "
+                    f"{self.folder.results}: episode {stored.key} was made by another recipe than this one "
                     "(its seed, benchmark, system or models differ) though config.json says otherwise; restore "
                     "the folder's config.json and resume with its recipe, or choose a new --out folder"
                 )
