@@ -785,3 +785,35 @@ async def test_a_command_past_its_time_is_killed_with_what_it_started(endpoint, 
     )
     assert code is None and time.perf_counter() - started < 20
     assert not [p for p in psutil.process_iter(["name", "cmdline"]) if p.info["cmdline"] == ["sleep", "300"]]
+
+
+async def test_a_visible_folder_that_holds_the_run_folder_shows_none_of_the_run(bypass_agent, endpoint, tmp_path):
+    """A command's working folder (made visible, read-only) may hold the run folder, as a checkout run
+    from its own root does: the part that leads to the job's folder is masked, so the job sees the
+    folder's own files but no other job, result or recipe under it — and writes only its own folder."""
+    checkout = tmp_path / "checkout"
+    (checkout / "runs" / "out" / "other-run").mkdir(parents=True)
+    (checkout / "runs" / "out" / "other-run" / "results.jsonl").write_text('{"secret": "another run"}\n')
+    (checkout / "README.md").write_text("the agent's own checkout\n")
+    job = checkout / "runs" / "out" / "this-run" / "external" / "sys" / "case"
+    job.mkdir(parents=True)
+    reads = [str(checkout / "README.md"), str(checkout / "runs" / "out" / "other-run" / "results.jsonl")]
+    write_job(job, ["read", "write"], read=reads, write=[str(checkout / "planted.txt"), str(job / "mine.txt")])
+    code = await launcher.run_agent_job(
+        None, AGENT, job / "input.json", job / "output.json", job / "agent.log", endpoint.env, 120,
+        read_only=[str(checkout)],
+    )  # fmt: skip
+    assert code == 0, (job / "agent.log").read_text()
+    outcomes = json.loads(json.loads((job / "output.json").read_text())["report"])
+    assert outcomes["read"][reads[0]] == "the agent's own checkout"
+    assert outcomes["read"][reads[1]].startswith("failed: FileNotFoundError")
+    assert outcomes["write"][str(checkout / "planted.txt")].startswith("failed: OSError: [Errno 30] Read-only")
+    assert outcomes["write"][str(job / "mine.txt")] == "wrote"
+    assert not (checkout / "planted.txt").exists()
+
+
+def test_a_visible_path_that_holds_home_is_refused():
+    from atelier.graphs.external.child import guard
+
+    with pytest.raises(guard.BoundaryError, match=r"holds .*: give the agent a folder of its own"):
+        guard._plan(["/var/tmp/job"], [str(Path.home().parent)])

@@ -35,10 +35,10 @@ from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.degradation import Degradation, degradation
 from atelier.benchmarks.common.errors import AtelierError
 from atelier.graphs.context import EpisodeContext
-from atelier.graphs.external.agents import AGENTS, session_env
+from atelier.graphs.external.agents import AGENTS, base_env, session_env
 from atelier.graphs.external.endpoint import endpoint_for
 from atelier.graphs.external.langgraph_agent import run_langgraph_agent
-from atelier.graphs.external.launcher import run_agent_job
+from atelier.graphs.external.launcher import command_read_only, run_agent_job
 from atelier.graphs.external.options import ExternalOptions
 from atelier.graphs.inputs import PipelineInput, PipelineOutput
 from atelier.graphs.pipelines import PipelineSpec, register_pipeline
@@ -258,6 +258,12 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             job["command"] = {"argv": options.command, "job_via": options.job_via, "cwd": options.cwd or os.getcwd()}
         output = await asyncio.to_thread(_job_files, workdir, job)
         env = session_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy)
+        # a command's program, the files its argv names and its working folder: visible, read-only
+        visible = (
+            command_read_only(job["command"]["argv"], job["command"]["cwd"], {**base_env(), **env})
+            if options.command is not None
+            else []
+        )
         started = time.perf_counter()
         code = await run_agent_job(
             options.python,
@@ -268,6 +274,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             env,
             options.timeout_s,
             options.isolation,
+            read_only=visible,
         )
         wall_s = time.perf_counter() - started
         if code is None:

@@ -10,6 +10,9 @@ The public interface (what a pipeline uses; it stays stable):
 - `run_command_job(command, workdir, log_path, env, timeout_s, isolation, read_only=(),
   stdin_path=None, stdout_path=None)` runs any command the same way, in `workdir`, its stdin and
   stdout the given files (else nothing and its log), its stderr the log.
+- `command_read_only(command, cwd, env)`: what a command needs to see (its program and its
+  interpreter's prefix, the paths its arguments name, its working folder); `run_agent_job` takes it
+  as `read_only` for a registry agent that runs a command (`agent = "command"`).
 - `sealed_command(command, workdir=, env=, isolation=, read_only=())` is the lower step of
   `run_command_job` for a caller that keeps its own pipes: an async context in which the returned
   `Launch` (argv, env, cwd) starts the command inside its boundary.
@@ -33,8 +36,9 @@ signals or outlives another, and none can signal the agent server); and a root t
 system's programs, the agent's interpreter and packages (wherever they are, a virtual
 environment under `/tmp` included) and `read_only` read-only, its job folder read-write, and
 nothing else — no `$HOME`, cache, data, recipe or other job. A command is sealed the same way
-(`guard.py --jail`): it sees the system's programs, the interpreter (or program) `command[0]`
-names with its prefix, and `read_only`.
+(`guard.py --jail`): it sees the system's programs and `command_read_only` (its program, the paths
+its arguments name, its working folder — read-only, any part of it that leads to the run folder
+masked by an empty folder) and `read_only`.
 
 Each job's processes are the job's: killed together when it is past its time or the run ends.
 Where a process cannot fork (not POSIX), each agent job starts a new interpreter (no boundary).
@@ -411,6 +415,18 @@ def command_paths(command: Sequence[str], env: dict[str, str]) -> list[str]:
     return sorted(paths)
 
 
+def command_read_only(command: Sequence[str], cwd: str | Path, env: dict[str, str]) -> list[str]:
+    """What a command needs to see, read-only, inside the boundary: its program (`command_paths`),
+    each file or folder its arguments name (relative ones in `cwd`), and `cwd` itself (a part of
+    it that leads to the run folder is masked by the boundary)."""
+    named = []
+    for arg in command[1:]:
+        candidate = Path(arg) if os.path.isabs(arg) else Path(cwd) / arg
+        if "\0" not in arg and arg and os.path.lexists(candidate):
+            named.append(str(candidate))
+    return [*command_paths(command, env), *named, str(cwd)]
+
+
 @contextlib.asynccontextmanager
 async def sealed_command(
     command: Sequence[str],
@@ -438,7 +454,7 @@ async def sealed_command(
             "port": port,
             "socket": socket_path,
             "writable": [str(workdir)],
-            "read_only": [*command_paths(command, full_env), *(str(p) for p in read_only)],
+            "read_only": [*command_read_only(command, workdir, full_env), *(str(p) for p in read_only)],
             "cwd": str(workdir),
             "env": full_env,
             "command": list(command),

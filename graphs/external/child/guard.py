@@ -180,25 +180,31 @@ def _remount(libc: ctypes.CDLL, target: str, flags: int) -> None:
     _mount(libc, None, target, None, MS_REMOUNT | MS_BIND | flags | kept)
 
 
-def _plan(writable: list[str], read_only: list[str]) -> list[tuple[str, bool]]:
-    """The (path, writable) pairs to bind, outermost first, none inside one that already shows it.
-    A read-only path that holds a writable one, `$HOME` or `/` would show what the job must not see."""
+def _plan(writable: list[str], read_only: list[str]) -> list[tuple[str, str]]:
+    """The (path, how) pairs to mount, outermost first — how: "rw", "ro", or "mask" (an empty
+    read-only folder over the part of a read-only path that leads to a writable one: a command's
+    working folder may hold the run folder, whose other jobs the job must not see) — none inside one
+    that already shows it. A read-only path that holds `$HOME` or `/` is refused."""
     rw = {os.path.realpath(p) for p in writable if p}
     ro = {os.path.realpath(p) for p in read_only if p} - rw
     home = os.path.realpath(os.environ.get("HOME") or "/")
+    masks = set()
     for path in sorted(ro):
-        held = [w for w in (*rw, home, "/") if _under(w, path)]
+        held = [h for h in (home, "/") if _under(h, path)]
         if held:
             raise BoundaryError(
-                f"{path} would be visible to the job (it is on its interpreter's sys.path or named read-only) "
-                f"and it holds {held[0]}: take it off the interpreter's path"
+                f"{path} would be visible to the job (its interpreter, its command or its working folder) and it "
+                f"holds {held[0]}: give the agent a folder of its own"
             )
-    plan: list[tuple[str, bool]] = []
-    for path in sorted(rw | ro, key=lambda p: p.split("/")):
-        write = path in rw
-        outer = next((w for p, w in reversed(plan) if _under(path, p)), None)
-        if outer is None or (write and not outer):
-            plan.append((path, write))
+        for inner in rw:
+            if inner != path and _under(inner, path):
+                masks.add(os.path.join(path, os.path.relpath(inner, path).split(os.sep, 1)[0]))
+    plan: list[tuple[str, str]] = []
+    for path in sorted(rw | ro | masks, key=lambda p: p.split("/")):
+        how = "rw" if path in rw else "mask" if path in masks else "ro"
+        outer = next((h for p, h in reversed(plan) if _under(path, p)), None)
+        if outer is None or how != "ro" or outer == "mask":
+            plan.append((path, how))
     return plan
 
 
@@ -211,26 +217,30 @@ def _place(target: str, is_dir: bool) -> None:
         os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
 
 
-def _open_sources(writable: list[str], read_only: list[str]) -> list[tuple[str, int, bool, bool]]:
-    """(path, O_PATH descriptor, writable, is a folder) of everything the new root shows, opened
-    before any mount covers them (a path under /tmp stays reachable through its descriptor)."""
+def _open_sources(writable: list[str], read_only: list[str]) -> list[tuple[str, int | None, str, bool]]:
+    """(path, O_PATH descriptor, how, is a folder) of everything the new root shows, opened before
+    any mount covers them (a path under /tmp stays reachable through its descriptor); a mask has
+    no descriptor."""
     system = [p for p in SYSTEM if os.path.isdir(p) and not os.path.islink(p)]
     etc = [f"/etc/{name}" for name in ETC]
-    sources = []
-    for path, write in _plan(writable, [*read_only, *system, *etc]):
+    sources: list[tuple[str, int | None, str, bool]] = []
+    for path, how in _plan(writable, [*read_only, *system, *etc]):
+        if how == "mask":
+            sources.append((path, None, how, True))
+            continue
         try:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except FileNotFoundError:
             continue  # a dangling /etc link, a path that went away: nothing to show
-        sources.append((path, fd, write, os.path.isdir(f"/proc/self/fd/{fd}")))
+        sources.append((path, fd, how, os.path.isdir(f"/proc/self/fd/{fd}")))
     for name in DEVICES:
         path = f"/dev/{name}"
         if os.path.exists(path):
-            sources.append((path, os.open(path, os.O_PATH | os.O_CLOEXEC), True, False))
+            sources.append((path, os.open(path, os.O_PATH | os.O_CLOEXEC), "device", False))
     return sources
 
 
-def _new_root(libc: ctypes.CDLL, sources: list[tuple[str, int, bool, bool]]) -> None:
+def _new_root(libc: ctypes.CDLL, sources: list[tuple[str, int | None, str, bool]]) -> None:
     """Make this process's root the job's: a read-only tmpfs showing `sources` (and a fresh /proc,
     /tmp, /dev/shm) and nothing else. Runs in the job's own mount and PID namespaces."""
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
@@ -241,13 +251,20 @@ def _new_root(libc: ctypes.CDLL, sources: list[tuple[str, int, bool, bool]]) -> 
     for folder in ("/tmp", "/dev/shm"):  # the job's own, writable; what is bound under them lies in them
         os.makedirs(STAGE + folder)
         _mount(libc, "tmpfs", STAGE + folder, "tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777")
-    for path, fd, write, is_dir in sources:
+    masks = []
+    for path, fd, how, is_dir in sources:
         target = STAGE + path
         _place(target, is_dir)
+        if fd is None:  # a mask: an empty folder in place of what leads to the job's own folder
+            _mount(libc, "tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, b"mode=755")
+            masks.append(target)
+            continue
         _mount(libc, f"/proc/self/fd/{fd}", target, None, MS_BIND)
-        if not path.startswith("/dev/"):
-            _remount(libc, target, MS_NOSUID | MS_NODEV | (0 if write else MS_RDONLY))
+        if how != "device":
+            _remount(libc, target, MS_NOSUID | MS_NODEV | (0 if how == "rw" else MS_RDONLY))
         os.close(fd)
+    for target in masks:  # once what lies in them is in place
+        _mount(libc, None, target, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.makedirs(f"{STAGE}/proc")
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):  # fmt: skip
@@ -356,7 +373,8 @@ def enter(port: int, socket_path: str, writable: list[str], read_only: list[str]
     init = os.fork()
     if init:  # outside the job's PID namespace: wait for it and say how it ended
         for _, fd, _, _ in sources:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
         _, status = os.waitpid(init, 0)
         os._exit(_exit_code(status))
     try:
