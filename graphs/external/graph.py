@@ -254,13 +254,14 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             "today": options.today.isoformat() if options.today else None,
             "endpoint": {"openai_base": endpoint.openai_base, "web_root": web_session.root},
         }
+        command_cwd = options.cwd or os.getcwd()
         if options.command is not None:  # resolved here: the job runs in its own working folder
-            job["command"] = {"argv": options.command, "job_via": options.job_via, "cwd": options.cwd or os.getcwd()}
+            job["command"] = {"argv": options.command, "job_via": options.job_via, "cwd": command_cwd}
         output = await asyncio.to_thread(_job_files, workdir, job)
         env = session_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy)
         # a command's program, the files its argv names and its working folder: visible, read-only
         visible = (
-            command_read_only(job["command"]["argv"], job["command"]["cwd"], {**base_env(), **env})
+            command_read_only(options.command, command_cwd, {**base_env(), **env})
             if options.command is not None
             else []
         )
