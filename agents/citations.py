@@ -15,7 +15,12 @@ number (a source never read) is removed and counted, never kept. A link's URL is
 list at the end gives the URL actually read. What looks like a citation but names no number this
 parser can read (`[3a]`, `[1.2]`) is left as written and counted (`unparsed_markers`).
 
-Left as written: `[a]` labels, ordinary links `[text](url)`, bracketed years (a bare `[2023]` or
+A URL the text names that is no source it was shown — an ordinary link `[text](url)`, an image
+`![alt](url)` or a bare `https://...` outside code — is one a page (or the model) planted, such as
+a tracking link: the link keeps its text, the URL goes, and each is counted (`urls_removed`); the
+list at the end names the URLs actually read.
+
+Left as written: `[a]` labels, bracketed years (a bare `[2023]` or
 `[2019-2021]` whose numbers are all in 1900..2100 and none names a shown source; with 1950 sources
 shown `[1950]` is a citation; in a "Source N" form a number is always a citation), and footnotes
 that are footnotes: a `[^n]` whose definition `[^n]: ...` stays in the text as prose.
@@ -306,6 +311,41 @@ def cited_numbers(text: str) -> list[list[int]]:
     return out
 
 
+_MARKDOWN_LINK = re.compile(
+    r"(?P<image>!?)\[(?P<label>[^\]\n]*)\]"
+    r"\((?P<url>(?:[a-z][a-z0-9+.-]*:|//|www\.)[^()\s]*(?:\([^()\s]*\))?[^()\s]*)(?:\s+\"[^\"]*\")?\)",
+    re.IGNORECASE,
+)
+_BARE_URL = re.compile(r"(?<![\w(/])(?:https?://|www\.)[^\s<>\"'`\]\[)]+", re.IGNORECASE)
+_URL_TAIL = ".,;:!?"  # punctuation a sentence puts after a URL, not part of it
+
+
+def _drop_unread_urls(text: str, read: set[str]) -> tuple[str, list[str]]:
+    """`text` without the URLs outside code that name no source read (`read`: normal forms; a link
+    keeps its text); the URLs removed."""
+    removed: list[str] = []
+
+    def link(match: re.Match[str]) -> str:
+        url = match.group("url")
+        if _inside(code, match.start()) or _normal_url(url) in read:
+            return match.group(0)
+        removed.append(url)
+        return match.group("label")
+
+    def bare(match: re.Match[str]) -> str:
+        url = match.group(0)
+        stripped = url.rstrip(_URL_TAIL)
+        if _inside(code, match.start()) or _normal_url(stripped) in read:
+            return url
+        removed.append(stripped)
+        return url[len(stripped) :]
+
+    code = _code_spans(text)
+    text = _MARKDOWN_LINK.sub(link, text)
+    code = _code_spans(text)
+    return _BARE_URL.sub(bare, text), removed
+
+
 def source_line(number: int, source: SourceRef) -> str:
     where = source.url or "gold information provided with the task"
     return f"[{number}] {source.title or source.id}. {where}"
@@ -377,6 +417,7 @@ def check_citations(text: str, shown: Sequence[SourceRef], *, heading: str = "So
         return match.group("space") + " ".join(written) if written else ""
 
     checked = _MARKER.sub(replace, body)
+    checked, urls_removed = _drop_unread_urls(checked, read_urls)
     # a citation-like bracket no marker form covers: left as written, and counted
     unparsed = [
         m.group(0)
@@ -407,6 +448,8 @@ def check_citations(text: str, shown: Sequence[SourceRef], *, heading: str = "So
         "sources_read": len(shown),
         "sources_cited": len(citations),
         "model_source_list_removed": bool(blocks),
+        "urls_removed": len(urls_removed),
+        "removed_urls": urls_removed[:10],
         "model_list_entries_removed": len(listed),
         "model_list_unread_urls": len(unread_urls),
         "model_list_unread": unread_urls[:20],

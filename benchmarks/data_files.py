@@ -40,6 +40,10 @@ class DataFile:
     archive_member: str | None = None  # path inside the zip archive at `url`
     count_records: RecordCounter | None = None  # parses every record; returns counts by kind
     subset: str = ""  # the part of the data set it belongs to (a language, a year), for summaries
+    # the size of the bytes `expected_upstream_sha256` covers (the plain file; an archive's member), and
+    # of the archive at `url` itself: a download or an extraction that goes past them is refused
+    upstream_bytes: int | None = None
+    archive_bytes: int | None = None
 
     @property
     def compress_on_fetch(self) -> bool:

@@ -19,7 +19,9 @@ leaves in its pending writes may quote the key a provider refused.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import shutil
 import sqlite3
 import time
 import zlib
@@ -33,6 +35,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.redaction import Redactor, active_redactor
 from atelier.graphs.serde import serializer
@@ -54,7 +57,8 @@ class RunSerializer(SerializerProtocol):
         self.conn = conn
         self.serde = serde or serializer()
         self.redactor = redactor if redactor is not None else active_redactor()
-        self._stored: set[str] = set()
+        self._stored: set[str] = set()  # values in the table for good (committed)
+        self._uncommitted: set[str] = set()  # values inserted in the open transaction
         self._loaded: LRUCache[str, tuple[str, bytes]] = LRUCache(maxsize=256)
 
     def setup(self) -> None:
@@ -78,13 +82,23 @@ class RunSerializer(SerializerProtocol):
             return value
         data = self.redactor.redact_bytes(data)
         key = hashlib.sha256(kind.encode() + b"\0" + data).hexdigest()
-        if key not in self._stored:
+        if key not in self._stored and key not in self._uncommitted:
             self.conn.execute(
                 "INSERT OR IGNORE INTO checkpoint_values (key, type, value) VALUES (?, ?, ?)",
                 (key, kind, zlib.compress(data)),
             )
-            self._stored.add(key)
+            self._uncommitted.add(key)
         return {_REF: key}
+
+    def committed(self) -> None:
+        """The open transaction is on disk: its values are stored for good."""
+        self._stored |= self._uncommitted
+        self._uncommitted.clear()
+
+    def rolled_back(self) -> None:
+        """The open transaction was undone (a full disk makes SQLite roll it back): its values are not
+        in the table, and a later checkpoint that refers to one must insert it again."""
+        self._uncommitted.clear()
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
         if isinstance(obj, dict) and isinstance(obj.get("channel_values"), dict):  # a checkpoint
@@ -142,14 +156,30 @@ class InlineSqliteSaver(SqliteSaver):
             cur = self.conn.cursor()
             try:
                 yield cur
+            except sqlite3.Error:
+                if not self.conn.in_transaction:  # SQLite undid the transaction (a full disk, an I/O error)
+                    self._rolled_back()
+                raise
             finally:
                 if transaction and time.monotonic() - self._committed >= self.commit_every_s:
                     self._commit()
                 cur.close()
 
     def _commit(self) -> None:
-        self.conn.commit()
+        try:
+            self.conn.commit()
+        except sqlite3.Error:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.rollback()
+            self._rolled_back()
+            raise
+        if isinstance(self.serde, RunSerializer):
+            self.serde.committed()
         self._committed = time.monotonic()
+
+    def _rolled_back(self) -> None:
+        if isinstance(self.serde, RunSerializer):
+            self.serde.rolled_back()
 
     def commit(self) -> None:
         with self.lock:
@@ -207,8 +237,32 @@ class InlineSqliteSaver(SqliteSaver):
         self.commit()
 
 
+def out_of_space(path: Path, exc: BaseException) -> bool:
+    """Whether `exc` (an SQLite or OS error writing under `path`) came from a full disk."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    said = str(exc).lower()
+    if "disk is full" in said:
+        return True
+    if "disk i/o error" in said:  # SQLite's word for a write the file system refused
+        folder = path if path.is_dir() else path.parent
+        with contextlib.suppress(OSError):
+            return shutil.disk_usage(folder).free < 1 << 20
+    return False
+
+
+def no_space(path: Path, exc: BaseException) -> DataError:
+    return DataError(
+        f"no space left on the disk of the run folder ({exc}); free some, then run the same command again "
+        "to go on where it stopped",
+        file=path,
+    )
+
+
 def unreadable(path: Path, exc: BaseException) -> DataError:
     """The error of a checkpoint database that cannot be read (truncated, not SQLite, damaged)."""
+    if out_of_space(path, exc):
+        return no_space(path, exc)
     return DataError(
         f"not a readable checkpoint database ({exc}); delete it to go on (episodes that were "
         "cut short then start again from their beginning)",
@@ -222,6 +276,7 @@ def connect_checkpoints(path: Path) -> sqlite3.Connection:
     if path.is_dir():
         raise DataError("is a folder, not a checkpoint database: move it away to go on", file=path)
     try:
+        no_follow.refuse_links(*no_follow.sqlite_files(path))  # SQLite would open a link as the database
         return sqlite3.connect(str(path), check_same_thread=False)
     except sqlite3.DatabaseError as exc:
         raise unreadable(path, exc) from None

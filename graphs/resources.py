@@ -26,6 +26,7 @@ from atelier.agents.models.cache import RedisResponseCache, ResponseCache, open_
 from atelier.agents.models.gateway import Gateway
 from atelier.agents.models.ledger import Ledger
 from atelier.agents.models.structured_output import ModeMemory
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.redaction import active_redactor
 from atelier.graphs.context import EpisodeContext
@@ -234,7 +235,7 @@ async def release(context: EpisodeContext) -> None:
         await resources.gateway.aclose()
     for web in webs:
         if context.run_dir and web.log:
-            with (Path(context.run_dir) / "web_log.jsonl").open("a", encoding="utf-8") as fh:
+            with no_follow.open_file(Path(context.run_dir) / "web_log.jsonl", "a") as fh:
                 redactor = active_redactor()  # a request's identity holds no key; a provider's option might
                 fh.writelines(redactor.redact(entry.model_dump_json()) + "\n" for entry in web.log)
         await web.aclose()

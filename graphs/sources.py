@@ -55,7 +55,7 @@ class SourceStore:
         sha = text_sha256(text)
         if self._recent.get(sha) is not None:  # written or read by this store already: on disk
             return sha
-        write_if_absent(self._path(sha), text)
+        write_if_absent(self._path(sha), text, redact=False)  # named by the sha256 of this very text
         self._recent[sha] = text
         return sha
 
@@ -188,6 +188,14 @@ def citation_degradations(report: CitationReport, step: str) -> list[Degradation
                 step,
                 f"the model's own source list (removed) named {unread} URLs the system never read: {urls}",
                 count=unread,
+            )
+        )
+    planted = int(cast(int, stats.get("urls_removed") or 0))
+    if planted:  # a link a page planted (a tracking URL), or one the model made up
+        named = ", ".join(cast(list[str], stats.get("removed_urls") or [])[:3])
+        out.append(
+            degradation(
+                "citation_removed", step, f"{planted} URL(s) named no source read, removed: {named}", count=planted
             )
         )
     return out

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from atelier.agents.models.ledger import call_tags, capture_calls
 from atelier.benchmarks.case import HistoryEvent
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl, validation_error
 from atelier.memory.base import MemoryBackend, MemoryQuery, UserContext, as_query
@@ -166,7 +167,7 @@ class JournaledMemory(MemoryBackend):
                 pending.setdefault(entry.user_id, []).append((number, entry))
         self.inner.reset_store()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = no_follow.open_file(self.path, "a")
         if not lines:
             self._append(BackendEntry(backend=self.inner.name, config=config))
         self._pending, self._opened = pending, True

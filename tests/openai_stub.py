@@ -26,7 +26,11 @@ Server kinds (`kind=`) emulate what real servers accept as structured output:
 for another model fail with 404 (an unknown model), as OpenAI and vLLM answer them.
 `echo_key_on=TEXT` refuses (400) every request whose messages contain TEXT with an error message
 that quotes the request's Authorization header in full, as some providers and proxies echo the
-key they were given: a test plants a key and checks it reaches no file.
+key they were given: a test plants a key and checks it reaches no file. `echo_401=True` makes the
+401 of a wrong key quote that key ("Incorrect API key provided: sk-..."), as OpenAI's does.
+`quote_keys_on=TEXT` answers (200, free text) every text request whose messages contain TEXT with
+every credential the request carried — its bearer key, each header named like a key, its URL's
+query — as is, URL-encoded and in base64 (alone and as `user:key`): a model that repeats them.
 
 Usage (manual):  python tests/openai_stub.py --port 8011 [--kind llamacpp]
 then point a role at it: model = "openai/gpt-4o-mini", api_base = "http://127.0.0.1:8011/v1".
@@ -38,6 +42,7 @@ asked for (`json_schema`, `json_object`, `tool`, or `none`), so tests can count 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import threading
 import time
@@ -85,6 +90,8 @@ class OpenAIStub:
         models: tuple[str, ...] | None = None,
         echo_key_on: str | None = None,
         answer_fill: float | None = None,
+        echo_401: bool = False,
+        quote_keys_on: str | None = None,
     ) -> None:
         """`answer_fill`: answers of realistic length — a text answer runs to that share of the request's
         max_tokens, and usage counts tokens (cl100k) rather than words (a cost forecast is checked
@@ -96,6 +103,8 @@ class OpenAIStub:
         self.api_key = api_key
         self.models = models
         self.echo_key_on = echo_key_on
+        self.echo_401 = echo_401
+        self.quote_keys_on = quote_keys_on
         self.answer_fill = answer_fill
         self.requests: list[dict[str, Any]] = []
         self._script: deque[str] = deque()
@@ -141,7 +150,10 @@ class OpenAIStub:
     def refusal(self, body: dict[str, Any], authorization: str | None) -> tuple[int, str] | None:
         """The (status, message) this server kind refuses the request with, or None."""
         if self.api_key is not None and authorization != f"Bearer {self.api_key}":
-            return 401, "Incorrect API key provided. You can find your API key at https://platform.example/keys."
+            given = (authorization or "").removeprefix("Bearer ")
+            return 401, (
+                f"Incorrect API key provided: {given}." if self.echo_401 else "Incorrect API key provided."
+            ) + " You can find your API key at https://platform.example/keys."
         if self.echo_key_on is not None and self.echo_key_on in json.dumps(
             body.get("messages", []), ensure_ascii=False
         ):
@@ -153,6 +165,27 @@ class OpenAIStub:
         if mode != "none" and mode not in accepted:
             return status, message.format(param="tools" if mode == "tool" else "response_format")
         return None
+
+    def quoted_keys(self, body: dict[str, Any], path: str, headers: Any) -> str | None:
+        """The answer that repeats the request's credentials (`quote_keys_on`), or None."""
+        if self.quote_keys_on is None or self.quote_keys_on not in json.dumps(body.get("messages", [])):
+            return None
+        if requested_schema(body, body.get("messages", []))[0] is not None:
+            return None  # a structured answer must still parse
+        from urllib.parse import parse_qsl, quote, urlsplit
+
+        keys = [(headers.get("Authorization") or "").removeprefix("Bearer ")]
+        keys += [v for k, v in headers.items() if "key" in k.lower()]
+        keys += [v for _, v in parse_qsl(urlsplit(path).query)]
+        said = []
+        for key in filter(None, keys):
+            said += [
+                f"plain {key}",
+                f"url {quote(key, safe='')}",
+                f"b64 {base64.b64encode(key.encode()).decode()}",
+                f"basic {base64.b64encode(f'user:{key}'.encode()).decode()}",
+            ]
+        return "I was given: " + "; ".join(said)
 
     def completion(self, body: dict[str, Any], broken: bool = False) -> dict[str, Any]:
         messages = body.get("messages", [])
@@ -228,6 +261,7 @@ class OpenAIStub:
                     self._send(404, b'{"error": {"message": "not found"}}')
                     return
                 refused = stub.refusal(body, self.headers.get("Authorization"))
+                quoted = stub.quoted_keys(body, self.path, self.headers)
                 if refused is not None:
                     status, message = refused
                     with stub._lock:
@@ -240,7 +274,11 @@ class OpenAIStub:
                 behaviour = stub._next()
                 with stub._lock:
                     stub.requests.append({"behaviour": behaviour, "mode": asked_mode(body), "body": body})
-                if behaviour == "400":
+                if quoted is not None:
+                    completion = stub.completion(body)
+                    completion["choices"][0]["message"]["content"] = quoted
+                    self._send(200, json.dumps(completion).encode())
+                elif behaviour == "400":
                     error = {"error": {"message": "stub: the request is invalid", "type": "invalid_request_error"}}
                     self._send(400, json.dumps(error).encode())
                 elif behaviour == "invalid500":

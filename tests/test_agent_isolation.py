@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import psutil
@@ -153,6 +154,119 @@ RUNNER = textwrap.dedent('''
 
     def sleeper(probe):
         return subprocess.Popen(["sleep", "300"]).pid  # left running when the job ends
+
+
+    def read(probe):
+        """Each planted file's first line, or why it could not be read."""
+        outcomes = {}
+        for path in probe["read"]:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    outcomes[path] = fh.readline().strip()
+            except OSError as exc:
+                outcomes[path] = failed(exc)
+        return outcomes
+
+
+    def write(probe):
+        outcomes = {}
+        for path in probe["write"]:
+            try:
+                with open(path, "w", encoding="utf-8") as fh:
+                    fh.write("poisoned by a job")
+                outcomes[path] = "wrote"
+            except OSError as exc:
+                outcomes[path] = failed(exc)
+        return outcomes
+
+
+    def unix_sockets(probe):
+        outcomes = {}
+        for path in probe["sockets"]:
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                    conn.settimeout(3)
+                    conn.connect(path)
+                    conn.sendall(b"unix_socket")
+                outcomes[path] = "connected"
+            except OSError as exc:
+                outcomes[path] = failed(exc)
+        return outcomes
+
+
+    def processes():
+        """(pid, command line, working folder or why unreadable) of every process in sight."""
+        seen = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    cmdline = fh.read().replace(b"\\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            try:
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+            except OSError as exc:
+                cwd = failed(exc)
+            seen.append((int(pid), cmdline, cwd))
+        return seen
+
+
+    def other_job(probe):
+        """The concurrent job: its input read through its folder and through /proc, then SIGKILL."""
+        victim = probe["victim"]
+        found = {"by_path": read({"read": [os.path.join(victim, "input.json")]})}
+        pids = [pid for pid, _, cwd in processes() if cwd == victim]
+        found["pids"] = pids
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/cwd/input.json", encoding="utf-8") as fh:
+                    found["through_proc"] = fh.read()[:60]
+                os.kill(pid, 9)
+                found["killed"] = found.get("killed", 0) + 1
+            except OSError as exc:
+                found["through_proc"] = failed(exc)
+        return found
+
+
+    def agent_server(probe):
+        """The agent server's process (it preloads the agent, `--serve`): may it be signalled?"""
+        mine = (1, os.getpid())  # this job and (inside the boundary) its own init: forks of the server too
+        found = [pid for pid, cmdline, _ in processes() if " --serve " in cmdline + " " and pid not in mine]
+        reached = []
+        for pid in found:
+            try:
+                os.kill(pid, 0)  # the permission check of a signal, without one
+                reached.append(pid)
+            except OSError:
+                pass
+        return {"seen": len(found), "may_signal": len(reached)}
+
+
+    def signal_init(probe):
+        """PID 1 of the job's namespace: a signal from inside must not end it (nor the job)."""
+        import signal, time
+        os.kill(1, signal.SIGINT)
+        os.kill(1, signal.SIGTERM)
+        os.kill(1, signal.SIGKILL)
+        time.sleep(0.3)
+        return "still running"
+
+
+    def wait_released(probe):
+        """The concurrent job's part: say it started, then wait (at most a minute) to be released."""
+        import time
+        open("started", "w").close()
+        for _ in range(600):
+            if os.path.exists("released"):
+                return "released"
+            time.sleep(0.1)
+        return "never released"
+
+
+    def import_planted(probe):
+        """A module of the agent's interpreter's environment, imported only now (not preloaded)."""
+        import importlib
+        return importlib.import_module(probe["module"]).SAID
 
 
     async def run(job):
@@ -367,7 +481,7 @@ async def test_a_machine_that_cannot_make_the_boundary_refuses_external_agents_u
     monkeypatch.setattr(launcher, "boundary_problem", lambda python: "unshare: unshare failed: Operation not permitted")
     refusal = (
         "pipeline_options.isolation: external agents run inside Linux namespaces (unshare: own network, "
-        "processes and /tmp), which cannot be made here (unshare: unshare failed: Operation not permitted); "
+        "processes and filesystem view), which cannot be made here (unshare: unshare failed: Operation not permitted); "
         'set isolation = "none" to run them with no OS boundary'
     )
     with pytest.raises(ConfigError) as refused:
@@ -432,3 +546,274 @@ def test_an_isolated_agent_reaches_one_endpoint_address():
         agents.endpoint_address(
             session_env("http://example.org:5/v1", "t", "http://example.org:5/s", "http://example.org:5")
         )
+
+
+class Planted:
+    """What a job must not reach, planted on this machine outside /tmp: a recipe with an inline key
+    in /var/tmp, a data set's gold file, a file in $HOME, a writable response cache, Unix sockets in
+    /dev/shm and /var/tmp; and the places a job would write to."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="atelier-planted-", dir="/var/tmp"))
+        self.recipe = self.folder / "recipe.toml"
+        self.recipe.write_text(f'api_key = "{PLANTED_KEY}"\n[models.system]\nmodel = "openai/gpt-4o"\n')
+        self.gold = self.folder / "data" / "pdr" / "gold.jsonl"
+        self.gold.parent.mkdir(parents=True)
+        self.gold.write_text('{"gold_need": "the user wants a heat pump for a solid-wall terrace"}\n')
+        self.cache = self.folder / "cache" / "llm"
+        self.cache.mkdir(parents=True)
+        self.home_file = Path.home() / f".{self.folder.name}-bashrc"
+        self.home_file.write_text("export OPENAI_API_KEY=sk-home\n")
+        self.writes = [
+            self.cache / "entry.json",
+            Path.home() / f".{self.folder.name}-written",
+            Path("/dev/shm") / f"{self.folder.name}-written",
+            self.folder / "written",
+        ]
+        self.listeners = []
+        for path in (Path("/dev/shm") / f"{self.folder.name}.sock", self.folder / "x.sock"):
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(str(path))
+            listener.listen(8)
+            listener.setblocking(False)
+            self.listeners.append(listener)
+
+    @property
+    def reads(self) -> list[str]:
+        return [str(self.recipe), str(self.gold), str(self.home_file)]
+
+    @property
+    def sockets(self) -> list[str]:
+        return [listener.getsockname() for listener in self.listeners]
+
+    def written(self) -> list[str]:
+        return [str(path) for path in self.writes if path.exists()]
+
+    def heard(self) -> list[str]:
+        said = []
+        for listener in self.listeners:
+            try:
+                conn, _ = listener.accept()
+            except BlockingIOError:
+                continue
+            with conn:
+                said.append(listener.getsockname())
+        return said
+
+    def remove(self) -> None:
+        for listener in self.listeners:
+            path = listener.getsockname()
+            listener.close()
+            Path(path).unlink(missing_ok=True)
+        for path in (*self.writes, self.home_file):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(self.folder)
+
+
+@pytest.fixture
+def planted():
+    things = Planted()
+    yield things
+    things.remove()
+
+
+async def run_job(folder: Path, env: dict, isolation: str, attempts: list[str], **probe) -> tuple[int | None, dict]:
+    await asyncio.to_thread(folder.mkdir, exist_ok=True)
+    code = await launcher.run_agent_job(
+        None,
+        AGENT,
+        write_job(folder, attempts, **probe),
+        folder / "output.json",
+        folder / "agent.log",
+        env,
+        120,
+        isolation,
+    )
+    output = folder / "output.json"
+    return code, json.loads(json.loads(output.read_text())["report"]) if output.exists() else {}
+
+
+async def attack_beside_a_concurrent_job(
+    folder: Path, env: dict, isolation: str, planted: Planted, attempts: list[str]
+):
+    """A job (`victim`) waits while another (`attacker`) tries everything in `attempts` against the
+    planted files, sockets, the victim and the agent server; then the victim is released."""
+    victim_folder, attacker_folder = folder / "victim", folder / "attacker"
+    victim = asyncio.create_task(run_job(victim_folder, env, isolation, ["wait_released"]))
+    for _ in range(600):
+        if (victim_folder / "started").exists():
+            break
+        await asyncio.sleep(0.05)
+    probe = {
+        "read": planted.reads,
+        "write": [*map(str, planted.writes), str(attacker_folder / "mine.txt")],
+        "sockets": planted.sockets,
+        "victim": str(victim_folder),
+    }
+    code, outcomes = await run_job(attacker_folder, env, isolation, attempts, **probe)
+    assert code == 0, (attacker_folder / "agent.log").read_text()
+    (victim_folder / "released").touch()
+    return outcomes, await victim
+
+
+async def test_a_job_reaches_no_file_socket_job_or_server_of_the_machine(bypass_agent, endpoint, planted, tmp_path):
+    attempts = ["read", "write", "unix_sockets", "other_job", "agent_server", "signal_init"]
+    outcomes, victim = await attack_beside_a_concurrent_job(tmp_path, endpoint.env, "namespaces", planted, attempts)
+    assert outcomes["read"] == {path: "failed: FileNotFoundError: [Errno 2] No such file or directory: " + repr(path)
+                                for path in planted.reads}  # fmt: skip
+    own = str(tmp_path / "attacker" / "mine.txt")
+    assert outcomes["write"].pop(own) == "wrote"  # its own folder is writable
+    own_shm = str(planted.writes[2])
+    assert outcomes["write"].pop(own_shm) == "wrote"  # into the job's own /dev/shm, a tmpfs gone with it
+    refusals = ("failed: FileNotFoundError", "failed: OSError: [Errno 30] Read-only file system")
+    assert all(said.startswith(refusals) for said in outcomes["write"].values()), outcomes["write"]
+    assert planted.written() == []  # nothing reached the machine's cache, $HOME, /dev/shm or /var/tmp
+    assert all(said.startswith("failed: FileNotFoundError") for said in outcomes["unix_sockets"].values())
+    assert planted.heard() == []
+    assert outcomes["other_job"]["pids"] == [] and "killed" not in outcomes["other_job"]
+    assert outcomes["other_job"]["by_path"][str(tmp_path / "victim" / "input.json")].startswith(
+        "failed: FileNotFoundError"
+    )
+    assert outcomes["agent_server"] == {"seen": 0, "may_signal": 0}
+    assert outcomes["signal_init"] == "still running"
+    assert victim == (0, {"wait_released": "released"})  # the concurrent job ran on, unharmed
+    assert launcher._servers[(None, AGENT, True)].alive
+
+
+async def test_without_the_boundary_the_job_reaches_every_planted_thing(
+    bypass_agent, endpoint, planted, tmp_path, monkeypatch
+):
+    """The same attempts with `isolation = "none"` reach every target: they are real."""
+    attempts = ["read", "write", "unix_sockets", "other_job", "agent_server"]
+    outcomes, victim = await attack_beside_a_concurrent_job(tmp_path, endpoint.env, "none", planted, attempts)
+    assert outcomes["read"][str(planted.recipe)] == f'api_key = "{PLANTED_KEY}"'
+    assert outcomes["read"][str(planted.gold)].startswith('{"gold_need"')
+    assert outcomes["read"][str(planted.home_file)] == "export OPENAI_API_KEY=sk-home"
+    assert set(outcomes["write"].values()) == {"wrote"}
+    assert sorted(planted.written()) == sorted(map(str, planted.writes))
+    assert set(outcomes["unix_sockets"].values()) == {"connected"}
+    assert sorted(planted.heard()) == sorted(planted.sockets)
+    assert outcomes["other_job"]["by_path"][str(tmp_path / "victim" / "input.json")].startswith("{")
+    assert outcomes["other_job"]["through_proc"].startswith("{") and outcomes["other_job"]["killed"] == 1
+    assert victim[0] == -9  # killed by the other job
+    assert outcomes["agent_server"]["may_signal"] >= 1
+
+
+@pytest.fixture
+def tmp_venv(tmp_path_factory):
+    """A virtual environment under /tmp (which a job's own /tmp would hide) with a module of its own."""
+    folder = Path(tempfile.mkdtemp(prefix="atelier-venv-", dir="/tmp"))
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(folder)], check=True, timeout=120
+    )
+    python = folder / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(site) / "planted_in_venv.py").write_text('SAID = "imported from the venv under /tmp"\n')
+    yield python, Path(site)
+    with launcher._lock:
+        servers = [launcher._servers.pop(key) for key in list(launcher._servers) if key[0] == str(python)]
+    for server in servers:
+        server.close()
+    shutil.rmtree(folder)
+
+
+async def test_an_agent_in_a_venv_under_tmp_sees_it_read_only(bypass_agent, endpoint, tmp_venv, tmp_path):
+    python, site = tmp_venv
+    write_job(tmp_path, ["import_planted", "write"], module="planted_in_venv", write=[str(site / "poisoned.py")])
+    code = await launcher.run_agent_job(
+        str(python), AGENT, tmp_path / "input.json", tmp_path / "output.json", tmp_path / "agent.log", endpoint.env, 120
+    )
+    assert code == 0, (tmp_path / "agent.log").read_text()
+    outcomes = json.loads(json.loads((tmp_path / "output.json").read_text())["report"])
+    assert outcomes["import_planted"] == "imported from the venv under /tmp"
+    assert outcomes["write"][str(site / "poisoned.py")].startswith("failed: OSError: [Errno 30] Read-only file system")
+    assert not (site / "poisoned.py").exists()
+
+
+COMMAND = """
+cat {recipe} 2>&1 | head -1
+echo poisoned > {cache} 2>&1 && echo wrote-cache
+curl -sS -m 2 http://127.0.0.1:{tcp}/curl >/dev/null 2>&1; echo "curl-exit $?"
+curl -sS -m 10 -H "Authorization: Bearer $OPENAI_API_KEY" "$OPENAI_BASE_URL/models" | head -c 200; echo
+read line; echo "stdin: $line"
+echo mine > own.txt && echo wrote-own
+"""
+
+
+@pytest.mark.parametrize("isolation", ["namespaces", "none"])
+async def test_any_command_runs_in_the_same_boundary(endpoint, canary, planted, tmp_path, isolation):
+    """`run_command_job` (how an agent that is a command runs) seals the command as it seals a registry
+    agent's job: the endpoint answers; the planted recipe, cache and the machine's loopback are out of
+    reach — and, with `isolation = "none"`, each is reached (the attempts are real)."""
+    if not shutil.which("curl"):
+        pytest.skip("curl is not installed")
+    script = COMMAND.format(recipe=planted.recipe, cache=planted.writes[0], tcp=canary.addresses["tcp"])
+    (tmp_path / "stdin.txt").write_text("the job on stdin\n")
+    code = await launcher.run_command_job(
+        ["sh", "-c", script],
+        tmp_path,
+        tmp_path / "command.log",
+        endpoint.env,
+        60,
+        isolation,
+        stdin_path=tmp_path / "stdin.txt",
+        stdout_path=tmp_path / "stdout.txt",
+    )
+    said = (tmp_path / "stdout.txt").read_text().splitlines()
+    assert code == 0, (tmp_path / "command.log").read_text()
+    assert '"probe"' in said[-3] and said[-2:] == ["stdin: the job on stdin", "wrote-own"]
+    assert (tmp_path / "own.txt").read_text() == "mine\n"
+    if isolation == "namespaces":
+        assert said[0] == f"cat: {planted.recipe}: No such file or directory"
+        assert "wrote-cache" not in said and "curl-exit 7" in said  # 7: could not connect
+        assert planted.written() == [] and canary.heard() == set()
+    else:
+        assert said[0] == f'api_key = "{PLANTED_KEY}"'
+        assert "wrote-cache" in said
+        assert planted.written() == [str(planted.writes[0])] and canary.heard() == {"curl"}
+
+
+async def test_a_command_past_its_time_is_killed_with_what_it_started(endpoint, tmp_path):
+    started = time.perf_counter()
+    code = await launcher.run_command_job(
+        ["sh", "-c", "sleep 300 & sleep 300"], tmp_path, tmp_path / "command.log", endpoint.env, 2
+    )
+    assert code is None and time.perf_counter() - started < 20
+    assert not [p for p in psutil.process_iter(["name", "cmdline"]) if p.info["cmdline"] == ["sleep", "300"]]
+
+
+async def test_a_visible_folder_that_holds_the_run_folder_shows_none_of_the_run(bypass_agent, endpoint, tmp_path):
+    """A command's working folder (made visible, read-only) may hold the run folder, as a checkout run
+    from its own root does: the part that leads to the job's folder is masked, so the job sees the
+    folder's own files but no other job, result or recipe under it — and writes only its own folder."""
+    checkout = tmp_path / "checkout"
+    (checkout / "runs" / "out" / "other-run").mkdir(parents=True)
+    (checkout / "runs" / "out" / "other-run" / "results.jsonl").write_text('{"secret": "another run"}\n')
+    (checkout / "README.md").write_text("the agent's own checkout\n")
+    job = checkout / "runs" / "out" / "this-run" / "external" / "sys" / "case"
+    job.mkdir(parents=True)
+    reads = [str(checkout / "README.md"), str(checkout / "runs" / "out" / "other-run" / "results.jsonl")]
+    write_job(job, ["read", "write"], read=reads, write=[str(checkout / "planted.txt"), str(job / "mine.txt")])
+    code = await launcher.run_agent_job(
+        None, AGENT, job / "input.json", job / "output.json", job / "agent.log", endpoint.env, 120,
+        read_only=[str(checkout)],
+    )  # fmt: skip
+    assert code == 0, (job / "agent.log").read_text()
+    outcomes = json.loads(json.loads((job / "output.json").read_text())["report"])
+    assert outcomes["read"][reads[0]] == "the agent's own checkout"
+    assert outcomes["read"][reads[1]].startswith("failed: FileNotFoundError")
+    assert outcomes["write"][str(checkout / "planted.txt")].startswith("failed: OSError: [Errno 30] Read-only")
+    assert outcomes["write"][str(job / "mine.txt")] == "wrote"
+    assert not (checkout / "planted.txt").exists()
+
+
+def test_a_visible_path_that_holds_home_is_refused():
+    from atelier.graphs.external.child import guard
+
+    with pytest.raises(guard.BoundaryError, match=r"holds .*: give the agent a folder of its own"):
+        guard._plan(["/var/tmp/job"], [str(Path.home().parent)])

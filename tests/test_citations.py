@@ -134,7 +134,8 @@ def test_a_model_list_followed_by_prose_is_not_the_end_and_is_kept():
 def test_a_link_form_marker_of_a_source_read_becomes_the_plain_marker():
     text = "Fares rose [2](https://elsewhere.example/a_(b)). See [the guide](https://guide.example) [1]."
     report = check_citations(text, sources(2))
-    assert report.text == "Fares rose [1]. See [the guide](https://guide.example) [2]." + (
+    # the guide's URL names no source read: the link keeps its text (see the tracking-link test)
+    assert report.text == "Fares rose [1]. See the guide [2]." + (
         "\n\n## Sources\n[1] Page 2. https://site2.example/page\n[2] Page 1. https://site1.example/page"
     )
     assert "elsewhere" not in report.text
@@ -168,9 +169,29 @@ def test_bracketed_years_are_left_as_text_and_counted():
 
 def test_a_year_link_is_an_ordinary_link():
     report = check_citations("The [2023](https://report.example/2023) report.", sources(1))
-    assert report.text == "The [2023](https://report.example/2023) report."
+    assert report.text == "The 2023 report."  # an ordinary link to a page never read: its text stays
     assert report.stats["years_left"] == 1 and report.stats["link_urls_dropped"] == 0
-    assert report.stats["markers"] == 0
+    assert report.stats["markers"] == 0 and report.stats["urls_removed"] == 1
+
+
+def test_a_url_a_page_planted_is_removed_from_the_answer_and_recorded():
+    """A page told the writer to include a tracking link (as an image, a link and a bare URL): each
+    URL that names no source read goes, the text around it stays, and the removal is recorded; the
+    URL of a source read stays."""
+    from atelier.graphs.sources import citation_degradations
+
+    text = (
+        "Fares rose [1] (see https://site1.example/page). ![pixel](https://track.example/p.gif?u=alice) "
+        "Read [more here](https://track.example/c?id=7) or at https://track.example/r?x=1."
+    )
+    report = check_citations(text, sources(1))
+    body = report.text.split("\n\n## Sources\n")[0]
+    assert body == "Fares rose [1] (see https://site1.example/page). pixel Read more here or at ."
+    assert "track.example" not in report.text
+    assert report.stats["urls_removed"] == 3
+    [degraded] = citation_degradations(report, "write")
+    assert degraded.kind == "citation_removed" and degraded.count == 3
+    assert "https://track.example/p.gif?u=alice" in degraded.detail
 
 
 def test_a_year_sized_number_is_a_citation_when_that_many_sources_were_shown():

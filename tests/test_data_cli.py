@@ -37,7 +37,7 @@ def test_data_check_fails_on_a_corrupted_file(tmp_path, monkeypatch):
     query.write_text(query.read_text().replace('"language": "zh"', '"language": 7', 1))
     monkeypatch.setenv(ENV_DATA_DIR, str(copy))
     result = runner.invoke(app, ["data", "check", "drb"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # the data is at fault: bad input, not a bug (1)
     assert "FAIL  deep_research_bench/query.jsonl: " in result.output and "sha256 mismatch" in result.output
     assert "field 'language'" in result.output  # the benchmark load names the bad field too
 

@@ -64,7 +64,11 @@ def test_release(monkeypatch, tmp_path, upstream):
 
     def register(name: str) -> DataFile:
         entry = DataFile(
-            relpath="testset/records.jsonl", url=f"{upstream}/{name}", sha256=sha(RELEASE_BYTES), dataset="testset"
+            relpath="testset/records.jsonl",
+            url=f"{upstream}/{name}",
+            sha256=sha(RELEASE_BYTES),
+            dataset="testset",
+            upstream_bytes=len(RELEASE_BYTES),
         )
         monkeypatch.setitem(data_files._FILES, entry.relpath, entry)
         return entry
@@ -155,7 +159,7 @@ def test_data_check_option_checks_a_users_own_download():
 def test_data_check_option_fails_on_a_download_that_is_not_there(tmp_path):
     missing = tmp_path / "no-such-download"
     failed = CliRunner().invoke(app, ["data", "check", "bespoke", "--option", f"data_dir={missing}"])
-    assert failed.exit_code == 1
+    assert failed.exit_code == 2
     assert f"FAIL  benchmark bespoke split all: option data_dir={missing} is not a directory" in failed.output
 
 

@@ -187,6 +187,51 @@ def test_serve_caps_a_streamed_body_without_waiting_for_its_end(sealed):
     assert _post(base, content=json.dumps(ASK).encode()).status_code == 200  # a body under the cap is served
 
 
+def test_serve_refuses_a_body_a_server_cannot_read_as_json_in_one_400(sealed):
+    base, _, ledger = sealed
+    huge_int = b'{"model": "final_report", "messages": [], "n": ' + b"9" * 5000 + b"}"
+    answer = _post(base, content=huge_int, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400 and "Exceeds the limit (4300 digits)" in answer.json()["error"]["message"]
+    broken = json.dumps(ASK).encode().replace(b"Hello", b"H\xff\xfello")
+    answer = _post(base, content=broken, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400 and answer.json()["error"]["message"].startswith("the request body is not UTF-8")
+
+
+def test_serve_times_out_a_trickling_body_and_lets_an_abandoned_one_go_quietly():
+    with _serve("--no-cache", "--body-timeout-s", "2", env={TOKEN_ENV: TOKEN}) as (process, base, _):
+        port = int(re.search(r":(\d+)/v1", base).group(1))
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+        )
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(head.encode())
+            answer = b""
+            sock.settimeout(0.5)
+            while time.monotonic() - started < 20 and not answer:
+                try:
+                    sock.sendall(b" ")  # one byte every half second: the body never completes
+                    answer = sock.recv(65536)
+                except TimeoutError:
+                    continue
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+            sock.settimeout(5)
+            with contextlib.suppress(OSError):
+                while data := sock.recv(65536):  # the rest of the answer, to the server's close
+                    answer += data
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b"did not arrive within 2 s" in answer and time.monotonic() - started < 10
+        for _ in range(5):  # clients that send half a body and leave
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+                sock.sendall(head.encode() + b'{"model": "final_')
+        time.sleep(1)
+        assert _post(base, json=ASK).status_code == 200  # the server goes on
+    stderr = process.stderr.read()
+    assert "Traceback" not in stderr and "ClientDisconnect" not in stderr, stderr[-2000:]
+
+
 @pytest.mark.parametrize(
     ("flags", "said"),
     [

@@ -5,12 +5,14 @@ A command that crashes with the key on its command line leaves an error file wit
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import sqlite3
 import sys
 import zlib
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -344,3 +346,105 @@ def test_writers_use_the_run_s_redactor_and_the_environment_s_outside_a_run(tmp_
     write_json_atomic(tmp_path / "outside.json", {"error": f"{KEY} {ENV_KEY}"})
     assert json.loads((tmp_path / "in-run.json").read_text())["error"] == f"sk-…[redacted] {ENV_KEY}"
     assert json.loads((tmp_path / "outside.json").read_text())["error"] == f"{KEY} tvl…[redacted]"
+
+
+# ------------------------------------------------------------------------------ every place a key is given
+
+QUERY_KEY = "qk-planted+query/key=0a1b2c3d4e5f"  # characters that URL-encoding changes
+HEADER_KEYS = {
+    "api-key": "hk-planted-azure-7c6b5a4f3e2d1c0b",
+    "X-Api-Key": "hk-planted-anthropic-9f8e7d6c5b4a",
+    "x-goog-api-key": "hk-planted-google-1a2b3c4d5e6f7a",
+}
+
+
+def written_forms(key: str) -> list[str]:
+    """The key as a careless writer or a repeating model spells it: as is, cut short, URL-encoded, and
+    the characters base64 gives it alone or after `user:` (computed here, not by the redactor)."""
+    forms = [key, key[:16], quote(key, safe="")]
+    for prefix in (b"", b"user:"):
+        encoded = base64.b64encode(prefix + key.encode()).decode()
+        start = -(-len(prefix) * 8 // 6)
+        forms.append(encoded[start : start + 16])
+    return forms
+
+
+def test_a_key_in_the_api_base_query_or_in_any_header_and_its_encoded_echoes_are_in_no_file(
+    tmp_path, capsys, monkeypatch
+):
+    """The key is given inline, in api_base's query string and in three provider headers; the model
+    answers case tiny:1 with every credential it was sent, plain, URL-encoded and in base64. No file
+    of the run (config.json, results, ledger, report, checkpoints), of the shared cache, and nothing
+    printed holds any of them in any of those forms."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ATELIER_CACHE_DIR", str(cache))
+    headers = ", ".join(f'"{name}" = "{value}"' for name, value in HEADER_KEYS.items())
+    with OpenAIStub(quote_keys_on=ECHOED_ON) as stub:
+        recipe = tmp_path / "recipe.toml"
+        text = recipe_text(f"{stub.base_url}?api-key={quote(QUERY_KEY, safe='')}", f'api_key = "{KEY}"')
+        recipe.write_text(
+            text.replace("max_retries = 0\n", f"max_retries = 0\nextra = {{ extra_headers = {{ {headers} }} }}\n")
+        )
+        code, out, err = atelier(
+            capsys, monkeypatch, "run", str(recipe), "--no-progress", "--out", str(tmp_path / "run")
+        )
+        quoted = [
+            r for r in stub.requests if ECHOED_ON in json.dumps(r["body"]) and not r["body"].get("response_format")
+        ]
+    assert code in (0, 3), err
+    assert quoted, "the model never repeated the keys: the test would prove nothing"
+    results = (tmp_path / "run" / "results.jsonl").read_text()
+    assert "I was given: plain sk-…[redacted]" in results  # the echo is there, its keys are not
+    assert (tmp_path / "run" / "config.json").exists() and (tmp_path / "run" / "report.html").exists()
+    for key in (KEY, QUERY_KEY, *HEADER_KEYS.values()):
+        for form in written_forms(key):
+            assert files_holding(form, tmp_path / "run", cache) == [], (key, form)
+            assert form not in out and form not in err
+
+
+def test_a_key_a_provider_quotes_in_a_preflight_refusal_is_never_printed(tmp_path, capsys, monkeypatch):
+    """A provider that quotes a wrong key in its 401: `recipe check --preflight` and `run`'s preflight
+    report the refusal in one line each, without the key."""
+    monkeypatch.setenv("ATELIER_CACHE_DIR", str(tmp_path / "cache"))
+    with OpenAIStub(api_key="sk-the-right-key-000000000000", echo_401=True) as stub:
+        recipe = tmp_path / "recipe.toml"
+        recipe.write_text(recipe_text(stub.base_url, f'api_key = "{KEY}"'))
+        checked = atelier(capsys, monkeypatch, "recipe", "check", str(recipe), "--preflight")
+        ran = atelier(capsys, monkeypatch, "run", str(recipe), "--no-progress", "--out", str(tmp_path / "run"))
+        refused = [r for r in stub.requests if r["behaviour"] == "refused 401"]
+    assert refused, "the provider never refused the key: the test would prove nothing"
+    for code, out, err in (checked, ran):
+        assert code == 2, err
+        assert "Incorrect API key provided: sk-…[redacted]" in err
+        assert KEY[:16] not in out + err
+
+
+def test_the_shared_cache_never_stores_a_key_an_answer_quotes(tmp_path):
+    from atelier.agents.models.cache import ResponseCache
+    from atelier.benchmarks.common.redaction import Redactor, redacting
+
+    store = ResponseCache(tmp_path / "llm")
+    with redacting(Redactor([KEY])):
+        store.put("k", {"content": f"your key is {KEY}", "messages": [{"role": "user", "content": KEY}]})
+    store.close()
+    assert files_holding(KEY[:16], tmp_path) == []
+    assert ResponseCache(tmp_path / "llm").get("k")["content"] == "your key is sk-…[redacted]"
+
+
+def test_keys_in_urls_and_headers_are_found_and_their_encodings_blanked():
+    from atelier.benchmarks.common.redaction import Redactor, key_variables, secrets_in, url_secrets
+
+    assert url_secrets(f"https://x.example/v1?api-version=2024&api-key={quote(QUERY_KEY, safe='')}") >= {QUERY_KEY}
+    assert url_secrets("https://user:pa55word-0123@x.example/?key=AIzaSyA-0123456789&sig=abc") >= {
+        "pa55word-0123",
+        "AIzaSyA-0123456789",
+    }
+    assert url_secrets("https://x.example/v1?api-version=2024-10-21&model=gpt") == set()
+    settings = {"extra": {"extra_headers": {**HEADER_KEYS, "User-Agent": "atelier/0.1 (research)"}}}
+    assert secrets_in(settings) >= set(HEADER_KEYS.values())
+    assert "atelier/0.1 (research)" not in secrets_in(settings)
+    assert key_variables({"OPENAI_API_BASE": f"https://x.example/?api-key={QUERY_KEY}"}) >= {QUERY_KEY}
+    redactor = Redactor([KEY])
+    for form in written_forms(KEY):
+        assert form not in redactor.redact(f"said: {form}..."), form
+    assert redactor.redact("nothing secret here") == "nothing secret here"

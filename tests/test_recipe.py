@@ -104,7 +104,7 @@ def test_toml_syntax_error_names_the_line(tmp_path):
 
 
 def test_duplicate_system_names_are_refused(tmp_path):
-    with pytest.raises(ConfigError, match="names must be unique; repeated: a"):
+    with pytest.raises(ConfigError, match=r"names must be unique \(ignoring case\); repeated: 'a'"):
         load_recipe(write(tmp_path, GOOD.replace('name = "b"', 'name = "a"')))
 
 

@@ -229,7 +229,7 @@ def test_the_server_serves_the_same_pages(quickstart):
     from atelier.runs.reading.view_server import view_app
 
     run, _ = quickstart
-    client = TestClient(view_app(run))
+    client = TestClient(view_app(run, hosts=None))
     index = client.get("/index.html")
     assert index.status_code == 200 and index.text.count('class="episode"') == 2
     written = (run / "view" / "index.html").read_text()

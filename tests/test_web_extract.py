@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import encodings.aliases
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -11,7 +15,7 @@ from starlette.routing import Route
 from atelier.agents.prompts import build_messages
 from atelier.tools.asgi_server import AsgiServer
 from atelier.tools.config import WebConfig
-from atelier.tools.errors import UnsupportedContentType
+from atelier.tools.errors import FetchFailed, UnsupportedContentType
 from atelier.tools.extract import detect_charset, extract_text, parse_content_type
 from atelier.tools.page import Page
 from atelier.tools.untrusted import neutralise_fence_closers, page_section, search_results_section
@@ -275,3 +279,77 @@ def test_any_untrusted_section_neutralises_every_fence_closer_not_only_web_pages
     assert closer not in inside and "I like herons.&lt;" in inside
     user = build_messages("role", [Section("History", attack, untrusted=True)], "task")[1]["content"]
     assert user.count("</data>") == 1
+
+
+# ------------------------------------------------------------------------------------ hostile charsets
+
+# Python codecs a page may declare that are no text encoding (or none a page is written in): each
+# raised LookupError, UnicodeError or zlib.error past extract_text before.
+NOT_CHARSETS = ["zlib_codec", "rot13", "base64_codec", "idna", "punycode", "undefined", "hex", "bz2", "uu_codec",
+                "quopri", "unicode_escape", "raw_unicode_escape", "x\x00y", "utf-8\x00"]  # fmt: skip
+
+
+@pytest.mark.parametrize("charset", NOT_CHARSETS)
+@pytest.mark.parametrize("where", ["header", "meta"])
+def test_a_page_declaring_a_codec_that_is_no_charset_is_read_as_undeclared(charset, where):
+    meta = f'<meta charset="{charset}">' if where == "meta" else ""
+    header = f"text/html; charset={charset}" if where == "header" else "text/html"
+    extracted = extract_text(html_bytes("utf-8", meta=meta), header, "https://d.example/creme")
+    assert extracted.charset == "utf-8" and "brittle top" in extracted.text
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    charset=st.sampled_from(sorted(set(encodings.aliases.aliases) | set(encodings.aliases.aliases.values()))),
+    body=st.binary(max_size=600),
+    media=st.sampled_from(["text/html", "text/plain", "application/octet-stream"]),
+)
+def test_any_declared_codec_and_any_bytes_give_text_or_a_fetch_failure(charset, body, media):
+    try:
+        extracted = extract_text(b"<html><body><p>" + body, f"{media}; charset={charset}", "https://d.example/x")
+    except FetchFailed as exc:  # UnsupportedContentType included: a clear, recorded failure
+        assert "https://d.example/x" in str(exc)
+    else:
+        assert isinstance(extracted.text, str)
+
+
+def test_an_extractor_that_raises_is_a_fetch_failure_naming_the_page(monkeypatch):
+    import atelier.tools.extract as extract
+
+    def broken(html, url):
+        raise RecursionError("maximum recursion depth exceeded while parsing the page")
+
+    monkeypatch.setattr(extract, "extract_html", broken)
+    with pytest.raises(FetchFailed, match=r"^https://d.example/deep: the page could not be decoded or extracted"):
+        extract_text(html_bytes("utf-8"), "text/html", "https://d.example/deep")
+
+
+async def test_a_live_page_that_cannot_be_extracted_is_a_recorded_fetch_failed(typed_server, tmp_path, monkeypatch):
+    """Through the run's web and `read_web_sources`, what a system's fetch step does: the page is one
+    `fetch_failed` degradation, the episode goes on."""
+    import atelier.tools.extract as extract
+    from atelier.graphs.sources import SourceStore, WebHit, read_web_sources
+
+    monkeypatch.setattr(extract, "extract_html", lambda html, url: (_ for _ in ()).throw(LookupError("zlib_codec")))
+    config = WebConfig(
+        provider_options={"base_url": "http://search.invalid"},
+        mode="live",
+        cache_dir=tmp_path,
+        allow_hosts=[typed_server.host_port],
+        reader_options={"extract_workers": 0},
+    )
+    url = f"{typed_server.base_url}/latin1?not-extracted-before"  # extractions are remembered per URL
+    async with build_web(config) as web:
+        read, degraded = await read_web_sources(web, SourceStore(tmp_path / "sources"), [WebHit(url=url, title="t")])
+    assert read == [] and [d.kind for d in degraded] == ["fetch_failed"]
+    assert "could not be decoded or extracted (LookupError: zlib_codec)" in degraded[0].detail
+
+
+def test_a_sandbox_corpus_page_with_a_hostile_charset_loads(tmp_path):
+    from atelier.tools.sandbox.corpus import load_corpus
+
+    (tmp_path / "creme.html").write_bytes(html_bytes("utf-8", meta='<meta charset="zlib_codec">'))
+    (tmp_path / "rot.html").write_bytes(html_bytes("utf-8", meta='<meta charset="rot13">'))
+    corpus = load_corpus(str(tmp_path))
+    assert sorted(d.id for d in corpus.documents) == ["creme", "rot"]
+    assert all("brittle top" in d.text for d in corpus.documents)

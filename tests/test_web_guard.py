@@ -48,6 +48,12 @@ class CountingApp:
             self.hits.append(request.url.path)
             return RedirectResponse(self.redirect_targets[request.path_params["name"]], status_code=302)
 
+        async def raw_redirect(request: Request) -> Response:
+            """A Location header of raw UTF-8 bytes, as a server may send it."""
+            response = Response(status_code=302)
+            response.raw_headers.append((b"location", self.redirect_targets[request.path_params["name"]].encode()))
+            return response
+
         async def loop(request: Request) -> Response:
             return RedirectResponse("/loop", status_code=302)
 
@@ -63,6 +69,7 @@ class CountingApp:
                 Route("/page", page),
                 Route("/final", page),
                 Route("/redirect/{name}", redirect),
+                Route("/raw-redirect/{name}", raw_redirect),
                 Route("/loop", loop),
                 Route("/huge-declared", huge_declared),
                 Route("/echo", echo, methods=["GET", "POST"]),
@@ -280,6 +287,31 @@ async def test_a_redirect_to_a_loopback_bystander_never_reaches_it(server, bysta
         with pytest.raises(FetchRefused):
             await web.fetch(f"{running.base_url}/redirect/bystander")
     assert bystander_app.hits == []
+
+
+@pytest.mark.parametrize("route", ["redirect", "raw-redirect"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://ｌｏｃａｌｈｏｓｔ/secret",  # fullwidth: NFKC folds it to localhost
+        "http://ｌｏｃａｌｈｏｓｔ:{port}/page",
+        "http://１２７．０．０．１:{port}/page",
+        "http://xn--localhost-.example/",
+        "http://exa\u200dmple.com/",  # a zero-width joiner: IDNA refuses it
+        "http://a..b/",
+        "http://" + "a" * 70 + ".example/",  # a label longer than IDNA allows
+    ],
+)
+async def test_a_redirect_to_a_host_idna_cannot_encode_is_refused_naming_it(server, route, target):
+    counting, running = server
+    counting.redirect_targets["idna"] = target.format(port=running.port)
+    pages_before = counting.hits.count("/page")
+    async with build_web(web_config(running.host_port)) as web:
+        with pytest.raises((FetchRefused, FetchFailed)) as refused:
+            await web.fetch(f"{running.base_url}/{route}/idna")
+    if "\u200d" not in target:  # (that one is a name no resolver knows: refused as unresolved)
+        assert f"{running.base_url}/{route}/idna" in str(refused.value)
+    assert counting.hits.count("/page") == pages_before  # the loopback page behind the fullwidth name: never reached
 
 
 async def test_redirects_within_the_allowed_host_are_followed_and_recorded(server):

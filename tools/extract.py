@@ -2,7 +2,10 @@
 
 Charset, in order of authority: the Content-Type header, a byte-order mark, the page's own
 <meta charset>, strict UTF-8, then charset_normalizer's best guess (the library trafilatura itself
-relies on).
+relies on). Only a text encoding counts as a charset: a page that declares one of Python's other
+codecs (`zlib_codec`, `base64_codec`, `rot13`, `idna`, `punycode`, `undefined`, the escape codecs)
+has declared none. Any failure to decode or extract a page is a `FetchFailed` naming the URL — the
+fetch step records it — never an exception past this module.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass, field
 from email.message import Message
 from typing import Any
 
-from atelier.tools.errors import UnsupportedContentType
+from atelier.tools.errors import FetchFailed, UnsupportedContentType
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 TEXT_TYPES = ("text/plain", "text/markdown", "text/x-markdown")
@@ -41,13 +44,21 @@ def parse_content_type(header: str) -> tuple[str, str | None]:
     return message.get_content_type(), str(charset) if isinstance(charset, str) else None
 
 
+# Text encodings of Python's that are no charset a page could be written in.
+_NOT_CHARSETS = frozenset({"idna", "punycode", "undefined", "unicode-escape", "raw-unicode-escape", "mbcs", "oem"})
+
+
 def _known_codec(name: str | None) -> str | None:
+    """The codec `name` declares when it is a text encoding a page can be written in, else None."""
     if not name:
         return None
     try:
-        return codecs.lookup(name.strip()).name
-    except LookupError:
+        info = codecs.lookup(name.strip())
+    except (LookupError, ValueError, TypeError):
         return None
+    if not getattr(info, "_is_text_encoding", True) or info.name in _NOT_CHARSETS:
+        return None  # bytes-to-bytes (zlib, base64, hex), rot13, or a codec no page is written in
+    return info.name
 
 
 def detect_charset(body: bytes, declared: str | None) -> str:
@@ -103,6 +114,16 @@ def extract_html(html: str, url: str | None) -> tuple[str, str, dict[str, Any]]:
 
 
 def extract_text(body: bytes, content_type: str, url: str) -> ExtractedText:
+    """The page's text; a page that cannot be decoded or extracted is a `FetchFailed` naming it."""
+    try:
+        return _extract_text(body, content_type, url)
+    except FetchFailed:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever a codec or the extractor raises on a hostile page
+        raise FetchFailed(f"{url}: the page could not be decoded or extracted ({type(exc).__name__}: {exc})") from None
+
+
+def _extract_text(body: bytes, content_type: str, url: str) -> ExtractedText:
     media_type, declared = parse_content_type(content_type)
     if media_type == "application/octet-stream" and _looks_like_html(body):
         media_type = "text/html"  # servers that send no type at all

@@ -351,9 +351,9 @@ class GuardedHttp:
         current = start
         redirects: list[str] = []
         for _ in range(self.caps.max_redirects + 1):
-            self.guard.check_static(current)
-            request = self._client.build_request(method, current, json=json, headers=headers)
             try:
+                self.guard.check_static(current)
+                request = self._client.build_request(method, current, json=json, headers=headers)
                 response = await self._client.send(request, stream=True)
             except AddressRefused as exc:
                 raise AddressRefused(f"refused {current}: {exc}") from None
@@ -363,10 +363,19 @@ class GuardedHttp:
                 raise FetchRefused(
                     f"refused the redirect from {current}: its Location is not a URL to fetch ({exc})"
                 ) from None
+            except UnicodeError as exc:  # a host IDNA cannot encode (fullwidth, an empty or long label)
+                came_from = f"the redirect from {redirects[-1]} to " if redirects else ""
+                raise FetchRefused(f"refused {came_from}{current}: its host is not a name to fetch ({exc})") from None
             try:
                 location = response.headers.get("location")
                 if response.is_redirect and location:
-                    following = current.join(location)
+                    try:
+                        following = current.join(location)
+                    except (httpx.InvalidURL, UnicodeError, ValueError) as exc:
+                        raise FetchRefused(
+                            f"refused the redirect from {current}: its Location {location!r} is not a URL to fetch "
+                            f"({exc})"
+                        ) from None
                     redirects.append(str(current))
                     if _origin(following) != _origin(current):
                         headers = {}  # API keys travel as headers: never hand them to another origin

@@ -20,6 +20,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.redaction import active_redactor
+
 _inflight: dict[tuple[int, str], asyncio.Future] = {}
 _inflight_lock = threading.Lock()
 
@@ -43,8 +46,8 @@ class ArtifactStore:
     def load(self, kind: str, key: str) -> dict[str, Any] | None:
         for directory in self.directories:
             path = self._path(directory, kind, key)
-            if path.is_file():
-                record = json.loads(path.read_text(encoding="utf-8"))
+            if os.path.lexists(path):
+                record = json.loads(no_follow.read_text(path))
                 self._save_missing(kind, key, record)
                 return record["artifact"]
         return None
@@ -96,11 +99,13 @@ def _write_once(path: Path, record: dict[str, Any]) -> dict[str, Any]:
     """Write `record` unless the file exists; return what the file holds afterwards."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(record, ensure_ascii=False, indent=1), encoding="utf-8")
+    text = active_redactor().redact(json.dumps(record, ensure_ascii=False, indent=1))  # shared: never a key
+    with no_follow.open_file(tmp, "w") as fh:
+        fh.write(text)
     try:
         os.link(tmp, path)  # atomic and refuses to overwrite: the first writer wins
     except FileExistsError:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = json.loads(no_follow.read_text(path))
     finally:
         tmp.unlink(missing_ok=True)
     return record

@@ -5,6 +5,9 @@ output schema, temperature, seed, max tokens, extra provider parameters); see `r
 Storage is diskcache (SQLite underneath): safe across threads and processes on one machine. For
 a cluster, `redis://host:port/db` in place of a directory keeps one cache for every node
 (`RedisResponseCache`), so a request answered on one node is never paid for again on another.
+
+The cache is shared by every later run, so it never stores a key: an answer (or a prompt) that
+quotes one is stored with it blanked by the active redactor (`benchmarks.common.redaction`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Any
+
+from atelier.benchmarks.common.redaction import active_redactor
 
 
 def request_key(request: dict[str, Any]) -> str:
@@ -32,7 +37,7 @@ class ResponseCache:
         return self._store.get(key)
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        self._store.set(key, value)
+        self._store.set(key, active_redactor().redact_data(value))
 
     def discard(self, key: str) -> None:
         self._store.delete(key)
@@ -63,7 +68,7 @@ class RedisResponseCache:
         return json.loads(raw) if raw is not None else None
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        self._client.set(self._name(key), json.dumps(value, ensure_ascii=False))
+        self._client.set(self._name(key), json.dumps(active_redactor().redact_data(value), ensure_ascii=False))
 
     def discard(self, key: str) -> None:
         self._client.delete(self._name(key))

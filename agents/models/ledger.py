@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.collect import collecting
 from atelier.benchmarks.common.json_input import read_appended_jsonl, validation_error
 from atelier.benchmarks.common.redaction import active_redactor
@@ -195,7 +196,7 @@ class Ledger:
             self.entries.extend(e for e in entries if e.is_model_call)
             self.tool_entries.extend(e for e in entries if not e.is_model_call)
             if self.path and text:
-                with self.path.open("a", encoding="utf-8") as fh:
+                with no_follow.open_file(self.path, "a") as fh:
                     fh.write(text)
 
     def totals(self) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.datastructures import Headers
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -338,10 +338,14 @@ async def _json_body(request: Request, model: type[B]) -> B | JSONResponse:
         return _error(400, f"the request body is not JSON: {exc.msg}", "invalid_request_error")
     except RecursionError:
         return _error(400, "the request body is nested too deeply", "invalid_request_error")
+    except UnicodeDecodeError as exc:
+        return _error(400, f"the request body is not UTF-8 (byte {exc.start})", "invalid_request_error")
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(body)"
         return _error(400, f"invalid request: {where}: {first['msg']}", "invalid_request_error")
+    except ValueError as exc:  # an integer of more digits than Python converts (4300), ...
+        return _error(400, f"the request body is not JSON this server reads: {exc}", "invalid_request_error")
 
 
 def openai_routes(sessions: Sessions, prefix: str = "/v1") -> list[Route]:
@@ -412,6 +416,7 @@ def openai_routes(sessions: Sessions, prefix: str = "/v1") -> list[Route]:
 
 
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
+DEFAULT_BODY_TIMEOUT_S = 60.0
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
@@ -423,6 +428,17 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def checked_host(host: str, public: bool, why: str) -> None:
+    """Refuse to listen beyond this machine unless asked to in so many words (`--public`): `why`
+    says what a stranger reaching the server would get (`gateway serve`, `view`)."""
+    from atelier.benchmarks.common.errors import ConfigError
+
+    if not public and not is_loopback_host(host):
+        raise ConfigError(
+            f"--host {host}: not a loopback address; {why}, so serving beyond this machine needs --public"
+        )
 
 
 def loopback_hosts(port: int) -> frozenset[str]:
@@ -440,6 +456,10 @@ class RequestBodyTooLarge(Exception):
     """Raised inside the app by `RequestGuard`'s receive once a body passes the cap."""
 
 
+class RequestBodyTooSlow(Exception):
+    """Raised inside the app by `RequestGuard`'s receive when a body has not arrived in time."""
+
+
 class RequestGuard:
     """ASGI middleware in front of an endpoint that spends a provider key (`gateway serve`):
 
@@ -448,18 +468,27 @@ class RequestGuard:
     - an `Origin` header, when present, must be a loopback origin: a web page's cross-site request
       (a `text/plain` POST needs no preflight) is refused -> 403;
     - request bodies are capped at `max_body_bytes`, by Content-Length before reading and counted
-      as the chunks arrive otherwise; the rest of a body over the cap is never read -> 413.
+      as the chunks arrive otherwise; the rest of a body over the cap is never read -> 413;
+    - a body must arrive whole within `body_timeout_s` of its first read: one that trickles (a
+      client holding a connection and a worker open) -> 408;
+    - a client that goes away mid-body ends its request quietly (no traceback per abandoned body).
 
     Install it with Starlette's `add_middleware`, so it sits between Starlette's outer error
     handler and the routes and turns its own `RequestBodyTooLarge` into the 413.
     """
 
     def __init__(
-        self, app: ASGIApp, *, hosts: frozenset[str] | None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+        self,
+        app: ASGIApp,
+        *,
+        hosts: frozenset[str] | None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     ) -> None:
         self.app = app
         self.hosts = None if hosts is None else frozenset(h.lower() for h in hosts)
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -481,14 +510,25 @@ class RequestGuard:
 
         received = 0
         started = False
+        body_done = False
+        deadline: float | None = None
 
         async def capped_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done, deadline
+            if body_done:  # past the body: a streaming answer waits for the client to leave, untimed
+                return await receive()
+            if deadline is None:
+                deadline = asyncio.get_running_loop().time() + self.body_timeout_s
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise RequestBodyTooSlow(f"the request body did not arrive within {self.body_timeout_s:g} s") from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_body_bytes:
                     raise RequestBodyTooLarge(self._too_large())
+                body_done = not message.get("more_body", False)
             return message
 
         async def tracked_send(message: Message) -> None:
@@ -498,17 +538,19 @@ class RequestGuard:
 
         try:
             await self.app(scope, capped_receive, tracked_send)
-        except RequestBodyTooLarge as exc:
+        except (RequestBodyTooLarge, RequestBodyTooSlow) as exc:
             if started:
                 raise
-            await self._refuse(scope, receive, send, 413, str(exc))
+            await self._refuse(scope, receive, send, 413 if isinstance(exc, RequestBodyTooLarge) else 408, str(exc))
+        except ClientDisconnect:
+            return  # the client went away mid-body: no one to answer, nothing to report
 
     def _too_large(self) -> str:
         return f"the request body is over the endpoint's limit of {self.max_body_bytes} bytes"
 
     @staticmethod
     async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, message: str) -> None:
-        kind = "request_too_large" if status == 413 else "forbidden"
+        kind = {413: "request_too_large", 408: "request_timeout"}.get(status, "forbidden")
         response = _error(status, message, kind)
         response.headers["connection"] = "close"  # the body left unread must not be taken for the next request
         await response(scope, receive, send)

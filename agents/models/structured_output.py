@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import write_atomically
 
 StructuredMode = Literal["json_schema", "json_object", "tool", "prompt"]
@@ -134,7 +135,7 @@ class ModeMemory:
         if self.path is None or not self.path.exists():
             return {}
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = json.loads(no_follow.read_text(self.path))
         except (OSError, json.JSONDecodeError):
             return {}  # a damaged file only costs a rediscovery
         return data if isinstance(data, dict) else {}

@@ -15,6 +15,8 @@ import secrets
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from atelier.benchmarks.common.redaction import active_redactor
+
 
 @contextlib.contextmanager
 def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
@@ -35,14 +37,17 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         raise
 
 
-def write_atomically(path: str | os.PathLike[str], data: bytes | str) -> None:
-    """Replace `path` with `data` (a str is written as UTF-8)."""
+def write_atomically(path: str | os.PathLike[str], data: bytes | str, *, redact: bool = True) -> None:
+    """Replace `path` with `data` (a str is written as UTF-8, with the active redactor's keys blanked
+    unless `redact` is False: a file named by the hash of its text must keep it byte for byte)."""
+    if isinstance(data, str):
+        data = (active_redactor().redact(data) if redact else data).encode("utf-8")
     with atomic_writer(path) as out:
-        out.write(data.encode("utf-8") if isinstance(data, str) else data)
+        out.write(data)
 
 
-def write_if_absent(path: str | os.PathLike[str], data: bytes | str) -> None:
+def write_if_absent(path: str | os.PathLike[str], data: bytes | str, *, redact: bool = True) -> None:
     """`write_atomically` for a file written once: content-addressed (one already there holds the
     same bytes) or whose first copy wins. A file already there is left as it is."""
-    if not os.path.exists(path):
-        write_atomically(path, data)
+    if not os.path.lexists(path):
+        write_atomically(path, data, redact=redact)

@@ -44,8 +44,8 @@ KINDS: dict[str, str] = {
     "invalid_query": "a search query the model wrote was not a query (a URL, empty, a repeat) and was replaced",
     "search_failed": "a search gave no results: the provider or the web failed, or it found nothing at all",
     "fetch_failed": "a page could not be read: an error, a refused URL, no text extracted",
-    "citation_removed": "a citation marker named no source the system read, and was removed; or the model's own "
-    "source list, removed, named URLs the system never read",
+    "citation_removed": "a citation marker or a URL in the text named no source the system read, and was removed; "
+    "or the model's own source list, removed, named URLs the system never read",
     "source_dropped": "a source the system read (and took notes from) was left out of what the writer saw: "
     "over the cap on sources in the report (deep_research `report_sources`)",
     "no_findings": "research found nothing: the answer or report rests on no source",

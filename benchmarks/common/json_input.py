@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, SecretStr, ValidationError
 
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import DataError
 
 
@@ -34,13 +35,16 @@ def parse_json(text: str | bytes, *, file: str | Path | None = None, line: int |
         raise DataError("invalid JSON: nested too deeply to parse", file=file, line=line) from None
     except UnicodeDecodeError as exc:
         raise DataError(f"not valid UTF-8 at byte {exc.start}", file=file, line=line) from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4300), ...
+        raise DataError(f"invalid JSON: {exc}", file=file, line=line) from None
 
 
-def read_json_file(path: str | Path) -> Any:
-    """A whole file of JSON; an unreadable file is a DataError too."""
+def read_json_file(path: str | Path, *, follow_links: bool = True) -> Any:
+    """A whole file of JSON; an unreadable file is a DataError too. `follow_links=False` for a file
+    Atelier keeps (a run folder's): a link in its place is refused (`no_follow`)."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = no_follow.read_bytes(path) if not follow_links else path.read_bytes()
     except OSError as exc:
         raise DataError(f"cannot read: {exc.strerror or exc}", file=path) from None
     return parse_json(raw, file=path)
@@ -90,7 +94,7 @@ def read_appended_jsonl(path: str | Path, *, repair: bool = False) -> AppendedLi
     path = Path(path)
     out = AppendedLines()
     try:
-        raw = path.read_bytes()
+        raw = no_follow.read_bytes(path)  # a file Atelier appends to: never through a link
     except FileNotFoundError:
         return out
     except OSError as exc:
@@ -108,7 +112,7 @@ def read_appended_jsonl(path: str | Path, *, repair: bool = False) -> AppendedLi
     except (ValueError, RecursionError):
         out.torn_line = number
     if repair:
-        with path.open("r+b") as fh:
+        with no_follow.open_file(path, "r+b") as fh:
             if out.torn_line is None:
                 fh.seek(0, os.SEEK_END)
                 fh.write(b"\n")

@@ -6,27 +6,34 @@ and an error travels far: into the ledger, the episode's result, the summary's f
 report, the checkpoint of the node that raised it, the error file of a crash. Every writer of those
 files passes its text (or bytes) through the redactor, which replaces each secret it knows:
 
-- in text: the secret, also as JSON and HTML escape it, becomes `sk-…[redacted]` (its first three
-  characters when it has 16 or more, else `[redacted]` alone); so does a secret cut short by a
-  writer that clips long messages (its first `CUT_SECRET_CHARS` characters or more, ending where
-  the text or a word ends);
+- in text: the secret, also as JSON, HTML and URL escape it and as base64 carries it (alone or
+  inside a longer encoded value, such as `user:key` in a Basic header), becomes `sk-…[redacted]`
+  (its first three characters when it has 16 or more, else `[redacted]` alone); so does a secret
+  cut short by a writer that clips long messages (its first `CUT_SECRET_CHARS` characters or more,
+  ending where the text or a word ends);
 - in bytes (a serialized checkpoint), the same, byte for byte, by as many `*`: lengths inside the
   serialization stay right.
 
 What counts as a secret: every value the run's settings hold as a key (a `SecretStr`, a field named
-like a key — `api_key`, `token`, `password`, ... — and the value of each variable an `api_key_env`
-names), and the value of every environment variable named like a key (`OPENAI_API_KEY`,
+like a key — `api_key`, `token`, `password`, ... — the value of each variable an `api_key_env`
+names, every header of a `headers` / `extra_headers` mapping named like a credential — `api-key`,
+`X-Api-Key`, `x-goog-api-key`, `Authorization`, `Cookie` — and, in any URL a setting or a variable
+holds (an `api_base`), its password and each query parameter named like a key: `?api-key=`,
+`?key=`, `?sig=`), and the value of every environment variable named like a key (`OPENAI_API_KEY`,
 `TAVILY_API_KEY`, `ATELIER_API_KEY`, `HF_TOKEN`, ...: litellm and the web services read those
 themselves). A value shorter than `MIN_SECRET_CHARS` is no key (placeholders such as `EMPTY` or
 `none`, which local servers take), and blanking it would garble ordinary words.
 
 The run owns its redactor (`runs.runner.Runner.redactor`) and installs it for the time it runs
-(`redacting`); writers deep in the stack (the ledger, the checkpointer) find it with
-`active_redactor()`, which outside a run gives the environment's.
+(`redacting`); writers deep in the stack (the ledger, the checkpointer, the response cache) find it
+with `active_redactor()`, which outside a run gives the environment's. A command installs one for
+its command line and environment, and each recipe it loads teaches that one the recipe's keys
+(`learn_secrets`), so whatever the command prints — a preflight's problems, an error — leaves them out.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import contextvars
 import html
@@ -35,6 +42,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
+from urllib.parse import quote, quote_plus, unquote, urlsplit
 
 from pydantic import BaseModel, SecretBytes, SecretStr
 
@@ -46,10 +54,14 @@ KEY_FLAGS = ("--api-key", "--token")  # command-line options whose value is a ke
 # A name that holds a key, as an environment variable (OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY,
 # HF_TOKEN) or as a settings field (api_key, token, password, authorization): the key word ends it.
 _KEY_NAME = re.compile(
-    r"(?:^|_)(?:API_?KEY|ACCESS_KEY|SECRET(?:_KEY)?|TOKEN|PASSWORD|PASSWD|AUTHORIZATION)$", re.IGNORECASE
+    r"(?:^|[_-])(?:API[_-]?KEY|ACCESS[_-]KEY|SECRET(?:[_-]KEY)?|TOKEN|PASSWORD|PASSWD|AUTHORIZATION)$", re.IGNORECASE
 )
+# A header or a URL's query parameter that carries a credential: those names, and a bare `key`
+# (`x-goog-api-key`, `?key=`), `auth`, `cookie`, `sig` / `signature` (a signed URL), `code` (Azure's).
+_CREDENTIAL_NAME = re.compile(r"(?:^|[_-])(?:KEY|AUTH|COOKIE|SIG|SIGNATURE)$|^CODE$", re.IGNORECASE)
 _KEY_ENV_FIELD = "api_key_env"  # a field naming the environment variable that holds the key
 _BEARER = re.compile(r"^(?:Bearer|Basic|Token)\s+", re.IGNORECASE)
+_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s\"'<>]+", re.IGNORECASE)
 
 
 def is_key_name(name: str) -> bool:
@@ -57,10 +69,40 @@ def is_key_name(name: str) -> bool:
     return bool(_KEY_NAME.search(name))
 
 
+def is_credential_name(name: str) -> bool:
+    """Whether a header or a URL's query parameter of this name carries a credential."""
+    return is_key_name(name) or bool(_CREDENTIAL_NAME.search(name))
+
+
+def url_secrets(text: str) -> set[str]:
+    """The credentials the URLs in `text` carry: a password, and each query parameter named like a key
+    (as written and decoded)."""
+    found: set[str] = set()
+    for url in _URL.findall(text):
+        try:
+            parts = urlsplit(url)
+            password = parts.password
+        except ValueError:
+            continue  # not a URL after all (a bad port, a stray bracket)
+        if password:
+            found |= {password, unquote(password)}
+        for pair in parts.query.split("&"):
+            name, _, raw = pair.partition("=")
+            if raw and is_credential_name(unquote(name)):
+                value = unquote(raw.replace("+", " "))
+                found |= {raw, value, unquote(raw), quote(value, safe=""), quote_plus(value, safe="")}
+    return found
+
+
 def key_variables(environ: Mapping[str, str] | None = None) -> set[str]:
-    """The values of the environment variables named like keys."""
+    """The values of the environment variables named like keys, and the credentials of the URLs
+    any variable holds (`OPENAI_API_BASE=https://...?api-key=...`)."""
     environ = os.environ if environ is None else environ
-    return {value for name, value in environ.items() if is_key_name(name) and value}
+    found = {value for name, value in environ.items() if is_key_name(name) and value}
+    for value in environ.values():
+        if "://" in value:
+            found |= url_secrets(value)
+    return found
 
 
 def secrets_in(settings: Any, environ: Mapping[str, str] | None = None) -> set[str]:
@@ -80,7 +122,11 @@ def secrets_in(settings: Any, environ: Mapping[str, str] | None = None) -> set[s
             for field, item in (value.__pydantic_extra__ or {}).items():
                 walk(item, field)
         elif isinstance(value, Mapping):
+            headers = "headers" in name.lower()
             for key, item in value.items():
+                if headers and isinstance(item, str) and is_credential_name(str(key)):
+                    found.add(item)
+                    found.add(_BEARER.sub("", item))
                 walk(item, str(key))
         elif isinstance(value, (list, tuple, set, frozenset)):
             for item in value:
@@ -91,6 +137,8 @@ def secrets_in(settings: Any, environ: Mapping[str, str] | None = None) -> set[s
             elif is_key_name(name):
                 found.add(value)
                 found.add(_BEARER.sub("", value))  # `Authorization = "Bearer KEY"`: the key alone too
+            if "://" in value:
+                found.update(url_secrets(value))
 
     walk(settings)
     return found
@@ -121,8 +169,23 @@ def _word_byte(byte: int) -> bool:
     return byte < 128 and _word_character(chr(byte))  # a UTF-8 lead byte starts a character that is none
 
 
+def _base64_forms(secret: str) -> set[str]:
+    """The characters that base64 (standard and URL-safe) writes for `secret` wherever it sits in the
+    encoded bytes: for each of the three alignments, the run of characters that only its bytes decide."""
+    data = secret.encode()
+    forms = set()
+    for offset in range(3):
+        encoded = base64.b64encode(bytes(offset) + data).decode().rstrip("=")
+        start, end = -(-8 * offset // 6), 8 * (offset + len(data)) // 6
+        piece = encoded[start:end]
+        if len(piece) >= MIN_SECRET_CHARS:
+            forms |= {piece, piece.replace("+", "-").replace("/", "_")}
+    return forms
+
+
 def _written_forms(secret: str) -> set[str]:
-    """How a writer may have spelled the secret: as is, JSON-escaped, HTML-escaped (two styles)."""
+    """How a writer may have spelled the secret: as is, JSON-escaped, HTML-escaped (two styles),
+    URL-encoded (two styles), inside base64."""
     escaped = html.escape(secret)
     return {
         secret,
@@ -130,6 +193,9 @@ def _written_forms(secret: str) -> set[str]:
         json.dumps(secret)[1:-1],
         escaped,
         escaped.replace("&quot;", "&#34;").replace("&#x27;", "&#39;"),
+        quote(secret, safe=""),
+        quote_plus(secret, safe=""),
+        *_base64_forms(secret),
     }
 
 
@@ -137,11 +203,19 @@ class Redactor:
     """Blanks out a fixed set of secrets (see the module docstring)."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        kept = {s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_CHARS}
-        self.secrets: frozenset[str] = frozenset(kept)
+        self.secrets: frozenset[str] = frozenset()
+        self._forms: list[str] = []
+        self._byte_forms: list[bytes] = []
+        self.learn(secrets)
+
+    def learn(self, secrets: Iterable[str]) -> None:
+        """Blank these secrets too from now on (a command that has just read a recipe's keys)."""
+        kept = self.secrets | {s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_CHARS}
+        if kept == self.secrets:
+            return
         # the longest first: a secret holding another is blanked whole
-        self._forms = sorted({form for s in kept for form in _written_forms(s)}, key=len, reverse=True)
-        self._byte_forms = [form.encode() for form in self._forms]
+        forms = sorted({form for s in kept for form in _written_forms(s)}, key=len, reverse=True)
+        self._forms, self._byte_forms, self.secrets = forms, [f.encode() for f in forms], frozenset(kept)
 
     def __bool__(self) -> bool:
         return bool(self.secrets)
@@ -250,3 +324,10 @@ def active_redactor() -> Redactor:
     """The redactor of the run in progress, else one for the keys of the environment."""
     installed = _active.get()
     return installed if installed is not None else Redactor.from_environment()
+
+
+def learn_secrets(settings: Any) -> None:
+    """Teach the active redactor (the command's, or the run's) every key `settings` holds."""
+    installed = _active.get()
+    if installed is not None:
+        installed.learn(secrets_in(settings))

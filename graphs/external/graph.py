@@ -30,13 +30,15 @@ from pydantic import ValidationError
 from atelier.agents.external_brief import agent_brief
 from atelier.agents.models.ledger import current_tags
 from atelier.agents.response import Citation, SystemResponse
+from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.degradation import Degradation, degradation
 from atelier.benchmarks.common.errors import AtelierError
 from atelier.graphs.context import EpisodeContext
-from atelier.graphs.external.agents import AGENTS, session_env
+from atelier.graphs.external.agents import AGENTS, base_env, session_env
 from atelier.graphs.external.endpoint import endpoint_for
 from atelier.graphs.external.langgraph_agent import run_langgraph_agent
-from atelier.graphs.external.launcher import run_agent_job
+from atelier.graphs.external.launcher import command_read_only, run_agent_job
 from atelier.graphs.external.options import ExternalOptions
 from atelier.graphs.inputs import PipelineInput, PipelineOutput
 from atelier.graphs.pipelines import PipelineSpec, register_pipeline
@@ -101,7 +103,8 @@ def _workdir(context: EpisodeContext, case_id: str) -> Path:
 
 def _job_files(workdir: Path, job: dict[str, Any]) -> Path:
     """The job's input written, the last attempt's output and timings removed; the output's path."""
-    (workdir / "input.json").write_text(json.dumps(job, ensure_ascii=False, indent=1), encoding="utf-8")
+    # the job may have left links in its folder: files are replaced, never written or read through one
+    write_atomically(workdir / "input.json", json.dumps(job, ensure_ascii=False, indent=1))
     (workdir / TIMINGS).unlink(missing_ok=True)
     output = workdir / "output.json"
     output.unlink(missing_ok=True)
@@ -117,18 +120,18 @@ def _write_timings(workdir: Path, wall_s: float, run_s: float | None) -> None:
         "run_s": run_s,
         "startup_s": round(wall_s - run_s, 3) if run_s is not None else None,
     }
-    (workdir / TIMINGS).write_text(json.dumps(timings), encoding="utf-8")
+    write_atomically(workdir / TIMINGS, json.dumps(timings))
 
 
 def bench_figures(context: EpisodeContext, case_id: str) -> dict[str, Any]:
     """`startup_s` of the agent process of `case_id` (for `atelier bench graph`)."""
     folder = _run_workdir(context, case_id)
     path = folder / TIMINGS if folder else None
-    return {"startup_s": json.loads(path.read_text())["startup_s"]} if path and path.exists() else {}
+    return {"startup_s": json.loads(no_follow.read_text(path))["startup_s"]} if path and path.exists() else {}
 
 
 def _log_tail(workdir: Path) -> str:
-    text = (workdir / "agent.log").read_text(encoding="utf-8", errors="replace").strip()
+    text = no_follow.read_text(workdir / "agent.log", errors="replace").strip()
     return text[-LOG_TAIL_CHARS:]
 
 
@@ -251,10 +254,17 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             "today": options.today.isoformat() if options.today else None,
             "endpoint": {"openai_base": endpoint.openai_base, "web_root": web_session.root},
         }
+        command_cwd = options.cwd or os.getcwd()
         if options.command is not None:  # resolved here: the job runs in its own working folder
-            job["command"] = {"argv": options.command, "job_via": options.job_via, "cwd": options.cwd or os.getcwd()}
+            job["command"] = {"argv": options.command, "job_via": options.job_via, "cwd": command_cwd}
         output = await asyncio.to_thread(_job_files, workdir, job)
         env = session_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy)
+        # a command's program, the files its argv names and its working folder: visible, read-only
+        visible = (
+            command_read_only(options.command, command_cwd, {**base_env(), **env})
+            if options.command is not None
+            else []
+        )
         started = time.perf_counter()
         code = await run_agent_job(
             options.python,
@@ -265,6 +275,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             env,
             options.timeout_s,
             options.isolation,
+            read_only=visible,
         )
         wall_s = time.perf_counter() - started
         if code is None:
@@ -275,7 +286,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             raise ExternalAgentError(
                 f"{spec.name} exited with code {code} and no result; its log ends:\n{_log_tail(workdir)}"
             )
-        result = json.loads(output.read_text(encoding="utf-8"))
+        result = json.loads(no_follow.read_text(output))
         if result.get("error"):
             model_errors = f"; model errors: {model.errors[-1]}" if model.errors else ""
             dry = DRY_RUN_HINT if resources.gateway.dry_run and not model.errors else ""
@@ -294,7 +305,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             "calls": dict(sorted(model.calls.items())),
         }
         response = agent_response(result, web_session, meta)
-    (workdir / "response.json").write_text(response.model_dump_json(indent=1), encoding="utf-8")
+    await asyncio.to_thread(write_atomically, workdir / "response.json", response.model_dump_json(indent=1))
     return Command(goto=END, update={"response": response})  # type: ignore[arg-type]  # langgraph types END as str, not Literal["__end__"]
 
 

@@ -1,21 +1,47 @@
-"""Starting an agent's process for one job, in milliseconds rather than seconds, inside its boundary.
+"""Starting an external agent's job inside its boundary: a registry agent (preloaded, forked in
+milliseconds) or any command.
 
-Importing an agent (langchain, its providers, the agent itself) takes seconds of CPU; a run
-starts one agent process per episode. So for each (interpreter, agent) this process keeps an
-agent server (`graphs/external/child --serve`): it imports the agent once and forks a fresh
-process per job, in which no agent has run yet (see `child/__main__.py` for its protocol). The
-server's environment is `agents.base_env()`; each job adds its session's (endpoint URLs, token).
+The public interface (what a pipeline uses; it stays stable):
 
-The boundary (`isolation = "namespaces"`, the default; Linux): the server starts under `unshare`
-in its own user, network, PID and mount namespaces — no network but its own loopback, no process
-of the machine in sight, so neither this process's environment (`/proc/<pid>/environ`, where a
-provider key lives) nor any way out. Each job's only way out is a Unix socket this process opens
-for it (`endpoint_relay`) and relays to the job's endpoint, the one address its session's URLs
-name; inside, the job listens on that address and forwards to the socket (`child/guard.py`), so
-the agent's HTTP clients use the ordinary URLs. A machine that cannot make the namespaces
-(`boundary_problem`) refuses the job unless its system says `isolation = "none"`.
+- `run_agent_job(python, agent, input_path, output_path, log_path, env, timeout_s, isolation,
+  read_only=())` runs one job of a registry agent (`agents.AGENTS`) whose input is `input_path`;
+  its working folder is that file's folder (the job folder: input, output and log live there).
+  Returns its exit code, or None when it ran out of time (then it is killed, with everything it started).
+- `run_command_job(command, workdir, log_path, env, timeout_s, isolation, read_only=(),
+  stdin_path=None, stdout_path=None)` runs any command the same way, in `workdir`, its stdin and
+  stdout the given files (else nothing and its log), its stderr the log.
+- `command_read_only(command, cwd, env)`: what a command needs to see (its program and its
+  interpreter's prefix, the paths its arguments name, its working folder); `run_agent_job` takes it
+  as `read_only` for a registry agent that runs a command (`agent = "command"`).
+- `sealed_command(command, workdir=, env=, isolation=, read_only=())` is the lower step of
+  `run_command_job` for a caller that keeps its own pipes: an async context in which the returned
+  `Launch` (argv, env, cwd) starts the command inside its boundary.
+- `env` is the job's session (`agents.session_env`: the endpoint's URLs and token) over
+  `agents.base_env()`; the one address its URLs name is all an isolated job can reach.
+  `read_only`: paths the job may read beyond what it is shown anyway (below).
+- `isolation`: `"namespaces"` (the default) or `"none"`; `require_boundary(python)` refuses, in one
+  line (`ConfigError`), a machine that cannot make the boundary.
 
-Where a process cannot fork (not POSIX), each job starts a new interpreter instead (no boundary).
+The boundary (`isolation = "namespaces"`; Linux; made by `child/guard.py`, whose docstring says
+exactly what a job sees). Unshare with mount namespaces rather than bubblewrap: a registry agent's
+imports take seconds of CPU, so its server imports it once and forks each job, and the boundary is
+entered after that fork, in the job's own process — which an external sandbox program (it execs a
+new process) cannot do — and it needs nothing but util-linux. The agent server starts under
+`unshare` in its own user namespace (where it holds the capabilities to mount; root in it has
+none over the machine), network, PID and mount namespaces. Each job then gets namespaces of its
+own: a network whose only way out is a Unix socket this process opens for it (`endpoint_relay`)
+and relays to the job's endpoint (inside, `guard` listens on the endpoint's port and forwards to
+it, so the agent's HTTP clients use the ordinary URLs); a PID namespace of its own (no job sees,
+signals or outlives another, and none can signal the agent server); and a root that shows the
+system's programs, the agent's interpreter and packages (wherever they are, a virtual
+environment under `/tmp` included) and `read_only` read-only, its job folder read-write, and
+nothing else — no `$HOME`, cache, data, recipe or other job. A command is sealed the same way
+(`guard.py --jail`): it sees the system's programs and `command_read_only` (its program, the paths
+its arguments name, its working folder — read-only, any part of it that leads to the run folder
+masked by an empty folder) and `read_only`.
+
+Each job's processes are the job's: killed together when it is past its time or the run ends.
+Where a process cannot fork (not POSIX), each agent job starts a new interpreter (no boundary).
 """
 
 from __future__ import annotations
@@ -28,12 +54,14 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -96,8 +124,8 @@ def require_boundary(python: str | None) -> None:
     if problem is not None:
         raise ConfigError(
             f"pipeline_options.isolation: external agents run inside Linux namespaces (unshare: own network, "
-            f'processes and /tmp), which cannot be made here ({problem}); set isolation = "none" to run them '
-            f"with no OS boundary"
+            f'processes and filesystem view), which cannot be made here ({problem}); set isolation = "none" to '
+            f"run them with no OS boundary"
         )
 
 
@@ -182,7 +210,8 @@ class AgentServer:
         boundary: dict | None = None,
     ) -> int | None:
         """The job's exit code, or None when it ran out of time (then it is killed). `boundary`:
-        `{"port", "socket"}`, the endpoint's port and the relay's socket (an isolated server)."""
+        `{"port", "socket", "read_only"}`, the endpoint's port, the relay's socket and the paths the
+        job may read beyond its interpreter's (an isolated server)."""
         if self.isolated != (boundary is not None):
             raise AgentServerError(
                 "a job's boundary must match its server: an isolated server's jobs have one, others none"
@@ -337,21 +366,151 @@ async def run_agent_job(
     env: dict[str, str],
     timeout_s: float,
     isolation: Isolation = "namespaces",
+    read_only: Sequence[str | Path] = (),
 ) -> int | None:
     """Run the job whose input is `input_path` (the agent's working folder is its folder). With
-    `isolation = "namespaces"` it reaches only the endpoint its session's URLs (`env`) name, and
-    is refused (`ConfigError`) where that boundary cannot be made."""
+    `isolation = "namespaces"` it reaches only the endpoint its session's URLs (`env`) name and sees
+    only its folder, its interpreter and `read_only`; it is refused (`ConfigError`) where that
+    boundary cannot be made."""
     if isolation == "none":
         if not hasattr(os, "fork"):
             return await _run_fresh(python, input_path, output_path, log_path, env, timeout_s)
         server = await asyncio.to_thread(_server, python, agent, False)
         return await server.run(input_path, output_path, log_path, env, timeout_s)
-    if isolation != "namespaces":
-        raise ConfigError(f'pipeline_options.isolation: {isolation!r} is neither "namespaces" nor "none"')
+    _check_isolation(isolation)
     await asyncio.to_thread(require_boundary, python)
     host, port = endpoint_address(env)
     server = await asyncio.to_thread(_server, python, agent, True)
     async with endpoint_relay(host, port) as socket_path:
-        return await server.run(
-            input_path, output_path, log_path, env, timeout_s, boundary={"port": port, "socket": socket_path}
-        )
+        boundary = {"port": port, "socket": socket_path, "read_only": [str(p) for p in read_only]}
+        return await server.run(input_path, output_path, log_path, env, timeout_s, boundary=boundary)
+
+
+def _check_isolation(isolation: str) -> None:
+    if isolation not in ("namespaces", "none"):
+        raise ConfigError(f'pipeline_options.isolation: {isolation!r} is neither "namespaces" nor "none"')
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start a sealed command: `asyncio.create_subprocess_exec(*argv, env=env, cwd=cwd, ...)`."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+
+
+def command_paths(command: Sequence[str], env: dict[str, str]) -> list[str]:
+    """What `command[0]` needs to run, beyond the system's programs: its folder and, for a program
+    in a `bin` folder (a virtual environment's interpreter, a tool installed under a prefix), that
+    prefix and the prefix of what it links to."""
+    found = shutil.which(command[0], path=env.get("PATH")) if command else None
+    if found is None:
+        return []
+    paths = set()
+    for program in (Path(os.path.abspath(found)), Path(os.path.realpath(found))):
+        paths.add(str(program.parent))
+        if program.parent.name == "bin":
+            paths.add(str(program.parent.parent))
+    return sorted(paths)
+
+
+def command_read_only(command: Sequence[str], cwd: str | Path, env: dict[str, str]) -> list[str]:
+    """What a command needs to see, read-only, inside the boundary: its program (`command_paths`),
+    each file or folder its arguments name (relative ones in `cwd`), and `cwd` itself (a part of
+    it that leads to the run folder is masked by the boundary)."""
+    named = []
+    for arg in command[1:]:
+        candidate = Path(arg) if os.path.isabs(arg) else Path(cwd) / arg
+        if "\0" not in arg and arg and os.path.lexists(candidate):
+            named.append(str(candidate))
+    return [*command_paths(command, env), *named, str(cwd)]
+
+
+@contextlib.asynccontextmanager
+async def sealed_command(
+    command: Sequence[str],
+    *,
+    workdir: Path,
+    env: dict[str, str],
+    isolation: Isolation = "namespaces",
+    read_only: Sequence[str | Path] = (),
+) -> AsyncIterator[Launch]:
+    """How to start `command` in `workdir` with `base_env() | env`, inside the boundary (see the
+    module's docstring) for as long as the block runs: the endpoint's relay closes with it."""
+    if not command:
+        raise ConfigError("an agent's command is empty")
+    full_env = {**base_env(), **env}
+    if isolation == "none":
+        yield Launch(list(command), full_env, workdir)
+        return
+    _check_isolation(isolation)
+    await asyncio.to_thread(require_boundary, None)
+    prefix = boundary_command()
+    assert prefix is not None  # require_boundary found it
+    host, port = endpoint_address(env)
+    async with endpoint_relay(host, port) as socket_path:
+        spec = {
+            "port": port,
+            "socket": socket_path,
+            "writable": [str(workdir)],
+            "read_only": [*command_read_only(command, workdir, full_env), *(str(p) for p in read_only)],
+            "cwd": str(workdir),
+            "env": full_env,
+            "command": list(command),
+        }
+        # beside the relay's socket, in its 0700 folder: the spec names the session's token, which a
+        # command line would show to every user of the machine; the guard removes it once read
+        spec_path = os.path.join(os.path.dirname(socket_path), "spec.json")
+        descriptor = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as fh:
+            json.dump(spec, fh)
+        yield Launch([*prefix, sys.executable, str(CHILD / "guard.py"), "--jail", spec_path], base_env(), workdir)
+
+
+async def run_command_job(
+    command: Sequence[str],
+    workdir: Path,
+    log_path: Path,
+    env: dict[str, str],
+    timeout_s: float,
+    isolation: Isolation = "namespaces",
+    read_only: Sequence[str | Path] = (),
+    stdin_path: Path | None = None,
+    stdout_path: Path | None = None,
+) -> int | None:
+    """Run `command` in `workdir` as a job (its stdin and stdout the given files, else nothing and
+    the log; its stderr the log); its exit code, or None when it ran out of time (then it is killed
+    with every process it started)."""
+    async with sealed_command(command, workdir=workdir, env=env, isolation=isolation, read_only=read_only) as launch:
+        with contextlib.ExitStack() as files:
+            log = files.enter_context(_open_nofollow(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "wb"))
+            stdin = files.enter_context(_open_nofollow(stdin_path, os.O_RDONLY, "rb")) if stdin_path else None
+            stdout = (
+                files.enter_context(_open_nofollow(stdout_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "wb"))
+                if stdout_path
+                else log
+            )
+            process = await asyncio.create_subprocess_exec(
+                *launch.argv,
+                cwd=launch.cwd,
+                env=launch.env,
+                stdin=stdin or asyncio.subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=log,
+                start_new_session=True,
+            )
+            try:
+                return await asyncio.wait_for(process.wait(), timeout_s)
+            except TimeoutError:
+                return None
+            finally:
+                if process.returncode is None:  # out of time, or cancelled: the job and all it started
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
+                    await process.wait()
+
+
+def _open_nofollow(path: Path, flags: int, mode: str):
+    """A job folder's file, never through a link the job may have left in its place."""
+    return os.fdopen(os.open(path, flags | os.O_NOFOLLOW, 0o644), mode)

@@ -23,6 +23,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import secrets
 import shutil
 import tempfile
@@ -35,6 +36,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from atelier.benchmarks.case import ChatSession, HistoryEvent
+from atelier.benchmarks.common import no_follow
 from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from atelier.memory.budget import pack
 from atelier.memory.persona_first import Personas, persona_first
@@ -142,12 +144,12 @@ class Mem0Backend(MemoryBackend):
         if user_id not in self._ingested:
             path = self._ingested_file(user_id)
             # split at "\n" only: splitlines() would also cut at a U+2028 inside a JSON string
-            lines = path.read_text(encoding="utf-8").split("\n") if path.exists() else []
+            lines = no_follow.read_text(path).split("\n") if os.path.lexists(path) else []
             self._ingested[user_id] = {json.loads(line) for line in lines if line.strip()}
         return self._ingested[user_id]
 
     def _record(self, user_id: str, event_ids: list[str]) -> None:
-        with self._ingested_file(user_id).open("a", encoding="utf-8") as fh:
+        with no_follow.open_file(self._ingested_file(user_id), "a") as fh:
             fh.writelines(json.dumps(i) + "\n" for i in event_ids)
         self._ingested[user_id].update(event_ids)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from atelier.benchmarks.case import HistoryEvent
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl
 from atelier.benchmarks.loaders._records import validate
@@ -78,7 +79,7 @@ class EventStore:
         path = self._path(user_id)
         if path is not None and new:
             lines = "".join(StoredEvent(user_id=user_id, event=e).model_dump_json() + "\n" for e in new)
-            with path.open("a", encoding="utf-8") as fh:
+            with no_follow.open_file(path, "a") as fh:
                 fh.write(lines)
         return new
 

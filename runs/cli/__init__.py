@@ -23,10 +23,14 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from atelier.benchmarks.common.errors import AtelierError
+
+if TYPE_CHECKING:
+    from atelier.benchmarks.common.redaction import Redactor
 
 app = typer.Typer(
     name="atelier",
@@ -71,25 +75,24 @@ EXIT_BAD_INPUT = 2
 EXIT_BUG = 1
 
 
-def _redactor():
+def _redactor() -> Redactor:
     """The keys this command knows without a run: its key options' values and the environment's."""
     from atelier.benchmarks.common.redaction import Redactor
 
     return Redactor.for_command_line(sys.argv[1:])
 
 
-def _fail(message: str, code: int) -> None:
-    typer.secho(f"error: {_redactor().redact(message)}", fg=typer.colors.RED, err=True)
+def _fail(message: str, code: int, redactor: Redactor) -> None:
+    typer.secho(f"error: {redactor.redact(message)}", fg=typer.colors.RED, err=True)
     sys.exit(code)
 
 
-def _write_traceback(exc: BaseException) -> Path:
+def _write_traceback(exc: BaseException, redactor: Redactor) -> Path:
     """The full traceback of an unexpected error, kept in a file of its own (keys redacted)."""
     from datetime import datetime
 
     from atelier.benchmarks.data_files import cache_dir
 
-    redactor = _redactor()
     command = " ".join(redactor.redact_argv(sys.argv[1:]))
     text = redactor.redact("".join(traceback.format_exception(exc)))
     name = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
@@ -109,10 +112,12 @@ def main() -> None:
     apply_offline_defaults()  # before any library a command drives is imported
     from atelier.benchmarks.common.redaction import redacting
 
+    redactor = _redactor()
     try:
         # what any command writes (a gateway's ledger, a simulation's) leaves out the keys its command
         # line and environment give; a run installs its own redactor, which knows its recipe's keys too
-        with redacting(_redactor()):
+        # (each recipe the command loads teaches it that recipe's keys: what it prints leaves them out)
+        with redacting(redactor):
             code = app(standalone_mode=False)  # errors come here, to be told in one line
     except typer.TyperException as exc:  # click's errors (typer vendors click): a flag or argument refused
         if type(exc).__name__ == "NoArgsIsHelpError":  # `atelier` or `atelier bench` alone: the help
@@ -120,16 +125,16 @@ def main() -> None:
             sys.exit(0)
         ctx = getattr(exc, "ctx", None)
         where = f" (see `{ctx.command_path} --help`)" if ctx else ""
-        _fail(" ".join(exc.format_message().split()) + where, exc.exit_code)
+        _fail(" ".join(exc.format_message().split()) + where, exc.exit_code, redactor)
     except typer.Abort:
-        _fail("aborted", 130)
+        _fail("aborted", 130, redactor)
     except AtelierError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+        _fail(str(exc), EXIT_BAD_INPUT, redactor)
     except OSError as exc:  # a path given on the command line or in a recipe that cannot be used
         where = f"{exc.filename}: " if exc.filename else ""
-        _fail(f"{where}{exc.strerror or exc}", EXIT_BAD_INPUT)
+        _fail(f"{where}{exc.strerror or exc}", EXIT_BAD_INPUT, redactor)
     except Exception as exc:  # noqa: BLE001 - the last resort: one line, the trace kept in a file
-        trace = _write_traceback(exc)
+        trace = _write_traceback(exc, redactor)
         summary = " ".join(str(exc).split())[:300]
-        _fail(f"unexpected {type(exc).__name__}: {summary} (a bug; full traceback in {trace})", EXIT_BUG)
+        _fail(f"unexpected {type(exc).__name__}: {summary} (a bug; full traceback in {trace})", EXIT_BUG, redactor)
     sys.exit(code or 0)

@@ -129,7 +129,10 @@ def catalog(kinds: list[Kind]) -> dict[str, list[dict[str, Any]]]:
 
 def _print(listing: dict[str, list[dict[str, Any]]]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+
+    from atelier.runs.reading.terminal_text import cells, visible
 
     console = Console()
     for kind, entries in listing.items():
@@ -143,15 +146,15 @@ def _print(listing: dict[str, list[dict[str, Any]]]) -> None:
         for entry in entries:
             options = "\n".join(f"{o['name']} {o['type']} = {o['default']!r}" for o in entry["options"]) or "–"
             what = entry["description"] + (f"\n[{entry['plugin']}]" if entry.get("plugin") else "")
-            cells = [entry["name"], what]
+            row = [entry["name"], what]
             if kind == "benchmarks":
                 splits = [entry["default_split"]] + [s for s in entry["splits"] if s != entry["default_split"]]
                 settings = [entry["default_setting"]] + [s for s in entry["settings"] if s != entry["default_setting"]]
-                cells += [", ".join(splits), ", ".join(settings)]
-            table.add_row(*cells, options)
+                row += [", ".join(splits), ", ".join(settings)]
+            table.add_row(*cells(*row, options))
         console.print(table)
     for line in broken_plugins():
-        console.print(f"[red]plugin not loaded[/red]: {line}")
+        console.print(f"[red]plugin not loaded[/red]: {escape(visible(line))}")  # its name and reason as text
 
 
 def broken_plugins() -> list[str]:

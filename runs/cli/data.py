@@ -168,7 +168,8 @@ def data_check(
         "e.g. `atelier data check bespoke --option data_dir=PATH`.",
     ),
 ) -> None:
-    """Check every registered file's sha256, parse every record, load every benchmark split; exit 1 on any failure."""
+    """Check every registered file's sha256, parse every record, load every benchmark split; exit 2 on any failure
+    (the data is at fault, not Atelier)."""
     from atelier.benchmarks.common.errors import ConfigError
     from atelier.benchmarks.data_files import registered_files
     from atelier.benchmarks.registry import benchmark_names, get_benchmark
@@ -206,7 +207,7 @@ def data_check(
         typer.echo(f"{group}: " + ", ".join(f"{n} {kind}" for kind, n in counts.items()))
     typer.echo(f"\n{len(report.lines) - report.failures} ok/skipped, {report.failures} failed")
     if report.failures:
-        raise typer.Exit(1)
+        raise typer.Exit(2)
 
 
 def data_fetch(

@@ -41,15 +41,9 @@ def checked_token(token: str | None) -> tuple[str, bool]:
 
 
 def checked_host(host: str, public: bool) -> None:
-    """Refuse to listen beyond this machine unless asked to in so many words (`--public`)."""
-    from atelier.agents.models.openai_api import is_loopback_host
-    from atelier.benchmarks.common.errors import ConfigError
+    from atelier.agents.models.openai_api import checked_host as refuse_beyond_loopback
 
-    if not public and not is_loopback_host(host):
-        raise ConfigError(
-            f"--host {host}: not a loopback address; whoever reaches the gateway spends its provider "
-            "key, so serving beyond this machine needs --public as well"
-        )
+    refuse_beyond_loopback(host, public, "whoever reaches the gateway spends its provider key")
 
 
 def serve(
@@ -73,6 +67,9 @@ def serve(
         None, "--token", envvar=TOKEN_ENV, help="The API key clients must send (default: a new one, printed at start)."
     ),
     max_body_bytes: int = typer.Option(8 * 2**20, "--max-body-bytes", min=1, help="The largest request body taken."),
+    body_timeout_s: float = typer.Option(
+        60.0, "--body-timeout-s", min=0.1, help="Seconds a request body may take to arrive (a slower one: 408)."
+    ),
     ledger: Path = typer.Option(
         Path("runs/out/gateway/ledger.jsonl"), "--ledger", help="Where the ledger is appended."
     ),
@@ -150,7 +147,7 @@ def serve(
     app = Starlette(routes=routes, lifespan=lifespan)
     server = AsgiServer(app, host, port, lifespan="on")  # bound here: the port is known
     hosts = None if public else loopback_hosts(server.port) | ({PAGES_HOST} if web else set())
-    app.add_middleware(RequestGuard, hosts=hosts, max_body_bytes=max_body_bytes)
+    app.add_middleware(RequestGuard, hosts=hosts, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
     if web:
         from atelier.tools.config import SandboxConfig, WebConfig
         from atelier.tools.web import build_web

@@ -94,6 +94,8 @@ def _print_probes(probes) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from atelier.runs.reading.terminal_text import cells
+
     table = Table(title="model check")
     for column in ("roles", "model", "text", "tok/s", "structured", "mode", "error"):
         table.add_column(column, overflow="fold")
@@ -103,12 +105,14 @@ def _print_probes(probes) -> None:
         if p.structured.refused_modes:
             mode += f" (refused: {', '.join(p.structured.refused_modes)})"
         table.add_row(
-            ", ".join(p.roles),
-            p.model + (" (dry run)" if p.dry_run else ""),
-            latency(p.text),
-            f"{p.text.tokens_per_s:.1f}" if p.text.tokens_per_s else "–",
-            latency(p.structured),
-            mode,
-            p.text.error or p.structured.error or "",
+            *cells(
+                ", ".join(p.roles),
+                p.model + (" (dry run)" if p.dry_run else ""),
+                latency(p.text),
+                f"{p.text.tokens_per_s:.1f}" if p.text.tokens_per_s else "–",
+                latency(p.structured),
+                mode,
+                p.text.error or p.structured.error or "",
+            )
         )
     Console(stderr=True).print(table)

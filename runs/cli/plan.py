@@ -24,6 +24,7 @@ def plan(
     from rich.table import Table
 
     from atelier.runs.cli._common import print_json
+    from atelier.runs.reading.terminal_text import cells
     from atelier.runs.studies.plan import plan_run
 
     result = plan_run(run_dir, detect, power=power, alpha=alpha, model=model, with_cost=not no_cost)
@@ -38,22 +39,28 @@ def plan(
     for c in result.comparisons:
         pilot = c.pilot
         table = Table(
-            title=f"{c.judge}: {c.a} - {c.b} (pilot: {pilot['cases']} cases, {pilot['epochs']:g} epoch(s), "
-            f"{pilot['repeats']:g} repeat(s); difference {pilot['mean_difference']:+.3g}, MDE {pilot['mde']:.3g})"
+            title=cells(
+                f"{c.judge}: {c.a} - {c.b} (pilot: {pilot['cases']} cases, {pilot['epochs']:g} epoch(s), "
+                f"{pilot['repeats']:g} repeat(s); difference {pilot['mean_difference']:+.3g}, MDE {pilot['mde']:.3g})"
+            )[0],
         )
         for column in ("epochs", "repeats", "cases", "MDE", "episodes", "judgments", "calls", "USD"):
             table.add_column(column)
         for o in c.options:
             cost = o.cost
             table.add_row(
-                str(o.epochs),
-                str(o.repeats),
-                str(o.cases) if o.cases is not None else "not enough",
-                f"{o.mde:.3g}",
-                str(o.episodes or "–"),
-                str(o.judgments or "–"),
-                f"{cost.calls[0]:,.0f} – {cost.calls[1]:,.0f}" if cost else "–",
-                (f"${cost.usd[0]:,.4f} – ${cost.usd[1]:,.4f}" if cost.usd is not None else "unknown") if cost else "–",
+                *cells(
+                    str(o.epochs),
+                    str(o.repeats),
+                    str(o.cases) if o.cases is not None else "not enough",
+                    f"{o.mde:.3g}",
+                    str(o.episodes or "–"),
+                    str(o.judgments or "–"),
+                    f"{cost.calls[0]:,.0f} – {cost.calls[1]:,.0f}" if cost else "–",
+                    (f"${cost.usd[0]:,.4f} – ${cost.usd[1]:,.4f}" if cost.usd is not None else "unknown")
+                    if cost
+                    else "–",
+                )
             )
         console.print(table)
         parts = " + ".join(f"{k} {v:.3g}" for k, v in c.variance.clusters.items())

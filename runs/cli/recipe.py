@@ -85,6 +85,7 @@ def cost(
     from atelier.runs.execution.cost import forecast, format_usd
     from atelier.runs.execution.runner import dry_run_ledger
     from atelier.runs.folder.recipe import load_recipe
+    from atelier.runs.reading.terminal_text import cells
 
     recipe = load_recipe(path).with_overrides(model=model, api_base=api_base, limit=limit)
     recipe.check_roles_named()
@@ -100,12 +101,14 @@ def cost(
         table.add_column(column)
     for role in predicted.roles.values():
         table.add_row(
-            role.role,
-            role.model,
-            f"{role.calls.low:,.0f} – {role.calls.high:,.0f}",
-            f"{role.prompt_tokens.low:,.0f} – {role.prompt_tokens.high:,.0f}",
-            f"{role.completion_tokens.low:,.0f} – {role.completion_tokens.high:,.0f}",
-            format_usd(role.usd),
+            *cells(
+                role.role,
+                role.model,
+                f"{role.calls.low:,.0f} – {role.calls.high:,.0f}",
+                f"{role.prompt_tokens.low:,.0f} – {role.prompt_tokens.high:,.0f}",
+                f"{role.completion_tokens.low:,.0f} – {role.completion_tokens.high:,.0f}",
+                format_usd(role.usd),
+            )
         )
     console = Console()
     console.print(table)

@@ -186,6 +186,7 @@ def _print_summary(path: Path) -> None:
 
     from atelier.runs.cli._common import table_console
     from atelier.runs.reading.report import ci_text
+    from atelier.runs.reading.terminal_text import cells
     from atelier.runs.reading.usage import format_cost
 
     summary = json.loads(path.read_text(encoding="utf-8"))
@@ -197,13 +198,15 @@ def _print_summary(path: Path) -> None:
     for system, entry in summary["systems"].items():
         for judge, stats in entry["judges"].items():
             table.add_row(
-                system,
-                judge,
-                str(stats["n"]),
-                f"{stats['mean']:.3f}" if stats["mean"] is not None else "–",
-                ci_text(stats["ci95"], stats["n"]),
-                str(entry["errors"] + stats["failed"]),
-                *([_spread(stats["epoch_spread"])] if epochs > 1 else []),
+                *cells(
+                    system,
+                    judge,
+                    str(stats["n"]),
+                    f"{stats['mean']:.3f}" if stats["mean"] is not None else "–",
+                    ci_text(stats["ci95"], stats["n"]),
+                    str(entry["errors"] + stats["failed"]),
+                    *([_spread(stats["epoch_spread"])] if epochs > 1 else []),
+                )
             )
     ledger = summary["ledger"]
     console = table_console(stderr=True)

@@ -15,8 +15,16 @@ def view(
         help="Write the view into this folder (index.html + one page per episode) instead of serving it; "
         "RUN_DIR/view is where report.html links to.",
     ),
-    host: str = typer.Option("127.0.0.1", "--host", help="The server's address (loopback by default)."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="The server's address: a loopback one (others need --public)."
+    ),
     port: int = typer.Option(8765, "--port", min=1, max=65535, help="The server's port."),
+    public: bool = typer.Option(
+        False,
+        "--public",
+        help="Allow a non-loopback --host: whoever reaches it reads every prompt and answer; the Host header is then "
+        "not checked.",
+    ),
 ) -> None:
     """Every episode of a run in the browser, filterable by system, judge, score and degraded kind; per
     episode its steps on a timeline, each model call's prompt, answer, tokens, latency and cache hit,
@@ -28,7 +36,7 @@ def view(
         return
     from atelier.runs.reading.view_server import serve
 
-    serve(run_dir, host, port, say=lambda line: typer.echo(line, err=True))
+    serve(run_dir, host, port, say=lambda line: typer.echo(line, err=True), public=public)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

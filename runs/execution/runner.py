@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from atelier.agents.judges.base import Judge, check_judge_fit, create_judge
 from atelier.agents.models.ledger import LedgerEntry, call_tags, capture_calls, read_ledger
 from atelier.benchmarks.case import Case
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl
 from atelier.benchmarks.common.offline import apply_offline_defaults
@@ -42,7 +43,7 @@ from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, che
 from atelier.graphs.episode import episode_graph_for
 from atelier.graphs.heap import settled_heap
 from atelier.graphs.inputs import forget_cases, remember_cases
-from atelier.graphs.persistence import run_checkpointer
+from atelier.graphs.persistence import no_space, out_of_space, run_checkpointer
 from atelier.graphs.pipelines import check_systems_available
 from atelier.graphs.resources import release, resources_for
 from atelier.graphs.simulate import run_with_simulated_user
@@ -56,7 +57,7 @@ from atelier.runs.folder.layout import RunFolder, expected_keys, stored_config
 from atelier.runs.folder.lock import RunFolderLock
 from atelier.runs.folder.recipe import Recipe, plugins_used
 from atelier.runs.folder.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
-from atelier.runs.folder.resume import check_resume
+from atelier.runs.folder.resume import check_resume, output_digest
 from atelier.runs.reading.finish import finish_run, searched_web
 from atelier.runs.reading.outcome import RunOutcome
 from atelier.tools.config import WebConfig
@@ -151,6 +152,10 @@ class Runner:
         try:
             with redacting(self.redactor):  # the ledger, results, checkpoints, summary and report use it
                 return await self._run()
+        except (sqlite3.Error, OSError) as exc:
+            if out_of_space(self.folder.path, exc):  # bad input (a full --out), not a bug: what is written stays
+                raise no_space(self.folder.path, exc) from None
+            raise
         finally:
             self.lock.release()
 
@@ -188,7 +193,7 @@ class Runner:
         if passed is not None:
             self.say(f"preflight ok ({passed.seconds:.1f} s)")
         if passed is not None and passed.calls:
-            with self.folder.ledger.open("a", encoding="utf-8") as fh:  # the probes cost what calls cost
+            with no_follow.open_file(self.folder.ledger, "a") as fh:  # the probes cost what calls cost
                 fh.writelines(
                     self.redactor.redact(e.model_copy(update={"run_id": self.run_id}).model_dump_json()) + "\n"
                     for e in passed.calls
@@ -203,6 +208,14 @@ class Runner:
         results = ResultsFile(self.folder.results)
         keys = set(expected_keys([c.id for c in cases], [s.name for s in recipe.systems], recipe.run.epochs))
         latest = {k: r for k, r in results.load().items() if k in keys}
+        made_by = {s.name: output_digest(recipe.model_dump(mode="json"), s.name) for s in recipe.systems}
+        for stored in latest.values():
+            if stored.made_by is not None and stored.made_by != made_by[stored.system]:
+                raise ConfigError(
+                    f"{self.folder.results}: episode {stored.key} was made by another recipe than this one "
+                    "(its seed, benchmark, system or models differ) though config.json says otherwise; restore "
+                    "the folder's config.json and resume with its recipe, or choose a new --out folder"
+                )
         done = {k for k, r in latest.items() if r.ok}
         todo = [  # epochs outermost: a run stopped by its budget has whole epochs rather than whole systems
             (case, system, epoch)
@@ -235,6 +248,7 @@ class Runner:
                             if budget is not None:  # what it spent is unknown: its whole reservation
                                 budget.release(reservation, None)
                             raise
+                        record = record.model_copy(update={"made_by": made_by[system.name]})
                         if budget is not None:
                             await budget.settle(reservation, record.cost_usd)
                     if record.ok:
@@ -267,10 +281,15 @@ class Runner:
                                 asyncio.create_task(judged_again(stored, case, judges))
                                 for stored, case, judges in rejudge
                             ]
-                            for finished in asyncio.as_completed(tasks):
-                                record = await finished
-                                if record is not None:
-                                    bar.advance(record.ok)
+                            try:
+                                for finished in asyncio.as_completed(tasks):
+                                    record = await finished
+                                    if record is not None:
+                                        bar.advance(record.ok)
+                            finally:  # one raised (a full disk): the others stop, their errors collected
+                                for task in tasks:
+                                    task.cancel()
+                                await asyncio.gather(*tasks, return_exceptions=True)
             if rejudge:
                 print(
                     f"note: judged {len(rejudge)} stored response{'s' * (len(rejudge) != 1)} again "
@@ -387,6 +406,11 @@ class Runner:
         judges changed since: every stored response is then judged again."""
         stored = stored_config(self.folder.config)
         if stored is None or stored.recipe is None:
+            if ResultsFile(self.folder.results).load():  # outputs of a recipe no one can name any more
+                raise ConfigError(
+                    f"{self.folder.path} holds results but no config.json saying which recipe made them; "
+                    "restore its config.json, or choose a new --out folder"
+                )
             return False
         try:
             check = check_resume(stored.recipe, self.recipe.model_dump(mode="json"))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.benchmarks.common.json_input import read_json_file, validation_error
 from atelier.runs.folder.results import result_key
@@ -63,10 +65,12 @@ class _StoredConfig(BaseModel):
 
 
 def stored_config(path: Path) -> _StoredConfig | None:
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
-        return _StoredConfig.model_validate(read_json_file(path))
+        return _StoredConfig.model_validate(read_json_file(path, follow_links=False))
+    except no_follow.UnsafeFileError:
+        raise
     except DataError as exc:
         problem, line = exc.detail, exc.line
     except ValidationError as exc:

@@ -12,6 +12,7 @@ import fcntl
 import os
 from pathlib import Path
 
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError
 
 LOCK_NAME = ".atelier.lock"
@@ -38,7 +39,7 @@ class RunFolderLock:
             raise ConfigError(f"{self.folder} is a file, not a run folder: give --out a new or existing run folder")
         self._made = [p for p in (self.folder, *self.folder.parents) if not p.exists()]
         self.folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = no_follow.open_fd(self.folder / LOCK_NAME, os.O_RDWR | os.O_CREAT)  # a link there: refused
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

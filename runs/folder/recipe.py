@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import re
 import tomllib
+from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +39,7 @@ from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.json_input import validate_strictly
 from atelier.benchmarks.common.named_registry import NamedRegistry, UnknownNameError
 from atelier.benchmarks.common.plugins import PluginError
+from atelier.benchmarks.common.redaction import learn_secrets
 from atelier.benchmarks.registry import BENCHMARKS, get_benchmark, load_cases
 from atelier.benchmarks.rj_pairs import with_rj_pairs
 from atelier.graphs.context import SystemSpec
@@ -441,7 +443,9 @@ class _CheckedRecipe(Protocol):
 
 
 def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | None = None) -> Recipe:
-    """Validate recipe data strictly, as TOML spells it (`concurrency = true` is not a number)."""
+    """Validate recipe data strictly, as TOML spells it (`concurrency = true` is not a number). The
+    command's redactor learns the recipe's keys first: no message about it may show one."""
+    learn_secrets(data)
     _check_values(data, source)
     data = cases_file_as_benchmark(data, source, text)
     load_plugins(data, source, text)
@@ -453,9 +457,12 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
     except ConfigError as exc:  # raised as is by validators that know their own field ([web])
         raise ConfigError(f"invalid recipe: {source}: {exc}") from None
     names = [s.name for s in checked.systems]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    folded = Counter(n.casefold() for n in names)  # a folder each: `A` and `a` are one on many file systems
+    duplicates = sorted({n for n in names if folded[n.casefold()] > 1})
     if duplicates:
-        raise ConfigError(f"{source}: systems: names must be unique; repeated: {', '.join(duplicates)}")
+        raise ConfigError(
+            f"{source}: systems: names must be unique (ignoring case); repeated: {', '.join(map(repr, duplicates))}"
+        )
     _check_report(checked.report, names, [j.name for j in checked.judges], source)
     resolved = checked.model_dump(mode="python")
     for row in resolved["report"]["paper"]:  # beside the paper's own system, when this run has it

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError, computed_field, field_va
 
 from atelier.agents.judges.base import JudgeResult
 from atelier.agents.response import SystemResponse
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.degradation import Degradation
 from atelier.benchmarks.common.errors import DataError
@@ -82,6 +83,11 @@ class ResultRecord(BaseModel):
         "None when a call had no price or the record predates it.",
     )
     finished_at: float = 0.0
+    made_by: str | None = Field(
+        default=None,
+        description="The digest of the system identity that made this output (`runs.folder.resume.output_digest`): "
+        "a resumed run refuses an output another recipe made. None in records written before it was kept.",
+    )
 
     @property
     def ok(self) -> bool:
@@ -146,7 +152,7 @@ class ResultsFile:
     def append(self, record: ResultRecord) -> None:
         line = active_redactor().redact(record.model_dump_json()) + "\n"
         with self._lock:
-            with self.path.open("a", encoding="utf-8") as fh:
+            with no_follow.open_file(self.path, "a") as fh:
                 fh.write(line)
                 fh.flush()
                 os.fsync(fh.fileno())

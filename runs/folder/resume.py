@@ -19,11 +19,16 @@ fewer leave the later ones out of the summary), `budget_usd` (a larger one resum
 stopped; spend so far counts from the ledger), out_dir, the cache settings, and the model settings outside `ModelSettings.answer_identity()` —
 timeouts, retries, rate limits, keys, and the scripted model's latency and fault injection.
 
-Both identities are computed from the JSON form of a recipe, the form config.json keeps.
+Both identities are computed from the JSON form of a recipe, the form config.json keeps. Each
+result record carries the digest of the system identity that made it (`made_by`, from
+`output_digest`), so a folder whose config.json was edited, replaced or deleted cannot hand another
+recipe's outputs to a resumed run: a record made by another identity refuses the resume.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,3 +112,14 @@ def check_resume(previous: dict[str, Any], current: dict[str, Any]) -> ResumeChe
     # a role that changed only because the role it falls back to did goes unmentioned
     refused = [key for key in changed if f"models.{ROLE_FALLBACK.get(key.removeprefix('models.'))}" not in changed]
     return ResumeCheck(refused=refused, judgments_changed=judged_before != judged_now)
+
+
+def output_digest(recipe: dict[str, Any], system: str) -> str:
+    """The digest of the system identity of `system` in `recipe` (JSON form): what its outputs rest on."""
+    identity = system_identity(recipe)
+    mine = {
+        key: value.get(system) if key.startswith(_PER_SYSTEM) and isinstance(value, dict) else value
+        for key, value in identity.items()
+    }
+    blob = json.dumps(mine, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

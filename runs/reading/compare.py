@@ -13,9 +13,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.degradation import counts_by_kind
 from atelier.benchmarks.common.errors import ConfigError
-from atelier.benchmarks.common.redaction import active_redactor
 from atelier.runs.folder.results import ResultRecord, ResultsFile
 from atelier.runs.reading.comparisons import CORRECTION, adjust, paired_row
 from atelier.runs.reading.report import Point, ci_text, dot_plot, response_parts
@@ -31,7 +32,7 @@ def _load(run_dir: Path) -> dict[str, Any]:
     folder = RunFolder(Path(run_dir))
     if not folder.summary.exists():
         raise ConfigError(f"{run_dir} has no summary.json yet; write it with `atelier report {run_dir}`")
-    summary = json.loads(folder.summary.read_text(encoding="utf-8"))
+    summary = json.loads(no_follow.read_text(folder.summary))
     wanted = set(config["cases"])
     records = [r for r in ResultsFile(folder.results).load().values() if r.case_id in wanted]
     return {"dir": str(run_dir), "run_id": config["run_id"], "config": config, "summary": summary, "records": records}
@@ -255,17 +256,21 @@ def degraded_text(entry: dict[str, Any]) -> str:
 def print_comparison(comparison: dict[str, Any], console) -> None:
     from rich.table import Table
 
+    from atelier.runs.reading.terminal_text import cells
+
     table = Table(title="systems x judges: mean [95% CI] n")
     for column in ("run", "system", *comparison["judges"], "failed", "degraded", "system cost"):
         table.add_column(column, overflow="fold")  # a name wraps on a narrow terminal, never cut
     for e in comparison["entries"]:
         table.add_row(
-            e["run"],
-            e["system"] + (" (dry run)" if e["dry_run"] else ""),
-            *(_mean_ci(e["judges"][j]) for j in comparison["judges"]),
-            str(e["errors"]),
-            degraded_text(e),
-            e["cost"],
+            *cells(
+                e["run"],
+                e["system"] + (" (dry run)" if e["dry_run"] else ""),
+                *(_mean_ci(e["judges"][j]) for j in comparison["judges"]),
+                str(e["errors"]),
+                degraded_text(e),
+                e["cost"],
+            )
         )
     console.print(table)
     differing = [row["key"] for row in comparison["config_diff"]["rows"] if row["differs"]]
@@ -288,13 +293,15 @@ def print_comparison(comparison: dict[str, Any], console) -> None:
         paired.add_column(column, overflow="fold")
     for c in comparison["comparisons"]:
         paired.add_row(
-            c["judge"],
-            c["entry"],
-            str(c["n"]),
-            f"{c['mean_difference']:+.3f}",
-            f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}]",
-            f"{c['permutation_p']:.3g}" if c["permutation_p"] is not None else "–",
-            (f"{c['p_adjusted']:.3g}" + (" *" if c["significant"] else "")) if c["p_adjusted"] is not None else "–",
+            *cells(
+                c["judge"],
+                c["entry"],
+                str(c["n"]),
+                f"{c['mean_difference']:+.3f}",
+                f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}]",
+                f"{c['permutation_p']:.3g}" if c["permutation_p"] is not None else "–",
+                (f"{c['p_adjusted']:.3g}" + (" *" if c["significant"] else "")) if c["p_adjusted"] is not None else "–",
+            )
         )
     console.print(paired)
 
@@ -309,4 +316,4 @@ def write_comparison_html(comparison: dict[str, Any], path: str | Path) -> None:
     html = env.get_template("compare.html.j2").render(
         c=comparison, charts=comparison_charts(comparison), excerpt_chars=EXCERPT_CHARS
     )
-    Path(path).write_text(active_redactor().redact(html), encoding="utf-8")
+    write_atomically(path, html)  # keys redacted; a link in its place is replaced, not written through

@@ -18,8 +18,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from atelier.benchmarks.case import Case
+from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.degradation import KINDS, counts_by_kind
-from atelier.benchmarks.common.redaction import active_redactor
 from atelier.runs.folder.results import ResultRecord, result_key
 from atelier.runs.reading.comparisons import scores_by_case, tool_recalls
 from atelier.runs.reading.usage import format_cost
@@ -492,4 +492,4 @@ def write_report(
         cost_key=cost_key,
         failing_kinds=[d["kind"] for d in summary["episodes"].get("degraded", []) if not d["tolerated"]],
     )
-    Path(path).write_text(active_redactor().redact(html), encoding="utf-8")  # no key, even one an error quoted
+    write_atomically(path, html)  # no key, even one an error quoted; a link in its place is replaced

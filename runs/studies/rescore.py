@@ -44,7 +44,7 @@ def load_run(run_dir: Path) -> tuple[dict[str, Any], Recipe, dict[str, ResultRec
         raise ConfigError(f"{run_dir} is not a run folder: it has no config.json")
     if not folder.results.is_file():
         raise ConfigError(f"{run_dir} has no results.jsonl: nothing to rescore")
-    config = read_json_file(folder.config)
+    config = read_json_file(folder.config, follow_links=False)
     data = config.get("recipe") if isinstance(config, dict) else None
     if not isinstance(data, dict):
         raise DataError("holds no recipe (field 'recipe'): the run folder's config.json is damaged", file=folder.config)

@@ -53,6 +53,7 @@ from atelier.agents.user_sim.history import (
 )
 from atelier.agents.user_sim.protocol import person_text, problem_kind, record_items
 from atelier.agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED, reversibility_problems
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl
@@ -250,7 +251,7 @@ class Journal:
 
     def append(self, event: SynthesisEvent) -> None:
         self.new.append(event)
-        with self.path.open("a", encoding="utf-8") as fh:
+        with no_follow.open_file(self.path, "a") as fh:
             fh.write(json.dumps(event.model_dump(mode="json", exclude_defaults=True), ensure_ascii=False) + "\n")
 
     def of(self, user_id: str, session_only: bool = False) -> list[SynthesisEvent]:

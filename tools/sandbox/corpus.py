@@ -140,9 +140,14 @@ def read_jsonl_documents(path: Path, corpus_name: str) -> list[Document]:
 def read_html_document(path: Path, root: Path, corpus_name: str) -> Document:
     from atelier.tools.extract import decode_body, extract_html
 
-    html, _ = decode_body(path.read_bytes(), None)
+    try:
+        html, _ = decode_body(path.read_bytes(), None)
+        title, text, metadata = extract_html(html, None)
+    except Exception as exc:  # noqa: BLE001 - whatever a codec or the extractor raises: this file is at fault
+        raise DataError(
+            f"the HTML page could not be decoded or extracted ({type(exc).__name__}: {exc})", file=path
+        ) from None
     doc_id = path.relative_to(root).with_suffix("").as_posix()
-    title, text, metadata = extract_html(html, None)
     if not text:
         raise DataError("no main text found in the HTML page", file=path)
     url = metadata.get("url", "")

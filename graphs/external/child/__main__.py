@@ -12,8 +12,8 @@ failed step (a list of `{"kind", "step", "detail", "count"}`, recorded in the re
 starts in milliseconds from a process in which no agent has run yet. It reads one request per
 line on stdin — `{"id", "input", "output", "log", "cwd", "env", "boundary"}`: the job's files, its
 working folder, the environment variables of its session and, when the server runs inside the
-launcher's namespaces, `{"port", "socket"}`: the endpoint's port and the Unix socket that reaches
-it (`guard.enter`) — or `{"kill": id}` (a job past its time: its processes are killed). It answers
+launcher's namespaces, `{"port", "socket", "read_only"}`: the endpoint's port, the Unix socket that
+reaches it and the paths the job may read beyond its interpreter's (`guard.enter`) — or `{"kill": id}` (a job past its time: its processes are killed). It answers
 on stdout, each line prefixed `@atelier `: `{"ready": true}` once preloaded (or `{"error": ...}`),
 then `{"id", "exit"}` as each job ends. Each job is a process group, killed with its job. It exits
 when stdin closes.
@@ -83,9 +83,8 @@ def say(message: dict) -> None:
 
 
 def job_folders(request: dict) -> list[str]:
-    """The folders a job works in, kept where they are inside its boundary."""
-    paths = [request["cwd"], *(os.path.dirname(request[k]) for k in ("input", "output", "log"))]
-    return [*paths, os.environ.get("TMPDIR", "")]
+    """The folders a job works in: the only ones it may write inside its boundary."""
+    return [request["cwd"], *(os.path.dirname(request[k]) for k in ("input", "output", "log"))]
 
 
 def fork_job(request: dict, refused: list[str]) -> int:
@@ -104,12 +103,14 @@ def fork_job(request: dict, refused: list[str]) -> int:
         os.setpgid(0, 0)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # stdin is the server's request pipe: not the job's
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # not through a link a previous job of this folder left in place of its log
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
         boundary = request.get("boundary")
         if boundary:  # before any of the job's own code: a failure here fails the job, into its log
-            guard.enter(boundary["port"], boundary["socket"], job_folders(request))
+            read_only = [*guard.interpreter_paths(), *boundary.get("read_only", ())]
+            guard.enter(boundary["port"], boundary["socket"], job_folders(request), read_only)
         os.chdir(request["cwd"])
         os.environ.update(request["env"])
         refused.clear()
@@ -143,7 +144,18 @@ def reap(children: dict[int, int]) -> None:
         if job is not None:
             # a group with processes left keeps its number (no new process gets it): only the job's are killed
             kill_group(pid)
+            reap_group(pid)
             say({"id": job, "exit": os.waitstatus_to_exitcode(status)})
+
+
+def reap_group(pgid: int) -> None:
+    """Wait for the rest of a job's process group (its init, inside the boundary), killed with it,
+    which ended up this server's children: a job is over when all its processes are."""
+    while True:
+        try:
+            os.waitpid(-pgid, 0)
+        except ChildProcessError:
+            return
 
 
 def serve(agent: str) -> int:

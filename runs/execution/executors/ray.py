@@ -472,10 +472,11 @@ class RayExecutor:
                 "episodes_lost": self.lost,
             }
         )
-        path.write_text(json.dumps(sessions, indent=2) + "\n", encoding="utf-8")
+        write_atomically(path, json.dumps(sessions, indent=2) + "\n")  # a link in its place is replaced
 
     async def _deliver(self, episode: Episode, output: EpisodeOutput) -> None:
         """Write what the episode produced into the run folder: ledger, web log, files, checkpoints."""
+        from atelier.benchmarks.common import no_follow
         from atelier.benchmarks.common.redaction import active_redactor
         from atelier.graphs.resources import resources_for
 
@@ -484,7 +485,7 @@ class RayExecutor:
         async with self._files_lock:
             if output.web_log:
                 redactor = active_redactor()
-                with (self.run_dir / "web_log.jsonl").open("a", encoding="utf-8") as fh:
+                with no_follow.open_file(self.run_dir / "web_log.jsonl", "a") as fh:
                     fh.writelines(redactor.redact(line) + "\n" for line in output.web_log)
             for relative, content in output.files.items():
                 if relative in _SHARED_STATE:

@@ -1,0 +1,24 @@
+"""Text shown in a terminal table as what it is: never read as rich markup (`[bold red]` in a name
+stays those characters), and no character that moves or hides text — a control, a bidi override
+(U+202E), a zero-width joiner — printed raw: each is shown as its `\\u` escape."""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+from rich.text import Text
+
+_HIDDEN = ("Cc", "Cf", "Zl", "Zp", "Co", "Cs")
+
+
+def visible(text: str) -> str:
+    """`text` with every control, format (bidi, zero-width) or separator character escaped."""
+    if all(c.isprintable() and unicodedata.category(c) not in _HIDDEN for c in text):
+        return text
+    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) in _HIDDEN and c not in "\n\t" else c for c in text)
+
+
+def cells(*values: Any) -> list[Any]:
+    """A table row's cells: strings as plain, visible text (rich renderables as they are)."""
+    return [Text(visible(v)) if isinstance(v, str) else v for v in values]
