@@ -13,10 +13,17 @@ backend may rank them).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
 
 from atelier.benchmarks.case import ExplicitPersona, HistoryEvent
+from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.degradation import Degradation, degradation
+from atelier.benchmarks.common.errors import DataError
 from atelier.memory.base import UserContext
 from atelier.memory.budget import count_tokens, render_event
 
@@ -35,19 +42,38 @@ def history_only(events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
 class Personas:
     """Each user's explicit persona, kept apart from the history a backend builds its context from.
     Every ingest hands it the events (known ones too: an episode's recall ingests again, so a later
-    process has the persona back before its first context)."""
+    process has the persona back before its first context). A backend whose own store is its state
+    (one a later process reopens instead of ingesting again) gives `directory`: each persona is
+    then written there too, one JSON file per user, and read back by a later process."""
 
-    def __init__(self) -> None:
+    def __init__(self, directory: Path | None = None) -> None:
         self._by_user: dict[str, ExplicitPersona] = {}
+        self._directory = directory
+
+    def _path(self, user_id: str) -> Path | None:
+        if self._directory is None:
+            return None
+        return self._directory / (hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:40] + ".json")
 
     def take(self, user_id: str, events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
         """Keep the user's persona from `events`; the other events, for the backend."""
         persona = latest_persona(events)
-        if persona is not None:
+        if persona is not None and self._by_user.get(user_id) != persona:
             self._by_user[user_id] = persona
+            path = self._path(user_id)
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_atomically(path, persona.model_dump_json())
         return history_only(events)
 
     def get(self, user_id: str) -> ExplicitPersona | None:
+        if user_id not in self._by_user:
+            path = self._path(user_id)
+            if path is not None and path.exists():
+                try:
+                    self._by_user[user_id] = ExplicitPersona.model_validate_json(no_follow.read_text(path))
+                except ValidationError as exc:
+                    raise DataError(f"{path}: not a stored explicit persona: {exc.errors()[0]['msg']}") from None
         return self._by_user.get(user_id)
 
 

@@ -24,19 +24,6 @@ EXAMPLE = ROOT / "examples" / "mylab"
 DOUBLES = "tests.conformance_doubles"
 SMALL_RESEARCH = {"max_researchers": 2, "max_rounds": 1, "max_pages": 2, "max_tool_calls": 3}
 
-# Issue 41 makes every built-in backend keep an explicit persona whole and first (or record that it
-# could not); until it lands these fail that clause alone. A backend that holds it passes too.
-PERSONA_PENDING_ISSUE_41 = {
-    "profile",
-    "query_profile",
-    "selected",
-    "retrieval",
-    "mem0",
-    "hierarchical",
-    "persona_model",
-}
-
-
 def check(protocol: str, ref: str, tmp_path: Path, **options):
     return asyncio.run(run_check(protocol, ref, options, tmp_path / "kit"))
 
@@ -57,8 +44,7 @@ def test_every_builtin_memory_backend_keeps_the_contract(name, tmp_path):
     """What tests/test_memory_contract.py checked for ids, budgets, isolation and idempotence, and
     more: no gold read, the state rebuilt after kill -9, the persona kept."""
     report = check("memory", name, tmp_path)
-    allowed = {memory_kit.PERSONA} if name in PERSONA_PENDING_ISSUE_41 else set()
-    assert set(broken_names(report)) <= allowed, report.lines()
+    assert broken_names(report) == [], report.lines()
     assert len(report.clauses) == 7
     assert verdicts(report)[memory_kit.REBUILT] == "held" and verdicts(report)[memory_kit.NO_GOLD] == "held"
 

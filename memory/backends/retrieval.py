@@ -117,9 +117,9 @@ class RetrievalMemory(MemoryBackend):
 
     def __init__(self, config, env=None) -> None:
         super().__init__(config, env)
-        # every recall ingests the case's history first (graphs/memory.py), which hands it the persona
-        self._personas = Personas()
         store = self.env.store_dir
+        # kept whole and first, not ranked; in the store beside the events, which a later process reopens
+        self._personas = Personas(store / "retrieval" / "personas" if store else None)
         self.events = EventStore(store / "retrieval" / "events" if store else None)
         self.lexical = (
             LexicalIndex(self.events, self.config.stemmer, self.config.stopwords)
@@ -225,10 +225,12 @@ class RetrievalMemory(MemoryBackend):
         return reciprocal_rank_fusion(rankings, k=self.config.rrf_k)
 
     async def state_digest(self, user_id: str) -> str:
-        """The stored events (the lexical index follows from them) and how many vectors hold them."""
+        """The stored events (the lexical index follows from them), how many vectors hold them, and
+        the explicit persona when one was given (it leads every context)."""
         events = await asyncio.to_thread(self.events.events, user_id)
         vectors = await asyncio.to_thread(self.dense.count, user_id) if self.dense is not None else 0
-        return digest_of({"events": events, "vectors": vectors})
+        persona = self._personas.get(user_id)
+        return digest_of({"events": events, "vectors": vectors, **({"persona": persona} if persona else {})})
 
     async def aclose(self) -> None:
         if self.dense is not None:
