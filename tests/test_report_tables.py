@@ -353,7 +353,9 @@ def test_compare_html_shows_the_config_diff_the_cases_side_by_side_and_the_plots
     a, b = runs
     page = tmp_path / "compare.html"
     result = CliRunner().invoke(app, ["compare", str(a.path), str(b.path), "--html", str(page)])
-    assert result.exit_code == 0, result.output
+    # run b is degraded (its budget cut history): compare ends as that run did, exit 3, and says why
+    assert result.exit_code == 3, result.output
+    assert "b: degraded: 2 episodes (by kind: memory_budget_cut" in result.output
     line = next(line for line in result.output.splitlines() if line.startswith("configs differ in "))
     assert "systems[direct-full].memory.budget_tokens, report.paper[Their agent].row" in line
     doc, scroll, inner = measured(page, tmp_path)

@@ -254,8 +254,9 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             "today": options.today.isoformat() if options.today else None,
             "endpoint": {"openai_base": endpoint.openai_base, "web_root": web_session.root},
         }
-        command_cwd = options.cwd or os.getcwd()
+        command_cwd = ""
         if options.command is not None:  # resolved here: the job runs in its own working folder
+            command_cwd = options.cwd or await asyncio.to_thread(os.getcwd)  # no blocking call on the loop (Studio)
             job["command"] = {"argv": options.command, "job_via": options.job_via, "cwd": command_cwd}
         output = await asyncio.to_thread(_job_files, workdir, job)
         env = session_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy)
@@ -284,9 +285,10 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             )
         if not output.exists():
             raise ExternalAgentError(
-                f"{spec.name} exited with code {code} and no result; its log ends:\n{_log_tail(workdir)}"
+                f"{spec.name} exited with code {code} and no result; its log ends:\n"
+                + await asyncio.to_thread(_log_tail, workdir)
             )
-        result = json.loads(no_follow.read_text(output))
+        result = json.loads(await asyncio.to_thread(no_follow.read_text, output))
         if result.get("error"):
             model_errors = f"; model errors: {model.errors[-1]}" if model.errors else ""
             dry = DRY_RUN_HINT if resources.gateway.dry_run and not model.errors else ""
@@ -298,7 +300,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
                 f"{len(web_session.replay_misses)} request(s) of {spec.name} missing from the replayed "
                 f"web, e.g. {web_session.replay_misses[0]}"
             )
-        _write_timings(workdir, wall_s, result.get("run_s"))
+        await asyncio.to_thread(_write_timings, workdir, wall_s, result.get("run_s"))
         meta = meta_of(state, runtime, PIPELINE) | {
             "agent": spec.name,
             "isolation": options.isolation,
