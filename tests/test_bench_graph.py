@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from atelier.runs.bench.graph import covered_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +32,7 @@ def test_covered_seconds_is_the_length_of_the_union():
     assert covered_seconds([]) == 0.0
 
 
+@pytest.mark.battery
 def test_bench_graph_reports_framework_time_per_llm_call(cache_dir):
     result = bench("--pipeline", "rag", "--latency-ms", "0", "--cases", "2")
     assert result["pipeline"] == "rag" and result["checkpointer"] == "sqlite" and len(result["episodes"]) == 2
@@ -43,6 +46,7 @@ def test_bench_graph_reports_framework_time_per_llm_call(cache_dir):
     assert floor["litellm_ms_per_call"] > 0 and floor["langgraph_ms_per_one_node_episode"] > 0
 
 
+@pytest.mark.battery
 def test_deep_research_researchers_overlap_so_wall_time_follows_the_critical_path(cache_dir):
     latency = 100
     result = bench("--pipeline", "deep_research", "--latency-ms", str(latency), "--case", "q14")

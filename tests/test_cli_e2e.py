@@ -30,6 +30,7 @@ def lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.battery
 def test_quickstart_twice_second_run_all_cache_hits(tmp_path, env):
     runs = []
     for name in ("first", "second"):

@@ -24,6 +24,7 @@ EXAMPLE = ROOT / "examples" / "mylab"
 DOUBLES = "tests.conformance_doubles"
 SMALL_RESEARCH = {"max_researchers": 2, "max_rounds": 1, "max_pages": 2, "max_tool_calls": 3}
 
+
 def check(protocol: str, ref: str, tmp_path: Path, **options):
     return asyncio.run(run_check(protocol, ref, options, tmp_path / "kit"))
 
@@ -39,7 +40,10 @@ def broken_names(report) -> list[str]:
 # --------------------------------------------------------------------------- the built-ins pass
 
 
-@pytest.mark.parametrize("name", backend_names())
+# mem0 (half a minute: its own store and extraction calls) in the battery
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.battery) if n == "mem0" else n for n in backend_names()]
+)
 def test_every_builtin_memory_backend_keeps_the_contract(name, tmp_path):
     """What tests/test_memory_contract.py checked for ids, budgets, isolation and idempotence, and
     more: no gold read, the state rebuilt after kill -9, the persona kept."""

@@ -269,6 +269,7 @@ def run_args(out, epochs: int = 3) -> list[str]:
     ]
 
 
+@pytest.mark.battery
 def test_three_epochs_of_the_quickstart_killed_and_resumed_run_each_key_once(tmp_path):
     folder = tmp_path / "run"
     killed = start(run_args(folder), tmp_path / "cache")

@@ -17,7 +17,15 @@ from atelier.runs.execution.runner import Runner, dry_run_ledger
 from atelier.runs.folder.recipe import load_recipe, parse_recipe
 from tests.openai_stub import OpenAIStub
 
-SHIPPED = ["quickstart", "judges", "pipelines", "memory_access", "agentic", "simulated_users"]
+# the grid recipes run every pipeline x backend (over a minute each): in the battery
+SHIPPED = [
+    "quickstart",
+    "judges",
+    pytest.param("pipelines", marks=pytest.mark.battery),
+    pytest.param("memory_access", marks=pytest.mark.battery),
+    "agentic",
+    "simulated_users",
+]
 PRICE = {"input_cost_per_token": 2e-6, "output_cost_per_token": 8e-6}
 
 

@@ -382,6 +382,7 @@ def test_simulate_check_holds_items_to_the_expected_language(tmp_path, env, soun
     )
 
 
+@pytest.mark.battery
 def test_simulate_check_with_the_inverse_pass_applies_the_gate(tmp_path, env, sound):
     path = write(tmp_path / "good.jsonl", sound)
     done = atelier("simulate", "check", "--contexts", str(path), "--reversibility", "--min-recovered", "0.9", env=env)

@@ -191,7 +191,10 @@ def test_label_in_a_real_browser_reload_resume_and_agree_with_the_sheet(run_dir,
     from_page = CliRunner().invoke(app, ["meta-eval", str(run_dir), "--judge", "bespoke", "--labeller", "alice"])
     from_sheet = CliRunner().invoke(app, ["meta-eval", str(run_dir), "--judge", "bespoke", "--labels", str(filled)])
     assert from_page.exit_code == 0 and from_sheet.exit_code == 0, from_page.output + from_sheet.output
-    page_report, sheet_report = json.loads(from_page.stdout), json.loads(from_sheet.stdout)  # the outcome line is on stderr
+    page_report, sheet_report = (
+        json.loads(from_page.stdout),
+        json.loads(from_sheet.stdout),
+    )  # the outcome line is on stderr
     for criterion in CRITERIA:
         a, b = page_report["criteria"][criterion], sheet_report["criteria"][criterion]
         assert (a["n"], a["pca"], a["mard"]) == (b["n"], b["pca"], b["mard"]), criterion

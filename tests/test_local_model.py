@@ -271,6 +271,7 @@ async def test_a_prompt_longer_than_the_context_fails_at_once_with_the_servers_m
     assert "maximum context length is 512 tokens" in str(info.value)
 
 
+@pytest.mark.battery
 def test_a_fully_cached_rerun_starts_no_server(tmp_path, cache_dir, monkeypatch):
     models = {role: {"model": "local/smollm2", "max_tokens": 16} for role in ("system", "judge")}
     data = {
@@ -306,6 +307,7 @@ def test_the_server_exits_when_its_parent_dies(tmp_path):
 # ------------------------------------------------------------------ the CLI
 
 
+@pytest.mark.battery
 def test_model_check_and_bench_model_on_the_local_model(tmp_path):
     env = {**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")}
     check = subprocess.run(

@@ -12,6 +12,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from atelier.runs.folder.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +40,7 @@ def test_the_pdr_grid_is_the_sample_grid_on_pdr_with_context():
     assert pdr.web.sandbox.corpus == "wiki"
 
 
+@pytest.mark.battery
 def test_the_sample_grid_scores_every_episode_and_only_tool_access_recalls(tmp_path, cache_dir):
     done = atelier("run", str(SAMPLE), "--limit", "1", "--no-progress", "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -47,6 +50,7 @@ def test_the_sample_grid_scores_every_episode_and_only_tool_access_recalls(tmp_p
     assert len(tool_systems) == 6 and set(recalls(tmp_path / "run")) == tool_systems
 
 
+@pytest.mark.battery
 def test_the_pdr_grid_runs_on_synthesized_contexts(tmp_path, cache_dir):
     contexts = tmp_path / "ctx"
     made = atelier(

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from atelier.graphs.pipelines import pipeline_names
 from atelier.memory.registry import BACKENDS
 from atelier.runs.execution.runner import run_recipe
@@ -82,12 +84,14 @@ def _exit_code_says_what_degraded(done, folder) -> dict[str, int]:
     return kinds
 
 
+@pytest.mark.battery
 def test_every_pipeline_with_every_backend_runs_through_atelier_run_on_the_scripted_model(tmp_path, cache_dir):
     done = atelier("run", str(GRID), "--limit", "1", "--out", str(tmp_path / "grid"))
     _exit_code_says_what_degraded(done, tmp_path / "grid")
     _grid_ok(tmp_path / "grid", dry_run=True)
 
 
+@pytest.mark.battery
 def test_every_pipeline_with_every_backend_runs_through_the_openai_compatible_stub(tmp_path, cache_dir):
     with OpenAIStub() as stub:
         done = atelier(

@@ -83,6 +83,7 @@ def test_a_package_outside_the_checkout_runs_by_reference_beside_the_builtins(ou
     assert next(r for r in results if r["system"] == "revise-keyword")["response"]["meta"]["pipeline"] == "draft_revise"
 
 
+@pytest.mark.battery
 def test_the_installed_package_runs_by_entry_point_name_and_is_listed(outside, tmp_path):
     site = tmp_path / "site"
     source = tmp_path / "source"

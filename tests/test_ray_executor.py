@@ -26,6 +26,9 @@ from atelier.runs.folder.recipe import load_recipe
 from tests.openai_stub import OpenAIStub
 from tests.ray_cluster import DRIVER_ENV, LocalRayCluster, free_port
 
+# a Ray cluster of nodes per module and episodes on it: minutes, so in the battery .ci/run runs
+pytestmark = pytest.mark.battery
+
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "runs" / "recipes" / "quickstart.toml"
 

@@ -15,6 +15,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -174,6 +175,7 @@ def names_file_and_place(message: str, path: Path) -> bool:
     return bool(re.search(rf"{file}(:\d+: |: {KEY}: |: not valid TOML: .*\(at (line \d+|end of document))", first))
 
 
+@pytest.mark.battery
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_mutated_recipe_is_one_clear_error_or_a_run(data):

@@ -47,6 +47,7 @@ def latest(path: Path) -> dict[str, ResultRecord]:
     return ResultsFile(path).load()
 
 
+@pytest.mark.battery
 def test_rescore_a_quickstart_run_with_other_judges_calls_no_system(tmp_path) -> None:
     env = {**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")}
     original = tmp_path / "runs" / "quickstart"

@@ -458,6 +458,7 @@ async def test_an_episode_the_run_shuts_down_under_is_left_unrecorded_not_failed
         await release(context)
 
 
+@pytest.mark.battery
 @pytest.mark.slow
 def test_ctrl_c_records_no_episode_as_failed_by_the_shutdown(tmp_path):
     folder = tmp_path / "run"
@@ -632,6 +633,7 @@ def ledger(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "ledger.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.battery
 @pytest.mark.slow
 def test_kill_9_after_ingest_mid_pipeline_and_mid_judge_then_resume_changes_no_result(tmp_path):
     """Killed during recall, during the pipeline and during the judge, then resumed: every episode

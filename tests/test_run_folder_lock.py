@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from atelier.runs.folder.lock import LOCK_NAME, RunFolderLock
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,6 +80,7 @@ def test_a_second_run_on_a_folder_in_use_exits_2_at_once_and_the_first_counts_ea
     assert len(keys) == len(set(keys)) == 8
 
 
+@pytest.mark.battery
 def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
     out = tmp_path / "run"
     first = start(tmp_path, out)

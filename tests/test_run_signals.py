@@ -75,6 +75,7 @@ def run_args(out: Path, model: str = SLOW_MODEL) -> list[str]:
     ]
 
 
+@pytest.mark.battery
 def test_kill_9_midway_then_resume_equals_an_uninterrupted_run(tmp_path):
     whole = start(run_args(tmp_path / "whole"), tmp_path / "cache-whole")
     killed = start(run_args(tmp_path / "killed"), tmp_path / "cache-killed")
@@ -107,6 +108,7 @@ def test_kill_9_midway_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert len(provider_calls) == len(set(provider_calls))  # no provider call made twice
 
 
+@pytest.mark.battery
 def test_ctrl_c_prints_how_to_resume_and_the_printed_command_finishes_the_run(tmp_path):
     folder = tmp_path / "run"
     process = start(run_args(folder), tmp_path / "cache")
@@ -125,6 +127,7 @@ def test_ctrl_c_prints_how_to_resume_and_the_printed_command_finishes_the_run(tm
     assert "episodes: 6 scored, 0 failed (of 6)" in err
 
 
+@pytest.mark.battery
 def test_sigterm_ends_a_run_as_ctrl_c_does_with_its_own_exit_code_and_the_resume_command(tmp_path):
     """A `kill`, a supervisor or a scheduler stops a run with SIGTERM: what finished is kept, the
     resume command printed, and the exit code is 143 (128 + SIGTERM) so a script can tell it from Ctrl-C."""

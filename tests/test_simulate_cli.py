@@ -15,6 +15,7 @@ from atelier.runs.folder.recipe import parse_recipe
 from tests.test_cli_e2e import atelier, env, lines  # noqa: F401 (env: the CLI tests' fixture)
 
 
+@pytest.mark.battery
 def test_synthesized_contexts_make_the_pdr_context_settings_runnable(tmp_path, env):
     out = tmp_path / "contexts"
     done = atelier("simulate", "history", "--benchmark", "pdr", "--limit", "3", "--out", str(out), env=env)
@@ -87,6 +88,7 @@ def test_bad_options_are_refused_with_the_reason(tmp_path, env):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.battery
 def test_role_settings_come_from_a_recipe_and_the_command_line_wins(tmp_path, env):
     recipe = tmp_path / "history.toml"
     recipe.write_text(

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from atelier.runs.reading.outcome import EXIT_FAILURES, EXIT_OK
 from tests.test_cli_e2e import atelier, env, lines  # noqa: F401 (env: the CLI tests' fixture)
 
@@ -46,6 +48,7 @@ def test_a_history_where_every_user_failed_exits_3_with_the_reason(tmp_path, env
     assert len(manifest["failed_synthesis"]["User2"]["traits_incomplete"]) == 54
 
 
+@pytest.mark.battery
 def test_a_user_missing_one_trait_is_written_and_named_incomplete(tmp_path, env):
     out = tmp_path / "h"
     # 1% of calls fail, no retries: with this seed, one of three users loses a trait's call, the others do not
@@ -101,6 +104,7 @@ def test_a_user_missing_one_trait_is_written_and_named_incomplete(tmp_path, env)
     assert second["per_user"][partial]["synthesis"]["items_from_earlier_sessions"] == synthesis["items_written"]
 
 
+@pytest.mark.battery
 def test_a_session_ended_by_its_time_limit_is_continued_by_the_next(tmp_path, env):
     out = tmp_path / "h"
     model = "scripted?latency_ms=4000"  # 52 trait calls, eight at a time: seven rounds, about 28 s in all

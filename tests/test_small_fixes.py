@@ -210,6 +210,7 @@ def test_the_scripted_model_starts_working_on_a_first_tool_turn(brief):
         assert all(calls[0]["arguments"].values()), brief  # a search with no query is no first step
 
 
+@pytest.mark.battery
 @pytest.mark.slow
 def test_the_shipped_external_agents_recipe_researches_on_the_scripted_model(tmp_path):
     pytest.importorskip("open_deep_research")
