@@ -96,7 +96,8 @@ def check_real_run(folder: Path, n_results: int) -> list[dict]:
     ]  # a refusal is the mode being learned
     assert judged and all(e["kind"] == "structured" and e["finish_reason"] == "stop" for e in judged)
     provider = [e for e in ledger if e["status"] == "ok" and not e["cache_hit"]]
-    limits = {"text": MAX_TOKENS, "structured": STRUCTURED_TOKENS, "repair": STRUCTURED_TOKENS}
+    # a research_api call is a grounded one: text, under the same max_tokens
+    limits = {"text": MAX_TOKENS, "grounded": MAX_TOKENS, "structured": STRUCTURED_TOKENS, "repair": STRUCTURED_TOKENS}
     assert provider and all(
         e["prompt_tokens"] > 0 and 1 <= e["completion_tokens"] <= limits[e["kind"]] for e in provider
     )
