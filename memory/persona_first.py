@@ -24,7 +24,7 @@ from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.degradation import Degradation, degradation
 from atelier.benchmarks.common.errors import DataError
-from atelier.memory.base import UserContext
+from atelier.memory.base import MemoryBackend, MemoryQuery, UserContext
 from atelier.memory.budget import count_tokens, render_event
 
 
@@ -149,3 +149,22 @@ async def persona_first(
             "share": share,
         }
     )
+
+
+class PersonaFirstBackend(MemoryBackend):
+    """A backend whose context is the explicit persona (when the setting gives one) whole and first,
+    then its own context of the history (`_history_context`) in the budget left. A subclass sets
+    `self._personas` in its `__init__` and hands each ingest's events to `self._personas.take`."""
+
+    _personas: Personas
+
+    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        return await persona_first(
+            self.name,
+            self._personas.get(user_id),
+            self.budget(budget),
+            lambda left: self._history_context(user_id, query, left),
+        )
+
+    async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        raise NotImplementedError

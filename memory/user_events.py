@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from atelier.benchmarks.case import HistoryEvent
-from atelier.memory.base import MemoryBackend, digest_of
-from atelier.memory.persona_first import Personas, history_only
+from atelier.memory.base import digest_of
+from atelier.memory.persona_first import PersonaFirstBackend, Personas, history_only
 
 
 class UserEvents:
@@ -67,7 +67,7 @@ def most_recent_first(events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
     return sorted(events, key=lambda e: (e.timestamp is not None, e.timestamp or "", order[e.id]), reverse=True)
 
 
-class RawHistoryBackend(MemoryBackend):
+class RawHistoryBackend(PersonaFirstBackend):
     """A backend whose ingest only keeps the raw events (per user, idempotent); its work happens
     at recall (`full`, `query_profile`, `selected`)."""
 

@@ -256,7 +256,8 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         }
         command_cwd = ""
         if options.command is not None:  # resolved here: the job runs in its own working folder
-            command_cwd = options.cwd or await asyncio.to_thread(os.getcwd)  # no blocking call on the loop (Studio)
+            # os.getcwd off the event loop: Studio's server refuses blocking calls there
+            command_cwd = options.cwd if options.cwd else await asyncio.to_thread(os.getcwd)
             job["command"] = {"argv": options.command, "job_via": options.job_via, "cwd": command_cwd}
         output = await asyncio.to_thread(_job_files, workdir, job)
         env = session_env(endpoint.openai_base, model.token, web_session.root, web_session.proxy)

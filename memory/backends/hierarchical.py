@@ -28,7 +28,7 @@ from atelier.agents.memory_curator import analyze_profile, extract_knowledge, su
 from atelier.agents.models.embeddings import Embedder, get_embedder
 from atelier.benchmarks.case import HistoryEvent
 from atelier.benchmarks.common.degradation import degradation
-from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
+from atelier.memory.base import MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from atelier.memory.budget import pack, render_event
 from atelier.memory.hierarchy import (
     Fact,
@@ -40,7 +40,7 @@ from atelier.memory.hierarchy import (
     PageMatch,
     TopicSession,
 )
-from atelier.memory.persona_first import Personas, persona_first
+from atelier.memory.persona_first import PersonaFirstBackend, Personas
 from atelier.memory.registry import register_backend
 from atelier.memory.steps import memory_step
 from atelier.memory.user_events import UserEvents
@@ -104,7 +104,7 @@ _TIER_RANK = {"page": 0, "fact": 1, "profile": 2, "recent": 3}
 
 
 @register_backend
-class HierarchicalMemory(MemoryBackend):
+class HierarchicalMemory(PersonaFirstBackend):
     name = "hierarchical"
     config_model = HierarchicalConfig
     config: HierarchicalConfig
@@ -212,16 +212,8 @@ class HierarchicalMemory(MemoryBackend):
 
     # ------------------------------------------------------------------ recall
 
-    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
-        """The explicit persona (when the setting gives one) whole and first, then the tiers' pages, facts and profile."""
-        return await persona_first(
-            self.name,
-            self._personas.get(user_id),
-            self.budget(budget),
-            lambda left: self._history_context(user_id, query, left),
-        )
-
     async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        """After the explicit persona (memory/persona_first.py): the tiers' pages, facts and profile."""
         memory = self._users.get(user_id)
         if memory is None or not self._events.ids(user_id):
             return UserContext(backend=self.name, form="none")

@@ -37,9 +37,9 @@ from pydantic import Field
 
 from atelier.benchmarks.case import ChatSession, HistoryEvent
 from atelier.benchmarks.common import no_follow
-from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
+from atelier.memory.base import MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from atelier.memory.budget import pack
-from atelier.memory.persona_first import Personas, persona_first
+from atelier.memory.persona_first import PersonaFirstBackend, Personas
 from atelier.memory.registry import register_backend
 from atelier.memory.steps import memory_step
 
@@ -82,7 +82,7 @@ def event_messages(event: HistoryEvent) -> list[dict[str, str]]:
 
 
 @register_backend
-class Mem0Backend(MemoryBackend):
+class Mem0Backend(PersonaFirstBackend):
     name = "mem0"
     config_model = Mem0Config
     config: Mem0Config
@@ -179,16 +179,8 @@ class Mem0Backend(MemoryBackend):
                             )
                     self._record(user_id, ids)
 
-    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
-        """The explicit persona (when the setting gives one) whole and first, then the memories mem0 finds for the query."""
-        return await persona_first(
-            self.name,
-            self._personas.get(user_id),
-            self.budget(budget),
-            lambda left: self._history_context(user_id, query, left),
-        )
-
     async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        """After the explicit persona (memory/persona_first.py): the memories mem0 finds for the query."""
         query = as_query(query)
         known = self.ingested_ids(user_id)
         if not known or not query.text.strip():

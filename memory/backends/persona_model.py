@@ -20,10 +20,10 @@ from pydantic import Field
 
 from atelier.agents.persona_distiller import FACET_PATHS, distil_persona, nest_facets
 from atelier.benchmarks.case import HistoryEvent
-from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
+from atelier.memory.base import MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from atelier.memory.facets import Facet, FacetRanker, FacetSelection, select_facets
 from atelier.memory.history_text import history_chunks
-from atelier.memory.persona_first import Personas, persona_first
+from atelier.memory.persona_first import PersonaFirstBackend, Personas
 from atelier.memory.registry import register_backend
 from atelier.memory.steps import memory_step
 from atelier.memory.user_events import UserEvents
@@ -47,7 +47,7 @@ class _FacetState:
 
 
 @register_backend
-class PersonaModel(MemoryBackend):
+class PersonaModel(PersonaFirstBackend):
     name = "persona_model"
     config_model = PersonaModelConfig
     config: PersonaModelConfig
@@ -94,16 +94,8 @@ class PersonaModel(MemoryBackend):
         """The distilled persona in the nested PDR layout (like `personas_en.jsonl.gz` records)."""
         return nest_facets({f.path: f.value for f in self.facets(user_id)})
 
-    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
-        """The explicit persona (when the setting gives one) whole and first, then the persona distilled from the history."""
-        return await persona_first(
-            self.name,
-            self._personas.get(user_id),
-            self.budget(budget),
-            lambda left: self._history_context(user_id, query, left),
-        )
-
     async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        """After the explicit persona (memory/persona_first.py): the persona distilled from the history."""
         facets = self.facets(user_id)
         if not facets:
             return UserContext(backend=self.name, form="none")

@@ -20,9 +20,9 @@ from pydantic import Field
 
 from atelier.agents.profiler import UserProfile, build_profile, build_query_profile
 from atelier.benchmarks.case import HistoryEvent
-from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
+from atelier.memory.base import MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from atelier.memory.history_text import history_chunks, history_text
-from atelier.memory.persona_first import Personas, persona_first
+from atelier.memory.persona_first import PersonaFirstBackend, Personas
 from atelier.memory.profile_text import profile_context
 from atelier.memory.registry import register_backend
 from atelier.memory.steps import memory_step
@@ -39,7 +39,7 @@ class ProfileConfig(MemoryConfig):
 
 
 @register_backend
-class GeneralProfile(MemoryBackend):
+class GeneralProfile(PersonaFirstBackend):
     name = "profile"
     config_model = ProfileConfig
     config: ProfileConfig
@@ -75,16 +75,8 @@ class GeneralProfile(MemoryBackend):
             }
         )
 
-    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
-        """The explicit persona (when the setting gives one) whole and first, then the profile."""
-        return await persona_first(
-            self.name,
-            self._personas.get(user_id),
-            self.budget(budget),
-            lambda left: self._history_context(user_id, query, left),
-        )
-
     async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        """After the explicit persona (memory/persona_first.py): the profile."""
         profile = self._profiles.get(user_id)
         if profile is None:
             return UserContext(backend=self.name, form="none")
@@ -105,16 +97,8 @@ class QueryAwareProfile(RawHistoryBackend):
     config_model = QueryProfileConfig
     config: QueryProfileConfig
 
-    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
-        """The explicit persona (when the setting gives one) whole and first, then the query-aware profile of the rest."""
-        return await persona_first(
-            self.name,
-            self._personas.get(user_id),
-            self.budget(budget),
-            lambda left: self._history_context(user_id, query, left),
-        )
-
     async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        """After the explicit persona (memory/persona_first.py): the query-aware profile of the rest."""
         events = self.history(user_id)
         if not events:
             return UserContext(backend=self.name, form="none")

@@ -30,11 +30,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from atelier.agents.profiler import build_query_profile
 from atelier.agents.query_expansion import expand_query
 from atelier.benchmarks.case import HistoryEvent
-from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
+from atelier.memory.base import MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from atelier.memory.budget import pack, render_event
 from atelier.memory.embedders import memory_embedder
 from atelier.memory.history_text import history_text
-from atelier.memory.persona_first import Personas, persona_first
+from atelier.memory.persona_first import PersonaFirstBackend, Personas
 from atelier.memory.profile_text import profile_context
 from atelier.memory.registry import register_backend
 from atelier.memory.retrieval.dense import DenseIndex
@@ -107,7 +107,7 @@ class RetrievalConfig(MemoryConfig):
 
 
 @register_backend
-class RetrievalMemory(MemoryBackend):
+class RetrievalMemory(PersonaFirstBackend):
     name = "retrieval"
     config_model = RetrievalConfig
     config: RetrievalConfig
@@ -150,16 +150,8 @@ class RetrievalMemory(MemoryBackend):
             if new and self.lexical is not None:
                 await asyncio.to_thread(self.lexical.refresh, user_id)
 
-    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
-        """The explicit persona (when the setting gives one) whole and first, then the events ranked for the query."""
-        return await persona_first(
-            self.name,
-            self._personas.get(user_id),
-            self.budget(budget),
-            lambda left: self._history_context(user_id, query, left),
-        )
-
     async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        """After the explicit persona (memory/persona_first.py): the events ranked for the query."""
         query = as_query(query)
         with memory_step("recall"):
             texts = await self.query_texts(query)

@@ -22,7 +22,6 @@ from atelier.benchmarks.case import DialogueTurn, HistoryEvent
 from atelier.memory.base import MemoryConfig, MemoryQuery, UserContext, as_query
 from atelier.memory.budget import pack, render_event
 from atelier.memory.history_text import history_text
-from atelier.memory.persona_first import persona_first
 from atelier.memory.profile_text import profile_context
 from atelier.memory.registry import register_backend
 from atelier.memory.steps import memory_step
@@ -79,16 +78,8 @@ class SelectedHistory(RawHistoryBackend):
             sessions[self._session_key(event)].events.append(event)
         return list(sessions.values())
 
-    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
-        """The explicit persona (when the setting gives one) whole and first, then the sessions judged relevant."""
-        return await persona_first(
-            self.name,
-            self._personas.get(user_id),
-            self.budget(budget),
-            lambda left: self._history_context(user_id, query, left),
-        )
-
     async def _history_context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        """After the explicit persona (memory/persona_first.py): the sessions judged relevant."""
         query = as_query(query)
         sessions = self.sessions(user_id)[: self.config.max_sessions]
         if not sessions:
