@@ -164,41 +164,31 @@ async def read_web_sources(
 
 def citation_degradations(report: CitationReport, step: str) -> list[Degradation]:
     """The citation check's removals, as degradations: markers naming no source the system read,
-    and the URLs the model's own source list (removed) named that the system never read."""
+    the URLs the model's own source list (removed) named that the system never read, and URLs in
+    the text that name no source read (a link a page planted, or one the model made up)."""
     stats = report.stats
-    out = []
-    # `check_citations` counts the removed markers (an int) and lists their numbers (ints)
+    # `check_citations` counts each removal (ints) and lists what it removed
     removed = int(cast(int, stats.get("unresolved_removed") or 0))
-    if removed:
-        numbers = ", ".join(map(str, cast(list[int], stats.get("unresolved_numbers") or [])))
-        out.append(
-            degradation(
-                "citation_removed",
-                step,
-                f"cited [{numbers}] but read {stats.get('sources_read')} sources",
-                count=removed,
-            )
-        )
     unread = int(cast(int, stats.get("model_list_unread_urls") or 0))
-    if unread:
-        urls = ", ".join(cast(list[str], stats.get("model_list_unread") or []))
-        out.append(
-            degradation(
-                "citation_removed",
-                step,
-                f"the model's own source list (removed) named {unread} URLs the system never read: {urls}",
-                count=unread,
-            )
-        )
     planted = int(cast(int, stats.get("urls_removed") or 0))
-    if planted:  # a link a page planted (a tracking URL), or one the model made up
-        named = ", ".join(cast(list[str], stats.get("removed_urls") or [])[:3])
-        out.append(
-            degradation(
-                "citation_removed", step, f"{planted} URL(s) named no source read, removed: {named}", count=planted
-            )
-        )
-    return out
+    found = [
+        (
+            removed,
+            f"cited [{', '.join(map(str, cast(list[int], stats.get('unresolved_numbers') or [])))}] "
+            f"but read {stats.get('sources_read')} sources",
+        ),
+        (
+            unread,
+            f"the model's own source list (removed) named {unread} URLs the system never read: "
+            + ", ".join(cast(list[str], stats.get("model_list_unread") or [])),
+        ),
+        (
+            planted,
+            f"{planted} URL(s) named no source read, removed: "
+            + ", ".join(cast(list[str], stats.get("removed_urls") or [])[:3]),
+        ),
+    ]
+    return [degradation("citation_removed", step, detail, count=count) for count, detail in found if count]
 
 
 class CitedUrl(BaseModel):
