@@ -235,6 +235,7 @@ async def test_a_second_run_of_the_same_episode_replays_every_call_from_the_cach
     assert hits[1] and all(hits[1])
 
 
+@pytest.mark.battery
 @pytest.mark.slow
 def test_the_agentic_recipe_runs_through_the_openai_compatible_stub_and_both_systems_recall(tmp_path, cache_dir):
     """runs/recipes/agentic.toml on one case through litellm's real HTTP path: every episode scored,

@@ -347,6 +347,7 @@ def write(path: Path, record: ContextRecord) -> Path:
     return path
 
 
+@pytest.mark.battery
 def test_simulate_check_fails_a_history_that_echoes_the_schema_and_passes_a_sound_one(tmp_path, env, sound):
     good = atelier("simulate", "check", "--contexts", str(write(tmp_path / "good.jsonl", sound)), env=env)
     assert good.returncode == 0, good.stderr

@@ -251,6 +251,7 @@ def forty_systems(folder: RunFolder, *, one_case: str | None = None, epochs: dic
     return config, summary, grown, names
 
 
+@pytest.mark.battery
 def test_forty_systems_get_a_sorted_dot_plot_a_panel_per_judge_and_no_page_wider_than_the_window(
     runs, tmp_path, monkeypatch
 ):
@@ -312,6 +313,7 @@ def test_a_dot_plot_svg_names_each_system_once_per_panel_and_leaves_unmeasured_o
     assert dot_plot({"judge": [Point(label="x", mean=None)]}, xlabel="mean", gid="dots") is None
 
 
+@pytest.mark.battery
 def test_the_between_epoch_spread_is_shown_when_summary_has_it_and_nothing_changes_without(runs, tmp_path):
     config, summary, records, names = forty_systems(runs[0])
     path = tmp_path / "report.html"

@@ -104,7 +104,13 @@ async def first_process(memory) -> dict[str, Any]:
 LLM_MADE = {"profile", "persona_model", "hierarchical", "mem0"}  # memories an LLM builds at ingest
 
 
-@pytest.mark.parametrize("name", backend_names())
+# the slowest backends to rebuild (a quarter minute each) in the battery
+SLOW_TO_REBUILD = {"hierarchical", "mem0"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.battery) if n in SLOW_TO_REBUILD else n for n in backend_names()]
+)
 async def test_a_later_process_gets_the_state_back_exactly_with_no_model_call(name, tmp_path):
     store, cache = tmp_path / "store", tmp_path / "cache"
     memory = open_backend(name, store, cache)
