@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from atelier.runs.execution.runner import run_recipe
 from atelier.runs.folder.recipe import parse_recipe
 
