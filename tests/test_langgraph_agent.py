@@ -158,6 +158,7 @@ def test_a_langgraph_server_is_a_system_scored_in_every_episode(server, tmp_path
         assert meta["citations"]["cited"] == len(response["citations"])
 
 
+@pytest.mark.battery  # waits out an episode against a killed server: up to a minute
 def test_killing_the_server_mid_episode_fails_that_episode_naming_why(server, tmp_path):
     url, process = server
     folder_path = tmp_path / "killed"

@@ -105,7 +105,7 @@ LLM_MADE = {"profile", "persona_model", "hierarchical", "mem0"}  # memories an L
 
 
 # the slowest backends to rebuild (a quarter minute each) in the battery
-SLOW_TO_REBUILD = {"hierarchical", "mem0"}
+SLOW_TO_REBUILD = {"hierarchical", "mem0", "persona_model"}
 
 
 @pytest.mark.parametrize(
