@@ -145,6 +145,7 @@ async def test_a_server_killed_mid_call_fails_that_call_and_the_next_at_once_by_
     assert llama_logs() == before  # the server's log was never a named file
 
 
+@pytest.mark.battery  # a real local-model run, its server killed
 @needs_model
 def test_a_run_whose_server_is_killed_ends_within_seconds_with_exit_3_naming_it(tmp_path):
     before = llama_logs()

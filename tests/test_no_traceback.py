@@ -121,6 +121,7 @@ def damage(path: Path, kind: str, data: st.DataObject) -> None:
         path.write_bytes(_retype(raw, path.name, data))
 
 
+@pytest.mark.battery  # hypothesis over damaged run folders, each a run
 @settings(
     max_examples=40,
     deadline=None,

@@ -74,6 +74,7 @@ def test_the_resume_value_is_typed():
             parse_review(bad, 2)
 
 
+@pytest.mark.battery  # its own langgraph dev server for one test
 async def test_studio_draws_the_agentic_graph_and_stops_at_the_plan_review(studio):
     """Over HTTP with langgraph-sdk, as LangGraph Studio drives it: the agentic nodes are drawn, the
     thread stops at the plan review with the plan as JSON, asks again on a bad resume, and researches

@@ -70,10 +70,8 @@ def unshare_works() -> bool:
     return done.returncode == 0
 
 
-# the disk filled at three depths of a run; the later two (20 s each) in the battery
-@pytest.mark.parametrize(
-    "size", ["40k", pytest.param("120k", marks=pytest.mark.battery), pytest.param("300k", marks=pytest.mark.battery)]
-)
+@pytest.mark.battery  # a disk filled at three depths of a run, each a run and a resume
+@pytest.mark.parametrize("size", ["40k", "120k", "300k"])
 def test_a_full_disk_under_out_is_one_line_and_exit_2_and_a_resume_with_room_finishes(tmp_path, size):
     """A tmpfs of `size` (in a mount namespace of the test's own) fills at a different step each time:
     the checkpoint database's creation, an SQLite commit, an append to results or the ledger."""
