@@ -7,41 +7,19 @@ built-in's are (`backend` set to that name)."""
 
 from __future__ import annotations
 
-import inspect
-from typing import Any, Literal
-
-from pydantic import create_model
+from typing import Any
 
 from atelier.benchmarks.common.named_registry import NamedRegistry
-from atelier.benchmarks.common.plugins import PluginKindError
+from atelier.benchmarks.common.plugins import adapt_class
 from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryEnv
 
 
 def plugin_backend(value: Any, name: str) -> type[MemoryBackend]:
     """A plugin's `MemoryBackend` subclass as the backend registered as `name`: a subclass whose
     `name` is `name` and whose config model takes `backend = name` (the recipe's spelling)."""
-    if not (inspect.isclass(value) and issubclass(value, MemoryBackend)):
-        raise PluginKindError(
-            f"a memory backend is a subclass of atelier.memory.base.MemoryBackend; this is {_what(value)}"
-        )
-    if inspect.isabstract(value):
-        missing = ", ".join(sorted(getattr(value, "__abstractmethods__", ())))
-        raise PluginKindError(f"{value.__name__} does not implement {missing}")
-    base = getattr(value, "config_model", None) or MemoryConfig
-    if not (inspect.isclass(base) and issubclass(base, MemoryConfig)):
-        raise PluginKindError(f"{value.__name__}.config_model must subclass atelier.memory.base.MemoryConfig")
-    spelled: Any = Literal[name]  # the recipe's name, a type made at runtime
-    config = create_model(base.__name__, __base__=base, __module__=base.__module__, backend=(spelled, name))
-    return type(
-        value.__name__,
-        (value,),
-        {"name": name, "config_model": config, "__module__": value.__module__, "__doc__": value.__doc__},
+    return adapt_class(
+        value, name, kind="memory backend", base=MemoryBackend, config_base=MemoryConfig, name_field="backend"
     )
-
-
-def _what(value: Any) -> str:
-    kind = "class" if inspect.isclass(value) else type(value).__name__
-    return f"a {kind} {getattr(value, '__qualname__', repr(value)[:60])}"
 
 
 BACKENDS: NamedRegistry[type[MemoryBackend]] = NamedRegistry(

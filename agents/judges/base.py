@@ -392,32 +392,9 @@ def plugin_judge(value: Any, name: str) -> type[Judge]:
     benchmarks/common/plugins.py): a subclass whose `name` is `name` and whose config model takes
     `name = ...` as the recipe spells it (its `config_model`, default `JudgeConfig`, validates the
     rest of its `[[judges]]` table)."""
-    import inspect
-    from typing import Literal
+    from atelier.benchmarks.common.plugins import adapt_class
 
-    from pydantic import create_model
-
-    from atelier.benchmarks.common.plugins import PluginKindError
-
-    if not (inspect.isclass(value) and issubclass(value, Judge)):
-        kind = "class" if inspect.isclass(value) else type(value).__name__
-        raise PluginKindError(
-            f"a judge is a subclass of atelier.agents.judges.base.Judge; this is a {kind} "
-            f"{getattr(value, '__qualname__', repr(value)[:60])}"
-        )
-    if inspect.isabstract(value):
-        missing = ", ".join(sorted(getattr(value, "__abstractmethods__", ())))
-        raise PluginKindError(f"{value.__name__} does not implement {missing}")
-    base = getattr(value, "config_model", None) or JudgeConfig
-    if not (inspect.isclass(base) and issubclass(base, JudgeConfig)):
-        raise PluginKindError(f"{value.__name__}.config_model must subclass atelier.agents.judges.base.JudgeConfig")
-    spelled: Any = Literal[name]  # the recipe's name, a type made at runtime
-    config = create_model(base.__name__, __base__=base, __module__=base.__module__, name=(spelled, name))
-    return type(
-        value.__name__,
-        (value,),
-        {"name": name, "config_model": config, "__module__": value.__module__, "__doc__": value.__doc__},
-    )
+    return adapt_class(value, name, kind="judge", base=Judge, config_base=JudgeConfig, name_field="name")
 
 
 JUDGES: NamedRegistry[type[Judge]] = NamedRegistry(

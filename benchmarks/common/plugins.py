@@ -16,12 +16,16 @@ expected (`PluginKindError`). This module only finds and imports; it knows no ki
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from atelier.benchmarks.common.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 GROUP = "atelier.plugins"
 _REFERENCE = re.compile(
@@ -111,3 +115,37 @@ def origin_of(name: str, entry: EntryPoint | None = None) -> PluginOrigin:
         return PluginOrigin(name=name, target=name)
     distribution = entry.dist.name if entry.dist is not None else None
     return PluginOrigin(name=name, target=entry.value, distribution=distribution)
+
+
+def _what(value: Any) -> str:
+    kind = "class" if inspect.isclass(value) else type(value).__name__
+    return f"a {kind} {getattr(value, '__qualname__', repr(value)[:60])}"
+
+
+def adapt_class(value: Any, name: str, *, kind: str, base: type, config_base: type[BaseModel], name_field: str) -> Any:
+    """A plugin's subclass of `base` as the entry registered as `name`: a subclass whose `name` is
+    `name` and whose config model (a subclass of `config_base`) takes `<name_field> = name`, the
+    recipe's spelling. PluginKindError names what is wrong: another kind, an abstract class, a
+    config model of another kind."""
+    from pydantic import create_model
+
+    if not (inspect.isclass(value) and issubclass(value, base)):
+        raise PluginKindError(
+            f"a {kind} is a subclass of {base.__module__}.{base.__qualname__}; this is {_what(value)}"
+        )
+    if inspect.isabstract(value):
+        missing = ", ".join(sorted(getattr(value, "__abstractmethods__", ())))
+        raise PluginKindError(f"{value.__name__} does not implement {missing}")
+    config_model = getattr(value, "config_model", None) or config_base
+    if not (inspect.isclass(config_model) and issubclass(config_model, config_base)):
+        raise PluginKindError(
+            f"{value.__name__}.config_model must subclass {config_base.__module__}.{config_base.__qualname__}"
+        )
+    spelled: Any = Literal[name]  # the recipe's name, a type made at runtime
+    fields: dict[str, Any] = {name_field: (spelled, name)}
+    config = create_model(config_model.__name__, __base__=config_model, __module__=config_model.__module__, **fields)
+    return type(
+        value.__name__,
+        (value,),
+        {"name": name, "config_model": config, "__module__": value.__module__, "__doc__": value.__doc__},
+    )
