@@ -192,6 +192,11 @@ def citation_degradations(report: CitationReport, step: str) -> list[Degradation
     return [degradation("citation_removed", step, detail, count=count) for count, detail in found if count]
 
 
+def uncited(citations: Sequence[Citation], step: str) -> list[Degradation]:
+    """`no_findings` for a report that cites nothing: whatever it says rests on no source."""
+    return [] if citations else [degradation("no_findings", step, "the report cites no source")]
+
+
 class CitedUrl(BaseModel):
     """A URL a system's answer cites (a provider's or an agent's citation), with the [n] it is cited by."""
 

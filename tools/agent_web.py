@@ -36,7 +36,7 @@ from starlette.routing import BaseRoute, Host, Route, Router
 from atelier.agents.citations import SourceRef
 from atelier.agents.models.openai_api import EndpointSession, TokenRegistry
 from atelier.benchmarks.common.degradation import Degradation, degradation
-from atelier.tools.errors import ReplayMiss, WebError
+from atelier.tools.errors import ReplayMiss, SearchBudgetSpent, WebError
 from atelier.tools.urls import canonical_url, web_source_id
 from atelier.tools.web import Web
 
@@ -81,6 +81,8 @@ class WebSession:
     replay_misses: list[str] = field(default_factory=list)  # requests a replayed web never recorded: fail the episode
     searches: int = 0
     fetches: int = 0
+    max_searches: int | None = None  # searches answered at most; past it each is refused (and counted)
+    searches_refused: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -91,6 +93,8 @@ class WebSession:
         """Record a search or page the agent asked for and did not get (the agent is told, and goes on)."""
         if isinstance(error, ReplayMiss):
             self.replay_misses.append(str(error))
+        elif isinstance(error, SearchBudgetSpent):
+            pass  # the session's budget at work, counted in `searches_refused`: nothing failed
         else:
             self.degraded.append(
                 degradation(
@@ -132,7 +136,13 @@ class WebSession:
         return next((s for s in self.sources.values() if s.url == wanted), None)
 
     async def search(self, query: str) -> list[Source]:
-        self.searches += 1
+        with self._lock:
+            if self.max_searches is not None and self.searches >= self.max_searches:
+                self.searches_refused += 1
+                raise SearchBudgetSpent(
+                    f"this session's {self.max_searches} web searches are spent: write from what was found"
+                )
+            self.searches += 1
         results = await self.endpoint.run(lambda: self.web.search(query, self.max_results))
         return [self._remember(r.url, r.title, r.snippet) for r in results]
 
@@ -202,7 +212,7 @@ def agent_web_routes(sessions: WebSessions) -> list[BaseRoute]:
             found = await session.search(query)
         except WebError as exc:
             session.failed("search", query, exc)
-            return JSONResponse({"error": str(exc)}, status_code=502)
+            return JSONResponse({"error": str(exc)}, status_code=429 if isinstance(exc, SearchBudgetSpent) else 502)
         results = [
             {
                 "url": session.page_url(s),
