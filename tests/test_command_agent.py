@@ -6,6 +6,7 @@ with the reason named."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -46,6 +47,14 @@ def system(name: str, mode: str, **options) -> dict:
         "memory": {"backend": "full"},
         "pipeline_options": {"agent": "command", "command": [sys.executable, AGENT, "--mode", mode], **options},
     }
+
+
+def ended(pid: int) -> bool:
+    """The process is gone, or a zombie (killed, not yet reaped by its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
 
 
 def command_system(name: str, command: list[str], **options) -> dict:
@@ -134,6 +143,26 @@ def test_a_command_is_done_when_it_exits_and_what_it_left_running_ends(folder, n
     # a report that cites nothing rests on no source: said so, as for every system
     assert [d["kind"] for d in result["response"]["degraded"]] == ["no_findings"]
     assert running(HELPERS[name]) == []  # its helper ended with it
+
+
+async def test_a_sealed_command_that_exits_ends_with_what_it_left_running(tmp_path):
+    """`run_command_job` (a command as a job of its own): done when it exits, its group ended then."""
+    code = await launcher.run_command_job(
+        ["sh", "-c", "sleep 7773 & echo $! > helper.pid; echo done"],
+        tmp_path,
+        tmp_path / "command.log",
+        {},
+        60,
+        isolation="none",
+    )
+    assert code == 0 and (tmp_path / "command.log").read_text() == "done\n"
+    helper = int((tmp_path / "helper.pid").read_text())
+    for _ in range(100):  # killed at once; gone once its new parent reaps it
+        if ended(helper):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"the command's helper (pid {helper}) outlived it")
 
 
 def test_the_dry_run_hint_is_given_only_where_the_models_text_may_be_why():
