@@ -8,6 +8,9 @@ reaches only the run's endpoint), with the job's environment: the session's
     SEARX_URL                           the run's web as SearXNG: GET $SEARX_URL/search?q=...&format=json
     HTTP_PROXY / http_proxy             the proxy that serves the result pages' `url`s
 
+    SERPER_BASE_URL, SERPER_API_KEY     the run's web as Serper's API (POST .../search {"q": ...})
+    JINA_BASE_URL, JINA_API_KEY         the run's pages as Jina's reader (GET .../<url of a result>)
+
 and, named for the protocol, ATELIER_OPENAI_BASE, ATELIER_SEARCH_URL (`.../search`),
 ATELIER_MCP_URL (MCP tools `web_search`, `fetch_page`), ATELIER_JOB_FILE (the job, as a file) and
 ATELIER_PROTOCOL (`1`). The job — `{"protocol", "brief", "task", "user_context", "case_id",
@@ -58,6 +61,11 @@ def command_env(job: dict, job_file: str) -> dict[str, str]:
         "ATELIER_SEARCH_URL": f"{endpoint['web_root']}/search",
         "ATELIER_MCP_URL": f"{endpoint['web_root']}/mcp",
         "ATELIER_JOB_FILE": job_file,
+        # agents built on Serper and Jina search and read the run's web (the token names the session)
+        "SERPER_BASE_URL": f"{endpoint['web_root']}/serper",
+        "SERPER_API_KEY": os.environ.get("OPENAI_API_KEY", ""),
+        "JINA_BASE_URL": f"{endpoint['web_root']}/jina",
+        "JINA_API_KEY": os.environ.get("OPENAI_API_KEY", ""),
     }
 
 
