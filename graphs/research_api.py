@@ -3,8 +3,8 @@
     research -> read_cited
 
 `research` asks the `researcher` role's model (OpenAI's `o3-deep-research` through the Responses
-API with its web search tool, Perplexity's `sonar-deep-research`, any litellm model with a
-built-in web search) with the user's context in the prompt, as `direct` does, through the
+API with its web search tool, Perplexity's `sonar-deep-research`, Gemini Deep Research through the
+Interactions API, any litellm model with a built-in web search) with the user's context in the prompt, as `direct` does, through the
 gateway's grounded call (`Gateway.grounded`): the answer comes back with the citations its
 provider returned, and the call's reasoning tokens, web searches and cost are in the ledger.
 `read_cited` fetches every cited URL through the run's web (recorded, replayable, in
@@ -48,10 +48,11 @@ WEB_SEARCH_TOOL = {"type": "web_search_preview"}
 
 
 class ResearchApiOptions(PipelineOptions):
-    api: Literal["chat", "responses"] = Field(
+    api: Literal["chat", "responses", "interactions"] = Field(
         default="chat",
-        description="How the researcher model is asked: chat completions (Perplexity, search models) or OpenAI's "
-        "Responses API (o3-deep-research, o4-mini-deep-research; model openai/<name>).",
+        description="How the researcher model is asked: chat completions (Perplexity, search models), OpenAI's "
+        "Responses API (o3-deep-research, o4-mini-deep-research; model openai/<name>) or Gemini's Interactions API "
+        "(Gemini Deep Research; model gemini/<agent>, always in the background).",
     )
     tools: list[dict[str, Any]] | None = Field(
         default=None,
@@ -68,10 +69,10 @@ class ResearchApiOptions(PipelineOptions):
 
     @model_validator(mode="after")
     def _tools_need_responses(self) -> ResearchApiOptions:
-        if self.api == "chat" and self.tools is not None:
+        if self.api != "responses" and self.tools is not None:
             raise ValueError("tools are the Responses API's: set api = 'responses' (chat models take extra params)")
         if self.api == "chat" and self.background:
-            raise ValueError("background is the Responses API's: set api = 'responses'")
+            raise ValueError("background is the Responses API's (the Interactions API's always): set api = 'responses'")
         return self
 
     def grounding(self) -> Grounding:

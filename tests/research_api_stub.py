@@ -27,6 +27,16 @@ public reference describes it.
                        (`cut_background_stream=True`) breaks off after `response.created`, as a
                        dropped connection does, while the response goes on on the server.
 
+    kind "interactions" Gemini's Interactions API (Gemini Deep Research), following google-genai
+                       2.25's `Interaction` (`id`, `status`, `steps`, `usage`), `ModelOutputStep`,
+                       `TextContent` with `URLCitation` annotations (`url`, `title`, `start_index`,
+                       `end_index` in bytes of the text, which holds non-ASCII characters),
+                       `GoogleSearchCallStep` (`arguments.queries`) and `Usage`
+                       (`total_input_tokens`, `total_output_tokens`, `total_thought_tokens`):
+                       POST /v1beta/interactions answers `in_progress`; GET
+                       /v1beta/interactions/{id} answers `in_progress` for `polls` retrievals, then
+                       the completed interaction; POST /v1beta/interactions/{id}/cancel cancels it.
+
 The stub cites the URLs it is given (`cites=[(url, title), ...]`), so a test decides which cited
 pages the run's web can read. `script([...])` queues behaviours per request (`ok`, `429`, `500`);
 each request's body is kept in `requests`.
@@ -44,7 +54,7 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-KINDS = ("perplexity", "responses")
+KINDS = ("perplexity", "responses", "interactions")
 FORMS = ("citations", "search_results")
 SPANS = ("valid", "reversed", "outside")
 ACTIONS = ("search", "open_page", "find_in_page")
@@ -109,7 +119,7 @@ class ResearchApiStub:
     @property
     def base_url(self) -> str:
         root = f"http://127.0.0.1:{self.port}"
-        return root if self.kind == "perplexity" else f"{root}/v1"
+        return {"perplexity": root, "responses": f"{root}/v1", "interactions": f"{root}/v1beta"}[self.kind]
 
     def script(self, behaviours: list[str]) -> None:
         unknown = set(behaviours) - set(BEHAVIOURS)
@@ -141,6 +151,8 @@ class ResearchApiStub:
     def _question(self, body: dict[str, Any]) -> str:
         if self.kind == "perplexity":
             messages = body.get("messages") or []
+        elif self.kind == "interactions":
+            messages = [{"content": body.get("input")}]
         else:
             messages = body.get("input") if isinstance(body.get("input"), list) else [{"content": body.get("input")}]
         last = str((messages[-1] if messages else {}).get("content") or "")
@@ -251,6 +263,47 @@ class ResearchApiStub:
             },
         }
 
+    def interaction(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A completed Gemini Deep Research interaction citing the stub's URLs (spans in bytes)."""
+        text = f"Café research on: {self._question(body)}."
+        annotations = []
+        for url, title in self.cites:
+            claim = f" {title} is a source on this — naïvely put."
+            start = len(text.encode("utf-8")) + 1
+            text += claim
+            annotations.append(
+                {
+                    "type": "url_citation",
+                    "url": url,
+                    "title": title,
+                    "start_index": start,
+                    "end_index": len(text.encode()),
+                }
+            )
+        if annotations and self.spans == "outside":
+            annotations[0]["start_index"], annotations[0]["end_index"] = len(text.encode()) + 5, len(text.encode()) + 9
+        steps: list[dict[str, Any]] = [
+            {"type": "google_search_call", "id": f"gs_{i}", "arguments": {"queries": [f"q{i}a", f"q{i}b"]}}
+            for i in range(SEARCHES)
+        ]
+        steps.append({"type": "thought", "summary": [{"type": "text", "text": "Planning."}]})
+        steps.append({"type": "model_output", "content": [{"type": "text", "text": text, "annotations": annotations}]})
+        prompt = _words(str(body.get("input")))
+        return {
+            "id": f"v1_interaction_{len(self.requests)}",
+            "status": "completed",
+            "agent": body.get("agent"),
+            "created": "2025-12-11T10:00:00Z",
+            "updated": "2025-12-11T10:20:00Z",
+            "steps": steps,
+            "usage": {
+                "total_input_tokens": prompt,
+                "total_output_tokens": _words(text),
+                "total_thought_tokens": REASONING_TOKENS,
+                "total_tokens": prompt + _words(text) + REASONING_TOKENS,
+            },
+        }
+
     def retrieve(self, response_id: str) -> dict[str, Any] | None:
         """GET /v1/responses/{id}: a background response as it stands (each retrieval counts a poll)."""
         with self._lock:
@@ -315,7 +368,8 @@ class ResearchApiStub:
                 path = self.path.split("?", 1)[0].rstrip("/")
                 with stub._lock:
                     stub.requests.append({"path": path, "method": "GET", "behaviour": "ok", "body": {}})
-                found = stub.retrieve(path.rsplit("/", 1)[-1]) if path.startswith("/v1/responses/") else None
+                prefix = "/v1beta/interactions/" if stub.kind == "interactions" else "/v1/responses/"
+                found = stub.retrieve(path.rsplit("/", 1)[-1]) if path.startswith(prefix) else None
                 if found is None:
                     self._send(404, {"error": {"message": f"no response at {path}"}})
                 else:
@@ -325,13 +379,16 @@ class ResearchApiStub:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 path = self.path.rstrip("/")
-                if stub.kind == "responses" and path.startswith("/v1/responses/") and path.endswith("/cancel"):
+                own = {"responses": "/v1/responses/", "interactions": "/v1beta/interactions/"}.get(stub.kind)
+                if own and path.startswith(own) and path.endswith("/cancel"):
                     with stub._lock:
                         stub.requests.append({"path": path, "method": "POST", "behaviour": "ok", "body": body})
                     cancelled = stub.cancel(path.split("/")[-2])
                     self._send(200, cancelled) if cancelled else self._send(404, {"error": {"message": "no such"}})
                     return
-                wanted = "/chat/completions" if stub.kind == "perplexity" else "/v1/responses"
+                wanted = {"perplexity": "/chat/completions", "responses": "/v1/responses"}.get(
+                    stub.kind, "/v1beta/interactions"
+                )
                 behaviour = stub._next()
                 with stub._lock:
                     stub.requests.append({"path": path, "method": "POST", "behaviour": behaviour, "body": body})
@@ -339,6 +396,11 @@ class ResearchApiStub:
                     self._send(404, {"error": {"message": f"no route {path}"}})
                 elif behaviour in ("429", "500"):
                     self._send(int(behaviour), {"error": {"message": f"stub {behaviour}"}}, {"Retry-After": "0"})
+                elif stub.kind == "interactions":
+                    answer = stub.interaction(body)
+                    with stub._lock:
+                        stub.background[answer["id"]] = {"answer": answer, "polled": 0, "status": "in_progress"}
+                    self._send(200, _pending(answer, "in_progress"))
                 elif stub.kind == "perplexity":
                     answer = stub.perplexity(body)
                     self._events(_perplexity_chunks(answer)) if body.get("stream") else self._send(200, answer)
@@ -361,7 +423,9 @@ class ResearchApiStub:
 
 
 def _pending(answer: dict[str, Any], status: str) -> dict[str, Any]:
-    """A Responses API response not (or no longer) running to completion: no output, no usage yet."""
+    """A response (or interaction) not (or no longer) running to completion: no output, no usage yet."""
+    if "steps" in answer:  # an interaction
+        return answer | {"status": status, "steps": [], "usage": None}
     return answer | {"status": status, "output": [], "usage": None}
 
 

@@ -42,7 +42,14 @@ READABLE = [
 ]
 UNFETCHABLE = ("https://wayfarer-notes.example/no-such-page", "A page the web does not have")
 CITES = [*READABLE, UNFETCHABLE]
-MODELS = {"perplexity": "perplexity/sonar-deep-research", "responses": "openai/o3-deep-research"}
+MODELS = {
+    "perplexity": "perplexity/sonar-deep-research",
+    "responses": "openai/o3-deep-research",
+    "interactions": "gemini/deep-research-pro-preview-12-2025",
+}
+APIS = {"perplexity": "chat", "responses": "responses", "interactions": "interactions"}
+# the role's own prices for Gemini Deep Research, which litellm has none for
+GEMINI_PRICES = {"input_cost_per_token": 2e-06, "output_cost_per_token": 1.2e-05, "search_cost_per_call": 0.014}
 
 
 def lines(path: Path) -> list[dict]:
@@ -50,9 +57,9 @@ def lines(path: Path) -> list[dict]:
 
 
 def write_recipe(tmp_path: Path, name: str, stub: ResearchApiStub, mode: str, web: dict) -> Path:
-    options: dict = {"api": "chat" if stub.kind == "perplexity" else "responses", "stream": mode == "streamed"}
+    options: dict = {"api": APIS[stub.kind], "stream": mode == "streamed"}
     if mode == "background":
-        options |= {"background": True, "poll_s": 0.01}
+        options |= {"background": stub.kind == "responses", "poll_s": 0.01}
     recipe = {
         "name": name,
         "benchmark": {"name": "sample", "setting": "context", "limit": 1},
@@ -71,6 +78,7 @@ def write_recipe(tmp_path: Path, name: str, stub: ResearchApiStub, mode: str, we
                         "max_retries": 1,
                         "retry_backoff_s": 0,
                         **({"search_cost_per_call": 0.01} if stub.kind == "responses" else {}),
+                        **(GEMINI_PRICES if stub.kind == "interactions" else {}),
                     }
                 },
             }
@@ -124,6 +132,7 @@ FORMS = [
     ("responses", "", "whole"),
     ("responses", "", "streamed"),
     ("responses", "", "background"),
+    ("interactions", "", "background"),  # Gemini Deep Research: always in the background
 ]
 
 
@@ -160,20 +169,26 @@ def test_a_deep_research_api_is_a_system_whose_citations_are_fetched_stored_and_
         (call,) = [e for e in lines(folder / "ledger.jsonl") if e["role"] == "researcher"]
         assert call["kind"] == "grounded" and call["model"] == MODELS[kind] and call["status"] == "ok"
         assert call["prompt_tokens"] > 0 and call["completion_tokens"] > 0
-        assert call["reasoning_tokens"] == REASONING_TOKENS and call["search_calls"] == SEARCHES
+        assert call["reasoning_tokens"] == REASONING_TOKENS
+        assert call["search_calls"] == (2 * SEARCHES if kind == "interactions" else SEARCHES)
         if kind == "perplexity":
             # Perplexity's own bill, whole or streamed; its citation tokens kept in a stream too
             assert call["cost_usd"] == pytest.approx(PERPLEXITY_BILL["total_cost"])
             assert call["citation_tokens"] == 100 * len(CITES)
-        else:
+        elif kind == "responses":
             tokens = (
                 call["prompt_tokens"] * 1e-05 + call["completion_tokens"] * 4e-05
             )  # litellm's o3-deep-research price
             assert call["cost_usd"] == pytest.approx(tokens + SEARCHES * 0.01)
+        else:  # two queries per search step; thought tokens billed as output
+            assert call["search_calls"] == 2 * SEARCHES
+            tokens = call["prompt_tokens"] * 2e-06 + call["completion_tokens"] * 1.2e-05
+            assert call["cost_usd"] == pytest.approx(tokens + 2 * SEARCHES * 0.014)
         sent = [r for r in stub.requests if r["method"] == "POST"][-1]["body"]
         assert bool(sent.get("stream")) is (mode == "streamed")
         if kind == "responses":
             assert sent["tools"] == [{"type": "web_search_preview"}] and sent["instructions"]
+        if kind != "perplexity":
             assert bool(sent.get("background")) is (mode == "background")
             polls = [r for r in stub.requests if r["method"] == "GET"]
             assert len(polls) == (stub.polls + 1 if mode == "background" else 0)  # polled until it ended
@@ -250,16 +265,24 @@ def test_responses_citations_are_numbered_by_first_use_and_marked_after_their_sp
                             "annotations": [
                                 {
                                     "type": "url_citation",
-                                    "url": "https://a.example/",
+                                    "url": url,
                                     "title": "A",
                                     "start_index": s,
                                     "end_index": e,
                                 }
-                                for s, e in [
-                                    *spans,
-                                    (text.index("see b"), text.index("see b") + 5),
-                                    (text.rindex("see a"), text.rindex("see a") + 5),
-                                ]
+                                for (s, e), url in zip(
+                                    [
+                                        *spans,
+                                        (text.index("see b"), text.index("see b") + 5),
+                                        (text.rindex("see a"), text.rindex("see a") + 5),
+                                    ],
+                                    [
+                                        "https://a.example/",
+                                        "https://a.example/",
+                                        "https://a.example/?utm_source=openai",
+                                    ],
+                                    strict=True,
+                                )
                             ],
                         }
                     ],
@@ -269,7 +292,7 @@ def test_responses_citations_are_numbered_by_first_use_and_marked_after_their_sp
         },
         "openai/o3-deep-research",
     ).answer
-    # (the second annotation names a.example too in this hand-made answer, so one URL, three spans)
+    # (the annotations name a.example, the last with OpenAI's tracking tag: one URL, three spans)
     assert [c.number for c in answer.citations] == [1] and len(answer.citations[0].spans) == 3
     assert numbered_text(answer).text == "A is true (see a [1]). B too (see b [1]). A again (see a [1])."
     # only the search is billed; opening a page and finding in it are not
@@ -409,6 +432,52 @@ def test_responses_searches_are_billed_once_and_page_actions_not_at_all(cache_di
     assert o3(search_cost_per_call=0.01).cost_usd == pytest.approx(
         entry.prompt_tokens * 1e-05 + entry.completion_tokens * 4e-05 + 2 * 0.01
     )
+
+
+def test_gemini_spans_in_bytes_become_markers_after_their_claims():
+    from atelier.agents.models.grounding import read_interaction
+
+    text = "Café prices — naïve. Trains run at night."
+    start, end = text.index("Trains"), len(text)
+    as_bytes = lambda at: len(text[:at].encode("utf-8"))
+    interaction = {
+        "status": "completed",
+        "steps": [
+            {"type": "google_search_call", "arguments": {"queries": ["a", "b"]}},
+            {"type": "model_output", "content": [{"type": "text", "text": "An earlier draft."}]},
+            {
+                "type": "model_output",
+                "content": [
+                    {
+                        "type": "text",
+                        "text": text,
+                        "annotations": [
+                            {
+                                "type": "url_citation",
+                                "url": "https://t.example/",
+                                "start_index": as_bytes(start),
+                                "end_index": as_bytes(end),
+                            },
+                            {
+                                "type": "url_citation",
+                                "url": "https://c.example/",
+                                "start_index": 0,
+                                "end_index": as_bytes(4),
+                            },
+                            {"type": "url_citation", "url": "https://x.example/", "start_index": 500, "end_index": 600},
+                        ],
+                    }
+                ],
+            },
+        ],
+        "usage": {"total_input_tokens": 10, "total_output_tokens": 5, "total_thought_tokens": 7},
+    }
+    reply = read_interaction(interaction, "gemini/deep-research-pro-preview-12-2025")
+    numbered = numbered_text(reply.answer)  # the last output is the report; its byte spans as characters
+    assert numbered.text == "Café [2] prices — naïve. Trains run at night. [1]"
+    assert [c.url for c in reply.answer.citations] == ["https://t.example/", "https://c.example/", "https://x.example/"]
+    assert len(numbered.bad_spans) == 1  # the span past the text's end: counted, no marker
+    assert reply.answer.usage.search_calls == 2 and reply.completion_tokens == 12 and reply.prompt_tokens == 10
 
 
 def test_a_background_response_is_polled_to_its_end_and_cancelled_when_the_wait_runs_out(cache_dir):

@@ -41,6 +41,7 @@ from atelier.agents.models.grounding import (
     Grounding,
     ProviderReply,
     billed_cost,
+    interactions_call,
     is_perplexity,
     perplexity_call,
     read_chat,
@@ -783,8 +784,8 @@ class Gateway:
                             response = await self._provider_call(litellm, served, kwargs)
                         else:
                             # the scripted and local models speak chat only (and search nothing)
-                            responses = grounding.api == "responses" and not (settings.is_scripted or settings.is_local)
-                            reply = await self._grounded_call(litellm, served, kwargs, grounding, responses=responses)
+                            native = grounding.api != "chat" and not (settings.is_scripted or settings.is_local)
+                            reply = await self._grounded_call(litellm, served, kwargs, grounding, native=native)
                     except Exception:
                         # a call cut off by its server's death is that death, not a retryable error
                         await asyncio.to_thread(self._raise_if_server_died, settings, 0.5)
@@ -898,16 +899,17 @@ class Gateway:
                 return await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=settings.timeout_s)
 
     async def _grounded_call(
-        self, litellm, settings: ModelSettings, kwargs: dict[str, Any], grounding: Grounding, *, responses: bool
+        self, litellm, settings: ModelSettings, kwargs: dict[str, Any], grounding: Grounding, *, native: bool
     ) -> ProviderReply:
-        """One attempt of a grounded request (`settings` as served): the Responses API, Perplexity's
-        API (`agents.models.grounding`), or litellm's chat completions (search models)."""
+        """One attempt of a grounded request (`settings` as served): the provider's own API
+        (`native`: OpenAI's Responses API, Gemini's Interactions API), Perplexity's API
+        (`agents.models.grounding`), or litellm's chat completions (search models)."""
         async with _LIMITS.semaphore(settings.endpoint, settings.max_concurrency):
             if settings.rpm:
                 await _LIMITS.limiter(settings.endpoint, settings.rpm).acquire()
-            if responses:
-                call = responses_call(settings, kwargs["messages"], grounding)
-                return await asyncio.wait_for(call, timeout=settings.timeout_s)
+            if native:
+                own = responses_call if grounding.api == "responses" else interactions_call
+                return await asyncio.wait_for(own(settings, kwargs["messages"], grounding), timeout=settings.timeout_s)
             if is_perplexity(settings.model):
                 return await asyncio.wait_for(
                     perplexity_call(settings, kwargs["messages"], grounding), timeout=settings.timeout_s

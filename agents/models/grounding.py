@@ -32,6 +32,19 @@ The provider formats read (each as its public reference describes it):
   ends, within the call's timeout, and cancelled on the server when that runs out) — openai-python's
   `Response`, `ResponseFunctionWebSearch` and `ResponseStatus`.
 
+- Gemini's Interactions API (`api = "interactions"`, model `gemini/<agent>`, e.g.
+  `gemini/deep-research-pro-preview-12-2025`: Gemini Deep Research, which only this API serves),
+  over HTTP: created with `background: true`, polled with `GET /interactions/{id}` while
+  `in_progress` and cancelled (`POST /interactions/{id}/cancel`) when the wait runs out; the
+  report is the text of its last `model_output` step, whose `url_citation` annotations give their
+  spans in bytes of that text; `google_search_call` steps are its searches (one per query), usage
+  its `total_input_tokens`, `total_output_tokens` and `total_thought_tokens` (google-genai's
+  `Interaction`, `ModelOutputStep`, `TextContent`, `URLCitation`, `GoogleSearchCallStep`, `Usage`).
+  The API is in beta: its shape is read as google-genai 2.25 describes it.
+
+A cited URL's tracking parameters (`utm_*`, as OpenAI adds `?utm_source=openai`) are dropped: the
+page it names is read, in the sandbox web's corpus too.
+
 Costs are counted once: tokens at litellm's prices (or the role's own), web searches at the number
 the provider billed times litellm's price per search (or the role's own `search_cost_per_call`,
 which replaces it, never adds to it); Perplexity's own `cost` block, when it sends one, is the bill.
@@ -46,13 +59,14 @@ import re
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
     from atelier.agents.models.settings import ModelSettings
 
-GroundingApi = Literal["chat", "responses"]
+GroundingApi = Literal["chat", "responses", "interactions"]
 # a reasoning model's thoughts before its answer (Perplexity's sonar-reasoning and deep research)
 _THINKING = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
 PERPLEXITY_BASE_URL = "https://api.perplexity.ai"
@@ -61,6 +75,8 @@ PERPLEXITY_KEYS = ("PERPLEXITYAI_API_KEY", "PERPLEXITY_API_KEY")  # litellm's na
 RUNNING = ("queued", "in_progress")
 ENDED = ("completed", "incomplete", "failed", "cancelled")
 CANCEL_TIMEOUT_S = 10.0
+GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
+GEMINI_KEYS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 
 
 @dataclass(frozen=True)
@@ -182,10 +198,21 @@ def _float_or_none(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def cited_url(url: str) -> str:
+    """A provider's cited URL without its tracking parameters (`utm_*`: OpenAI tags each citation
+    `?utm_source=openai`): they name who linked the page, not the page."""
+    parts = urlsplit(url)
+    if "utm_" not in parts.query:
+        return url
+    kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if not k.lower().startswith("utm_")]
+    return urlunsplit(parts._replace(query=urlencode(kept)))
+
+
 def _numbered(urls: Iterable[tuple[str, str, tuple[int, int] | None]]) -> list[ProviderCitation]:
     """Citations numbered by first use of their URL, each with the spans that cite it."""
     by_url: dict[str, ProviderCitation] = {}
     for url, title, span in urls:
+        url = cited_url(url) if url else url
         if not url:
             continue
         cited = by_url.get(url)
@@ -228,7 +255,7 @@ def chat_citations(
         urls = [_get(r, "url") for r in results]
     if any(urls):
         return [
-            ProviderCitation(url=url, title=titles.get(url, ""), number=index)
+            ProviderCitation(url=cited_url(url), title=titles.get(url, ""), number=index)
             for index, url in enumerate(urls, 1)
             if url
         ]
@@ -592,6 +619,123 @@ async def responses_call(
         if _get(response, "status") in ("failed", "cancelled"):
             raise _ended_badly(response)
         return read_responses(response, settings.model, tools)
+
+
+# --------------------------------------------------------------------------- Gemini's Interactions API
+
+
+class ProviderHTTPError(RuntimeError):
+    """A provider's HTTP error answer (an API called without an SDK): its status and body, read as
+    the gateway reads any provider's error (`provider_errors.classify`)."""
+
+    def __init__(self, status_code: int, body: Any, url: str) -> None:
+        super().__init__(f"HTTP {status_code} from {url}: {str(body)[:300]}")
+        self.status_code = status_code
+        self.body = body
+
+
+def _checked(response: Any) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        body = response.text
+    if response.status_code >= 400 or not isinstance(body, dict):
+        raise ProviderHTTPError(response.status_code, body, str(response.request.url))
+    return body
+
+
+def _char_offset(text: str, byte_index: int) -> int:
+    """A byte offset into `text` (UTF-8), as a character offset."""
+    return len(text.encode("utf-8")[: max(byte_index, 0)].decode("utf-8", errors="ignore"))
+
+
+def read_interaction(interaction: dict[str, Any], model: str) -> ProviderReply:
+    """A finished Gemini interaction: the text of its last model output, that text's URL
+    citations (spans from bytes to characters; one outside the text keeps its bytes, so the report
+    counts it), its searches and usage."""
+    steps = [s for s in interaction.get("steps") or [] if isinstance(s, dict)]
+    outputs = [s for s in steps if s.get("type") == "model_output"]
+    texts: list[str] = []
+    found: list[tuple[str, str, tuple[int, int] | None]] = []
+    for part in (outputs[-1].get("content") or []) if outputs else []:
+        if not isinstance(part, dict) or part.get("type") != "text":
+            continue
+        text = str(part.get("text") or "")
+        offset = sum(len(t) for t in texts)
+        size = len(text.encode("utf-8"))
+        for annotation in part.get("annotations") or []:
+            if not isinstance(annotation, dict) or annotation.get("type") != "url_citation":
+                continue
+            start, end = annotation.get("start_index"), annotation.get("end_index")
+            span = None
+            if isinstance(start, int) and isinstance(end, int):
+                inside = 0 <= start <= end <= size
+                span = (offset + _char_offset(text, start), offset + _char_offset(text, end)) if inside else (start, -1)
+            found.append((str(annotation.get("url") or ""), str(annotation.get("title") or ""), span))
+        texts.append(text)
+    searches = 0
+    for step in steps:
+        if step.get("type") == "google_search_call":
+            queries = (step.get("arguments") or {}).get("queries")
+            searches += len(queries) if isinstance(queries, list) and queries else 1
+    usage = interaction.get("usage") or {}
+    thought = _int_or_none(usage.get("total_thought_tokens"))
+    prompt = int(usage.get("total_input_tokens") or 0)
+    completion = int(usage.get("total_output_tokens") or 0) + (thought or 0)
+    status = interaction.get("status")
+    return ProviderReply(
+        answer=GroundedAnswer(
+            text="".join(texts),
+            citations=_numbered(found),
+            usage=ProviderUsage(reasoning_tokens=thought, search_calls=searches),
+        ),
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        finish_reason="length" if status == "incomplete" else ("stop" if status == "completed" else status),
+        token_cost=token_cost(model, prompt, completion),
+        search_cost=searches_cost(model, searches),
+        raw=interaction,
+    )
+
+
+async def interactions_call(
+    settings: ModelSettings, messages: list[dict[str, Any]], grounding: Grounding
+) -> ProviderReply:
+    """An agent of Gemini's Interactions API (model `gemini/<agent>`), run in the background and
+    polled every `grounding.poll_s` seconds until it ends; cancelled on the server when the wait
+    (the call's timeout) runs out."""
+    import httpx
+
+    provider, _, name = settings.model.partition("/")
+    if provider != "gemini" or not name:
+        raise ValueError(f"the Interactions API is Gemini's: model {settings.model!r} is not gemini/<agent>")
+    instructions, items = responses_input(messages)
+    text = "\n\n".join([*([instructions] if instructions else []), *(str(i["content"]) for i in items)])
+    key = settings.resolved_api_key() or next((os.environ[k] for k in GEMINI_KEYS if os.environ.get(k)), None)
+    async with httpx.AsyncClient(
+        base_url=(settings.api_base or GEMINI_BASE_URL).rstrip("/") + "/",
+        headers={"x-goog-api-key": key or ""},
+        timeout=settings.timeout_s,
+        trust_env=False,
+    ) as client:
+        interaction = _checked(
+            await client.post("interactions", json={"agent": name, "input": text, "background": True, **settings.extra})
+        )
+        try:
+            while interaction.get("status") == "in_progress":
+                await asyncio.sleep(grounding.poll_s)
+                interaction = _checked(await client.get(f"interactions/{interaction.get('id')}"))
+        except BaseException:
+            if interaction.get("status") == "in_progress":
+                with contextlib.suppress(Exception):  # a courtesy: the wait has failed already
+                    await asyncio.shield(
+                        asyncio.wait_for(client.post(f"interactions/{interaction.get('id')}/cancel"), CANCEL_TIMEOUT_S)
+                    )
+            raise
+    if interaction.get("status") in ("failed", "cancelled", "requires_action"):
+        said = interaction.get("errors") or interaction.get("error") or "no error given"
+        raise ResponsesStreamError(f"the interaction {interaction.get('id')} ended {interaction.get('status')}: {said}")
+    return read_interaction(interaction, settings.model)
 
 
 def responses_input(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
