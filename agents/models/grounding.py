@@ -297,11 +297,12 @@ def _search_results(items: list[Any] | None) -> list[dict[str, Any]]:
     return out
 
 
-def read_chat(response: Any, model: str) -> ProviderReply:
-    """A litellm chat completion (not streamed): its tokens and its billed searches priced apart."""
+def read_chat(response: Any, model: str, usage: Any = None) -> ProviderReply:
+    """A litellm chat completion: its tokens and its billed searches priced apart (`usage`: a
+    stream's last usage block, which litellm's rebuilt answer may lack)."""
     choice = response.choices[0]
     message = choice.message
-    usage = getattr(response, "usage", None)
+    usage = usage if usage is not None else getattr(response, "usage", None)
     citations = getattr(response, "citations", None)
     search_results = getattr(response, "search_results", None) or []
     read_usage = chat_usage(usage)
@@ -341,9 +342,7 @@ async def read_chat_stream(stream: AsyncIterator[Any], messages: list[dict[str, 
     if built is None:
         raise ValueError("the provider's stream ended with no chunk")
     usage = next((c.usage for c in reversed(chunks) if getattr(c, "usage", None) is not None), None)
-    if usage is not None:
-        built.usage = usage
-    reply = read_chat(built, model)
+    reply = read_chat(built, model, usage=usage)
     reply.answer.citations = chat_citations(citations, search_results, annotations)
     reply.answer.search_results = _search_results(search_results)
     return reply
@@ -611,6 +610,7 @@ async def responses_call(
         if grounding.stream:
             response, response_id = await read_responses_stream(await client.responses.create(**request, stream=True))
             if response is None:  # a background response's stream broke off: it goes on on the server
+                assert response_id is not None  # read_responses_stream raises when it has none
                 response = await client.responses.retrieve(response_id)
         else:
             response = await client.responses.create(**request)
