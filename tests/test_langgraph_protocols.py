@@ -21,8 +21,8 @@ import pytest
 from atelier.agents.user_sim.plan_review import SimulatedPlanReview
 from atelier.graphs.external.interrupt_answers import deerflow_resume, plan_steps
 from atelier.runs.execution.runner import run_recipe
-from atelier.runs.folder.recipe import parse_recipe
 from tests.langgraph_dev import langgraph_dev
+from tests.test_langgraph_agent import lines, recipe
 
 pytest.importorskip("langgraph_sdk")
 
@@ -56,28 +56,6 @@ def system(name: str, url: str, **options) -> dict:
             **options,
         },
     }
-
-
-def recipe(tmp: Path, name: str, systems: list[dict], limit: int = 2):
-    return parse_recipe(
-        {
-            "name": name,
-            "benchmark": {"name": "sample", "setting": "context", "limit": limit},
-            "models": {
-                "system": {"model": "scripted"},
-                "judge": {"model": "scripted"},
-                "user_sim": {"model": "scripted"},
-            },
-            "systems": systems,
-            "judges": [{"name": "lampqa_aspects"}],
-            "cache": {"dir": str(tmp / "llm")},
-            "run": {"out_dir": str(tmp / name), "concurrency": 2},
-        }
-    )
-
-
-def lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def test_deerflows_plan_review_is_answered_in_its_own_protocol(server, tmp_path):

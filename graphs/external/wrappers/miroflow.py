@@ -22,13 +22,12 @@ the run does not set (the run's values win). Written against MiroFlow's `main.py
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import sys
 
-from wrapped import checkout, emit, fail, job_folder, read_job, run
+from wrapped import emit, fail, job_folder, run, start
 
 DEFAULT_CONFIG = "agent_quickstart"
 
@@ -48,12 +47,7 @@ def final_message(log: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkout", required=True, help="MiroFlow's checkout (its main.py)")
-    args = parser.parse_args()
-    root = checkout(args.checkout)
-    job = read_job()
-    settings = job.get("settings") or {}
+    root, job, settings = start(__doc__.splitlines()[0])
     task_id = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(job.get("case_id") or "task"))
     output_dir = job_folder() / "miroflow"
     overrides = [str(o) for o in settings.get("overrides") or []]

@@ -18,12 +18,11 @@ tested against a fake following it (tests/fixtures/agents/fake_oagents).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
-from wrapped import checkout, emit, fail, read_job, run
+from wrapped import emit, fail, run, start
 
 DEFAULT_ENTRY = "example/oagents_deep_research/run.py"
 DEFAULT_MODEL = "openai/gpt-5-mini"
@@ -31,12 +30,7 @@ ANSWER = "Got this answer:"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkout", required=True, help="OAgents' checkout")
-    args = parser.parse_args()
-    root = checkout(args.checkout)
-    job = read_job()
-    settings = job.get("settings") or {}
+    root, job, settings = start(__doc__.splitlines()[0])
     entry = root / str(settings.get("entry") or DEFAULT_ENTRY)
     if not entry.is_file():
         fail(f"OAgents' entry {entry} is not a file")

@@ -10,6 +10,7 @@ log; its environment is the job's (the run's endpoint as OpenAI's, Serper's and 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -33,11 +34,16 @@ def job_folder() -> Path:
     return Path(os.environ["ATELIER_JOB_FILE"]).resolve().parent
 
 
-def checkout(path: str) -> Path:
+def start(description: str) -> tuple[Path, dict, dict]:
+    """A wrapper's start: its `--checkout` (the agent's code), the job and the job's settings."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--checkout", required=True, help="the agent's checkout (its code)")
+    path = parser.parse_args().checkout
     folder = Path(path).resolve()
     if not folder.is_dir():
         fail(f"the agent's checkout {path} is not a folder (see docs/external-agents.md: where its code goes)")
-    return folder
+    job = read_job()
+    return folder, job, job.get("settings") or {}
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str], name: str) -> str:
