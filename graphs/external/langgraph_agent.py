@@ -50,7 +50,7 @@ from atelier.graphs.start import meta_of, pipeline_context, pipeline_resources, 
 from atelier.tools.errors import ReplayMiss
 
 PIPELINE = "external"
-LIVENESS_S = 2.0  # how often a server is asked /ok while a run is waited for
+LIVENESS_S = 1.5  # how often a server is asked /ok while a run is waited for
 LIVENESS_MISSES = 2  # refused asks in a row that name it gone
 PROBE_TIMEOUT_S = 5.0
 CANCEL_TIMEOUT_S = 5.0
