@@ -4,8 +4,8 @@
 
 `research` asks the `researcher` role's model (OpenAI's `o3-deep-research` through the Responses
 API with its web search tool, Perplexity's `sonar-deep-research`, Gemini Deep Research through the
-Interactions API, any litellm model with a built-in web search) with the user's context in the prompt, as `direct` does, through the
-gateway's grounded call (`Gateway.grounded`): the answer comes back with the citations its
+Interactions API, any litellm model with a built-in web search) with the user's context in the
+prompt, as `direct` does, through the gateway's grounded call (`Gateway.grounded`): the answer comes back with the citations its
 provider returned, and the call's reasoning tokens, web searches and cost are in the ledger.
 `read_cited` fetches every cited URL through the run's web (recorded, replayable, in
 `web_log.jsonl`) and keeps each page's text in the run's source store, so each citation carries
