@@ -233,3 +233,30 @@ def check_systems_available(systems: Sequence[Any]) -> None:
             pipeline_options(system.pipeline, system.pipeline_options).check_available()
         except ConfigError as exc:
             raise ConfigError(f"systems[{index}] ({system.name}): {exc}") from None
+
+
+def sandbox_web_notes(systems: Sequence[Any], roles: dict[str, Any], web: Any) -> list[str]:
+    """Why a run's sandbox web cannot serve what its systems cite: a system whose model researches
+    the real web itself (a deep-research API: the pipeline's `research_roles`, on a model that is
+    neither `scripted` nor local) cites real pages, which the sandbox (its corpus only) cannot
+    read, so each is `fetch_failed` and R counts its claims unsupported. `roles`: the recipe's
+    models by role; `web`: its `WebConfig`. None when the web is not the sandbox."""
+    from atelier.agents.models.settings import settings_for_role
+
+    if not web.uses_sandbox:
+        return []
+    notes = []
+    for system in systems:
+        spec = PIPELINES.get(system.pipeline) if system.pipeline in PIPELINES.known() else None
+        for role in spec.research_roles if spec is not None else ():
+            settings = settings_for_role({**roles, **system.models}, role)
+            if not (settings.is_scripted or settings.is_local):
+                notes.append(
+                    f"systems {system.name!r} ({system.pipeline}, {role} {settings.model}) cites the real web, but "
+                    f"[web] is the sandbox (corpus {web.sandbox_settings.corpus!r}), which serves only its corpus: "
+                    "every other cited page will be fetch_failed and R will count its claims unsupported; set "
+                    '[web] provider = "serper" (or tavily, brave) with reader = "direct" for real citations '
+                    "(docs/real-models.md, 'An online web')"
+                )
+                break
+    return notes

@@ -3,9 +3,9 @@
     research -> read_cited
 
 `research` asks the `researcher` role's model (OpenAI's `o3-deep-research` through the Responses
-API with its web search tool, Perplexity's `sonar-deep-research`, any litellm model with a
-built-in web search) with the user's context in the prompt, as `direct` does, through the
-gateway's grounded call (`Gateway.grounded`): the answer comes back with the citations its
+API with its web search tool, Perplexity's `sonar-deep-research`, Gemini Deep Research through the
+Interactions API, any litellm model with a built-in web search) with the user's context in the
+prompt, as `direct` does, through the gateway's grounded call (`Gateway.grounded`): the answer comes back with the citations its
 provider returned, and the call's reasoning tokens, web searches and cost are in the ledger.
 `read_cited` fetches every cited URL through the run's web (recorded, replayable, in
 `web_log.jsonl`) and keeps each page's text in the run's source store, so each citation carries
@@ -14,12 +14,17 @@ stays a citation (the report cites it), without a sha256, and is a `fetch_failed
 answer with no citation at all is `no_findings` (the scripted and local models search nothing).
 
 The report is the provider's text with its citations numbered: Perplexity's `[n]` markers already
-name its `citations` list; the Responses API's annotations get a `[n]` after each annotated span,
-numbered by first use. It ends with the list of cited sources, each with what was read.
+name its `citations` (or, in the API's newer form, its `search_results`); the Responses API's
+annotations get a `[n]` after each annotated span (at the end of the word the span ends in),
+numbered by first use. A marker that names no citation, and a span that points nowhere in the text
+(negative, reversed, past its end), are removed and counted (`citation_removed`), never left
+dangling or placed elsewhere. The report ends with the list of cited sources, each with what was read.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from langgraph.graph import END, START, StateGraph
@@ -43,26 +48,36 @@ WEB_SEARCH_TOOL = {"type": "web_search_preview"}
 
 
 class ResearchApiOptions(PipelineOptions):
-    api: Literal["chat", "responses"] = Field(
+    api: Literal["chat", "responses", "interactions"] = Field(
         default="chat",
-        description="How the researcher model is asked: chat completions (Perplexity, search models) or OpenAI's "
-        "Responses API (o3-deep-research, o4-mini-deep-research; model openai/<name>).",
+        description="How the researcher model is asked: chat completions (Perplexity, search models), OpenAI's "
+        "Responses API (o3-deep-research, o4-mini-deep-research; model openai/<name>) or Gemini's Interactions API "
+        "(Gemini Deep Research; model gemini/<agent>, always in the background).",
     )
     tools: list[dict[str, Any]] | None = Field(
         default=None,
         description="The Responses API's tools (unset: its built-in web search, web_search_preview); api = 'responses' only.",
     )
     stream: bool = Field(default=False, description="Read the model's answer as a stream (the same answer).")
+    background: bool = Field(
+        default=False,
+        description="api = 'responses': run the request in the background and poll it until it ends (within the "
+        "researcher's timeout_s; cancelled on the server when that runs out): the way OpenAI advises calling "
+        "o3-deep-research, whose answers take minutes.",
+    )
+    poll_s: float = Field(default=2.0, gt=0, le=60, description="Seconds between polls of a background response.")
 
     @model_validator(mode="after")
     def _tools_need_responses(self) -> ResearchApiOptions:
-        if self.api == "chat" and self.tools is not None:
+        if self.api != "responses" and self.tools is not None:
             raise ValueError("tools are the Responses API's: set api = 'responses' (chat models take extra params)")
+        if self.api == "chat" and self.background:
+            raise ValueError("background is the Responses API's (the Interactions API's always): set api = 'responses'")
         return self
 
     def grounding(self) -> Grounding:
         tools = tuple(self.tools if self.tools is not None else [WEB_SEARCH_TOOL]) if self.api == "responses" else ()
-        return Grounding(api=self.api, tools=tools, stream=self.stream)
+        return Grounding(api=self.api, tools=tools, stream=self.stream, background=self.background, poll_s=self.poll_s)
 
 
 class ResearchApiState(PipelineInput, PipelineOutput, total=False):
@@ -81,15 +96,75 @@ async def research(state: ResearchApiState, runtime: Runtime[EpisodeContext]) ->
     return Command(goto="read_cited", update={**update, "answer": answer})
 
 
-def numbered_text(answer: GroundedAnswer) -> str:
-    """The provider's text with each annotated span followed by its citation's `[n]` (text whose
-    citations carry no spans, Perplexity's, already has its markers)."""
-    marks = sorted(((end, cited.number) for cited in answer.citations for _, end in cited.spans), reverse=True)
+_MARKER = re.compile(r"[ \t]?\[(\d{1,3})\]")  # with the space before it, removed with it
+
+
+@dataclass(frozen=True)
+class NumberedText:
+    """The report's text with its citations' markers; what pointed nowhere and was removed."""
+
+    text: str
+    dangling: list[int]  # markers naming no citation, removed from the text
+    bad_spans: list[tuple[int, int]]  # annotation spans outside the text, no marker placed
+
+    def degradations(self) -> list[Degradation]:
+        found = []
+        if self.dangling:
+            numbers = ", ".join(f"[{n}]" for n in sorted(set(self.dangling)))
+            found.append(
+                degradation(
+                    "citation_removed",
+                    "read_cited",
+                    f"the provider's text cited {numbers}, which name none of its citations: removed",
+                    count=len(self.dangling),
+                )
+            )
+        if self.bad_spans:
+            spans = ", ".join(f"{start}-{end}" for start, end in self.bad_spans[:5])
+            found.append(
+                degradation(
+                    "citation_removed",
+                    "read_cited",
+                    f"the provider's annotations pointed outside its text ({spans}): no marker placed",
+                    count=len(self.bad_spans),
+                )
+            )
+        return found
+
+
+def _word_end(text: str, at: int) -> int:
+    """`at`, or the end of the word it falls inside: a marker never splits a word."""
+    while 0 < at < len(text) and text[at - 1].isalnum() and text[at].isalnum():
+        at += 1
+    return at
+
+
+def numbered_text(answer: GroundedAnswer) -> NumberedText:
+    """The provider's text with each annotated span followed by its citation's `[n]`; text whose
+    citations carry no spans (Perplexity's) has its markers already, and those naming no citation
+    are removed. What pointed nowhere is counted."""
     text = answer.text
-    for end, number in marks:
-        if 0 <= end <= len(text):
-            text = f"{text[:end]} [{number}]{text[end:]}"
-    return text
+    spans = [(start, end, cited.number) for cited in answer.citations for start, end in cited.spans]
+    if not spans:
+        numbers = {cited.number for cited in answer.citations}
+        dangling: list[int] = []
+
+        def keep(match: re.Match[str]) -> str:
+            if int(match.group(1)) in numbers:
+                return match.group(0)
+            dangling.append(int(match.group(1)))
+            return ""
+
+        return NumberedText(_MARKER.sub(keep, text), dangling, [])
+    bad = [(start, end) for start, end, _ in spans if not 0 <= start <= end <= len(text)]
+    # from the end, so each insertion leaves the positions before it as they were
+    marks = sorted(
+        ((_word_end(text, end), number) for start, end, number in spans if 0 <= start <= end <= len(text)),
+        reverse=True,
+    )
+    for at, number in marks:
+        text = f"{text[:at]} [{number}]{text[at:]}"
+    return NumberedText(text, [], bad)
 
 
 async def read_cited(state: ResearchApiState, runtime: Runtime[EpisodeContext]) -> Command[Literal["__end__"]]:
@@ -106,7 +181,9 @@ async def read_cited(state: ResearchApiState, runtime: Runtime[EpisodeContext]) 
         )
     else:
         degraded.append(degradation("no_findings", "research", "the model's answer cites no source"))
-    text = numbered_text(answer)
+    numbered = numbered_text(answer)
+    degraded += numbered.degradations()
+    text = numbered.text
     if pages:
         text = f"{text.rstrip()}\n\n## Sources\n" + "\n".join(p.line() for p in pages)
     options = _options(runtime)
@@ -114,6 +191,7 @@ async def read_cited(state: ResearchApiState, runtime: Runtime[EpisodeContext]) 
     meta = meta_of(state, runtime, PIPELINE) | {
         "api": options.api,
         "stream": options.stream,
+        "background": options.background,
         "citations": {"cited": len(pages), "read": len(pages) - len(unread), "unread": unread},
         "search_results": len(answer.search_results),
         "provider_usage": answer.usage.model_dump(),

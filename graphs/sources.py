@@ -146,7 +146,8 @@ async def read_web_sources(
         except ReplayMiss:
             raise
         except WebError as exc:
-            return degradation("fetch_failed", step, f"{url}: {exc}")
+            said = str(exc)  # a web error names its URL first, mostly
+            return degradation("fetch_failed", step, said if said.startswith(f"{url}: ") else f"{url}: {said}")
         if not page.text.strip():
             return degradation("fetch_failed", step, f"{url}: no text extracted")
         title = page.title or hit.title
@@ -191,6 +192,11 @@ def citation_degradations(report: CitationReport, step: str) -> list[Degradation
     return [degradation("citation_removed", step, detail, count=count) for count, detail in found if count]
 
 
+def uncited(citations: Sequence[Citation], step: str) -> list[Degradation]:
+    """`no_findings` for a report that cites nothing: whatever it says rests on no source."""
+    return [] if citations else [degradation("no_findings", step, "the report cites no source")]
+
+
 class CitedUrl(BaseModel):
     """A URL a system's answer cites (a provider's or an agent's citation), with the [n] it is cited by."""
 
@@ -218,7 +224,8 @@ class CitedPage(BaseModel):
     def line(self) -> str:
         """Its entry in a report's source list."""
         title = self.cited.title or (self.read.title if self.read else "") or self.cited.url
-        what = f"read, sha256 {self.read.sha256[:12]}" if self.read else f"not read: {self.problem}"
+        problem = (self.problem or "").removeprefix(f"{self.cited.url}: ")  # the URL is on the line already
+        what = f"read, sha256 {self.read.sha256[:12]}" if self.read else f"not read: {problem}"
         return f"[{self.cited.number}] {title}. {self.cited.url} ({what})"
 
 

@@ -1,18 +1,41 @@
-"""Stub servers of deep-research model APIs on 127.0.0.1, speaking each provider's own format.
+"""Stub servers of deep-research model APIs on 127.0.0.1, speaking each provider's own format as its
+public reference describes it.
 
-    kind "perplexity"  POST /chat/completions (Perplexity's API has no /v1): an answer whose `[n]`
-                       markers name the response's `citations` (URLs), with `search_results`
-                       (url, title, date, snippet) and Perplexity's usage (`reasoning_tokens`,
-                       `citation_tokens`, `num_search_queries`, and its `cost` block). With
-                       `"stream": true`, server-sent chat chunks, each repeating `citations` and
-                       `search_results` (as Perplexity does), the usage on the last.
-    kind "responses"   POST /v1/responses (OpenAI's Responses API, as `o3-deep-research` answers):
-                       `web_search_call` and `reasoning` output items, then a message whose
-                       `output_text` carries `url_citation` annotations with their character spans,
-                       and usage with `output_tokens_details.reasoning_tokens`. With `"stream": true`,
-                       the Responses event stream (`response.created`, `response.output_item.added`,
-                       `response.output_text.delta`, `response.output_text.annotation.added`, ...,
-                       `response.completed` carrying the whole response).
+    kind "perplexity"  POST /chat/completions (Perplexity's API has no /v1), following Perplexity's
+                       Sonar API reference and its SDK's types (perplexity-py: `StreamChunk`,
+                       `UsageInfo` with its `Cost`, `APIPublicSearchResult`): an answer whose `[n]`
+                       markers name the n-th source, `search_results` (title, url, date,
+                       last_updated, snippet, source) and, in the older form (`form="citations"`),
+                       `citations` (URLs) too; usage with `reasoning_tokens`, `citation_tokens`,
+                       `num_search_queries`, `search_context_size` and its `cost` block (left out
+                       with `billed=False`). `markers_beyond=(7, 12)` adds markers naming no source.
+                       With `"stream": true`, server-sent chunks each repeating `citations` and
+                       `search_results`, the usage on the last, then `[DONE]`.
+    kind "responses"   OpenAI's Responses API, following openai-python's types (`Response`,
+                       `ResponseStatus`, `ResponseFunctionWebSearch` with its `ActionSearch`,
+                       `ActionOpenPage`, `ActionFind`, `ResponseOutputText` with
+                       `AnnotationURLCitation`) and its streaming events: POST /v1/responses answers
+                       `web_search_call` items (`actions`: "search", "open_page", "find_in_page"),
+                       a `reasoning` item, then a message whose `output_text` carries `url_citation`
+                       annotations with their character spans (`spans="reversed"` or `"outside"`
+                       breaks one), and usage with `output_tokens_details.reasoning_tokens`. With
+                       `"stream": true`, the event stream (`response.created`, ...,
+                       `response.completed` carrying the whole response). With `"background": true`,
+                       the response is created `queued`; GET /v1/responses/{id} answers
+                       `in_progress` for `polls` retrievals and then the completed response; POST
+                       /v1/responses/{id}/cancel cancels it. A background stream
+                       (`cut_background_stream=True`) breaks off after `response.created`, as a
+                       dropped connection does, while the response goes on on the server.
+
+    kind "interactions" Gemini's Interactions API (Gemini Deep Research), following google-genai
+                       2.25's `Interaction` (`id`, `status`, `steps`, `usage`), `ModelOutputStep`,
+                       `TextContent` with `URLCitation` annotations (`url`, `title`, `start_index`,
+                       `end_index` in bytes of the text, which holds non-ASCII characters),
+                       `GoogleSearchCallStep` (`arguments.queries`) and `Usage`
+                       (`total_input_tokens`, `total_output_tokens`, `total_thought_tokens`):
+                       POST /v1beta/interactions answers `in_progress`; GET
+                       /v1beta/interactions/{id} answers `in_progress` for `polls` retrievals, then
+                       the completed interaction; POST /v1beta/interactions/{id}/cancel cancels it.
 
 The stub cites the URLs it is given (`cites=[(url, title), ...]`), so a test decides which cited
 pages the run's web can read. `script([...])` queues behaviours per request (`ok`, `429`, `500`);
@@ -31,10 +54,23 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-KINDS = ("perplexity", "responses")
+KINDS = ("perplexity", "responses", "interactions")
+FORMS = ("citations", "search_results")
+SPANS = ("valid", "reversed", "outside")
+ACTIONS = ("search", "open_page", "find_in_page")
 BEHAVIOURS = ("ok", "429", "500")
 SEARCHES = 3  # web searches each answer reports
 REASONING_TOKENS = 40
+# Perplexity's own bill of each answer (its usage.cost), in USD
+PERPLEXITY_BILL = {
+    "input_tokens_cost": 0.0001,
+    "output_tokens_cost": 0.0002,
+    "reasoning_tokens_cost": 0.0003,
+    "citation_tokens_cost": 0.0004,
+    "search_queries_cost": 0.015,
+    "request_cost": 0.0,
+    "total_cost": 0.016,
+}
 
 
 def _words(text: str) -> int:
@@ -42,12 +78,35 @@ def _words(text: str) -> int:
 
 
 class ResearchApiStub:
-    def __init__(self, kind: str, cites: list[tuple[str, str]], port: int = 0) -> None:
+    def __init__(
+        self,
+        kind: str,
+        cites: list[tuple[str, str]],
+        port: int = 0,
+        *,
+        form: str = "citations",
+        billed: bool = True,
+        markers_beyond: tuple[int, ...] = (),
+        actions: tuple[str, ...] = ("search",) * SEARCHES,
+        spans: str = "valid",
+        polls: int = 2,
+        cut_background_stream: bool = False,
+    ) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown research API stub kind {kind!r}; valid: {', '.join(KINDS)}")
+        if form not in FORMS or spans not in SPANS or set(actions) - set(ACTIONS):
+            raise ValueError(f"form in {FORMS}, spans in {SPANS}, actions in {ACTIONS}")
         self.kind = kind
         self.cites = list(cites)
+        self.form = form
+        self.billed = billed
+        self.markers_beyond = markers_beyond
+        self.actions = actions
+        self.spans = spans
+        self.polls = polls
+        self.cut_background_stream = cut_background_stream
         self.requests: list[dict[str, Any]] = []
+        self.background: dict[str, dict[str, Any]] = {}  # id -> {"answer", "polled", "status"}
         self._script: deque[str] = deque()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
@@ -60,7 +119,7 @@ class ResearchApiStub:
     @property
     def base_url(self) -> str:
         root = f"http://127.0.0.1:{self.port}"
-        return root if self.kind == "perplexity" else f"{root}/v1"
+        return {"perplexity": root, "responses": f"{root}/v1", "interactions": f"{root}/v1beta"}[self.kind]
 
     def script(self, behaviours: list[str]) -> None:
         unknown = set(behaviours) - set(BEHAVIOURS)
@@ -92,6 +151,8 @@ class ResearchApiStub:
     def _question(self, body: dict[str, Any]) -> str:
         if self.kind == "perplexity":
             messages = body.get("messages") or []
+        elif self.kind == "interactions":
+            messages = [{"content": body.get("input")}]
         else:
             messages = body.get("input") if isinstance(body.get("input"), list) else [{"content": body.get("input")}]
         last = str((messages[-1] if messages else {}).get("content") or "")
@@ -99,40 +160,44 @@ class ResearchApiStub:
 
     def perplexity(self, body: dict[str, Any]) -> dict[str, Any]:
         sentences = [f"Research on: {self._question(body)}."]
-        sentences += [f"{title} is a source on this [{n}]." for n, (_, title) in enumerate(self.cites, 1)]
+        sentences += [f"{title} is a source on this[{n}]." for n, (_, title) in enumerate(self.cites, 1)]
+        sentences += [f"Another claim rests on more[{n}]." for n in self.markers_beyond]
         content = "<think>I searched the web.</think>" + " ".join(sentences)
         prompt = sum(_words(str(m.get("content") or "")) for m in body.get("messages") or [])
         completion = _words(content) + REASONING_TOKENS
-        return {
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "citation_tokens": 100 * len(self.cites),
+            "num_search_queries": SEARCHES,
+            "reasoning_tokens": REASONING_TOKENS,
+            "search_context_size": "low",
+        }
+        if self.billed:
+            usage["cost"] = dict(PERPLEXITY_BILL)
+        answer: dict[str, Any] = {
             "id": f"pplx-{len(self.requests)}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "sonar-deep-research"),
-            "citations": [url for url, _ in self.cites],
             "search_results": [
-                {"title": title, "url": url, "date": "2025-01-01", "snippet": f"About {title}."}
+                {
+                    "title": title,
+                    "url": url,
+                    "date": "2025-01-01",
+                    "last_updated": "2025-02-01",
+                    "snippet": f"About {title}.",
+                    "source": "web",
+                }
                 for url, title in self.cites
             ],
             "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
-            "usage": {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-                "citation_tokens": 100 * len(self.cites),
-                "num_search_queries": SEARCHES,
-                "reasoning_tokens": REASONING_TOKENS,
-                "search_context_size": "low",
-                "cost": {
-                    "input_tokens_cost": 0.0001,
-                    "output_tokens_cost": 0.0002,
-                    "reasoning_tokens_cost": 0.0003,
-                    "citation_tokens_cost": 0.0004,
-                    "search_queries_cost": 0.015,
-                    "request_cost": 0.0,
-                    "total_cost": 0.016,
-                },
-            },
+            "usage": usage,
         }
+        if self.form == "citations":
+            answer["citations"] = [url for url, _ in self.cites]
+        return answer
 
     def response(self, body: dict[str, Any]) -> dict[str, Any]:
         text = f"Research on: {self._question(body)}."
@@ -150,15 +215,20 @@ class ResearchApiStub:
                 }
             )
             text += link + ")."
-        output: list[dict[str, Any]] = [
-            {
-                "type": "web_search_call",
-                "id": f"ws_{i}",
-                "status": "completed",
-                "action": {"type": "search", "query": f"q{i}"},
-            }
-            for i in range(SEARCHES)
-        ]
+        if annotations and self.spans == "reversed":  # end before start: points nowhere
+            first = annotations[0]
+            first["start_index"], first["end_index"] = first["end_index"], first["start_index"] - 20
+        elif annotations and self.spans == "outside":
+            annotations[0]["start_index"], annotations[0]["end_index"] = len(text) + 5, len(text) + 40
+        output: list[dict[str, Any]] = []
+        for i, action in enumerate(self.actions):
+            url = self.cites[0][0] if self.cites else "https://example.org/"
+            shape = {
+                "search": {"type": "search", "query": f"q{i}", "sources": [{"type": "url", "url": url}]},
+                "open_page": {"type": "open_page", "url": url},
+                "find_in_page": {"type": "find_in_page", "url": url, "pattern": "train"},
+            }[action]
+            output.append({"type": "web_search_call", "id": f"ws_{i}", "status": "completed", "action": shape})
         output.append({"type": "reasoning", "id": "rs_1", "summary": []})
         output.append(
             {
@@ -166,7 +236,7 @@ class ResearchApiStub:
                 "id": "msg_1",
                 "role": "assistant",
                 "status": "completed",
-                "content": [{"type": "output_text", "text": text, "annotations": annotations}],
+                "content": [{"type": "output_text", "text": text, "annotations": annotations, "logprobs": []}],
             }
         )
         prompt = _words(json.dumps(body.get("input"))) + _words(str(body.get("instructions") or ""))
@@ -176,6 +246,9 @@ class ResearchApiStub:
             "object": "response",
             "created_at": int(time.time()),
             "status": "completed",
+            "background": bool(body.get("background")),
+            "error": None,
+            "incomplete_details": None,
             "model": body.get("model", "o3-deep-research"),
             "output": output,
             "tools": body.get("tools") or [],
@@ -189,6 +262,70 @@ class ResearchApiStub:
                 "total_tokens": prompt + completion,
             },
         }
+
+    def interaction(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A completed Gemini Deep Research interaction citing the stub's URLs (spans in bytes)."""
+        text = f"Café research on: {self._question(body)}."
+        annotations = []
+        for url, title in self.cites:
+            claim = f" {title} is a source on this — naïvely put."
+            start = len(text.encode("utf-8")) + 1
+            text += claim
+            annotations.append(
+                {
+                    "type": "url_citation",
+                    "url": url,
+                    "title": title,
+                    "start_index": start,
+                    "end_index": len(text.encode()),
+                }
+            )
+        if annotations and self.spans == "outside":
+            annotations[0]["start_index"], annotations[0]["end_index"] = len(text.encode()) + 5, len(text.encode()) + 9
+        steps: list[dict[str, Any]] = [
+            {"type": "google_search_call", "id": f"gs_{i}", "arguments": {"queries": [f"q{i}a", f"q{i}b"]}}
+            for i in range(SEARCHES)
+        ]
+        steps.append({"type": "thought", "summary": [{"type": "text", "text": "Planning."}]})
+        steps.append({"type": "model_output", "content": [{"type": "text", "text": text, "annotations": annotations}]})
+        prompt = _words(str(body.get("input")))
+        return {
+            "id": f"v1_interaction_{len(self.requests)}",
+            "status": "completed",
+            "agent": body.get("agent"),
+            "created": "2025-12-11T10:00:00Z",
+            "updated": "2025-12-11T10:20:00Z",
+            "steps": steps,
+            "usage": {
+                "total_input_tokens": prompt,
+                "total_output_tokens": _words(text),
+                "total_thought_tokens": REASONING_TOKENS,
+                "total_tokens": prompt + _words(text) + REASONING_TOKENS,
+            },
+        }
+
+    def retrieve(self, response_id: str) -> dict[str, Any] | None:
+        """GET /v1/responses/{id}: a background response as it stands (each retrieval counts a poll)."""
+        with self._lock:
+            held = self.background.get(response_id)
+            if held is None:
+                return None
+            if held["status"] in ("queued", "in_progress"):
+                held["polled"] += 1
+                held["status"] = "completed" if held["polled"] > self.polls else "in_progress"
+            status = held["status"]
+        if status == "completed":
+            return held["answer"]
+        return _pending(held["answer"], status)
+
+    def cancel(self, response_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            held = self.background.get(response_id)
+            if held is None:
+                return None
+            if held["status"] in ("queued", "in_progress"):
+                held["status"] = "cancelled"
+            return _pending(held["answer"], held["status"])
 
     # ------------------------------------------------------------------ HTTP
 
@@ -227,31 +364,74 @@ class ResearchApiStub:
                 self.wfile.flush()
                 self.close_connection = True
 
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0].rstrip("/")
+                with stub._lock:
+                    stub.requests.append({"path": path, "method": "GET", "behaviour": "ok", "body": {}})
+                prefix = "/v1beta/interactions/" if stub.kind == "interactions" else "/v1/responses/"
+                found = stub.retrieve(path.rsplit("/", 1)[-1]) if path.startswith(prefix) else None
+                if found is None:
+                    self._send(404, {"error": {"message": f"no response at {path}"}})
+                else:
+                    self._send(200, found)
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 path = self.path.rstrip("/")
-                wanted = "/chat/completions" if stub.kind == "perplexity" else "/v1/responses"
+                own = {"responses": "/v1/responses/", "interactions": "/v1beta/interactions/"}.get(stub.kind)
+                if own and path.startswith(own) and path.endswith("/cancel"):
+                    with stub._lock:
+                        stub.requests.append({"path": path, "method": "POST", "behaviour": "ok", "body": body})
+                    cancelled = stub.cancel(path.split("/")[-2])
+                    self._send(200, cancelled) if cancelled else self._send(404, {"error": {"message": "no such"}})
+                    return
+                wanted = {"perplexity": "/chat/completions", "responses": "/v1/responses"}.get(
+                    stub.kind, "/v1beta/interactions"
+                )
                 behaviour = stub._next()
                 with stub._lock:
-                    stub.requests.append({"path": path, "behaviour": behaviour, "body": body})
+                    stub.requests.append({"path": path, "method": "POST", "behaviour": behaviour, "body": body})
                 if path != wanted:
                     self._send(404, {"error": {"message": f"no route {path}"}})
                 elif behaviour in ("429", "500"):
                     self._send(int(behaviour), {"error": {"message": f"stub {behaviour}"}}, {"Retry-After": "0"})
+                elif stub.kind == "interactions":
+                    answer = stub.interaction(body)
+                    with stub._lock:
+                        stub.background[answer["id"]] = {"answer": answer, "polled": 0, "status": "in_progress"}
+                    self._send(200, _pending(answer, "in_progress"))
                 elif stub.kind == "perplexity":
                     answer = stub.perplexity(body)
                     self._events(_perplexity_chunks(answer)) if body.get("stream") else self._send(200, answer)
                 else:
                     answer = stub.response(body)
-                    self._events(_response_events(answer)) if body.get("stream") else self._send(200, answer)
+                    if body.get("background"):
+                        with stub._lock:
+                            stub.background[answer["id"]] = {"answer": answer, "polled": 0, "status": "queued"}
+                        if body.get("stream"):
+                            events = _response_events(answer)
+                            self._events(events[:1] if stub.cut_background_stream else events)
+                        else:
+                            self._send(200, _pending(answer, "queued"))
+                    elif body.get("stream"):
+                        self._events(_response_events(answer))
+                    else:
+                        self._send(200, answer)
 
         return Handler
 
 
+def _pending(answer: dict[str, Any], status: str) -> dict[str, Any]:
+    """A response (or interaction) not (or no longer) running to completion: no output, no usage yet."""
+    if "steps" in answer:  # an interaction
+        return answer | {"status": status, "steps": [], "usage": None}
+    return answer | {"status": status, "output": [], "usage": None}
+
+
 def _perplexity_chunks(answer: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:
     """Perplexity's stream: chat chunks of a few words, each with the citations and search results."""
-    base = {k: answer[k] for k in ("id", "created", "model", "citations", "search_results")}
+    base = {k: answer[k] for k in ("id", "created", "model", "citations", "search_results") if k in answer}
     base["object"] = "chat.completion.chunk"
     words = answer["choices"][0]["message"]["content"].split(" ")
     chunks = []

@@ -114,3 +114,29 @@ def test_the_offline_guard_refuses_everything_but_loopback():
     report = json.loads(done.stdout)
     assert report["outcomes"] == {"10.255.255.1": "refused", "example.com": "refused", "loopback": "connected"}
     assert report["refused"] == ["connect 10.255.255.1:80", "getaddrinfo example.com:80"]
+
+
+async def test_serper_and_jina_answer_as_their_apis_within_the_sessions_web(agent_web):
+    """Serper's search and Jina's reader over the session's web (what agents built on them call);
+    the reader serves only what the session's searches found; the session's cap on searches holds."""
+    endpoint, web, session = agent_web
+    async with httpx.AsyncClient(timeout=30) as client:
+        found = await client.post(f"{session.root}/serper/search", json={"q": "laptop battery life", "num": 2})
+        assert found.status_code == 200
+        organic = found.json()["organic"]
+        assert len(organic) == 2 and [o["position"] for o in organic] == [1, 2]
+        link = organic[0]["link"]
+        assert link.startswith("https://") and not link.startswith(endpoint.base_url)
+        page = await client.get(f"{session.root}/jina/{link}")
+        assert page.status_code == 200 and page.text.startswith("Title: ") and f"URL Source: {link}" in page.text
+        as_json = await client.get(f"{session.root}/jina/{link}", headers={"Accept": "application/json"})
+        assert as_json.json()["data"]["url"] == link and as_json.json()["data"]["content"]
+        # a page no search of this session found is not served: the reader is no way out to the web
+        unknown = await client.get(f"{session.root}/jina/https://elsewhere.example/secret")
+        assert unknown.status_code == 404 and "not among this session's search results" in unknown.text
+        empty = await client.post(f"{session.root}/serper/search", json={"q": " "})
+        assert empty.status_code == 400
+        session.max_searches = session.searches  # spent: the next is refused, counted, not a failure
+        refused = await client.post(f"{session.root}/serper/search", json={"q": "more"})
+        assert refused.status_code == 429 and session.searches_refused == 1
+    assert session.fetches == 2 and not any(d.kind == "search_failed" for d in session.degraded)

@@ -6,6 +6,7 @@ with the reason named."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -21,6 +22,22 @@ from atelier.runs.folder.recipe import parse_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "docs" / "examples" / "command_agent.py")  # outside /tmp: the boundary's /tmp is its own
+AGENTS = ROOT / "tests" / "fixtures" / "agents"
+HELPERS = {"helper-bash": ("sleep", "7771"), "helper-node": ("sleep", "7772")}  # what each leaves running
+
+
+def running(argv: tuple[str, ...]) -> list[int]:
+    """The processes on this machine whose command line is `argv`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and tuple((entry / "cmdline").read_bytes().split(b"\0")[:-1]) == tuple(
+                a.encode() for a in argv
+            ):
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
 
 
 def system(name: str, mode: str, **options) -> dict:
@@ -29,6 +46,23 @@ def system(name: str, mode: str, **options) -> dict:
         "pipeline": "external",
         "memory": {"backend": "full"},
         "pipeline_options": {"agent": "command", "command": [sys.executable, AGENT, "--mode", mode], **options},
+    }
+
+
+def ended(pid: int) -> bool:
+    """The process is gone, or a zombie (killed, not yet reaped by its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def command_system(name: str, command: list[str], **options) -> dict:
+    return {
+        "name": name,
+        "pipeline": "external",
+        "memory": {"backend": "full"},
+        "pipeline_options": {"agent": "command", "command": command, **options},
     }
 
 
@@ -50,6 +84,10 @@ def folder(tmp_path_factory):
                 system("crash", "exit1"),
                 system("garbage", "garbage"),
                 system("hang", "hang", timeout_s=4),
+                # each prints its report and exits 0, leaving a helper that holds its stdout open:
+                # past the timeout, the episode would fail as a hang
+                command_system("helper-bash", ["bash", str(AGENTS / "helper_agent.sh")], timeout_s=60),
+                command_system("helper-node", ["node", str(AGENTS / "helper_agent.js")], timeout_s=60),
             ],
             "judges": [{"name": "lampqa_aspects"}],
             "cache": {"dir": str(tmp / "llm")},
@@ -92,8 +130,54 @@ def test_a_command_speaking_the_protocol_is_a_scored_system(folder):
 def test_a_command_that_fails_or_hangs_fails_its_episode_naming_why(folder, name, reason):
     result = {r["system"]: r for r in lines(folder.results)}[name]
     assert result["status"] == "error" and reason in result["error"], result["error"]
+    assert "a dry run" not in result["error"]  # none of these asked the model: its free text is not why
     if name == "crash":
         assert "broke down on purpose" in result["error"]
+
+
+@pytest.mark.parametrize("name", sorted(HELPERS))
+def test_a_command_is_done_when_it_exits_and_what_it_left_running_ends(folder, name):
+    result = {r["system"]: r for r in lines(folder.results)}[name]
+    assert result["status"] == "ok", result.get("error")  # not "did not finish within 60 s"
+    assert "cites nothing" in result["response"]["text"]
+    # a report that cites nothing rests on no source: said so, as for every system
+    assert [d["kind"] for d in result["response"]["degraded"]] == ["no_findings"]
+    assert running(HELPERS[name]) == []  # its helper ended with it
+
+
+async def test_a_sealed_command_that_exits_ends_with_what_it_left_running(tmp_path):
+    """`run_command_job` (a command as a job of its own): done when it exits, its group ended then."""
+    code = await launcher.run_command_job(
+        ["sh", "-c", "sleep 7773 & echo $! > helper.pid; echo done"],
+        tmp_path,
+        tmp_path / "command.log",
+        {},
+        60,
+        isolation="none",
+    )
+    assert code == 0 and (tmp_path / "command.log").read_text() == "done\n"
+    helper = int((tmp_path / "helper.pid").read_text())
+    for _ in range(100):  # killed at once; gone once its new parent reaps it
+        if ended(helper):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"the command's helper (pid {helper}) outlived it")
+
+
+def test_the_dry_run_hint_is_given_only_where_the_models_text_may_be_why():
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from atelier.graphs.external.graph import dry_run_may_explain
+
+    asked = SimpleNamespace(calls=Counter({"planner": 1}), errors=[])
+    parse = "OutputParserException: Invalid json output: DRY RUN: sure"
+    assert dry_run_may_explain(parse, True, asked)
+    assert not dry_run_may_explain(parse, False, asked)  # a real model's text
+    assert not dry_run_may_explain(parse, True, SimpleNamespace(calls=Counter(), errors=[]))  # never asked it
+    assert not dry_run_may_explain(parse, True, SimpleNamespace(calls=Counter({"x": 1}), errors=["429"]))
+    assert not dry_run_may_explain("CommandFailed: exited with code 1", True, asked)  # not a parse
 
 
 def test_command_options_are_checked(tmp_path):

@@ -61,4 +61,7 @@ def test_the_openai_agents_research_bot_researches_on_the_scripted_model(tmp_pat
     assert meta["searches"] >= 1 and meta["details"]["searched"]
     searched = [e for e in lines(folder.path / "web_log.jsonl") if e["kind"] == "search"]
     assert len(searched) >= meta["searches"]
+    # its max_searches holds whatever its search agents' tool calls do: the run's web answers 2, refuses the rest
+    assert meta["searches"] == 2
+    assert meta["searches"] + meta["searches_refused"] == len(meta["details"]["searched"])
     assert meta["sources_read"] and all(s["sha256"] for s in meta["sources_read"])

@@ -1,10 +1,12 @@
 """Deep-research model APIs as systems (`research_api`), against stub servers speaking each
-provider's format (tests/research_api_stub.py): Perplexity's chat completions with `citations` and
-`search_results`, and OpenAI's Responses API with `url_citation` annotations — each whole and
-streamed. The provider's citations become the response's; every cited page is fetched through the
-run's web, kept in `sources/` by its sha256 and read by PQR's R; an unfetchable one is a counted
-degradation (exit 3); reasoning tokens, web searches and cost are in the ledger; a replay of the
-recorded web gives the same."""
+provider's format as its public reference gives it (tests/research_api_stub.py): Perplexity's chat
+completions with `citations` and `search_results`, or `search_results` alone (the API's newer
+form), and OpenAI's Responses API with `url_citation` annotations and `web_search_call` actions —
+each whole and streamed, the Responses API also in the background (polled to its end). The
+provider's citations become the response's; a marker or span that points nowhere is removed and
+counted; every cited page is fetched through the run's web, kept in `sources/` by its sha256 and
+read by PQR's R; an unfetchable one is a counted degradation (exit 3); reasoning tokens, billed web
+searches and cost (each counted once) are in the ledger; a replay of the recorded web gives the same."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from atelier.agents.judges.base import JudgeEnv, create_judge
 from atelier.agents.models.gateway import Gateway, ModelCallError
@@ -30,7 +34,7 @@ from atelier.runs.cli import main
 from atelier.tools.config import WebConfig
 from atelier.tools.web import build_web
 from tests.judge_doubles import serving
-from tests.research_api_stub import REASONING_TOKENS, SEARCHES, ResearchApiStub
+from tests.research_api_stub import PERPLEXITY_BILL, REASONING_TOKENS, SEARCHES, ResearchApiStub
 
 READABLE = [
     ("https://wayfarer-notes.example/lisbon/where-to-stay", "Where to stay in Lisbon"),
@@ -38,15 +42,24 @@ READABLE = [
 ]
 UNFETCHABLE = ("https://wayfarer-notes.example/no-such-page", "A page the web does not have")
 CITES = [*READABLE, UNFETCHABLE]
-MODELS = {"perplexity": "perplexity/sonar-deep-research", "responses": "openai/o3-deep-research"}
+MODELS = {
+    "perplexity": "perplexity/sonar-deep-research",
+    "responses": "openai/o3-deep-research",
+    "interactions": "gemini/deep-research-pro-preview-12-2025",
+}
+APIS = {"perplexity": "chat", "responses": "responses", "interactions": "interactions"}
+# the role's own prices for Gemini Deep Research, which litellm has none for
+GEMINI_PRICES = {"input_cost_per_token": 2e-06, "output_cost_per_token": 1.2e-05, "search_cost_per_call": 0.014}
 
 
 def lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def write_recipe(tmp_path: Path, name: str, stub: ResearchApiStub, stream: bool, web: dict) -> Path:
-    options = {"api": "chat" if stub.kind == "perplexity" else "responses", "stream": stream}
+def write_recipe(tmp_path: Path, name: str, stub: ResearchApiStub, mode: str, web: dict) -> Path:
+    options: dict = {"api": APIS[stub.kind], "stream": mode == "streamed"}
+    if mode == "background":
+        options |= {"background": stub.kind == "responses", "poll_s": 0.01}
     recipe = {
         "name": name,
         "benchmark": {"name": "sample", "setting": "context", "limit": 1},
@@ -65,6 +78,7 @@ def write_recipe(tmp_path: Path, name: str, stub: ResearchApiStub, stream: bool,
                         "max_retries": 1,
                         "retry_backoff_s": 0,
                         **({"search_cost_per_call": 0.01} if stub.kind == "responses" else {}),
+                        **(GEMINI_PRICES if stub.kind == "interactions" else {}),
                     }
                 },
             }
@@ -110,13 +124,24 @@ class CitingEveryNumber(Gateway):
         return await super().structured(role, messages, schema)
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-@pytest.mark.parametrize("kind", ["perplexity", "responses"])
+FORMS = [
+    ("perplexity", "citations", "whole"),
+    ("perplexity", "citations", "streamed"),
+    ("perplexity", "search_results", "whole"),
+    ("perplexity", "search_results", "streamed"),
+    ("responses", "", "whole"),
+    ("responses", "", "streamed"),
+    ("responses", "", "background"),
+    ("interactions", "", "background"),  # Gemini Deep Research: always in the background
+]
+
+
+@pytest.mark.parametrize(("kind", "form", "mode"), FORMS, ids=["-".join(filter(None, f)) for f in FORMS])
 def test_a_deep_research_api_is_a_system_whose_citations_are_fetched_stored_and_checked(
-    tmp_path, cache_dir, capsys, monkeypatch, kind, stream
+    tmp_path, cache_dir, capsys, monkeypatch, kind, form, mode
 ):
-    with ResearchApiStub(kind, CITES) as stub:
-        recipe = write_recipe(tmp_path, "record", stub, stream, {})
+    with ResearchApiStub(kind, CITES, form=form or "citations") as stub:
+        recipe = write_recipe(tmp_path, "record", stub, mode, {})
         code, err = atelier(capsys, monkeypatch, "run", str(recipe), "--out", str(tmp_path / "first"), "--no-progress")
         # the cited page the web does not have: counted, not dropped, and the run says so
         assert code == 3, err
@@ -135,8 +160,8 @@ def test_a_deep_research_api_is_a_system_whose_citations_are_fetched_stored_and_
             assert hashlib.sha256(text.encode()).hexdigest() == citation["sha256"]
             assert (folder / "sources" / citation["sha256"][:2] / f"{citation['sha256']}.txt").exists()
         assert response["citations"][2]["sha256"] is None
-        (failed,) = [d for d in response["degraded"] if d["kind"] == "fetch_failed"]
-        assert UNFETCHABLE[0] in failed["detail"]
+        assert [d["kind"] for d in response["degraded"]] == ["fetch_failed"]
+        assert UNFETCHABLE[0] in response["degraded"][0]["detail"]
         assert response["meta"]["citations"] == {"cited": 3, "read": 2, "unread": [UNFETCHABLE[0]]}
         fetched = [e["request"]["url"] for e in lines(folder / "web_log.jsonl") if e["kind"] == "fetch"]
         assert all(url in fetched for url, _ in CITES)
@@ -145,25 +170,33 @@ def test_a_deep_research_api_is_a_system_whose_citations_are_fetched_stored_and_
         assert call["kind"] == "grounded" and call["model"] == MODELS[kind] and call["status"] == "ok"
         assert call["prompt_tokens"] > 0 and call["completion_tokens"] > 0
         assert call["reasoning_tokens"] == REASONING_TOKENS
+        assert call["search_calls"] == (2 * SEARCHES if kind == "interactions" else SEARCHES)
         if kind == "perplexity":
-            assert call["cost_usd"] == pytest.approx(0.016)  # Perplexity's own reported total
-            # litellm 1.106.2 keeps Perplexity's search count in a whole answer, not in a stream
-            assert call["search_calls"] == (None if stream else SEARCHES)
-        else:
+            # Perplexity's own bill, whole or streamed; its citation tokens kept in a stream too
+            assert call["cost_usd"] == pytest.approx(PERPLEXITY_BILL["total_cost"])
+            assert call["citation_tokens"] == 100 * len(CITES)
+        elif kind == "responses":
             tokens = (
                 call["prompt_tokens"] * 1e-05 + call["completion_tokens"] * 4e-05
             )  # litellm's o3-deep-research price
-            assert call["search_calls"] == SEARCHES
             assert call["cost_usd"] == pytest.approx(tokens + SEARCHES * 0.01)
-        sent = stub.requests[-1]["body"]
-        assert bool(sent.get("stream")) is stream
+        else:  # two queries per search step; thought tokens billed as output
+            assert call["search_calls"] == 2 * SEARCHES
+            tokens = call["prompt_tokens"] * 2e-06 + call["completion_tokens"] * 1.2e-05
+            assert call["cost_usd"] == pytest.approx(tokens + 2 * SEARCHES * 0.014)
+        sent = [r for r in stub.requests if r["method"] == "POST"][-1]["body"]
+        assert bool(sent.get("stream")) is (mode == "streamed")
         if kind == "responses":
             assert sent["tools"] == [{"type": "web_search_preview"}] and sent["instructions"]
+        if kind != "perplexity":
+            assert bool(sent.get("background")) is (mode == "background")
+            polls = [r for r in stub.requests if r["method"] == "GET"]
+            assert len(polls) == (stub.polls + 1 if mode == "background" else 0)  # polled until it ended
         summary = json.loads((folder / "summary.json").read_text())
         assert summary["ledger"]["reasoning_tokens"] == REASONING_TOKENS
 
         # the recorded web replayed (and the provider's answer from the response cache): the same
-        replay = write_recipe(tmp_path, "replay", stub, stream, {"mode": "replay", "cache_dir": str(folder / "web")})
+        replay = write_recipe(tmp_path, "replay", stub, mode, {"mode": "replay", "cache_dir": str(folder / "web")})
         asked = len(stub.requests)
         code, err = atelier(capsys, monkeypatch, "run", str(replay), "--out", str(tmp_path / "second"), "--no-progress")
         assert code == 3, err
@@ -217,7 +250,12 @@ def test_responses_citations_are_numbered_by_first_use_and_marked_after_their_sp
         {
             "status": "completed",
             "output": [
-                {"type": "web_search_call"},
+                {"type": "web_search_call", "action": {"type": "search", "query": "a"}},
+                {"type": "web_search_call", "action": {"type": "open_page", "url": "https://a.example/"}},
+                {
+                    "type": "web_search_call",
+                    "action": {"type": "find_in_page", "url": "https://a.example/", "pattern": "A"},
+                },
                 {
                     "type": "message",
                     "content": [
@@ -227,16 +265,24 @@ def test_responses_citations_are_numbered_by_first_use_and_marked_after_their_sp
                             "annotations": [
                                 {
                                     "type": "url_citation",
-                                    "url": "https://a.example/",
+                                    "url": url,
                                     "title": "A",
                                     "start_index": s,
                                     "end_index": e,
                                 }
-                                for s, e in [
-                                    *spans,
-                                    (text.index("see b"), text.index("see b") + 5),
-                                    (text.rindex("see a"), text.rindex("see a") + 5),
-                                ]
+                                for (s, e), url in zip(
+                                    [
+                                        *spans,
+                                        (text.index("see b"), text.index("see b") + 5),
+                                        (text.rindex("see a"), text.rindex("see a") + 5),
+                                    ],
+                                    [
+                                        "https://a.example/",
+                                        "https://a.example/",
+                                        "https://a.example/?utm_source=openai",
+                                    ],
+                                    strict=True,
+                                )
                             ],
                         }
                     ],
@@ -246,10 +292,11 @@ def test_responses_citations_are_numbered_by_first_use_and_marked_after_their_sp
         },
         "openai/o3-deep-research",
     ).answer
-    # (the second annotation names a.example too in this hand-made answer, so one URL, three spans)
+    # (the annotations name a.example, the last with OpenAI's tracking tag: one URL, three spans)
     assert [c.number for c in answer.citations] == [1] and len(answer.citations[0].spans) == 3
-    assert numbered_text(answer) == "A is true (see a [1]). B too (see b [1]). A again (see a [1])."
-    assert answer.usage.search_calls == 1 and answer.usage.reasoning_tokens == 2
+    assert numbered_text(answer).text == "A is true (see a [1]). B too (see b [1]). A again (see a [1])."
+    # only the search is billed; opening a page and finding in it are not
+    assert answer.usage.search_calls == 1 and answer.usage.page_actions == 2 and answer.usage.reasoning_tokens == 2
     two = GroundedAnswer(
         text="x y",
         citations=[
@@ -257,7 +304,235 @@ def test_responses_citations_are_numbered_by_first_use_and_marked_after_their_sp
             ProviderCitation(url="https://b.example/", number=2, spans=[(3, 3)]),
         ],
     )
-    assert numbered_text(two) == "x [1] y [2]"
+    assert numbered_text(two).text == "x [1] y [2]"
+
+
+def test_a_span_that_points_nowhere_is_counted_and_a_marker_never_splits_a_word():
+    text = "Sleeping trains cross Europe."
+    answer = GroundedAnswer(
+        text=text,
+        citations=[
+            # reversed (end before start), negative, past the end: none is placed, each is counted
+            ProviderCitation(url="https://a.example/", number=1, spans=[(9, 1), (-3, 4), (5, 99)]),
+            ProviderCitation(url="https://b.example/", number=2, spans=[(0, 3)]),  # ends inside "Sleeping"
+        ],
+    )
+    numbered = numbered_text(answer)
+    assert numbered.text == "Sleeping [2] trains cross Europe."
+    assert numbered.bad_spans == [(9, 1), (-3, 4), (5, 99)]
+    (removed,) = numbered.degradations()
+    assert removed.kind == "citation_removed" and removed.count == 3
+
+
+def test_perplexity_markers_naming_no_citation_are_removed_and_counted():
+    answer = GroundedAnswer(
+        text="Trains are slow[1]. Night trains sleep[7][2]. Ferries too [12].",
+        citations=[ProviderCitation(url=f"https://{n}.example/", number=n) for n in (1, 2, 3)],
+    )
+    numbered = numbered_text(answer)
+    assert numbered.text == "Trains are slow[1]. Night trains sleep[2]. Ferries too."
+    assert numbered.dangling == [7, 12]
+    (removed,) = numbered.degradations()
+    assert removed.kind == "citation_removed" and removed.count == 2 and "[7], [12]" in removed.detail
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    words=st.lists(st.text(alphabet="abcXYZ09 .,", min_size=1, max_size=8), min_size=1, max_size=12),
+    spans=st.lists(st.tuples(st.integers(-5, 90), st.integers(-5, 90), st.integers(1, 4)), max_size=8),
+)
+def test_every_span_is_marked_at_a_word_boundary_or_counted(words, spans):
+    text = " ".join(words)
+    by_number: dict[int, list[tuple[int, int]]] = {}
+    for start, end, number in spans:
+        by_number.setdefault(number, []).append((start, end))
+    answer = GroundedAnswer(
+        text=text,
+        citations=[ProviderCitation(url=f"https://{n}.example/", number=n, spans=s) for n, s in by_number.items()],
+    )
+    numbered = numbered_text(answer)
+    valid = [(s, e) for s, e, _ in spans if 0 <= s <= e <= len(text)]
+    assert len(numbered.bad_spans) == len(spans) - len(valid)  # every span placed or counted
+    marker = r" \[\d\]"
+    import re
+
+    assert re.sub(marker, "", numbered.text) == text  # the text is the provider's, markers aside
+    assert len(re.findall(marker, numbered.text)) == len(valid)
+    for found in re.finditer(marker, numbered.text):  # never inside a word
+        before, after = numbered.text[: found.start()], numbered.text[found.end() :]
+        assert not (before[-1:].isalnum() and after[:1].isalnum())
+
+
+def _priced(kind: str, model: str, *, stream: bool = False, grounding: Grounding | None = None, **stub_args):
+    """The ledger line of one grounded call of `model` against a stub of `kind` (a fresh cache)."""
+
+    async def call(stub: ResearchApiStub, settings: ModelSettings):
+        gateway = Gateway({"researcher": settings}, cache=None)
+        asked = grounding or Grounding(api="chat" if kind == "perplexity" else "responses", stream=stream)
+        await gateway.grounded("researcher", [{"role": "user", "content": "Trains?"}], asked)
+        (entry,) = gateway.ledger.entries
+        return entry
+
+    def run(**settings_args):
+        with ResearchApiStub(kind, READABLE, **stub_args) as stub:
+            settings = ModelSettings(model=model, api_base=stub.base_url, api_key="k", max_retries=0, **settings_args)
+            return asyncio.run(call(stub, settings))
+
+    return run
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_perplexitys_own_bill_is_the_cost_and_its_search_price_is_never_added(cache_dir, stream):
+    priced = _priced("perplexity", "perplexity/sonar-deep-research", stream=stream)
+    assert priced().cost_usd == pytest.approx(0.016)
+    # a role's price per search does not add to a bill that has its searches in it already
+    assert priced(search_cost_per_call=0.5).cost_usd == pytest.approx(0.016)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_perplexity_without_its_bill_is_priced_per_token_citation_token_reasoning_token_and_search(cache_dir, stream):
+    entry = _priced("perplexity", "perplexity/sonar-deep-research", stream=stream, billed=False)()
+    # litellm's sonar-deep-research prices: input and citation tokens $2/M, output $8/M, reasoning $3/M, $5/1k searches
+    expected = (
+        entry.prompt_tokens * 2e-6
+        + 200 * 2e-6  # two citations of 100 citation tokens each
+        + (entry.completion_tokens - REASONING_TOKENS) * 8e-6
+        + REASONING_TOKENS * 3e-6
+        + SEARCHES * 0.005
+    )
+    assert entry.citation_tokens == 200 and entry.search_calls == SEARCHES
+    assert entry.cost_usd == pytest.approx(expected)
+    # the role's price per search replaces litellm's, never adds to it
+    again = _priced("perplexity", "perplexity/sonar-deep-research", stream=stream, billed=False)(
+        search_cost_per_call=0.1
+    )
+    assert again.cost_usd == pytest.approx(expected - SEARCHES * 0.005 + SEARCHES * 0.1)
+
+
+@pytest.mark.parametrize("mode", ["whole", "streamed", "background"])
+def test_responses_searches_are_billed_once_and_page_actions_not_at_all(cache_dir, mode):
+    grounding = Grounding(
+        api="responses",
+        tools=({"type": "web_search_preview"},),
+        stream=mode == "streamed",
+        background=mode == "background",
+        poll_s=0.01,
+    )
+    actions = ("search", "open_page", "search", "find_in_page")  # two billed searches
+    priced = _priced("responses", "openai/gpt-4.1", grounding=grounding, actions=actions)
+    entry = priced()
+    tokens = entry.prompt_tokens * 2e-6 + entry.completion_tokens * 8e-6  # litellm's gpt-4.1 prices
+    assert entry.search_calls == 2
+    assert entry.cost_usd == pytest.approx(tokens + 2 * 0.025)  # litellm's $25/1k searches, for searches only
+    # the role's own price per search replaces litellm's (the shipped gpt41_search row once added both)
+    assert priced(search_cost_per_call=0.01).cost_usd == pytest.approx(tokens + 2 * 0.01)
+    # a model litellm has no search price for: unpriced unless the role gives one
+    o3 = _priced("responses", "openai/o3-deep-research", grounding=grounding, actions=actions)
+    assert o3().cost_usd is None
+    assert o3(search_cost_per_call=0.01).cost_usd == pytest.approx(
+        entry.prompt_tokens * 1e-05 + entry.completion_tokens * 4e-05 + 2 * 0.01
+    )
+
+
+def test_gemini_spans_in_bytes_become_markers_after_their_claims():
+    from atelier.agents.models.grounding import read_interaction
+
+    text = "Café prices — naïve. Trains run at night."
+    start, end = text.index("Trains"), len(text)
+    as_bytes = lambda at: len(text[:at].encode("utf-8"))
+    interaction = {
+        "status": "completed",
+        "steps": [
+            {"type": "google_search_call", "arguments": {"queries": ["a", "b"]}},
+            {"type": "model_output", "content": [{"type": "text", "text": "An earlier draft."}]},
+            {
+                "type": "model_output",
+                "content": [
+                    {
+                        "type": "text",
+                        "text": text,
+                        "annotations": [
+                            {
+                                "type": "url_citation",
+                                "url": "https://t.example/",
+                                "start_index": as_bytes(start),
+                                "end_index": as_bytes(end),
+                            },
+                            {
+                                "type": "url_citation",
+                                "url": "https://c.example/",
+                                "start_index": 0,
+                                "end_index": as_bytes(4),
+                            },
+                            {"type": "url_citation", "url": "https://x.example/", "start_index": 500, "end_index": 600},
+                        ],
+                    }
+                ],
+            },
+        ],
+        "usage": {"total_input_tokens": 10, "total_output_tokens": 5, "total_thought_tokens": 7},
+    }
+    reply = read_interaction(interaction, "gemini/deep-research-pro-preview-12-2025")
+    numbered = numbered_text(reply.answer)  # the last output is the report; its byte spans as characters
+    assert numbered.text == "Café [2] prices — naïve. Trains run at night. [1]"
+    assert [c.url for c in reply.answer.citations] == ["https://t.example/", "https://c.example/", "https://x.example/"]
+    assert len(numbered.bad_spans) == 1  # the span past the text's end: counted, no marker
+    assert reply.answer.usage.search_calls == 2 and reply.completion_tokens == 12 and reply.prompt_tokens == 10
+
+
+def test_a_background_response_is_polled_to_its_end_and_cancelled_when_the_wait_runs_out(cache_dir):
+    grounding = Grounding(api="responses", background=True, poll_s=0.01)
+
+    async def ask(stub: ResearchApiStub, timeout_s: float):
+        settings = ModelSettings(
+            model="openai/o3-deep-research", api_base=stub.base_url, api_key="k", max_retries=0, timeout_s=timeout_s
+        )
+        return await Gateway({"researcher": settings}, cache=None).grounded(
+            "researcher", [{"role": "user", "content": "Trains?"}], grounding
+        )
+
+    with ResearchApiStub("responses", READABLE, polls=3) as stub:
+        answer = asyncio.run(ask(stub, 30))
+        assert [c.url for c in answer.citations] == [url for url, _ in READABLE]
+        assert [r["method"] for r in stub.requests] == ["POST", "GET", "GET", "GET", "GET"]
+    with ResearchApiStub("responses", READABLE, polls=10_000) as stub:  # never ends within the wait
+        with pytest.raises(ModelCallError, match="researcher"):
+            asyncio.run(ask(stub, 0.5))
+        (created,) = stub.background
+        assert stub.background[created]["status"] == "cancelled"  # not left running (and billing) on the server
+        assert stub.requests[-1]["path"] == f"/v1/responses/{created}/cancel"
+
+
+def test_a_background_stream_that_breaks_off_is_polled_to_its_end(cache_dir):
+    grounding = Grounding(api="responses", stream=True, background=True, poll_s=0.01)
+    with ResearchApiStub("responses", READABLE, polls=1, cut_background_stream=True) as stub:
+        settings = ModelSettings(model="openai/o3-deep-research", api_base=stub.base_url, api_key="k", max_retries=0)
+        answer = asyncio.run(
+            Gateway({"researcher": settings}, cache=None).grounded(
+                "researcher", [{"role": "user", "content": "Trains?"}], grounding
+            )
+        )
+        assert [c.number for c in answer.citations] == [1, 2]
+        assert [r["method"] for r in stub.requests] == ["POST", "GET", "GET"]
+
+
+def test_dangling_markers_and_broken_spans_reach_the_response_as_degradations(tmp_path, cache_dir, capsys, monkeypatch):
+    for kind, args in (
+        ("perplexity", {"form": "search_results", "markers_beyond": (7, 12)}),
+        ("responses", {"spans": "reversed"}),
+    ):
+        with ResearchApiStub(kind, READABLE, **args) as stub:
+            recipe = write_recipe(tmp_path, f"{kind}-broken", stub, "whole", {})
+            code, err = atelier(capsys, monkeypatch, "run", str(recipe), "--out", str(tmp_path / kind), "--no-progress")
+            assert code == 3, err
+            (result,) = lines(tmp_path / kind / "results.jsonl")
+            response = result["response"]
+            (removed,) = [d for d in response["degraded"] if d["kind"] == "citation_removed"]
+            assert removed["count"] == (2 if kind == "perplexity" else 1)
+            assert "[7]" not in response["text"] and "[12]" not in response["text"]
+            assert [c["number"] for c in response["citations"]] == [1, 2]
+            if kind == "responses":  # the reversed span's citation is listed, its marker nowhere wrong
+                assert response["text"].count("[1]") == 1 and "[2]" in response["text"]
 
 
 def test_research_api_options_are_checked(tmp_path):
@@ -268,6 +543,8 @@ def test_research_api_options_are_checked(tmp_path):
     assert pipeline_options("research_api", {"api": "responses"}).grounding() == Grounding(
         api="responses", tools=({"type": "web_search_preview"},)
     )
+    with pytest.raises(ConfigError, match="background is the Responses API's"):
+        pipeline_options("research_api", {"background": True})
 
 
 async def test_the_responses_api_is_openais_only(cache_dir):

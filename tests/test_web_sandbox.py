@@ -17,7 +17,7 @@ from atelier.tools.sandbox.corpus import SAMPLE_PAGES, load_corpus, wiki_url
 from atelier.tools.sandbox.ranking import Bm25Ranker, HybridRanker, build_ranker
 from atelier.tools.sandbox.server import SandboxWeb
 from atelier.tools.sandbox.urls import doc_url, mirror_url
-from atelier.tools.web import build_web
+from atelier.tools.web import SANDBOX_ORIGIN, build_web
 
 FIXTURE_CORPUS = Path(__file__).parent / "fixtures" / "web" / "corpus"
 NAV_AND_FOOTER = (
@@ -235,7 +235,11 @@ async def test_search_and_fetch_through_the_web_cite_stable_urls_and_drop_nav_an
         assert paragraph in page.text
     for boilerplate in NAV_AND_FOOTER:
         assert boilerplate not in page.text
-    assert page.metadata["served_from"].startswith("http://127.0.0.1:")
+    # where it was served from, said by the sandbox's stable address: never its loopback port
+    assert (
+        page.metadata["served_from"]
+        == f"{SANDBOX_ORIGIN}/mirror?url=https%3A%2F%2Ffield-notes.example%2Fbirds%2Fheron-fishing"
+    )
     assert page.metadata["description"] == "A field guide note on heron hunting technique"
     assert not page.from_cache
 
@@ -258,8 +262,12 @@ async def test_a_url_outside_the_sandbox_corpus_fails_with_its_status(tmp_path):
 
     config = WebConfig(mode="live", cache_dir=tmp_path, sandbox=SandboxConfig(corpus=str(FIXTURE_CORPUS)))
     async with build_web(config) as web:
-        with pytest.raises(FetchFailed, match="HTTP 404"):
+        with pytest.raises(FetchFailed, match="HTTP 404") as failed:
             await web.fetch("https://not-in-the-corpus.example/page")
+    # said of the URL asked for and the sandbox web, never of the sandbox's own (ephemeral) address
+    assert (
+        str(failed.value) == f"https://not-in-the-corpus.example/page: HTTP 404 from the sandbox:{FIXTURE_CORPUS} web"
+    )
 
 
 @pytest.mark.parametrize(

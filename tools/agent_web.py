@@ -11,6 +11,12 @@ An external agent never touches the network itself. Under `/s/<token>/` (its ses
   and serves its main text as a small HTML page.
 - `mcp` is an MCP server (streamable HTTP) with `web_search` and `fetch_page` tools
   (open_deep_research's MCP hook); see `tools.agent_mcp`.
+- `POST serper/search` answers as Serper's API does (`{"q", "num"}` -> `{"organic": [{"title",
+  "link", "snippet", "position"}]}`) and `GET jina/<url>` as Jina's reader does (the page's text
+  under `Title:` and `URL Source:`, or with `Accept: application/json` `{"data": {"title", "url",
+  "content"}}`): agents built on Serper and Jina (MiroFlow, OAgents, as PDR-Bench ran them) point
+  `SERPER_BASE_URL` and `JINA_BASE_URL` here. The reader serves only pages the session's searches
+  found.
 
 Every search and fetch goes through `Web` (its cache, caps, URL guard) and so lands in the run's
 `web_log.jsonl`. The session remembers every source it showed the agent, with the sha256 of the
@@ -23,6 +29,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,7 +43,7 @@ from starlette.routing import BaseRoute, Host, Route, Router
 from atelier.agents.citations import SourceRef
 from atelier.agents.models.openai_api import EndpointSession, TokenRegistry
 from atelier.benchmarks.common.degradation import Degradation, degradation
-from atelier.tools.errors import ReplayMiss, WebError
+from atelier.tools.errors import ReplayMiss, SearchBudgetSpent, WebError
 from atelier.tools.urls import canonical_url, web_source_id
 from atelier.tools.web import Web
 
@@ -81,6 +88,8 @@ class WebSession:
     replay_misses: list[str] = field(default_factory=list)  # requests a replayed web never recorded: fail the episode
     searches: int = 0
     fetches: int = 0
+    max_searches: int | None = None  # searches answered at most; past it each is refused (and counted)
+    searches_refused: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -91,6 +100,8 @@ class WebSession:
         """Record a search or page the agent asked for and did not get (the agent is told, and goes on)."""
         if isinstance(error, ReplayMiss):
             self.replay_misses.append(str(error))
+        elif isinstance(error, SearchBudgetSpent):
+            pass  # the session's budget at work, counted in `searches_refused`: nothing failed
         else:
             self.degraded.append(
                 degradation(
@@ -132,7 +143,13 @@ class WebSession:
         return next((s for s in self.sources.values() if s.url == wanted), None)
 
     async def search(self, query: str) -> list[Source]:
-        self.searches += 1
+        with self._lock:
+            if self.max_searches is not None and self.searches >= self.max_searches:
+                self.searches_refused += 1
+                raise SearchBudgetSpent(
+                    f"this session's {self.max_searches} web searches are spent: write from what was found"
+                )
+            self.searches += 1
         results = await self.endpoint.run(lambda: self.web.search(query, self.max_results))
         return [self._remember(r.url, r.title, r.snippet) for r in results]
 
@@ -202,7 +219,7 @@ def agent_web_routes(sessions: WebSessions) -> list[BaseRoute]:
             found = await session.search(query)
         except WebError as exc:
             session.failed("search", query, exc)
-            return JSONResponse({"error": str(exc)}, status_code=502)
+            return JSONResponse({"error": str(exc)}, status_code=429 if isinstance(exc, SearchBudgetSpent) else 502)
         results = [
             {
                 "url": session.page_url(s),
@@ -242,8 +259,61 @@ def agent_web_routes(sessions: WebSessions) -> list[BaseRoute]:
             return HTMLResponse(f"<html><body><p>{html.escape(str(exc))}</p></body></html>", status_code=502)
         return HTMLResponse(_page_html(title, text, source.url))
 
+    async def serper(request: Request) -> Response:
+        session = sessions.get(request.path_params["token"])
+        if session is None:
+            return unknown()
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        query = str(body.get("q") or "").strip() if isinstance(body, dict) else ""
+        if not query:
+            return JSONResponse({"message": "q is required", "statusCode": 400}, status_code=400)
+        try:
+            found = await session.search(query)
+        except WebError as exc:
+            session.failed("search", query, exc)
+            status = 429 if isinstance(exc, SearchBudgetSpent) else 502
+            return JSONResponse({"message": str(exc), "statusCode": status}, status_code=status)
+        wanted = body.get("num")
+        if isinstance(wanted, int) and wanted > 0:
+            found = found[:wanted]
+        organic = [
+            {"title": s.title, "link": s.url, "snippet": s.snippet, "position": rank}
+            for rank, s in enumerate(found, start=1)
+        ]
+        return JSONResponse(
+            {"searchParameters": {"q": query, "type": "search", "engine": "atelier"}, "organic": organic}
+        )
+
+    async def jina(request: Request) -> Response:
+        session = sessions.get(request.path_params["token"])
+        if session is None:
+            return unknown()
+        url = request.path_params["url"]
+        url = re.sub(r"^(https?):/(?!/)", r"\1://", url)  # a client that collapsed the URL's '//'
+        if request.url.query:
+            url += f"?{request.url.query}"
+        source = session.source_for(url)
+        if source is None:
+            return JSONResponse({"code": 404, "message": f"{url} is not among this session's search results"}, 404)
+        try:
+            title, text = await session.read(source)
+        except WebError as exc:
+            session.failed("fetch", source.url, exc)
+            return JSONResponse({"code": 502, "message": str(exc)}, status_code=502)
+        if "application/json" in request.headers.get("accept", ""):
+            data = {"title": title, "url": source.url, "content": text, "description": source.snippet}
+            return JSONResponse({"code": 200, "status": 20000, "data": data})
+        return Response(
+            f"Title: {title}\n\nURL Source: {source.url}\n\nMarkdown Content:\n{text}", media_type="text/plain"
+        )
+
     return [
         Host(PAGES_HOST, app=Router([Route("/{source_id}", page, methods=["GET"])])),
         Route(f"{SESSION_PREFIX}/search", search, methods=["GET"]),
         Route(f"{SESSION_PREFIX}/page/{{source_id}}", page, methods=["GET"]),
+        Route(f"{SESSION_PREFIX}/serper/search", serper, methods=["POST"]),
+        Route(f"{SESSION_PREFIX}/jina/{{url:path}}", jina, methods=["GET"]),
     ]

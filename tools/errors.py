@@ -33,6 +33,10 @@ class SearchFailed(WebError):
     """A search provider answered with an error or with a body that is not its JSON format."""
 
 
+class SearchBudgetSpent(SearchFailed):
+    """An agent asked for a search past the number its session allows (`max_searches`)."""
+
+
 class ReplayMiss(WebError):
     """Replay mode was asked for a request that was never recorded. Replay never goes live."""
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import Iterator
+import json
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -27,7 +28,7 @@ from atelier.benchmarks.data_files import cache_dir
 from atelier.tools.asgi_server import AsgiServer
 from atelier.tools.cache import CachedAnswer, RequestKind, WebCache
 from atelier.tools.config import WebConfig
-from atelier.tools.errors import FetchFailed, SearchFailed
+from atelier.tools.errors import FetchFailed, SearchFailed, WebError
 from atelier.tools.http import GuardedHttp, HttpResponse, OfflineTransport
 from atelier.tools.page import Page
 from atelier.tools.readers.base import PageReader
@@ -39,9 +40,11 @@ from atelier.tools.service import require_keys
 from atelier.tools.url_guard import AllowList, UrlGuard
 from atelier.tools.urls import canonical_url
 
-# The sandbox's address in replay mode, where no sandbox runs: `.invalid` never resolves, and the
-# replay transport refuses every request anyway.
-REPLAY_SANDBOX_URL = "http://sandbox.invalid"
+# The sandbox web's address in whatever a run records or says (its cache, errors, reports): the
+# same on every run, whichever loopback port the sandbox was served on. It is also where a replay
+# points, which starts no sandbox: `.invalid` never resolves, and the replay transport refuses
+# every request anyway.
+SANDBOX_ORIGIN = "http://sandbox.invalid"
 
 
 class WebLogEntry(BaseModel):
@@ -108,15 +111,34 @@ class Web:
         http: GuardedHttp,
         max_results: int = 10,
         sandbox: AsgiServer | None = None,
+        sandbox_url: str | None = None,
     ) -> None:
-        """Prefer `build_web`. `sandbox` is a started sandbox server this Web owns and stops on close."""
+        """Prefer `build_web`. `sandbox` is a started sandbox server this Web owns and stops on close;
+        `sandbox_url` the address the sandbox web is reached at, which nothing recorded or said names
+        (`SANDBOX_ORIGIN` stands for it)."""
         self.provider = provider
         self.reader = reader
         self.cache = cache
         self.http = http
         self.max_results = max_results
         self.sandbox = sandbox
+        self.sandbox_url = sandbox_url.rstrip("/") if sandbox_url and sandbox_url != SANDBOX_ORIGIN else None
         self.log: list[WebLogEntry] = []
+
+    def _stable(self, text: str) -> str:
+        """`text` with the sandbox's address (a loopback port that changes run to run) as `SANDBOX_ORIGIN`."""
+        return text.replace(self.sandbox_url, SANDBOX_ORIGIN) if self.sandbox_url else text
+
+    @contextlib.asynccontextmanager
+    async def _said_stably(self) -> AsyncIterator[None]:
+        """A web error raised inside, its message naming the sandbox by its stable address."""
+        try:
+            yield
+        except WebError as exc:
+            stable = self._stable(str(exc))
+            if stable == str(exc):
+                raise
+            raise type(exc)(stable) from None
 
     def _note(self, answer: CachedAnswer) -> None:
         record = answer.record
@@ -135,9 +157,11 @@ class Web:
 
         async def live() -> tuple[dict[str, Any], None]:
             results = await self.provider.search(query, count)
-            return {"results": [result.model_dump(mode="json") for result in results]}, None
+            recorded = {"results": [result.model_dump(mode="json") for result in results]}
+            return (json.loads(self._stable(json.dumps(recorded))) if self.sandbox_url else recorded), None
 
-        answer = await self.cache.answer("search", request, live)
+        async with self._said_stably():
+            answer = await self.cache.answer("search", request, live)
         self._note(answer)
         return [SearchResult.model_validate(item) for item in answer.record.response["results"]]
 
@@ -150,14 +174,16 @@ class Web:
 
         async def live() -> tuple[dict[str, Any], bytes]:
             response = await self.reader.download(url)
-            return response.model_dump(mode="json"), response.body
+            recorded = response.model_dump(mode="json")
+            return (json.loads(self._stable(json.dumps(recorded))) if self.sandbox_url else recorded), response.body
 
-        answer = await self.cache.answer("fetch", request, live)
-        self._note(answer)
-        response = HttpResponse.model_validate(answer.record.response).model_copy(update={"body": answer.body})
-        return await self.reader.read_page(
-            url, response, fetched_at=answer.record.recorded_at, from_cache=answer.from_cache
-        )
+        async with self._said_stably():
+            answer = await self.cache.answer("fetch", request, live)
+            self._note(answer)
+            response = HttpResponse.model_validate(answer.record.response).model_copy(update={"body": answer.body})
+            return await self.reader.read_page(
+                url, response, fetched_at=answer.record.recorded_at, from_cache=answer.from_cache
+            )
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -195,7 +221,7 @@ def build_web(config: WebConfig, *, transport: httpx.AsyncBaseTransport | None =
     settings = config.sandbox_settings
     sandbox = None
     if config.mode == "replay":
-        base_url = settings.url or REPLAY_SANDBOX_URL
+        base_url = settings.url or SANDBOX_ORIGIN
     elif settings.url:
         base_url = settings.url
     else:
@@ -213,4 +239,5 @@ def build_web(config: WebConfig, *, transport: httpx.AsyncBaseTransport | None =
         http=http,
         max_results=config.max_results,
         sandbox=sandbox,
+        sandbox_url=base_url,
     )

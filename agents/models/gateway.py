@@ -40,11 +40,13 @@ from atelier.agents.models.grounding import (
     GroundedAnswer,
     Grounding,
     ProviderReply,
+    billed_cost,
+    interactions_call,
+    is_perplexity,
+    perplexity_call,
     read_chat,
     read_chat_stream,
-    read_responses,
-    read_responses_stream,
-    responses_input,
+    responses_call,
 )
 from atelier.agents.models.ledger import Ledger
 from atelier.agents.models.local_model import SERVERS, LlamaServer, LocalModelError, LocalModelSpec, LocalServerDied
@@ -782,8 +784,8 @@ class Gateway:
                             response = await self._provider_call(litellm, served, kwargs)
                         else:
                             # the scripted and local models speak chat only (and search nothing)
-                            responses = grounding.api == "responses" and not (settings.is_scripted or settings.is_local)
-                            reply = await self._grounded_call(litellm, served, kwargs, grounding, responses=responses)
+                            native = grounding.api != "chat" and not (settings.is_scripted or settings.is_local)
+                            reply = await self._grounded_call(litellm, served, kwargs, grounding, native=native)
                     except Exception:
                         # a call cut off by its server's death is that death, not a retryable error
                         await asyncio.to_thread(self._raise_if_server_died, settings, 0.5)
@@ -836,18 +838,18 @@ class Gateway:
             completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
             hidden = getattr(response, "_hidden_params", None) or {}
             cost = hidden.get("response_cost")
+            # the role's own price wins over litellm's map (ModelSettings has both prices or neither)
+            if settings.input_cost_per_token is not None and settings.output_cost_per_token is not None:
+                cost = (
+                    prompt_tokens * settings.input_cost_per_token + completion_tokens * settings.output_cost_per_token
+                )
         else:
             assert reply is not None  # the grounded call answered
             response = reply.raw
             content, finish_reason = reply.answer.text, reply.finish_reason
-            prompt_tokens, completion_tokens, cost = reply.prompt_tokens, reply.completion_tokens, reply.cost
+            prompt_tokens, completion_tokens = reply.prompt_tokens, reply.completion_tokens
+            cost = billed_cost(reply, settings)  # tokens and searches, each priced once
             grounded = reply.answer.model_dump(exclude={"text"})
-        # the role's own price wins over litellm's map (ModelSettings has both prices or neither)
-        if settings.input_cost_per_token is not None and settings.output_cost_per_token is not None:
-            cost = prompt_tokens * settings.input_cost_per_token + completion_tokens * settings.output_cost_per_token
-        searches = int(((grounded or {}).get("usage") or {}).get("search_calls") or 0)
-        if settings.search_cost_per_call is not None and searches:
-            cost = (cost or 0.0) + searches * settings.search_cost_per_call
         if self.cache is not None:
             self.cache.put(
                 key,
@@ -897,48 +899,30 @@ class Gateway:
                 return await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=settings.timeout_s)
 
     async def _grounded_call(
-        self, litellm, settings: ModelSettings, kwargs: dict[str, Any], grounding: Grounding, *, responses: bool
+        self, litellm, settings: ModelSettings, kwargs: dict[str, Any], grounding: Grounding, *, native: bool
     ) -> ProviderReply:
-        """One attempt of a grounded request (`settings` as served): the Responses API, or
-        litellm's chat completions (Perplexity, search models)."""
+        """One attempt of a grounded request (`settings` as served): the provider's own API
+        (`native`: OpenAI's Responses API, Gemini's Interactions API), Perplexity's API
+        (`agents.models.grounding`), or litellm's chat completions (search models)."""
         async with _LIMITS.semaphore(settings.endpoint, settings.max_concurrency):
             if settings.rpm:
                 await _LIMITS.limiter(settings.endpoint, settings.rpm).acquire()
-            if responses:
-                return await asyncio.wait_for(_responses_call(settings, kwargs, grounding), timeout=settings.timeout_s)
+            if native:
+                own = responses_call if grounding.api == "responses" else interactions_call
+                return await asyncio.wait_for(own(settings, kwargs["messages"], grounding), timeout=settings.timeout_s)
+            if is_perplexity(settings.model):
+                return await asyncio.wait_for(
+                    perplexity_call(settings, kwargs["messages"], grounding), timeout=settings.timeout_s
+                )
 
             async def chat() -> ProviderReply:
                 with litellm_call_scope():
                     if not grounding.stream:
-                        return read_chat(await litellm.acompletion(**kwargs))
+                        return read_chat(await litellm.acompletion(**kwargs), settings.model)
                     stream = await litellm.acompletion(**kwargs, stream=True, stream_options={"include_usage": True})
-                    return await read_chat_stream(stream, kwargs["messages"])
+                    return await read_chat_stream(stream, kwargs["messages"], settings.model)
 
             return await asyncio.wait_for(chat(), timeout=settings.timeout_s)
-
-
-async def _responses_call(settings: ModelSettings, kwargs: dict[str, Any], grounding: Grounding) -> ProviderReply:
-    """The Responses API through the OpenAI SDK (litellm 1.106.2's own path cannot be imported
-    beside `mcp<2`: see `agents.models.grounding`). The model is `openai/<name>` or `<name>`."""
-    from openai import AsyncOpenAI
-
-    provider, _, name = settings.model.rpartition("/")
-    if provider not in ("", "openai"):
-        raise ValueError(f"the Responses API is OpenAI's: model {settings.model!r} is not openai/<model>")
-    instructions, items = responses_input(kwargs["messages"])
-    request: dict[str, Any] = {"model": name, "input": items, **settings.extra}
-    if instructions:
-        request["instructions"] = instructions
-    if grounding.tools:
-        request["tools"] = list(grounding.tools)
-    if settings.max_tokens is not None:
-        request["max_output_tokens"] = settings.max_tokens
-    async with AsyncOpenAI(
-        base_url=settings.api_base, api_key=settings.resolved_api_key(), max_retries=0, timeout=settings.timeout_s
-    ) as client:
-        if grounding.stream:
-            return await read_responses_stream(await client.responses.create(**request, stream=True), settings.model)
-        return read_responses(await client.responses.create(**request), settings.model)
 
 
 def _usage_fields(grounded: dict[str, Any] | None) -> dict[str, Any]:

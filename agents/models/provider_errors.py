@@ -51,6 +51,7 @@ def server_message(exc: BaseException) -> str:
 
 
 def classify(exc: BaseException) -> Verdict:
+    import httpx
     import litellm
     import openai
 
@@ -70,8 +71,9 @@ def classify(exc: BaseException) -> Verdict:
     ):
         return "fatal"
     status = status_of(exc)
-    # the OpenAI SDK's (the Responses API's) lost connections and timeouts too
-    if isinstance(exc, (litellm.APIConnectionError, openai.APIConnectionError)) and not _looks_like_validation(exc):
+    # the OpenAI SDK's (the Responses API's) and httpx's (the Interactions API's) lost connections and timeouts too
+    lost = (litellm.APIConnectionError, openai.APIConnectionError, httpx.TransportError)
+    if isinstance(exc, lost) and not _looks_like_validation(exc):
         return "retry"  # connection refused or reset, an unparseable body: the server may recover
     if status in (401, 403, 404):
         return "fatal"

@@ -29,6 +29,9 @@ class AgentSpec:
     package: str  # the distribution (pip name) that provides it
     module: str | None  # imported in the child; checked before a run when the child uses this interpreter
     call_roles: dict[str, str] = field(default_factory=dict)  # the agent's call names -> model roles
+    # the agent's own setting that caps its web searches, and its default (the child runner's):
+    # the run's agent web enforces it, whatever the agent's tools do
+    searches_setting: tuple[str, int] | None = None
 
 
 AGENTS: dict[str, AgentSpec] = {
@@ -56,6 +59,7 @@ AGENTS: dict[str, AgentSpec] = {
         "openai-agents==0.20.0",
         "agents",
         {"planner": "planner", "search": "researcher", "writer": "writer"},
+        searches_setting=("max_searches", 5),  # child/run_openai_agents.py's DEFAULTS
     ),
     # any program speaking the command protocol (child/run_command.py); its calls' names are the
     # `model` it asks the endpoint for

@@ -85,9 +85,11 @@ class AgentEndpoint:
         max_results: int = 5,
         page_chars: int = 2000,
         keep: Callable[[str], str] | None = None,
+        max_searches: int | None = None,
     ) -> Iterator[tuple[EndpointSession, WebSession | None]]:
         """Open a session for one agent run on the calling event loop; closed on exit. `keep`
-        stores each page text the agent reads and returns its sha256 (the run's source store)."""
+        stores each page text the agent reads and returns its sha256 (the run's source store);
+        `max_searches`: the web searches the session answers at most."""
         model_side = EndpointSession(
             gateway=gateway,
             agent=agent,
@@ -98,7 +100,7 @@ class AgentEndpoint:
         )
         web_side = None
         if web is not None:
-            web_side = WebSession(model_side, web, self.base_url, max_results, page_chars)
+            web_side = WebSession(model_side, web, self.base_url, max_results, page_chars, max_searches=max_searches)
             if keep is not None:
                 web_side.keep = keep
         self.sessions.add(model_side)

@@ -43,6 +43,7 @@ from atelier.graphs.external.options import ExternalOptions
 from atelier.graphs.inputs import PipelineInput, PipelineOutput
 from atelier.graphs.pipelines import PipelineSpec, register_pipeline
 from atelier.graphs.resources import run_path
+from atelier.graphs.sources import uncited
 from atelier.graphs.start import (
     meta_of,
     pipeline_context,
@@ -59,6 +60,12 @@ LOG_TAIL_CHARS = 1500
 TIMINGS = "timings.json"
 # Agents parse JSON out of free text they asked for in prose; the scripted model's text is no such JSON.
 DRY_RUN_HINT = " [a dry run: the scripted model's free text may not be the JSON this agent parses from prose]"
+# an agent's error that says it could not parse what it was given
+_PARSE_FAILURE = re.compile(
+    r"JSONDecodeError|Expecting value|ValidationError|validation error|OutputParserException|could not parse"
+    r"|not valid JSON|Invalid JSON|parse",
+    re.IGNORECASE,
+)
 _URL = re.compile(r"https?://[^\s)\]>\"'`]+")
 # a reference-list line: "[3] Title: https://...", "3. https://...", "- [3] ..."
 _NUMBERED = re.compile(r"^\s*(?:[-*]\s*)?(?:\[(\d{1,3})\]|(\d{1,3})[.)])\s")
@@ -170,6 +177,12 @@ def _agent_degradations(items: list[Any]) -> list[Degradation]:
     return out
 
 
+def dry_run_may_explain(error: str, dry_run: bool, model: Any) -> bool:
+    """Whether an agent's failure may be the scripted model's free text: a dry run's agent that
+    asked the model (without a model error) and then failed to parse something."""
+    return dry_run and bool(model.calls) and not model.errors and bool(_PARSE_FAILURE.search(error))
+
+
 def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]) -> SystemResponse:
     """The agent's report, its citations the sources it cites among those it read."""
     report = str(result.get("report") or "")
@@ -197,6 +210,7 @@ def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]
             *web.degraded,
             *_agent_degradations(result.get("degraded") or []),
             *_unverified(unknown),
+            *uncited(citations, "run_agent"),
         ],
         meta={
             **meta,
@@ -208,6 +222,7 @@ def agent_response(result: dict[str, Any], web: WebSession, meta: dict[str, Any]
                 "sources_read": len(refs),
             },
             "searches": web.searches,
+            "searches_refused": web.searches_refused,
             "fetches": web.fetches,
             "sources_read": refs,
             "agent_sources": len(result.get("sources") or []),
@@ -241,6 +256,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         max_results=options.max_results,
         page_chars=options.page_chars,
         keep=resources.sources.put,
+        max_searches=options.search_cap(),
     ) as (model, web_session):
         assert web_session is not None
         view = view_of(state, runtime, PIPELINE)
@@ -292,7 +308,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         result = json.loads(await asyncio.to_thread(no_follow.read_text, output))
         if result.get("error"):
             model_errors = f"; model errors: {model.errors[-1]}" if model.errors else ""
-            dry = DRY_RUN_HINT if resources.gateway.dry_run and not model.errors else ""
+            dry = DRY_RUN_HINT if dry_run_may_explain(result["error"], resources.gateway.dry_run, model) else ""
             raise ExternalAgentError(
                 f"{spec.name} failed: {result['error']}{model_errors}{dry} (log: {workdir / 'agent.log'})"
             )

@@ -6,7 +6,8 @@ The public interface (what a pipeline uses; it stays stable):
 - `run_agent_job(python, agent, input_path, output_path, log_path, env, timeout_s, isolation,
   read_only=())` runs one job of a registry agent (`agents.AGENTS`) whose input is `input_path`;
   its working folder is that file's folder (the job folder: input, output and log live there).
-  Returns its exit code, or None when it ran out of time (then it is killed, with everything it started).
+  Returns its exit code, or None when it ran out of time (then it is killed, with everything it
+  started); what a job leaves running when it exits ends then too.
 - `run_command_job(command, workdir, log_path, env, timeout_s, isolation, read_only=(),
   stdin_path=None, stdout_path=None)` runs any command the same way, in `workdir`, its stdin and
   stdout the given files (else nothing and its log), its stderr the log.
@@ -505,10 +506,10 @@ async def run_command_job(
             except TimeoutError:
                 return None
             finally:
-                if process.returncode is None:  # out of time, or cancelled: the job and all it started
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(process.pid, signal.SIGKILL)
-                    await process.wait()
+                # ended, out of time or cancelled: the job's group ends with it, what it left running included
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
 
 
 def _open_nofollow(path: Path, flags: int, mode: str):

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from atelier.graphs.external.interrupt_answers import ResumeAs
 from atelier.graphs.external.launcher import Isolation
 from atelier.graphs.pipelines import PipelineOptions
 
@@ -25,6 +26,7 @@ LANGGRAPH_OPTIONS = (
     "citations",
     "interrupts",
     "max_interrupts",
+    "resume_as",
 )
 
 
@@ -54,6 +56,14 @@ class ExternalOptions(PipelineOptions):
         default_factory=dict,
         description="The agent's own configuration keys (open_deep_research: Configuration fields; "
         "gpt_researcher: config keys such as MAX_ITERATIONS), over the adapter's defaults.",
+    )
+
+    max_searches: int | None = Field(
+        default=None,
+        ge=0,
+        description="The most web searches the run's web answers the agent per case (past them each is refused, "
+        "counted in meta.searches_refused); unset: the agent's own cap where it has one (openai_agents: its "
+        "settings' max_searches, default 5), else none.",
     )
 
     isolation: Isolation = Field(
@@ -102,6 +112,12 @@ class ExternalOptions(PipelineOptions):
         "or nobody (the episode fails naming it).",
     )
     max_interrupts: int = Field(default=3, ge=0, le=20, description='agent = "langgraph": interrupts answered at most.')
+    resume_as: ResumeAs = Field(
+        default="answers",
+        description='agent = "langgraph": the protocol the graph\'s interrupts take their answers in: "answers" (a '
+        "clarify request's {answers = [...]}, else the text) or \"deerflow\" (DeerFlow's plan review: the user reviews "
+        "the thread's current_plan; [ACCEPTED] or [EDIT_PLAN] ...).",
+    )
 
     @model_validator(mode="after")
     def _options_of_the_agent(self) -> ExternalOptions:
@@ -118,11 +134,28 @@ class ExternalOptions(PipelineOptions):
                 raise ValueError(
                     f"{', '.join(stray)}: only for agent = {agent!r} (this system's agent is {self.agent!r})"
                 )
+        from atelier.graphs.external.agents import AGENTS
+
+        setting = AGENTS[self.agent].searches_setting if self.agent in AGENTS else None
+        if setting is not None and setting[0] in self.settings:
+            value = self.settings[setting[0]]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"settings.{setting[0]}: {value!r} is not a number of searches (an integer >= 0)")
         if self.agent == "command" and not self.command:
             raise ValueError('agent = "command" needs command = ["program", "arg", ...]')
         if self.agent == "langgraph" and not (self.url and self.assistant_id):
             raise ValueError('agent = "langgraph" needs url (the LangGraph server) and assistant_id')
         return self
+
+    def search_cap(self) -> int | None:
+        """The web searches the agent's session answers at most (see `max_searches`)."""
+        from atelier.graphs.external.agents import AGENTS
+
+        setting = AGENTS[self.agent].searches_setting if self.agent in AGENTS else None
+        if self.max_searches is not None or setting is None:
+            return self.max_searches
+        name, default = setting
+        return int(self.settings.get(name, default))
 
     def check_available(self) -> None:
         from atelier.graphs.external.agents import AGENTS, check_command, check_installed

@@ -31,7 +31,7 @@ def check(
     from atelier.agents.judges.base import check_judge_fit, create_judge
     from atelier.benchmarks.registry import get_benchmark
     from atelier.graphs.context import check_hidden_facets
-    from atelier.graphs.pipelines import check_systems_available
+    from atelier.graphs.pipelines import check_systems_available, sandbox_web_notes
     from atelier.runs.folder.recipe import load_recipe
     from atelier.tools.web import check_web_config
 
@@ -59,6 +59,8 @@ def check(
 
         passed = asyncio.run(run_preflight(recipe, cases))
         typer.echo(f"preflight ok ({passed.seconds:.1f} s, {len(passed.calls)} probe calls)", err=True)
+    for note in sandbox_web_notes(recipe.systems, recipe.role_models(), recipe.web):
+        typer.echo(f"warning: {note}", err=True)
     typer.echo(
         f"ok: {path}: benchmark {b.name} (split {b.split or spec.split_default}, "
         f"setting {b.setting or spec.setting_default}{limit}); systems: {systems}; judges: {judges}; "

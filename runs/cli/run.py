@@ -135,6 +135,10 @@ def run(
             epochs=epochs,
             budget_usd=budget_usd,
         )
+        from atelier.graphs.pipelines import sandbox_web_notes
+
+        for note in sandbox_web_notes(loaded.systems, loaded.role_models(), loaded.web):
+            typer.echo(f"warning: {note}", err=True)
         runner = Runner(
             loaded,
             out,

@@ -44,6 +44,10 @@ class PageReader(WebService, ABC):
         return {"reader": self.name, "origin": self.origin, "options": self.options_identity()}
 
 
-def require_success(url: str, response: HttpResponse) -> None:
+def require_success(url: str, response: HttpResponse, *, served_by: str | None = None) -> None:
+    """A page's response was a success, else `FetchFailed`: its status and where it came from (the
+    URL that answered, or `served_by`: the web that serves `url`, the sandbox's, whose own address
+    is no source to cite)."""
     if not 200 <= response.status < 300:
-        raise FetchFailed(f"{url}: HTTP {response.status} from {response.final_url}")
+        source = f"the {served_by} web" if served_by else response.final_url
+        raise FetchFailed(f"{url}: HTTP {response.status} from {source}")

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 from pydantic import Field
 
+from atelier.tools.errors import WebError
 from atelier.tools.extract import parse_content_type
 from atelier.tools.extraction_pool import default_workers, extract_text_async
 from atelier.tools.http import HttpResponse
@@ -45,10 +46,14 @@ class DirectReader(PageReader):
             return await self.http.request("GET", url, headers={"Accept": ACCEPT})
         # the sandbox answers for every URL, so refuse here what the real web would refuse
         self.http.guard.check_static(httpx.URL(url))
-        return await self.http.request("GET", self.route(url), headers={"Accept": ACCEPT})
+        routed = self.route(url)
+        try:
+            return await self.http.request("GET", routed, headers={"Accept": ACCEPT})
+        except WebError as exc:  # said of the URL asked for: the sandbox's own address is no source
+            raise type(exc)(str(exc).replace(routed, f"{url} (from the {self.origin} web)")) from None
 
     async def read_page(self, url: str, response: HttpResponse, *, fetched_at: datetime, from_cache: bool) -> Page:
-        require_success(url, response)
+        require_success(url, response, served_by=self.origin if self.route is not None else None)
         workers = self.options.extract_workers
         extracted = await extract_text_async(
             response.body, response.content_type, url, default_workers() if workers is None else workers
