@@ -81,8 +81,8 @@ def cost(
     from rich.console import Console
     from rich.table import Table
 
-    from atelier.runs.cli._common import print_json
     from atelier.benchmarks.controls import CONTROL_MARK
+    from atelier.runs.cli._common import print_json
     from atelier.runs.execution.cost import Span, forecast, format_usd
     from atelier.runs.execution.runner import dry_run_ledger
     from atelier.runs.folder.recipe import load_recipe

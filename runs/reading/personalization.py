@@ -167,3 +167,46 @@ def personalization(
         "judged against the case's own user and gold. An interval above 0: the score rests on the user's own "
         "context; covering 0: no effect this run could detect (see mde).",
     }
+
+
+def case_effects(records: list[ResultRecord], system: str, control: str, judge: str) -> dict[tuple[str, str], float]:
+    """(benchmark, case id) -> own - control of the judge's headline score, on the cases both have."""
+    benchmark = {r.case_id: r.benchmark for r in records}
+    own = case_values(records, system, None, judge)
+    other = case_values(records, system, control, judge)
+    return {(benchmark[c], c): own[c] - other[c] for c in sorted(own.keys() & other.keys())}
+
+
+def across_runs(
+    runs: list[tuple[str, dict[str, Any], list[ResultRecord]]],
+    baseline: str,
+    *,
+    seed: int = 0,
+    clusters: CaseClusters | None = None,
+) -> dict[str, Any]:
+    """`atelier compare`'s personalization: each run's headline effects as its summary.json gives them
+    (`runs`: label, summary, every record with the controls), and each entry's effect against the
+    baseline entry's (`run:system`) under the same judge and control, paired on the cases both have
+    (a difference of effects: does one system personalize more than another), adjusted together."""
+    rows = []
+    per_case: dict[tuple[str, str, str], dict[tuple[str, str], float]] = {}
+    for label, summary, records in runs:
+        found = summary.get("personalization") or {}
+        for row in found.get("effects") or []:
+            if row["criterion"] is not None:
+                continue
+            entry = f"{label}:{row['system']}"
+            rows.append({"entry": entry, **{k: row[k] for k in ("judge", "control", "n", "mean_difference")}})
+            rows[-1].update(ci_low=row["ci_low"], ci_high=row["ci_high"], p_adjusted=row.get("p_adjusted"))
+            per_case[(entry, row["judge"], row["control"])] = case_effects(
+                records, row["system"], row["control"], row["judge"]
+            )
+    versus = []
+    for (entry, judge, control), effect in per_case.items():
+        base = per_case.get((baseline, judge, control))
+        if entry == baseline or base is None:
+            continue
+        paired = paired_row(effect, base, seed=seed, clusters=clusters)
+        if paired is not None:
+            versus.append({"entry": entry, "judge": judge, "control": control, **paired})
+    return {"effects": rows, "baseline": baseline, "versus_baseline": adjust(versus), "correction": CORRECTION}
