@@ -322,61 +322,44 @@ def print_comparison(comparison: dict[str, Any], console) -> None:
     console.print(paired)
 
 
-def _signed(value: float | None) -> str:
-    return "–" if value is None else f"{value:+.3f}"
-
-
-def _interval(low: float | None, high: float | None) -> str:
-    return "–" if low is None or high is None else f"[{low:.3f}, {high:.3f}]"
-
-
-def print_personalization(personalized: dict[str, Any], console) -> None:
-    """Each run's personalization effects (own − control, with their intervals) and each entry's
-    effect against the baseline's; nothing when no run had controls."""
+def _effect_table(title: str, rows: list[dict[str, Any]], effect: str):
+    """A table of personalization effects (or of differences between them), one row each."""
     from rich.table import Table
 
     from atelier.runs.reading.terminal_text import cells
 
-    if not personalized["effects"]:
-        return
-    table = Table(title="personalization effect: own − control (95% CI), headline scores")
-    for column in ("entry", "judge", "control", "pairs", "effect", "95% CI", "adjusted p"):
+    table = Table(title=title)
+    for column in ("entry", "judge", "control", "pairs", effect, "95% CI", "adjusted p"):
         table.add_column(column, overflow="fold")
-    for row in personalized["effects"]:
+    for row in rows:
+        low, high, p = row["ci_low"], row["ci_high"], row.get("p_adjusted")
         table.add_row(
             *cells(
                 row["entry"],
                 row["judge"],
                 row["control"],
                 str(row["n"]),
-                _signed(row["mean_difference"]),
-                _interval(row["ci_low"], row["ci_high"]),
-                f"{row['p_adjusted']:.3g}" if row.get("p_adjusted") is not None else "–",
+                "–" if row["mean_difference"] is None else f"{row['mean_difference']:+.3f}",
+                "–" if low is None or high is None else f"[{low:.3f}, {high:.3f}]",
+                "–" if p is None else f"{p:.3g}" + (" *" if row.get("significant") else ""),
             )
         )
-    console.print(table)
+    return table
+
+
+def print_personalization(personalized: dict[str, Any], console) -> None:
+    """Each run's personalization effects (own − control, with their intervals) and each entry's
+    effect against the baseline's; nothing when no run had controls."""
+    if not personalized["effects"]:
+        return
+    title = "personalization effect: own − control (95% CI), headline scores"
+    console.print(_effect_table(title, personalized["effects"], "effect"))
     if personalized["versus_baseline"]:
-        versus = Table(
-            title=f"effect against {personalized['baseline']}'s effect, paired on shared cases "
+        title = (
+            f"effect against {personalized['baseline']}'s effect, paired on shared cases "
             f"(p adjusted together: {personalized['correction']})"
         )
-        for column in ("entry", "judge", "control", "pairs", "difference of effects", "95% CI", "adjusted p"):
-            versus.add_column(column, overflow="fold")
-        for row in personalized["versus_baseline"]:
-            versus.add_row(
-                *cells(
-                    row["entry"],
-                    row["judge"],
-                    row["control"],
-                    str(row["n"]),
-                    _signed(row["mean_difference"]),
-                    _interval(row["ci_low"], row["ci_high"]),
-                    (f"{row['p_adjusted']:.3g}" + (" *" if row["significant"] else ""))
-                    if row["p_adjusted"] is not None
-                    else "–",
-                )
-            )
-        console.print(versus)
+        console.print(_effect_table(title, personalized["versus_baseline"], "difference of effects"))
 
 
 def write_comparison_html(comparison: dict[str, Any], path: str | Path) -> None:

@@ -197,7 +197,7 @@ def across_runs(
                 continue
             entry = f"{label}:{row['system']}"
             rows.append({"entry": entry, **{k: row[k] for k in ("judge", "control", "n", "mean_difference")}})
-            rows[-1].update(ci_low=row["ci_low"], ci_high=row["ci_high"], p_adjusted=row.get("p_adjusted"))
+            rows[-1].update({k: row.get(k) for k in ("ci_low", "ci_high", "p_adjusted", "significant")})
             per_case[(entry, row["judge"], row["control"])] = case_effects(
                 records, row["system"], row["control"], row["judge"]
             )
