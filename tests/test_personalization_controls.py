@@ -31,6 +31,7 @@ from atelier.runs.folder.results import ResultRecord, ResultsFile, result_key
 from atelier.runs.folder.resume import check_resume
 from atelier.runs.reading.personalization import effects, responding
 from atelier.runs.reading.run_handle import open_run
+from tests.test_report import render, table
 from tests.test_run_signals import SLOW_MODEL, lines, start, wait_for_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,6 +168,31 @@ def test_a_fact_of_the_own_user_in_a_controls_answer_is_caught_and_generic_words
         case("b", "cb", {"Diet": "Strict vegan since 2019 in Bristol"}),
     ]
     assert leaks(FactIndex(shared), "a", "You have been a strict vegan since 2019 in Bristol.", given=[]) == []
+
+
+SAMPLE_INDEX = FactIndex(load_cases("sample", "all"))
+SAMPLE_USERS = sorted(SAMPLE_INDEX.facts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    user=st.sampled_from(SAMPLE_USERS),
+    other=st.sampled_from(SAMPLE_USERS),
+    picks=st.lists(st.integers(0, 10**6), min_size=1, max_size=6),
+    planted=st.integers(0, 10**6),
+)
+def test_another_users_facts_never_leak_and_one_own_phrase_among_them_always_does(user, other, picks, planted):
+    if user == other:
+        return
+    theirs = [fact.text for fact, _ in SAMPLE_INDEX.own_phrases(other)]
+    answer = ". ".join(theirs[i % len(theirs)] for i in picks)  # a control answering from the donor's context
+    assert leaks(SAMPLE_INDEX, user, answer, given=[]) == []
+    own = [(fact, sorted(phrases)) for fact, phrases in SAMPLE_INDEX.own_phrases(user) if phrases]
+    fact, phrases = own[planted % len(own)]
+    phrase = phrases[planted % len(phrases)]
+    caught = leaks(SAMPLE_INDEX, user, f"{answer}. {phrase}.", given=[])
+    assert fact.source in [leak.source for leak in caught]
+    assert leaks(SAMPLE_INDEX, user, f"{answer}. {phrase}.", given=[f"You said: {phrase}."]) == []  # it was given
 
 
 def test_the_users_own_turns_are_facts_and_the_assistants_are_not():
@@ -370,9 +396,16 @@ def test_a_system_copying_the_persona_has_an_effect_above_zero_and_one_ignoring_
     # each control has memory stores of its own: the user's real state never mixes with a control's
     assert {p.name for p in (folder.path / "memory").iterdir()} >= {"echo", "echo~swapped", "echo~no_context"}
 
-    html = folder.report.read_text()
-    assert 'id="personalization"' in html and "personalization-dots" in html
-    assert html.count("<tr><td>echo</td>") >= 4 and "responds to the user" in html
+    doc = render(folder.report)  # the page as a browser shows it: the section agrees with summary.json
+    shown = table(doc, "personalization-effects")
+    assert len(shown) == len(p["effects"]) == 8
+    for row, effect in zip(shown, p["effects"]):
+        criterion = effect["criterion"] or "score"
+        assert row[:5] == [effect["system"], effect["judge"], criterion, effect["control"], str(effect["n"])]
+        assert row[7] == f"{effect['mean_difference']:+.3f}"
+    assert doc.xpath('//div[@id="personalization-chart"]//*[local-name()="svg"]')
+    verdicts = [" ".join(li.text_content().split()) for li in doc.xpath('//ul[@id="responding"]/li')]
+    assert sum("responds to the user" in v for v in verdicts) == 2 and sum("no response" in v for v in verdicts) == 2
 
     run = open_run(folder.path)
     assert len(run.results) == 42 and all(r.control is None for r in run.results)
@@ -432,7 +465,7 @@ def test_the_forecast_and_the_plan_count_the_controls(tmp_path, cache_dir):
 
 
 def test_compare_sets_the_runs_effects_side_by_side_and_tests_one_against_another(tmp_path, cache_dir):
-    from atelier.runs.reading.compare import compare_runs
+    from atelier.runs.reading.compare import compare_runs, write_comparison_html
 
     echo = run_recipe(doubles_recipe(tmp_path, systems=("echo",), limit=6), progress=False)
     generic = run_recipe(doubles_recipe(tmp_path, systems=("generic",), limit=6), progress=False)
@@ -443,6 +476,9 @@ def test_compare_sets_the_runs_effects_side_by_side_and_tests_one_against_anothe
     versus = comparison["personalization"]["versus_baseline"]
     assert {row["control"] for row in versus} == {"swapped", "no_context"}
     assert all(row["mean_difference"] < -0.5 and row["ci_high"] < 0 for row in versus)  # generic personalizes less
+    write_comparison_html(comparison, tmp_path / "compare.html")
+    doc = render(tmp_path / "compare.html")
+    assert len(table(doc, "personalization-effects")) == 4 and len(table(doc, "personalization-versus")) == 2
 
 
 # ----------------------------------------------------------------------------- the shipped recipes

@@ -14,8 +14,8 @@ neither start nor end with a function word. A phrase counts only when it is spec
 - it holds at least two content words (not function words; three letters or more, or a number),
   and either one of them is distinctive (holds a digit, or was capitalised inside its sentence:
   a name, a place) or it holds four content words;
-- it belongs to this user alone: no other user of the benchmark has it among their facts (a phrase
-  two users share says nothing about which of them the answer knows).
+- it belongs to this user alone: no other user of the benchmark says it anywhere among their facts
+  (a phrase two users share says nothing about which of them the answer knows).
 
 A phrase leaks when the answer holds it and none of what the system was legitimately given does:
 the context it saw (the control's history and persona, and what its memory recalled), the query
@@ -145,9 +145,11 @@ class FactIndex:
         for case in sorted(cases, key=lambda c: c.id):
             if case.user_id in self.facts:
                 continue  # a user's facts come from their first case (cases of one user share them)
-            mine = [(fact, specific_phrases(fact.text)) for fact in user_facts(case)]
-            self.facts[case.user_id] = mine
-            for phrase in {p for _, phrases in mine for p in phrases}:
+            facts = user_facts(case)
+            self.facts[case.user_id] = [(fact, specific_phrases(fact.text)) for fact in facts]
+            # whoever says a phrase at all shares it (`European cities` opening one user's sentence is
+            # the same words as in another's, specific or not)
+            for phrase in all_phrases(fact.text for fact in facts):
                 owners.setdefault(phrase, set()).add(case.user_id)
         self.owners = owners
 
