@@ -44,6 +44,7 @@ from pydantic import BaseModel, Field
 
 from atelier.agents.models.settings import ModelSettings, settings_for_role
 from atelier.benchmarks.controls import control_name
+from atelier.graphs.context import SystemSpec
 from atelier.runs.execution.budget import Budget
 from atelier.runs.folder.recipe import Recipe
 
@@ -383,7 +384,7 @@ def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2, history: lis
     )
 
 
-def episode_names(recipe: Recipe, system: Any) -> list[str]:
+def episode_names(recipe: Recipe, system: SystemSpec) -> list[str]:
     """The names a system's episodes are forecast and budgeted under: its own, then each of its
     counterfactual controls' (`<system>~<kind>`)."""
     kinds = system.controls if system.controls is not None else recipe.run.controls

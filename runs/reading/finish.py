@@ -122,7 +122,8 @@ def finish_run(
     folder: RunFolder, config: dict[str, Any], cases: list[Case] | None = None, *, budget: BudgetState | None = None
 ) -> RunOutcome:
     """Write summary.json and report.html for exactly the episodes of the recipe in `config` (its
-    cases x systems x epochs), from what results.jsonl and ledger.jsonl hold; return how the run ended.
+    cases x systems x epochs, and the counterfactual controls it asks for: `personalization`), from
+    what results.jsonl and ledger.jsonl hold; return how the run ended.
     `cases` (the run's, else loaded again) give the report each case's query; `budget`, the run's
     (`[run] budget_usd`), what it spent and whether it stopped the run."""
     from atelier.runs.reading.comparisons import (  # scipy and matplotlib: only once there is
@@ -169,13 +170,14 @@ def finish_run(
     )
     for name, usage in system_usage(records, ledger, systems, config["cases"]).items():
         summary["systems"][name]["usage"] = usage
+    case_ids = set(config["cases"])
     personalized = personalization(
         records + controls,
         system_controls(recipe),
         judges,
         seed=recipe.get("seed", 0),
         clusters=clusters,
-        ledger=[e for e in ledger if e.case_id in set(config["cases"])],
+        ledger=[e for e in ledger if e.case_id in case_ids],
         donors=(config.get("controls") or {}).get("swapped_donors"),
         headline_only=[j.key for j in judge_objects if j.case_specific_criteria],
     )
@@ -195,7 +197,6 @@ def finish_run(
     )
     summary["web"] = searched_web(Recipe.model_validate(recipe))
     outcome.unmeasured = [f"{row['row']} / {row['metric']}" for row in summary["paper"] if not row["n"]]
-    case_ids = set(config["cases"])
     # the run's calls: its episodes' and its own (preflight), not those of systems or cases left out since
     calls = [
         e for e in ledger if (e.case_id is None or e.case_id in case_ids) and (e.system is None or e.system in systems)

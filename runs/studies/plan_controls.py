@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from atelier.benchmarks.controls import control_name
+from atelier.benchmarks.controls import CONTROL_MARK, control_name
 from atelier.runs.folder.controls import run_control_keys, system_controls
 from atelier.runs.folder.layout import RunFolder
 from atelier.runs.folder.results import ResultRecord, ResultsFile
@@ -45,7 +45,7 @@ def control_cost_notes(units: dict[str, Any]) -> list[str]:
     """What each control adds per case to a run (episode and one judge repeat), from the plan's unit costs."""
     notes = []
     for name, (episode, repeat) in units.items():
-        system, _, kind = name.partition("~")
+        system, _, kind = name.partition(CONTROL_MARK)
         if not kind:
             continue
         usd = (
