@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from atelier.agents.models.settings import ModelSettings, settings_for_role
 from atelier.benchmarks.case import Case, ViewAblation
 from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.controls import ControlKind
 from atelier.tools.config import WebConfig
 
 
@@ -47,6 +48,11 @@ class SystemSpec(BaseModel):
     )
     conversation: ConversationOptions | None = Field(
         default=None, description="Talk with the simulated user for several turns (graphs/simulate.py)."
+    )
+    controls: list[ControlKind] | None = Field(
+        default=None,
+        description="Counterfactual controls run beside this system (swapped, no_context, shuffled_history; "
+        "benchmarks/controls.py); unset: the run's `[run] controls`, `[]`: none.",
     )
 
     @field_validator("name")
@@ -99,6 +105,16 @@ class BenchmarkRef(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class ControlSpec(BaseModel):
+    """The counterfactual control an episode runs as (benchmarks/controls.py), with the seed its
+    derangement is drawn with (the run's, the same in every epoch)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: ControlKind
+    seed: int = 0
+
+
 class EpisodeContext(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -120,6 +136,12 @@ class EpisodeContext(BaseModel):
         description="Who answers a system's clarifying questions: 'person' (the graph interrupts; in Studio you "
         "answer), 'simulated_user' (the graph interrupts; the run answers with the simulated user, "
         "graphs/simulate.py) or 'none' (the step is skipped and recorded as skipped).",
+    )
+    control: ControlSpec | None = Field(
+        default=None,
+        description="Run the episode as a counterfactual control: the system answers with another user's context "
+        "(swapped), none (no_context) or its own events holding other users' texts (shuffled_history); judges "
+        "still read the case's own user and gold (graphs/controls.py).",
     )
 
     def role_models(self) -> dict[str, ModelSettings]:

@@ -31,6 +31,7 @@ from atelier.agents.citations import SourceRef
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.case import Case, CaseView, Query
 from atelier.benchmarks.common.errors import AtelierError
+from atelier.benchmarks.controls import ControlPlan
 from atelier.benchmarks.registry import load_cases
 from atelier.graphs.context import BenchmarkRef, EpisodeContext
 from atelier.graphs.pipelines import GoldContextOptions, PipelineOptions, pipeline_options
@@ -130,22 +131,33 @@ def case_from_input(state: Mapping[str, Any], context: EpisodeContext) -> Case:
     return cases[case_id]
 
 
-_views: LRUCache[tuple[str, str, str, str | None, str], CaseView] = LRUCache(maxsize=256)
+_views: LRUCache[tuple[str, str, str, str | None, str, str | None], CaseView] = LRUCache(maxsize=256)
 
 
 def case_view(state: Mapping[str, Any], context: EpisodeContext) -> CaseView:
     """The system's view: the inline `view`, else the referenced case under the system's setting and
-    ablation; with a `query` in the state, that query in place of the case's."""
+    ablation (and, in a control episode, the control's context: `control_plan`); with a `query` in
+    the state, that query in place of the case's."""
     view = state.get("view")
     if view is not None:
         view = view if isinstance(view, CaseView) else CaseView.model_validate(view)
     else:
         case = case_from_input(state, context)
-        hide = context.system.hide
-        key = (context.run_id, case.benchmark, case.id, context.system.setting, hide.model_dump_json())
+        hide, control = context.system.hide, context.control
+        key = (
+            context.run_id,
+            case.benchmark,
+            case.id,
+            context.system.setting,
+            hide.model_dump_json(),
+            control.model_dump_json() if control else None,
+        )
         view = _views.get(key)
         if view is None:
-            view = _views[key] = case.view(context.system.setting, hide=hide)
+            view = case.view(context.system.setting, hide=hide)
+            if control is not None:
+                view = control_plan(case, context).view(view, case, control.kind, hide)
+            _views[key] = view
     query = state.get("query")
     if query is not None:
         view = view.model_copy(update={"query": query if isinstance(query, Query) else Query.model_validate(query)})
@@ -192,6 +204,21 @@ def _seed(options: PipelineOptions, context: EpisodeContext) -> int:
 def _other_cases(case: Case, context: EpisodeContext) -> list[Case]:
     pool = benchmark_cases(_ref_for(case.benchmark, context))
     return [c for c in pool.values() if c.user_id != case.user_id]
+
+
+_plans: LRUCache[tuple[str, int], ControlPlan] = LRUCache(maxsize=8)
+
+
+def control_plan(case: Case, context: EpisodeContext) -> ControlPlan:
+    """The counterfactual controls (benchmarks/controls.py) over every case of `case`'s benchmark,
+    drawn with the control's seed: the same in every process that loads the same benchmark."""
+    ref = _ref_for(case.benchmark, context)
+    seed = context.control.seed if context.control is not None else context.seed
+    key = (ref.model_dump_json(), seed)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = ControlPlan(benchmark_cases(ref).values(), seed)
+    return plan
 
 
 def random_profile_donor(case: Case, context: EpisodeContext, seed: int) -> Case:

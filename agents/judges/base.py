@@ -210,6 +210,9 @@ class Judge(ABC):
         return False
 
     preparation: ClassVar[str] = "preparation"  # what `prepare` does, for failure messages
+    # True when a criterion's name means something else in each case (LaMP-QA's aspect_1 is the case's own
+    # first rubric aspect): its criteria are then not compared across cases (personalization effects)
+    case_specific_criteria: ClassVar[bool] = False
 
     def __init__(self, config: JudgeConfig) -> None:
         self.config = config

@@ -125,6 +125,7 @@ class LampQAJudgeConfig(_LampQAConfig):
 @register_judge
 class LampQAAspectJudge(Judge):
     name = "lampqa_aspects"
+    case_specific_criteria = True  # aspect_i is the case's own i-th rubric aspect
     config_model = LampQAJudgeConfig
     roles = (ROLE,)
     scale = "0-1"

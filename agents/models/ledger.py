@@ -42,7 +42,7 @@ _captured: contextvars.ContextVar[list[LedgerEntry] | None] = contextvars.Contex
 
 @contextlib.contextmanager
 def call_tags(**tags: str | None) -> Iterator[None]:
-    """Tag every model call made inside this block (`case=`, `system=`, `epoch=`, `node=`)."""
+    """Tag every model call made inside this block (`case=`, `system=`, `epoch=`, `control=`, `node=`)."""
     merged = {**_tags.get(), **{k: v for k, v in tags.items() if v is not None}}
     token = _tags.set(merged)
     try:
@@ -84,6 +84,7 @@ class LedgerEntry(BaseModel):
     case_id: str | None = None
     system: str | None = None
     epoch: int = 1  # which run of (case, system) the call belongs to (`[run] epochs`)
+    control: str | None = None  # the counterfactual control episode it belongs to (`[run] controls`), if any
     node: str | None = None
     role: str
     model: str
@@ -128,12 +129,12 @@ def tool_calls(entries: list[LedgerEntry], node: str | None = None) -> list[Ledg
     """The entries that are a system's tool calls (of the tool `node`, when given), each call once:
     a resumed episode that runs a step again writes its tool calls again under the same call id
     (graphs/memory_tool.py), and only the first line of an id counts."""
-    seen: set[tuple[str, str | None, int, str]] = set()
+    seen: set[tuple[str, str | None, int, str | None, str]] = set()
     out = []
     for e in entries:
         if e.is_model_call or (node is not None and e.node != node):
             continue
-        key = (e.call_id, e.system, e.epoch, e.run_id)
+        key = (e.call_id, e.system, e.epoch, e.control, e.run_id)
         if key not in seen:
             seen.add(key)
             out.append(e)
@@ -160,6 +161,7 @@ class Ledger:
             case_id=fields.pop("case_id", None) or tags.get("case"),
             system=fields.pop("system", None) or tags.get("system"),
             epoch=int(fields.pop("epoch", None) or tags.get("epoch") or 1),
+            control=fields.pop("control", None) or tags.get("control"),
             node=fields.pop("node", None) or tags.get("node"),
             **fields,
         )

@@ -35,6 +35,7 @@ DegradationKind = Literal[
     "judge_output_gated",
     "spans_removed",
     "criterion_unscored",
+    "context_leak",
 ]
 
 KINDS: dict[str, str] = {
@@ -57,6 +58,8 @@ KINDS: dict[str, str] = {
     "aspects) and was asked again",
     "spans_removed": "spans a judge quoted that are not in the response were removed before scoring",
     "criterion_unscored": "a judge left a criterion unscored, even when asked again",
+    "context_leak": "a control episode's answer (another user's context, or none) mentions facts of the case's own "
+    "user that the context it was given did not hold: something outside the memory reached the system",
 }
 assert set(KINDS) == set(get_args(DegradationKind)), "every kind is described"
 

@@ -83,8 +83,9 @@ def cost(
     from rich.console import Console
     from rich.table import Table
 
+    from atelier.benchmarks.controls import CONTROL_MARK
     from atelier.runs.cli._common import print_json
-    from atelier.runs.execution.cost import forecast, format_usd
+    from atelier.runs.execution.cost import Span, forecast, format_usd
     from atelier.runs.execution.runner import dry_run_ledger
     from atelier.runs.folder.recipe import load_recipe
     from atelier.runs.reading.terminal_text import cells
@@ -123,6 +124,17 @@ def cost(
             else ""
         )
     )
+    controlled = {name: line for name, line in predicted.systems.items() if CONTROL_MARK in name}
+    if controlled:  # the counterfactual controls' share of it (`[run] controls`)
+        calls = sum((line["calls"] for line in controlled.values()), Span.of(0, 0))
+        usd = (
+            None
+            if any(line["usd"] is None for line in controlled.values())
+            else sum((line["usd"] for line in controlled.values()), Span.of(0, 0, 6))
+        )
+        console.print(
+            f"of which controls ({', '.join(controlled)}): {calls.low:,.0f} – {calls.high:,.0f} calls, {format_usd(usd)}"
+        )
     for note in predicted.notes:
         console.print(f"note: {note}")
 

@@ -24,6 +24,9 @@ forecast scales this to every episode of the recipe (cases x systems) and prices
   (offline copy); `scripted` and local models cost nothing; a model with no known price makes its
   role's and the total's dollars `null`, never `$0`.
 
+A system's counterfactual controls (`[run] controls`) are forecast as episodes of their own, under
+`<system>~<kind>` (the name a budget reserves them under): the dry run runs them too.
+
 Each figure is a low–high range with a point estimate (`point`, where the range is centred on one).
 `[run] budget_usd` (`--budget-usd`) reserves the high end per episode while it runs
 (`runs.execution.budget.Budget`).
@@ -40,6 +43,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from atelier.agents.models.settings import ModelSettings, settings_for_role
+from atelier.benchmarks.controls import control_name
+from atelier.graphs.context import SystemSpec
 from atelier.runs.execution.budget import Budget
 from atelier.runs.folder.recipe import Recipe
 
@@ -270,7 +275,9 @@ def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2, history: lis
     of the recipe (default: those under its `out_dir`, `earlier_calls`)."""
     cases = recipe.cases()
     epochs = recipe.run.epochs  # each epoch makes the calls of one (measured) epoch again
-    episodes = len(cases) * len(recipe.systems) * epochs
+    # a system's counterfactual controls (`[run] controls`) are episodes of their own, each with its own line
+    specs = {name: spec for spec in recipe.systems for name in episode_names(recipe, spec)}
+    episodes = len(cases) * len(specs) * epochs
     ledger, measured_cases = _measure(recipe, min(sample, len(cases)), run)
     per_case = len(cases) * epochs / max(1, measured_cases)  # episodes of each system scale with the cases
     notes: list[str] = []
@@ -286,15 +293,13 @@ def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2, history: lis
     grouped: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for entry in ledger:
         if entry.status == "ok" and entry.system is not None:  # episodes' calls (not the run's own probes)
-            grouped[(entry.system, entry.role)].append(entry)
+            name = control_name(entry.system, entry.control) if entry.control else entry.system
+            grouped[(name, entry.role)].append(entry)
 
     roles: dict[str, RoleForecast] = {}
-    systems: dict[str, dict[str, Any]] = {
-        s.name: {"calls": Span.of(0, 0), "usd": Span.of(0, 0, 6)} for s in recipe.systems
-    }
-    per_episode_high: dict[str, float | None] = {s.name: 0.0 for s in recipe.systems}
-    per_episode_point: dict[str, float | None] = {s.name: 0.0 for s in recipe.systems}
-    specs = {s.name: s for s in recipe.systems}
+    systems: dict[str, dict[str, Any]] = {name: {"calls": Span.of(0, 0), "usd": Span.of(0, 0, 6)} for name in specs}
+    per_episode_high: dict[str, float | None] = dict.fromkeys(specs, 0.0)
+    per_episode_point: dict[str, float | None] = dict.fromkeys(specs, 0.0)
     for (system, role), entries in sorted(grouped.items()):
         settings = settings_for_role({**recipe.role_models(), **specs[system].models}, role)
         limit, assumed = output_limit(settings)
@@ -377,6 +382,13 @@ def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2, history: lis
         history_calls=sum(len(v) for v in lengths.values()),
         notes=list(dict.fromkeys(notes)),
     )
+
+
+def episode_names(recipe: Recipe, system: SystemSpec) -> list[str]:
+    """The names a system's episodes are forecast and budgeted under: its own, then each of its
+    counterfactual controls' (`<system>~<kind>`)."""
+    kinds = system.controls if system.controls is not None else recipe.run.controls
+    return [system.name, *(control_name(system.name, kind) for kind in kinds)]
 
 
 def _merged(previous: RoleForecast | None, new: RoleForecast) -> RoleForecast:

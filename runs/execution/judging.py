@@ -35,7 +35,9 @@ async def judge_again(
     resources = resources_for(context)
     chosen = [j for j in (judges if judges is not None else resources.judges) if not j.comparative]
     env = judge_env(resources)
-    with call_tags(case=case.id, system=record.system, epoch=str(record.epoch), node="judge_again"):
+    with call_tags(
+        case=case.id, system=record.system, epoch=str(record.epoch), control=record.control, node="judge_again"
+    ):
         return list(await asyncio.gather(*(j.judge(case, stored_response(record), env) for j in chosen)))
 
 
@@ -52,7 +54,10 @@ def comparisons_due(
     """(record, baseline record) pairs this judge has not yet judged successfully: a system's response
     to a case beside the baseline's to the same case in the same epoch (`[run] epochs`), so each
     epoch's comparison is a sample of its own."""
-    baseline = {(r.case_id, r.epoch): r for r in records.values() if r.system == judge.baseline and r.ok}
+    # a control episode (`[run] controls`) is compared with the baseline's own response, never stands for it
+    baseline = {
+        (r.case_id, r.epoch): r for r in records.values() if r.system == judge.baseline and r.ok and r.control is None
+    }
     due = []
     for record in records.values():
         pair = baseline.get((record.case_id, record.epoch))
@@ -75,7 +80,13 @@ async def judge_comparisons(
     async def one(judge: ComparativeJudge, record: ResultRecord, other: ResultRecord) -> tuple[str, JudgeResult]:
         resources = resources_for(contexts[record.system])
         async with limit:
-            with call_tags(case=record.case_id, system=record.system, epoch=str(record.epoch), node="compare"):
+            with call_tags(
+                case=record.case_id,
+                system=record.system,
+                epoch=str(record.epoch),
+                control=record.control,
+                node="compare",
+            ):
                 result = await judge.judge_pair(
                     cases[record.case_id], stored_response(record), stored_response(other), judge_env(resources)
                 )

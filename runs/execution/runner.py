@@ -39,7 +39,9 @@ from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl
 from atelier.benchmarks.common.offline import apply_offline_defaults
 from atelier.benchmarks.common.redaction import Redactor, redacting
+from atelier.benchmarks.controls import control_name
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
+from atelier.graphs.controls import checked_for_leaks
 from atelier.graphs.episode import episode_graph_for
 from atelier.graphs.heap import settled_heap
 from atelier.graphs.inputs import forget_cases, remember_cases
@@ -48,6 +50,7 @@ from atelier.graphs.pipelines import check_systems_available
 from atelier.graphs.resources import release, resources_for
 from atelier.graphs.simulate import run_with_simulated_user
 from atelier.runs.execution.budget import Budget, spent_in
+from atelier.runs.execution.controls import ControlEpisodes, control_of
 from atelier.runs.execution.cost import plan_budget
 from atelier.runs.execution.executors import Episode, open_executor
 from atelier.runs.execution.judging import judge_again, judge_comparisons, judgments_due
@@ -164,6 +167,7 @@ class Runner:
         judgments_changed = self._check_resumable()
         cases = self.load_cases()
         check_hidden_facets(cases, recipe.systems)
+        controls = ControlEpisodes.plan(recipe, cases, self.context_for)  # `[run] controls`, or none
         # a budget over an unknown price is refused before any call; the forecast's dry run calls no provider
         budget = (
             await asyncio.to_thread(plan_budget, recipe, dry_run_ledger, self.folder.path)
@@ -181,7 +185,7 @@ class Runner:
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
         epochs = range(1, recipe.run.epochs + 1)
         epoch_contexts = {(s.name, e): epoch_context(contexts[s.name], e) for s in recipe.systems for e in epochs}
-        config = self._config(cases)
+        config = self._config(cases) | controls.described(cases)
         write_json_atomic(self.folder.config, config)
 
         for path, consequence in (
@@ -207,6 +211,7 @@ class Runner:
         remember_cases(self.run_id, cases)  # episodes' state holds only (benchmark, case id)
         results = ResultsFile(self.folder.results)
         keys = set(expected_keys([c.id for c in cases], [s.name for s in recipe.systems], recipe.run.epochs))
+        keys |= set(controls.keys)
         latest = {k: r for k, r in results.load().items() if k in keys}
         made_by = {s.name: output_digest(recipe.model_dump(mode="json"), s.name) for s in recipe.systems}
         for stored in latest.values():
@@ -217,13 +222,13 @@ class Runner:
                     "the folder's config.json and resume with its recipe, or choose a new --out folder"
                 )
         done = {k for k, r in latest.items() if r.ok}
-        todo = [  # epochs outermost: a run stopped by its budget has whole epochs rather than whole systems
-            (case, system, epoch)
+        todo: list[tuple[Case, SystemSpec, int, str | None]] = [  # epochs outermost: a run stopped by its
+            (case, system, epoch, None)  # budget has whole epochs rather than whole systems
             for epoch in epochs
             for system in recipe.systems
             for case in cases
             if result_key(case.id, system.name, epoch) not in done
-        ]
+        ] + controls.todo(cases, recipe.systems, done)
         rejudge = self._to_rejudge(latest, cases, contexts, judgments_changed)
         self.expected, self.already_done = len(keys), len(done)
         if done:
@@ -237,13 +242,19 @@ class Runner:
                 graph = episode_graph_for(recipe.systems, checkpointer=saver)
                 limit = asyncio.Semaphore(recipe.run.concurrency)
 
-                async def one(case: Case, system: SystemSpec, epoch: int) -> ResultRecord | None:
+                async def one(case: Case, system: SystemSpec, epoch: int, control: str | None) -> ResultRecord | None:
+                    context = (
+                        controls.context(system.name, epoch, control)
+                        if control
+                        else epoch_contexts[(system.name, epoch)]
+                    )
                     async with limit:
-                        reservation = await budget.reserve(system.name) if budget is not None else 0.0
+                        name = control_name(system.name, control) if control else system.name  # its forecast line
+                        reservation = await budget.reserve(name) if budget is not None else 0.0
                         if reservation is None:  # the budget cannot hold it: not started, left for a resume
                             return None
                         try:
-                            record = await executor.run(Episode(case, system, epoch_contexts[(system.name, epoch)]))
+                            record = await executor.run(Episode(case, system, context))
                         except BaseException:
                             if budget is not None:  # what it spent is unknown: its whole reservation
                                 budget.release(reservation, None)
@@ -259,7 +270,11 @@ class Runner:
                 async def judged_again(stored: ResultRecord, case: Case, judges: list[Judge]) -> ResultRecord | None:
                     # judges that changed leave no judgment standing: the old ones are dropped, not mixed in
                     kept = stored.model_copy(update={"judgments": [], "scores": {}}) if judgments_changed else stored
-                    context = epoch_contexts[(stored.system, stored.epoch)]
+                    context = (
+                        controls.context(stored.system, stored.epoch, stored.control)
+                        if stored.control
+                        else epoch_contexts[(stored.system, stored.epoch)]
+                    )
                     async with limit:
                         reservation = await budget.reserve(stored.system) if budget is not None else 0.0
                         if reservation is None:
@@ -276,7 +291,7 @@ class Runner:
                 with settled_heap():  # imports done, graph compiled: full collections now skip all of it
                     async with self._executor(graph) as executor:
                         with EpisodeProgress(self.progress, total=len(keys), done=len(done) - len(rejudge)) as bar:
-                            tasks = [asyncio.create_task(one(case, system, epoch)) for case, system, epoch in todo]
+                            tasks = [asyncio.create_task(one(*episode)) for episode in todo]
                             tasks += [
                                 asyncio.create_task(judged_again(stored, case, judges))
                                 for stored, case, judges in rejudge
@@ -303,7 +318,7 @@ class Runner:
                 for record in await judge_comparisons(results.load(), by_id, contexts, recipe.run.concurrency):
                     results.append(record)
         finally:
-            for context in epoch_contexts.values():
+            for context in [*epoch_contexts.values(), *controls.contexts.values()]:
                 await release(context)
             forget_cases(self.run_id)
         self.finish(config, cases)
@@ -317,8 +332,8 @@ class Runner:
 
     @staticmethod  # what every executor runs, in this process or on a cluster's worker
     async def _episode(graph, case: Case, system: SystemSpec, context: EpisodeContext) -> ResultRecord:
-        epoch = epoch_of(context, system)
-        key = result_key(case.id, system.name, epoch)
+        epoch, control = epoch_of(context, system), control_of(context)
+        key = result_key(case.id, system.name, epoch, control)
         config = {"configurable": {"thread_id": key}}
         started = time.perf_counter()
         base = dict(
@@ -330,13 +345,18 @@ class Runner:
             user_id=case.user_id,
             setting=system.setting or case.setting,
             epoch=epoch,
+            control=control,
         )
         out: dict[str, Any] | Exception
         with capture_calls() as calls:
             try:
                 base["resumed_from"] = await Runner._resumed_from(graph, config)
-                with call_tags(case=case.id, system=system.name, epoch=str(epoch)):
+                with call_tags(case=case.id, system=system.name, epoch=str(epoch), control=control):
                     out = await run_with_simulated_user(graph, case, config, context)
+                    if control is not None:  # an answer knowing the case's own user, given another's context
+                        out["response"] = await checked_for_leaks(
+                            case, context, out["response"], out.get("user_context")
+                        )
             except Exception as exc:
                 if Runner._run_stopping(graph):
                     # Ctrl-C closed the run's checkpoints and stores under the running episode: it did

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from atelier.agents.models.settings import ModelSettings
+from atelier.benchmarks.controls import control_name
 from atelier.graphs.context import EpisodeContext, SystemSpec
 from atelier.runs.folder.resume import SYSTEM_SIDE
 
@@ -47,6 +48,10 @@ def run_epochs(config: dict[str, Any]) -> int:
 
 
 def epoch_of(context: EpisodeContext, system: SystemSpec) -> int:
-    """Which epoch of `system` an episode run in `context` is (see `epoch_context`)."""
-    number = context.system.name.removeprefix(f"{system.name}{EPOCH_MARK}")
-    return int(number) if number != context.system.name and number.isdigit() else 1
+    """Which epoch of `system` an episode run in `context` is (see `epoch_context`; a control's
+    context, `runs.execution.controls.control_context`, adds its mark after the epoch's)."""
+    name = context.system.name
+    if context.control is not None:
+        name = name.removesuffix(control_name("", context.control.kind))
+    number = name.removeprefix(f"{system.name}{EPOCH_MARK}")
+    return int(number) if number != name and number.isdigit() else 1

@@ -40,11 +40,13 @@ from atelier.benchmarks.common.json_input import validate_strictly
 from atelier.benchmarks.common.named_registry import NamedRegistry, UnknownNameError
 from atelier.benchmarks.common.plugins import PluginError
 from atelier.benchmarks.common.redaction import learn_secrets
+from atelier.benchmarks.controls import ControlKind
 from atelier.benchmarks.registry import BENCHMARKS, get_benchmark, load_cases
 from atelier.benchmarks.rj_pairs import with_rj_pairs
 from atelier.graphs.context import SystemSpec
 from atelier.graphs.pipelines import PIPELINES
 from atelier.memory.registry import BACKENDS
+from atelier.runs.folder.controls import check_controls
 from atelier.runs.folder.shipped import recipe_file
 from atelier.tools.config import WebConfig
 
@@ -142,6 +144,13 @@ class RunSection(_Strict):
         default_factory=list,
         description="Degradation kinds this run accepts: still reported, no longer failing "
         "its exit code (benchmarks.common.degradation.KINDS).",
+    )
+    controls: list[ControlKind] = Field(
+        default_factory=list,
+        description="Counterfactual controls run beside every system (a system's own `controls` overrides): "
+        "swapped (another user's context), no_context (none), shuffled_history (the user's events holding other "
+        "users' texts); each judged against the case's own user, giving the personalization effect "
+        "(benchmarks/controls.py, docs/personalization.md).",
     )
 
     @field_validator("tolerate")
@@ -472,7 +481,9 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
         system["memory"] = checked_system.memory.model_dump()
     resolved["judges"] = [j.model_dump() for j in checked.judges]
     resolved["source"] = source
-    return Recipe.model_validate(resolved)
+    recipe = Recipe.model_validate(resolved)
+    check_controls(recipe.systems, recipe.run.controls, recipe.benchmark.setting, source)
+    return recipe
 
 
 # Where a recipe names something a registry holds: (key path pattern, registry); "*" is each item.

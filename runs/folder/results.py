@@ -2,7 +2,8 @@
 
 Each line has an idempotent key `<case id>::<system>` — `<case id>::<system>::epoch<k>` for the
 epochs after the first (`[run] epochs`), so a run of one epoch keeps the keys runs always had, and
-a run given more epochs later resumes its first. A resumed run skips keys already
+a run given more epochs later resumes its first; a counterfactual control's episode (`[run]
+controls`) is `<case id>::<system>::control=<kind>` (and its epoch after it). A resumed run skips keys already
 finished; an episode that failed is recorded with its reason and retried on resume, and when a
 key appears more than once the last line wins — so nothing is lost or counted twice.
 
@@ -27,12 +28,15 @@ from atelier.benchmarks.common.degradation import Degradation
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl, validation_error
 from atelier.benchmarks.common.redaction import active_redactor
+from atelier.benchmarks.controls import ControlKind
 from atelier.memory.base import ContextShare
 
 
-def result_key(case_id: str, system: str, epoch: int = 1) -> str:
-    """The idempotent key of one episode; the first epoch's is `<case id>::<system>`."""
-    return f"{case_id}::{system}" if epoch == 1 else f"{case_id}::{system}::epoch{epoch}"
+def result_key(case_id: str, system: str, epoch: int = 1, control: str | None = None) -> str:
+    """The idempotent key of one episode; the first epoch's is `<case id>::<system>`. A control
+    episode's (`[run] controls`) adds `::control=<kind>` before the epoch."""
+    key = f"{case_id}::{system}" if control is None else f"{case_id}::{system}::control={control}"
+    return key if epoch == 1 else f"{key}::epoch{epoch}"
 
 
 class ContextUsed(BaseModel):
@@ -57,6 +61,12 @@ class ResultRecord(BaseModel):
     setting: str
     epoch: int = Field(
         default=1, ge=1, description="Which run of this (case, system) it is (`[run] epochs`); 1 for a single run."
+    )
+    control: ControlKind | None = Field(
+        default=None,
+        description="The counterfactual control this episode is (`[run] controls`: swapped, no_context, "
+        "shuffled_history), judged against the case's own user; None for the system's own episode. Controls "
+        "never enter the system's means: they give the personalization effect (summary.json `personalization`).",
     )
     status: str = Field(description="ok | error")
     error: str | None = None
@@ -137,10 +147,10 @@ class ResultsFile:
                 record = ResultRecord.model_validate(data)
             except ValidationError as exc:
                 raise validation_error(exc, file=self.path, line=number) from None
-            expected = result_key(record.case_id, record.system, record.epoch)
+            expected = result_key(record.case_id, record.system, record.epoch, record.control)
             if record.key != expected:  # summaries group by system, resume by key
                 raise DataError(
-                    f"key {record.key!r} is not its case, system and epoch "
+                    f"key {record.key!r} is not its case, system and epoch (and control, in a control episode) "
                     f"({expected!r}): the line was edited or damaged",
                     file=self.path,
                     line=number,

@@ -14,6 +14,8 @@ outputs. A recipe is split into two identities:
   each stored response again.
 
 Everything else changes nothing that was computed and may differ freely: `limit`, concurrency,
+the counterfactual controls (`[run] controls`, a system's `controls`: more add control episodes,
+fewer leave some out of the summary),
 `epochs` (an epoch's episodes are the same whatever the number of epochs: more epochs add episodes,
 fewer leave the later ones out of the summary), `budget_usd` (a larger one resumes a run its budget
 stopped; spend so far counts from the ledger), out_dir, the cache settings, and the model settings outside `ModelSettings.answer_identity()` —
@@ -64,7 +66,8 @@ def system_identity(recipe: dict[str, Any]) -> dict[str, Any]:
         **{f"benchmark.{key}": benchmark.get(key) for key in _BENCHMARK_KEYS},
         "web": recipe.get("web"),
         "user_sim": recipe.get("user_sim") or {"clarify": False},  # folders from before [user_sim] did not ask
-        "systems": {s.get("name"): {k: v for k, v in s.items() if k != "models"} for s in systems},
+        # a system's controls decide only its control episodes, which carry the rest of this identity
+        "systems": {s.get("name"): {k: v for k, v in s.items() if k not in ("models", "controls")} for s in systems},
         **{
             f"models.{role}": {s.get("name"): _role_identities(recipe, s, (role,))[role] for s in systems}
             for role in SYSTEM_SIDE

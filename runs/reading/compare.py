@@ -19,6 +19,7 @@ from atelier.benchmarks.common.degradation import counts_by_kind
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.runs.folder.results import ResultRecord, ResultsFile
 from atelier.runs.reading.comparisons import CORRECTION, adjust, paired_row
+from atelier.runs.reading.personalization import across_runs
 from atelier.runs.reading.report import Point, ci_text, dot_plot, response_parts
 from atelier.runs.reading.usage import format_cost
 
@@ -34,8 +35,15 @@ def _load(run_dir: Path) -> dict[str, Any]:
         raise ConfigError(f"{run_dir} has no summary.json yet; write it with `atelier report {run_dir}`")
     summary = json.loads(no_follow.read_text(folder.summary))
     wanted = set(config["cases"])
-    records = [r for r in ResultsFile(folder.results).load().values() if r.case_id in wanted]
-    return {"dir": str(run_dir), "run_id": config["run_id"], "config": config, "summary": summary, "records": records}
+    held = [r for r in ResultsFile(folder.results).load().values() if r.case_id in wanted]
+    return {
+        "dir": str(run_dir),
+        "run_id": config["run_id"],
+        "config": config,
+        "summary": summary,
+        "records": [r for r in held if r.control is None],  # the systems' own episodes
+        "controls": [r for r in held if r.control is not None],  # counterfactual controls: effects only
+    }
 
 
 EXCERPT_CHARS = 400
@@ -189,7 +197,14 @@ def compare_runs(run_dirs: list[Path], *, baseline: str | None = None, seed: int
                 rows.append({"judge": judge, "entry": entry["id"], **row})
     for entry in entries:
         del entry["scores"]
+    personalized = across_runs(
+        [(label, run["summary"], run["records"] + run["controls"]) for label, run in zip(labels, runs)],
+        base["id"],
+        seed=seed,
+        clusters=clusters,
+    )
     return {
+        "personalization": personalized,
         "config_diff": config_diff([r["config"] for r in runs]),
         "cases": cases_side_by_side(runs, labels, judges),
         "runs": [
@@ -282,6 +297,7 @@ def print_comparison(comparison: dict[str, Any], console) -> None:
             highlight=False,
             soft_wrap=True,
         )
+    print_personalization(comparison["personalization"], console)
     if not comparison["comparisons"]:
         console.print(f"no paired comparisons: no entry shares two or more scored cases with {comparison['baseline']}")
         return
@@ -304,6 +320,46 @@ def print_comparison(comparison: dict[str, Any], console) -> None:
             )
         )
     console.print(paired)
+
+
+def _effect_table(title: str, rows: list[dict[str, Any]], effect: str):
+    """A table of personalization effects (or of differences between them), one row each."""
+    from rich.table import Table
+
+    from atelier.runs.reading.terminal_text import cells
+
+    table = Table(title=title)
+    for column in ("entry", "judge", "control", "pairs", effect, "95% CI", "adjusted p"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        low, high, p = row["ci_low"], row["ci_high"], row.get("p_adjusted")
+        table.add_row(
+            *cells(
+                row["entry"],
+                row["judge"],
+                row["control"],
+                str(row["n"]),
+                "–" if row["mean_difference"] is None else f"{row['mean_difference']:+.3f}",
+                "–" if low is None or high is None else f"[{low:.3f}, {high:.3f}]",
+                "–" if p is None else f"{p:.3g}" + (" *" if row.get("significant") else ""),
+            )
+        )
+    return table
+
+
+def print_personalization(personalized: dict[str, Any], console) -> None:
+    """Each run's personalization effects (own − control, with their intervals) and each entry's
+    effect against the baseline's; nothing when no run had controls."""
+    if not personalized["effects"]:
+        return
+    title = "personalization effect: own − control (95% CI), headline scores"
+    console.print(_effect_table(title, personalized["effects"], "effect"))
+    if personalized["versus_baseline"]:
+        title = (
+            f"effect against {personalized['baseline']}'s effect, paired on shared cases "
+            f"(p adjusted together: {personalized['correction']})"
+        )
+        console.print(_effect_table(title, personalized["versus_baseline"], "difference of effects"))
 
 
 def write_comparison_html(comparison: dict[str, Any], path: str | Path) -> None:

@@ -8,6 +8,7 @@ from atelier.agents.judges.base import ComparativeJudge, create_judge
 from atelier.agents.models.ledger import ledger_totals, read_ledger
 from atelier.benchmarks.case import Case
 from atelier.graphs.pipelines import PIPELINES
+from atelier.runs.folder.controls import run_control_keys, system_controls
 from atelier.runs.folder.epochs import run_epochs
 from atelier.runs.folder.layout import RunFolder, expected_keys
 from atelier.runs.folder.recipe import Recipe
@@ -108,6 +109,7 @@ def _outcome(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
     recipe = config["recipe"]
     judge_objects = [create_judge(j) for j in recipe["judges"]]
     keys = expected_keys(config["cases"], [s["name"] for s in recipe["systems"]], run_epochs(config))
+    keys += run_control_keys(config)  # counterfactual controls are episodes of the run too
     wanted = set(keys)
     records = [r for k, r in ResultsFile(folder.results).load().items() if k in wanted]
     baselines = {j.key: j.baseline for j in judge_objects if isinstance(j, ComparativeJudge)}
@@ -120,13 +122,16 @@ def finish_run(
     folder: RunFolder, config: dict[str, Any], cases: list[Case] | None = None, *, budget: BudgetState | None = None
 ) -> RunOutcome:
     """Write summary.json and report.html for exactly the episodes of the recipe in `config` (its
-    cases x systems x epochs), from what results.jsonl and ledger.jsonl hold; return how the run ended.
+    cases x systems x epochs, and the counterfactual controls it asks for: `personalization`), from
+    what results.jsonl and ledger.jsonl hold; return how the run ended.
     `cases` (the run's, else loaded again) give the report each case's query; `budget`, the run's
     (`[run] budget_usd`), what it spent and whether it stopped the run."""
     from atelier.runs.reading.comparisons import (  # scipy and matplotlib: only once there is
         versus_baseline,
         versus_paper,
     )
+    from atelier.runs.reading.personalization import personalization
+    from atelier.runs.reading.personalization_page import personalization_section
     from atelier.runs.reading.report import write_report  # something to summarize (a failed preflight exits sooner)
     from atelier.runs.reading.summary import epoch_means, summarize
 
@@ -136,10 +141,18 @@ def finish_run(
     judges = [j.key for j in judge_objects]
     epochs = run_epochs(config)
     keys = expected_keys(config["cases"], systems, epochs)
-    wanted = set(keys)
-    records = [r for k, r in ResultsFile(folder.results).load().items() if k in wanted]
+    wanted, controlled = set(keys), set(run_control_keys(config))
+    held = ResultsFile(folder.results).load()
+    records = [r for k, r in held.items() if k in wanted]
+    controls = [r for k, r in held.items() if k in controlled]  # never in the systems' own figures
     baselines = {j.key: j.baseline for j in judge_objects if isinstance(j, ComparativeJudge)}
-    outcome = outcome_of(records, keys, judges, baselines=baselines, tolerate=recipe["run"].get("tolerate", []))
+    outcome = outcome_of(
+        records + controls,
+        keys + run_control_keys(config),
+        judges,
+        baselines=baselines,
+        tolerate=recipe["run"].get("tolerate", []),
+    )
     if budget is not None and budget.reached:
         outcome.budget_reached = budget.line()
     ledger = read_ledger(folder.ledger)
@@ -157,6 +170,19 @@ def finish_run(
     )
     for name, usage in system_usage(records, ledger, systems, config["cases"]).items():
         summary["systems"][name]["usage"] = usage
+    case_ids = set(config["cases"])
+    personalized = personalization(
+        records + controls,
+        system_controls(recipe),
+        judges,
+        seed=recipe.get("seed", 0),
+        clusters=clusters,
+        ledger=[e for e in ledger if e.case_id in case_ids],
+        donors=(config.get("controls") or {}).get("swapped_donors"),
+        headline_only=[j.key for j in judge_objects if j.case_specific_criteria],
+    )
+    if personalized is not None:
+        summary["personalization"] = personalized
     report = recipe.get("report") or {}
     summary["versus_baseline"] = versus_baseline(  # paired on cases: each case's mean over its epochs
         epoch_means(records) if epochs > 1 else records,
@@ -171,7 +197,6 @@ def finish_run(
     )
     summary["web"] = searched_web(Recipe.model_validate(recipe))
     outcome.unmeasured = [f"{row['row']} / {row['metric']}" for row in summary["paper"] if not row["n"]]
-    case_ids = set(config["cases"])
     # the run's calls: its episodes' and its own (preflight), not those of systems or cases left out since
     calls = [
         e for e in ledger if (e.case_id is None or e.case_id in case_ids) and (e.system is None or e.system in systems)
@@ -190,5 +215,12 @@ def finish_run(
     if budget is not None:
         summary["budget"] = budget.as_dict()
     write_json_atomic(folder.summary, summary)
-    write_report(folder.report, config=config, summary=summary, records=records, cases=by_id)
+    write_report(
+        folder.report,
+        config=config,
+        summary=summary,
+        records=records,
+        cases=by_id,
+        sections=[personalization_section(summary)],
+    )
     return outcome

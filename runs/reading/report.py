@@ -454,7 +454,9 @@ def write_report(
     summary: dict[str, Any],
     records: Iterable[ResultRecord],
     cases: dict[str, Case] | None = None,
+    sections: Iterable[str] = (),
 ) -> None:
+    """`sections`: HTML sections of their own (the personalization effects), shown after the comparisons."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     records = sorted(records, key=lambda r: (r.case_id, r.system, r.epoch))
@@ -491,5 +493,6 @@ def write_report(
         cost_axis=cost_axis,
         cost_key=cost_key,
         failing_kinds=[d["kind"] for d in summary["episodes"].get("degraded", []) if not d["tolerated"]],
+        sections=list(sections),
     )
     write_atomically(path, html)  # no key, even one an error quoted; a link in its place is replaced

@@ -5,6 +5,7 @@ its typed results and ledger, its config, and `to_pandas()`: one row per episode
     run.summary["systems"]["direct-full"]["judges"]["lampqa_aspects"]["mean"]
     frame = run.to_pandas()          # pandas: pip install "atelier[notebook]"
     frame.groupby(["system", "judge"])["score"].mean()
+    run.effects                      # with [run] controls: own - control per system x judge, with CIs
 
 Everything is read from the folder's files (config.json, results.jsonl, summary.json,
 ledger.jsonl), so a run opened later reads exactly what the run that wrote it saw.
@@ -22,6 +23,7 @@ from atelier.agents.models.ledger import LedgerEntry, read_ledger
 from atelier.benchmarks.common.degradation import counts_by_kind
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.json_input import read_json_file
+from atelier.runs.folder.controls import run_control_keys
 from atelier.runs.folder.layout import RunFolder, expected_keys
 from atelier.runs.folder.results import ResultRecord, ResultsFile
 from atelier.runs.reading.outcome import RunOutcome
@@ -85,6 +87,27 @@ class Run:
         keys = expected_keys(self.config["cases"], [s["name"] for s in recipe["systems"]], _epochs(recipe))
         held = ResultsFile(self.folder.results).load()
         return [held[key] for key in keys if key in held]
+
+    @property
+    def control_results(self) -> list[ResultRecord]:
+        """The run's counterfactual control episodes (`[run] controls`), typed: each marked with its
+        `control`; never among `results`."""
+        held = ResultsFile(self.folder.results).load()
+        return [held[key] for key in run_control_keys(self.config) if key in held]
+
+    @property
+    def personalization(self) -> dict[str, Any] | None:
+        """summary.json's `personalization` (None: the run had no controls): the effects own − control
+        per system, judge (and criterion) and control with their intervals, which criteria respond to
+        the user, and the control episodes' counts, leaks and cost."""
+        return self.summary.get("personalization")
+
+    @property
+    def effects(self) -> list[dict[str, Any]]:
+        """The personalization effects as rows (`pandas.DataFrame(run.effects)`): system, judge,
+        criterion (None: the headline score), control, n, mean_a (own), mean_b (control),
+        mean_difference (the effect), ci_low, ci_high, p_adjusted, ...; [] without controls."""
+        return list((self.personalization or {}).get("effects") or [])
 
     @property
     def ledger(self) -> list[LedgerEntry]:

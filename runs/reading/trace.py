@@ -141,7 +141,7 @@ def load_trace(run_dir: str | Path, case_id: str, system: str | None = None, epo
     ledger = [
         e
         for e in (read_ledger(folder.ledger) if folder.ledger.exists() else [])
-        if e.case_id == case_id and e.system == system and e.epoch == epoch
+        if e.case_id == case_id and e.system == system and e.epoch == epoch and e.control is None  # not its controls'
     ]
 
     steps: list[Step] = []

@@ -48,7 +48,7 @@ def system_usage(
     cases = set(case_ids)
     calls: dict[str, dict[str, list[LedgerEntry]]] = defaultdict(lambda: defaultdict(list))
     for entry in ledger:
-        if entry.system in systems and entry.case_id in cases:
+        if entry.system in systems and entry.case_id in cases and entry.control is None:  # controls: their own line
             calls[entry.system][role_kind(entry.role)].append(entry)
     latencies: dict[str, list[float]] = defaultdict(list)
     for record in records:

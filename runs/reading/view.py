@@ -154,7 +154,7 @@ class RunViewData:
     def rows(self) -> list[EpisodeRow]:
         usage: dict[tuple[str | None, str | None, int], list[LedgerEntry]] = defaultdict(list)
         for entry in self.ledger:
-            if entry.is_model_call:
+            if entry.is_model_call and entry.control is None:  # a counterfactual control's calls are its own
                 usage[(entry.case_id, entry.system, entry.epoch)].append(entry)
         rows = []
         for case_id, system, epoch in itertools.product(

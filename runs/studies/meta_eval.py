@@ -335,7 +335,8 @@ def judge_records(run_dir: Path, judge: str) -> dict[str, ResultRecord]:
     path = run_dir / "results.jsonl"
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a run folder with results (no results.jsonl)")
-    records = ResultsFile(path).load()
+    # a system's own episodes: its counterfactual controls (`[run] controls`) are no answer a person labels
+    records = {key: r for key, r in ResultsFile(path).load().items() if r.control is None}
     judged = {key: r for key, r in records.items() if _judgment(r, judge) is not None}
     if not judged:
         keys = sorted({j.judge for r in records.values() for j in r.judgments})
@@ -764,7 +765,11 @@ def sheet_items(run_dir: Path, judge: str | None = None, criteria: list[str] | N
     name = next((j.get("name") for j in recipe.judges if (j.get("label") or j.get("name")) == judge), judge)
     guide = _bespoke_guide() if name == "bespoke" else {}
     judged = sorted(
-        (r for r in records.values() if _judgment(r, judge) is not None and r.response is not None),
+        (
+            r
+            for r in records.values()
+            if _judgment(r, judge) is not None and r.response is not None and r.control is None
+        ),
         key=lambda r: (r.case_id, r.system),
     )
     wanted = {r.case_id for r in judged}

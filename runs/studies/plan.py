@@ -22,6 +22,9 @@ call) of the pilot's cases with one and with two judge repeats gives each system
 per case for its episode and per judge repeat; a plan costs n x e x (episode + r x repeat) for
 both systems, as a low-high range (null dollars: a price is unknown). `--model` prices it on another
 model.
+
+A pilot with counterfactual controls (`[run] controls`) also plans each personalization effect,
+`system - system~kind` (runs/studies/plan_controls.py), and says what each control adds per case.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from atelier.runs.folder.recipe import Recipe
 from atelier.runs.folder.results import ResultRecord, ResultsFile
 from atelier.runs.reading.comparisons import cluster_labels, scores_by_case
 from atelier.runs.reading.summary import repeat_scores
+from atelier.runs.studies.plan_controls import control_cost_notes, control_pairs, control_records
 
 EPOCH_OPTIONS = (1, 2, 3, 5)
 REPEAT_OPTIONS = (1, 2, 3, 5)
@@ -208,7 +212,7 @@ def plan_run(
         raise ConfigError(f"--detect must be a positive difference in the judge's scale, got {detect}")
     config = load_run_config(run_dir)
     recipe = Recipe.model_validate(config["recipe"])
-    records = _pilot_records(run_dir, config)
+    records = _pilot_records(run_dir, config) + control_records(run_dir, config)  # controls as `<system>~<kind>`
     notes: list[str] = []
     try:
         everything = recipe.cases(limited=False)
@@ -228,10 +232,10 @@ def plan_run(
     units: dict[str, tuple[CostRange, CostRange]] = {}
     if with_cost:
         units, cost_notes = _unit_costs(recipe, model)
-        notes += cost_notes
+        notes += cost_notes + control_cost_notes(units)
     plans: list[ComparisonPlan] = []
     for judge in judges:
-        for a, b in combinations(systems, 2):
+        for a, b in [*combinations(systems, 2), *control_pairs(config)]:  # own - control: a personalization effect
             try:
                 variance, pilot, comparison_notes = _components(records, a, b, judge, clusters)
             except ValueError as exc:

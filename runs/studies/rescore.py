@@ -155,6 +155,8 @@ class Rescore:
             s.name: runner.context_for(s.model_copy(update={"memory": {"backend": "none"}})) for s in recipe.systems
         }
         config = runner._config([cases[i] for i in sorted(cases)])
+        if "controls" in self.original_config:  # its control episodes are rescored too: who answered for whom
+            config["controls"] = self.original_config["controls"]
         _, dropped = paper_rows_for(self.original.report.model_dump(mode="json")["paper"], recipe.judges)
         config["rescore_of"] = {
             "run_id": self.original_config.get("run_id"),
@@ -174,7 +176,9 @@ class Rescore:
         async def one(record: ResultRecord) -> ResultRecord:
             async with limit:
                 with (
-                    call_tags(case=record.case_id, system=record.system, epoch=str(record.epoch)),
+                    call_tags(
+                        case=record.case_id, system=record.system, epoch=str(record.epoch), control=record.control
+                    ),
                     capture_calls() as calls,
                 ):
                     judgments = await judge_again(cases[record.case_id], record, contexts[record.system])

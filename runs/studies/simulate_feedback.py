@@ -42,7 +42,7 @@ async def rate_run(
     results = [
         r
         for r in ResultsFile(run_dir / "results.jsonl").load().values()
-        if r.ok and r.response is not None and r.response.text.strip()
+        if r.ok and r.response is not None and r.response.text.strip() and r.control is None  # not its controls
     ]
     if not results:
         raise ConfigError(f"--run {run_dir}: no finished responses to rate")

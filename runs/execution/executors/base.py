@@ -32,8 +32,12 @@ class Episode:
         return epoch_of(self.context, self.system)
 
     @property
+    def control(self) -> str | None:
+        return self.context.control.kind if self.context.control is not None else None
+
+    @property
     def key(self) -> str:
-        return result_key(self.case.id, self.system.name, self.epoch)
+        return result_key(self.case.id, self.system.name, self.epoch, self.control)
 
 
 class Executor(Protocol):

@@ -528,6 +528,7 @@ def _lost(episode: Episode, reason: str) -> ResultRecord:
         user_id=episode.case.user_id,
         setting=episode.system.setting or episode.case.setting,
         epoch=episode.epoch,
+        control=episode.control,
         status="error",
         error=f"worker lost: {first_line}",
         finished_at=time.time(),
