@@ -34,6 +34,7 @@ from atelier.agents.models.openai_api import EndpointSession
 from atelier.benchmarks.common.errors import AtelierError, ConfigError
 from atelier.graphs.external import agents, launcher
 from atelier.graphs.external.agents import session_env
+from atelier.graphs.external.child import guard
 from atelier.graphs.external.endpoint import AgentEndpoint
 from atelier.graphs.external.options import ExternalOptions
 from atelier.graphs.pipelines import check_systems_available
@@ -150,6 +151,32 @@ RUNNER = textwrap.dedent('''
         done = subprocess.run(["curl", "-sS", "-m", "10", "-H", f"Authorization: Bearer {token}", url], capture_output=True)
         curled = sorted(m["id"] for m in json.loads(done.stdout)["data"]) if done.returncode == 0 else exited(done)
         return {"python": python, "curl": curled}
+
+
+    def kernel_settings(probe):
+        """The machine's kernel settings through /proc/sys (opened for writing only: nothing is written)."""
+        outcomes = {}
+        for path in ("/proc/sys/kernel/core_pattern", "/proc/sys/kernel/hostname"):
+            try:
+                os.close(os.open(path, os.O_WRONLY))
+                outcomes[path] = "opened for writing"
+            except OSError as exc:
+                outcomes[path] = failed(exc)
+        return outcomes
+
+
+    def regain_capabilities(probe):
+        """A user namespace of its own (with a mount namespace): capabilities again, then a tmpfs mounted."""
+        if LIBC.unshare(0x10000000 | 0x00020000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS
+            return f"unshare: {os.strerror(ctypes.get_errno())}"
+        caps = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
+        mounted = LIBC.mount(b"tmpfs", b"/dev/shm", b"tmpfs", 0, None) == 0  # in its own mount namespace
+        return f"CapEff {caps}" + (", mounted a tmpfs" if mounted else "")
+
+
+    def identity(probe):
+        return {"uid": os.getuid(), "hostname": os.uname().nodename, "seccomp": [
+            l.split()[1] for l in open("/proc/self/status") if l.startswith(("NoNewPrivs", "Seccomp:"))]}
 
 
     def sleeper(probe):
@@ -443,13 +470,30 @@ async def test_no_way_out_of_the_boundary_reaches_the_machine_but_the_endpoint_d
     assert outcomes["sleeper"] > 0 and not await leftover_sleepers(isolated=True)  # killed with its job, reaped
 
 
+async def test_a_job_cannot_touch_the_kernels_settings_nor_regain_capabilities(bypass_agent, endpoint, tmp_path):
+    """Issue 49's findings 1 and 5, as a command agent's code would try them (run as root here, as in
+    containers and CI): /proc/sys opened for writing, a user namespace of its own and a mount in it."""
+    attempts = ["kernel_settings", "regain_capabilities", "identity"]
+    outcomes = await attempt(tmp_path, endpoint.env, "namespaces", attempts)
+    assert all(said.startswith("failed: OSError: [Errno 30] Read-only file system") for said in
+               outcomes["kernel_settings"].values()), outcomes["kernel_settings"]  # fmt: skip
+    assert outcomes["regain_capabilities"] == "unshare: Operation not permitted"
+    assert outcomes["identity"]["hostname"] == guard.JOB_HOSTNAME and outcomes["identity"]["seccomp"] == ["1", "2"]
+    if os.geteuid() == 0:
+        assert outcomes["identity"]["uid"] == guard.JOB_ID
+
+
 async def test_without_the_boundary_the_same_attempts_reach_the_machine(
     bypass_agent, endpoint, canary, tmp_path, monkeypatch
 ):
     """`isolation = "none"` runs the agent with no boundary, even where none could be made."""
     monkeypatch.setattr(launcher, "boundary_problem", lambda python: "unshare: unshare failed: Operation not permitted")
-    outcomes = await attempt(tmp_path, endpoint.env, "none", [*WAYS_OUT, "endpoint"], **canary.addresses)
+    attempts = [*WAYS_OUT, "endpoint", "kernel_settings", "regain_capabilities"]
+    outcomes = await attempt(tmp_path, endpoint.env, "none", attempts, **canary.addresses)
     assert canary.heard() == set(WAYS_OUT), outcomes
+    if os.geteuid() == 0:  # the attempts of test_a_job_cannot_touch_the_kernels_settings... are real
+        assert set(outcomes["kernel_settings"].values()) == {"opened for writing"}
+    assert outcomes["regain_capabilities"] == "CapEff 000001ffffffffff, mounted a tmpfs"
     assert outcomes["unix_socket"] == "connected"
     assert outcomes["endpoint"] == {"python": [200, ["default", "probe"]], "curl": ["default", "probe"]}
 
@@ -532,6 +576,46 @@ def test_the_probe_says_why_the_boundary_cannot_be_made():
     assert launcher.probe_boundary(None, launcher.boundary_command()) is None
     cannot = ["sh", "-c", "echo 'unshare: unshare failed: Operation not permitted' >&2; exit 1", "--"]
     assert launcher.probe_boundary(None, cannot) == "unshare: unshare failed: Operation not permitted"
+
+
+# Guards that each leave one thing open (a text edit of guard.py -> what the probe must name)
+WEAKENED = {
+    "ptrace_allowed": ({'"mount_setattr", "ptrace", ': '"mount_setattr", '}, "ptrace"),
+    "nested_user_namespaces": ({'    "unshare", "setns",': '    "setns",'}, "a user namespace"),
+    "proc_writable_and_root": (
+        {
+            "MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)": "MS_NOSUID | MS_NODEV | MS_NOEXEC)",
+            "become=JOB_ID if as_job_id else None": "become=None",
+        },
+        "/proc/sys/kernel/core_pattern opens for writing",
+    ),
+    "machines_host_name": (
+        {
+            "CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP": "CLONE_NEWIPC | CLONE_NEWCGROUP",
+            '_check(libc.sethostname(hostname, len(hostname)), "sethostname")': "pass",
+        },
+        "the job shares the machine's host name",
+    ),
+    "no_seccomp": ({"\n    _install_seccomp(libc)\n": "\n"}, "without no_new_privs and a seccomp filter"),
+}
+
+
+@pytest.mark.parametrize("weakness", sorted(WEAKENED))
+def test_the_probe_fails_a_guard_that_leaves_one_thing_open(weakness, tmp_path):
+    """The preflight's probe tries each forbidden action: a guard that leaves one open fails it, by name."""
+    edits, named = WEAKENED[weakness]
+    text = (ROOT / "graphs" / "external" / "child" / "guard.py").read_text()
+    for old, new in edits.items():
+        assert old in text, f"the edit {old!r} no longer applies to guard.py"
+        text = text.replace(old, new)
+    weak = tmp_path / "guard.py"
+    weak.write_text(text)
+    if weakness == "proc_writable_and_root" and os.geteuid() != 0:
+        pytest.skip("a job of a run that is not root is never root of the machine")
+    problem = launcher.probe_boundary(None, launcher.boundary_command(), guard=weak)
+    assert problem is not None and problem.startswith("atelier boundary probe: a job could do what it must not: ")
+    assert named in problem, problem
+    assert launcher.probe_boundary(None, launcher.boundary_command()) is None  # the real guard holds
 
 
 def test_an_isolated_agent_reaches_one_endpoint_address():
@@ -675,7 +759,8 @@ async def test_a_job_reaches_no_file_socket_job_or_server_of_the_machine(bypass_
         "failed: FileNotFoundError"
     )
     assert outcomes["agent_server"] == {"seen": 0, "may_signal": 0}
-    assert outcomes["signal_init"] == "still running"
+    # run as root, the job (JOB_ID) may not even signal its init (root of its namespace); else the init ignores it
+    assert outcomes["signal_init"] in ("still running", "failed: PermissionError: [Errno 1] Operation not permitted")
     assert victim == (0, {"wait_released": "released"})  # the concurrent job ran on, unharmed
     assert launcher._servers[(None, AGENT, True)].alive
 
@@ -703,6 +788,7 @@ async def test_without_the_boundary_the_job_reaches_every_planted_thing(
 def tmp_venv(tmp_path_factory):
     """A virtual environment under /tmp (which a job's own /tmp would hide) with a module of its own."""
     folder = Path(tempfile.mkdtemp(prefix="atelier-venv-", dir="/tmp"))
+    folder.chmod(0o755)  # as a venv is made (mkdtemp's 0700 would hide it from the job's unprivileged user)
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(folder)], check=True, timeout=120
     )

@@ -71,8 +71,6 @@ from atelier.graphs.external.agents import CHILD, base_env, child_command, endpo
 Isolation = Literal["namespaces", "none"]
 PREFIX = "@atelier "
 STDERR_TAIL = 1500
-# a user namespace even for root: root inside it holds no capability over the machine
-UNSHARE_OPTIONS = ("--user", "--map-root-user", "--net", "--pid", "--fork", "--mount-proc", "--kill-child")
 PROBE_TIMEOUT_S = 60
 RELAY_CHUNK = 1 << 16
 UNIX_PATH_MAX = 107
@@ -82,17 +80,18 @@ class AgentServerError(AtelierError):
     """The agent server could not start (or ended): no job can run on it."""
 
 
-def boundary_command() -> list[str] | None:
-    """The command prefix that starts a process inside the agents' namespaces (None: no `unshare`)."""
-    unshare = shutil.which("unshare", path=base_env()["PATH"])
-    return [unshare, *UNSHARE_OPTIONS, "--"] if unshare else None
+def boundary_command() -> list[str]:
+    """The command prefix that starts a process inside the agents' namespaces (`guard.namespaces`:
+    a user namespace even for root, whose root holds no capability over the machine)."""
+    return [sys.executable, str(CHILD / "guard.py"), "--namespaces", "--"]
 
 
-def probe_boundary(python: str | None, command: list[str]) -> str | None:
-    """Why a job's boundary cannot be made by `command` for `python` (None: it can, and holds)."""
+def probe_boundary(python: str | None, command: list[str], guard: Path = CHILD / "guard.py") -> str | None:
+    """Why a job's boundary cannot be made by `command` for `python`, or does not hold (`guard.probe`
+    tries each thing a job must not do): None when it can, and holds."""
     try:
         done = subprocess.run(
-            [*command, python or sys.executable, str(CHILD / "guard.py"), "--probe"],
+            [*command, python or sys.executable, str(guard), "--probe"],
             env=base_env(),
             capture_output=True,
             text=True,
@@ -112,10 +111,7 @@ def boundary_problem(python: str | None) -> str | None:
     Probed once per interpreter and process."""
     if sys.platform != "linux":
         return f"they need Linux namespaces and this is {sys.platform}"
-    command = boundary_command()
-    if command is None:
-        return "the unshare command (util-linux) is not on PATH"
-    return probe_boundary(python, command)
+    return probe_boundary(python, boundary_command())
 
 
 def require_boundary(python: str | None) -> None:
@@ -136,12 +132,7 @@ class AgentServer:
         """`isolated`: inside the agents' namespaces (then each job needs a `boundary`)."""
         command = child_command(python, "--serve", agent)
         if isolated:
-            prefix = boundary_command()
-            if prefix is None:
-                raise ConfigError(
-                    "external agents run inside Linux namespaces: the unshare command (util-linux) is not on PATH"
-                )
-            command = [*prefix, *command]
+            command = [*boundary_command(), *command]
         self.isolated = isolated
         self.stderr = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
@@ -447,7 +438,6 @@ async def sealed_command(
     _check_isolation(isolation)
     await asyncio.to_thread(require_boundary, None)
     prefix = boundary_command()
-    assert prefix is not None  # require_boundary found it
     host, port = endpoint_address(env)
     async with endpoint_relay(host, port) as socket_path:
         spec = {
