@@ -47,7 +47,7 @@ WAYS_OUT = ("python_connect", "curl", "wget", "new_interpreter", "ctypes_connect
 
 RUNNER = textwrap.dedent('''
     """Attempts to reach past an agent's boundary (tests/test_agent_isolation.py); each says how it ended."""
-    import ctypes, json, os, shutil, socket, struct, subprocess, sys, urllib.request
+    import ctypes, json, os, shutil, socket, struct, subprocess, sys, urllib.error, urllib.request
 
     IMPORTS = ()
     LIBC = ctypes.CDLL(None, use_errno=True)
@@ -177,6 +177,74 @@ RUNNER = textwrap.dedent('''
     def identity(probe):
         return {"uid": os.getuid(), "hostname": os.uname().nodename, "seccomp": [
             l.split()[1] for l in open("/proc/self/status") if l.startswith(("NoNewPrivs", "Seccomp:"))]}
+
+
+    def tokens_in_memory(pid):
+        """Every session token in the readable memory of process `pid`, or why it could not be read."""
+        import re
+        found = set()
+        try:
+            with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+                for line in maps:
+                    span, perms = line.split()[:2]
+                    if not perms.startswith("r"):
+                        continue
+                    start, end = (int(x, 16) for x in span.split("-"))
+                    if end - start > 256 << 20:
+                        continue  # a reservation, not data
+                    try:
+                        found.update(re.findall(rb"atl-[0-9a-f]{32}", os.pread(mem.fileno(), end - start, start)))
+                    except OSError:
+                        continue  # a guard page, a device mapping
+        except OSError as exc:
+            return failed(exc)
+        return sorted(t.decode() for t in found)
+
+
+    def steal_tokens(probe):
+        """Another job's session token, from this job's memory (a copy of the agent server's), its
+        parent's (/proc/<parent>/mem), every process's environment and every file in sight."""
+        own = os.environ["OPENAI_API_KEY"]
+        found = {"own_memory": tokens_in_memory("self"), "parent_memory": tokens_in_memory(os.getppid())}
+        environs = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    environs.append(fh.read())
+            except OSError:
+                continue
+        found["environ"] = [t.decode() for data in environs for t in __import__("re").findall(rb"atl-[0-9a-f]{32}", data)]
+        in_files = set()
+        for folder in ("/tmp", "/dev/shm", os.getcwd(), os.path.dirname(probe["victim"])):
+            for root, _, names in os.walk(folder):
+                for name in names:
+                    try:
+                        with open(os.path.join(root, name), "rb") as fh:
+                            in_files.update(__import__("re").findall(rb"atl-[0-9a-f]{32}", fh.read()))
+                    except OSError:
+                        continue
+        found["files"] = sorted(t.decode() for t in in_files)
+        return {k: v if isinstance(v, str) else sorted(set(v) - {own}) for k, v in found.items()}
+
+
+    def use_token(probe):
+        """The endpoint, asked with this job's token and with another's (as if it had leaked)."""
+        answers = {}
+        for whose, token in (("own", os.environ["OPENAI_API_KEY"]), ("other", probe["other_token"])):
+            request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/models",
+                                             headers={"Authorization": f"Bearer {token}"})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as answer:
+                    answers[whose] = answer.status
+            except urllib.error.HTTPError as exc:
+                answers[whose] = exc.code
+            search = os.environ["SEARX_URL"].replace(os.environ["OPENAI_API_KEY"], token) + "/search?q=x&format=json"
+            try:
+                with urllib.request.urlopen(search, timeout=10) as answer:
+                    answers[f"{whose}_search"] = answer.status
+            except urllib.error.HTTPError as exc:
+                answers[f"{whose}_search"] = exc.code
+        return answers
 
 
     def sleeper(probe):
@@ -701,7 +769,9 @@ def planted():
     things.remove()
 
 
-async def run_job(folder: Path, env: dict, isolation: str, attempts: list[str], **probe) -> tuple[int | None, dict]:
+async def run_job(
+    folder: Path, env: dict, isolation: str, attempts: list[str], bind=None, **probe
+) -> tuple[int | None, dict]:
     await asyncio.to_thread(folder.mkdir, exist_ok=True)
     code = await launcher.run_agent_job(
         None,
@@ -712,6 +782,7 @@ async def run_job(folder: Path, env: dict, isolation: str, attempts: list[str], 
         env,
         120,
         isolation,
+        bind=bind,
     )
     output = folder / "output.json"
     return code, json.loads(json.loads(output.read_text())["report"]) if output.exists() else {}
@@ -738,6 +809,71 @@ async def attack_beside_a_concurrent_job(
     assert code == 0, (attacker_folder / "agent.log").read_text()
     (victim_folder / "released").touch()
     return outcomes, await victim
+
+
+async def test_two_concurrent_jobs_cannot_reach_or_use_each_others_session(bypass_agent, endpoint, tmp_path):
+    """Issue 49's finding 2: a job (the attacker) beside another (the victim), both forked from one
+    agent server, looks for the victim's session token in its own memory (a copy of the server's), its
+    parent's, every environment and every file in sight — and, given the token as if it had leaked,
+    uses it through its own connection: the endpoint answers it only on the victim's connections."""
+    gateway = endpoint.sessions.get(endpoint.env["OPENAI_API_KEY"]).gateway
+    sessions = [endpoint.sessions.add(EndpointSession(gateway=gateway, agent=AGENT)) for _ in range(2)]
+    web = [endpoint.web_sessions.add(FakeWebSession(s)) for s in sessions]
+    victim_session, attacker_session = sessions
+    envs = [session_env(endpoint.openai_base, s.token, f"{endpoint.base_url}/s/{s.token}", endpoint.base_url)
+            for s in sessions]  # fmt: skip
+    for session in sessions:
+        endpoint.bindings.require(session.token)
+    victim_folder, attacker_folder = tmp_path / "victim", tmp_path / "attacker"
+    try:
+        victim = asyncio.create_task(
+            run_job(victim_folder, envs[0], "namespaces", ["wait_released"], bind=endpoint.bind(victim_session.token))
+        )
+        for _ in range(600):
+            if (victim_folder / "started").exists():
+                break
+            await asyncio.sleep(0.05)
+        code, outcomes = await run_job(
+            attacker_folder,
+            envs[1],
+            "namespaces",
+            ["steal_tokens"],
+            bind=endpoint.bind(attacker_session.token),
+            victim=str(victim_folder),
+        )
+        # then, as if it had leaked all the same, the victim's token handed to a job of the attacker's session
+        used = await run_job(
+            tmp_path / "leaked",
+            envs[1],
+            "namespaces",
+            ["use_token"],
+            bind=endpoint.bind(attacker_session.token),
+            other_token=victim_session.token,
+        )
+        (victim_folder / "released").touch()
+        assert (await victim)[0] == 0
+    finally:
+        for session, web_session in zip(sessions, web, strict=True):
+            endpoint.bindings.release(session.token)
+            endpoint.sessions.remove(session)
+            endpoint.web_sessions.remove(web_session)
+    assert code == 0, (attacker_folder / "agent.log").read_text()
+    stolen = outcomes["steal_tokens"]
+    assert stolen["own_memory"] == [] and stolen["environ"] == [] and stolen["files"] == [], stolen
+    assert stolen["parent_memory"] == [] or stolen["parent_memory"].startswith("failed: PermissionError"), stolen
+    assert used == (0, {"use_token": {"own": 200, "own_search": 200, "other": 403, "other_search": 403}})
+    # nor do the server's requests name a token: the jobs read theirs from their own relay's folder
+    assert victim_session.token not in (victim_folder / "agent.log").read_text()
+
+
+class FakeWebSession:
+    """A web session of the endpoint's (by token) that answers every search with nothing."""
+
+    def __init__(self, session: EndpointSession) -> None:
+        self.token = session.token
+
+    async def search(self, query: str) -> list:
+        return []
 
 
 async def test_a_job_reaches_no_file_socket_job_or_server_of_the_machine(bypass_agent, endpoint, planted, tmp_path):

@@ -241,6 +241,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         max_results=options.max_results,
         page_chars=options.page_chars,
         keep=resources.sources.put,
+        bound=options.isolation == "namespaces",  # answered only on its own job's connections
     ) as (model, web_session):
         assert web_session is not None
         view = view_of(state, runtime, PIPELINE)
@@ -278,6 +279,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             options.timeout_s,
             options.isolation,
             read_only=visible,
+            bind=endpoint.bind(model.token),
         )
         wall_s = time.perf_counter() - started
         if code is None:

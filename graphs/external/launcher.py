@@ -59,7 +59,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,10 +265,15 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         pass  # either side went away: the connection is over, as it would be without the relay
 
 
+Bind = Callable[[int], Callable[[], None]]  # a relayed connection's local port -> the call that unbinds it
+
+
 @contextlib.asynccontextmanager
-async def endpoint_relay(host: str, port: int) -> AsyncIterator[str]:
+async def endpoint_relay(host: str, port: int, bind: Bind | None = None) -> AsyncIterator[str]:
     """A Unix socket (its path) whose every connection is relayed to `host`:`port` on this event
-    loop: an isolated job's one way out. Closed, with its connections, on exit."""
+    loop: an isolated job's one way out. `bind` is told each relayed connection's local port before
+    a byte of it is sent (the endpoint then knows it is this job's: `AgentEndpoint.bind`). Closed,
+    with its connections, on exit."""
     folder = await asyncio.to_thread(tempfile.mkdtemp, prefix="atelier-endpoint-")  # 0700: this user's; off the loop
     path = os.path.join(folder, "endpoint.sock")
     if len(path.encode()) > UNIX_PATH_MAX:
@@ -283,12 +288,17 @@ async def endpoint_relay(host: str, port: int) -> AsyncIterator[str]:
         assert task is not None  # the server runs each connection's callback in a task
         links.add(task)
         upstream_writer = None
+        unbind = None
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(host, port)
+            if bind is not None:
+                unbind = bind(upstream_writer.get_extra_info("sockname")[1])
             await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
         except OSError:
             pass  # the endpoint is gone: the job's client sees its connection close
         finally:
+            if unbind is not None:
+                unbind()
             for end in (writer, upstream_writer):
                 if end is not None:
                     end.close()
@@ -358,11 +368,15 @@ async def run_agent_job(
     timeout_s: float,
     isolation: Isolation = "namespaces",
     read_only: Sequence[str | Path] = (),
+    bind: Bind | None = None,
+    limits: dict[str, int] | None = None,
 ) -> int | None:
     """Run the job whose input is `input_path` (the agent's working folder is its folder). With
-    `isolation = "namespaces"` it reaches only the endpoint its session's URLs (`env`) name and sees
-    only its folder, its interpreter and `read_only`; it is refused (`ConfigError`) where that
-    boundary cannot be made."""
+    `isolation = "namespaces"` it reaches only the endpoint its session's URLs (`env`) name, on
+    connections `bind` is told of, sees only its folder, its interpreter and `read_only`, within
+    `limits` (`guard.LIMITS`); it is refused (`ConfigError`) where that boundary cannot be made. Its
+    session (`env`, which holds the token) never passes through the agent server, whose memory every
+    job is a copy of: the job reads it from a file beside its relay's socket once in its boundary."""
     if isolation == "none":
         if not hasattr(os, "fork"):
             return await _run_fresh(python, input_path, output_path, log_path, env, timeout_s)
@@ -372,9 +386,23 @@ async def run_agent_job(
     await asyncio.to_thread(require_boundary, python)
     host, port = endpoint_address(env)
     server = await asyncio.to_thread(_server, python, agent, True)
-    async with endpoint_relay(host, port) as socket_path:
-        boundary = {"port": port, "socket": socket_path, "read_only": [str(p) for p in read_only]}
-        return await server.run(input_path, output_path, log_path, env, timeout_s, boundary=boundary)
+    async with endpoint_relay(host, port, bind) as socket_path:
+        session = os.path.join(os.path.dirname(socket_path), "session.json")  # in the relay's 0700 folder
+        await asyncio.to_thread(_write_private, session, env)
+        boundary = {
+            "port": port,
+            "socket": socket_path,
+            "read_only": [str(p) for p in read_only],
+            "session": session,
+            "limits": limits or {},
+        }
+        return await server.run(input_path, output_path, log_path, {}, timeout_s, boundary=boundary)
+
+
+def _write_private(path: str, value: Any) -> None:
+    """A new file only this user may read, never through a link: what holds a session's token."""
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w") as fh:
+        json.dump(value, fh)
 
 
 def _check_isolation(isolation: str) -> None:
@@ -426,9 +454,12 @@ async def sealed_command(
     env: dict[str, str],
     isolation: Isolation = "namespaces",
     read_only: Sequence[str | Path] = (),
+    bind: Bind | None = None,
+    limits: dict[str, int] | None = None,
 ) -> AsyncIterator[Launch]:
     """How to start `command` in `workdir` with `base_env() | env`, inside the boundary (see the
-    module's docstring) for as long as the block runs: the endpoint's relay closes with it."""
+    module's docstring; `bind`, `limits`: as `run_agent_job`'s) for as long as the block runs: the
+    endpoint's relay closes with it."""
     if not command:
         raise ConfigError("an agent's command is empty")
     full_env = {**base_env(), **env}
@@ -439,8 +470,9 @@ async def sealed_command(
     await asyncio.to_thread(require_boundary, None)
     prefix = boundary_command()
     host, port = endpoint_address(env)
-    async with endpoint_relay(host, port) as socket_path:
+    async with endpoint_relay(host, port, bind) as socket_path:
         spec = {
+            "limits": limits or {},
             "port": port,
             "socket": socket_path,
             "writable": [str(workdir)],
@@ -452,9 +484,7 @@ async def sealed_command(
         # beside the relay's socket, in its 0700 folder: the spec names the session's token, which a
         # command line would show to every user of the machine; the guard removes it once read
         spec_path = os.path.join(os.path.dirname(socket_path), "spec.json")
-        descriptor = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as fh:
-            json.dump(spec, fh)
+        _write_private(spec_path, spec)
         yield Launch([*prefix, sys.executable, str(CHILD / "guard.py"), "--jail", spec_path], base_env(), workdir)
 
 
@@ -468,11 +498,15 @@ async def run_command_job(
     read_only: Sequence[str | Path] = (),
     stdin_path: Path | None = None,
     stdout_path: Path | None = None,
+    bind: Bind | None = None,
+    limits: dict[str, int] | None = None,
 ) -> int | None:
     """Run `command` in `workdir` as a job (its stdin and stdout the given files, else nothing and
     the log; its stderr the log); its exit code, or None when it ran out of time (then it is killed
     with every process it started)."""
-    async with sealed_command(command, workdir=workdir, env=env, isolation=isolation, read_only=read_only) as launch:
+    async with sealed_command(
+        command, workdir=workdir, env=env, isolation=isolation, read_only=read_only, bind=bind, limits=limits
+    ) as launch:
         with contextlib.ExitStack() as files:
             log = files.enter_context(_open_nofollow(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "wb"))
             stdin = files.enter_context(_open_nofollow(stdin_path, os.O_RDONLY, "rb")) if stdin_path else None

@@ -12,8 +12,11 @@ failed step (a list of `{"kind", "step", "detail", "count"}`, recorded in the re
 starts in milliseconds from a process in which no agent has run yet. It reads one request per
 line on stdin — `{"id", "input", "output", "log", "cwd", "env", "boundary"}`: the job's files, its
 working folder, the environment variables of its session and, when the server runs inside the
-launcher's namespaces, `{"port", "socket", "read_only"}`: the endpoint's port, the Unix socket that
-reaches it and the paths the job may read beyond its interpreter's (`guard.enter`) — or `{"kill": id}` (a job past its time: its processes are killed). It answers
+launcher's namespaces, `{"port", "socket", "read_only", "session", "limits"}`: the endpoint's port,
+the Unix socket that reaches it, the paths the job may read beyond its interpreter's, the file the
+job reads its session from (its token never passes through this server, whose memory every job is
+a copy of; `env` is then empty) and its limits (`guard.enter`) — or `{"kill": id}` (a job past its
+time: its processes are killed). It answers
 on stdout, each line prefixed `@atelier `: `{"ready": true}` once preloaded (or `{"error": ...}`),
 then `{"id", "exit"}` as each job ends. Each job is a process group, killed with its job. It exits
 when stdin closes.
@@ -108,11 +111,19 @@ def fork_job(request: dict, refused: list[str]) -> int:
         os.dup2(log, 1)
         os.dup2(log, 2)
         boundary = request.get("boundary")
+        session: dict[str, str] = {}
         if boundary:  # before any of the job's own code: a failure here fails the job, into its log
             read_only = [*guard.interpreter_paths(), *boundary.get("read_only", ())]
-            guard.enter(boundary["port"], boundary["socket"], job_folders(request), read_only)
+            session = guard.enter(
+                boundary["port"],
+                boundary["socket"],
+                job_folders(request),
+                read_only,
+                boundary.get("limits"),
+                boundary.get("session"),
+            )
         os.chdir(request["cwd"])
-        os.environ.update(request["env"])
+        os.environ.update({**request["env"], **session})
         refused.clear()
         code = run_job(Path(request["input"]), Path(request["output"]), refused)
     except BaseException:  # noqa: BLE001 - into the job's log; its exit code says it failed

@@ -569,13 +569,19 @@ def _limit(limits: dict[str, int]) -> None:
 
 
 def enter(
-    port: int, socket_path: str, writable: list[str], read_only: list[str], limits: dict[str, int] | None = None
-) -> None:
+    port: int,
+    socket_path: str,
+    writable: list[str],
+    read_only: list[str],
+    limits: dict[str, int] | None = None,
+    session: str | None = None,
+) -> dict[str, str]:
     """Put this process's job in its boundary (see the module's docstring); returns only in the job's
     process, PID 2 of its own namespaces. This process waits for the job and exits with its code;
     the job's init (PID 1) forwards 127.0.0.1:`port` to the Unix socket `socket_path`. The job sees
     `writable` read-write, `read_only` (and the system's files) read-only, nothing else; it runs as
-    `JOB_ID` where the run is root, within `limits` (over `LIMITS`)."""
+    `JOB_ID` where the run is root, within `limits` (over `LIMITS`). Returns the session the JSON file
+    `session` holds (the job's environment: its token), read by the job alone, once in its boundary."""
     libc = _libc()
     limits = {**LIMITS, **(limits or {})}
     as_job_id = maps_job_id()
@@ -615,9 +621,14 @@ def enter(
         finally:
             os._exit(125)
     listener.close()
+    secrets = {}
+    if session is not None:  # before the job's user changes: the file is in the run's user's 0700 folder
+        with open(session, encoding="utf-8") as fh:
+            secrets = json.load(fh)
     _limit(limits)
     _drop_capabilities(libc, become=JOB_ID if as_job_id else None)
     os.environ["HOME"] = os.environ["TMPDIR"] = JOB_HOME
+    return secrets
 
 
 def _refused(what: str, attempt: Callable[[], int]) -> str | None:
@@ -731,7 +742,7 @@ def jail(spec_path: str) -> None:
     with open(spec_path, encoding="utf-8") as fh:
         spec = json.load(fh)
     os.unlink(spec_path)  # it names the session's token: gone before anything of the job runs
-    enter(spec["port"], spec["socket"], spec["writable"], spec["read_only"])
+    enter(spec["port"], spec["socket"], spec["writable"], spec["read_only"], spec.get("limits"))
     os.chdir(spec["cwd"])
     command = spec["command"]
     try:
