@@ -247,6 +247,39 @@ RUNNER = textwrap.dedent('''
         return answers
 
 
+    def forks(probe):
+        """How many of 300 processes it may start (each waits to be killed)."""
+        import signal
+        started = []
+        for _ in range(300):
+            try:
+                pid = os.fork()
+            except OSError:
+                break
+            if pid == 0:
+                signal.pause()
+                os._exit(0)
+            started.append(pid)
+        for pid in started:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        return len(started)
+
+
+    def sizes(probe):
+        """The sizes of its /tmp and /dev/shm (MB), and how much of a 40 MB file it may write."""
+        out = {p: os.statvfs(p).f_blocks * os.statvfs(p).f_frsize >> 20 for p in ("/tmp", "/dev/shm")}
+        written = 0
+        try:
+            with open("big.bin", "wb", buffering=0) as fh:
+                for _ in range(40):
+                    written += fh.write(b"x" * (1 << 20))
+        except OSError as exc:
+            out["big_file"] = failed(exc)
+        out["written_mb"] = written >> 20
+        return out
+
+
     def sleeper(probe):
         return subprocess.Popen(["sleep", "300"]).pid  # left running when the job ends
 
@@ -549,6 +582,19 @@ async def test_a_job_cannot_touch_the_kernels_settings_nor_regain_capabilities(b
     assert outcomes["identity"]["hostname"] == guard.JOB_HOSTNAME and outcomes["identity"]["seccomp"] == ["1", "2"]
     if os.geteuid() == 0:
         assert outcomes["identity"]["uid"] == guard.JOB_ID
+
+
+async def test_a_job_has_bounded_processes_file_sizes_and_tmpfs(bypass_agent, endpoint, tmp_path):
+    """Issue 49's finding 6: 256 forks went unchecked, /tmp and /dev/shm were half the machine's memory."""
+    outcomes = await attempt(tmp_path, endpoint.env, "namespaces", ["forks", "sizes"])
+    limits = guard.LIMITS
+    assert 8 <= outcomes["forks"] < limits["processes"]  # the job's own processes and threads count too
+    assert outcomes["sizes"] == {
+        "/tmp": limits["tmp_mb"],
+        "/dev/shm": limits["shm_mb"],
+        "big_file": "failed: OSError: [Errno 27] File too large",
+        "written_mb": limits["file_mb"],
+    }
 
 
 async def test_without_the_boundary_the_same_attempts_reach_the_machine(

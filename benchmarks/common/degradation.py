@@ -35,6 +35,7 @@ DegradationKind = Literal[
     "judge_output_gated",
     "spans_removed",
     "criterion_unscored",
+    "output_truncated",
 ]
 
 KINDS: dict[str, str] = {
@@ -57,6 +58,8 @@ KINDS: dict[str, str] = {
     "aspects) and was asked again",
     "spans_removed": "spans a judge quoted that are not in the response were removed before scoring",
     "criterion_unscored": "a judge left a criterion unscored, even when asked again",
+    "output_truncated": "an external agent's report was longer than the run keeps (`max_report_chars`) and was cut "
+    "there, or its log reached the job's file size limit (`limits.file_mb`) and was cut",
 }
 assert set(KINDS) == set(get_args(DegradationKind)), "every kind is described"
 

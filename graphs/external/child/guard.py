@@ -101,7 +101,7 @@ CHUNK = 1 << 16
 JOB_ID = 65533  # unused by Debian and systemd (65534 is nobody)
 # What a job may use (`limits` of `enter`; the pipeline's `limits` option overrides each): processes
 # of its user namespace, address space and file size of each process, its /tmp and /dev/shm.
-LIMITS = {"processes": 256, "memory_mb": 8192, "file_mb": 64, "tmp_mb": 512, "shm_mb": 64}
+LIMITS = {"processes": 128, "memory_mb": 8192, "file_mb": 16, "tmp_mb": 512, "shm_mb": 64}
 
 # The seccomp filter every process of a job runs under: these system calls fail with EPERM, so
 # nothing in the job makes a namespace (clone with a CLONE_NEW* flag too), mounts, traces or reads
