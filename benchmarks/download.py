@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.data_files import (
     ENV_DATA_DIR,
@@ -65,7 +66,7 @@ def fetch_checked(entry: DataFile, dest: Path, *, timeout: float = 60.0) -> Path
         raise DataError("no expected size is registered; refusing an unbounded download", file=entry.relpath)
     download_cap = entry.archive_bytes if entry.archive_member else entry.upstream_bytes
     assert download_cap is not None
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    no_follow.make_folders(dest.parent)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".fetch-") as tmp:
         downloaded = Path(tmp) / "download"
         _download(entry, downloaded, timeout, download_cap)
@@ -109,7 +110,7 @@ def _download(entry: DataFile, target: Path, timeout: float, cap: int) -> None:
             if declared.isdigit() and int(declared) > cap:
                 raise _too_large(entry, f"{entry.url} declares {declared} bytes,", cap)
             received = 0
-            with target.open("wb") as fh:
+            with no_follow.open_file(target, "wb") as fh:
                 for chunk in response.iter_raw(_CHUNK):
                     received += len(chunk)
                     if received > cap:
@@ -127,7 +128,7 @@ def _extract_member(entry: DataFile, archive: Path, target: Path, cap: int | Non
             if zf.getinfo(entry.archive_member).file_size > cap:
                 raise _too_large(entry, f"{entry.archive_member} in {entry.url} declares", cap)
             extracted = 0
-            with zf.open(entry.archive_member) as src, target.open("wb") as dst:
+            with zf.open(entry.archive_member) as src, no_follow.open_file(target, "wb") as dst:
                 for block in iter(lambda: src.read(_CHUNK), b""):
                     extracted += len(block)
                     if extracted > cap:
@@ -143,7 +144,7 @@ def _extract_member(entry: DataFile, archive: Path, target: Path, cap: int | Non
 def _gzip(source: Path, target: Path) -> Path:
     with (
         source.open("rb") as src,
-        target.open("wb") as raw,
+        no_follow.open_file(target, "wb") as raw,
         gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as dst,
     ):
         for block in iter(lambda: src.read(_CHUNK), b""):

@@ -97,7 +97,7 @@ def _run_workdir(context: EpisodeContext, case_id: str) -> Path | None:
 
 def _workdir(context: EpisodeContext, case_id: str) -> Path:
     folder = _run_workdir(context, case_id) or Path(tempfile.mkdtemp(prefix="atelier-external-"))
-    folder.mkdir(parents=True, exist_ok=True)
+    no_follow.make_folders(folder)
     return folder
 
 

@@ -65,6 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import AtelierError, ConfigError
 from atelier.graphs.external.agents import CHILD, base_env, child_command, endpoint_address
 
@@ -341,7 +342,7 @@ async def _run_fresh(
     python: str | None, input_path: Path, output_path: Path, log_path: Path, env: dict[str, str], timeout_s: float
 ) -> int | None:
     """The job in a new interpreter (where a process cannot fork)."""
-    with log_path.open("wb") as log:
+    with no_follow.open_file(log_path, "wb") as log:
         process = await asyncio.create_subprocess_exec(
             *child_command(python, str(input_path), str(output_path)),
             cwd=input_path.parent,

@@ -12,6 +12,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.runs.cli._common import (
     end_with_outcome,
@@ -213,7 +214,7 @@ def meta_eval(
         report["dry_run"] = settings.is_scripted
     text = report_json(report)
     if out is not None:
-        out.write_text(text, encoding="utf-8")
+        write_atomically(out, text)
     sys.stdout.write(text)
     # the agreement rests on the run's judgments: it ends as that run did (and, with --against, that one)
     codes = [end_with_outcome(run_outcome(run_dir), label=str(run_dir) if against is not None else None)]

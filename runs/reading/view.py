@@ -35,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from atelier.agents.models.ledger import LedgerEntry, read_ledger
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.degradation import KINDS
 from atelier.benchmarks.common.errors import ConfigError
@@ -381,7 +382,7 @@ def write_static(run_dir: str | Path, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--static {out_dir}: exists and is not a folder")
-    (out / EPISODES_DIR).mkdir(parents=True, exist_ok=True)
+    no_follow.make_folders(out / EPISODES_DIR)
     run = data.run_view()
     env = _environment()
     for row in run.episodes:
