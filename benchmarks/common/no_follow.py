@@ -41,6 +41,9 @@ _FLAGS = {
 SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
 RUN_FOLDER_MARK = ".atelier.lock"  # every run folder holds its lock file (runs/folder/lock.py)
 _FOLDER_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+# folder -> the run folder above it, as found: a cache of what the search up to / found (a run
+# folder's mark stays while it is one; a folder found under none is searched again each time)
+_KNOWN_RUN_FOLDERS: dict[str, str] = {}
 
 
 class UnsafeFileError(DataError):
@@ -56,10 +59,27 @@ def _refusal(path: str | os.PathLike[str], what: str) -> UnsafeFileError:
 
 def run_folder_of(path: str | os.PathLike[str]) -> Path | None:
     """The outermost folder above `path` that is a run folder (holds `.atelier.lock`), if any."""
+    found = _run_folder_of(os.path.abspath(path))
+    return Path(found) if found is not None else None
+
+
+def _run_folder_of(path: str) -> str | None:
+    start = folder = os.path.dirname(path)  # strings, not pathlib: this runs on every write
+    known = _KNOWN_RUN_FOLDERS.get(start)
+    if known is not None and os.path.lexists(os.path.join(known, RUN_FOLDER_MARK)):
+        return known  # one check instead of one per folder up to /
     found = None
-    for folder in Path(os.path.abspath(path)).parents:
-        if os.path.lexists(folder / RUN_FOLDER_MARK):
+    while True:
+        if os.path.lexists(os.path.join(folder, RUN_FOLDER_MARK)):
             found = folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    if found is not None:
+        if len(_KNOWN_RUN_FOLDERS) >= 1024:
+            _KNOWN_RUN_FOLDERS.clear()
+        _KNOWN_RUN_FOLDERS[start] = found
     return found
 
 
@@ -68,7 +88,7 @@ def folder_fd(folder: str | os.PathLike[str], *, create: bool = False) -> int:
     each component is opened from the run folder without following a link: one that is a link, or
     not a folder, is refused (`UnsafeFileError`)."""
     folder = os.path.abspath(folder)
-    root = run_folder_of(os.path.join(folder, RUN_FOLDER_MARK))
+    root = _run_folder_of(os.path.join(folder, RUN_FOLDER_MARK))
     if root is None:
         if create:
             os.makedirs(folder, exist_ok=True)
@@ -76,8 +96,8 @@ def folder_fd(folder: str | os.PathLike[str], *, create: bool = False) -> int:
     fd = os.open(root, _FOLDER_FLAGS)
     where = root
     try:
-        for part in Path(folder).relative_to(root).parts:
-            where = where / part
+        for part in filter(None, folder[len(root) :].split(os.sep)):
+            where = os.path.join(where, part)
             try:
                 following = os.open(part, _FOLDER_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
             except FileNotFoundError:
