@@ -11,6 +11,8 @@ of the run folder.
   the other way round (`Систeма` with a Latin `e`); `bm25-λ` or a name all in Cyrillic is fine.
 - `checked_folder_name`: a visible name that is one path component: not blank, `.` or `..`, without
   `/`, `\\` or control characters.
+- `visible_bidi`: text shown on a page (a model's answer, a prompt) with each bidirectional control
+  written out as `[U+202E]`: a page shows what the text holds, not text it reorders.
 """
 
 from __future__ import annotations
@@ -103,3 +105,15 @@ def checked_folder_name(name: str, what: str) -> str:
             "blank, '.' or '..', or hold '/', '\\' or control characters"
         )
     return checked_visible_name(name)
+
+
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_BIDI_SHOWN = {ord(c): f"[U+{ord(c):04X}]" for c in BIDI_CONTROLS}
+
+
+def visible_bidi(value: object) -> object:
+    """Jinja's `finalize` for pages: a plain string's bidi controls written out; markup already made
+    safe (charts), and other values, as they are."""
+    if type(value) is str:
+        return value.translate(_BIDI_SHOWN)
+    return value

@@ -22,6 +22,9 @@ from atelier.runs.cli._common import (
     run_outcome,
     worst_exit,
 )
+from atelier.runs.cli.gateway import token_refused_on_command_line
+
+LABEL_TOKEN_ENV = "ATELIER_LABEL_TOKEN"
 
 
 def parse_judge(text: str) -> dict[str, Any]:
@@ -275,7 +278,12 @@ def label(
     host: str = typer.Option("127.0.0.1", "--host", help="A loopback address to serve on."),
     port: int = typer.Option(8766, "--port", min=0, max=65535, help="The port (0: any free one)."),
     token: str | None = typer.Option(
-        None, "--token", envvar="ATELIER_LABEL_TOKEN", help="The page's token (default: a new one, in the URL)."
+        None, "--token", hidden=True, callback=token_refused_on_command_line(LABEL_TOKEN_ENV), help="Refused."
+    ),
+    token_file: Path | None = typer.Option(
+        None,
+        "--token-file",
+        help=f"A file whose first line is the page's token (else ${LABEL_TOKEN_ENV}; else a new one, in the URL).",
     ),
 ) -> None:
     """Serve a page on loopback on which people label the run's responses on the judge's rubric
@@ -283,12 +291,12 @@ def label(
     keyboard-driven, each label saved as it is given to RUN_DIR/labels/JUDGE/LABELLER.jsonl. Then
     `atelier meta-eval RUN_DIR --judge JUDGE --labeller NAME`."""
     from atelier.agents.models.openai_api import is_loopback_host
-    from atelier.runs.cli.gateway import checked_token
+    from atelier.runs.cli.gateway import checked_token, given_token
     from atelier.runs.studies.labelling import serve_labelling
 
     if not is_loopback_host(host):
         raise ConfigError(f"--host {host}: the labelling page serves on loopback only")
-    token, _ = checked_token(token)
+    token, _ = checked_token(given_token(token_file, LABEL_TOKEN_ENV))
     server, session, url = serve_labelling(run_dir, judge, host=host, port=port, token=token, labeller=labeller)
     typer.echo(
         f"labelling {len(session.responses)} responses of judge {session.judge} ({session.rubric.name}) "
