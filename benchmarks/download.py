@@ -118,7 +118,7 @@ def _checked_address(entry: DataFile, url: httpx.URL, allow: frozenset[str]) -> 
         raise DataError(f"{url}: only http(s) URLs are downloaded; refused", file=entry.relpath)
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        resolved = [info[4][0] for info in socket.getaddrinfo(url.host, port, type=socket.SOCK_STREAM)]
+        resolved = [str(info[4][0]) for info in socket.getaddrinfo(url.host, port, type=socket.SOCK_STREAM)]
     except OSError as exc:
         raise DataError(f"{url}: {url.host} does not resolve ({exc.strerror or exc})", file=entry.relpath) from None
     if f"{url.host}:{port}" not in allow:

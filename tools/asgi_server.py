@@ -21,7 +21,7 @@ def _with_header_deadline(protocol: type, seconds: float) -> type:
     within `seconds` of its first byte (or of the connection's start): an idle or half-sent request
     holds no connection. (uvicorn times out nothing before a request's headers are complete.)"""
 
-    class HeaderDeadline(protocol):  # type: ignore[misc, valid-type]
+    class HeaderDeadline(protocol):
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
             self._header_timer = self.loop.call_later(seconds, self._headers_too_slow)

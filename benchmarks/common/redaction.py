@@ -185,12 +185,12 @@ def _json_forms(secret: str) -> set[str]:
     written `\\/`, every character as a `\\uXXXX` escape (lower- and upper-case hex), and each of
     them escaped once more."""
     plain, ascii_only = json.dumps(secret, ensure_ascii=False)[1:-1], json.dumps(secret)[1:-1]
-    html_safe = {c: f"\\u{ord(c):04x}" for c in "<>&'"}
+    html_safe = {ord(c): f"\\u{ord(c):04x}" for c in "<>&'"}
     units = secret.encode("utf-16-be")
     escaped = "".join(f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}" for i in range(0, len(units), 2))
     forms = {plain, ascii_only, escaped, escaped.upper().replace("\\U", "\\u")}
     for form in (plain, ascii_only):
-        forms |= {form.translate(str.maketrans(html_safe)), form.replace("/", "\\/")}
+        forms |= {form.translate(html_safe), form.replace("/", "\\/")}
     # and each of those inside a JSON string once more (an escaped echo kept in a JSON record)
     return forms | {json.dumps(form, ensure_ascii=False)[1:-1] for form in forms}
 
@@ -277,8 +277,8 @@ class Redactor:
         for form in sorted({form for s in kept for form in _written_forms(s)}, key=len, reverse=True):
             by_head.setdefault(form[:CUT_SECRET_CHARS], []).append(form)
         bytes_by_head: dict[bytes, list[bytes]] = {}
-        for form in (f.encode() for forms in by_head.values() for f in forms):
-            bytes_by_head.setdefault(form[:CUT_SECRET_CHARS], []).append(form)
+        for encoded in (f.encode() for forms in by_head.values() for f in forms):
+            bytes_by_head.setdefault(encoded[:CUT_SECRET_CHARS], []).append(encoded)
         self._by_head, self._bytes_by_head, self.secrets = by_head, bytes_by_head, frozenset(kept)
         self._pattern = re.compile(_trie_pattern(by_head))
         # bytes: the same trie over each head's UTF-8 bytes, as latin-1 characters of a bytes pattern
