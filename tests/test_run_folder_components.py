@@ -19,21 +19,7 @@ from atelier.graphs.sources import SourceStore
 from atelier.runs.cli import main
 from atelier.runs.folder.recipe import parse_recipe
 from atelier.runs.studies.label_store import LabelStore
-
-RECIPE = """name = "components"
-[benchmark]
-name = "sample"
-limit = 1
-[models.system]
-model = "scripted"
-[models.judge]
-model = "scripted"
-[[systems]]
-name = "direct-none"
-memory = { backend = "none" }
-[[judges]]
-name = "lampqa_aspects"
-"""
+from tests.test_run_folder_links import RECIPE
 
 
 @pytest.fixture

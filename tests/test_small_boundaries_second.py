@@ -19,30 +19,8 @@ from atelier.benchmarks.common.errors import ConfigError
 from atelier.runs.cli import main
 from atelier.runs.folder.recipe import parse_recipe
 from tests.test_gateway_serve import ROOT, TOKEN, _serve
-
-RECIPE = """name = "bidi"
-[benchmark]
-name = "sample"
-limit = 1
-[models.system]
-model = "scripted"
-[models.judge]
-model = "scripted"
-[[systems]]
-name = "direct-none"
-memory = { backend = "none" }
-[[judges]]
-name = "lampqa_aspects"
-"""
-
-
-def systems(*names: str) -> dict:
-    return {
-        "name": "names",
-        "benchmark": {"name": "sample"},
-        "systems": [{"name": n, "memory": {"backend": "none"}} for n in names],
-        "judges": [{"name": "lampqa_aspects"}],
-    }
+from tests.test_run_folder_links import RECIPE
+from tests.test_small_boundaries import systems
 
 
 @pytest.mark.parametrize(
