@@ -4,9 +4,10 @@ Two layers. Standard library only: this file runs in the agent's interpreter (or
 Atelier's), which may not have Atelier installed.
 
 - **Namespaces** (Linux; `isolation = "namespaces"`, the default). The process that calls `enter`
-  runs in a user namespace in which it holds capabilities (the launcher starts it under `unshare
-  --user --map-root-user`). `enter` gives the job namespaces of its own — network, mounts, PIDs,
-  System V IPC — and returns in the job's process, PID 2 of its PID namespace:
+  runs as root of a user namespace (the launcher starts it under `guard.py --namespaces`, whose
+  namespace maps root and, when the run is root, `JOB_ID`). `enter` gives the job namespaces of its
+  own — user, network, mounts, PIDs, System V IPC, host name, cgroups — and returns in the job's
+  process, PID 2 of its PID namespace:
   - *Network*: its loopback's one listener is on the endpoint's port and forwards every connection
     to the Unix socket the launcher relays to the run's endpoint. Abstract Unix sockets belong to
     the network namespace, so none of the machine's is reachable either.
@@ -23,15 +24,26 @@ Atelier's), which may not have Atelier installed.
     endpoint's connections and reaps; the job is PID 2. No process of the machine, of the agent
     server or of another job is in sight, so none can be signalled or read through `/proc`; when
     the job ends its init ends, and with it every process the job left behind.
-  - Every capability is dropped (and `no_new_privs`), so nothing in the job can undo a mount,
-    make a namespace or trace the init (which is not dumpable).
+  - *Who it is*: run as root, the job is `JOB_ID` (an unprivileged id of the machine; its folder is
+    handed to it), so nothing of root's under `/proc/sys` or elsewhere is its; otherwise the run's
+    user. `/proc` is read-only, the host name its own. Every capability is dropped, `no_new_privs`
+    set, and a seccomp filter (`DENIED`, `seccomp_program`) refuses the system calls that make a
+    namespace, mount, trace or read another process, so nothing in the job can undo a mount, regain
+    capabilities in a user namespace of its own, or trace the init (which is not dumpable either).
+  - *Limits* (`LIMITS`): its processes, each one's address space and file size, its /tmp and
+    /dev/shm; no core dumps.
+  - *Its session*: the file `session` names (beside the relay's socket, the run user's alone) is
+    read by the job once inside, before its user changes: the agent server never held its token.
   Whatever a process of the job runs (a shell, curl, another interpreter, ctypes), the kernel bounds it.
 - **The audit hook** (`install`): Python's own lookups of, and connections to, hosts that are not
   loopback are refused and noted, so the run reports what the agent tried (`meta.refused`). Python
   documents audit hooks as no sandbox: with `isolation = "none"` this is all there is.
 
-`python guard.py --probe` enters a job's boundary and checks it holds (run by the launcher inside
-its `unshare`, to learn whether this machine can make it). `python guard.py --jail SPEC` enters
+`python guard.py --namespaces -- COMMAND` runs COMMAND as root of a user namespace of its own, in
+mount, network and PID namespaces (the agent server, a jail, the probe). `python guard.py --probe`
+enters a job's boundary and tries each thing a job must not do (`boundary_problems`): run by the
+launcher inside `--namespaces` before a run, to learn whether this machine makes the boundary and
+whether it holds. `python guard.py --jail SPEC` enters
 the boundary SPEC (JSON: `port`, `socket`, `writable`, `read_only`, `cwd`, `env`, `command`)
 describes and executes `command` inside it: how the launcher seals any command, not only a
 Python agent.
