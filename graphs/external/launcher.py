@@ -30,7 +30,8 @@ boundary is entered after that fork, in the job's own process — which an exter
 server starts under `guard.py --namespaces` in its own user namespace (where it holds the
 capabilities to mount; root in it has none over the machine; run as root, it also maps the
 unprivileged `guard.JOB_ID` its jobs become), network, PID and mount namespaces. Each job then gets
-namespaces of its own (its user namespace, as `JOB_ID` or the run's user, under a seccomp filter): a network whose only way out is a Unix socket this process opens for it (`endpoint_relay`)
+namespaces of its own (its user namespace, as `JOB_ID` or the run's user, under a seccomp filter):
+a network whose only way out is a Unix socket this process opens for it (`endpoint_relay`)
 and relays to the job's endpoint (inside, `guard` listens on the endpoint's port and forwards to
 it, so the agent's HTTP clients use the ordinary URLs); a PID namespace of its own (no job sees,
 signals or outlives another, and none can signal the agent server); and a root that shows the
