@@ -6,7 +6,6 @@ Live objects (gateway, memory backend, judges) are built from these settings by
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -14,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from atelier.agents.models.settings import ModelSettings, settings_for_role
 from atelier.benchmarks.case import Case, ViewAblation
 from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.names import checked_folder_name
 from atelier.benchmarks.controls import ControlKind
 from atelier.tools.config import WebConfig
 
@@ -59,40 +59,8 @@ class SystemSpec(BaseModel):
     @classmethod
     def _a_name_not_a_path(cls, name: str) -> str:
         """The name becomes a folder of the run folder (memory stores, agents' work): it may not lead
-        out of it, or be the folder itself."""
-        separators = any(c in "/\\" for c in name)
-        controls = any(ord(c) < 32 or ord(c) == 127 for c in name)
-        if name.strip() in ("", ".", "..") or separators or controls:
-            raise ValueError(
-                f"{name!r} is not a name: a system's name is a folder in the run folder, so it may not be "
-                "blank, '.' or '..', or hold '/', '\\' or control characters"
-            )
-        return checked_visible_name(name)
-
-
-# Characters that do not show as themselves: controls, format characters (bidi overrides such as
-# U+202E, zero-width joiners), line and paragraph separators, private-use, surrogates, unassigned.
-_INVISIBLE = ("Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn")
-
-
-def checked_visible_name(name: str) -> str:
-    """A name as a reader sees it, or a ValueError: two names that look the same must be the same
-    name. Canonically equivalent spellings (`café` composed or decomposed) become one (NFC); a name
-    with spaces around it, an invisible character, or a compatibility character that looks like
-    another (the ligature `ﬁ`, fullwidth letters) is refused, naming the character."""
-    name = unicodedata.normalize("NFC", name)
-    if name != name.strip():
-        raise ValueError(f"{name!r} has spaces around it: a name that looks like another must be it")
-    hidden = [c for c in name if unicodedata.category(c) in _INVISIBLE]
-    if hidden:
-        codes = ", ".join(f"U+{ord(c):04X}" for c in dict.fromkeys(hidden))
-        raise ValueError(f"{name.encode('unicode_escape').decode()!r} holds characters that do not show ({codes})")
-    plain = unicodedata.normalize("NFKC", name)
-    if plain != name:
-        raise ValueError(
-            f"{name!r} holds characters that stand for others (ligatures, fullwidth or styled letters): write {plain!r}"
-        )
-    return name
+        out of it, or be the folder itself, or look like another name."""
+        return checked_folder_name(name, "a system's name")
 
 
 class BenchmarkRef(BaseModel):

@@ -166,7 +166,7 @@ class JournaledMemory(MemoryBackend):
             else:
                 pending.setdefault(entry.user_id, []).append((number, entry))
         self.inner.reset_store()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        no_follow.make_folders(self.path.parent)
         self._file = no_follow.open_file(self.path, "a")
         if not lines:
             self._append(BackendEntry(backend=self.inner.name, config=config))

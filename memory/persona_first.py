@@ -62,7 +62,7 @@ class Personas:
             self._by_user[user_id] = persona
             path = self._path(user_id)
             if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                no_follow.make_folders(path.parent)
                 write_atomically(path, persona.model_dump_json())
         return history_only(events)
 

@@ -30,7 +30,8 @@ key they were given: a test plants a key and checks it reaches no file. `echo_40
 401 of a wrong key quote that key ("Incorrect API key provided: sk-..."), as OpenAI's does.
 `quote_keys_on=TEXT` answers (200, free text) every text request whose messages contain TEXT with
 every credential the request carried — its bearer key, each header named like a key, its URL's
-query — as is, URL-encoded and in base64 (alone and as `user:key`): a model that repeats them.
+query — as is, URL-encoded, in base64 (alone and as `user:key`), every character a JSON `\\uXXXX`
+escape and an HTML character reference: a model that repeats them.
 
 Usage (manual):  python tests/openai_stub.py --port 8011 [--kind llamacpp]
 then point a role at it: model = "openai/gpt-4o-mini", api_base = "http://127.0.0.1:8011/v1".
@@ -184,6 +185,8 @@ class OpenAIStub:
                 f"url {quote(key, safe='')}",
                 f"b64 {base64.b64encode(key.encode()).decode()}",
                 f"basic {base64.b64encode(f'user:{key}'.encode()).decode()}",
+                "json " + "".join(f"\\u{ord(c):04x}" for c in key),
+                "html " + "".join(f"&#{ord(c)};" for c in key),
             ]
         return "I was given: " + "; ".join(said)
 

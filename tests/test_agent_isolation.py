@@ -34,6 +34,7 @@ from atelier.agents.models.openai_api import EndpointSession
 from atelier.benchmarks.common.errors import AtelierError, ConfigError
 from atelier.graphs.external import agents, launcher
 from atelier.graphs.external.agents import session_env
+from atelier.graphs.external.child import guard
 from atelier.graphs.external.endpoint import AgentEndpoint
 from atelier.graphs.external.options import ExternalOptions
 from atelier.graphs.pipelines import check_systems_available
@@ -46,7 +47,7 @@ WAYS_OUT = ("python_connect", "curl", "wget", "new_interpreter", "ctypes_connect
 
 RUNNER = textwrap.dedent('''
     """Attempts to reach past an agent's boundary (tests/test_agent_isolation.py); each says how it ended."""
-    import ctypes, json, os, shutil, socket, struct, subprocess, sys, urllib.request
+    import ctypes, json, os, shutil, socket, struct, subprocess, sys, urllib.error, urllib.request
 
     IMPORTS = ()
     LIBC = ctypes.CDLL(None, use_errno=True)
@@ -150,6 +151,133 @@ RUNNER = textwrap.dedent('''
         done = subprocess.run(["curl", "-sS", "-m", "10", "-H", f"Authorization: Bearer {token}", url], capture_output=True)
         curled = sorted(m["id"] for m in json.loads(done.stdout)["data"]) if done.returncode == 0 else exited(done)
         return {"python": python, "curl": curled}
+
+
+    def kernel_settings(probe):
+        """The machine's kernel settings through /proc/sys (opened for writing only: nothing is written)."""
+        outcomes = {}
+        for path in ("/proc/sys/kernel/core_pattern", "/proc/sys/kernel/hostname"):
+            try:
+                os.close(os.open(path, os.O_WRONLY))
+                outcomes[path] = "opened for writing"
+            except OSError as exc:
+                outcomes[path] = failed(exc)
+        return outcomes
+
+
+    def regain_capabilities(probe):
+        """A user namespace of its own (with a mount namespace): capabilities again, then a tmpfs mounted."""
+        if LIBC.unshare(0x10000000 | 0x00020000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS
+            return f"unshare: {os.strerror(ctypes.get_errno())}"
+        caps = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
+        mounted = LIBC.mount(b"tmpfs", b"/dev/shm", b"tmpfs", 0, None) == 0  # in its own mount namespace
+        return f"CapEff {caps}" + (", mounted a tmpfs" if mounted else "")
+
+
+    def identity(probe):
+        return {"uid": os.getuid(), "hostname": os.uname().nodename, "seccomp": [
+            l.split()[1] for l in open("/proc/self/status") if l.startswith(("NoNewPrivs", "Seccomp:"))]}
+
+
+    def tokens_in_memory(pid):
+        """Every session token in the readable memory of process `pid`, or why it could not be read."""
+        import re
+        found = set()
+        try:
+            with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+                for line in maps:
+                    span, perms = line.split()[:2]
+                    if not perms.startswith("r"):
+                        continue
+                    start, end = (int(x, 16) for x in span.split("-"))
+                    if end - start > 256 << 20:
+                        continue  # a reservation, not data
+                    try:
+                        found.update(re.findall(rb"atl-[0-9a-f]{32}", os.pread(mem.fileno(), end - start, start)))
+                    except OSError:
+                        continue  # a guard page, a device mapping
+        except OSError as exc:
+            return failed(exc)
+        return sorted(t.decode() for t in found)
+
+
+    def steal_tokens(probe):
+        """Another job's session token, from this job's memory (a copy of the agent server's), its
+        parent's (/proc/<parent>/mem), every process's environment and every file in sight."""
+        own = os.environ["OPENAI_API_KEY"]
+        found = {"own_memory": tokens_in_memory("self"), "parent_memory": tokens_in_memory(os.getppid())}
+        environs = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    environs.append(fh.read())
+            except OSError:
+                continue
+        found["environ"] = [t.decode() for data in environs for t in __import__("re").findall(rb"atl-[0-9a-f]{32}", data)]
+        in_files = set()
+        for folder in ("/tmp", "/dev/shm", os.getcwd(), os.path.dirname(probe["victim"])):
+            for root, _, names in os.walk(folder):
+                for name in names:
+                    try:
+                        with open(os.path.join(root, name), "rb") as fh:
+                            in_files.update(__import__("re").findall(rb"atl-[0-9a-f]{32}", fh.read()))
+                    except OSError:
+                        continue
+        found["files"] = sorted(t.decode() for t in in_files)
+        return {k: v if isinstance(v, str) else sorted(set(v) - {own}) for k, v in found.items()}
+
+
+    def use_token(probe):
+        """The endpoint, asked with this job's token and with another's (as if it had leaked)."""
+        answers = {}
+        for whose, token in (("own", os.environ["OPENAI_API_KEY"]), ("other", probe["other_token"])):
+            request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/models",
+                                             headers={"Authorization": f"Bearer {token}"})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as answer:
+                    answers[whose] = answer.status
+            except urllib.error.HTTPError as exc:
+                answers[whose] = exc.code
+            search = os.environ["SEARX_URL"].replace(os.environ["OPENAI_API_KEY"], token) + "/search?q=x&format=json"
+            try:
+                with urllib.request.urlopen(search, timeout=10) as answer:
+                    answers[f"{whose}_search"] = answer.status
+            except urllib.error.HTTPError as exc:
+                answers[f"{whose}_search"] = exc.code
+        return answers
+
+
+    def forks(probe):
+        """How many of 300 processes it may start (each waits to be killed)."""
+        import signal
+        started = []
+        for _ in range(300):
+            try:
+                pid = os.fork()
+            except OSError:
+                break
+            if pid == 0:
+                signal.pause()
+                os._exit(0)
+            started.append(pid)
+        for pid in started:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        return len(started)
+
+
+    def sizes(probe):
+        """The sizes of its /tmp and /dev/shm (MB), and how much of a 40 MB file it may write."""
+        out = {p: os.statvfs(p).f_blocks * os.statvfs(p).f_frsize >> 20 for p in ("/tmp", "/dev/shm")}
+        written = 0
+        try:
+            with open("big.bin", "wb", buffering=0) as fh:
+                for _ in range(40):
+                    written += fh.write(b"x" * (1 << 20))
+        except OSError as exc:
+            out["big_file"] = failed(exc)
+        out["written_mb"] = written >> 20
+        return out
 
 
     def sleeper(probe):
@@ -443,13 +571,43 @@ async def test_no_way_out_of_the_boundary_reaches_the_machine_but_the_endpoint_d
     assert outcomes["sleeper"] > 0 and not await leftover_sleepers(isolated=True)  # killed with its job, reaped
 
 
+async def test_a_job_cannot_touch_the_kernels_settings_nor_regain_capabilities(bypass_agent, endpoint, tmp_path):
+    """Issue 49's findings 1 and 5, as a command agent's code would try them (run as root here, as in
+    containers and CI): /proc/sys opened for writing, a user namespace of its own and a mount in it."""
+    attempts = ["kernel_settings", "regain_capabilities", "identity"]
+    outcomes = await attempt(tmp_path, endpoint.env, "namespaces", attempts)
+    assert all(said.startswith("failed: OSError: [Errno 30] Read-only file system") for said in
+               outcomes["kernel_settings"].values()), outcomes["kernel_settings"]  # fmt: skip
+    assert outcomes["regain_capabilities"] == "unshare: Operation not permitted"
+    assert outcomes["identity"]["hostname"] == guard.JOB_HOSTNAME and outcomes["identity"]["seccomp"] == ["1", "2"]
+    if os.geteuid() == 0:
+        assert outcomes["identity"]["uid"] == guard.JOB_ID
+
+
+async def test_a_job_has_bounded_processes_file_sizes_and_tmpfs(bypass_agent, endpoint, tmp_path):
+    """Issue 49's finding 6: 256 forks went unchecked, /tmp and /dev/shm were half the machine's memory."""
+    outcomes = await attempt(tmp_path, endpoint.env, "namespaces", ["forks", "sizes"])
+    limits = guard.LIMITS
+    assert 8 <= outcomes["forks"] < limits["processes"]  # the job's own processes and threads count too
+    assert outcomes["sizes"] == {
+        "/tmp": limits["tmp_mb"],
+        "/dev/shm": limits["shm_mb"],
+        "big_file": "failed: OSError: [Errno 27] File too large",
+        "written_mb": limits["file_mb"],
+    }
+
+
 async def test_without_the_boundary_the_same_attempts_reach_the_machine(
     bypass_agent, endpoint, canary, tmp_path, monkeypatch
 ):
     """`isolation = "none"` runs the agent with no boundary, even where none could be made."""
     monkeypatch.setattr(launcher, "boundary_problem", lambda python: "unshare: unshare failed: Operation not permitted")
-    outcomes = await attempt(tmp_path, endpoint.env, "none", [*WAYS_OUT, "endpoint"], **canary.addresses)
+    attempts = [*WAYS_OUT, "endpoint", "kernel_settings", "regain_capabilities"]
+    outcomes = await attempt(tmp_path, endpoint.env, "none", attempts, **canary.addresses)
     assert canary.heard() == set(WAYS_OUT), outcomes
+    if os.geteuid() == 0:  # the attempts of test_a_job_cannot_touch_the_kernels_settings... are real
+        assert set(outcomes["kernel_settings"].values()) == {"opened for writing"}
+    assert outcomes["regain_capabilities"] == "CapEff 000001ffffffffff, mounted a tmpfs"
     assert outcomes["unix_socket"] == "connected"
     assert outcomes["endpoint"] == {"python": [200, ["default", "probe"]], "curl": ["default", "probe"]}
 
@@ -532,6 +690,46 @@ def test_the_probe_says_why_the_boundary_cannot_be_made():
     assert launcher.probe_boundary(None, launcher.boundary_command()) is None
     cannot = ["sh", "-c", "echo 'unshare: unshare failed: Operation not permitted' >&2; exit 1", "--"]
     assert launcher.probe_boundary(None, cannot) == "unshare: unshare failed: Operation not permitted"
+
+
+# Guards that each leave one thing open (a text edit of guard.py -> what the probe must name)
+WEAKENED = {
+    "ptrace_allowed": ({'"mount_setattr", "ptrace", ': '"mount_setattr", '}, "ptrace"),
+    "nested_user_namespaces": ({'    "unshare", "setns",': '    "setns",'}, "a user namespace"),
+    "proc_writable_and_root": (
+        {
+            "MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)": "MS_NOSUID | MS_NODEV | MS_NOEXEC)",
+            "become=JOB_ID if as_job_id else None": "become=None",
+        },
+        "/proc/sys/kernel/core_pattern opens for writing",
+    ),
+    "machines_host_name": (
+        {
+            "CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP": "CLONE_NEWIPC | CLONE_NEWCGROUP",
+            '_check(libc.sethostname(hostname, len(hostname)), "sethostname")': "pass",
+        },
+        "the job shares the machine's host name",
+    ),
+    "no_seccomp": ({"\n    _install_seccomp(libc)\n": "\n"}, "without no_new_privs and a seccomp filter"),
+}
+
+
+@pytest.mark.parametrize("weakness", sorted(WEAKENED))
+def test_the_probe_fails_a_guard_that_leaves_one_thing_open(weakness, tmp_path):
+    """The preflight's probe tries each forbidden action: a guard that leaves one open fails it, by name."""
+    edits, named = WEAKENED[weakness]
+    text = (ROOT / "graphs" / "external" / "child" / "guard.py").read_text()
+    for old, new in edits.items():
+        assert old in text, f"the edit {old!r} no longer applies to guard.py"
+        text = text.replace(old, new)
+    weak = tmp_path / "guard.py"
+    weak.write_text(text)
+    if weakness == "proc_writable_and_root" and os.geteuid() != 0:
+        pytest.skip("a job of a run that is not root is never root of the machine")
+    problem = launcher.probe_boundary(None, launcher.boundary_command(), guard=weak)
+    assert problem is not None and problem.startswith("atelier boundary probe: a job could do what it must not: ")
+    assert named in problem, problem
+    assert launcher.probe_boundary(None, launcher.boundary_command()) is None  # the real guard holds
 
 
 def test_an_isolated_agent_reaches_one_endpoint_address():
@@ -617,7 +815,9 @@ def planted():
     things.remove()
 
 
-async def run_job(folder: Path, env: dict, isolation: str, attempts: list[str], **probe) -> tuple[int | None, dict]:
+async def run_job(
+    folder: Path, env: dict, isolation: str, attempts: list[str], bind=None, **probe
+) -> tuple[int | None, dict]:
     await asyncio.to_thread(folder.mkdir, exist_ok=True)
     code = await launcher.run_agent_job(
         None,
@@ -628,6 +828,7 @@ async def run_job(folder: Path, env: dict, isolation: str, attempts: list[str], 
         env,
         120,
         isolation,
+        bind=bind,
     )
     output = folder / "output.json"
     return code, json.loads(json.loads(output.read_text())["report"]) if output.exists() else {}
@@ -656,6 +857,71 @@ async def attack_beside_a_concurrent_job(
     return outcomes, await victim
 
 
+async def test_two_concurrent_jobs_cannot_reach_or_use_each_others_session(bypass_agent, endpoint, tmp_path):
+    """Issue 49's finding 2: a job (the attacker) beside another (the victim), both forked from one
+    agent server, looks for the victim's session token in its own memory (a copy of the server's), its
+    parent's, every environment and every file in sight — and, given the token as if it had leaked,
+    uses it through its own connection: the endpoint answers it only on the victim's connections."""
+    gateway = endpoint.sessions.get(endpoint.env["OPENAI_API_KEY"]).gateway
+    sessions = [endpoint.sessions.add(EndpointSession(gateway=gateway, agent=AGENT)) for _ in range(2)]
+    web = [endpoint.web_sessions.add(FakeWebSession(s)) for s in sessions]
+    victim_session, attacker_session = sessions
+    envs = [session_env(endpoint.openai_base, s.token, f"{endpoint.base_url}/s/{s.token}", endpoint.base_url)
+            for s in sessions]  # fmt: skip
+    for session in sessions:
+        endpoint.bindings.require(session.token)
+    victim_folder, attacker_folder = tmp_path / "victim", tmp_path / "attacker"
+    try:
+        victim = asyncio.create_task(
+            run_job(victim_folder, envs[0], "namespaces", ["wait_released"], bind=endpoint.bind(victim_session.token))
+        )
+        for _ in range(600):
+            if (victim_folder / "started").exists():
+                break
+            await asyncio.sleep(0.05)
+        code, outcomes = await run_job(
+            attacker_folder,
+            envs[1],
+            "namespaces",
+            ["steal_tokens"],
+            bind=endpoint.bind(attacker_session.token),
+            victim=str(victim_folder),
+        )
+        # then, as if it had leaked all the same, the victim's token handed to a job of the attacker's session
+        used = await run_job(
+            tmp_path / "leaked",
+            envs[1],
+            "namespaces",
+            ["use_token"],
+            bind=endpoint.bind(attacker_session.token),
+            other_token=victim_session.token,
+        )
+        (victim_folder / "released").touch()
+        assert (await victim)[0] == 0
+    finally:
+        for session, web_session in zip(sessions, web, strict=True):
+            endpoint.bindings.release(session.token)
+            endpoint.sessions.remove(session)
+            endpoint.web_sessions.remove(web_session)
+    assert code == 0, (attacker_folder / "agent.log").read_text()
+    stolen = outcomes["steal_tokens"]
+    assert stolen["own_memory"] == [] and stolen["environ"] == [] and stolen["files"] == [], stolen
+    assert stolen["parent_memory"] == [] or stolen["parent_memory"].startswith("failed: PermissionError"), stolen
+    assert used == (0, {"use_token": {"own": 200, "own_search": 200, "other": 403, "other_search": 403}})
+    # nor do the server's requests name a token: the jobs read theirs from their own relay's folder
+    assert victim_session.token not in (victim_folder / "agent.log").read_text()
+
+
+class FakeWebSession:
+    """A web session of the endpoint's (by token) that answers every search with nothing."""
+
+    def __init__(self, session: EndpointSession) -> None:
+        self.token = session.token
+
+    async def search(self, query: str) -> list:
+        return []
+
+
 async def test_a_job_reaches_no_file_socket_job_or_server_of_the_machine(bypass_agent, endpoint, planted, tmp_path):
     attempts = ["read", "write", "unix_sockets", "other_job", "agent_server", "signal_init"]
     outcomes, victim = await attack_beside_a_concurrent_job(tmp_path, endpoint.env, "namespaces", planted, attempts)
@@ -675,7 +941,8 @@ async def test_a_job_reaches_no_file_socket_job_or_server_of_the_machine(bypass_
         "failed: FileNotFoundError"
     )
     assert outcomes["agent_server"] == {"seen": 0, "may_signal": 0}
-    assert outcomes["signal_init"] == "still running"
+    # run as root, the job (JOB_ID) may not even signal its init (root of its namespace); else the init ignores it
+    assert outcomes["signal_init"] in ("still running", "failed: PermissionError: [Errno 1] Operation not permitted")
     assert victim == (0, {"wait_released": "released"})  # the concurrent job ran on, unharmed
     assert launcher._servers[(None, AGENT, True)].alive
 
@@ -703,6 +970,7 @@ async def test_without_the_boundary_the_job_reaches_every_planted_thing(
 def tmp_venv(tmp_path_factory):
     """A virtual environment under /tmp (which a job's own /tmp would hide) with a module of its own."""
     folder = Path(tempfile.mkdtemp(prefix="atelier-venv-", dir="/tmp"))
+    folder.chmod(0o755)  # as a venv is made (mkdtemp's 0700 would hide it from the job's unprivileged user)
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(folder)], check=True, timeout=120
     )

@@ -136,11 +136,12 @@ def test_external_agents_run_through_the_gateway_endpoint_and_the_run_web(runs):
 
 def test_the_agents_ran_inside_their_boundary(runs):
     """By default (`isolation = "namespaces"`) each agent's server, and so every episode forked from
-    it, runs under `unshare` (tests/test_agent_isolation.py tries the ways out of it)."""
+    it, runs inside `guard.py --namespaces` (tests/test_agent_isolation.py tries the ways out of it)."""
+    prefix = launcher.boundary_command()
     bounded = {
         agent
         for (_, agent, isolated), server in launcher._servers.items()
-        if isolated and Path(server.process.args[0]).name == "unshare"
+        if isolated and list(server.process.args[: len(prefix)]) == prefix
     }
     assert {"open_deep_research", "gpt_researcher"} <= bounded
 

@@ -225,3 +225,17 @@ def test_a_judge_with_no_rubric_scale_is_refused(tmp_path) -> None:
 
     with pytest.raises(ConfigError, match="has no rubric the labelling page knows"):
         serve_labelling(run, None, host="127.0.0.1", port=0, token=TOKEN)
+
+
+def test_the_label_page_forbids_framing_and_sends_no_referrer(run_dir) -> None:
+    """Issue 49, item 7: the page carries its token in its URL; like the view, every answer forbids
+    framing (clickjacking the labels), loading anything from elsewhere, and leaking the URL as a referrer."""
+    server, _, url = serve_labelling(run_dir, "bespoke", host="127.0.0.1", port=0, token=TOKEN, start=True)
+    try:
+        for answer in (httpx.get(url, timeout=10), httpx.get(url.split("?")[0], timeout=10)):  # a refusal too
+            headers = answer.headers
+            assert "frame-ancestors 'none'" in headers["content-security-policy"]
+            assert "default-src 'none'" in headers["content-security-policy"]
+            assert headers["x-frame-options"] == "DENY" and headers["referrer-policy"] == "no-referrer"
+    finally:
+        server.stop()

@@ -9,12 +9,15 @@ import base64
 import contextlib
 import json
 import sqlite3
+import string
 import sys
 import zlib
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from atelier.runs.cli import main
 from tests.openai_stub import OpenAIStub
@@ -369,21 +372,17 @@ def written_forms(key: str) -> list[str]:
     return forms
 
 
-def test_a_key_in_the_api_base_query_or_in_any_header_and_its_encoded_echoes_are_in_no_file(
-    tmp_path, capsys, monkeypatch
-):
-    """The key is given inline, in api_base's query string and in three provider headers; the model
-    answers case tiny:1 with every credential it was sent, plain, URL-encoded and in base64. No file
-    of the run (config.json, results, ledger, report, checkpoints), of the shared cache, and nothing
-    printed holds any of them in any of those forms."""
+def run_quoting_keys(tmp_path, capsys, monkeypatch, inline: str, query: str, headers: dict[str, str]):
+    """A run given `inline` as its key, `query` in api_base's query and `headers`, whose model repeats
+    every credential it was sent (`quote_keys_on`): (the cache folder, what it printed on stdout, on stderr)."""
     cache = tmp_path / "cache"
     monkeypatch.setenv("ATELIER_CACHE_DIR", str(cache))
-    headers = ", ".join(f'"{name}" = "{value}"' for name, value in HEADER_KEYS.items())
+    given = ", ".join(f'"{name}" = "{value}"' for name, value in headers.items())
     with OpenAIStub(quote_keys_on=ECHOED_ON) as stub:
         recipe = tmp_path / "recipe.toml"
-        text = recipe_text(f"{stub.base_url}?api-key={quote(QUERY_KEY, safe='')}", f'api_key = "{KEY}"')
+        text = recipe_text(f"{stub.base_url}?api-key={quote(query, safe='')}", f'api_key = "{inline}"')
         recipe.write_text(
-            text.replace("max_retries = 0\n", f"max_retries = 0\nextra = {{ extra_headers = {{ {headers} }} }}\n")
+            text.replace("max_retries = 0\n", f"max_retries = 0\nextra = {{ extra_headers = {{ {given} }} }}\n")
         )
         code, out, err = atelier(
             capsys, monkeypatch, "run", str(recipe), "--no-progress", "--out", str(tmp_path / "run")
@@ -393,9 +392,20 @@ def test_a_key_in_the_api_base_query_or_in_any_header_and_its_encoded_echoes_are
         ]
     assert code in (0, 3), err
     assert quoted, "the model never repeated the keys: the test would prove nothing"
+    assert (tmp_path / "run" / "config.json").exists() and (tmp_path / "run" / "report.html").exists()
+    return cache, out, err
+
+
+def test_a_key_in_the_api_base_query_or_in_any_header_and_its_encoded_echoes_are_in_no_file(
+    tmp_path, capsys, monkeypatch
+):
+    """The key is given inline, in api_base's query string and in three provider headers; the model
+    answers case tiny:1 with every credential it was sent, plain, URL-encoded and in base64. No file
+    of the run (config.json, results, ledger, report, checkpoints), of the shared cache, and nothing
+    printed holds any of them in any of those forms."""
+    cache, out, err = run_quoting_keys(tmp_path, capsys, monkeypatch, KEY, QUERY_KEY, HEADER_KEYS)
     results = (tmp_path / "run" / "results.jsonl").read_text()
     assert "I was given: plain sk-…[redacted]" in results  # the echo is there, its keys are not
-    assert (tmp_path / "run" / "config.json").exists() and (tmp_path / "run" / "report.html").exists()
     for key in (KEY, QUERY_KEY, *HEADER_KEYS.values()):
         for form in written_forms(key):
             assert files_holding(form, tmp_path / "run", cache) == [], (key, form)
@@ -448,3 +458,36 @@ def test_keys_in_urls_and_headers_are_found_and_their_encodings_blanked():
     for form in written_forms(KEY):
         assert form not in redactor.redact(f"said: {form}..."), form
     assert redactor.redact("nothing secret here") == "nothing secret here"
+
+
+def every_form(key: str) -> list[str]:
+    """`written_forms`, and every character a JSON `\\uXXXX` escape or an HTML character reference."""
+    return [
+        *written_forms(key),
+        "".join(f"\\u{ord(c):04x}" for c in key),
+        "".join(f"&#{ord(c)};" for c in key),
+    ]
+
+
+# keys a header can carry, of the alphabets keys come in: base64-style and AWS secret keys hold / + =
+header_keys = st.text(
+    st.sampled_from(string.ascii_letters + string.digits + "/+=_-."), min_size=20, max_size=40
+).filter(lambda k: len(set(k)) >= 8 and not k.startswith(("+", "=")))
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(inline=header_keys, query=header_keys, header=header_keys)
+@example(
+    inline="wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", query="ab+cd/ef=gh_ij-kl.mn0p", header="Zm9vYmFy/+=_-.Zm9vYmFy"
+)
+def test_a_generated_key_is_in_no_file_of_a_run(tmp_path_factory, capsys, monkeypatch, inline, query, header):
+    """Generated keys, given inline, in api_base's query and in a provider header, which the model
+    repeats in every encoding (`quote_keys_on`): in no sink — what is printed, config.json, results,
+    ledger, report.html, checkpoints, the shared cache."""
+    tmp_path = tmp_path_factory.mktemp("sinks")
+    cache, out, err = run_quoting_keys(tmp_path, capsys, monkeypatch, inline, query, {"X-Api-Key": header})
+    assert "I was given: plain " in (tmp_path / "run" / "results.jsonl").read_text()
+    for key in (inline, query, header):
+        for form in every_form(key):
+            assert files_holding(form, tmp_path / "run", cache) == [], (key, form)
+            assert form not in out and form not in err, (key, form)

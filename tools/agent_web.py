@@ -31,7 +31,7 @@ import hashlib
 import html
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
@@ -191,9 +191,9 @@ def _page_html(title: str, text: str, url: str) -> str:
     )
 
 
-def _proxy_token(request: Request) -> str | None:
+def proxy_token(headers: Mapping[str, str]) -> str | None:
     """The session token a proxied request carries as its proxy user (`Proxy-Authorization`)."""
-    kind, _, value = request.headers.get("proxy-authorization", "").partition(" ")
+    kind, _, value = headers.get("proxy-authorization", "").partition(" ")
     if kind.lower() != "basic":
         return None
     try:
@@ -248,7 +248,7 @@ def agent_web_routes(sessions: WebSessions) -> list[BaseRoute]:
         )
 
     async def page(request: Request) -> Response:
-        session = sessions.get(request.path_params.get("token") or _proxy_token(request))
+        session = sessions.get(request.path_params.get("token") or proxy_token(request.headers))
         source = session.sources.get(request.path_params["source_id"]) if session else None
         if session is None or source is None:
             return HTMLResponse("<html><body><p>Not a page of this session.</p></body></html>", status_code=404)

@@ -16,11 +16,53 @@ from atelier.benchmarks.common.loopback import bind_socket
 STARTUP_TIMEOUT_S = 15.0
 
 
+def _with_header_deadline(protocol: type, seconds: float) -> type:
+    """uvicorn's HTTP protocol, closing a connection whose next request's headers have not all arrived
+    within `seconds` of its first byte (or of the connection's start): an idle or half-sent request
+    holds no connection. (uvicorn times out nothing before a request's headers are complete.)"""
+
+    class HeaderDeadline(protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._header_timer = self.loop.call_later(seconds, self._headers_too_slow)
+
+        def _between_requests(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def data_received(self, data: bytes) -> None:
+            if self._header_timer is None and self._between_requests():
+                self._header_timer = self.loop.call_later(seconds, self._headers_too_slow)
+            super().data_received(data)
+            if self._header_timer is not None and not self._between_requests():
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_too_slow(self) -> None:
+            self._header_timer = None
+            if self._between_requests() and not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+            super().connection_lost(exc)
+
+    return HeaderDeadline
+
+
 class AsgiServer:
     def __init__(
-        self, app, host: str = "127.0.0.1", port: int = 0, *, lifespan: Literal["auto", "on", "off"] = "off"
+        self,
+        app,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        lifespan: Literal["auto", "on", "off"] = "off",
+        header_timeout_s: float | None = None,
     ) -> None:
-        """`lifespan="on"` runs the app's startup and shutdown (apps holding background tasks)."""
+        """`lifespan="on"` runs the app's startup and shutdown (apps holding background tasks);
+        `header_timeout_s`: how long a request's headers may take to arrive (None: no limit)."""
         import uvicorn
 
         self._socket = bind_socket(host, port)
@@ -28,6 +70,9 @@ class AsgiServer:
         self.port = int(self._socket.getsockname()[1])
         # log_config=None: leave the process's logging set-up alone (uvicorn would install its own)
         config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan=lifespan)
+        if header_timeout_s is not None:
+            config.load()  # picks the HTTP protocol (httptools or h11) that the deadline wraps
+            config.http_protocol_class = _with_header_deadline(config.http_protocol_class, header_timeout_s)
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from atelier.agents.judges.store import ArtifactStore
 from atelier.agents.models.gateway import Gateway, ModelCallError
@@ -29,6 +29,7 @@ from atelier.benchmarks.case import Case
 from atelier.benchmarks.common.degradation import Degradation, degradation
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.named_registry import NamedRegistry
+from atelier.benchmarks.common.names import checked_folder_name
 
 
 class JudgeConfig(BaseModel):
@@ -41,6 +42,12 @@ class JudgeConfig(BaseModel):
         "recipe use the same judge twice, e.g. with two models.",
     )
     repeats: int = Field(default=1, ge=1, le=20, description="Judge each response n times: mean and per-case std.")
+
+    @field_validator("label")
+    @classmethod
+    def _a_label_not_a_path(cls, label: str | None) -> str | None:
+        """The label keys the judge's folders of the run folder (`labels/<label>/`, artifacts)."""
+        return None if label is None else checked_folder_name(label, "a judge's label")
 
     @property
     def key(self) -> str:

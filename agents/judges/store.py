@@ -97,15 +97,18 @@ class ArtifactStore:
 
 def _write_once(path: Path, record: dict[str, Any]) -> dict[str, Any]:
     """Write `record` unless the file exists; return what the file holds afterwards."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    no_follow.make_folders(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     text = active_redactor().redact(json.dumps(record, ensure_ascii=False, indent=1))  # shared: never a key
     with no_follow.open_file(tmp, "w") as fh:
         fh.write(text)
+    folder = no_follow.folder_fd(path.parent)
     try:
-        os.link(tmp, path)  # atomic and refuses to overwrite: the first writer wins
+        # atomic and refuses to overwrite: the first writer wins (in the folder reached without a link)
+        os.link(tmp.name, path.name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
     except FileExistsError:
         record = json.loads(no_follow.read_text(path))
     finally:
+        os.close(folder)
         tmp.unlink(missing_ok=True)
     return record

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.redaction import active_redactor
 
 
@@ -30,7 +31,7 @@ class ResponseCache:
         import diskcache
 
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        no_follow.make_folders(self.directory)
         self._store = diskcache.Cache(str(self.directory), size_limit=2**34)
 
     def get(self, key: str) -> dict[str, Any] | None:

@@ -151,7 +151,7 @@ class Ledger:
         self.tool_entries: list[LedgerEntry] = []  # a system's tool calls (`record_tool`)
         self._lock = threading.Lock()
         if self.path:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            no_follow.make_folders(self.path.parent)
 
     def record(self, **fields: Any) -> LedgerEntry:
         tags = current_tags()

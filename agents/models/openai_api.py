@@ -469,8 +469,8 @@ class RequestGuard:
       (a `text/plain` POST needs no preflight) is refused -> 403;
     - request bodies are capped at `max_body_bytes`, by Content-Length before reading and counted
       as the chunks arrive otherwise; the rest of a body over the cap is never read -> 413;
-    - a body must arrive whole within `body_timeout_s` of its first read: one that trickles (a
-      client holding a connection and a worker open) -> 408;
+    - a body must arrive whole within `body_timeout_s` of the request's start (its headers): one
+      that trickles (a client holding a connection and a worker open) -> 408;
     - a client that goes away mid-body ends its request quietly (no traceback per abandoned body).
 
     Install it with Starlette's `add_middleware`, so it sits between Starlette's outer error
@@ -511,14 +511,12 @@ class RequestGuard:
         received = 0
         started = False
         body_done = False
-        deadline: float | None = None
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_s  # from the request's start
 
         async def capped_receive() -> Message:
             nonlocal received, body_done, deadline
             if body_done:  # past the body: a streaming answer waits for the client to leave, untimed
                 return await receive()
-            if deadline is None:
-                deadline = asyncio.get_running_loop().time() + self.body_timeout_s
             try:
                 async with asyncio.timeout_at(deadline):
                     message = await receive()

@@ -36,6 +36,7 @@ DegradationKind = Literal[
     "spans_removed",
     "criterion_unscored",
     "context_leak",
+    "output_truncated",
 ]
 
 KINDS: dict[str, str] = {
@@ -60,6 +61,8 @@ KINDS: dict[str, str] = {
     "criterion_unscored": "a judge left a criterion unscored, even when asked again",
     "context_leak": "a control episode's answer (another user's context, or none) mentions facts of the case's own "
     "user that the context it was given did not hold: something outside the memory reached the system",
+    "output_truncated": "an external agent's report was longer than the run keeps (`max_report_chars`) and was cut "
+    "there, or its log reached the job's file size limit (`limits.file_mb`) and was cut",
 }
 assert set(KINDS) == set(get_args(DegradationKind)), "every kind is described"
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import contextvars
+import functools
 import html
 import json
 import os
@@ -161,12 +162,8 @@ def _marker(piece: str) -> str:
     return f"{piece[:3]}…{REDACTED}" if len(piece) >= 16 else REDACTED
 
 
-def _word_character(char: str) -> bool:
-    return char.isalnum() or char in "-_"
-
-
-def _word_byte(byte: int) -> bool:
-    return byte < 128 and _word_character(chr(byte))  # a UTF-8 lead byte starts a character that is none
+def _alnum_byte(byte: int) -> bool:
+    return byte < 128 and chr(byte).isalnum()  # a UTF-8 lead byte starts a character no key continues with here
 
 
 def _base64_forms(secret: str) -> set[str]:
@@ -183,29 +180,92 @@ def _base64_forms(secret: str) -> set[str]:
     return forms
 
 
-def _written_forms(secret: str) -> set[str]:
-    """How a writer may have spelled the secret: as is, JSON-escaped, HTML-escaped (two styles),
-    URL-encoded (two styles), inside base64."""
+def _json_forms(secret: str) -> set[str]:
+    """JSON string bodies: `json.dumps` both ways, Jinja's `tojson` (`<>&'` as `\\u00XX`), a `/`
+    written `\\/`, every character as a `\\uXXXX` escape (lower- and upper-case hex), and each of
+    them escaped once more."""
+    plain, ascii_only = json.dumps(secret, ensure_ascii=False)[1:-1], json.dumps(secret)[1:-1]
+    html_safe = {ord(c): f"\\u{ord(c):04x}" for c in "<>&'"}
+    units = secret.encode("utf-16-be")
+    escaped = "".join(f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}" for i in range(0, len(units), 2))
+    forms = {plain, ascii_only, escaped, escaped.upper().replace("\\U", "\\u")}
+    for form in (plain, ascii_only):
+        forms |= {form.translate(html_safe), form.replace("/", "\\/")}
+    # and each of those inside a JSON string once more (an escaped echo kept in a JSON record)
+    return forms | {json.dumps(form, ensure_ascii=False)[1:-1] for form in forms}
+
+
+def _html_forms(secret: str) -> set[str]:
+    """HTML text and attributes: `html.escape` with and without quotes, Jinja's / markupsafe's
+    `&#34;` `&#39;`, and every character as a decimal or hexadecimal character reference."""
     escaped = html.escape(secret)
     return {
-        secret,
-        json.dumps(secret, ensure_ascii=False)[1:-1],
-        json.dumps(secret)[1:-1],
         escaped,
+        html.escape(secret, quote=False),
         escaped.replace("&quot;", "&#34;").replace("&#x27;", "&#39;"),
+        "".join(f"&#{ord(c)};" for c in secret),
+        "".join(f"&#x{ord(c):x};" for c in secret),
+    }
+
+
+def _written_forms(secret: str) -> set[str]:
+    """How a writer may have spelled the secret: as is, JSON-escaped, HTML-escaped, URL-encoded (as a
+    query value, as a form value, as a path), inside base64."""
+    return {
+        secret,
+        *_json_forms(secret),
+        *_html_forms(secret),
         quote(secret, safe=""),
         quote_plus(secret, safe=""),
+        quote(secret),
         *_base64_forms(secret),
     }
 
 
+def _trie_pattern(heads: Iterable[str]) -> str:
+    """One regular expression matching any of `heads` (a trie: at each character one branch, so
+    the scan costs about one step per character of the text, however many heads there are)."""
+    trie: dict = {}
+    for head in heads:
+        node = trie
+        for char in head:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def pattern(node: dict) -> str:
+        branches = [re.escape(char) + pattern(child) for char, child in sorted(node.items()) if char]
+        if not branches:
+            return ""
+        alternation = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
+        return f"(?:{alternation})?" if "" in node else alternation
+
+    return pattern(trie)
+
+
+def _common_length(text: str | bytes, start: int, form: str | bytes) -> int:
+    """How many characters of `form` the text repeats from `start` on."""
+    length = 0
+    for mine, theirs in zip(text[start : start + len(form)], form, strict=False):
+        if mine != theirs:
+            break
+        length += 1
+    return length
+
+
 class Redactor:
-    """Blanks out a fixed set of secrets (see the module docstring)."""
+    """Blanks out a fixed set of secrets (see the module docstring).
+
+    Every written form of every secret is found in one scan: a precompiled trie of their first
+    `CUT_SECRET_CHARS` characters finds where one may start; there the longest form the text repeats
+    decides what is blanked (a secret whole — whatever characters it is made of — or cut short where
+    the text ends or a character follows that no key would continue with: not a letter or digit)."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self.secrets: frozenset[str] = frozenset()
-        self._forms: list[str] = []
-        self._byte_forms: list[bytes] = []
+        self._by_head: dict[str, list[str]] = {}
+        self._bytes_by_head: dict[bytes, list[bytes]] = {}
+        self._pattern: re.Pattern[str] | None = None
+        self._bytes_pattern: re.Pattern[bytes] | None = None
         self.learn(secrets)
 
     def learn(self, secrets: Iterable[str]) -> None:
@@ -213,9 +273,16 @@ class Redactor:
         kept = self.secrets | {s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_CHARS}
         if kept == self.secrets:
             return
-        # the longest first: a secret holding another is blanked whole
-        forms = sorted({form for s in kept for form in _written_forms(s)}, key=len, reverse=True)
-        self._forms, self._byte_forms, self.secrets = forms, [f.encode() for f in forms], frozenset(kept)
+        by_head: dict[str, list[str]] = {}
+        for form in sorted({form for s in kept for form in _written_forms(s)}, key=len, reverse=True):
+            by_head.setdefault(form[:CUT_SECRET_CHARS], []).append(form)
+        bytes_by_head: dict[bytes, list[bytes]] = {}
+        for encoded in (f.encode() for forms in by_head.values() for f in forms):
+            bytes_by_head.setdefault(encoded[:CUT_SECRET_CHARS], []).append(encoded)
+        self._by_head, self._bytes_by_head, self.secrets = by_head, bytes_by_head, frozenset(kept)
+        self._pattern = re.compile(_trie_pattern(by_head))
+        # bytes: the same trie over each head's UTF-8 bytes, as latin-1 characters of a bytes pattern
+        self._bytes_pattern = re.compile(_trie_pattern(h.decode("latin-1") for h in bytes_by_head).encode("latin-1"))
 
     def __bool__(self) -> bool:
         return bool(self.secrets)
@@ -237,45 +304,37 @@ class Redactor:
         """What a command knows before it has read any settings: its key options and the environment."""
         return cls(key_flag_values(argv) | key_variables(environ))
 
-    def redact(self, text: str) -> str:
-        for form in self._forms:
-            if form[: min(CUT_SECRET_CHARS, len(form))] in text:
-                text = self._blank(text, form)
-        return text
+    def _spans(self, data: Any, pattern: re.Pattern, by_head: dict, continues: Any) -> Iterator[tuple[int, int]]:
+        """(start, end) of each secret (whole, or cut short) in `data`, in order, not overlapping."""
+        found = pattern.search(data)
+        while found is not None:
+            start = found.start()
+            forms = by_head[found.group()]
+            end = start + max(_common_length(data, start, form) for form in forms)
+            if any(end - start == len(form) for form in forms) or end == len(data) or not continues(data[end]):
+                yield start, end
+                found = pattern.search(data, end)
+            else:  # another key that merely starts alike, or a word: another secret may start inside it
+                found = pattern.search(data, start + 1)
 
-    def _blank(self, text: str, secret: str) -> str:
-        """`text` with `secret` blanked wherever it is whole, or cut short at the text's or a word's end."""
-        head = secret[: min(CUT_SECRET_CHARS, len(secret))]
+    def redact(self, text: str) -> str:
+        if self._pattern is None:
+            return text
         out, position = [], 0
-        start = text.find(head)
-        while start != -1:
-            end = start + len(head)
-            while end - start < len(secret) and end < len(text) and text[end] == secret[end - start]:
-                end += 1
-            whole = end - start == len(secret)
-            if whole or end == len(text) or not _word_character(text[end]):
-                out += [text[position:start], _marker(text[start:end])]
-                position = end
-            start = text.find(head, max(end, start + 1))
+        for start, end in self._spans(text, self._pattern, self._by_head, str.isalnum):
+            out += [text[position:start], _marker(text[start:end])]
+            position = end
         return "".join(out) + text[position:] if out else text
 
     def redact_bytes(self, data: bytes) -> bytes:
         """`data` with every secret (as UTF-8, whole or cut short) overwritten by as many `*`."""
-        for form in self._byte_forms:
-            head = form[: min(CUT_SECRET_CHARS, len(form))]
-            if head not in data:
-                continue
-            buffer, start = bytearray(data), data.find(head)
-            while start != -1:
-                end = start + len(head)
-                while end - start < len(form) and end < len(data) and data[end] == form[end - start]:
-                    end += 1
-                whole = end - start == len(form)
-                if whole or end == len(data) or not _word_byte(data[end]):
-                    buffer[start:end] = b"*" * (end - start)
-                start = data.find(head, max(end, start + 1))
-            data = bytes(buffer)
-        return data
+        if self._bytes_pattern is None:
+            return data
+        buffer = None
+        for start, end in self._spans(data, self._bytes_pattern, self._bytes_by_head, _alnum_byte):
+            buffer = buffer if buffer is not None else bytearray(data)
+            buffer[start:end] = b"*" * (end - start)
+        return bytes(buffer) if buffer is not None else data
 
     def redact_data(self, value: Any) -> Any:
         """Strings inside dicts, lists and tuples redacted (keys too); other values as they are."""
@@ -323,7 +382,13 @@ def redacting(redactor: Redactor) -> Iterator[Redactor]:
 def active_redactor() -> Redactor:
     """The redactor of the run in progress, else one for the keys of the environment."""
     installed = _active.get()
-    return installed if installed is not None else Redactor.from_environment()
+    return installed if installed is not None else _redactor_of(frozenset(key_variables()))
+
+
+@functools.lru_cache(maxsize=8)
+def _redactor_of(secrets: frozenset[str]) -> Redactor:
+    """One built redactor per set of secrets (a writer outside a run asks for the environment's each time)."""
+    return Redactor(secrets)
 
 
 def learn_secrets(settings: Any) -> None:

@@ -104,7 +104,7 @@ def _run_workdir(context: EpisodeContext, case_id: str) -> Path | None:
 
 def _workdir(context: EpisodeContext, case_id: str) -> Path:
     folder = _run_workdir(context, case_id) or Path(tempfile.mkdtemp(prefix="atelier-external-"))
-    folder.mkdir(parents=True, exist_ok=True)
+    no_follow.make_folders(folder)
     return folder
 
 
@@ -135,6 +135,26 @@ def bench_figures(context: EpisodeContext, case_id: str) -> dict[str, Any]:
     folder = _run_workdir(context, case_id)
     path = folder / TIMINGS if folder else None
     return {"startup_s": json.loads(no_follow.read_text(path))["startup_s"]} if path and path.exists() else {}
+
+
+def _bounded(result: dict[str, Any], options: ExternalOptions, workdir: Path) -> dict[str, Any]:
+    """The agent's result within what the run keeps: a report past `max_report_chars` cut there (the
+    child cuts it itself; this holds for one that did not), a log that reached the job's file size
+    limit said to be cut; each an `output_truncated` degradation."""
+    degraded = list(result.get("degraded") or [])
+    report = result.get("report")
+    if isinstance(report, str) and len(report) > options.max_report_chars:
+        detail = (
+            f"the agent's report of {len(report)} characters was cut to the {options.max_report_chars} the run keeps"
+        )
+        degraded.append({"kind": "output_truncated", "step": "report", "detail": detail, "count": 1})
+        result = {**result, "report": report[: options.max_report_chars]}
+    log = workdir / "agent.log"
+    limit = options.limits.file_mb << 20
+    if options.isolation == "namespaces" and log.exists() and os.lstat(log).st_size >= limit:
+        detail = f"the agent's log reached the job's file size limit ({options.limits.file_mb} MB) and was cut there"
+        degraded.append({"kind": "output_truncated", "step": "agent_log", "detail": detail, "count": 1})
+    return {**result, "degraded": degraded}
 
 
 def _log_tail(workdir: Path) -> str:
@@ -257,6 +277,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
         page_chars=options.page_chars,
         keep=resources.sources.put,
         max_searches=options.search_cap(),
+        bound=options.isolation == "namespaces",  # answered only on its own job's connections
     ) as (model, web_session):
         assert web_session is not None
         view = view_of(state, runtime, PIPELINE)
@@ -268,6 +289,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             "case_id": view.id,
             "settings": options.settings,
             "today": options.today.isoformat() if options.today else None,
+            "max_report_chars": options.max_report_chars,
             "endpoint": {"openai_base": endpoint.openai_base, "web_root": web_session.root},
         }
         command_cwd = ""
@@ -294,6 +316,8 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
             options.timeout_s,
             options.isolation,
             read_only=visible,
+            bind=endpoint.bind(model.token),
+            limits=options.limits.model_dump(),
         )
         wall_s = time.perf_counter() - started
         if code is None:
@@ -306,6 +330,7 @@ async def run_agent(state: ExternalState, runtime: Runtime[EpisodeContext]) -> C
                 + await asyncio.to_thread(_log_tail, workdir)
             )
         result = json.loads(await asyncio.to_thread(no_follow.read_text, output))
+        result = await asyncio.to_thread(_bounded, result, options, workdir)
         if result.get("error"):
             model_errors = f"; model errors: {model.errors[-1]}" if model.errors else ""
             dry = DRY_RUN_HINT if dry_run_may_explain(result["error"], resources.gateway.dry_run, model) else ""

@@ -24,13 +24,15 @@ The public interface (what a pipeline uses; it stays stable):
   line (`ConfigError`), a machine that cannot make the boundary.
 
 The boundary (`isolation = "namespaces"`; Linux; made by `child/guard.py`, whose docstring says
-exactly what a job sees). Unshare with mount namespaces rather than bubblewrap: a registry agent's
-imports take seconds of CPU, so its server imports it once and forks each job, and the boundary is
-entered after that fork, in the job's own process — which an external sandbox program (it execs a
-new process) cannot do — and it needs nothing but util-linux. The agent server starts under
-`unshare` in its own user namespace (where it holds the capabilities to mount; root in it has
-none over the machine), network, PID and mount namespaces. Each job then gets namespaces of its
-own: a network whose only way out is a Unix socket this process opens for it (`endpoint_relay`)
+exactly what a job sees). Namespaces made by `guard` itself rather than bubblewrap: a registry
+agent's imports take seconds of CPU, so its server imports it once and forks each job, and the
+boundary is entered after that fork, in the job's own process — which an external sandbox program
+(it execs a new process) cannot do — and it needs nothing but the standard library. The agent
+server starts under `guard.py --namespaces` in its own user namespace (where it holds the
+capabilities to mount; root in it has none over the machine; run as root, it also maps the
+unprivileged `guard.JOB_ID` its jobs become), network, PID and mount namespaces. Each job then gets
+namespaces of its own (its user namespace, as `JOB_ID` or the run's user, under a seccomp filter):
+a network whose only way out is a Unix socket this process opens for it (`endpoint_relay`)
 and relays to the job's endpoint (inside, `guard` listens on the endpoint's port and forwards to
 it, so the agent's HTTP clients use the ordinary URLs); a PID namespace of its own (no job sees,
 signals or outlives another, and none can signal the agent server); and a root that shows the
@@ -60,20 +62,19 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import AtelierError, ConfigError
 from atelier.graphs.external.agents import CHILD, base_env, child_command, endpoint_address
 
 Isolation = Literal["namespaces", "none"]
 PREFIX = "@atelier "
 STDERR_TAIL = 1500
-# a user namespace even for root: root inside it holds no capability over the machine
-UNSHARE_OPTIONS = ("--user", "--map-root-user", "--net", "--pid", "--fork", "--mount-proc", "--kill-child")
 PROBE_TIMEOUT_S = 60
 RELAY_CHUNK = 1 << 16
 UNIX_PATH_MAX = 107
@@ -83,17 +84,18 @@ class AgentServerError(AtelierError):
     """The agent server could not start (or ended): no job can run on it."""
 
 
-def boundary_command() -> list[str] | None:
-    """The command prefix that starts a process inside the agents' namespaces (None: no `unshare`)."""
-    unshare = shutil.which("unshare", path=base_env()["PATH"])
-    return [unshare, *UNSHARE_OPTIONS, "--"] if unshare else None
+def boundary_command() -> list[str]:
+    """The command prefix that starts a process inside the agents' namespaces (`guard.namespaces`:
+    a user namespace even for root, whose root holds no capability over the machine)."""
+    return [sys.executable, str(CHILD / "guard.py"), "--namespaces", "--"]
 
 
-def probe_boundary(python: str | None, command: list[str]) -> str | None:
-    """Why a job's boundary cannot be made by `command` for `python` (None: it can, and holds)."""
+def probe_boundary(python: str | None, command: list[str], guard: Path = CHILD / "guard.py") -> str | None:
+    """Why a job's boundary cannot be made by `command` for `python`, or does not hold (`guard.probe`
+    tries each thing a job must not do): None when it can, and holds."""
     try:
         done = subprocess.run(
-            [*command, python or sys.executable, str(CHILD / "guard.py"), "--probe"],
+            [*command, python or sys.executable, str(guard), "--probe"],
             env=base_env(),
             capture_output=True,
             text=True,
@@ -113,10 +115,7 @@ def boundary_problem(python: str | None) -> str | None:
     Probed once per interpreter and process."""
     if sys.platform != "linux":
         return f"they need Linux namespaces and this is {sys.platform}"
-    command = boundary_command()
-    if command is None:
-        return "the unshare command (util-linux) is not on PATH"
-    return probe_boundary(python, command)
+    return probe_boundary(python, boundary_command())
 
 
 def require_boundary(python: str | None) -> None:
@@ -137,12 +136,7 @@ class AgentServer:
         """`isolated`: inside the agents' namespaces (then each job needs a `boundary`)."""
         command = child_command(python, "--serve", agent)
         if isolated:
-            prefix = boundary_command()
-            if prefix is None:
-                raise ConfigError(
-                    "external agents run inside Linux namespaces: the unshare command (util-linux) is not on PATH"
-                )
-            command = [*prefix, *command]
+            command = [*boundary_command(), *command]
         self.isolated = isolated
         self.stderr = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
@@ -275,10 +269,15 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         pass  # either side went away: the connection is over, as it would be without the relay
 
 
+Bind = Callable[[int], Callable[[], None]]  # a relayed connection's local port -> the call that unbinds it
+
+
 @contextlib.asynccontextmanager
-async def endpoint_relay(host: str, port: int) -> AsyncIterator[str]:
+async def endpoint_relay(host: str, port: int, bind: Bind | None = None) -> AsyncIterator[str]:
     """A Unix socket (its path) whose every connection is relayed to `host`:`port` on this event
-    loop: an isolated job's one way out. Closed, with its connections, on exit."""
+    loop: an isolated job's one way out. `bind` is told each relayed connection's local port before
+    a byte of it is sent (the endpoint then knows it is this job's: `AgentEndpoint.bind`). Closed,
+    with its connections, on exit."""
     folder = await asyncio.to_thread(tempfile.mkdtemp, prefix="atelier-endpoint-")  # 0700: this user's; off the loop
     path = os.path.join(folder, "endpoint.sock")
     if len(path.encode()) > UNIX_PATH_MAX:
@@ -293,12 +292,17 @@ async def endpoint_relay(host: str, port: int) -> AsyncIterator[str]:
         assert task is not None  # the server runs each connection's callback in a task
         links.add(task)
         upstream_writer = None
+        unbind = None
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(host, port)
+            if bind is not None:
+                unbind = bind(upstream_writer.get_extra_info("sockname")[1])
             await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
         except OSError:
             pass  # the endpoint is gone: the job's client sees its connection close
         finally:
+            if unbind is not None:
+                unbind()
             for end in (writer, upstream_writer):
                 if end is not None:
                     end.close()
@@ -341,7 +345,7 @@ async def _run_fresh(
     python: str | None, input_path: Path, output_path: Path, log_path: Path, env: dict[str, str], timeout_s: float
 ) -> int | None:
     """The job in a new interpreter (where a process cannot fork)."""
-    with log_path.open("wb") as log:
+    with no_follow.open_file(log_path, "wb") as log:
         process = await asyncio.create_subprocess_exec(
             *child_command(python, str(input_path), str(output_path)),
             cwd=input_path.parent,
@@ -368,11 +372,15 @@ async def run_agent_job(
     timeout_s: float,
     isolation: Isolation = "namespaces",
     read_only: Sequence[str | Path] = (),
+    bind: Bind | None = None,
+    limits: dict[str, int] | None = None,
 ) -> int | None:
     """Run the job whose input is `input_path` (the agent's working folder is its folder). With
-    `isolation = "namespaces"` it reaches only the endpoint its session's URLs (`env`) name and sees
-    only its folder, its interpreter and `read_only`; it is refused (`ConfigError`) where that
-    boundary cannot be made."""
+    `isolation = "namespaces"` it reaches only the endpoint its session's URLs (`env`) name, on
+    connections `bind` is told of, sees only its folder, its interpreter and `read_only`, within
+    `limits` (`guard.LIMITS`); it is refused (`ConfigError`) where that boundary cannot be made. Its
+    session (`env`, which holds the token) never passes through the agent server, whose memory every
+    job is a copy of: the job reads it from a file beside its relay's socket once in its boundary."""
     if isolation == "none":
         if not hasattr(os, "fork"):
             return await _run_fresh(python, input_path, output_path, log_path, env, timeout_s)
@@ -382,9 +390,23 @@ async def run_agent_job(
     await asyncio.to_thread(require_boundary, python)
     host, port = endpoint_address(env)
     server = await asyncio.to_thread(_server, python, agent, True)
-    async with endpoint_relay(host, port) as socket_path:
-        boundary = {"port": port, "socket": socket_path, "read_only": [str(p) for p in read_only]}
-        return await server.run(input_path, output_path, log_path, env, timeout_s, boundary=boundary)
+    async with endpoint_relay(host, port, bind) as socket_path:
+        session = os.path.join(os.path.dirname(socket_path), "session.json")  # in the relay's 0700 folder
+        await asyncio.to_thread(_write_private, session, env)
+        boundary = {
+            "port": port,
+            "socket": socket_path,
+            "read_only": [str(p) for p in read_only],
+            "session": session,
+            "limits": limits or {},
+        }
+        return await server.run(input_path, output_path, log_path, {}, timeout_s, boundary=boundary)
+
+
+def _write_private(path: str, value: Any) -> None:
+    """A new file only this user may read, never through a link: what holds a session's token."""
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w") as fh:
+        json.dump(value, fh)
 
 
 def _check_isolation(isolation: str) -> None:
@@ -436,9 +458,12 @@ async def sealed_command(
     env: dict[str, str],
     isolation: Isolation = "namespaces",
     read_only: Sequence[str | Path] = (),
+    bind: Bind | None = None,
+    limits: dict[str, int] | None = None,
 ) -> AsyncIterator[Launch]:
     """How to start `command` in `workdir` with `base_env() | env`, inside the boundary (see the
-    module's docstring) for as long as the block runs: the endpoint's relay closes with it."""
+    module's docstring; `bind`, `limits`: as `run_agent_job`'s) for as long as the block runs: the
+    endpoint's relay closes with it."""
     if not command:
         raise ConfigError("an agent's command is empty")
     full_env = {**base_env(), **env}
@@ -448,10 +473,10 @@ async def sealed_command(
     _check_isolation(isolation)
     await asyncio.to_thread(require_boundary, None)
     prefix = boundary_command()
-    assert prefix is not None  # require_boundary found it
     host, port = endpoint_address(env)
-    async with endpoint_relay(host, port) as socket_path:
+    async with endpoint_relay(host, port, bind) as socket_path:
         spec = {
+            "limits": limits or {},
             "port": port,
             "socket": socket_path,
             "writable": [str(workdir)],
@@ -463,9 +488,7 @@ async def sealed_command(
         # beside the relay's socket, in its 0700 folder: the spec names the session's token, which a
         # command line would show to every user of the machine; the guard removes it once read
         spec_path = os.path.join(os.path.dirname(socket_path), "spec.json")
-        descriptor = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as fh:
-            json.dump(spec, fh)
+        _write_private(spec_path, spec)
         yield Launch([*prefix, sys.executable, str(CHILD / "guard.py"), "--jail", spec_path], base_env(), workdir)
 
 
@@ -479,11 +502,15 @@ async def run_command_job(
     read_only: Sequence[str | Path] = (),
     stdin_path: Path | None = None,
     stdout_path: Path | None = None,
+    bind: Bind | None = None,
+    limits: dict[str, int] | None = None,
 ) -> int | None:
     """Run `command` in `workdir` as a job (its stdin and stdout the given files, else nothing and
     the log; its stderr the log); its exit code, or None when it ran out of time (then it is killed
     with every process it started)."""
-    async with sealed_command(command, workdir=workdir, env=env, isolation=isolation, read_only=read_only) as launch:
+    async with sealed_command(
+        command, workdir=workdir, env=env, isolation=isolation, read_only=read_only, bind=bind, limits=limits
+    ) as launch:
         with contextlib.ExitStack() as files:
             log = files.enter_context(_open_nofollow(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "wb"))
             stdin = files.enter_context(_open_nofollow(stdin_path, os.O_RDONLY, "rb")) if stdin_path else None

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import date
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from atelier.graphs.external.child.guard import LIMITS
 from atelier.graphs.external.interrupt_answers import ResumeAs
 from atelier.graphs.external.launcher import Isolation
 from atelier.graphs.pipelines import PipelineOptions
@@ -28,6 +29,19 @@ LANGGRAPH_OPTIONS = (
     "max_interrupts",
     "resume_as",
 )
+
+
+class JobLimits(BaseModel):
+    """What one job of an agent may use inside its boundary (`isolation = "namespaces"`); defaults:
+    `guard.LIMITS`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    processes: int = Field(default=LIMITS["processes"], ge=8, description="Processes and threads of the job at once.")
+    memory_mb: int = Field(default=LIMITS["memory_mb"], ge=256, description="Address space of each of its processes.")
+    file_mb: int = Field(default=LIMITS["file_mb"], ge=1, description="Size of any file it writes (its log too).")
+    tmp_mb: int = Field(default=LIMITS["tmp_mb"], ge=1, description="Size of its own /tmp.")
+    shm_mb: int = Field(default=LIMITS["shm_mb"], ge=1, description="Size of its own /dev/shm.")
 
 
 class ExternalOptions(PipelineOptions):
@@ -66,6 +80,15 @@ class ExternalOptions(PipelineOptions):
         "settings' max_searches, default 5), else none.",
     )
 
+    limits: JobLimits = Field(
+        default_factory=JobLimits,
+        description="What one job may use inside its boundary: processes, memory, file size, /tmp and /dev/shm sizes.",
+    )
+    max_report_chars: int = Field(
+        default=400_000,
+        ge=1000,
+        description="The longest report the run keeps of the agent; a longer one is cut there (`output_truncated`).",
+    )
     isolation: Isolation = Field(
         default="namespaces",
         description="namespaces: the agent's processes run in their own Linux network, PID and mount namespaces and "

@@ -102,7 +102,7 @@ class Mem0Backend(PersonaFirstBackend):
         else:
             self._tmp = tempfile.TemporaryDirectory(prefix="atelier-mem0-")
             root = Path(self._tmp.name)
-        (root / "ingested").mkdir(parents=True, exist_ok=True)
+        no_follow.make_folders(root / "ingested")
         return root
 
     async def _mem0(self):
@@ -242,7 +242,7 @@ class Mem0Backend(PersonaFirstBackend):
         shutil.rmtree(self._root)  # all of <store_dir>/mem0 is ours
         if self._tmp is None:  # a folder of its own: chromadb keeps each path it opened in the process,
             self._root = self._root / f"build-{secrets.token_hex(4)}"  # and one opened again would be stale
-        (self._root / "ingested").mkdir(parents=True)
+        no_follow.make_folders(self._root / "ingested")
         self._ingested.clear()
 
     async def aclose(self) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from atelier.benchmarks.case import HistoryEvent
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import DataError
 from atelier.memory.embedders import CachingEmbedder
 from atelier.memory.retrieval.event_store import user_key
@@ -69,7 +70,7 @@ class DenseIndex:
         self.passage_overlap = passage_overlap
         settings = Settings(anonymized_telemetry=False, allow_reset=False)
         if store_dir is not None:
-            store_dir.mkdir(parents=True, exist_ok=True)
+            no_follow.make_folders(store_dir)
             self._client = chromadb.PersistentClient(path=str(store_dir), settings=settings)
             self._namespace = ""
         else:

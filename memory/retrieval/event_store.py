@@ -44,7 +44,7 @@ class EventStore:
         self._loaded: set[str] = set()
         self._lock = threading.Lock()
         if directory is not None:
-            directory.mkdir(parents=True, exist_ok=True)
+            no_follow.make_folders(directory)
 
     def _path(self, user_id: str) -> Path | None:
         return self.directory / f"{user_key(user_id)}.jsonl" if self.directory else None

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from atelier.agents.models.settings import ModelSettings
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.registry import load_cases
 from atelier.graphs.context import EpisodeContext, SystemSpec
 from atelier.graphs.heap import settled_heap
@@ -128,7 +129,7 @@ async def _checkpointer(kind: str, path: Path):
     from atelier.graphs.serde import serializer
 
     if kind == "sqlite":
-        path.parent.mkdir(parents=True, exist_ok=True)
+        no_follow.make_folders(path.parent)
         async with run_checkpointer(path.parent) as saver:  # what runs use: <folder>/checkpoints.sqlite
             yield saver
     elif kind == "memory":

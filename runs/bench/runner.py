@@ -65,6 +65,7 @@ from pydantic import BaseModel, Field
 
 from atelier.agents.models.ledger import read_ledger
 from atelier.benchmarks.case import Case
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.registry import load_cases
 from atelier.runs.bench.rate_limited_provider import RateLimitedProvider, Request
 from atelier.runs.bench.stack_floor import measure_stack_floor
@@ -364,7 +365,7 @@ def rate_limit_figures(requests: list[Request], rpm: int, *, start: float, end: 
 
 def run_runner_benchmark(settings: RunnerBenchSettings) -> dict[str, Any]:
     if settings.out_dir is not None:
-        settings.out_dir.mkdir(parents=True, exist_ok=True)
+        no_follow.make_folders(settings.out_dir)
         return _measure(settings, settings.out_dir)
     with tempfile.TemporaryDirectory(prefix="atelier-bench-runner-") as tmp:
         return _measure(settings, Path(tmp))

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.errors import AtelierError
 
 if TYPE_CHECKING:
@@ -98,8 +100,8 @@ def _write_traceback(exc: BaseException, redactor: Redactor) -> Path:
     name = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
     for folder in (cache_dir() / "errors", Path(tempfile.gettempdir()) / "atelier-errors"):
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_text(f"atelier {command}\n\n{text}", encoding="utf-8")
+            no_follow.make_folders(folder)
+            write_atomically(folder / name, f"atelier {command}\n\n{text}", redact=False)  # redacted above
             return folder / name
         except OSError:
             continue

@@ -7,10 +7,13 @@ output and a ledger. The request's `model` field names the call (it becomes the 
 sandbox web is served too, as SearXNG search, pages and MCP tools, through the same web cache.
 
 Whoever reaches the endpoint spends the provider key, so it is sealed: every request carries the
-API key (a bearer token: `--token`, `$ATELIER_GATEWAY_TOKEN`, or one generated and printed once
-at start); the Host header must be the bound loopback address (a DNS-rebinding page cannot use
-it); a browser page's cross-site request is refused by its Origin; bodies are capped as they
-stream in. It listens on loopback only, unless `--public` is given for another `--host`.
+API key (a bearer token: `$ATELIER_GATEWAY_TOKEN`, `--token-file`, or one generated and printed
+once at start — never on the command line, which every user of the machine reads in
+/proc/<pid>/cmdline); the Host header must be the bound loopback address (a DNS-rebinding page
+cannot use it); a browser page's cross-site request is refused by its Origin; a request's headers
+must arrive within `--header-timeout-s` and its body within `--body-timeout-s` of them, and bodies
+are capped as they stream in. It listens on loopback only, unless `--public` is given for another
+`--host`.
 """
 
 from __future__ import annotations
@@ -34,10 +37,42 @@ def checked_token(token: str | None) -> tuple[str, bool]:
         return "atl-" + secrets.token_urlsafe(24), True
     if not _TOKEN_FORM.fullmatch(token):
         raise ConfigError(
-            f"--token / ${TOKEN_ENV}: give at least 16 characters of letters, digits and . _ ~ - "
+            f"${TOKEN_ENV} / --token-file: give at least 16 characters of letters, digits and . _ ~ - "
             "(or leave it out: one is generated)"
         )
     return token, False
+
+
+def given_token(token_file: Path | None, env: str = TOKEN_ENV) -> str | None:
+    """The key from `--token-file` (its first line) or the variable `env`, if either."""
+    import os
+
+    from atelier.benchmarks.common import no_follow
+    from atelier.benchmarks.common.errors import ConfigError
+
+    if token_file is None:
+        return os.environ.get(env) or None
+    try:
+        lines = no_follow.read_text(token_file).splitlines()
+    except OSError as exc:
+        raise ConfigError(f"--token-file {token_file}: {exc.strerror}") from None
+    return lines[0].strip() if lines else ""
+
+
+def token_refused_on_command_line(env: str):
+    """A typer callback for `--token`: a value given there is refused, naming `env` and --token-file."""
+
+    def refuse(value: str | None) -> str | None:
+        if value is not None:
+            from atelier.benchmarks.common.errors import ConfigError
+
+            raise ConfigError(
+                f"--token: a key on the command line is visible to every user of this machine "
+                f"(/proc/<pid>/cmdline); put it in ${env} or in a file given by --token-file"
+            )
+        return value
+
+    return refuse
 
 
 def checked_host(host: str, public: bool) -> None:
@@ -64,11 +99,20 @@ def serve(
         help="Allow a non-loopback --host. The API key is still required; the Host header is then not checked.",
     ),
     token: str | None = typer.Option(
-        None, "--token", envvar=TOKEN_ENV, help="The API key clients must send (default: a new one, printed at start)."
+        None, "--token", hidden=True, callback=token_refused_on_command_line(TOKEN_ENV), help="Refused: --token-file."
+    ),
+    token_file: Path | None = typer.Option(
+        None,
+        "--token-file",
+        help=f"A file whose first line is the API key clients must send (else ${TOKEN_ENV}; else a new one, "
+        "printed at start).",
     ),
     max_body_bytes: int = typer.Option(8 * 2**20, "--max-body-bytes", min=1, help="The largest request body taken."),
+    header_timeout_s: float = typer.Option(
+        10.0, "--header-timeout-s", min=0.1, help="Seconds a request's headers may take to arrive (then closed)."
+    ),
     body_timeout_s: float = typer.Option(
-        60.0, "--body-timeout-s", min=0.1, help="Seconds a request body may take to arrive (a slower one: 408)."
+        10.0, "--body-timeout-s", min=0.1, help="Seconds a request body may take after its headers (a slower one: 408)."
     ),
     ledger: Path = typer.Option(
         Path("runs/out/gateway/ledger.jsonl"), "--ledger", help="Where the ledger is appended."
@@ -79,7 +123,7 @@ def serve(
 ) -> None:
     """Serve /v1/chat/completions, /v1/embeddings and /v1/models over the gateway; prints the base URL and API key."""
     checked_host(host, public)
-    token, generated = checked_token(token)
+    token, generated = checked_token(given_token(token_file))
 
     import contextlib
 
@@ -145,7 +189,7 @@ def serve(
             yield
 
     app = Starlette(routes=routes, lifespan=lifespan)
-    server = AsgiServer(app, host, port, lifespan="on")  # bound here: the port is known
+    server = AsgiServer(app, host, port, lifespan="on", header_timeout_s=header_timeout_s)  # bound: the port is known
     hosts = None if public else loopback_hosts(server.port) | ({PAGES_HOST} if web else set())
     app.add_middleware(RequestGuard, hosts=hosts, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
     if web:
@@ -155,7 +199,7 @@ def serve(
         run_web = build_web(WebConfig(sandbox=SandboxConfig(corpus=corpus), cache_dir=ledger.parent / "web"))
         web_sessions.add(WebSession(session, run_web, server.base_url))
     typer.echo(f"OpenAI-compatible API: {server.base_url}/v1  (ledger: {ledger})")
-    typer.echo(f"API key: {token}" if generated else f"API key: the one given by --token / ${TOKEN_ENV}")
+    typer.echo(f"API key: {token}" if generated else f"API key: the one given by ${TOKEN_ENV} / --token-file")
     if web:
         typer.echo(f"SearXNG search: {server.base_url}/s/<api-key>/search?q=...&format=json")
         typer.echo(f"MCP (streamable HTTP): {server.base_url}/s/<api-key>/mcp")

@@ -12,6 +12,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.runs.cli._common import (
     end_with_outcome,
@@ -21,6 +22,9 @@ from atelier.runs.cli._common import (
     run_outcome,
     worst_exit,
 )
+from atelier.runs.cli.gateway import token_refused_on_command_line
+
+LABEL_TOKEN_ENV = "ATELIER_LABEL_TOKEN"
 
 
 def parse_judge(text: str) -> dict[str, Any]:
@@ -213,7 +217,7 @@ def meta_eval(
         report["dry_run"] = settings.is_scripted
     text = report_json(report)
     if out is not None:
-        out.write_text(text, encoding="utf-8")
+        write_atomically(out, text)
     sys.stdout.write(text)
     # the agreement rests on the run's judgments: it ends as that run did (and, with --against, that one)
     codes = [end_with_outcome(run_outcome(run_dir), label=str(run_dir) if against is not None else None)]
@@ -274,7 +278,12 @@ def label(
     host: str = typer.Option("127.0.0.1", "--host", help="A loopback address to serve on."),
     port: int = typer.Option(8766, "--port", min=0, max=65535, help="The port (0: any free one)."),
     token: str | None = typer.Option(
-        None, "--token", envvar="ATELIER_LABEL_TOKEN", help="The page's token (default: a new one, in the URL)."
+        None, "--token", hidden=True, callback=token_refused_on_command_line(LABEL_TOKEN_ENV), help="Refused."
+    ),
+    token_file: Path | None = typer.Option(
+        None,
+        "--token-file",
+        help=f"A file whose first line is the page's token (else ${LABEL_TOKEN_ENV}; else a new one, in the URL).",
     ),
 ) -> None:
     """Serve a page on loopback on which people label the run's responses on the judge's rubric
@@ -282,12 +291,12 @@ def label(
     keyboard-driven, each label saved as it is given to RUN_DIR/labels/JUDGE/LABELLER.jsonl. Then
     `atelier meta-eval RUN_DIR --judge JUDGE --labeller NAME`."""
     from atelier.agents.models.openai_api import is_loopback_host
-    from atelier.runs.cli.gateway import checked_token
+    from atelier.runs.cli.gateway import checked_token, given_token
     from atelier.runs.studies.labelling import serve_labelling
 
     if not is_loopback_host(host):
         raise ConfigError(f"--host {host}: the labelling page serves on loopback only")
-    token, _ = checked_token(token)
+    token, _ = checked_token(given_token(token_file, LABEL_TOKEN_ENV))
     server, session, url = serve_labelling(run_dir, judge, host=host, port=port, token=token, labeller=labeller)
     typer.echo(
         f"labelling {len(session.responses)} responses of judge {session.judge} ({session.rubric.name}) "

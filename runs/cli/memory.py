@@ -17,6 +17,7 @@ from typing import Any, cast
 import typer
 from pydantic import BaseModel, ValidationError
 
+from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.runs.cli._common import machine_facts, print_json
 
@@ -172,7 +173,7 @@ def memory_eval(
 
     evaluation = asyncio.run(run())
     if per_query is not None:
-        per_query.write_text("".join(r.model_dump_json() + "\n" for r in evaluation.per_query), encoding="utf-8")
+        write_atomically(per_query, "".join(r.model_dump_json() + "\n" for r in evaluation.per_query))
     print_json(
         {
             "benchmark": benchmark,

@@ -164,6 +164,7 @@ def new(
     """Write NAME.toml, a commented recipe to start from (two systems, one judge, the scripted model)."""
     import re
 
+    from atelier.benchmarks.common import no_follow
     from atelier.benchmarks.common.errors import ConfigError
     from atelier.runs.folder.shipped import new_recipe_text
 
@@ -171,7 +172,7 @@ def new(
         raise ConfigError(f"recipe name {name!r}: use letters, digits, '_', '.' and '-' (at most 64), e.g. my_study")
     path = folder / f"{name}.toml"
     try:
-        with path.open("x", encoding="utf-8") as fh:  # never over an existing file
+        with no_follow.open_file(path, "x") as fh:  # never over an existing file
             fh.write(new_recipe_text(name))
     except FileExistsError:
         raise ConfigError(f"{path} exists; choose another name or remove it first") from None

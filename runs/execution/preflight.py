@@ -30,6 +30,8 @@ from pathlib import Path
 from atelier.agents.models.ledger import Ledger, LedgerEntry, call_tags
 from atelier.agents.models.settings import ModelSettings
 from atelier.benchmarks.case import Case
+from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.errors import AtelierError, ConfigError
 from atelier.runs.folder.recipe import Recipe
 
@@ -174,8 +176,8 @@ def data_problems(benchmark: str) -> list[str]:
         memo[stamp], changed = "ok", True
     if changed:
         try:
-            memo_path.parent.mkdir(parents=True, exist_ok=True)
-            memo_path.write_text(json.dumps(memo, indent=0), encoding="utf-8")
+            no_follow.make_folders(memo_path.parent)
+            write_atomically(memo_path, json.dumps(memo, indent=0))
         except OSError:
             pass  # only a memo: the next preflight checks again
     return problems

@@ -181,7 +181,7 @@ class Runner:
             check_judge_fit(
                 [create_judge(j) for j in recipe.judges], cases, recipe.benchmark.name, [s.name for s in recipe.systems]
             )
-        self.folder.path.mkdir(parents=True, exist_ok=True)
+        no_follow.make_folders(self.folder.path)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
         epochs = range(1, recipe.run.epochs + 1)
         epoch_contexts = {(s.name, e): epoch_context(contexts[s.name], e) for s in recipe.systems for e in epochs}

@@ -15,7 +15,7 @@ from pathlib import Path
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError
 
-LOCK_NAME = ".atelier.lock"
+LOCK_NAME = no_follow.RUN_FOLDER_MARK
 
 
 class RunFolderLock:
@@ -38,7 +38,7 @@ class RunFolderLock:
         if self.folder.exists() and not self.folder.is_dir():
             raise ConfigError(f"{self.folder} is a file, not a run folder: give --out a new or existing run folder")
         self._made = [p for p in (self.folder, *self.folder.parents) if not p.exists()]
-        self.folder.mkdir(parents=True, exist_ok=True)
+        no_follow.make_folders(self.folder)
         fd = no_follow.open_fd(self.folder / LOCK_NAME, os.O_RDWR | os.O_CREAT)  # a link there: refused
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

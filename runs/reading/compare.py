@@ -17,6 +17,7 @@ from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.degradation import counts_by_kind
 from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.names import visible_bidi
 from atelier.runs.folder.results import ResultRecord, ResultsFile
 from atelier.runs.reading.comparisons import CORRECTION, adjust, paired_row
 from atelier.runs.reading.personalization import across_runs
@@ -365,7 +366,9 @@ def print_personalization(personalized: dict[str, Any], console) -> None:
 def write_comparison_html(comparison: dict[str, Any], path: str | Path) -> None:
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-    env = Environment(loader=FileSystemLoader(TEMPLATE_DIR), autoescape=select_autoescape(["html", "j2"]))
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATE_DIR), autoescape=select_autoescape(["html", "j2"]), finalize=visible_bidi
+    )
     env.filters["mean_ci"] = _mean_ci
     env.filters["degraded"] = degraded_text
     env.filters["num"] = lambda value: "–" if value is None else f"{value:.3f}"

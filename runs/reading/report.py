@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from atelier.benchmarks.case import Case
 from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.degradation import KINDS, counts_by_kind
+from atelier.benchmarks.common.names import visible_bidi
 from atelier.runs.folder.results import ResultRecord, result_key
 from atelier.runs.reading.comparisons import scores_by_case, tool_recalls
 from atelier.runs.reading.usage import format_cost
@@ -461,7 +462,9 @@ def write_report(
 
     records = sorted(records, key=lambda r: (r.case_id, r.system, r.epoch))
     systems = list(summary["systems"])
-    env = Environment(loader=FileSystemLoader(TEMPLATE_DIR), autoescape=select_autoescape(["html", "j2"]))
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATE_DIR), autoescape=select_autoescape(["html", "j2"]), finalize=visible_bidi
+    )
     env.filters["num"] = _number
     env.filters["ci"] = ci_text
     env.filters["columns"] = _columns

@@ -35,9 +35,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from atelier.agents.models.ledger import LedgerEntry, read_ledger
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.degradation import KINDS
 from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.names import visible_bidi
 from atelier.benchmarks.common.redaction import active_redactor
 from atelier.runs.folder.epochs import run_epochs
 from atelier.runs.folder.results import ResultRecord, ResultsFile, result_key
@@ -348,6 +350,7 @@ def _environment():
         loader=FileSystemLoader(TEMPLATE_DIR),
         autoescape=select_autoescape(["html", "j2"]),
         undefined=StrictUndefined,
+        finalize=visible_bidi,  # no text a model wrote reorders the page
     )
     env.filters["score"] = lambda v: "–" if v is None else f"{v:.3f}"
     env.filters["as_json"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
@@ -381,7 +384,7 @@ def write_static(run_dir: str | Path, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--static {out_dir}: exists and is not a folder")
-    (out / EPISODES_DIR).mkdir(parents=True, exist_ok=True)
+    no_follow.make_folders(out / EPISODES_DIR)
     run = data.run_view()
     env = _environment()
     for row in run.episodes:

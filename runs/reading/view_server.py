@@ -50,10 +50,11 @@ def _run_file(path: Path) -> str | None:
 
 
 class SecurityHeaders:
-    """ASGI middleware: `SECURITY_HEADERS` on every response."""
+    """ASGI middleware: `headers` (default `SECURITY_HEADERS`) on every response."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, headers: dict[str, str] | None = None) -> None:
         self.app = app
+        self.headers = SECURITY_HEADERS if headers is None else headers
 
     async def __call__(self, scope, receive, send) -> None:
         async def with_headers(message) -> None:
@@ -61,7 +62,7 @@ class SecurityHeaders:
                 names = {name.lower() for name, _ in message.get("headers", [])}
                 message["headers"] = [
                     *message.get("headers", []),
-                    *((k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items() if k.encode() not in names),
+                    *((k.encode(), v.encode()) for k, v in self.headers.items() if k.encode() not in names),
                 ]
             await send(message)
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl
 
@@ -60,8 +61,8 @@ class LabelStore:
         line = {**label, "labeller": self.labeller, "given_at": round(time.time(), 3)}
         data = (json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8")
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            no_follow.make_folders(self.path.parent)
+            fd = no_follow.open_fd(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
                 os.write(fd, data)
                 os.fsync(fd)

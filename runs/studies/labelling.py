@@ -16,7 +16,8 @@ sheet give the same agreement figures.
 - Several labellers, by name: each has a file of their own.
 - Sealed like `atelier gateway serve`: loopback only, the Host header must be the bound address, a
   cross-site Origin is refused, bodies are capped (`openai_api.RequestGuard`), and every request
-  carries the token the command prints in the page's URL.
+  carries the token the command prints in the page's URL; like the view's, every answer forbids
+  framing and loading anything from elsewhere, and sends no referrer (`LABEL_PAGE_HEADERS`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,18 @@ from atelier.runs.studies.label_store import LabelStore, checked_labeller
 from atelier.runs.studies.meta_eval import SheetItem, sheet_items
 
 PAGE = Path(__file__).with_name("label_page.html")
+# the view's headers (no framing, nothing loaded from elsewhere, no referrer: the page's URL holds its
+# token), except that the page sends its labels to this server
+LABEL_PAGE_HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cross-origin-resource-policy": "same-origin",
+}
 TOKEN_HEADER = "x-atelier-token"
 MAX_BODY_BYTES = 64 * 1024  # one label and its feedback
 
@@ -242,6 +255,7 @@ def serve_labelling(
     """The page's server, bound (its URL is known): `start` serves on a daemon thread and returns the
     server (tests); otherwise the caller serves it (`serve_forever`)."""
     from atelier.agents.models.openai_api import RequestGuard, loopback_hosts
+    from atelier.runs.reading.view_server import SecurityHeaders
     from atelier.tools.asgi_server import AsgiServer
 
     session = LabellingSession(run_dir, judge, token)
@@ -250,5 +264,6 @@ def serve_labelling(
     app = label_app(session, token)
     server = AsgiServer(app, host, port)
     app.add_middleware(RequestGuard, hosts=loopback_hosts(server.port), max_body_bytes=MAX_BODY_BYTES)
+    app.add_middleware(SecurityHeaders, headers=LABEL_PAGE_HEADERS)  # outermost: refusals carry them too
     url = f"{server.base_url}/?token={token}" + (f"&labeller={labeller}" if labeller else "")
     return (server.start() if start else server), session, url

@@ -41,6 +41,7 @@ from atelier.agents.judges.material import persona_text
 from atelier.agents.judges.pqr import DIMENSIONS
 from atelier.agents.models.gateway import Gateway
 from atelier.benchmarks.case import Case
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.benchmarks.metrics.agreement import (
     CriterionAgreement,
@@ -877,7 +878,8 @@ def write_sheet(run_dir: Path, out: Path, judge: str | None = None, criteria: li
     writer.writerow(SHEET_COLUMNS)
     writer.writerows(rows)
     try:
-        out.write_text(buffer.getvalue(), encoding="utf-8-sig", newline="")
+        with no_follow.open_file(out, "w", encoding="utf-8-sig", newline="") as fh:  # a BOM: spreadsheets read UTF-8
+            fh.write(buffer.getvalue())
     except OSError as exc:
         raise DataError(f"cannot write the sheet: {exc.strerror}", file=out) from None
     return SheetSummary(

@@ -12,7 +12,6 @@ A rescore folder resumes like a run folder.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +21,8 @@ from pydantic import ValidationError
 from atelier.agents.judges.base import check_judge_fit, create_judge
 from atelier.agents.models.ledger import call_tags, capture_calls
 from atelier.agents.models.settings import ModelSettings
+from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.atomic_files import copy_files
 from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.benchmarks.common.json_input import read_json_file, validation_error
 from atelier.benchmarks.common.redaction import redacting
@@ -144,12 +145,12 @@ class Rescore:
         check_judge_fit(
             [create_judge(j) for j in recipe.judges], list(cases.values()), b.name, [s.name for s in recipe.systems]
         )
-        self.folder.path.mkdir(parents=True, exist_ok=True)
+        no_follow.make_folders(self.folder.path)
         # the criteria and rubrics the original generated, and the texts its systems read (R reads a
         # source with no URL — gold information, a context item — by its sha256 from the run's store)
         for kept in (ARTIFACTS_DIR, SOURCES_DIR):
             if (self.original_dir / kept).is_dir():
-                shutil.copytree(self.original_dir / kept, self.folder.path / kept, dirs_exist_ok=True)
+                copy_files(self.original_dir / kept, self.folder.path / kept)
         # judging needs no memory: the systems' contexts carry the `none` backend
         contexts = {
             s.name: runner.context_for(s.model_copy(update={"memory": {"backend": "none"}})) for s in recipe.systems

@@ -12,8 +12,11 @@ failed step (a list of `{"kind", "step", "detail", "count"}`, recorded in the re
 starts in milliseconds from a process in which no agent has run yet. It reads one request per
 line on stdin — `{"id", "input", "output", "log", "cwd", "env", "boundary"}`: the job's files, its
 working folder, the environment variables of its session and, when the server runs inside the
-launcher's namespaces, `{"port", "socket", "read_only"}`: the endpoint's port, the Unix socket that
-reaches it and the paths the job may read beyond its interpreter's (`guard.enter`) — or `{"kill": id}` (a job past its time: its processes are killed). It answers
+launcher's namespaces, `{"port", "socket", "read_only", "session", "limits"}`: the endpoint's port,
+the Unix socket that reaches it, the paths the job may read beyond its interpreter's, the file the
+job reads its session from (its token never passes through this server, whose memory every job is
+a copy of; `env` is then empty) and its limits (`guard.enter`) — or `{"kill": id}` (a job past its
+time: its processes are killed). It answers
 on stdout, each line prefixed `@atelier `: `{"ready": true}` once preloaded (or `{"error": ...}`),
 then `{"id", "exit"}` as each job ends. Each job is a process group, killed with its job. It exits
 when stdin closes.
@@ -24,7 +27,9 @@ Standard library only here; the agent's packages are imported by its runner modu
 from __future__ import annotations
 
 import asyncio
+import errno
 import importlib
+import io
 import json
 import os
 import select
@@ -57,6 +62,18 @@ def load_runner(agent: str) -> ModuleType:
     return runner
 
 
+def cut_report(result: dict, max_chars: int | None) -> None:
+    """A report longer than the run keeps, cut there and said so (written whole, it could pass the
+    job's file size limit and be lost)."""
+    report = result.get("report")
+    if max_chars is None or not isinstance(report, str) or len(report) <= max_chars:
+        return
+    result["report"] = report[:max_chars]
+    cut = {"kind": "output_truncated", "step": "report", "count": 1}
+    cut["detail"] = f"the agent's report of {len(report)} characters was cut to the {max_chars} the run keeps"
+    result["degraded"] = [*(result.get("degraded") or []), cut]
+
+
 def run_job(input_path: Path, output_path: Path, refused: list[str]) -> int:
     job = json.loads(input_path.read_text(encoding="utf-8"))
     result: dict = {"report": "", "sources": [], "error": None, "details": {}}
@@ -69,12 +86,38 @@ def run_job(input_path: Path, output_path: Path, refused: list[str]) -> int:
             result.update(asyncio.run(runner.run(job)))
         finally:
             result["run_s"] = round(time.perf_counter() - ready, 3)
+        cut_report(result, job.get("max_report_chars"))
     except BaseException as exc:  # noqa: BLE001 - the reason goes back to the run, which records the failure
         result["error"] = f"{type(exc).__name__}: {exc}"
         traceback.print_exc()
     result["refused"] = list(refused)
     output_path.write_text(json.dumps(result, ensure_ascii=False), encoding="utf-8")
     return 0 if result["error"] is None else 1
+
+
+class LogStream(io.TextIOWrapper):
+    """A job's stdout and stderr (its log): once the log reaches the job's file size limit, what is
+    written is dropped rather than failing the job (the run records the log cut)."""
+
+    def write(self, text: str) -> int:
+        try:
+            return super().write(text)
+        except OSError as exc:
+            if exc.errno != errno.EFBIG:
+                raise
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as exc:
+            if exc.errno != errno.EFBIG:
+                raise
+
+
+def log_stream(fd: int) -> LogStream:
+    raw = io.FileIO(fd, "w", closefd=False)
+    return LogStream(io.BufferedWriter(raw), encoding="utf-8", errors="backslashreplace", write_through=True)
 
 
 def say(message: dict) -> None:
@@ -107,12 +150,21 @@ def fork_job(request: dict, refused: list[str]) -> int:
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
+        sys.stdout, sys.stderr = log_stream(1), log_stream(2)
         boundary = request.get("boundary")
+        session: dict[str, str] = {}
         if boundary:  # before any of the job's own code: a failure here fails the job, into its log
             read_only = [*guard.interpreter_paths(), *boundary.get("read_only", ())]
-            guard.enter(boundary["port"], boundary["socket"], job_folders(request), read_only)
+            session = guard.enter(
+                boundary["port"],
+                boundary["socket"],
+                job_folders(request),
+                read_only,
+                boundary.get("limits"),
+                boundary.get("session"),
+            )
         os.chdir(request["cwd"])
-        os.environ.update(request["env"])
+        os.environ.update({**request["env"], **session})
         refused.clear()
         code = run_job(Path(request["input"]), Path(request["output"]), refused)
     except BaseException:  # noqa: BLE001 - into the job's log; its exit code says it failed

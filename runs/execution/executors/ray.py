@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from atelier.agents.models.ledger import LedgerEntry
 from atelier.agents.models.structured_output import MODES_FILE
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import write_atomically, write_if_absent
 from atelier.runs.execution.executors.base import Episode, EpisodeFn
 from atelier.runs.folder.results import ResultRecord
@@ -154,9 +155,9 @@ class EpisodeWorker:
         self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
         root = Path(scratch_root or Path(tempfile.gettempdir()) / "atelier-ray")
         self.scratch = root / run_id / f"{self.node[:12]}-{os.getpid()}"
-        self.scratch.mkdir(parents=True, exist_ok=True)
+        no_follow.make_folders(self.scratch)
         for name, content in shared_state.items():  # what the run folder holds of them, as the driver read it
-            (self.scratch / name).write_bytes(content)
+            write_atomically(self.scratch / name, content, redact=False)
         self.new_files = _NewFiles(self.scratch)
         self.new_files.collect()  # ... is not new
         self.contexts: dict[str, Any] = {}

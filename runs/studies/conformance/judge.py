@@ -23,6 +23,7 @@ from atelier.agents.models.gateway import Gateway
 from atelier.agents.models.settings import ModelSettings
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.case import Case, Criterion, RJPair
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.registry import load_cases
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
@@ -141,7 +142,7 @@ class JudgeKit:
 
     def context(self, model: str, tag: str) -> EpisodeContext:
         run = self.workdir / f"run-{tag}"
-        run.mkdir(parents=True, exist_ok=True)
+        no_follow.make_folders(run)
         roles = {role: ModelSettings(model=model) for role in {"judge", *self.judge.roles}}
         return EpisodeContext(
             run_id=f"check-judge-{tag}-{os.getpid()}-{id(self)}",

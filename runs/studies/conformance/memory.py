@@ -52,6 +52,7 @@ from atelier.benchmarks.case import (
     SearchSession,
     persona_facets,
 )
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryEnv, MemoryQuery, UserContext
 from atelier.memory.budget import count_tokens
@@ -306,7 +307,7 @@ class MemoryKit:
 
         case = canary_case()
         run = self.workdir / "gold-run"
-        run.mkdir(parents=True, exist_ok=True)
+        no_follow.make_folders(run)
         context = EpisodeContext(
             run_id=f"check-memory-{os.getpid()}-{id(self)}",
             run_dir=str(run),

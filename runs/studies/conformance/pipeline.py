@@ -22,6 +22,7 @@ from typing import Any, cast
 
 from atelier.agents.clarify import ClarifyAnswers, ClarifyRequest
 from atelier.agents.response import SystemResponse
+from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import AtelierError
 from atelier.benchmarks.registry import load_cases
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
@@ -88,7 +89,7 @@ class PipelineKit:
         from atelier.graphs.resources import release
 
         report = Report(PROTOCOL, self.ref)
-        (self.workdir / "run").mkdir(parents=True, exist_ok=True)
+        no_follow.make_folders(self.workdir / "run")
         cases = {c.id: c for c in load_cases(BENCHMARK) if c.id in CASES}
         warnings = _TypeWarnings()
         serde_log = logging.getLogger("langgraph.checkpoint.serde.jsonplus")
