@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 ROOMS = ("agents", "benchmarks", "graphs", "memory", "tools", "runs")
 HELPERS = {"benchmarks/common/no_follow.py", "benchmarks/common/atomic_files.py"}
 # code that runs inside an external agent's job, in the agent's interpreter (standard library only):
-# it writes the job's own files, inside the job's boundary, where the run folder is not in sight
-JOB_SIDE = "graphs/external/child/"
+# it writes the job's own files, inside the job's boundary, where the run folder is not in sight: the
+# child, and the command-agent wrappers (OAgents, MiroFlow) a job runs as its command
+JOB_SIDE = ("graphs/external/child/", "graphs/external/wrappers/")
 # (module, the call as written) -> why it is not a write of the project's files through a path
 ALLOWED = {
     ("graphs/external/launcher.py", "os.open"): "the relay's own 0700 temporary folder: O_EXCL | O_NOFOLLOW",
