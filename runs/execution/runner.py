@@ -39,13 +39,14 @@ from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl
 from atelier.benchmarks.common.offline import apply_offline_defaults
 from atelier.benchmarks.common.redaction import Redactor, redacting
+from atelier.benchmarks.common.waiting import Waits, watching
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
 from atelier.graphs.episode import episode_graph_for
 from atelier.graphs.heap import settled_heap
 from atelier.graphs.inputs import forget_cases, remember_cases
 from atelier.graphs.persistence import no_space, out_of_space, run_checkpointer
 from atelier.graphs.pipelines import check_systems_available
-from atelier.graphs.resources import release, resources_for
+from atelier.graphs.resources import release, resources_for, run_ledger
 from atelier.graphs.simulate import run_with_simulated_user
 from atelier.runs.execution.budget import Budget, spent_in
 from atelier.runs.execution.cost import plan_budget
@@ -273,9 +274,19 @@ class Runner:
                     await asyncio.to_thread(results.append, record)
                     return record
 
-                with settled_heap():  # imports done, graph compiled: full collections now skip all of it
+                progress = EpisodeProgress(
+                    self.progress,
+                    total=len(keys),
+                    done=len(done) - len(rejudge),
+                    ledger=run_ledger(next(iter(contexts.values()))) if contexts else None,
+                    budget=budget,
+                    waits=Waits(),
+                )
+                # imports done, graph compiled: full collections now skip all of it; what starts
+                # slowly says so on the progress bar (tasks made inside the block inherit `watching`)
+                with settled_heap(), watching(progress.waits or Waits()):
                     async with self._executor(graph) as executor:
-                        with EpisodeProgress(self.progress, total=len(keys), done=len(done) - len(rejudge)) as bar:
+                        with progress as bar:
                             tasks = [asyncio.create_task(one(case, system, epoch)) for case, system, epoch in todo]
                             tasks += [
                                 asyncio.create_task(judged_again(stored, case, judges))
@@ -372,6 +383,7 @@ class Runner:
             judgments=judgments,
             scores={j.judge: j.score for j in judgments},
             latency_s=round(time.perf_counter() - started, 4),
+            ingest_s=out.get("ingest_s"),
             finished_at=time.time(),
         )
 
@@ -477,23 +489,77 @@ def _mend_torn_line(path: Path, consequence: str) -> None:
 
 
 class EpisodeProgress:
-    """A rich progress bar over episodes (ok / failed), or nothing when disabled."""
+    """A rich progress bar over episodes: done of all, failures, elapsed time and the time left at the
+    pace so far; below it what the run's calls have spent so far (tokens, dollars, and what is left
+    of a budget) and, while something slow starts (a local model loading, a memory opening its
+    embedder, a sandbox web indexing), what the run is waiting for. Nothing when disabled."""
 
-    def __init__(self, enabled: bool, total: int, done: int) -> None:
+    def __init__(
+        self,
+        enabled: bool,
+        total: int,
+        done: int,
+        *,
+        ledger: Any = None,
+        budget: Budget | None = None,
+        waits: Waits | None = None,
+    ) -> None:
         self.enabled, self.total, self.done = enabled, total, done
         self.failed = 0
+        self.ledger, self.budget, self.waits = ledger, budget, waits
+
+    def spend_line(self) -> str:
+        """`1,234 tokens, $0.0123 spent so far (budget $5: $4.98 left)`, from the run's ledger."""
+        from atelier.runs.reading.usage import format_cost
+
+        if self.ledger is None:
+            return ""
+        so_far = self.ledger.running_totals()
+        line = f"{so_far['tokens']:,} tokens, {format_cost(so_far)} spent so far"
+        if so_far["calls"]:
+            line += f" ({so_far['calls']} calls, {so_far['cache_hits']} from the response cache)"
+        if self.budget is not None:
+            left = max(0.0, self.budget.limit_usd - self.budget.spent)
+            line += f"; budget ${self.budget.limit_usd:g}: ${left:.4g} left"
+        return line
+
+    def notes(self) -> list[str]:
+        lines = [line for line in (self.spend_line(),) if line]
+        waiting = self.waits.now() if self.waits is not None else None
+        if waiting:
+            lines.append(f"waiting for {waiting}")
+        return lines
 
     def __enter__(self) -> EpisodeProgress:
         if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            from rich.text import Text
 
-            self._bar = Progress(
+            notes = self.notes
+
+            class RunProgress(Progress):
+                def get_renderables(self):
+                    yield from super().get_renderables()
+                    for line in notes():
+                        yield Text(line, style="dim")
+
+            self._bar = RunProgress(
                 TextColumn("episodes"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[failed]} failed"),
                 TimeElapsedColumn(),
+                TextColumn("left"),
+                TimeRemainingColumn(),
                 transient=False,
+                refresh_per_second=4,
             )
             self._bar.start()
             self._task = self._bar.add_task("run", total=self.total, completed=self.done, failed=0)

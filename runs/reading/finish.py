@@ -13,7 +13,7 @@ from atelier.runs.folder.layout import RunFolder, expected_keys
 from atelier.runs.folder.recipe import Recipe
 from atelier.runs.folder.results import ResultsFile, write_json_atomic
 from atelier.runs.reading.outcome import RunOutcome, outcome_of
-from atelier.runs.reading.usage import system_usage
+from atelier.runs.reading.usage import Prices, system_usage, uncached_totals
 from atelier.tools.web import web_description
 
 
@@ -155,7 +155,7 @@ def finish_run(
         epochs=epochs,
         clusters=clusters,
     )
-    for name, usage in system_usage(records, ledger, systems, config["cases"]).items():
+    for name, usage in system_usage(records, ledger, systems, config["cases"], recipe.get("models")).items():
         summary["systems"][name]["usage"] = usage
     report = recipe.get("report") or {}
     summary["versus_baseline"] = versus_baseline(  # paired on cases: each case's mean over its epochs
@@ -186,6 +186,8 @@ def finish_run(
         **summary,
         "episodes": outcome.as_dict(),
         "ledger": ledger_totals(calls),
+        # the same calls with nothing answered from the response cache: what a first run costs
+        "ledger_uncached": uncached_totals(calls, Prices(recipe.get("models"))),
     }
     if budget is not None:
         summary["budget"] = budget.as_dict()
