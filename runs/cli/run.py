@@ -95,6 +95,12 @@ def run(
         max=100,
         help="Run each (case, system) this many times, each with its own seeds (overrides \\[run] epochs).",
     ),
+    cache: bool = typer.Option(
+        True,
+        "--cache/--no-cache",
+        help="Answer a request asked before from the shared response cache ($ATELIER_CACHE_DIR/llm, default "
+        "~/.cache/atelier/llm; the recipe's \\[cache] dir); --no-cache sends every request to its provider.",
+    ),
     budget_usd: float | None = typer.Option(
         None,
         "--budget-usd",
@@ -134,6 +140,7 @@ def run(
             ray_address=ray_address,
             epochs=epochs,
             budget_usd=budget_usd,
+            cache=None if cache else False,
         )
         runner = Runner(
             loaded,

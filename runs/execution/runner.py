@@ -506,7 +506,20 @@ class EpisodeProgress:
     ) -> None:
         self.enabled, self.total, self.done = enabled, total, done
         self.failed = 0
+        self.finished = 0  # episodes this session finished (a resumed run's earlier ones set no pace)
+        self.started = time.monotonic()
         self.ledger, self.budget, self.waits = ledger, budget, waits
+
+    def eta(self, now: float | None = None) -> str:
+        """The time left at this session's pace so far (its elapsed time over the episodes it
+        finished, times those still to run): `about 0:03:20 left`, or why it is not known yet."""
+        left = self.total - self.done - self.finished
+        if left <= 0:
+            return "done"
+        if not self.finished:
+            return "time left: known once an episode ends"
+        seconds = ((now if now is not None else time.monotonic()) - self.started) / self.finished * left
+        return f"about {int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d} left"
 
     def spend_line(self) -> str:
         """`1,234 tokens, $0.0123 spent so far (budget $5: $4.98 left)`, from the run's ledger."""
@@ -536,13 +549,17 @@ class EpisodeProgress:
                 BarColumn,
                 MofNCompleteColumn,
                 Progress,
+                ProgressColumn,
                 TextColumn,
                 TimeElapsedColumn,
-                TimeRemainingColumn,
             )
             from rich.text import Text
 
-            notes = self.notes
+            notes, eta = self.notes, self.eta
+
+            class Remaining(ProgressColumn):
+                def render(self, task) -> Text:
+                    return Text(eta(), style="progress.remaining")
 
             class RunProgress(Progress):
                 def get_renderables(self):
@@ -556,8 +573,7 @@ class EpisodeProgress:
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[failed]} failed"),
                 TimeElapsedColumn(),
-                TextColumn("left"),
-                TimeRemainingColumn(),
+                Remaining(),
                 transient=False,
                 refresh_per_second=4,
             )
@@ -567,6 +583,7 @@ class EpisodeProgress:
 
     def advance(self, ok: bool) -> None:
         self.failed += not ok
+        self.finished += 1
         if self.enabled:
             self._bar.update(self._task, advance=1, failed=self.failed)
 
