@@ -517,7 +517,7 @@ class EpisodeProgress:
         if left <= 0:
             return "done"
         if not self.finished:
-            return "time left: known once an episode ends"
+            return "time left: ? (no episode done yet)"
         seconds = ((now if now is not None else time.monotonic()) - self.started) / self.finished * left
         return f"about {int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d} left"
 
@@ -530,7 +530,7 @@ class EpisodeProgress:
         so_far = self.ledger.running_totals()
         line = f"{so_far['tokens']:,} tokens, {format_cost(so_far)} spent so far"
         if so_far["calls"]:
-            line += f" ({so_far['calls']} calls, {so_far['cache_hits']} from the response cache)"
+            line += f" ({so_far['calls']} call{'s' * (so_far['calls'] != 1)}, {so_far['cache_hits']} from the response cache)"
         if self.budget is not None:
             left = max(0.0, self.budget.limit_usd - self.budget.spent)
             line += f"; budget ${self.budget.limit_usd:g}: ${left:.4g} left"
@@ -569,7 +569,7 @@ class EpisodeProgress:
 
             self._bar = RunProgress(
                 TextColumn("episodes"),
-                BarColumn(),
+                BarColumn(bar_width=24),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[failed]} failed"),
                 TimeElapsedColumn(),

@@ -95,9 +95,15 @@ def _flatten_runs(values: list[Any], prefix: str = "") -> list[dict[str, Any]]:
                     f"{prefix}.{key}" if prefix else str(key),
                 )
             )
-    elif present and all(_is_table_list(v) for v in present):
-        for label, items in _aligned([v if v is not _MISSING else [] for v in values]):
-            merge(_flatten_runs(items, f"{prefix}[{label}]"))
+    elif any(_is_table_list(v) for v in present) and all(_is_table_list(v) or v == [] for v in present):
+        for label, items in _aligned([v if v not in (_MISSING, []) else [] for v in values]):
+            key = f"{prefix}[{label}]"
+            if any(item is _MISSING for item in items):  # in some runs only: the item is one row, not one per key
+                for mine, item in zip(out, items):
+                    if item is not _MISSING:
+                        mine[key] = item
+            else:
+                merge(_flatten_runs(items, key))
     else:
         for mine, v in zip(out, values):
             if v is not _MISSING:
