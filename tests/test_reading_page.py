@@ -499,7 +499,7 @@ def test_recipe_cost_piped_prints_model_and_role_names_whole(tmp_path):
     path = tmp_path / "r.toml"
     path.write_text(
         'name = "c"\n[benchmark]\nname = "sample"\nlimit = 2\n[[systems]]\nname = "s"\npipeline = "direct"\n'
-            'memory = { backend = "none" }\n'
+        'memory = { backend = "none" }\n'
         '[[judges]]\nname = "pqr"\n'
     )
     result = CliRunner().invoke(app, ["recipe", "cost", str(path), "--model", "openai/gpt-4o-mini", "--sample", "1"])
@@ -692,3 +692,53 @@ def test_the_pdr_comparison_of_bm25_and_mem0_reads_in_two_screens_and_under_8000
     assert js(driver, "return document.documentElement.scrollHeight") < 8000  # was 24,000 px with every call listed
     group = driver.find_element("css selector", "details.call-group[data-node='ingest']")
     assert int(group.get_attribute("data-calls")) > 50
+
+
+def test_no_cache_asks_the_providers_again(tmp_path, cache_dir):
+    data = {
+        "name": "again",
+        "benchmark": {"name": "tiny", "limit": 2},
+        "systems": [{"name": "none", "memory": {"backend": "none"}}],
+        "run": {"out_dir": str(tmp_path)},
+    }
+    first = run_recipe(parse_recipe(data), tmp_path / "first", progress=False)
+    assert any((cache_dir / "llm").rglob("*"))  # its answers are in the shared cache now
+    bypassed = run_recipe(parse_recipe(data).with_overrides(cache=False), tmp_path / "bypassed", progress=False)
+    ledgers = [json.loads(f.summary.read_text())["ledger"] for f in (first, bypassed)]
+    # the same requests again, every one sent to its provider (with the cache: every one a hit)
+    assert ledgers[1]["cache_hits"] == 0 and ledgers[1]["provider_calls"] == ledgers[0]["calls"] > 0
+    assert json.loads(bypassed.config.read_text())["cache_dir"] is None
+
+
+@pytest.mark.battery
+def test_the_screenshots_of_the_docs_are_made_by_their_script(tmp_path):
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    root = Path(__file__).resolve().parents[1]
+    made = subprocess.run(
+        [sys.executable, str(root / "docs" / "make_screenshots.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert made.returncode == 0, made.stderr
+    shots = [Path(line) for line in made.stdout.splitlines()]
+    assert [p.name for p in shots] == [p.name for p in sorted((root / "docs" / "img").glob("*.png"), key=shots_order)]
+    for path in shots:
+        image = Image.open(path).convert("L")
+        low, high = image.getextrema()
+        assert image.size[0] >= 1000 and high - low > 100, path  # a page was drawn, not a blank one
+
+
+def shots_order(path: Path) -> int:
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location(
+        "make_screenshots", Path(__file__).resolve().parents[1] / "docs" / "make_screenshots.py"
+    )
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SHOTS.index(path.name)

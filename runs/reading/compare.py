@@ -44,7 +44,7 @@ EXCERPT_CHARS = 400
 _MISSING = object()
 
 
-def _item_name(item: dict[str, Any]) -> str | None:
+def _item_name(item: Any) -> str | None:
     name = item.get("label") or item.get("name") or item.get("row")  # a paper row by its label
     return str(name) if name is not None else None
 
@@ -53,7 +53,7 @@ def _is_table_list(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(item, dict) for item in value)
 
 
-def _aligned(lists: list[list[dict[str, Any]]]) -> list[tuple[str, list[Any]]]:
+def _aligned(lists: list[list[Any]]) -> list[tuple[str, list[Any]]]:
     """Items of one list of tables (systems, judges, paper rows) across runs, lined up: an item by its
     name when every run has that name; the others pair up in order, so a system renamed in one run
     lines up with itself and only its name differs. Each group: its label and one item per run
@@ -62,7 +62,9 @@ def _aligned(lists: list[list[dict[str, Any]]]) -> list[tuple[str, list[Any]]]:
     common = [
         n for n in dict.fromkeys(n for run in names for n in run) if n is not None and all(n in run for run in names)
     ]
-    groups = [(name, [items[run.index(name)] for items, run in zip(lists, names)]) for name in common]
+    groups: list[tuple[str, list[Any]]] = [
+        (name, [items[run.index(name)] for items, run in zip(lists, names)]) for name in common
+    ]
     taken = [{run.index(name) for name in common} for run in names]  # a name twice in a run: the second is "rest"
     rest = [[item for i, item in enumerate(items) if i not in used] for items, used in zip(lists, taken)]
     for k in range(max((len(r) for r in rest), default=0)):
@@ -154,7 +156,7 @@ def cases_side_by_side(runs: list[dict[str, Any]], labels: list[str], judges: li
     case_ids = sorted({(r.benchmark, r.case_id) for run in runs for r in run["records"]})
     out = []
     for benchmark, case_id in case_ids:
-        cells = []
+        cells: list[dict[str, Any]] = []
         for label, system, _ in entries:
             records = sorted(grouped.get((label, system, case_id), []), key=lambda r: r.epoch)
             ok = [r for r in records if r.ok]

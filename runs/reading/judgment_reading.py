@@ -163,7 +163,8 @@ def read_bespoke(judge: str, details: Mapping[str, Any]) -> Reading | None:
     scaled, feedback = details.get("scaled"), details.get("feedback")
     if not isinstance(scaled, Mapping) or not isinstance(feedback, Mapping):
         return None
-    reasoning = details.get("reasoning") if isinstance(details.get("reasoning"), Mapping) else {}
+    given = details.get("reasoning")
+    reasoning: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
     reading = Reading(judge=judge, kind="bespoke")
     reading.groups.append(
         Group(

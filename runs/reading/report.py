@@ -357,7 +357,7 @@ def _cases_view(
     for case_id in sorted(by_case):
         case = cases.get(case_id)
         first = next(iter(by_case[case_id].values()))[0]
-        cells = []
+        cells: list[dict[str, Any]] = []
         for system in systems:
             runs = by_case[case_id].get(system, [])
             degraded = [r for r in runs if r.ok and r.degraded]
