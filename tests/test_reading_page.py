@@ -27,8 +27,8 @@ from atelier.benchmarks.common.degradation import KINDS, Degradation
 from atelier.runs.execution.runner import run_recipe
 from atelier.runs.folder.recipe import parse_recipe
 from atelier.runs.folder.results import ResultsFile
+from tests.chromium import CHROMIUM, DRIVER, chrome
 
-CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 webdriver = pytest.importorskip("selenium.webdriver")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or DRIVER is None, reason="needs Debian's chromium and chromium-driver"
@@ -66,29 +66,11 @@ def runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    profile = tmp_path_factory.mktemp("chromium-profile")
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--no-first-run",
-        "--hide-scrollbars",
-        f"--user-data-dir={profile}",
-        f"--window-size=1400,{SCREEN}",
-    ):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    chrome = webdriver.Chrome(service=Service(DRIVER), options=options)
+    chrome_ = chrome(tmp_path_factory.mktemp("chromium-profile"), height=SCREEN, console_log=True)
     try:
-        yield chrome
+        yield chrome_
     finally:
-        chrome.quit()
+        chrome_.quit()
 
 
 def open_page(driver, path: Path, fragment: str = ""):

@@ -274,17 +274,18 @@ class Runner:
                     await asyncio.to_thread(results.append, record)
                     return record
 
+                waits = Waits()
                 progress = EpisodeProgress(
                     self.progress,
                     total=len(keys),
                     done=len(done) - len(rejudge),
                     ledger=run_ledger(next(iter(contexts.values()))) if contexts else None,
                     budget=budget,
-                    waits=Waits(),
+                    waits=waits,
                 )
                 # imports done, graph compiled: full collections now skip all of it; what starts
                 # slowly says so on the progress bar (tasks made inside the block inherit `watching`)
-                with settled_heap(), watching(progress.waits or Waits()):
+                with settled_heap(), watching(waits):
                     async with self._executor(graph) as executor:
                         with progress as bar:
                             tasks = [asyncio.create_task(one(case, system, epoch)) for case, system, epoch in todo]

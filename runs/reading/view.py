@@ -11,11 +11,12 @@ page shows:
 - each step's nodes and its state change, read from the run's checkpoints by `runs.trace` (the
   reader behind `atelier trace`);
 - each model call: prompt and answer (from the run's response cache), tokens, latency, attempts,
-  cache hit and status (from `ledger.jsonl`);
-- the result: the answer, the recalled memory, each judge's score, criteria, details, flags and
-  degraded steps (from `results.jsonl`).
+  cache hit and status (from `ledger.jsonl`); calls made one after another by one role at one node
+  (a memory's ingest: one per history event) are one row with their totals that opens onto each;
+- the result: the answer, the recalled memory, each judge's reasoning as prose (the report's) with
+  its raw details, flags and degraded steps (from `results.jsonl`).
 
-Pages are rendered with the report's templating (jinja2, runs/templates/view_*.html.j2) and carry
+Pages are rendered with the report's templating (jinja2, runs/reading/templates/view_*.html.j2) and carry
 their own CSS and JS: nothing is fetched, so a written folder opens offline. `--static DIR` writes
 `DIR/index.html` and `DIR/episodes/*.html`; without it `runs.view_server` renders the same pages on
 each request (a running run's newest episodes appear on reload).
