@@ -48,6 +48,7 @@ class EpisodeOutput(TypedDict, total=False):
     user_context: UserContext
     response: SystemResponse
     judgments: Annotated[list[JudgeResult], operator.add]
+    ingest_s: float  # the seconds the memory's ingest step took (graphs/memory.py)
 
 
 class EpisodeState(EpisodeInput, EpisodeOutput, total=False):

@@ -16,6 +16,7 @@ graphs/memory_tool.py) gets no upfront recall: `recall` gives it an empty contex
 
 from __future__ import annotations
 
+import time
 from typing import Literal
 
 from langgraph.graph import START, StateGraph
@@ -42,7 +43,7 @@ class MemoryOutput(TypedDict):
 
 
 class MemoryState(MemoryInput, MemoryOutput, total=False):
-    pass
+    ingest_s: float  # the seconds the ingest step took (memory cost: runs/reading/usage.py)
 
 
 async def ingest_history(resources: Resources, view: CaseView) -> None:
@@ -74,9 +75,12 @@ def persona_checked(context: UserContext, owner: CaseView) -> UserContext:
 
 
 async def ingest(state: MemoryState, runtime: Runtime[EpisodeContext]) -> Command[Literal["recall"]]:
+    """Ingest the user's history; how long it took (the ingest, or the wait for another episode's
+    ingest of the same user) goes into the state as `ingest_s`: the memory's cost, not the episode's."""
     context = runtime.context or EpisodeContext()
+    started = time.perf_counter()
     await ingest_history(resources_for(context), memory_view(state, context))
-    return Command(goto="recall")
+    return Command(goto="recall", update={"ingest_s": round(time.perf_counter() - started, 4)})
 
 
 def no_upfront_context(context: EpisodeContext) -> UserContext:

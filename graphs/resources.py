@@ -29,6 +29,7 @@ from atelier.agents.models.structured_output import ModeMemory
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.redaction import active_redactor
+from atelier.benchmarks.common.waiting import waiting_for
 from atelier.graphs.context import EpisodeContext
 from atelier.graphs.inputs import GraphInputError
 from atelier.graphs.sources import SourceStore
@@ -68,9 +69,13 @@ class Resources:
                         if context.run_dir
                         else None
                     )
-                    self._memory = journaled(
-                        create_backend(context.system.memory, MemoryEnv(gateway=self.gateway, store_dir=store))
-                    )
+                    backend = context.system.memory.get("backend", "none")
+                    with waiting_for(
+                        f"the {backend} memory of {context.system.name} to open (its store, its embedder)"
+                    ):
+                        self._memory = journaled(
+                            create_backend(context.system.memory, MemoryEnv(gateway=self.gateway, store_dir=store))
+                        )
         return self._memory
 
     async def open_memory(self) -> MemoryBackend:
@@ -90,7 +95,8 @@ class Resources:
             webs = _run_state(self.context).webs
             key = self.context.web.model_dump_json()
             if key not in webs:
-                webs[key] = build_web(self.context.web)
+                with waiting_for("the web to start (a sandbox indexes its corpus)"):
+                    webs[key] = build_web(self.context.web)
             self._web = webs[key]
             return self._web
 
@@ -170,6 +176,12 @@ def drop_episode_store(context: EpisodeContext, what: str, episode: str) -> None
         run = _runs.get(context.run_id)
         if run is not None:
             run.episode_stores.pop((what, episode), None)
+
+
+def run_ledger(context: EpisodeContext) -> Ledger:
+    """The ledger every gateway of `context`'s run writes to (what the run's progress sums)."""
+    with _lock:
+        return _run_state(context).ledger
 
 
 def context_key(context: EpisodeContext) -> str:

@@ -15,6 +15,7 @@ from langgraph.runtime import Runtime
 
 from atelier.benchmarks.case import CaseView
 from atelier.graphs.context import EpisodeContext
+from atelier.graphs.heavy_imports import ready_for_server
 from atelier.graphs.inputs import case_from_input, case_view, input_meta, memory_view, options_for, system_inputs
 from atelier.graphs.memory import no_upfront_context, recall_context
 from atelier.graphs.memory_tool import reads_memory_upfront
@@ -60,6 +61,7 @@ async def start_inputs(
     The inputs are a dict of the state's keys and the inputs' (a state of the same TypedDict)."""
     if state.get("user_context") is not None:
         return cast(StateT, dict(state)), {}
+    await ready_for_server()  # run alone, perhaps on a server's event loop: nothing below may import there
     context = pipeline_context(runtime, pipeline)
     pipeline = context.system.pipeline
     resources = resources_for(context)

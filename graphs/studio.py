@@ -14,12 +14,11 @@ from atelier.benchmarks.common.offline import apply_offline_defaults
 
 apply_offline_defaults()  # the graphs' entry point for Studio: before the libraries below load
 
-from atelier.agents.models.gateway import configured_litellm
 from atelier.graphs.deep_research.graph import build_deep_research_graph
 from atelier.graphs.direct import build_direct_graph
 from atelier.graphs.episode import build_episode_graph
 from atelier.graphs.external.graph import build_external_graph
-from atelier.graphs.heavy_imports import import_heavy_libraries
+from atelier.graphs.heavy_imports import load_for_server
 from atelier.graphs.judge import build_judge_graph
 from atelier.graphs.memory import build_memory_graph
 from atelier.graphs.pipelines import PIPELINES
@@ -30,8 +29,7 @@ from atelier.graphs.research_api import build_research_api_graph
 # The server runs nodes on its event loop and refuses blocking calls there (`langgraph dev` without
 # --allow-blocking): what loads lazily on a first call — litellm's import reads the working folder —
 # is loaded now, with the graphs.
-configured_litellm()
-import_heavy_libraries()
+load_for_server()
 
 episode = build_episode_graph()
 direct = build_direct_graph()
@@ -43,3 +41,9 @@ external = build_external_graph()
 memory = build_memory_graph()
 judge = build_judge_graph()
 simulate = build_episode_graph([], conversations=PIPELINES.names())
+
+
+def pipeline_graph(name: str):
+    """The compiled graph of pipeline `name` — a plugin's entry-point name or `module:attr` — to
+    serve beside these (`atelier studio` names it in the langgraph.json it writes)."""
+    return PIPELINES.get(name).build()

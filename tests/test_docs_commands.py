@@ -83,6 +83,7 @@ REAL: dict[str, tuple[int, str]] = {
     ),
     "atelier metric bootstrap_ci --schema": (0, "pure code: the input schema, clusters included"),
     "atelier plan runs/out/tour --detect 0.3 --no-cost": (0, "the plan from the tour's run, without the forecast"),
+    "atelier studio runs/out/studio": (0, "studio.md: a langgraph.json for any install, and the module it names"),
 }
 
 # Every other documented command is checked with --help only; why, per command path.
@@ -117,6 +118,8 @@ HELP_ONLY_WHY: dict[tuple[str, ...], str] = {
     ("model", "serve"): "serves the local model until stopped",
     ("simulate", "history"): "writes histories for PDR-Bench users: minutes, and the PDR data",
     ("simulate", "check"): "placeholder contexts file; `--reversibility` needs a real model",
+    ("studio",): "--serve starts langgraph dev until stopped, --graph needs a plugin on the path; the plain one "
+    "runs for real, and tests/test_studio_config.py serves what it writes",
     ("check",): "the conformance kit takes 10-60 s a system (a child process it kills, the sandbox web); "
     "tests/test_conformance.py runs it on every built-in and on examples/mylab",
 }
@@ -130,6 +133,7 @@ PLACEHOLDERS = {
     "runs/out/compare.html": "{tmp}/compare.html",
     "my_recipe.toml": "{tmp}/my_recipe.toml",
     "RUN_DIR": "{tmp}/tour",
+    "runs/out/studio": "{tmp}/studio",
 }
 # When each runs (two at a time): the tour's runs, then what reads them, then `report` (which rewrites
 # the tour's folder) beside the commands that need no run.

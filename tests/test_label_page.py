@@ -6,7 +6,6 @@ reloads, goes on, changes a label; the file holds each label as given, and `atel
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -20,9 +19,9 @@ from atelier.runs.execution.runner import run_recipe
 from atelier.runs.folder.recipe import parse_recipe
 from atelier.runs.studies.label_store import latest_labels
 from atelier.runs.studies.labelling import serve_labelling
+from tests.chromium import CHROMIUM, DRIVER, chrome
 from tests.test_meta_eval_sheet import sheet_rows, write_rows
 
-CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 webdriver = pytest.importorskip("selenium.webdriver")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or DRIVER is None, reason="needs Debian's chromium and chromium-driver"
@@ -51,23 +50,7 @@ def run_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def browser(tmp_path):
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-        "--window-size=1400,1000",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver = chrome(tmp_path / "chromium-profile")
     try:
         yield driver
     finally:

@@ -74,8 +74,9 @@ def test_a_package_outside_the_checkout_runs_by_reference_beside_the_builtins(ou
         assert set(system["judges"]) == {"lampqa_aspects", "mylab.judges:Strict"}
         assert all(stats["n"] == 1 for stats in system["judges"].values())
     report = (run / "report.html").read_text()
-    assert "<td>revise-keyword</td><td>mylab.graphs:build</td><td>mylab.memory:KeywordMemory</td>" in report
-    assert "<td>direct-full</td><td>direct</td><td>full</td>" in report
+    row = '<td class="name">{}</td><td>{}</td><td>{}</td>'  # the systems table: name, pipeline, memory
+    assert row.format("revise-keyword", "mylab.graphs:build", "mylab.memory:KeywordMemory") in report
+    assert row.format("direct-full", "direct", "full") in report
     assert 'id="plugins"' in report
     results = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
     keyword = next(r for r in results if r["system"] == "direct-keyword")

@@ -101,8 +101,11 @@ def test_the_rendered_report_agrees_with_summary_json(tmp_path, cache_dir):
         assert row[5] == (str(entry["degraded_episodes"]) if entry["degraded"] else "0") + (
             ": " + ", ".join(f"{k} {n}" for k, n in entry["degraded"].items()) if entry["degraded"] else ""
         )
-        assert row[6] == str(calls["calls"]) and row[7] == str(calls["prompt_tokens"] + calls["completion_tokens"])
-        assert row[10] == f"{entry['usage']['latency_s']['mean']:.3f}"
+        uncached = entry["usage"]["uncached"]["system"]
+        assert row[6] == str(calls["calls"]) and row[7] == f"{calls['prompt_tokens'] + calls['completion_tokens']:,}"
+        assert row[9] == f"{uncached['prompt_tokens'] + uncached['completion_tokens']:,}"  # as spent and uncached
+        assert row[11] == f"{100 * uncached['cache_hit_share']:.0f}%"
+        assert row[13] == f"{entry['usage']['latency_s']['mean']:.3f}"
 
     baseline = table(doc, "baseline")
     expected = summary["versus_baseline"]["rows"]
@@ -124,13 +127,19 @@ def test_the_rendered_report_agrees_with_summary_json(tmp_path, cache_dir):
     first = sections[0]
     assert "Plan my meals for a training week." in first.xpath('.//div[@class="query"]')[0].text_content()
     cells = first.xpath('.//div[@class="cell"]')
-    assert [c.xpath("./h4")[0].text_content() for c in cells] == ["none", "full", "persona"]
+    assert [c.xpath(".//h4")[0].text_content() for c in cells] == ["none", "full", "persona"]
     full_memory = cells[1].xpath(".//details/div[@class='text']")[0].text_content()
     assert "I am vegetarian and allergic to soy." in full_memory
     assert "Occupation: tester u1" in cells[2].xpath(".//details/div[@class='text']")[0].text_content()
-    aspects = cells[1].xpath(".//table[@class='kv']//th")
-    assert {"aspect", "match_score"} <= {th.text_content() for th in aspects}  # details as a table, not JSON
-    assert "{" not in cells[1].xpath(".//details[@open]")[0].text_content()
+    # the judge's reasoning as prose, folded: each aspect with its score; the raw JSON hidden
+    [judgment] = cells[1].xpath(".//details[contains(@class, 'judgment')]")
+    assert judgment.get("open") is None
+    reasoning = " ".join(judgment.xpath(".//div[@class='reasoning']")[0].text_content().split())
+    key = f"{first.get('data-case')}::full"
+    record = next(r for r in map(json.loads, folder.results.read_text().splitlines()) if r["key"] == key)
+    for aspect in record["judgments"][0]["details"]["aspects"]:
+        assert f"{aspect['match_score']}/2 {aspect['aspect']}" in reasoning
+    assert "{" not in reasoning and cells[1].xpath(".//pre[@class='raw'][@hidden]")
 
 
 def test_a_run_where_everything_failed_gets_a_page_that_says_so(tmp_path, cache_dir):

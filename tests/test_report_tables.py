@@ -268,11 +268,8 @@ def test_forty_systems_get_a_sorted_dot_plot_a_panel_per_judge_and_no_page_wider
         assert means == sorted(means, reverse=True)  # best on top
     chart = doc.xpath('//*[@id="score-chart"]//svg')
     assert len(chart) == 1 and "lampqa_aspects" in chart[0].text_content() and "aepd" in chart[0].text_content()
-    # the cost chart marks 40 points by number (names would overlap into ink); its key names each one
-    key = [(li.get("value"), " ".join(li.text_content().split())) for li in doc.xpath('//ol[@id="cost-key"]/li')]
-    assert key == [(str(i), name) for i, name in enumerate(summary["systems"], start=1)]
-    cost_labels = doc.xpath('//*[@id="cost-chart"]//svg')[0].text_content()
-    assert "system-07" not in cost_labels and "40" in cost_labels
+    # the cost chart is a row per system (names on the y axis, sorted by the first judge): no key needed
+    assert sorted(labels(doc, "cost")) == sorted(names) and not doc.xpath('//ol[@id="cost-key"]')
 
     scores = {(row[0], row[1]): row for row in table(doc, "scores")}
     assert len(scores) == 160
@@ -282,16 +279,19 @@ def test_forty_systems_get_a_sorted_dot_plot_a_panel_per_judge_and_no_page_wider
         "one case, no CI",
     ]
 
-    index = table(doc, "case-index")  # too many systems x judges for a column each: a row per (case, system)
-    assert len(index) == 2 * 40 and doc.xpath('//table[@id="case-index"]//tr[1]/th')[-1].text_content() == "aepd"
+    # too many systems for a column each: the index shows the baseline and the system compared
+    index = doc.xpath('//table[@id="case-index"]')[0]
+    shown = [th.get("data-system") for th in index.xpath(".//th[contains(@class, 'index-system')][not(@hidden)]")]
+    assert index.get("data-wide") == "yes" and shown == [names[0], names[1]]
+    assert len(table(doc, "case-index")) == 2  # a row per case
     groups = doc.xpath('//table[contains(@class, "paper-pivot")]')
     assert len(groups) == 1 and len(table(doc, groups[0].get("id"))) == len(CRITERIA)  # 108 numbers, 12 rows
 
-    # the measurement sees overflow where there is some: the old one-column-per-(system, judge) index
+    # every column shown: the index scrolls in its own box, the page stays as wide as the window
     monkeypatch.setattr("atelier.runs.reading.report.WIDE_INDEX", 10**6)
     write_report(path, config=config, summary=summary, records=records)
-    _, scroll, inner = measured(path, tmp_path)
-    assert scroll > inner
+    doc, scroll, inner = measured(path, tmp_path)
+    assert scroll <= inner and len(doc.xpath("//table[@id='case-index']//th[contains(@class, 'index-system')]")) == 40
 
 
 def test_a_dot_plot_svg_names_each_system_once_per_panel_and_leaves_unmeasured_out():
@@ -359,7 +359,11 @@ def test_compare_html_shows_the_config_diff_the_cases_side_by_side_and_the_plots
     assert result.exit_code == 3, result.output
     assert "b: degraded: 2 episodes (by kind: memory_budget_cut" in result.output
     line = next(line for line in result.output.splitlines() if line.startswith("configs differ in "))
-    assert "systems[direct-full].memory.budget_tokens, report.paper[Their agent].row" in line
+    # a paper row only run a has is one key, not one per field (issue 53)
+    assert line.endswith(
+        "differ in 4 keys: systems[direct-full].memory.budget_tokens, report.paper[Their agent], "
+        "report.paper[Their other agent], report.paper[Their baseline]"
+    )
     doc, scroll, inner = measured(page, tmp_path)
     assert scroll <= inner
 
@@ -369,7 +373,8 @@ def test_compare_html_shows_the_config_diff_the_cases_side_by_side_and_the_plots
     assert header[-2:] == ["a", "b"]
     differing = {row[1]: row[2:] for row in table(doc, "config-diff")}
     assert differing["systems[direct-full].memory.budget_tokens"] == ["1500", "300"]
-    assert differing["report.paper[Their baseline].values.GOAL"] == ["7.5", "(absent)"]  # only a has paper rows
+    baseline_row = json.loads(differing["report.paper[Their baseline]"][0])  # only a has paper rows
+    assert baseline_row["values"]["GOAL"] == 7.5 and differing["report.paper[Their baseline]"][1] == "(absent)"
     assert all(row[0] == "≠" for row in table(doc, "config-diff"))
     same = {row[1]: row[2:] for row in table(doc, "config-same")}
     assert same["systems[direct-none].memory.budget_tokens"] == ["2000", "2000"] and "seed" in same
@@ -405,13 +410,13 @@ def test_the_run_table_in_the_terminal_says_one_case_has_no_ci(tmp_path, capsys)
     assert "one case, no CI" in printed and "[0.500, 0.500]" not in printed and "0.250" in printed
 
 
-def test_a_cost_chart_of_a_few_systems_names_its_points_and_has_no_key(runs):
+def test_a_cost_chart_of_a_few_systems_names_each_row_and_starts_its_cost_axis_at_0(runs):
     import lxml.html
 
     doc = lxml.html.parse(str(runs[0].path / "report.html")).getroot()
     [svg] = doc.xpath('//*[@id="cost-chart"]//svg')
-    assert "direct-none" in svg.text_content() and "direct-full" in svg.text_content()
-    assert not doc.xpath('//ol[@id="cost-key"]')
+    assert sorted(labels(doc, "cost")) == ["direct-full", "direct-none"]
+    assert "axis from 0" in svg.text_content() and not doc.xpath('//ol[@id="cost-key"]')
 
 
 def test_the_report_shows_what_the_memory_budget_kept_per_system(runs):

@@ -17,19 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from atelier.graphs.studio_config import SHIPPED
+
 ROOT = Path(__file__).resolve().parent.parent
-SERVED = {
-    "episode",
-    "direct",
-    "rag",
-    "planpers",
-    "deep_research",
-    "research_api",
-    "external",
-    "memory",
-    "judge",
-    "simulate",
-}
+SERVED = set(SHIPPED)  # what atelier studio serves too
 CASE = {"benchmark": "sample", "case_id": "q01"}
 SMALL = {"max_researchers": 2, "max_rounds": 2, "max_pages": 2, "max_tool_calls": 4}
 

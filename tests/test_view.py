@@ -185,7 +185,11 @@ def test_an_episode_page_shows_the_timeline_the_calls_and_the_judge(quickstart, 
     assert "user_context" in text(recall.xpath('.//details[@class="changed"]/summary')[0])
     record = ResultsFile(run / "results.jsonl").load()[f"{case}::direct-full"]
     judgment = page.xpath('//div[@data-judge="lampqa_aspects"]')[0]
-    assert f"score {record.scores['lampqa_aspects']:.3f}" in text(judgment.xpath("./h3")[0])
+    score = record.scores["lampqa_aspects"]
+    assert text(judgment.xpath(".//details[@class='judgment']/summary")[0]).startswith(f"lampqa_aspects {score:.3g}")
+    reasoning = text(judgment.xpath(".//div[@class='reasoning']")[0])  # the aspects as prose, open on this page
+    for aspect in record.judgments[0].details["aspects"]:
+        assert f"{aspect['match_score']}/2 {aspect['aspect']}" in reasoning
     details = json.loads(judgment.xpath('.//details[@class="judge-details"]/pre')[0].text_content())
     assert details == record.judgments[0].details
 

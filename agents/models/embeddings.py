@@ -22,6 +22,8 @@ from typing import Protocol
 
 import numpy as np
 
+from atelier.benchmarks.common.waiting import waiting_for
+
 LOCAL_NAMES = {
     "local": "float32",
     "minilm": "float32",
@@ -132,6 +134,6 @@ def _local(precision: str) -> LocalEmbedder:
 
 def get_embedder(name: str = "local", api_base: str | None = None, api_key: str | None = None) -> Embedder:
     if name in LOCAL_NAMES:
-        with _local_lock:  # loading the model twice at once wastes seconds and memory
-            return _local(LOCAL_NAMES[name])
+        with _local_lock, waiting_for("the local embedder all-MiniLM-L6-v2 to load (torch, sentence-transformers)"):
+            return _local(LOCAL_NAMES[name])  # loading the model twice at once wastes seconds and memory
     return LiteLLMEmbedder(name, api_base=api_base, api_key=api_key)

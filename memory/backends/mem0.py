@@ -37,6 +37,7 @@ from pydantic import Field
 
 from atelier.benchmarks.case import ChatSession, HistoryEvent
 from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.waiting import waiting_for
 from atelier.memory.base import MemoryConfig, MemoryQuery, UserContext, as_query, digest_of
 from atelier.memory.budget import pack
 from atelier.memory.persona_first import PersonaFirstBackend, Personas
@@ -108,7 +109,8 @@ class Mem0Backend(PersonaFirstBackend):
     async def _mem0(self):
         async with self._build_lock:
             if self._memory is None:
-                self._memory = await asyncio.to_thread(self._build)
+                with waiting_for("mem0 to open its store (chromadb, the embedder)"):
+                    self._memory = await asyncio.to_thread(self._build)
         self._memory.llm.bind_loop(asyncio.get_running_loop())
         return self._memory
 

@@ -62,6 +62,7 @@ _COMMAND_MODULES = (
     "atelier.runs.cli.view",
     "atelier.runs.cli.plan",
     "atelier.runs.cli.check",
+    "atelier.runs.cli.studio",
 )
 for _name in _COMMAND_MODULES:
     try:

@@ -91,21 +91,20 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
 
 def _print_probes(probes) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    from atelier.runs.reading.terminal_text import cells
+    from atelier.runs.cli._common import table_console
+    from atelier.runs.reading.terminal_text import name_columns
 
     table = Table(title="model check")
-    for column in ("roles", "model", "text", "tok/s", "structured", "mode", "error"):
-        table.add_column(column, overflow="fold")
+    rows = []
     for p in probes:
         latency = lambda s: f"{s.latency_ms:.0f} ms" if s.ok and s.latency_ms is not None else "failed"  # noqa: E731
         mode = p.structured.structured_mode or "–"
         if p.structured.refused_modes:
             mode += f" (refused: {', '.join(p.structured.refused_modes)})"
-        table.add_row(
-            *cells(
+        rows.append(
+            (
                 ", ".join(p.roles),
                 p.model + (" (dry run)" if p.dry_run else ""),
                 latency(p.text),
@@ -115,4 +114,5 @@ def _print_probes(probes) -> None:
                 p.text.error or p.structured.error or "",
             )
         )
-    Console(stderr=True).print(table)
+    name_columns(table, ("roles", "model", "text", "tok/s", "structured", "mode", "error"), rows, names=2)
+    table_console(stderr=True).print(table)

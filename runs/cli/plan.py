@@ -20,10 +20,9 @@ def plan(
     """Per comparison of a pilot run: the cases x epochs x judge repeats that detect a difference of
     --detect at --power (5% two-sided), from the pilot's variance by source (clusters, cases, epochs,
     judge repeats), and what each plan costs (the recipe's cost forecast)."""
-    from rich.console import Console
     from rich.table import Table
 
-    from atelier.runs.cli._common import print_json
+    from atelier.runs.cli._common import print_json, table_console
     from atelier.runs.reading.terminal_text import cells
     from atelier.runs.studies.plan import plan_run
 
@@ -31,7 +30,7 @@ def plan(
     if as_json:
         print_json(result.model_dump(mode="json"))
         return
-    console = Console()
+    console = table_console()
     console.print(
         f"plan for detecting {detect:g} at {power:.0%} power, {alpha:g} two-sided "
         f"(benchmark: {result.benchmark_cases} cases)"

@@ -80,15 +80,14 @@ def cost(
     """Forecast a run's calls, tokens and dollars per role and system, as a low-high range, with no
     provider call: prompts measured by a scripted dry run on a sample of the cases, completions
     bounded by each role's max_tokens, prices from the role's own or litellm's cost map."""
-    from rich.console import Console
     from rich.table import Table
 
     from atelier.benchmarks.controls import CONTROL_MARK
-    from atelier.runs.cli._common import print_json
+    from atelier.runs.cli._common import print_json, table_console
     from atelier.runs.execution.cost import Span, forecast, format_usd
     from atelier.runs.execution.runner import dry_run_ledger
     from atelier.runs.folder.recipe import load_recipe
-    from atelier.runs.reading.terminal_text import cells
+    from atelier.runs.reading.terminal_text import name_columns
 
     recipe = load_recipe(path).with_overrides(model=model, api_base=api_base, limit=limit)
     recipe.check_roles_named()
@@ -100,20 +99,19 @@ def cost(
         title=f"{predicted.recipe}: {predicted.episodes} episodes (measured on {predicted.sampled_cases} "
         "cases, scripted dry run)"
     )
-    for column in ("role", "model", "calls", "prompt tokens", "completion tokens", "USD"):
-        table.add_column(column)
-    for role in predicted.roles.values():
-        table.add_row(
-            *cells(
-                role.role,
-                role.model,
-                f"{role.calls.low:,.0f} – {role.calls.high:,.0f}",
-                f"{role.prompt_tokens.low:,.0f} – {role.prompt_tokens.high:,.0f}",
-                f"{role.completion_tokens.low:,.0f} – {role.completion_tokens.high:,.0f}",
-                format_usd(role.usd),
-            )
+    rows = [
+        (
+            role.role,
+            role.model,
+            f"{role.calls.low:,.0f} – {role.calls.high:,.0f}",
+            f"{role.prompt_tokens.low:,.0f} – {role.prompt_tokens.high:,.0f}",
+            f"{role.completion_tokens.low:,.0f} – {role.completion_tokens.high:,.0f}",
+            format_usd(role.usd),
         )
-    console = Console()
+        for role in predicted.roles.values()
+    ]
+    name_columns(table, ("role", "model", "calls", "prompt tokens", "completion tokens", "USD"), rows, names=2)
+    console = table_console()
     console.print(table)
     calls = predicted.total["calls"]
     console.print(

@@ -95,6 +95,12 @@ def run(
         max=100,
         help="Run each (case, system) this many times, each with its own seeds (overrides \\[run] epochs).",
     ),
+    cache: bool = typer.Option(
+        True,
+        "--cache/--no-cache",
+        help="Answer a request asked before from the shared response cache ($ATELIER_CACHE_DIR/llm, default "
+        "~/.cache/atelier/llm; the recipe's \\[cache] dir); --no-cache sends every request to its provider.",
+    ),
     budget_usd: float | None = typer.Option(
         None,
         "--budget-usd",
@@ -134,6 +140,7 @@ def run(
             ray_address=ray_address,
             epochs=epochs,
             budget_usd=budget_usd,
+            cache=None if cache else False,
         )
         from atelier.graphs.pipelines import sandbox_web_notes
 
@@ -183,42 +190,60 @@ def _finished_now(runner) -> int:
         return 0
 
 
-def _print_summary(path: Path) -> None:
-    import json
-
+def summary_table(summary: dict):
+    """The run's scores as a terminal table: per system and judge n, mean, CI and failures; system
+    and judge names are never folded (a narrow terminal folds the numbers first)."""
     from rich.table import Table
 
-    from atelier.runs.cli._common import table_console
     from atelier.runs.reading.report import ci_text
-    from atelier.runs.reading.terminal_text import cells
-    from atelier.runs.reading.usage import format_cost
+    from atelier.runs.reading.terminal_text import name_columns
 
-    summary = json.loads(path.read_text(encoding="utf-8"))
     table = Table(title="DRY RUN (scripted model)" if summary["dry_run"] else None)
     epochs = summary.get("epochs", 1)
     columns = ("system", "judge", "n", "mean", "95% CI", "failed")
-    for column in (*columns, "epoch sd") if epochs > 1 else columns:
-        table.add_column(column, overflow="fold")  # a name wraps on a narrow terminal, never cut
-    for system, entry in summary["systems"].items():
-        for judge, stats in entry["judges"].items():
-            table.add_row(
-                *cells(
-                    system,
-                    judge,
-                    str(stats["n"]),
-                    f"{stats['mean']:.3f}" if stats["mean"] is not None else "–",
-                    ci_text(stats["ci95"], stats["n"]),
-                    str(entry["errors"] + stats["failed"]),
-                    *([_spread(stats["epoch_spread"])] if epochs > 1 else []),
-                )
-            )
-    ledger = summary["ledger"]
-    console = table_console(stderr=True)
-    console.print(table)
-    console.print(
+    rows = [
+        (
+            system,
+            judge,
+            str(stats["n"]),
+            f"{stats['mean']:.3f}" if stats["mean"] is not None else "–",
+            ci_text(stats["ci95"], stats["n"]),
+            str(entry["errors"] + stats["failed"]),
+            *([_spread(stats["epoch_spread"])] if epochs > 1 else []),
+        )
+        for system, entry in summary["systems"].items()
+        for judge, stats in entry["judges"].items()
+    ]
+    name_columns(table, (*columns, "epoch sd") if epochs > 1 else columns, rows, names=2)
+    return table
+
+
+def calls_line(summary: dict) -> str:
+    """The run's model calls, tokens and cost: as spent, and uncached (nothing from the response cache)."""
+    from atelier.runs.reading.usage import format_cost
+
+    ledger, uncached = summary["ledger"], summary.get("ledger_uncached")
+    line = (
         f"model calls: {ledger['calls']} ({ledger['provider_calls']} to providers, {ledger['cache_hits']} cache hits), "
         f"tokens {ledger['prompt_tokens']}+{ledger['completion_tokens']}, cost {format_cost(ledger)}"
     )
+    if uncached and uncached.get("cache_hits"):
+        line += (
+            f"; uncached: tokens {uncached['prompt_tokens']}+{uncached['completion_tokens']}, "
+            f"cost {format_cost(uncached)} (the response cache answered {uncached['cache_hit_share']:.0%})"
+        )
+    return line
+
+
+def _print_summary(path: Path) -> None:
+    import json
+
+    from atelier.runs.cli._common import table_console
+
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    console = table_console(stderr=True)
+    console.print(summary_table(summary))
+    console.print(calls_line(summary), markup=False, highlight=False)
 
 
 def _spread(spread: dict) -> str:

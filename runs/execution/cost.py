@@ -42,6 +42,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from atelier.agents.models.pricing import Price, price_of
+from atelier.agents.models.pricing import model_info as _model_info
 from atelier.agents.models.settings import ModelSettings, settings_for_role
 from atelier.benchmarks.controls import control_name
 from atelier.graphs.context import SystemSpec
@@ -88,16 +90,6 @@ class Span(BaseModel):
         return self.point if self.point is not None else (self.low + self.high) / 2
 
 
-class Price(BaseModel):
-    input_per_token: float | None
-    output_per_token: float | None
-    source: str = Field(description="recipe | litellm | free (scripted, local) | unknown")
-
-    @property
-    def known(self) -> bool:
-        return self.input_per_token is not None and self.output_per_token is not None
-
-
 class RoleForecast(BaseModel):
     role: str
     model: str
@@ -127,34 +119,6 @@ class CostForecast(BaseModel):
         default=0, description="Real calls of earlier runs of the recipe its completion lengths were taken from."
     )
     notes: list[str] = Field(default_factory=list)
-
-
-def price_of(settings: ModelSettings) -> Price:
-    if settings.is_scripted or settings.is_local:
-        return Price(input_per_token=0.0, output_per_token=0.0, source="free")
-    if settings.input_cost_per_token is not None and settings.output_cost_per_token is not None:
-        return Price(
-            input_per_token=settings.input_cost_per_token,
-            output_per_token=settings.output_cost_per_token,
-            source="recipe",
-        )
-    info = _model_info(settings.model)
-    if info.get("input_cost_per_token") is not None and info.get("output_cost_per_token") is not None:
-        return Price(
-            input_per_token=info["input_cost_per_token"],
-            output_per_token=info["output_cost_per_token"],
-            source="litellm",
-        )
-    return Price(input_per_token=None, output_per_token=None, source="unknown")
-
-
-def _model_info(model: str) -> dict[str, Any]:
-    from atelier.agents.models.gateway import configured_litellm
-
-    try:
-        return dict(configured_litellm().get_model_info(model))
-    except Exception:  # noqa: BLE001 - litellm raises its own error types for a model it has not mapped
-        return {}
 
 
 def output_limit(settings: ModelSettings) -> tuple[int, bool]:

@@ -39,6 +39,7 @@ from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl
 from atelier.benchmarks.common.offline import apply_offline_defaults
 from atelier.benchmarks.common.redaction import Redactor, redacting
+from atelier.benchmarks.common.waiting import Waits, watching
 from atelier.benchmarks.controls import control_name
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
 from atelier.graphs.controls import checked_for_leaks
@@ -47,7 +48,7 @@ from atelier.graphs.heap import settled_heap
 from atelier.graphs.inputs import forget_cases, remember_cases
 from atelier.graphs.persistence import no_space, out_of_space, run_checkpointer
 from atelier.graphs.pipelines import check_systems_available
-from atelier.graphs.resources import release, resources_for
+from atelier.graphs.resources import release, resources_for, run_ledger
 from atelier.graphs.simulate import run_with_simulated_user
 from atelier.runs.execution.budget import Budget, spent_in
 from atelier.runs.execution.controls import ControlEpisodes, control_of
@@ -288,9 +289,20 @@ class Runner:
                     await asyncio.to_thread(results.append, record)
                     return record
 
-                with settled_heap():  # imports done, graph compiled: full collections now skip all of it
+                waits = Waits()
+                progress = EpisodeProgress(
+                    self.progress,
+                    total=len(keys),
+                    done=len(done) - len(rejudge),
+                    ledger=run_ledger(next(iter(contexts.values()))) if contexts else None,
+                    budget=budget,
+                    waits=waits,
+                )
+                # imports done, graph compiled: full collections now skip all of it; what starts
+                # slowly says so on the progress bar (tasks made inside the block inherit `watching`)
+                with settled_heap(), watching(waits):
                     async with self._executor(graph) as executor:
-                        with EpisodeProgress(self.progress, total=len(keys), done=len(done) - len(rejudge)) as bar:
+                        with progress as bar:
                             tasks = [asyncio.create_task(one(*episode)) for episode in todo]
                             tasks += [
                                 asyncio.create_task(judged_again(stored, case, judges))
@@ -392,6 +404,7 @@ class Runner:
             judgments=judgments,
             scores={j.judge: j.score for j in judgments},
             latency_s=round(time.perf_counter() - started, 4),
+            ingest_s=out.get("ingest_s"),
             finished_at=time.time(),
         )
 
@@ -497,23 +510,93 @@ def _mend_torn_line(path: Path, consequence: str) -> None:
 
 
 class EpisodeProgress:
-    """A rich progress bar over episodes (ok / failed), or nothing when disabled."""
+    """A rich progress bar over episodes: done of all, failures, elapsed time and the time left at the
+    pace so far; below it what the run's calls have spent so far (tokens, dollars, and what is left
+    of a budget) and, while something slow starts (a local model loading, a memory opening its
+    embedder, a sandbox web indexing), what the run is waiting for. Nothing when disabled."""
 
-    def __init__(self, enabled: bool, total: int, done: int) -> None:
+    def __init__(
+        self,
+        enabled: bool,
+        total: int,
+        done: int,
+        *,
+        ledger: Any = None,
+        budget: Budget | None = None,
+        waits: Waits | None = None,
+    ) -> None:
         self.enabled, self.total, self.done = enabled, total, done
         self.failed = 0
+        self.finished = 0  # episodes this session finished (a resumed run's earlier ones set no pace)
+        self.started = time.monotonic()
+        self.ledger, self.budget, self.waits = ledger, budget, waits
+
+    def eta(self, now: float | None = None) -> str:
+        """The time left at this session's pace so far (its elapsed time over the episodes it
+        finished, times those still to run): `about 0:03:20 left`, or why it is not known yet."""
+        left = self.total - self.done - self.finished
+        if left <= 0:
+            return "done"
+        if not self.finished:
+            return "time left: ? (no episode done yet)"
+        seconds = ((now if now is not None else time.monotonic()) - self.started) / self.finished * left
+        return f"about {int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d} left"
+
+    def spend_line(self) -> str:
+        """`1,234 tokens, $0.0123 spent so far (budget $5: $4.98 left)`, from the run's ledger."""
+        from atelier.runs.reading.usage import format_cost
+
+        if self.ledger is None:
+            return ""
+        so_far = self.ledger.running_totals()
+        line = f"{so_far['tokens']:,} tokens, {format_cost(so_far)} spent so far"
+        if so_far["calls"]:
+            line += f" ({so_far['calls']} call{'s' * (so_far['calls'] != 1)}, {so_far['cache_hits']} from the response cache)"
+        if self.budget is not None:
+            left = max(0.0, self.budget.limit_usd - self.budget.spent)
+            line += f"; budget ${self.budget.limit_usd:g}: ${left:.4g} left"
+        return line
+
+    def notes(self) -> list[str]:
+        lines = [line for line in (self.spend_line(),) if line]
+        waiting = self.waits.now() if self.waits is not None else None
+        if waiting:
+            lines.append(f"waiting for {waiting}")
+        return lines
 
     def __enter__(self) -> EpisodeProgress:
         if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                ProgressColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+            from rich.text import Text
 
-            self._bar = Progress(
+            notes, eta = self.notes, self.eta
+
+            class Remaining(ProgressColumn):
+                def render(self, task) -> Text:
+                    return Text(eta(), style="progress.remaining")
+
+            class RunProgress(Progress):
+                def get_renderables(self):
+                    yield from super().get_renderables()
+                    for line in notes():
+                        yield Text(line, style="dim")
+
+            self._bar = RunProgress(
                 TextColumn("episodes"),
-                BarColumn(),
+                BarColumn(bar_width=24),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[failed]} failed"),
                 TimeElapsedColumn(),
+                Remaining(),
                 transient=False,
+                refresh_per_second=4,
             )
             self._bar.start()
             self._task = self._bar.add_task("run", total=self.total, completed=self.done, failed=0)
@@ -521,6 +604,7 @@ class EpisodeProgress:
 
     def advance(self, ok: bool) -> None:
         self.failed += not ok
+        self.finished += 1
         if self.enabled:
             self._bar.update(self._task, advance=1, failed=self.failed)
 

@@ -329,6 +329,7 @@ class Recipe(_Strict):
         ray_address: str | None = None,
         epochs: int | None = None,
         budget_usd: float | None = None,
+        cache: bool | None = None,
     ) -> Recipe:
         """Command-line overrides: `model`/`api_base`/`api_key` apply to every role and system;
         `systems` keeps only the named systems (in the recipe's order)."""
@@ -373,6 +374,8 @@ class Recipe(_Strict):
             data["run"]["epochs"] = epochs
         if budget_usd is not None:
             data["run"]["budget_usd"] = budget_usd
+        if cache is not None:
+            data["cache"]["enabled"] = cache
         try:
             return Recipe.model_validate(data)
         except ValidationError as exc:

@@ -84,6 +84,12 @@ class ResultRecord(BaseModel):
         "unfinished (its last checkpoint's next step: recall, direct, judge, ...); None when it ran from its start.",
     )
     latency_s: float = Field(default=0.0, allow_inf_nan=False, description="The episode's wall time in seconds.")
+    ingest_s: float | None = Field(
+        default=None,
+        allow_inf_nan=False,
+        description="Of its wall time, the seconds its memory's ingest step took: the ingest of its user's history, "
+        "or the wait for another episode's ingest of the same user (memory cost, not the episode's).",
+    )
     dry_run: bool = False
     cost_usd: float | None = Field(
         default=None,

@@ -15,16 +15,15 @@ from typing import Any
 
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import write_atomically
-from atelier.benchmarks.common.degradation import counts_by_kind
+from atelier.benchmarks.common.degradation import KINDS, counts_by_kind
 from atelier.benchmarks.common.errors import ConfigError
-from atelier.benchmarks.common.names import visible_bidi
 from atelier.runs.folder.results import ResultRecord, ResultsFile
 from atelier.runs.reading.comparisons import CORRECTION, adjust, paired_row
+from atelier.runs.reading.pages import environment
 from atelier.runs.reading.personalization import across_runs
-from atelier.runs.reading.report import Point, ci_text, dot_plot, response_parts
+from atelier.runs.reading.plots import Point, dot_plot
+from atelier.runs.reading.report import ci_text, response_parts
 from atelier.runs.reading.usage import format_cost
-
-TEMPLATE_DIR = Path(__file__).parent / "templates"
 
 
 def _load(run_dir: Path) -> dict[str, Any]:
@@ -50,23 +49,76 @@ def _load(run_dir: Path) -> dict[str, Any]:
 EXCERPT_CHARS = 400
 
 
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """A config as `dotted.key -> value`; lists of tables (systems, judges) keyed by their names, so
-    the same system lines up across runs whatever its position."""
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-        return out if out else {prefix: {}}
-    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
-        out, seen = {}, set()
-        for i, item in enumerate(value):
-            name = item.get("label") or item.get("name") or item.get("row")  # a paper row by its label
-            name = str(name) if name is not None and name not in seen else str(i)
-            seen.add(name)
-            out.update(_flatten(item, f"{prefix}[{name}]"))
-        return out
-    return {prefix: value}
+_MISSING = object()
+
+
+def _item_name(item: Any) -> str | None:
+    name = item.get("label") or item.get("name") or item.get("row")  # a paper row by its label
+    return str(name) if name is not None else None
+
+
+def _is_table_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(item, dict) for item in value)
+
+
+def _aligned(lists: list[list[Any]]) -> list[tuple[str, list[Any]]]:
+    """Items of one list of tables (systems, judges, paper rows) across runs, lined up: an item by its
+    name when every run has that name; the others pair up in order, so a system renamed in one run
+    lines up with itself and only its name differs. Each group: its label and one item per run
+    (`_MISSING` where a run has none)."""
+    names = [[_item_name(item) for item in items] for items in lists]
+    common = [
+        n for n in dict.fromkeys(n for run in names for n in run) if n is not None and all(n in run for run in names)
+    ]
+    groups: list[tuple[str, list[Any]]] = [
+        (name, [items[run.index(name)] for items, run in zip(lists, names)]) for name in common
+    ]
+    taken = [{run.index(name) for name in common} for run in names]  # a name twice in a run: the second is "rest"
+    rest = [[item for i, item in enumerate(items) if i not in used] for items, used in zip(lists, taken)]
+    for k in range(max((len(r) for r in rest), default=0)):
+        items = [r[k] if k < len(r) else _MISSING for r in rest]
+        labels = list(dict.fromkeys(_item_name(i) or str(k) for i in items if i is not _MISSING))
+        groups.append((" / ".join(labels) if labels else str(k), items))
+    return groups
+
+
+def _flatten_runs(values: list[Any], prefix: str = "") -> list[dict[str, Any]]:
+    """Each run's config as `dotted.key -> value`, the runs' keys lined up: mappings by key, lists of
+    tables (systems, judges) by `_aligned`, so a key names the same thing in every run."""
+    out: list[dict[str, Any]] = [{} for _ in values]
+    present = [v for v in values if v is not _MISSING]
+
+    def merge(parts: list[dict[str, Any]]) -> None:
+        for mine, part in zip(out, parts):
+            mine.update(part)
+
+    if present and all(isinstance(v, dict) for v in present):
+        keys = list(dict.fromkeys(k for v in present for k in v))
+        if not keys:
+            for mine, v in zip(out, values):
+                if v is not _MISSING:
+                    mine[prefix] = {}
+        for key in keys:
+            merge(
+                _flatten_runs(
+                    [v.get(key, _MISSING) if isinstance(v, dict) else _MISSING for v in values],
+                    f"{prefix}.{key}" if prefix else str(key),
+                )
+            )
+    elif any(_is_table_list(v) for v in present) and all(_is_table_list(v) or v == [] for v in present):
+        for label, items in _aligned([v if v not in (_MISSING, []) else [] for v in values]):
+            key = f"{prefix}[{label}]"
+            if any(item is _MISSING for item in items):  # in some runs only: the item is one row, not one per key
+                for mine, item in zip(out, items):
+                    if item is not _MISSING:
+                        mine[key] = item
+            else:
+                merge(_flatten_runs(items, key))
+    else:
+        for mine, v in zip(out, values):
+            if v is not _MISSING:
+                mine[prefix] = v
+    return out
 
 
 def _shown(value: Any) -> str:
@@ -78,15 +130,20 @@ ABSENT = "(absent)"
 
 def config_diff(configs: list[dict[str, Any]]) -> dict[str, Any]:
     """The runs' resolved configs side by side, one row per key (the recipe's keys, the number of
-    cases, the package versions), `differs` where the runs disagree; keys in first-seen order."""
-    flat = [
-        {
-            **_flatten(config["recipe"]),
-            "cases": f"{len(config['cases'])} cases",
-            **_flatten(config.get("versions") or {}, "versions"),
-        }
-        for config in configs
-    ]
+    cases, the package versions), `differs` where the runs disagree; keys in first-seen order. A
+    system (judge, paper row) is one key prefix in every run — by its name, or, renamed, by its
+    place among those not named alike — so a rename is one row, not one per option."""
+    flat = _flatten_runs(
+        [
+            {
+                "recipe": config["recipe"],
+                "cases": f"{len(config['cases'])} cases",
+                "versions": config.get("versions") or {},
+            }
+            for config in configs
+        ]
+    )
+    flat = [{key.removeprefix("recipe."): value for key, value in one.items()} for one in flat]
     keys = list(dict.fromkeys(key for one in flat for key in one))
     rows = []
     for key in keys:
@@ -107,7 +164,7 @@ def cases_side_by_side(runs: list[dict[str, Any]], labels: list[str], judges: li
     case_ids = sorted({(r.benchmark, r.case_id) for run in runs for r in run["records"]})
     out = []
     for benchmark, case_id in case_ids:
-        cells = []
+        cells: list[dict[str, Any]] = []
         for label, system, _ in entries:
             records = sorted(grouped.get((label, system, case_id), []), key=lambda r: r.epoch)
             ok = [r for r in records if r.ok]
@@ -124,9 +181,18 @@ def cases_side_by_side(runs: list[dict[str, Any]], labels: list[str], judges: li
                     "epochs": len(records),
                     "excerpt": text[:EXCERPT_CHARS] + ("…" if len(text) > EXCERPT_CHARS else ""),
                     "scores": scores,
+                    "kinds": sorted({d.kind for r in ok for d in r.degraded}),
                 }
             )
-        out.append({"benchmark": benchmark, "id": case_id, "cells": cells})
+        out.append(
+            {
+                "benchmark": benchmark,
+                "id": case_id,
+                "cells": cells,
+                "scores": {cell["entry"]: cell["scores"] for cell in cells},  # what the page sorts and filters by
+                "kinds": sorted({k for cell in cells for k in cell["kinds"]}),
+            }
+        )
     return out
 
 
@@ -364,15 +430,15 @@ def print_personalization(personalized: dict[str, Any], console) -> None:
 
 
 def write_comparison_html(comparison: dict[str, Any], path: str | Path) -> None:
-    from jinja2 import Environment, FileSystemLoader, select_autoescape
-
-    env = Environment(
-        loader=FileSystemLoader(TEMPLATE_DIR), autoescape=select_autoescape(["html", "j2"]), finalize=visible_bidi
-    )
+    env = environment()
     env.filters["mean_ci"] = _mean_ci
     env.filters["degraded"] = degraded_text
-    env.filters["num"] = lambda value: "–" if value is None else f"{value:.3f}"
+    kinds = sorted({k for case in comparison["cases"] for k in case["kinds"]})
     html = env.get_template("compare.html.j2").render(
-        c=comparison, charts=comparison_charts(comparison), excerpt_chars=EXCERPT_CHARS
+        c=comparison,
+        charts=comparison_charts(comparison),
+        excerpt_chars=EXCERPT_CHARS,
+        filter_kinds=kinds + [k for k in KINDS if k not in kinds],
+        present_kinds=set(kinds),
     )
     write_atomically(path, html)  # keys redacted; a link in its place is replaced, not written through

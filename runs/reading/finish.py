@@ -14,7 +14,7 @@ from atelier.runs.folder.layout import RunFolder, expected_keys
 from atelier.runs.folder.recipe import Recipe
 from atelier.runs.folder.results import ResultsFile, write_json_atomic
 from atelier.runs.reading.outcome import RunOutcome, outcome_of
-from atelier.runs.reading.usage import system_usage
+from atelier.runs.reading.usage import Prices, system_usage, uncached_totals
 from atelier.tools.web import web_description
 
 
@@ -131,7 +131,6 @@ def finish_run(
         versus_paper,
     )
     from atelier.runs.reading.personalization import personalization
-    from atelier.runs.reading.personalization_page import personalization_section
     from atelier.runs.reading.report import write_report  # something to summarize (a failed preflight exits sooner)
     from atelier.runs.reading.summary import epoch_means, summarize
 
@@ -168,7 +167,7 @@ def finish_run(
         epochs=epochs,
         clusters=clusters,
     )
-    for name, usage in system_usage(records, ledger, systems, config["cases"]).items():
+    for name, usage in system_usage(records, ledger, systems, config["cases"], recipe.get("models")).items():
         summary["systems"][name]["usage"] = usage
     case_ids = set(config["cases"])
     personalized = personalization(
@@ -211,6 +210,8 @@ def finish_run(
         **summary,
         "episodes": outcome.as_dict(),
         "ledger": ledger_totals(calls),
+        # the same calls with nothing answered from the response cache: what a first run costs
+        "ledger_uncached": uncached_totals(calls, Prices(recipe.get("models"))),
     }
     if budget is not None:
         summary["budget"] = budget.as_dict()
@@ -221,6 +222,5 @@ def finish_run(
         summary=summary,
         records=records,
         cases=by_id,
-        sections=[personalization_section(summary)],
     )
     return outcome

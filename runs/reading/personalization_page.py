@@ -1,15 +1,13 @@
-"""The personalization section of report.html: which criteria respond to the user, the effects
-(own minus control) in one compact table, and one plot of the headline effects with their
-intervals — all from summary.json's `personalization` (`runs.reading.personalization`)."""
+"""The personalization part of report.html (`templates/report/personalization.html.j2`): which
+criteria respond to the user, the effects (own minus control) in one compact table, and one plot of
+the headline effects with their intervals — all from summary.json's `personalization`
+(`runs.reading.personalization`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from atelier.runs.reading.report import Point, _number, dot_plot
-
-TEMPLATE = "personalization.html.j2"
+from atelier.runs.reading.plots import Point, dot_plot
 
 
 def effect_points(personalization: dict[str, Any]) -> dict[str, list[Point]]:
@@ -29,27 +27,21 @@ def effect_points(personalization: dict[str, Any]) -> dict[str, list[Point]]:
     return panels
 
 
-def personalization_section(summary: dict[str, Any]) -> str:
-    """The section's HTML ("" when the run had no controls)."""
+def personalization_part(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """What the part shows (None when the run had no controls)."""
     personalization = summary.get("personalization")
     if not personalization:
-        return ""
-    from jinja2 import Environment, FileSystemLoader, select_autoescape
-
-    env = Environment(
-        loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape(["html", "j2"])
-    )
-    env.filters["num"] = _number
+        return None
     chart = dot_plot(
         effect_points(personalization),
         xlabel="own − control (95% CI); 0: no personalization effect",
         gid="personalization-dots",
         reference=0.0,
     )
-    return env.get_template(TEMPLATE).render(
-        p=personalization,
-        responding=personalization["responding"],
-        methods=sorted({row["ci_method"] for row in personalization["effects"]}),
-        notes=sorted({note for row in personalization["effects"] for note in row.get("cluster_notes") or []}),
-        chart=chart,
-    )
+    return {
+        "p": personalization,
+        "responding": personalization["responding"],
+        "methods": sorted({row["ci_method"] for row in personalization["effects"]}),
+        "notes": sorted({note for row in personalization["effects"] for note in row.get("cluster_notes") or []}),
+        "chart": chart,
+    }

@@ -1,236 +1,54 @@
-"""report.html: a self-contained page (no network needed to open it) a researcher would rather read
-than the JSON: per system n / mean / CI / cost / tokens / latency / failures; score distributions;
-paired comparisons against the baseline, corrected for multiple comparisons; cost against score;
-the paper's numbers beside ours; and per case the query, the recalled memory and the systems side
-by side with their responses, sources and rendered judge details. Every number on it comes from
-summary.json (tables) or results.jsonl (cases); `atelier report RUN_DIR` renders it again.
+"""report.html: the run's reading page, self-contained (it opens offline: its styles, scripts, plots
+and the texts its citations name are inside it).
+
+It reads top down as a researcher does:
+
+- **the summary** (two screens): what went wrong, each system's scores with their CIs, the paired
+  differences from the baseline, and what each system cost — as spent, and as it would have cost
+  with nothing answered from the response cache, with a memory's ingest counted per user. Its parts
+  are `SUMMARY_PARTS`, each a template under `templates/report/` with the data it shows: a table a
+  later change adds (a note on the CIs, a personalization effect) is one more part;
+- **the cases**: an index to filter (a judge, a degradation kind, a smallest difference) and sort
+  (by the difference between two systems, or by score), then each case with its systems side by
+  side — the query and persona, each system's recalled memory (folded), its response with each
+  citation showing the cited source's text, and each judge's reasoning as prose (folded, one line
+  each: `judgment_reading`); a word diff of a response against the baseline's and the raw JSON are
+  one key or click away. `j`/`k` move between cases, `?` lists the keys;
+- **further figures** (`FIGURE_PARTS`, each folded): criterion means, the variance by source,
+  epochs, score distributions, cost against score, what the memory budget kept, the paper's
+  numbers, the model calls, failed episodes.
+
+Every number comes from summary.json (tables) or results.jsonl (cases); `atelier report RUN_DIR`
+renders it again. The plots are `runs.reading.plots`.
 """
 
 from __future__ import annotations
 
-import io
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel
+from typing import Any, NamedTuple
 
 from atelier.benchmarks.case import Case
 from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.degradation import KINDS, counts_by_kind
-from atelier.benchmarks.common.names import visible_bidi
 from atelier.runs.folder.results import ResultRecord, result_key
+from atelier.runs.reading.case_reading import SourceTexts, diff_share, response_html, word_diff
 from atelier.runs.reading.comparisons import scores_by_case, tool_recalls
-from atelier.runs.reading.usage import format_cost
+from atelier.runs.reading.pages import EPISODES_DIR, anchor, cell_anchor, environment, episode_page, number
+from atelier.runs.reading.personalization_page import personalization_part
+from atelier.runs.reading.plots import CostRow, Point, cost_plot, distribution_plot, dot_plot, panels_of
+from atelier.runs.reading.usage import MEMORY, format_cost, format_tokens
 
-TEMPLATE_DIR = Path(__file__).parent / "templates"
-WIDE_INDEX = 8  # more systems x judges than this: the case index gets a row per (case, system), not a column
-_PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
+__all__ = ["Point", "ci_text", "dot_plot", "paper_tables", "response_parts", "write_report"]
 
-
-# ----------------------------------------------------------------------------- charts (inline SVG)
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+WIDE_INDEX = 6  # more systems than this: the case index shows the baseline and one system chosen, not all
+SIDE_BY_SIDE = 4  # more systems than this: a case shows the baseline and the chosen system, the rest folded
 
 
-def _svg(fig) -> str:
-    """The figure as inline SVG, its text kept as text (searchable, and countable by a test)."""
-    buffer = io.StringIO()
-    with _pyplot().rc_context({"svg.fonttype": "none"}):
-        fig.savefig(buffer, format="svg")
-    _pyplot().close(fig)
-    svg = buffer.getvalue()
-    return svg[svg.index("<svg") :]
-
-
-def _judged(summary: dict[str, Any]) -> tuple[list[str], list[str]]:
-    systems = list(summary["systems"])
-    judges = [
-        j
-        for j in summary.get("judges", [])
-        if any(s["judges"].get(j, {}).get("n") for s in summary["systems"].values())
-    ]
-    return systems, judges
-
-
-class Point(BaseModel):
-    """One row of a dot plot: a system's (or a run's system's) mean with its 95% CI over n cases."""
-
-    label: str
-    mean: float | None
-    low: float | None = None
-    high: float | None = None
-    n: int = 0
-
-
-def _grid(panels: int, rows: int, plt, *, label_chars: int = 20):
-    """Small multiples: at most three panels a line (two when each has many rows), each as tall as
-    its rows need, so 40 labels never overlap, and as wide as its longest label needs."""
-    columns = max(1, min(panels, 3 if rows <= 12 else 2))
-    panel_width = max(4.5, 3.2 + 0.07 * label_chars)
-    lines = -(-panels // columns)
-    fig, axes = plt.subplots(
-        lines,
-        columns,
-        figsize=(panel_width * columns, (0.9 + 0.24 * rows) * lines),
-        squeeze=False,
-        layout="constrained",
-    )
-    for ax in axes.flat[panels:]:
-        ax.set_visible(False)
-    return fig, list(axes.flat[:panels])
-
-
-def dot_plot(panels: dict[str, list[Point]], *, xlabel: str, gid: str, reference: float | None = None) -> str | None:
-    """A sorted dot plot per panel (a judge, a metric): one row per system, best mean on top, the
-    mean as a dot and its 95% CI as a whisker; a hollow dot is one case (no CI). Systems with no
-    score are left out and counted in the panel's title. Each y label is an SVG group
-    `<gid>-<panel>-label-<i>`, so the page (and a test) can find every system's row."""
-    measured = {title: [p for p in points if p.mean is not None] for title, points in panels.items()}
-    shown = [title for title, points in measured.items() if points]
-    if not shown:
-        return None
-    plt = _pyplot()
-    longest = max(len(p.label) for t in shown for p in measured[t])
-    fig, axes = _grid(len(shown), max(len(measured[t]) for t in shown), plt, label_chars=longest)
-    for index, (ax, title) in enumerate(zip(axes, shown)):
-        points = sorted(measured[title], key=lambda p: (-(p.mean or 0.0), p.label))
-        ys = list(range(len(points)))
-        for y, point in zip(ys, points):
-            mean = point.mean or 0.0
-            if point.n >= 2 and point.low is not None and point.high is not None:
-                ax.errorbar(
-                    [mean], [y], xerr=[[mean - point.low], [point.high - mean]], fmt="o", color=_PALETTE[0], capsize=3
-                )
-            else:
-                ax.scatter([mean], [y], s=30, facecolors="white", edgecolors=_PALETTE[0], zorder=3)
-        ax.set_yticks(ys, [p.label for p in points], fontsize=8)
-        for i, label in enumerate(ax.get_yticklabels()):
-            label.set_gid(f"{gid}-{index}-label-{i}")
-        ax.set_ylim(len(points) - 0.5, -0.5)  # the best on top
-        if reference is not None:
-            ax.axvline(reference, color="#999", linewidth=0.8, linestyle="--")
-        left_out = len(panels[title]) - len(points)
-        ax.set_title(title + (f" ({left_out} not measured)" if left_out else ""), fontsize=10)
-        ax.set_xlabel(xlabel, fontsize=9)
-        ax.grid(axis="x", color="#eee")
-        ax.spines[["top", "right"]].set_visible(False)
-    return _svg(fig)
-
-
-def score_points(summary: dict[str, Any]) -> dict[str, list[Point]]:
-    """Per judge, each system's mean and 95% CI from summary.json."""
-    systems, judges = _judged(summary)
-    panels: dict[str, list[Point]] = {}
-    for judge in judges:
-        panels[judge] = []
-        for system in systems:
-            stats = summary["systems"][system]["judges"].get(judge) or {}
-            low, high = stats.get("ci95") or [None, None]
-            panels[judge].append(Point(label=system, mean=stats.get("mean"), low=low, high=high, n=stats.get("n", 0)))
-    return panels
-
-
-def _score_chart(summary: dict[str, Any]) -> str | None:
-    """Mean score with its 95% CI per system, a sorted dot plot per judge."""
-    return dot_plot(score_points(summary), xlabel="mean score (95% CI)", gid="score-dots")
-
-
-def _distribution_chart(summary: dict[str, Any], records: list[ResultRecord]) -> str | None:
-    """Each system's per-case scores per judge: a horizontal box plot with every case as a point,
-    systems sorted by median (highest on top), one panel per judge."""
-    import numpy as np
-
-    systems, judges = _judged(summary)
-    if not systems or not judges:
-        return None
-    plt = _pyplot()
-    fig, axes = _grid(len(judges), len(systems), plt, label_chars=max(len(s) for s in systems))
-    rng = np.random.default_rng(0)
-    for ax, judge in zip(axes, judges):
-        data = {
-            s: [score for r in records if r.system == s and r.ok and (score := r.scores.get(judge)) is not None]
-            for s in systems
-        }
-        ordered = sorted((s for s in systems if data[s]), key=lambda s: (-float(np.median(data[s])), s))
-        if not ordered:
-            ax.set_visible(False)
-            continue
-        ys = list(range(len(ordered)))
-        ax.boxplot([data[s] for s in ordered], positions=ys, widths=0.5, showfliers=False, orientation="horizontal")
-        for y, system in zip(ys, ordered):
-            values = data[system]
-            jitter = rng.uniform(-0.15, 0.15, len(values))
-            ax.scatter(values, np.full(len(values), y) + jitter, s=10, alpha=0.6, color=_PALETTE[y % len(_PALETTE)])
-        ax.set_yticks(ys, ordered, fontsize=8)
-        ax.set_ylim(len(ordered) - 0.5, -0.5)
-        ax.set_title(f"{judge}: per-case scores", fontsize=10)
-        ax.spines[["top", "right"]].set_visible(False)
-    return _svg(fig)
-
-
-NAMED_POINTS = 8  # a cost chart with more systems marks its points by number, named in a key beneath
-
-
-def _cost_chart(summary: dict[str, Any]) -> tuple[str | None, str, list[tuple[int, str]]]:
-    """Mean score against what the system's own model calls cost per episode (USD when every call
-    was priced, else tokens); with many systems the points carry numbers and the key names them
-    (names at 40 points overlap into ink)."""
-    systems, judges = _judged(summary)
-    points = {s: _system_calls(summary, s) for s in systems}
-    if not systems or not judges or not any(p["provider_calls"] or p["calls"] for p in points.values()):
-        return None, "", []
-    numbered = len(systems) > NAMED_POINTS
-    priced = all(p["cost_usd"] is not None and not p["unpriced_calls"] for p in points.values()) and any(
-        p["cost_usd"] for p in points.values()
-    )
-    axis = "USD per episode" if priced else "tokens per episode (prompt + completion)"
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, len(judges), figsize=(4.8 * len(judges), 3.6), squeeze=False)
-    for ax, judge in zip(axes[0], judges):
-        for i, system in enumerate(systems):
-            mean = summary["systems"][system]["judges"].get(judge, {}).get("mean")
-            episodes = summary["systems"][system]["n"] + summary["systems"][system]["errors"]
-            if mean is None or not episodes:
-                continue
-            calls = points[system]
-            x = (calls["cost_usd"] if priced else calls["prompt_tokens"] + calls["completion_tokens"]) / episodes
-            ax.scatter([x], [mean], s=40 if not numbered else 24, color=_PALETTE[i % len(_PALETTE)])
-            label = str(i + 1) if numbered else system
-            ax.annotate(label, (x, mean), textcoords="offset points", xytext=(4, 3), fontsize=8 if not numbered else 7)
-        ax.set_xlabel(axis)
-        ax.set_ylabel(f"mean {judge}")
-        ax.spines[["top", "right"]].set_visible(False)
-    fig.tight_layout()
-    return _svg(fig), axis, [(i + 1, s) for i, s in enumerate(systems)] if numbered else []
-
-
-# ----------------------------------------------------------------------------- view helpers
-
-
-_EMPTY_CALLS = {
-    "calls": 0,
-    "provider_calls": 0,
-    "cache_hits": 0,
-    "errors": 0,
-    "prompt_tokens": 0,
-    "completion_tokens": 0,
-    "cost_usd": 0.0,
-    "unpriced_calls": 0,
-}
-
-
-def _system_calls(summary: dict[str, Any], system: str, kind: str = "system") -> dict[str, Any]:
-    return summary["systems"][system].get("usage", {}).get("calls", {}).get(kind, _EMPTY_CALLS)
+# ----------------------------------------------------------------------------- what the tables show
 
 
 def response_parts(record: ResultRecord) -> tuple[str, list[dict[str, Any]]]:
@@ -244,14 +62,6 @@ def response_parts(record: ResultRecord) -> tuple[str, list[dict[str, Any]]]:
     return data.get("text", ""), list(data.get("citations") or [])
 
 
-def _number(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
 def ci_text(ci95: Any, n: int | None) -> str:
     """A 95% CI as the page shows it: `[0.512, 0.688]`; one case has none, and says so."""
     if not n:
@@ -261,7 +71,7 @@ def ci_text(ci95: Any, n: int | None) -> str:
     low, high = ci95 or (None, None)
     if low is None or high is None:
         return "no CI"
-    return f"[{_number(low)}, {_number(high)}]"
+    return f"[{number(low)}, {number(high)}]"
 
 
 def paper_tables(paper: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -374,41 +184,173 @@ def judge_figures(summary: dict[str, Any], judge: str) -> dict[str, Any]:
     return {"names": names, "rows": rows, "extras": extras}
 
 
-def _columns(value: Any) -> list[str]:
-    """The columns of a list of mappings (their keys, in first-seen order); [] for anything else."""
-    if not isinstance(value, list) or not value or not all(isinstance(item, dict) for item in value):
+_EMPTY_CALLS = {
+    "calls": 0,
+    "provider_calls": 0,
+    "cache_hits": 0,
+    "errors": 0,
+    "prompt_tokens": 0,
+    "completion_tokens": 0,
+    "cost_usd": 0.0,
+    "unpriced_calls": 0,
+}
+
+
+def calls_of(summary: dict[str, Any], system: str, kind: str = "system", *, uncached: bool = False) -> dict[str, Any]:
+    """A system's calls of one kind (`system`, `judge`, `user_sim`, `memory`), as spent or uncached."""
+    usage = summary["systems"][system].get("usage", {})
+    return usage.get("uncached" if uncached else "calls", {}).get(kind, _EMPTY_CALLS)
+
+
+def cost_rows(summary: dict[str, Any], specs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per system what it cost: its own calls (memory ingest apart) as spent and uncached with the
+    cache's share of them, its judges', its memory's ingest per user, and its episodes' latency."""
+    rows = []
+    for name, entry in summary["systems"].items():
+        spec = specs.get(name, {})
+        own, own_uncached = calls_of(summary, name), calls_of(summary, name, uncached=True)
+        memory = entry.get("usage", {}).get(MEMORY)
+        episodes = entry["n"] + entry["errors"]
+        rows.append(
+            {
+                "system": name,
+                "pipeline": spec.get("pipeline"),
+                "memory_backend": (spec.get("memory") or {}).get("backend"),
+                "episodes": episodes,
+                "calls": own["calls"],
+                "tokens": format_tokens(own),
+                "tokens_uncached": format_tokens(own_uncached),
+                "cost": format_cost(own),
+                "cost_uncached": format_cost(own_uncached),
+                "hit_share": own_uncached.get("cache_hit_share"),
+                "judge_cost": format_cost(calls_of(summary, name, "judge")),
+                "judge_cost_uncached": format_cost(calls_of(summary, name, "judge", uncached=True)),
+                "memory": memory,
+                "latency": entry.get("usage", {}).get("latency_s", {}),
+            }
+        )
+    return rows
+
+
+def memory_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per (system, user) whose memory ingested with model calls or took time: what the ingest cost."""
+    rows = []
+    for system, entry in summary["systems"].items():
+        memory = entry.get("usage", {}).get(MEMORY)
+        if not memory:
+            continue
+        for user, cost in memory["per_user"].items():
+            rows.append(
+                {
+                    "system": system,
+                    "user": user,
+                    "calls": cost["uncached"]["calls"],
+                    "tokens": format_tokens(cost["spent"]),
+                    "tokens_uncached": format_tokens(cost["uncached"]),
+                    "cost": format_cost(cost["spent"]),
+                    "cost_uncached": format_cost(cost["uncached"]),
+                    "hit_share": cost["uncached"].get("cache_hit_share"),
+                    "seconds": cost["seconds"],
+                }
+            )
+    return rows
+
+
+def _cost_chart(summary: dict[str, Any]) -> tuple[str | None, str]:
+    """Score beside what the system's own calls cost per episode (USD when every call was priced,
+    else tokens), as spent and uncached."""
+    systems, judges = panels_of(summary)
+    spent = {s: calls_of(summary, s) for s in systems}
+    uncached = {s: calls_of(summary, s, uncached=True) for s in systems}
+    if not systems or not judges or not any(u["calls"] for u in uncached.values()):
+        return None, ""
+    priced = all(u.get("cost_usd") is not None and not u.get("unpriced_calls") for u in uncached.values()) and any(
+        u.get("cost_usd") for u in uncached.values()
+    )
+    unit = "USD" if priced else "tokens"
+    rows = []
+    for system in systems:
+        entry = summary["systems"][system]
+        episodes = max(1, entry["n"] + entry["errors"])
+
+        def amount(totals: dict[str, Any]) -> float:
+            if priced:
+                return float(totals.get("cost_usd") or 0.0)
+            return float(totals.get("prompt_tokens", 0) + totals.get("completion_tokens", 0))
+
+        scores = {}
+        for judge in judges:
+            stats = entry["judges"].get(judge) or {}
+            low, high = stats.get("ci95") or [None, None]
+            scores[judge] = Point(label=system, mean=stats.get("mean"), low=low, high=high, n=stats.get("n", 0))
+        rows.append(
+            CostRow(
+                label=system,
+                scores=scores,
+                spent=amount(spent[system]) / episodes,
+                uncached=amount(uncached[system]) / episodes,
+            )
+        )
+    return cost_plot(rows, judges, unit=unit), unit
+
+
+# ----------------------------------------------------------------------------- the cases
+
+
+def _persona_lines(case: Case | None, limit: int = 80) -> list[str]:
+    """The case's persona as `Facet > Sub-facet: value` lines."""
+    if case is None or case.persona is None:
         return []
-    return list(dict.fromkeys(key for item in value for key in item))
+    out: list[str] = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{path} > {key}" if path else str(key))
+        elif isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+            for item in value:
+                walk(item, path)
+        else:
+            shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+            out.append(f"{path}: {shown}" if path else shown)
+
+    walk(case.persona.attributes, "")
+    return out[:limit] + ([f"… and {len(out) - limit} more"] if len(out) > limit else [])
 
 
-def anchor(text: str) -> str:
-    """An HTML id for a case or a (case, system) cell."""
-    return "".join(ch if ch.isalnum() else "-" for ch in text)
-
-
-def cell_anchor(key: str) -> str:
-    """The id of the cell of result key `<case>::<system>` in the per-case view."""
-    return "cell-" + anchor(key)
-
-
-def _epoch_view(record: ResultRecord) -> dict[str, Any]:
+def _epoch_view(record: ResultRecord, sources: SourceTexts, view_dir: str) -> dict[str, Any]:
     """One epoch's response in a (case, system) cell of the per-case view."""
     text, citations = response_parts(record)
+    for c in citations:
+        c["anchor"] = sources.anchor(c.get("sha256"), c.get("title"), c.get("url"))
+    by_url = {c["url"]: c["anchor"] for c in citations if c.get("url") and c.get("anchor")}
+    key = result_key(record.case_id, record.system, record.epoch)
     return {
         "record": record,
         "text": text,
+        "html": response_html(text, citations, sources) if text else "",
         "citations": citations,
+        "source_of_url": by_url,  # a PQR claim's source, when the response cited it: its text on the page
         "recalls": tool_recalls(record),  # its recall_memory calls
-        "anchor": cell_anchor(result_key(record.case_id, record.system, record.epoch)),
+        "anchor": cell_anchor(key),
+        "view": f"{view_dir}/{EPISODES_DIR}/{episode_page(key)}",
+        "kinds": sorted({d.kind for d in record.degraded}),
     }
 
 
 def _cases_view(
-    records: list[ResultRecord], cases: dict[str, Case], systems: list[str], judges: list[str]
+    records: list[ResultRecord],
+    cases: dict[str, Case],
+    systems: list[str],
+    judges: list[str],
+    baseline: str | None,
+    sources: SourceTexts,
+    view_dir: str = "view",
 ) -> list[dict[str, Any]]:
     """Per case, a cell per system holding every epoch's response (`epochs`, in epoch order) and, per
     judge, the score the summary counts for the case: with epochs, the mean over its scored epochs
-    (`scores`, from `scores_by_case` as in the summary; `scored` says over how many)."""
+    (`scores`, from `scores_by_case` as in the summary; `scored` says over how many); the word diff
+    of each system's first response against the baseline's; and what the index filters and sorts by."""
     by_case: dict[str, dict[str, list[ResultRecord]]] = defaultdict(lambda: defaultdict(list))
     for each in sorted(records, key=lambda r: (r.case_id, r.system, r.epoch)):
         by_case[each.case_id][each.system].append(each)
@@ -416,14 +358,14 @@ def _cases_view(
     for case_id in sorted(by_case):
         case = cases.get(case_id)
         first = next(iter(by_case[case_id].values()))[0]
-        cells = []
+        cells: list[dict[str, Any]] = []
         for system in systems:
             runs = by_case[case_id].get(system, [])
             degraded = [r for r in runs if r.ok and r.degraded]
             cells.append(
                 {
                     "system": system,
-                    "epochs": [_epoch_view(r) for r in runs],
+                    "epochs": [_epoch_view(r, sources, view_dir) for r in runs],
                     "ok": any(r.ok for r in runs),
                     "scores": {j: scores_by_case(runs, system, j).get(case_id) for j in judges},
                     "scored": {j: sum(1 for r in runs if r.ok and r.scores.get(j) is not None) for j in judges},
@@ -431,7 +373,21 @@ def _cases_view(
                     "degraded_anchor": cell_anchor(result_key(case_id, system, degraded[0].epoch))
                     if degraded
                     else None,
+                    "kinds": sorted({d.kind for r in runs for d in r.degraded}),
                     "anchor": cell_anchor(result_key(case_id, system)),
+                }
+            )
+        base = next((c for c in cells if c["system"] == baseline and c["epochs"] and c["epochs"][0]["text"]), None)
+        diffs = []
+        for cell in cells:
+            if base is None or cell is base or not cell["epochs"] or not cell["epochs"][0]["text"]:
+                continue
+            before, after = base["epochs"][0]["text"], cell["epochs"][0]["text"]
+            diffs.append(
+                {
+                    "system": cell["system"],
+                    "html": word_diff(before, after),
+                    "same": diff_share(before, after),
                 }
             )
         out.append(
@@ -442,10 +398,123 @@ def _cases_view(
                 "setting": first.setting,
                 "query": case.query.text if case else None,
                 "need": case.gold.information_need if case else None,
+                "persona": _persona_lines(case),
                 "cells": cells,
+                "diffs": diffs,
+                "kinds": sorted({k for c in cells for k in c["kinds"]}),
+                "scores": {c["system"]: c["scores"] for c in cells},
             }
         )
     return out
+
+
+# ----------------------------------------------------------------------------- the page's parts
+
+
+@dataclass
+class ReportInputs:
+    """Everything a part of the page may show."""
+
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    records: list[ResultRecord]
+    specs: dict[str, Any]
+    systems: list[str]
+    judges: list[str]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Part(NamedTuple):
+    """One part of the page: a template under `templates/report/`, and what it shows (`data`, from
+    the inputs; a part whose data is None or empty is left out)."""
+
+    template: str
+    data: Callable[[ReportInputs], Any] = lambda inputs: True
+
+
+def _scores_part(inputs: ReportInputs) -> dict[str, Any] | None:
+    ep = inputs.summary["episodes"]
+    if not (ep.get("scored") or ep.get("unscored")):
+        return None
+    return {"chart": dot_plot(score_points(inputs.summary), xlabel="mean score, 95% CI", gid="score-dots")}
+
+
+def _cost_part(inputs: ReportInputs) -> dict[str, Any]:
+    return {"rows": cost_rows(inputs.summary, inputs.specs), "memory": memory_rows(inputs.summary)}
+
+
+def _cost_chart_part(inputs: ReportInputs) -> dict[str, Any] | None:
+    chart, unit = _cost_chart(inputs.summary)
+    return {"chart": chart, "unit": unit} if chart else None
+
+
+def _distribution_part(inputs: ReportInputs) -> str | None:
+    systems, judges = panels_of(inputs.summary)
+    panels = {
+        judge: {
+            s: [score for r in inputs.records if r.system == s and r.ok and (score := r.scores.get(judge)) is not None]
+            for s in systems
+        }
+        for judge in judges
+    }
+    return distribution_plot(panels)
+
+
+def _criteria_part(inputs: ReportInputs) -> list[tuple[str, dict[str, Any]]]:
+    return [(judge, judge_figures(inputs.summary, judge)) for judge in inputs.summary.get("judges", [])]
+
+
+SUMMARY_PARTS: tuple[Part, ...] = (
+    Part("what_went_wrong.html.j2"),
+    Part("scores.html.j2", _scores_part),
+    Part("baseline.html.j2", lambda i: (i.summary.get("versus_baseline") or {}).get("rows")),
+    Part("personalization.html.j2", lambda i: personalization_part(i.summary)),
+    Part("costs.html.j2", _cost_part),
+    Part("paper.html.j2", lambda i: paper_tables(i.summary.get("paper") or [])),
+)
+FIGURE_PARTS: tuple[Part, ...] = (
+    Part("criteria.html.j2", lambda i: [c for c in _criteria_part(i) if c[1]["names"] or c[1]["extras"]]),
+    Part("variance.html.j2", lambda i: variance_rows(i.summary)),
+    Part("epochs.html.j2", lambda i: epoch_rows(i.summary)),
+    Part("distributions.html.j2", _distribution_part),
+    Part("cost_chart.html.j2", _cost_chart_part),
+    Part("context_share.html.j2", lambda i: context_share_rows(i.records, i.systems)),
+    Part(
+        "conversations.html.j2",
+        lambda i: {n: s["conversations"] for n, s in i.summary["systems"].items() if "conversations" in s},
+    ),
+    Part("model_calls.html.j2"),
+    Part("failed.html.j2", lambda i: [r for r in i.records if not r.ok]),
+)
+
+
+def _rendered(parts: Iterable[Part], inputs: ReportInputs) -> list[tuple[str, Any]]:
+    shown = []
+    for part in parts:
+        data = part.data(inputs)
+        if data is not None and data is not False and data != [] and data != {}:
+            shown.append((f"report/{part.template}", data))
+    return shown
+
+
+def score_points(summary: dict[str, Any]) -> dict[str, list[Point]]:
+    """Per judge, each system's mean and 95% CI from summary.json."""
+    systems, judges = panels_of(summary)
+    panels: dict[str, list[Point]] = {}
+    for judge in judges:
+        panels[judge] = []
+        for system in systems:
+            stats = summary["systems"][system]["judges"].get(judge) or {}
+            low, high = stats.get("ci95") or [None, None]
+            panels[judge].append(Point(label=system, mean=stats.get("mean"), low=low, high=high, n=stats.get("n", 0)))
+    return panels
+
+
+def filter_kinds(records: Iterable[ResultRecord]) -> list[str]:
+    """The degradation kinds a case filter offers: every kind there is (benchmarks.common.degradation),
+    and any other a record carries, those present first."""
+    present = sorted({d.kind for r in records for d in r.degraded})
+    return present + [k for k in KINDS if k not in present]
 
 
 def write_report(
@@ -455,47 +524,39 @@ def write_report(
     summary: dict[str, Any],
     records: Iterable[ResultRecord],
     cases: dict[str, Case] | None = None,
-    sections: Iterable[str] = (),
+    run_dir: str | Path | None = None,
 ) -> None:
-    """`sections`: HTML sections of their own (the personalization effects), shown after the comparisons."""
-    from jinja2 import Environment, FileSystemLoader, select_autoescape
-
     records = sorted(records, key=lambda r: (r.case_id, r.system, r.epoch))
     systems = list(summary["systems"])
-    env = Environment(
-        loader=FileSystemLoader(TEMPLATE_DIR), autoescape=select_autoescape(["html", "j2"]), finalize=visible_bidi
-    )
-    env.filters["num"] = _number
-    env.filters["ci"] = ci_text
-    env.filters["columns"] = _columns
-    env.globals["format_cost"] = format_cost
-    env.globals["judge_figures"] = lambda judge: judge_figures(summary, judge)
-    env.globals["calls_of"] = lambda system, kind="system": _system_calls(summary, system, kind)
-    env.globals["counts_by_kind"] = counts_by_kind
-    env.globals["cell_anchor"] = cell_anchor
-    env.globals["kinds"] = KINDS
-    cost_chart, cost_axis, cost_key = _cost_chart(summary)
+    judges = list(summary.get("judges", []))
     specs = {s["name"]: s for s in config["recipe"]["systems"]}
+    inputs = ReportInputs(config=config, summary=summary, records=records, specs=specs, systems=systems, judges=judges)
+    baseline = (summary.get("versus_baseline") or {}).get("baseline") or (systems[0] if systems else None)
+    compared = next((s for s in systems if s != baseline), baseline)
+    sources = SourceTexts(run_dir if run_dir is not None else Path(path).parent)
+    cases_view = _cases_view(records, cases or {}, systems, judges, baseline, sources)
+    env = environment()
+    env.filters["ci"] = ci_text
+    env.globals["format_cost"] = format_cost
+    env.globals["counts_by_kind"] = counts_by_kind
     html = env.get_template("report.html.j2").render(
         config=config,
         summary=summary,
         specs=specs,
         systems=systems,
+        judges=judges,
         records=records,
-        failed=[r for r in records if not r.ok],
-        cases=_cases_view(records, cases or {}, systems, list(summary.get("judges", []))),
-        chart=_score_chart(summary),
-        paper_tables=paper_tables(summary.get("paper") or []),
-        epochs=epoch_rows(summary),
-        variance=variance_rows(summary),
+        summary_parts=_rendered(SUMMARY_PARTS, inputs),
+        figure_parts=_rendered(FIGURE_PARTS, inputs),
         cluster_methods=cluster_methods(summary),
-        context_shares=context_share_rows(records, systems),
-        wide_index=len(systems) * max(1, len(summary.get("judges", []))) > WIDE_INDEX,
-        distributions=_distribution_chart(summary, records),
-        cost_chart=cost_chart,
-        cost_axis=cost_axis,
-        cost_key=cost_key,
+        cases=cases_view,
+        sources=sources.used,
+        baseline=baseline,
+        compared=compared,
+        wide_index=len(systems) > WIDE_INDEX,
+        folded=len(systems) > SIDE_BY_SIDE,
+        filter_kinds=filter_kinds(records),
+        present_kinds={d.kind for r in records for d in r.degraded},
         failing_kinds=[d["kind"] for d in summary["episodes"].get("degraded", []) if not d["tolerated"]],
-        sections=list(sections),
     )
     write_atomically(path, html)  # no key, even one an error quoted; a link in its place is replaced

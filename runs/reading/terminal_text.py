@@ -22,3 +22,17 @@ def visible(text: str) -> str:
 def cells(*values: Any) -> list[Any]:
     """A table row's cells: strings as plain, visible text (rich renderables as they are)."""
     return [Text(visible(v)) if isinstance(v, str) else v for v in values]
+
+
+def name_columns(table: Any, headers: tuple[str, ...], rows: list[tuple[Any, ...]], names: int) -> None:
+    """Add `headers` as columns: the first `names` hold names (a system, a judge, a model, a role),
+    which are never folded or cut — each column as wide as its longest name, and a narrow terminal
+    folds the other columns first; the rest fold between words. Then add `rows`."""
+    for i, header in enumerate(headers):
+        if i < names:
+            longest = max([len(header), *(len(str(row[i])) for row in rows)], default=len(header))
+            table.add_column(header, no_wrap=True, min_width=longest)
+        else:
+            table.add_column(header, overflow="fold")
+    for row in rows:
+        table.add_row(*cells(*row))

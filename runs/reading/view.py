@@ -11,11 +11,12 @@ page shows:
 - each step's nodes and its state change, read from the run's checkpoints by `runs.trace` (the
   reader behind `atelier trace`);
 - each model call: prompt and answer (from the run's response cache), tokens, latency, attempts,
-  cache hit and status (from `ledger.jsonl`);
-- the result: the answer, the recalled memory, each judge's score, criteria, details, flags and
-  degraded steps (from `results.jsonl`).
+  cache hit and status (from `ledger.jsonl`); calls made one after another by one role at one node
+  (a memory's ingest: one per history event) are one row with their totals that opens onto each;
+- the result: the answer, the recalled memory, each judge's reasoning as prose (the report's) with
+  its raw details, flags and degraded steps (from `results.jsonl`).
 
-Pages are rendered with the report's templating (jinja2, runs/templates/view_*.html.j2) and carry
+Pages are rendered with the report's templating (jinja2, runs/reading/templates/view_*.html.j2) and carry
 their own CSS and JS: nothing is fetched, so a written folder opens offline. `--static DIR` writes
 `DIR/index.html` and `DIR/episodes/*.html`; without it `runs.view_server` renders the same pages on
 each request (a running run's newest episodes appear on reload).
@@ -23,7 +24,6 @@ each request (a running run's newest episodes appear on reload).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import os
@@ -37,16 +37,14 @@ from pydantic import BaseModel, Field
 from atelier.agents.models.ledger import LedgerEntry, read_ledger
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import write_atomically
-from atelier.benchmarks.common.degradation import KINDS
 from atelier.benchmarks.common.errors import ConfigError
-from atelier.benchmarks.common.names import visible_bidi
 from atelier.benchmarks.common.redaction import active_redactor
 from atelier.runs.folder.epochs import run_epochs
 from atelier.runs.folder.results import ResultRecord, ResultsFile, result_key
-from atelier.runs.reading.report import TEMPLATE_DIR, anchor
+from atelier.runs.reading.pages import EPISODES_DIR, environment, episode_page
 from atelier.runs.reading.trace import Step, _checkpoints, _plain, _where, load_trace
+from atelier.runs.reading.usage import MEMORY, usage_kind
 
-EPISODES_DIR = "episodes"
 VALUE_CHARS = 20_000  # a state value or a message longer than this is cut on the page (and says so)
 
 
@@ -67,6 +65,7 @@ class EpisodeRow(BaseModel):
     )
     calls: int = 0
     tokens: int = 0
+    ingest_calls: int = Field(default=0, description="Of its calls, its memory's ingest of the user's history.")
     page: str = Field(description="The episode's page, relative to the index.")
 
 
@@ -103,6 +102,62 @@ class CallView(BaseModel):
     width: float = 0.0
 
 
+GROUP_AT = 3  # this many calls in a row of one kind (role, node, model, kind) in a step are one row that opens
+
+
+class CallGroup(BaseModel):
+    """Calls of one step made one after another by the same role, node and model (a memory's ingest
+    makes one per history event): shown as one row with their totals, each call inside."""
+
+    role: str
+    node: str | None
+    model: str
+    kind: str
+    calls: list[CallView]
+
+    @property
+    def tokens(self) -> tuple[int, int]:
+        return sum(c.prompt_tokens for c in self.calls), sum(c.completion_tokens for c in self.calls)
+
+    @property
+    def latency_ms(self) -> float:
+        return sum(c.latency_ms for c in self.calls)
+
+    @property
+    def cache_hits(self) -> int:
+        return sum(c.cache_hit for c in self.calls)
+
+    @property
+    def failed(self) -> int:
+        return sum(c.status != "ok" for c in self.calls)
+
+    @property
+    def cost_usd(self) -> float | None:
+        costs = [c.cost_usd for c in self.calls if c.cost_usd is not None]
+        return sum(costs) if costs else None
+
+
+def call_groups(calls: list[CallView]) -> list[CallGroup]:
+    """`calls` in order, each run of `GROUP_AT` or more of one (role, node, model, kind) as one group;
+    a shorter run is a group per call."""
+    runs: list[list[CallView]] = []
+    for call in calls:
+        if runs and (runs[-1][0].role, runs[-1][0].node, runs[-1][0].model, runs[-1][0].kind) == (
+            call.role,
+            call.node,
+            call.model,
+            call.kind,
+        ):
+            runs[-1].append(call)
+        else:
+            runs.append([call])
+    out = []
+    for run in runs:
+        parts = [run] if len(run) >= GROUP_AT else [[c] for c in run]
+        out += [CallGroup(role=p[0].role, node=p[0].node, model=p[0].model, kind=p[0].kind, calls=p) for p in parts]
+    return out
+
+
 class StepView(BaseModel):
     index: int
     where: str
@@ -117,6 +172,10 @@ class StepView(BaseModel):
     left: float = 0.0
     width: float = 0.0
 
+    @property
+    def groups(self) -> list[CallGroup]:
+        return call_groups(self.calls)
+
 
 class EpisodeView(BaseModel):
     row: EpisodeRow
@@ -129,11 +188,6 @@ class EpisodeView(BaseModel):
     stopped_at: float | None = Field(default=None, description="Where on the timeline (%) the stop was cut out.")
     trace_error: str | None = Field(default=None, description="Why there are no steps (the episode never started).")
     record: dict[str, Any] | None = Field(default=None, description="The result line, as JSON.")
-
-
-def episode_page(key: str) -> str:
-    """The file name of an episode's page: readable, and unique even when two keys read alike."""
-    return f"{anchor(key)}-{hashlib.sha1(key.encode()).hexdigest()[:8]}.html"
 
 
 class RunViewData:
@@ -179,6 +233,7 @@ class RunViewData:
                     resumed_from=record.resumed_from if record else None,
                     calls=len(calls),
                     tokens=sum(e.prompt_tokens + e.completion_tokens for e in calls),
+                    ingest_calls=sum(usage_kind(e) == MEMORY for e in calls),
                     page=f"{EPISODES_DIR}/{episode_page(key)}",
                 )
             )
@@ -344,17 +399,8 @@ def _layout(steps: list[StepView], stop: tuple[float, float] | None = None) -> t
 
 
 def _environment():
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-
-    env = Environment(
-        loader=FileSystemLoader(TEMPLATE_DIR),
-        autoescape=select_autoescape(["html", "j2"]),
-        undefined=StrictUndefined,
-        finalize=visible_bidi,  # no text a model wrote reorders the page
-    )
+    env = environment(strict=True)
     env.filters["score"] = lambda v: "–" if v is None else f"{v:.3f}"
-    env.filters["as_json"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
-    env.globals["kind_help"] = KINDS
     return env
 
 
