@@ -16,6 +16,8 @@ import keyword
 import re
 from pathlib import Path
 
+from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.errors import ConfigError
 
 # Atelier's graphs, as `graphs/studio.py` names them (and the checkout's langgraph.json lists them)
@@ -85,8 +87,8 @@ def write_studio_config(folder: str | Path, extra: dict[str, str] | None = None)
         variable = _variable(name, taken)
         lines.append(f"{variable} = pipeline_graph({target!r})")
         served[name] = f"{module}:{variable}"
-    out.mkdir(parents=True, exist_ok=True)
-    module.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    no_follow.make_folders(out)
+    write_atomically(module, "\n".join(lines) + "\n")
     config = out / "langgraph.json"
-    config.write_text(json.dumps({"dependencies": ["."], "graphs": served}, indent=2) + "\n", encoding="utf-8")
+    write_atomically(config, json.dumps({"dependencies": ["."], "graphs": served}, indent=2) + "\n")
     return config

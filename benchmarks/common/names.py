@@ -112,8 +112,10 @@ _BIDI_SHOWN = {ord(c): f"[U+{ord(c):04X}]" for c in BIDI_CONTROLS}
 
 
 def visible_bidi(value: object) -> object:
-    """Jinja's `finalize` for pages: a plain string's bidi controls written out; markup already made
-    safe (charts), and other values, as they are."""
-    if type(value) is str:
-        return value.translate(_BIDI_SHOWN)
+    """Jinja's `finalize` for pages: a string's bidi controls written out — markup built in code (a
+    response with its citations, a diff) included, kept markup (`[U+202E]` holds nothing to escape);
+    other values as they are."""
+    if isinstance(value, str):
+        shown = str.translate(value, _BIDI_SHOWN)
+        return value if shown == value else type(value)(shown)
     return value
