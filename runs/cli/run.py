@@ -185,7 +185,7 @@ def _print_summary(path: Path) -> None:
     from rich.table import Table
 
     from atelier.runs.cli._common import table_console
-    from atelier.runs.reading.report import ci_text
+    from atelier.runs.reading.report import ci_text, interval_warnings
     from atelier.runs.reading.terminal_text import cells
     from atelier.runs.reading.usage import format_cost
 
@@ -211,6 +211,8 @@ def _print_summary(path: Path) -> None:
     ledger = summary["ledger"]
     console = table_console(stderr=True)
     console.print(table)
+    for line in interval_warnings(summary):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(
         f"model calls: {ledger['calls']} ({ledger['provider_calls']} to providers, {ledger['cache_hits']} cache hits), "
         f"tokens {ledger['prompt_tokens']}+{ledger['completion_tokens']}, cost {format_cost(ledger)}"

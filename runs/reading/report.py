@@ -263,6 +263,49 @@ def ci_text(ci95: Any, n: int | None) -> str:
     return f"[{_number(low)}, {_number(high)}]"
 
 
+def difference_ci_text(row: Any) -> str:
+    """A paired difference's 95% CI (the interval that inverts its test): `[-0.550, -0.092]`, or
+    `unbounded` when the design's test cannot reject at 5% (its smallest p is not below it)."""
+    if not row.get("n") or row.get("mean_difference") is None:
+        return "–"
+    low, high = row.get("ci_low"), row.get("ci_high")
+    if low is None or high is None:
+        return "unbounded"
+    return f"[{_number(low)}, {_number(high)}]"
+
+
+# said under every table of paired differences: what the interval and the two p-values are
+CI_AGREES = (
+    "The 95% CI inverts the test: it excludes 0 exactly when the unadjusted p is below 0.05; "
+    "'significant' reads the adjusted p (Benjamini-Hochberg over the table's comparisons)."
+)
+
+
+def untestable_notes(rows: list[dict[str, Any]], label: str) -> list[str]:
+    """One line per comparison whose test cannot reject at 5% with its design (no interval, no MDE)."""
+    out = []
+    for row in rows:
+        if row.get("n") and row.get("testable") is False:
+            why = next((note for note in row.get("cluster_notes") or [] if "smallest p" in note), "untestable")
+            out.append(f"{row.get('judge')} / {row.get(label)}: {why}")
+    return out
+
+
+def interval_warnings(summary: dict[str, Any]) -> list[str]:
+    """What the terminal says under a run's table about its intervals: too few clusters for them to
+    keep their coverage, and comparisons whose test cannot reject at 5%."""
+    design = summary.get("clusters") or {}
+    lines = []
+    if design.get("warning"):
+        lines.append(
+            f"warning: {design['warning']}: with so few clusters, 95% intervals were measured to cover less "
+            "than 93% of the time for some scores (docs/statistics.md)"
+        )
+    rows = [{**row, "pair": f"{row.get('a')} - {row.get('b')}"} for row in summary.get("comparisons") or []]
+    lines += [f"untestable: {line}" for line in untestable_notes(rows, "pair")]
+    return lines
+
+
 def paper_tables(paper: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """summary.json's paper rows pivoted: one table per (our system, judge), one row per metric, a
     column per paper row that system stands for, then ours with its 95% CI and n. Ours is the same
@@ -462,6 +505,7 @@ def write_report(
     env = Environment(loader=FileSystemLoader(TEMPLATE_DIR), autoescape=select_autoescape(["html", "j2"]))
     env.filters["num"] = _number
     env.filters["ci"] = ci_text
+    env.filters["difference_ci"] = difference_ci_text
     env.filters["columns"] = _columns
     env.globals["format_cost"] = format_cost
     env.globals["judge_figures"] = lambda judge: judge_figures(summary, judge)
@@ -469,6 +513,8 @@ def write_report(
     env.globals["counts_by_kind"] = counts_by_kind
     env.globals["cell_anchor"] = cell_anchor
     env.globals["kinds"] = KINDS
+    env.globals["ci_agrees"] = CI_AGREES
+    env.globals["untestable"] = untestable_notes
     cost_chart, cost_axis, cost_key = _cost_chart(summary)
     specs = {s["name"]: s for s in config["recipe"]["systems"]}
     html = env.get_template("report.html.j2").render(
