@@ -30,6 +30,7 @@ from atelier.graphs.resources import release
 from atelier.graphs.sources import SOURCES_DIR
 from atelier.runs.execution.judging import judge_again, judge_comparisons
 from atelier.runs.execution.runner import EpisodeProgress, Runner
+from atelier.runs.folder.epochs import judge_context
 from atelier.runs.folder.layout import RunFolder
 from atelier.runs.folder.lock import RunFolderLock
 from atelier.runs.folder.recipe import Recipe, parse_recipe
@@ -154,6 +155,12 @@ class Rescore:
         contexts = {
             s.name: runner.context_for(s.model_copy(update={"memory": {"backend": "none"}})) for s in recipe.systems
         }
+        # each epoch's responses judged with that epoch's judge seeds, as the run judged them
+        judged = {
+            (r.system, r.epoch): judge_context(contexts[r.system], r.epoch, recipe.run.reuse_judgments)
+            for r in stored
+            if r.system in contexts
+        }
         config = runner._config([cases[i] for i in sorted(cases)])
         _, dropped = paper_rows_for(self.original.report.model_dump(mode="json")["paper"], recipe.judges)
         config["rescore_of"] = {
@@ -177,7 +184,7 @@ class Rescore:
                     call_tags(case=record.case_id, system=record.system, epoch=str(record.epoch)),
                     capture_calls() as calls,
                 ):
-                    judgments = await judge_again(cases[record.case_id], record, contexts[record.system])
+                    judgments = await judge_again(cases[record.case_id], record, judged[(record.system, record.epoch)])
             # a dry run when its response was, or its judges' answers are, the scripted model's
             fresh = record.model_copy(
                 update={
@@ -194,9 +201,9 @@ class Rescore:
         with EpisodeProgress(self.runner.progress, total=len(stored), done=len(stored) - len(todo)) as bar:
             for finished in asyncio.as_completed([asyncio.create_task(one(r)) for r in todo]):
                 bar.advance((await finished).ok)
-        for record in await judge_comparisons(results.load(), cases, contexts, recipe.run.concurrency):
+        for record in await judge_comparisons(results.load(), cases, judged, recipe.run.concurrency):
             results.append(record)
-        for context in contexts.values():
+        for context in [*contexts.values(), *judged.values()]:  # releasing one twice does nothing
             await release(context)
         runner.finish(config)
         return self.folder
