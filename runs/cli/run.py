@@ -65,7 +65,7 @@ def run(
     ),
     api_base: str | None = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for every role."),
     api_key: str | None = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY", help="API key for every role."),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Run at most N cases."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Run N cases: a seeded subset (the recipe's seed), in suite order."),
     systems: str | None = typer.Option(
         None, "--systems", help="Run only these systems of the recipe (comma-separated names)."
     ),

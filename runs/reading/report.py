@@ -291,6 +291,25 @@ def untestable_notes(rows: list[dict[str, Any]], label: str) -> list[str]:
     return out
 
 
+def unequal_n_note(summary: dict[str, Any]) -> str | None:
+    """A note when a judge scored the systems on different numbers of cases (a run its budget
+    stopped, failures): their means then rest on different cases, side by side in one table."""
+    uneven = []
+    for judge in summary.get("judges") or []:
+        counts = {
+            name: (entry.get("judges", {}).get(judge) or {}).get("n", 0) for name, entry in summary["systems"].items()
+        }
+        if len(set(counts.values())) > 1:
+            uneven.append(f"{judge}: " + ", ".join(f"{name} {n}" for name, n in counts.items()))
+    if not uneven:
+        return None
+    why = " (the budget stopped the run)" if (summary.get("budget") or {}).get("reached") else ""
+    return (
+        f"the systems' means rest on different numbers of cases{why} — {'; '.join(uneven)}: they are not "
+        "compared on the same cases; the paired comparisons are (on the cases both were scored on)"
+    )
+
+
 def interval_warnings(summary: dict[str, Any]) -> list[str]:
     """What the terminal says under a run's table about its intervals: too few clusters for them to
     keep their coverage, and comparisons whose test cannot reject at 5%."""
@@ -303,7 +322,8 @@ def interval_warnings(summary: dict[str, Any]) -> list[str]:
         )
     rows = [{**row, "pair": f"{row.get('a')} - {row.get('b')}"} for row in summary.get("comparisons") or []]
     lines += [f"untestable: {line}" for line in untestable_notes(rows, "pair")]
-    return lines
+    uneven = unequal_n_note(summary)
+    return lines + ([f"note: {uneven}"] if uneven else [])
 
 
 def paper_tables(paper: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -515,6 +535,7 @@ def write_report(
     env.globals["kinds"] = KINDS
     env.globals["ci_agrees"] = CI_AGREES
     env.globals["untestable"] = untestable_notes
+    env.globals["unequal_n"] = unequal_n_note(summary)
     cost_chart, cost_axis, cost_key = _cost_chart(summary)
     specs = {s["name"]: s for s in config["recipe"]["systems"]}
     html = env.get_template("report.html.j2").render(
