@@ -129,30 +129,22 @@ def design_power(
     `components`: simulated (module docstring), or the t test's when the sign-flip test has more
     than SIMULATED_UNITS units."""
     design = procedure.design
-    figures = {"cases": design.n, "clusters": design.levels, "smallest_p": procedure.smallest_p}
+    cases, clusters, smallest = design.n, design.levels, procedure.smallest_p
     if not procedure.testable:
-        return DesignPower(power=0.0, error=0.0, method=procedure.why_untestable(), detectable=None, **figures)
+        return DesignPower(cases, clusters, 0.0, 0.0, procedure.why_untestable(), smallest, None)
     alpha = 1 - procedure.confidence
     if not procedure.crossed and procedure.units > SIMULATED_UNITS:
         se = math.sqrt(_variance_of_mean(design, components))
         df = procedure.units - 1
         power = 0.0 if difference is None else _t_power(difference / se if se > 0 else math.inf, df, alpha)
+        method = f"noncentral t on {df} df (the sign-flip test over {procedure.units} units)"
         return DesignPower(
-            power=power,
-            error=0.0,
-            method=f"noncentral t on {df} df (the sign-flip test over {procedure.units} units)",
-            detectable=t_detectable(se, df, alpha, target) if se > 0 else 0.0,
-            **figures,
+            cases, clusters, power, 0.0, method, smallest, t_detectable(se, df, alpha, target) if se > 0 else 0.0
         )
     curve = PowerCurve.simulate(procedure, components, datasets, seed)
     value, error = curve.power(difference) if difference is not None else (0.0, 0.0)
-    return DesignPower(
-        power=value,
-        error=error,
-        method=f"simulation of {datasets:,} datasets analysed with the run's test ({procedure.method})",
-        detectable=curve.detectable(target),
-        **figures,
-    )
+    method = f"simulation of {datasets:,} datasets analysed with the run's test ({procedure.method})"
+    return DesignPower(cases, clusters, value, error, method, smallest, curve.detectable(target))
 
 
 def _variance_of_mean(design: ClusterDesign, components: Components) -> float:

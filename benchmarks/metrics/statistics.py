@@ -309,7 +309,7 @@ def _wilcoxon_p(differences: np.ndarray) -> float | None:
     return float(stats.wilcoxon(nonzero).pvalue)
 
 
-def _as_finite_array(values: Sequence[float], name: str) -> np.ndarray:
+def _as_finite_array(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
     data = np.asarray(values, dtype=float)
     if data.ndim != 1:
         raise ValueError(f"{name} must be a flat list of numbers")

@@ -93,7 +93,7 @@ def variance_components(scores: Mapping[str, Mapping[int, Sequence[float]]]) -> 
     )
 
 
-def cluster_components(case_values: Sequence[float], design: ClusterDesign) -> dict[str, float]:
+def cluster_components(case_values: Sequence[float] | np.ndarray, design: ClusterDesign) -> dict[str, float]:
     """Per clustered dimension, the variance between its clusters' true means (see module docstring)."""
     x = np.asarray(case_values, dtype=float)
     n = x.size

@@ -828,7 +828,7 @@ def _aspect_guide(details: dict[str, Any], key: str) -> tuple[str, str]:
     A judgment repeated (`repeats` > 1) keeps each repeat's details under `repeats`: the aspects are
     the case's rubric, the same in every repeat."""
     index = int(key.rsplit("_", 1)[-1]) - 1 if key.rsplit("_", 1)[-1].isdigit() else -1
-    aspects = details.get("aspects") or next(
+    aspects: list[dict[str, Any]] = details.get("aspects") or next(
         (d["aspects"] for d in details.get("repeats") or [] if isinstance(d, dict) and d.get("aspects")), []
     )
     aspect = aspects[index].get("aspect", "") if 0 <= index < len(aspects) else ""
