@@ -127,6 +127,31 @@ def bootstrap_ci(
     return ConfidenceInterval(result.low, result.high)
 
 
+def percentile_bootstrap(
+    values: Sequence[float], confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0
+) -> ConfidenceInterval:
+    """The percentile bootstrap interval of the mean of independent `values` (seeded; resampled in
+    the order given). Kept for a proportion whose interval must stay within [0, 1] (`agreement`'s
+    PCA); a run's intervals are `mean_interval`'s and `difference_test`'s."""
+    data = _as_finite_array(values, "values")
+    _check_settings(confidence, n_resamples)
+    if data.size == 0:
+        return ConfidenceInterval(None, None)
+    if np.all(data == data[0]):
+        return ConfidenceInterval(float(data[0]), float(data[0]))
+    result = stats.bootstrap(
+        (data,),
+        np.mean,
+        n_resamples=n_resamples,
+        batch=max(1, 2_000_000 // data.size),
+        vectorized=True,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    return ConfidenceInterval(float(result.confidence_interval.low), float(result.confidence_interval.high))
+
+
 def mean_interval(
     values: Sequence[float],
     confidence: float = 0.95,
