@@ -6,7 +6,6 @@ range holds what a priced stub run takes with short and with verbose answers."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 import numpy as np
 import pytest
@@ -18,8 +17,7 @@ from atelier.runs.execution.cost import forecast
 from atelier.runs.execution.runner import dry_run_ledger
 from atelier.runs.folder.recipe import load_recipe
 from tests.openai_stub import OpenAIStub
-from tests.test_budget_in_flight import PRICED, ledger_spend
-from tests.test_cli_errors import atelier
+from tests.test_budget_in_flight import PRICED, ledger_spend, run_budgeted
 
 
 class Watched(Budget):
@@ -97,30 +95,12 @@ def _priced(tmp_path, base: str, limit: int, max_tokens: int):
     return path
 
 
-def _run_priced(capsys, monkeypatch, recipe, out, budget: float, concurrency: int) -> tuple[int, dict]:
-    code, _, err = atelier(
-        capsys,
-        monkeypatch,
-        "run",
-        str(recipe),
-        "--budget-usd",
-        f"{budget:.6f}",
-        "--concurrency",
-        str(concurrency),
-        "--no-progress",
-        "--out",
-        str(out),
-    )
-    assert code in (0, 3), err
-    return code, json.loads((out / "summary.json").read_text())
-
-
 @pytest.mark.timeout(900)
 def test_verbose_answers_at_concurrency_16_never_pass_the_budget(tmp_path, capsys, monkeypatch, cache_dir):
     """The issue's case: answers filling 90% of max_tokens (4,800), 16 episodes at once."""
     with OpenAIStub(answer_fill=0.9) as stub:
         recipe = _priced(tmp_path, stub.base_url, limit=8, max_tokens=4800)
-        code, summary = _run_priced(capsys, monkeypatch, recipe, tmp_path / "run", 0.087, 16)
+        code, summary = run_budgeted(capsys, monkeypatch, recipe, tmp_path / "run", 0.087, 16)
     assert code == 3 and summary["budget"]["reached"]
     assert summary["budget"]["peak_committed_usd"] <= 0.087
     assert max(ledger_spend(tmp_path / "run")) <= 0.087  # what the calls cost, in the order they came back
@@ -138,7 +118,7 @@ def test_short_and_verbose_answers_keep_the_budget_at_any_concurrency_and_the_fo
     with OpenAIStub(answer_fill=fill) as stub:
         recipe = _priced(tmp_path, stub.base_url, limit=cases, max_tokens=max_tokens)
         predicted = forecast(load_recipe(str(recipe)), run=dry_run_ledger, sample=2)
-        code, full = _run_priced(capsys, monkeypatch, recipe, tmp_path / "full", 10.0, 4)
+        code, full = run_budgeted(capsys, monkeypatch, recipe, tmp_path / "full", 10.0, 4)
         actual = full["ledger"]["cost_usd"]
         assert code == 0 and predicted.total["usd"].low <= actual <= predicted.total["usd"].high, (
             predicted.total["usd"],
@@ -147,7 +127,7 @@ def test_short_and_verbose_answers_keep_the_budget_at_any_concurrency_and_the_fo
         budget = round(actual * 0.6, 6)  # it cannot finish: it stops
         for concurrency in (1, 16):
             out = tmp_path / f"c{concurrency}"
-            code, summary = _run_priced(capsys, monkeypatch, recipe, out, budget, concurrency)
+            code, summary = run_budgeted(capsys, monkeypatch, recipe, out, budget, concurrency)
             assert code == 3 and summary["budget"]["peak_committed_usd"] <= budget
             assert max(ledger_spend(out)) <= budget
             if fill == 0.0:  # short answers: nearly all of it is used before stopping

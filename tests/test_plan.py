@@ -8,13 +8,11 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from atelier.benchmarks.metrics.calibration import pdr_design
+from atelier.benchmarks.metrics.calibration import measured_power, pdr_design
 from atelier.benchmarks.metrics.clusters import ClusterDesign, z_sum
 from atelier.benchmarks.metrics.power import Components, smallest_design
-from atelier.benchmarks.metrics.procedures import DifferenceProcedure
 from atelier.benchmarks.metrics.variance import PlanVariance, detectable, planned_variance, required_cases
 from tests.test_cli_errors import atelier, the_error
 
@@ -49,19 +47,6 @@ def _clusters_of(per: int):
     return lambda n: ClusterDesign.of([f"c{i // per}" for i in range(n)], n)
 
 
-def _measured(design: ClusterDesign, components: Components, difference: float, datasets: int, seed: int) -> float:
-    """Power measured independently: datasets drawn one at a time, each tested as a run tests one."""
-    rng = np.random.default_rng(seed)
-    procedure = DifferenceProcedure(design)
-    declared = 0
-    for _ in range(datasets):
-        row = difference + rng.normal(0, np.sqrt(components.residual), design.n)
-        for name, codes in zip(design.names, design.codes):
-            row += rng.normal(0, np.sqrt(components.clusters[name]), int(codes.max()) + 1)[codes]
-        declared += bool(procedure.analyse(row).p[0] < 0.05)
-    return declared / datasets
-
-
 def test_the_promised_power_is_the_power_the_runs_test_has_on_fresh_data() -> None:
     """One-way clusters of 5 cases and PDR's crossed layout: the design the search picks is promised
     >= 80%, and fresh datasets of it, tested one at a time, are declared about that often (the full
@@ -73,7 +58,7 @@ def test_the_promised_power_is_the_power_the_runs_test_has_on_fresh_data() -> No
     ):
         picked, _ = smallest_design(sizes, design_for, components, difference, datasets=600)
         assert picked is not None and 0.8 <= picked.power < 0.9
-        measured = _measured(design_for(picked.cases), components, difference, 500, seed=3)
+        measured, _ = measured_power(design_for(picked.cases), components, difference, 500, seed=3)
         assert abs(measured - picked.power) < 0.07, (picked, measured)  # about 3.5 standard errors
 
 

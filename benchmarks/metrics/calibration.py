@@ -251,7 +251,7 @@ def crossed_rows(datasets: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------- power: the mde and the plan
 
 
-def _measured_power(
+def measured_power(
     design: ClusterDesign, components: Components, difference: float, datasets: int, seed: int
 ) -> tuple[float, float]:
     """The share of datasets (true difference `difference`) whose test, run one at a time, gives p < 0.05."""
@@ -285,7 +285,7 @@ def mde_rows(datasets: int = 1000, seed: int = 0) -> list[dict[str, Any]]:
             if mde is not None:
                 observed.append(mde)
         assert exact is not None
-        power, error = _measured_power(design, truth, exact, datasets, seed + g)
+        power, error = measured_power(design, truth, exact, datasets, seed + g)
         rows.append(
             {
                 "clusters": g,
@@ -325,7 +325,7 @@ def plan_rows(datasets: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
         if picked is None:
             row.update(picked=None, why=best.method)
         else:
-            measured, error = _measured_power(design_for(picked.cases), one_way, difference, datasets, seed + 7)
+            measured, error = measured_power(design_for(picked.cases), one_way, difference, datasets, seed + 7)
             row.update(picked=picked, measured=measured, error=error)
         rows.append(row)
     crossed = PowerCurve.simulate(DifferenceProcedure(pdr_design(60)), PDR_COMPONENTS, datasets, seed + 1)
@@ -333,7 +333,7 @@ def plan_rows(datasets: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
     picked, best = smallest_design(list(range(10, 251)), pdr_design, PDR_COMPONENTS, difference, datasets=datasets)
     row = {"layout": "PDR persona x task (25 x 50)", "difference": difference, "picked": picked}
     if picked is not None:
-        measured, error = _measured_power(pdr_design(picked.cases), PDR_COMPONENTS, difference, datasets, seed + 7)
+        measured, error = measured_power(pdr_design(picked.cases), PDR_COMPONENTS, difference, datasets, seed + 7)
         row.update(measured=measured, error=error)
     rows.append(row)
     return rows

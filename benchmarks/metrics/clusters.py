@@ -109,6 +109,11 @@ class ClusterDesign:
         return bool(self.names)
 
     @property
+    def crossed(self) -> bool:
+        """Two or more dimensions kept (PDR's persona x task)."""
+        return len(self.names) > 1
+
+    @property
     def levels(self) -> dict[str, int]:
         return {name: int(codes.max()) + 1 for name, codes in zip(self.names, self.codes)}
 

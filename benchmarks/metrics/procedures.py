@@ -59,6 +59,15 @@ class Analysis:
     df: float | None = None  # the t reference's degrees of freedom, when there is one
 
 
+def _multiway(design: ClusterDesign) -> str:
+    return f"multiway cluster-robust t (Cameron-Gelbach-Miller SE, t on min(G)-1 df) over {design.describe()}"
+
+
+def _multiway_analysis(data: np.ndarray, design: ClusterDesign, confidence: float) -> Analysis:
+    mean, low, high, p = multiway_t_rows(data, design, confidence)
+    return Analysis(mean, p, low, high, float(multiway_df(design)))
+
+
 def _rows(rows: np.ndarray, n: int) -> np.ndarray:
     data = np.atleast_2d(np.asarray(rows, dtype=float))
     if data.shape[1] != n:
@@ -78,7 +87,7 @@ class DifferenceProcedure:
 
     @property
     def crossed(self) -> bool:
-        return len(self.design.names) > 1
+        return self.design.crossed
 
     @property
     def units(self) -> int:
@@ -112,9 +121,7 @@ class DifferenceProcedure:
     @property
     def method(self) -> str:
         if self.crossed:
-            return (
-                f"multiway cluster-robust t (Cameron-Gelbach-Miller SE, t on min(G)-1 df) over {self.design.describe()}"
-            )
+            return _multiway(self.design)
         if self.design.clustered:
             return f"sign-flip test over clusters: {self.design.describe()}; interval by inverting it"
         return "sign-flip test over cases (a and b swapped within each case), interval by inverting it"
@@ -130,8 +137,7 @@ class DifferenceProcedure:
 
     def _analyse(self, data: np.ndarray) -> Analysis:
         if self.crossed:
-            mean, low, high, p = multiway_t_rows(data, self.design, self.confidence)
-            return Analysis(mean, p, low, high, float(multiway_df(self.design)))
+            return _multiway_analysis(data, self.design, self.confidence)
         if self.design.clustered:
             codes = self.design.codes[0]
             sums, sizes = data @ indicator(codes), np.bincount(codes).astype(float)
@@ -150,14 +156,12 @@ class MeanProcedure:
 
     @property
     def crossed(self) -> bool:
-        return len(self.design.names) > 1
+        return self.design.crossed
 
     @property
     def method(self) -> str:
         if self.crossed:
-            return (
-                f"multiway cluster-robust t (Cameron-Gelbach-Miller SE, t on min(G)-1 df) over {self.design.describe()}"
-            )
+            return _multiway(self.design)
         if self.design.clustered:
             return f"CR2 cluster-robust t with Bell-McCaffrey df over {self.design.describe()}"
         return "Student t over cases (independent)"
@@ -168,8 +172,7 @@ class MeanProcedure:
 
     def _analyse(self, data: np.ndarray) -> Analysis:
         if self.crossed:
-            mean, low, high, p = multiway_t_rows(data, self.design, self.confidence)
-            return Analysis(mean, p, low, high, float(multiway_df(self.design)))
+            return _multiway_analysis(data, self.design, self.confidence)
         codes = self.design.codes[0] if self.design.clustered else np.arange(self.design.n)
         mean, se, df = cr2_rows(data, codes)
         half = float(stats.t.ppf(1 - (1 - self.confidence) / 2, df)) * se

@@ -306,17 +306,7 @@ def check(
         if min_recovered is None:
             min_recovered = job.min_recovered
     elif reversibility:
-        checker = history_models(
-            recipe,
-            model,
-            None,
-            api_base=api_base,
-            api_key_env=api_key_env,
-            temperature=None,
-            seed=0,
-            max_retries=None,
-            max_tokens=max_tokens,
-        )["history_checker"]
+        checker = _checker(recipe, model, api_base, api_key_env, max_tokens)
     gate = DEFAULT_MIN_RECOVERED if min_recovered is None else min_recovered
     report = asyncio.run(check_contexts(contexts, language, checker, min_recovered=gate))
     print_json(report)
@@ -362,6 +352,23 @@ def _exit_like_a_run(report: dict) -> None:
     raise typer.Exit(code)
 
 
+def _checker(
+    recipe: Path | None, model: str | None, api_base: str | None, api_key_env: str | None, max_tokens: int | None
+) -> Any:
+    """The checker model's settings (`history_checker`) from a recipe and the command's flags."""
+    return history_models(
+        recipe,
+        model,
+        None,
+        api_base=api_base,
+        api_key_env=api_key_env,
+        temperature=None,
+        seed=0,
+        max_retries=None,
+        max_tokens=max_tokens,
+    )["history_checker"]
+
+
 def _first_error(exc: Exception) -> str:
     errors = getattr(exc, "errors", None)
     if callable(errors):
@@ -390,19 +397,7 @@ def check_precision(
     from atelier.runs.reading.outcome import EXIT_FAILURES, EXIT_OK
     from atelier.runs.studies.history_checks import LABELLED, run_measure_checks
 
-    judge = None
-    if judge_model is not None:
-        judge = history_models(
-            None,
-            judge_model,
-            None,
-            api_base=api_base,
-            api_key_env=api_key_env,
-            temperature=None,
-            seed=0,
-            max_retries=None,
-            max_tokens=max_tokens,
-        )["history_checker"]
+    judge = _checker(None, judge_model, api_base, api_key_env, max_tokens) if judge_model is not None else None
     figures = run_measure_checks(labelled or LABELLED, judge)
     print_json(figures)
     failed = (figures.get("judge") or {}).get("failed") or {}
