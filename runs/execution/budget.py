@@ -50,7 +50,7 @@ class Budget:
         self.spent_now = 0.0  # what this session's calls (or, not holding calls, its episodes) cost
         self.held = 0.0  # the bounds of the calls (or episodes) in flight
         self.in_flight = 0  # calls (or episodes) holding
-        self.running = 0  # episodes started and not finished
+        self.running: dict[str, int] = {}  # per system, episodes started and not finished
         self.peak_committed = 0.0  # the most spent + held ever stood at
         self.episode_costs: dict[str, float] = {}  # per system, the most a finished episode cost
         self.reached = False
@@ -120,30 +120,34 @@ class Budget:
     async def start(self, system: str) -> float | None:
         """Start one episode of `system` once its planned cost (its worst case, not holding calls)
         fits; None when it cannot (the budget is then reached, and no other episode starts).
-        Returns what the episode holds (0 when its calls hold for themselves)."""
-        need = self.planned(system) if self.hold_calls else self.worst_case_usd[system]
+        Returns what the episode holds (0 when its calls hold for themselves). While none of the
+        system's episodes has finished, its plan is the forecast's: one that does not fit then
+        waits for an episode of it in flight to say what one really costs."""
         async with self._condition():
             while True:
+                need = self.planned(system) if self.hold_calls else self.worst_case_usd[system]
                 if self.reached:
                     return None
                 if self._fits(need):
-                    self.running += 1
+                    self.running[system] = self.running.get(system, 0) + 1
                     if self.hold_calls:
                         return 0.0
                     self.held += need
                     self.in_flight += 1
                     self.peak_committed = max(self.peak_committed, self.spent + self.held)
                     return need
-                if self.spent + need > self.limit_usd:  # spend only grows: it will never fit
+                learning = self.hold_calls and system not in self.episode_costs and self.running.get(system, 0)
+                if self.spent + need > self.limit_usd and not learning:  # spend only grows: it never fits
                     self._reach(system, need)
                     self._condition().notify_all()
                     return None
                 await self._condition().wait()
 
     def finish(self, system: str, held: float, cost: float | None) -> None:
-        """An episode ended having cost `cost` (None: unknown). Holding its calls, they settled as they
-        went; else its hold is released and what it cost (its whole hold when unknown) spent."""
-        self.running = max(0, self.running - 1)
+        """An episode ended having cost `cost` (None: unknown, or cut short by the budget: not one
+        to plan by). Holding its calls, they settled as they went; else its hold is released and
+        what it cost (its whole hold when unknown) spent."""
+        self.running[system] = max(0, self.running.get(system, 0) - 1)
         if cost is not None:
             self.episode_costs[system] = max(self.episode_costs.get(system, 0.0), cost)
         if not self.hold_calls:

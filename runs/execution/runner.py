@@ -263,9 +263,10 @@ class Runner:
                             raise
                         record = record.model_copy(update={"made_by": made_by[system.name]})
                         if budget is not None:
-                            budget.finish(system.name, reservation, record.cost_usd)
-                            if cut_by_budget(record):  # a call of it was refused: left for a resume, as one not
-                                await saver.adelete_thread(record.key)  # started (answered calls are cached)
+                            cut = cut_by_budget(record)  # a call of it was refused: not a whole episode
+                            budget.finish(system.name, reservation, None if cut else record.cost_usd)
+                            if cut:  # left for a resume, as one not started (its answered calls are cached)
+                                await saver.adelete_thread(record.key)
                                 return None
                     if record.ok:
                         saver.drop_pending_writes(record.key)  # and commits: its checkpoints are on disk first
