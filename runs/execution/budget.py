@@ -143,12 +143,12 @@ class Budget:
                     return None
                 await self._condition().wait()
 
-    def finish(self, system: str, held: float, cost: float | None) -> None:
-        """An episode ended having cost `cost` (None: unknown, or cut short by the budget: not one
-        to plan by). Holding its calls, they settled as they went; else its hold is released and
-        what it cost (its whole hold when unknown) spent."""
+    def finish(self, system: str, held: float, cost: float | None, *, whole: bool = True) -> None:
+        """An episode ended having cost `cost` (None: unknown). Holding its calls, they settled as they
+        went; else its hold is released and what it cost (its whole hold when unknown) spent. Not
+        `whole` (cut short by the budget, or only judged again): no cost to plan episodes by."""
         self.running[system] = max(0, self.running.get(system, 0) - 1)
-        if cost is not None:
+        if cost is not None and whole:
             self.episode_costs[system] = max(self.episode_costs.get(system, 0.0), cost)
         if not self.hold_calls:
             self.settle(held, held if cost is None else cost)

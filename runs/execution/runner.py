@@ -264,7 +264,7 @@ class Runner:
                         record = record.model_copy(update={"made_by": made_by[system.name]})
                         if budget is not None:
                             cut = cut_by_budget(record)  # a call of it was refused: not a whole episode
-                            budget.finish(system.name, reservation, None if cut else record.cost_usd)
+                            budget.finish(system.name, reservation, record.cost_usd, whole=not cut)
                             if cut:  # left for a resume, as one not started (its answered calls are cached)
                                 await saver.adelete_thread(record.key)
                                 return None
@@ -286,7 +286,7 @@ class Runner:
                                 record = kept.with_judgments(await judge_again(case, stored, context, judges))
                             finally:
                                 if budget is not None:
-                                    budget.finish(stored.system, reservation, spent_in(calls))
+                                    budget.finish(stored.system, reservation, spent_in(calls), whole=False)
                     await asyncio.to_thread(results.append, record)
                     return record
 

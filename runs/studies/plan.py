@@ -130,7 +130,7 @@ def _components(
     differences = [scores_a[c] - scores_b[c] for c in shared]
     labels = cluster_labels(shared, clusters)
     design = ClusterDesign.of(labels, len(shared))
-    notes += list(design.notes)
+    notes += list(design.notes) + design.warnings()
     per_system = [variance_components(repeat_scores(records, s, judge, reused=reused)) for s in (a, b)]
     epoch = [v.between_epoch for v in per_system]
     repeat = [v.between_repeat for v in per_system]
