@@ -25,6 +25,7 @@ from atelier.agents.judges.base import Judge, create_judge
 from atelier.agents.models.cache import RedisResponseCache, ResponseCache, open_response_cache
 from atelier.agents.models.gateway import Gateway
 from atelier.agents.models.ledger import Ledger
+from atelier.agents.models.spend import SpendGuard
 from atelier.agents.models.structured_output import ModeMemory
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError
@@ -126,6 +127,7 @@ class RunState:
     # what a pipeline's parallel branches of one episode share while it runs (deep_research: the URLs
     # its researchers read), by (what, episode id); dropped by the pipeline, or with the run
     episode_stores: dict[tuple[str, str], Any] = field(default_factory=dict)
+    spend: SpendGuard | None = None  # the run's budget, which every priced call of its gateways holds on
 
     def cache(self, location: str | None) -> ResponseCache | RedisResponseCache | None:
         if not location:
@@ -160,6 +162,15 @@ def _run_state(context: EpisodeContext) -> RunState:
         ledger = Ledger(Path(context.run_dir) / "ledger.jsonl" if context.run_dir else None, run_id=context.run_id)
         state = _runs[context.run_id] = RunState(context.run_id, ledger)
     return state
+
+
+def guard_spending(context: EpisodeContext, guard: SpendGuard) -> None:
+    """Have every gateway of `context`'s run (made now or later) hold its priced calls on `guard`."""
+    with _lock:
+        state = _run_state(context)
+        state.spend = guard
+        for resources in state.resources.values():
+            resources.gateway.spend = guard
 
 
 def episode_store(context: EpisodeContext, what: str, episode: str, make: Callable[[], T]) -> T:
@@ -220,6 +231,7 @@ def resources_for(context: EpisodeContext | None) -> Resources:
                 cache=run.cache(context.cache_dir),
                 ledger=run.ledger,
                 modes=ModeMemory.in_folder(context.run_dir),
+                spend=run.spend,
             )
             judges = [create_judge(j) for j in context.judges]
             run.resources[key] = Resources(

@@ -199,8 +199,8 @@ class OpenAIStub:
                 content = content[: len(content) // 2]
         else:
             content = compose_text(messages, seed=7, lead="Stub model answer.")
-            if self.answer_fill is not None and body.get("max_tokens"):
-                content = _filled(content, int(body["max_tokens"] * self.answer_fill))
+            if self.answer_fill is not None and body.get("max_tokens"):  # 0: one-token answers
+                content = _filled(content, max(1, int(body["max_tokens"] * self.answer_fill)))
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool is not None:
             message = {

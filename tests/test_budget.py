@@ -1,7 +1,7 @@
-"""The budget (issue 35, item 2): `[run] budget_usd` / `--budget-usd` starts no episode that could
-take spend past it — each reserves its forecast high end and releases it for what it cost — stops
-the run with exit 3 "budget reached", and resumes with a larger one; a budget over a model with no
-known price is refused before any call."""
+"""The budget (issue 35, item 2; issue 50, item 4): `[run] budget_usd` / `--budget-usd` sends no call
+that could take spend past it — each holds its bound (prompt and max_tokens at its price) while in
+flight and settles for what it cost — stops the run with exit 3 "budget reached", and resumes with a
+larger one; a budget over a model with no known price is refused before any call."""
 
 from __future__ import annotations
 
@@ -60,33 +60,42 @@ concurrency = 4
 """
 
 
-async def test_a_reservation_that_does_not_fit_waits_for_the_episodes_in_flight():
-    """Issue 41, item 4: a reservation that does not fit beside the episodes in flight waits for them
-    (they release what they did not spend) instead of ending the run; only one that cannot fit with
-    none in flight reaches the budget, and then no other starts."""
+async def test_a_call_that_does_not_fit_waits_for_the_calls_in_flight():
+    """Issue 50, item 4: a call's bound that does not fit beside the calls in flight waits for them
+    (they settle for what they cost) instead of ending the run; only one that cannot fit with none
+    in flight reaches the budget, and then no other call is sent and no episode starts."""
     import asyncio
 
-    budget = Budget(1.0, {"a": 0.4, "b": 0.1}, spent_before=0.15)
-    first, second = await budget.reserve("a"), await budget.reserve("a")
-    assert (first, second) == (0.4, 0.4) and budget.reserved == pytest.approx(0.8)
-    third = asyncio.create_task(budget.reserve("a"))  # 0.15 + 0.8 + 0.4 > 1: it waits
+    budget = Budget(1.0, {"a": 0.1}, spent_before=0.15)
+    assert await budget.hold(0.4) and await budget.hold(0.4)
+    assert budget.held == pytest.approx(0.8)
+    third = asyncio.create_task(budget.hold(0.4))  # 0.15 + 0.8 + 0.4 > 1: it waits
     await asyncio.sleep(0.01)
     assert not third.done() and not budget.reached
-    await budget.settle(0.4, 0.05)  # the first cost 0.05: 0.2 + 0.4 + 0.4 fits
-    assert await third == 0.4 and budget.peak_committed <= 1.0
-    await budget.settle(0.4, None)  # what it cost is unknown: the whole reservation counts as spent
-    await budget.settle(0.4, 0.3)
-    assert budget.reserved == 0.0 and budget.spent == pytest.approx(0.15 + 0.05 + 0.4 + 0.3)
-    assert await budget.reserve("a") is None and budget.reached  # 0.9 + 0.4 > 1 with none in flight
-    assert await budget.reserve("b") is None  # it would fit, but the run stops starting episodes
+    budget.settle(0.4, 0.05)  # the first cost 0.05: 0.2 + 0.4 + 0.4 fits
+    assert await third and budget.peak_committed <= 1.0
+    budget.settle(0.4, 0.4)
+    budget.settle(0.4, 0.3)
+    assert budget.held == 0.0 and budget.spent == pytest.approx(0.15 + 0.05 + 0.4 + 0.3)
+    assert not await budget.hold(0.4) and budget.reached  # 0.9 + 0.4 > 1 with none in flight
+    assert not await budget.hold(0.01)  # it would fit, but the run sends no other call
+    assert await budget.start("a") is None  # nor starts an episode
     assert budget.line() == "budget reached: spent $0.9000 of $1.0000; resume with a larger --budget-usd"
-    assert budget.as_dict()["refused"] == {"system": "a", "reservation_usd": 0.4}
+    assert budget.as_dict()["refused"] == {"what": "call", "need_usd": 0.4}
     assert budget.as_dict()["peak_committed_usd"] <= 1.0
 
 
-async def test_a_reservation_that_fits_exactly_is_granted():
-    budget = Budget(0.5, {"a": 0.25})
-    assert await budget.reserve("a") == 0.25 and await budget.reserve("a") == 0.25 and not budget.reached
+async def test_an_episode_starts_while_one_like_those_run_fits_and_an_executor_elsewhere_holds_its_worst_case():
+    budget = Budget(1.0, {"a": 0.2})
+    assert await budget.start("a") == 0.0  # its calls hold for themselves
+    budget.finish("a", 0.0, 0.35)  # it cost more than planned: the plan follows
+    assert budget.planned("a") == 0.35
+    budget.spent_now = 0.7
+    assert await budget.start("a") is None and budget.reached  # 0.7 + 0.35 > 1: it will never fit
+    ray = Budget(0.5, {"a": 0.01}, worst_case_usd={"a": 0.25}, hold_calls=False)
+    assert await ray.start("a") == 0.25 and await ray.start("a") == 0.25 and not ray.reached
+    ray.finish("a", 0.25, 0.05)
+    assert ray.spent == pytest.approx(0.05) and ray.held == pytest.approx(0.25)
 
 
 def test_a_budget_over_an_unknown_price_is_refused_before_any_call(tmp_path, capsys, monkeypatch, cache_dir):
@@ -133,23 +142,24 @@ def test_a_priced_stub_run_stops_before_its_budget_and_resumes_with_a_larger_one
             )
             return code, err
 
-        # each episode reserves its forecast high end while it runs; one that does not fit waits for
-        # those in flight to release what they did not spend (issue 41): $0.09 runs most, not all
-        code, err = run("0.09")
+        # every call holds its bound while in flight; an episode starts while one like those run fits
+        code, err = run("0.05")
         summary = json.loads((folder / "summary.json").read_text())
         ledger = [json.loads(line) for line in (folder / "ledger.jsonl").read_text().splitlines()]
         spent = sum(e["cost_usd"] or 0 for e in ledger if not e["cache_hit"] and e["status"] == "ok")
         assert code == 3, err
         budget = summary["budget"]
         reached = [line for line in err.splitlines() if line.startswith("budget reached: ")]
-        assert reached == [f"budget reached: spent ${spent:.4f} of $0.0900; resume with a larger --budget-usd"]
-        assert budget["reached"] and budget["limit_usd"] == 0.09
-        assert budget["spent_usd"] == pytest.approx(spent, abs=1e-6) and spent <= 0.09  # never passed
+        assert reached == [  # what the calls cost, as the ledger has them
+            f"budget reached: spent ${budget['spent_usd']:.4f} of $0.0500; resume with a larger --budget-usd"
+        ]
+        assert budget["reached"] and budget["limit_usd"] == 0.05 and budget["holds"] == "calls"
+        assert budget["spent_usd"] == pytest.approx(spent, abs=1e-6) and spent <= 0.05  # never passed
         assert summary["episodes"]["budget_reached"] == reached[0]
         done = [json.loads(line)["key"] for line in (folder / "results.jsonl").read_text().splitlines()]
-        reservation = budget["per_episode_reservation_usd"]
-        assert 0 < reservation["direct-none"] < 0.09 and 0 < reservation["direct-full"] < 0.09
-        assert budget["peak_committed_usd"] <= 0.09  # spent + in flight never passed it
+        planned, worst = budget["per_episode_planned_usd"], budget["per_episode_worst_case_usd"]
+        assert 0 < planned["direct-none"] < worst["direct-none"] and 0 < planned["direct-full"] < worst["direct-full"]
+        assert budget["peak_committed_usd"] <= 0.05  # spent + the bounds in flight never passed it
         assert 1 <= len(done) < 6 and summary["episodes"]["missing"] == 6 - len(done)
         assert all(json.loads(line)["cost_usd"] > 0 for line in (folder / "results.jsonl").read_text().splitlines())
 

@@ -1,6 +1,6 @@
-"""Issue 41, item 4 and the acceptance: a budget stops starting episodes only when what is spent plus
-what is in flight could pass it, under a calibrated forecast; concurrency does not change how much of
-it a run uses. The quickstart on a priced stub model at concurrency 4: a budget 10x the forecast's
+"""Issue 41, item 4 and the acceptance (issue 50, item 4): a budget sends no call that could take
+spend past it, under a calibrated forecast; at any concurrency a run uses it up to about one
+episode's cost. The quickstart on a priced stub model at concurrency 4: a budget 10x the forecast's
 point estimate runs every episode (exit 0); half its actual cost stops it (exit 3), and spent + in
 flight never passed the budget."""
 
@@ -30,13 +30,15 @@ max_retries = 0
 input_cost_per_token = 2e-6
 output_cost_per_token = 8e-6
 """
+# every call's completion bounded: a call holds its prompt and max_tokens at its price (issue 50)
+BOUNDED = PRICED.replace("max_retries = 0\n", "max_retries = 0\nmax_tokens = 300\n")
 
 
 def priced_quickstart(tmp_path, base: str):
     """runs/recipes/quickstart.toml (3 cases: 6 episodes, concurrency 4), every role on the stub."""
     text = open("runs/recipes/quickstart.toml").read()
     scripted = '[models.system]\nmodel = "scripted"\n\n[models.judge]\nmodel = "scripted"\n'
-    text = text.replace(scripted, PRICED.format(base=base))
+    text = text.replace(scripted, BOUNDED.format(base=base))
     text = text.replace("limit = 8", "limit = 3") + "\n[cache]\nenabled = false  # each run pays for its calls\n"
     assert "stub-model" in text and "concurrency = 4" in text
     path = tmp_path / "quickstart-priced.toml"
@@ -49,6 +51,25 @@ def run(capsys, monkeypatch, recipe, out, budget: float) -> tuple[int, dict, str
         capsys, monkeypatch, "run", str(recipe), "--budget-usd", f"{budget:.6f}", "--no-progress", "--out", str(out)
     )
     return code, json.loads((out / "summary.json").read_text()), err
+
+
+def run_budgeted(capsys, monkeypatch, recipe, out, budget: float, concurrency: int) -> tuple[int, dict]:
+    """`atelier run RECIPE --budget-usd BUDGET --concurrency C`: its exit code and summary.json."""
+    code, _, err = atelier(
+        capsys,
+        monkeypatch,
+        "run",
+        str(recipe),
+        "--budget-usd",
+        f"{budget:.6f}",
+        "--concurrency",
+        str(concurrency),
+        "--no-progress",
+        "--out",
+        str(out),
+    )
+    assert code in (0, 3), err
+    return code, json.loads((out / "summary.json").read_text())
 
 
 def ledger_spend(out) -> list[float]:
@@ -89,26 +110,17 @@ def test_the_quickstart_on_a_priced_stub_keeps_its_budget_at_concurrency_4(tmp_p
         assert summary["budget"]["peak_committed_usd"] <= half + 1e-9  # spent + in flight
         assert max(ledger_spend(tmp_path / "half"), default=0.0) <= half + 1e-9
 
-        # what one episode may cost, and what a run uses of a budget it cannot finish in
-        reservation = max(summary["budget"]["per_episode_reservation_usd"].values())
-        budget = reservation + actual / 2
-        done = {}
+        # a budget it cannot finish in: at concurrency 1 and 4 alike it is used until one more episode like
+        # those it ran would not fit, and never passed (issue 50: every call holds its bound)
+        episode = max(summary["budget"]["per_episode_planned_usd"].values())
+        budget = episode + actual / 2
         for concurrency in (1, 4):
             out = tmp_path / f"c{concurrency}"
-            code, _, err = atelier(
-                capsys,
-                monkeypatch,
-                "run",
-                str(recipe),
-                "--budget-usd",
-                f"{budget:.6f}",
-                "--concurrency",
-                str(concurrency),
-                "--no-progress",
-                "--out",
-                str(out),
-            )
+            run_budgeted(capsys, monkeypatch, recipe, out, budget, concurrency)
             summary = json.loads((out / "summary.json").read_text())
             assert summary["budget"]["peak_committed_usd"] <= budget + 1e-9
-            done[concurrency] = summary["episodes"]["scored"]
-        assert 1 <= done[1] < 6 and done[4] == done[1], done  # concurrency does not change what is used
+            assert max(ledger_spend(out), default=0.0) <= budget + 1e-9
+            assert 1 <= summary["episodes"]["scored"] < 6
+            # it stopped because one more episode like those it ran would not fit (not before)
+            planned = max(summary["budget"]["per_episode_planned_usd"].values())
+            assert summary["budget"]["spent_usd"] + planned >= budget, (concurrency, summary["budget"])

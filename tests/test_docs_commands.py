@@ -84,6 +84,10 @@ REAL: dict[str, tuple[int, str]] = {
     "atelier metric bootstrap_ci --schema": (0, "pure code: the input schema, clusters included"),
     "atelier plan runs/out/tour --detect 0.3 --no-cost": (0, "the plan from the tour's run, without the forecast"),
     "atelier studio runs/out/studio": (0, "studio.md: a langgraph.json for any install, and the module it names"),
+    "atelier simulate check-precision": (
+        0,
+        "simulated-users.md: the history checks measured on the shipped labelled set (offline, the local MiniLM)",
+    ),
 }
 
 # Every other documented command is checked with --help only; why, per command path.

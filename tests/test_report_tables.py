@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scipy import stats
 from typer.testing import CliRunner
 
 from atelier.runs.cli import app
@@ -192,7 +193,8 @@ def test_paper_numbers_over_epochs_count_cases_each_its_mean_over_epochs():
     assert one["n"] == 1 and one["ours"] == pytest.approx(0.4) and one["ci95"] == [None, None]
     [two] = versus_paper([*records, record("q2", 1, 1.0), record("q2", 2, 0.8)], rows)
     assert two["n"] == 2 and two["ours"] == pytest.approx((0.4 + 0.9) / 2)
-    assert two["ci95"] == pytest.approx([0.4, 0.9])  # a bootstrap over the two case means
+    theirs = stats.ttest_1samp([0.4, 0.9], 0.0).confidence_interval(0.95)
+    assert two["ci95"] == pytest.approx([theirs.low, theirs.high])  # Student's t over the two case means
 
 
 # ----------------------------------------------------------------------------- 40 systems

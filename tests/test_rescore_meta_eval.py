@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from atelier.agents.judges.base import JudgeResult
 from atelier.agents.models.settings import ROLE_FALLBACK
 from atelier.agents.response import SystemResponse
-from atelier.benchmarks.metrics.statistics import bootstrap_ci
+from atelier.benchmarks.metrics.statistics import percentile_bootstrap
 from atelier.runs.cli import judges as judges_cli
 from atelier.runs.execution.runner import run_recipe
 from atelier.runs.folder.recipe import parse_recipe
@@ -304,7 +304,7 @@ def test_pca_has_a_seeded_bootstrap_interval(tmp_path, cli) -> None:
     first, again, other = (strict(CliRunner().invoke(cli, args + extra).stdout) for extra in ([], [], ["--seed", "5"]))
     tone = first["criteria"]["tone"]
     assert tone["pca"] == pytest.approx(4 / 6)
-    expected = bootstrap_ci([0, 0, 1, 1, 1, 1], 0.95, 10_000, 0)
+    expected = percentile_bootstrap([0, 0, 1, 1, 1, 1], 0.95, 10_000, 0)
     assert (tone["pca_ci"]["low"], tone["pca_ci"]["high"]) == (expected.low, expected.high)
     assert tone["pca_ci"] | {"low": 0, "high": 0} == {
         "low": 0,

@@ -54,6 +54,7 @@ from atelier.agents.models.provider_errors import Verdict, classify, server_mess
 from atelier.agents.models.scripted import PROVIDER as SCRIPTED_PROVIDER
 from atelier.agents.models.scripted import parse_model_string, register_with_litellm
 from atelier.agents.models.settings import ModelSettings, settings_for_role
+from atelier.agents.models.spend import BUDGET_REACHED, SpendGuard, call_bound_usd, output_limit
 from atelier.agents.models.structured_output import (
     MODES,
     ModeMemory,
@@ -122,6 +123,7 @@ class _Answered:
     key: str | None
     cut: bool = False
     grounding: dict[str, Any] | None = None
+    cost_usd: float = 0.0  # what the provider call cost (0: a cache hit, a free model)
 
 
 @dataclass(frozen=True)
@@ -364,10 +366,12 @@ class Gateway:
         cache: ResponseCache | RedisResponseCache | None = None,
         ledger: Ledger | None = None,
         modes: ModeMemory | None = None,
+        spend: SpendGuard | None = None,
     ) -> None:
         self.roles = dict(roles or {"system": ModelSettings(), "judge": ModelSettings(), "user_sim": ModelSettings()})
         self.cache = cache
         self.ledger = ledger or Ledger(None)
+        self.spend = spend  # a run's budget: every priced call holds its bound while in flight (agents.models.spend)
         self.modes = modes or ModeMemory()
         self._local: dict[LocalModelSpec, LlamaServer] = {}  # the local servers this gateway uses
         self._local_dead: dict[LocalModelSpec, LocalServerDied] = {}  # died as they started: not started again
@@ -695,7 +699,7 @@ class Gateway:
                     key, cached.get("finish_reason") == "length", grounding=cached.get("grounding")
                 )
             if self.cache is None:  # nothing to share an answer through: each request is its own call
-                return await self._provider_request(
+                return await self._held_request(
                     role,
                     settings,
                     litellm,
@@ -725,7 +729,7 @@ class Gateway:
             # the leader's answer is in the cache now, or it gave up (cancelled): look again
         failure: ModelCallError | None = None
         try:
-            return await self._provider_request(
+            return await self._held_request(
                 role,
                 settings,
                 litellm,
@@ -877,7 +881,56 @@ class Gateway:
             status="ok",
             **_usage_fields(grounded),
         )
-        return content, _Answered(key, finish_reason == "length", grounding=grounded)
+        return content, _Answered(
+            key,
+            finish_reason == "length",
+            grounding=grounded,
+            cost_usd=0.0 if settings.is_scripted else float(cost or 0.0),
+        )
+
+    async def _held_request(
+        self, role: str, settings: ModelSettings, litellm: Any, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> tuple[str, _Answered]:
+        """`_provider_request` with the call's bound held on the run's budget while it is in flight
+        (`agents.models.spend`), settled for what it cost; with no budget, just the request."""
+        if self.spend is None or settings.is_scripted or settings.is_local:
+            return await self._provider_request(role, settings, litellm, messages, **kwargs)
+        settings, bound = self._bounded(role, settings, messages, kwargs.get("mode"), kwargs.get("schema"))
+        if not await self.spend.hold(bound):
+            message = f"{BUDGET_REACHED}: the {role} call's bound (${bound:.4f}) does not fit in what is left"
+            self.ledger.record(**kwargs["common"], latency_ms=0.0, attempts=0, status="error", error=message)
+            raise ModelCallError(message, role=role, model=settings.model, attempts=0, verdict="fatal")
+        spent = 0.0  # a failed call costs nothing (as the ledger counts it)
+        try:
+            content, answered = await self._provider_request(role, settings, litellm, messages, **kwargs)
+            spent = answered.cost_usd
+            return content, answered
+        finally:
+            self.spend.settle(bound, spent)
+
+    def _bounded(
+        self,
+        role: str,
+        settings: ModelSettings,
+        messages: list[dict[str, Any]],
+        mode: StructuredMode | None,
+        schema: _Schema | None,
+    ) -> tuple[ModelSettings, float]:
+        """The settings to send the call with (a role with no max_tokens capped at its output limit,
+        so the bound holds) and the most the call can cost."""
+        limit, _ = output_limit(settings)
+        capped = settings if settings.max_tokens is not None else settings.model_copy(update={"max_tokens": limit})
+        carried = mode_params(mode, schema.name, schema.schema) if mode and schema else {}
+        bound = call_bound_usd(capped, messages, carried)
+        if bound is None:  # a budget run prices every role before it starts (runs.execution.cost.plan_budget)
+            raise ModelCallError(
+                f"{role} model {settings.model}: its price is unknown, so the run's budget cannot hold the call",
+                role=role,
+                model=settings.model,
+                attempts=0,
+                verdict="fatal",
+            )
+        return capped, bound
 
     def _raise_if_server_died(self, settings: ModelSettings, wait_s: float = 0.0) -> None:
         """A local model whose server process is gone fails at once with LocalServerDied: how it died

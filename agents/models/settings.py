@@ -36,6 +36,10 @@ JUDGE_ROLES = (
     "meta_judge",
 )
 ROLE_FALLBACK.update({role: "judge" for role in JUDGE_ROLES})
+# Judge roles whose output is made once per case and shared by every system, repeat and epoch (PQR's
+# criteria, BESPOKE's rubric): the judge's instrument, not a sample of its judgment, so a new epoch's
+# judgments keep their seeds (`runs.folder.epochs.judge_context`)
+INSTRUMENT_ROLES = ("pqr_criteria", "bespoke_rubric")
 ROLE_FALLBACK.update({"history_writer": "user_sim", "history_checker": "user_sim"})  # the simulated user's roles
 # A small local model left unbounded can repeat itself up to its context's end (minutes on a CPU).
 LOCAL_DEFAULT_MAX_TOKENS = 512

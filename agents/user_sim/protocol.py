@@ -8,13 +8,14 @@ Pure code, no model. Two layers:
    an unfilled placeholder, `<name>`; an identifier made of the schema's words, `DialogueSyntax`;
    a clause of the prompt; or text about the request rather than the person); a persona's or
    anyone's bare name, or a role label ("The Assistant"), standing in for a dialogue turn or a
-   note; a duplicate (of an earlier item, exactly or nearly; the same user turn twice; an
-   assistant echoing the user; a sentence said twice in a field: a model looping); text not in
+   note; a duplicate (of an earlier item, exactly or nearly, or — given the local sentence
+   embedder — the same thing in other words; the same user turn twice; an assistant echoing the
+   user; a sentence said twice in a field: a model looping); text not in
    the expected language (script shares and function-word ratios, en and zh). History synthesis
    rejects and regenerates such items; this check fails a record that holds them.
 2. **Protocol figures**: items per preference tag (at least five), the conversational share
    (20–50%), items linked to a trait of this persona, and items that copy a persona value word for
-   word (allowed, but they make reversibility trivial, so they are counted). Items per tag and the
+   word or lightly edited (allowed, but they make reversibility trivial, so they are counted). Items per tag and the
    share count only items that passed the content checks — what was written, not the labels the
    plan assigned — and, when the inverse pass of the reversibility check ran, only items it cited
    as evidence for the tag (`attribution`), whatever their label says.
@@ -24,11 +25,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from difflib import SequenceMatcher
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, computed_field
 
+from atelier.agents.models.scripted import DRY_RUN_MARK
 from atelier.agents.user_sim.contradiction import offline_contradictions
 from atelier.agents.user_sim.disclosure import SPAN, ngrams, word_tokens
 from atelier.agents.user_sim.persona import persona_traits, preference_tags, render_persona
@@ -50,6 +54,7 @@ CONTENT_CHECKS: tuple[str, ...] = (
 MAX_VERBATIM_SHARE = 0.25
 
 ContextItem = ContextMemory | ContextDialogue | ContextSearch
+Embed = Callable[[list[str]], Any]  # texts -> their sentence vectors, one row each
 
 # --------------------------------------------------------------------------- language
 
@@ -365,6 +370,10 @@ def item_problems(item: ContextItem, rules: ContentRules) -> list[str]:
     return problems
 
 
+# two items whose MiniLM sentence vectors are at least this similar (cosine) say the same thing in
+# other words: on agents/user_sim/history_checks.jsonl the reworded repeats score 0.72-0.94 and the
+# closest distinct items (two basketball games, two notes on the same ward) at most 0.55
+NEAR_DUPLICATE_COSINE = 0.65
 PASSAGE = 10  # words in a row two items share when one repeats a passage of the other
 PASSAGE_CJK = 20  # characters, for Chinese text (a word is one to three of them)
 SHINGLE = 3  # words per shingle (characters, for Chinese) of the near-duplicate check
@@ -377,14 +386,17 @@ class Duplicates:
     """The items seen so far, to tell whether another repeats one of them: the same text once
     normalised (case, spacing, punctuation, and every number read as a number: "5 km" and "7 km"
     are one text), a passage of it (`PASSAGE` words in a row; a weak model writes variations on
-    one opening, a person rarely repeats ten words), or nearly all of it: the Jaccard similarity of
+    one opening, a person rarely repeats ten words), nearly all of it: the Jaccard similarity of
     their `SHINGLE`-word shingles at least `NEAR_DUPLICATE` (the same sentences reordered, or with
-    a word or a number changed)."""
+    a word or a number changed), or — given each item's sentence vector (`vectors`, unit length,
+    by item id) — the same thing in other words: cosine at least `NEAR_DUPLICATE_COSINE`."""
 
-    def __init__(self) -> None:
+    def __init__(self, vectors: Mapping[str, np.ndarray] | None = None) -> None:
         self._exact: dict[str, str] = {}
         self._passages: dict[tuple[str, ...], str] = {}
         self._shingles: list[tuple[str, frozenset[tuple[str, ...]]]] = []
+        self._vectors = vectors or {}
+        self._kept: list[str] = []  # ids of the items added that have a vector
 
     @staticmethod
     def _key(item: ContextItem) -> tuple[str, set[tuple[str, ...]], frozenset[tuple[str, ...]]]:
@@ -395,20 +407,29 @@ class Duplicates:
         shingles = frozenset(ngrams(tokens, SHINGLE * 2 if chinese else SHINGLE))
         return " ".join(tokens), passages, shingles
 
-    def of(self, item: ContextItem) -> str | None:
-        """The id of the earlier item this one repeats, or None."""
+    def of(self, item: ContextItem, item_id: str | None = None) -> str | None:
+        """The id of the earlier item this one (`item_id`, for its vector) repeats, or None."""
         text, passages, shingles = self._key(item)
         if text in self._exact:
             return self._exact[text]
         passage = next((self._passages[p] for p in passages if p in self._passages), None)
-        if passage is not None or len(shingles) < MIN_SHINGLES:
+        if passage is not None:
             return passage
-        for item_id, earlier in self._shingles:
-            if len(shingles & earlier) >= NEAR_DUPLICATE * len(shingles | earlier):
-                return item_id
+        if len(shingles) >= MIN_SHINGLES:
+            for earlier_id, earlier in self._shingles:
+                if len(shingles & earlier) >= NEAR_DUPLICATE * len(shingles | earlier):
+                    return earlier_id
+        vector = self._vectors.get(item_id) if item_id is not None else None
+        if vector is not None and self._kept:
+            similar = np.stack([self._vectors[k] for k in self._kept]) @ vector
+            best = int(np.argmax(similar))
+            if similar[best] >= NEAR_DUPLICATE_COSINE:
+                return self._kept[best]
         return None
 
     def add(self, item_id: str, item: ContextItem) -> None:
+        if item_id in self._vectors:
+            self._kept.append(item_id)
         text, passages, shingles = self._key(item)
         if text:
             self._exact.setdefault(text, item_id)
@@ -427,14 +448,33 @@ def person_text(item: ContextItem) -> str:
     return "\n".join(q.query for q in item.queries)
 
 
-def content_problems(items: Sequence[tuple[str, ContextItem]], rules: ContentRules) -> dict[str, list[str]]:
+def sentence_vectors(items: Sequence[tuple[str, ContextItem]], embed: Embed | None) -> dict[str, np.ndarray]:
+    """Per item id, the unit sentence vector of what the person says in it ({} without an embedder).
+    Items the offline scripted model wrote (they carry its dry-run mark: lists of the persona's
+    words, alike by construction) get none: they are compared word by word only (`meaning_checked`)."""
+    written = [(item_id, item) for item_id, item in items if DRY_RUN_MARK not in person_text(item)]
+    if embed is None or not written:
+        return {}
+    vectors = np.asarray(embed([person_text(item) for _, item in written]), dtype=float)
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    return {item_id: vector for (item_id, _), vector in zip(written, vectors)}
+
+
+def content_problems(
+    items: Sequence[tuple[str, ContextItem]],
+    rules: ContentRules,
+    embed: Embed | None = None,
+    *,
+    vectors: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, list[str]]:
     """Per item id, what fails its content checks (items that pass are left out). An item that
-    repeats an earlier one is a duplicate of the first."""
-    seen = Duplicates()
+    repeats an earlier one is a duplicate of the first (in other words too, given `embed` or the
+    items' `vectors`)."""
+    seen = Duplicates(vectors if vectors is not None else sentence_vectors(items, embed))
     out: dict[str, list[str]] = {}
     for item_id, item in items:
         problems = item_problems(item, rules)
-        earlier = seen.of(item)
+        earlier = seen.of(item, item_id)
         if earlier is not None:
             problems.append(f"duplicate: of {earlier}")
         else:
@@ -472,13 +512,51 @@ class ProtocolFigures(BaseModel):
     content_failure_counts: dict[str, int] = Field(default_factory=dict, description="Items failing each check.")
     traits_covered: int = Field(description="Persona facets at least one counted item reflects.")
     traits_total: int
-    verbatim_items: list[str] = Field(description=f"Items repeating {SPAN}+ consecutive words of a persona value.")
+    meaning_checked: int = Field(
+        default=0,
+        description="Items compared by meaning (sentence vectors) for near-duplicates; the others (no embedder, or "
+        "the scripted model's dry-run word lists) by their words only.",
+    )
+    verbatim_items: list[str] = Field(
+        description=f"Items repeating {SPAN}+ consecutive words of a persona value, or a copy of one lightly edited."
+    )
     problems: list[str]
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+# a persona value copied with light edits (a word put in here and there): runs of at least
+# COPIED_RUN of its words, in order, that add up to COPIED_WORDS
+COPIED_RUN = 3
+COPIED_WORDS = 9
+
+
+def copied_words(text: list[str], value: list[str]) -> int:
+    """How many words of `value` `text` repeats in order, in runs of COPIED_RUN words or more."""
+    blocks = SequenceMatcher(None, value, text, autojunk=False).get_matching_blocks()
+    return sum(block.size for block in blocks if block.size >= COPIED_RUN)
+
+
+def copied_items(items: Sequence[tuple[str, ContextItem]], values: Sequence[str]) -> list[str]:
+    """Ids of the items that repeat a persona value: SPAN consecutive words of it, or COPIED_WORDS
+    of its words in order with a few put in between (a copy lightly edited)."""
+    tokenized = [(tokens, set(tokens)) for tokens in (word_tokens(v) for v in values) if tokens]
+    grams = {g for tokens, _ in tokenized for g in ngrams(tokens, SPAN)}
+    out = []
+    for item_id, item in items:
+        tokens = word_tokens(item_text(item))
+        words = set(tokens)
+        if any(g in grams for g in ngrams(tokens, SPAN)) or any(
+            len(value) >= COPIED_WORDS
+            and len(words & vocabulary) >= COPIED_RUN  # cheap first: enough words in common at all
+            and copied_words(tokens, value) >= COPIED_WORDS
+            for value, vocabulary in tokenized
+        ):
+            out.append(item_id)
+    return out
 
 
 def persona_names(attributes: dict[str, Any]) -> list[str]:
@@ -529,17 +607,21 @@ def check_protocol(
     attribution: dict[str, list[str]] | None = None,
     min_items_per_tag: int = MIN_ITEMS_PER_TAG,
     contradicted: dict[str, str] | None = None,
+    embed: Embed | None = None,
 ) -> ProtocolFigures:
     """The record's content checks (`rules`; without them only empty and duplicate items are
     found, and contradictions of facts the persona fixes) and protocol figures. `attribution`: per
     facet path, the ids of the items the reversibility check's inverse pass cited for it; items then
     count for those facets. `contradicted`: per item id, why a checker model found it contradicts
-    the persona (`agents.user_sim.contradiction.judge_contradictions`)."""
+    the persona (`agents.user_sim.contradiction.judge_contradictions`). `embed`: sentence vectors
+    for texts (the local MiniLM, `agents.models.embeddings`), so a repeat in other words is a
+    duplicate too."""
     rules = rules or ContentRules()
     traits = persona_traits(attributes)
     paths = {t.path for t in traits}
     items = record_items(record)
-    failures = content_problems(items, rules)
+    vectors = sentence_vectors(items, embed)
+    failures = content_problems(items, rules, vectors=vectors)
     said = [(i, person_text(item)) for i, item in items]
     against = {**offline_contradictions(attributes, said), **(contradicted or {})}
     for item_id, why in against.items():
@@ -566,8 +648,7 @@ def check_protocol(
     below = [path for path, n in tags.items() if n < min_items_per_tag]
     talk = sum(1 for _, item in counted if isinstance(item, ContextDialogue))
     share = talk / len(counted) if counted else 0.0
-    value_grams = {g for t in traits for g in ngrams(word_tokens(t.value), SPAN)}
-    verbatim = [i for i, item in items if any(g in value_grams for g in ngrams(word_tokens(item_text(item)), SPAN))]
+    verbatim = copied_items(items, [t.value for t in traits])
     kinds: dict[str, list[str]] = {}
     for item_id, found in failures.items():
         for kind in dict.fromkeys(problem_kind(p) for p in found):
@@ -625,5 +706,6 @@ def check_protocol(
         traits_covered=len(linked),
         traits_total=len(traits),
         verbatim_items=verbatim,
+        meaning_checked=len(vectors),
         problems=problems,
     )

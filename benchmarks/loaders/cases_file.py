@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from atelier.benchmarks.case import Case
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.json_input import parse_json, validation_error
+from atelier.benchmarks.loaders._records import deterministic_subset
 from atelier.benchmarks.registry import PDR_SETTINGS, BenchmarkSpec, LoadRequest, register_benchmark
 
 BENCHMARK = "jsonl"
@@ -53,7 +54,8 @@ def read_cases(path: Path) -> list[Case]:
 def _load(request: LoadRequest) -> list[Case]:
     assert isinstance(request.options, CasesFileOptions)
     cases = read_cases(request.options.path)
-    return cases[: request.limit] if request.limit is not None else cases
+    # `limit` draws a seeded subset, as every benchmark's loader does (not the file's first cases)
+    return deterministic_subset(cases, request.limit, seed=request.seed, salt=BENCHMARK)
 
 
 SPEC = register_benchmark(

@@ -28,7 +28,7 @@ from pydantic import Field, FiniteFloat, model_validator
 from scipy import stats
 
 from atelier.benchmarks.metrics.models import MetricInput, MetricResult
-from atelier.benchmarks.metrics.statistics import DEFAULT_RESAMPLES, bootstrap_ci
+from atelier.benchmarks.metrics.statistics import DEFAULT_RESAMPLES, percentile_bootstrap
 
 
 class PairwiseJudgement(MetricInput):
@@ -184,7 +184,7 @@ def criterion_agreement(
         for b in scored[i + 1 :]
     ]
     agreeing = sorted(float(np.sign(p.model_a - p.model_b) == np.sign(p.human_a - p.human_b)) for p in pairs)
-    low, high = bootstrap_ci(agreeing, confidence, n_resamples, seed)  # sorted: the same CI in any input order
+    low, high = percentile_bootstrap(agreeing, confidence, n_resamples, seed)  # sorted: the same CI in any order
     model = [i.model for i in items]
     human = [i.human for i in items]
     return CriterionAgreement(

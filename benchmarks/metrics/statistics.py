@@ -1,50 +1,44 @@
 """Confidence intervals and paired significance tests for per-case scores. Seeded and deterministic.
 
-The two entry points the experiment runner uses:
+The entry points the experiment runner uses (each batched procedure is in `procedures`):
 
-    bootstrap_ci(values, confidence=0.95, n_resamples=10_000, seed=0, clusters=None) -> ConfidenceInterval(low, high)
-        Percentile bootstrap CI of the mean. It unpacks as `low, high = bootstrap_ci(...)`. n == 1,
-        or n values all equal, gives (value, value): no spread to resample. n == 0 gives (None,
-        None). The values are resampled in the order given, so callers that want the same interval
-        from the same values in any order sort them first (runs/reading/summary.py does).
-        With crossed `clusters` (below) it is a multiway cluster-robust t interval instead.
-        `mean_interval` gives the same interval with what it rests on (method, clusters, design
-        effect, minimum detectable difference).
+    mean_interval(values, confidence=0.95, n_resamples=10_000, seed=0, clusters=None) -> IntervalResult
+        The mean and its t interval: Student's t over independent cases; with one dimension of
+        clusters the CR2 cluster-robust standard error with Bell-McCaffrey degrees of freedom; with
+        crossed clusters the multiway cluster-robust t (below). n == 1, or n values all equal,
+        gives (value, value); n == 0 gives (None, None). `bootstrap_ci` is the same interval as a
+        (low, high) pair (its name is historical; nothing is resampled).
 
-    paired_test(a, b, confidence=0.95, n_resamples=10_000, seed=0, clusters=None) -> PairedTestResult
-        Two systems scored on the same cases, a[i] and b[i] for case i. Reports the mean difference
-        a - b with its bootstrap CI, the two-sided p-value of a paired permutation test (scipy
-        `permutation_test`, swapping a and b within cases: exact when 2^n <= n_resamples, else Monte
-        Carlo) and the two-sided p-value of scipy's Wilcoxon signed-rank test (zero differences
-        dropped, scipy's default). When every difference is zero, or n == 1, both p-values are 1.
-        With n == 0 every statistic is None.
+    difference_test(differences, ...) / paired_test(a, b, ...) -> PairedTestResult
+        Any paired difference per case (two systems, a case's own context against a control, ...):
+        the mean difference, the two-sided p of a sign-flip test (a and b swapped within a case, or
+        for a whole cluster at once: each unit's summed difference flips its sign; exact over all
+        2^G patterns when 2^G <= n_resamples, else n_resamples seeded patterns) and the interval
+        that inverts that very test (`sign_flip`): it excludes 0 exactly when p < 1 - confidence.
+        With crossed clusters, the multiway t, whose interval and test are one inequality too.
+        `paired_test` adds each side's mean and a Wilcoxon signed-rank p (over cluster means when
+        clustered one-way; None when crossed): a second opinion, not the test the interval inverts.
+        A design whose test cannot reject (5 clusters: the smallest p is 2/32) has `testable`
+        false, an unbounded interval (None ends), no `mde`, and a note saying why. When every
+        difference is zero, p is 1; with n == 0 every statistic is None.
 
-    `clusters` (both): one label per value, or named label lists for a crossed design
+    `clusters` (all): one label per value, or named label lists for a crossed design
     (`{"persona": [...], "task": [...]}`; see `clusters.ClusterDesign`). Given them, every figure
-    takes the cluster as the unit:
-      - one dimension: the interval is a percentile cluster bootstrap (scipy `bootstrap` over the
-        clusters' sums and sizes, the mean as their ratio); `permutation_p` swaps a and b for whole
-        clusters at once (a sign flip of each cluster's summed difference: scipy
-        `permutation_test` on cluster sums); `wilcoxon_p` ranks the clusters' mean differences.
-      - two or more crossed dimensions (PDR's persona x task): the multiway cluster-robust standard
-        error (Cameron, Gelbach & Miller 2011) with a t reference on min(G) - 1 degrees of freedom
-        (`clusters.multiway_t`): the interval is mean +- t x SE, and `permutation_p` is that t
-        test's p-value. No permutation fits a crossed design (swapping a and b for whole personas
-        leaves the task effects unshuffled, and the other way round: each one-way test rejects a
-        true null too often), and the multiway (pigeonhole) bootstrap counts the residual variance
-        about three times, an interval up to 1.7x too wide when cluster effects are weak; this SE is
-        also the one the design effect, the mde and `atelier plan` rest on. `wilcoxon_p` is None (no
-        rank test fits a crossed design).
-    `design_effect` and `mde` rest on the cluster-robust variance of the mean (one-way CR1;
-    Cameron-Gelbach-Miller for crossed designs): mde = (z_0.975 + z_0.8) * SE, the smallest true
-    difference a 5% two-sided test detects with 80% power. `ci_method` and `p_method` name what was
-    done; `cluster_notes` says what was dropped from the design and when there are too few clusters.
+    takes the cluster as the unit. Why these procedures, and their measured coverage and size at
+    5 to 50 clusters, is in docs/statistics.md (`calibration` regenerates the figures).
+
+    `mde`: the smallest true difference the test declares with 80% power at 1 - confidence, for
+    these cases, clusters and the variance the data show: simulated (`power.design_power`: the
+    run's own test on datasets of this design) for a sign-flip test, the noncentral t for a t test.
+    `design_effect` (the cluster-robust variance of the mean over s^2/n), `ci_method`, `p_method`,
+    `n_clusters` and `cluster_notes` (dimensions dropped, too few clusters, an untestable design)
+    say what each figure rests on.
 
     epoch_spread(scores, epochs) -> EpochSpread
         One system run k times on the same cases (`[run] epochs`): the mean over cases of each
         case's standard deviation across epochs, and the standard deviation of the per-epoch means.
-        With epochs the runner gives `bootstrap_ci` and `paired_test` each case's mean over its
-        epochs: resampling cases with all their epochs, each case weighing the same.
+        With epochs the runner gives `mean_interval` and `paired_test` each case's mean over its
+        epochs: each case weighing the same.
 
 The same seed always gives the same numbers.
 """
@@ -64,15 +58,19 @@ from atelier.benchmarks.metrics.clusters import (
     Clusters,
     cluster_sums,
     design_effect,
-    minimum_detectable,
-    multiway_t,
+    multiway_df,
     standard_error,
+    t_detectable,
 )
 from atelier.benchmarks.metrics.models import MetricInput, MetricResult
+from atelier.benchmarks.metrics.power import Components, design_power
+from atelier.benchmarks.metrics.procedures import DifferenceProcedure, MeanProcedure
 
 DEFAULT_RESAMPLES = 10_000
-# Bounds the resamples scipy builds at once (resamples x n values) to keep memory small for long runs.
-_MAX_VALUES_PER_BATCH = 2_000_000
+# null datasets simulated for a paired test's mde (the run's own test applied to each): the mde's
+# Monte Carlo error is a few percent of it; `atelier plan` simulates more
+MDE_DATASETS = 400
+MDE_POWER = 0.8
 
 
 class ConfidenceInterval(NamedTuple):
@@ -80,8 +78,8 @@ class ConfidenceInterval(NamedTuple):
     high: float | None
 
 
-CASE_METHOD = "percentile bootstrap over cases (independent)"
-CASE_TEST = "paired permutation over cases (a and b swapped within each case)"
+CASE_METHOD = "Student t over cases (independent)"
+CASE_TEST = "sign-flip test over cases (a and b swapped within each case), interval by inverting it"
 
 
 class IntervalResult(MetricResult):
@@ -93,10 +91,12 @@ class IntervalResult(MetricResult):
     high: float | None
     confidence: float
     ci_method: str = Field(
-        description="How the interval was made (cases, a one-way cluster bootstrap, a multiway cluster-robust t)."
+        description="How the interval was made (Student t over cases, CR2 cluster-robust t with Bell-McCaffrey "
+        "df over one cluster dimension, multiway cluster-robust t over crossed ones)."
     )
+    df: float | None = Field(default=None, description="The t reference's degrees of freedom.")
     n_clusters: dict[str, int] = Field(
-        default_factory=dict, description="Clusters per dimension the figures resampled (empty: independent cases)."
+        default_factory=dict, description="Clusters per dimension the figures rest on (empty: independent cases)."
     )
     design_effect: float | None = Field(
         default=None,
@@ -105,8 +105,8 @@ class IntervalResult(MetricResult):
     )
     mde: float | None = Field(
         default=None,
-        description="Minimum detectable difference at 80% power, 5% two-sided: (z_0.975 + z_0.8) x the "
-        "cluster-robust standard error of the mean.",
+        description="Minimum detectable difference at 80% power of the interval's own t test at 1 - confidence "
+        "(normal data): the noncentrality reaching 80% power on its df, times its standard error.",
     )
     cluster_notes: list[str] = Field(
         default_factory=list, description="Dimensions dropped from the design, and too few clusters, in words."
@@ -120,9 +120,36 @@ def bootstrap_ci(
     seed: int = 0,
     clusters: Clusters | None = None,
 ) -> ConfidenceInterval:
-    """Percentile bootstrap confidence interval of the mean of `values` (clusters resampled when given)."""
+    """The confidence interval of the mean of `values` (`mean_interval`; the name is historical: the
+    interval is a t interval, cluster-robust when `clusters` are given; `n_resamples` and `seed` are
+    accepted and unused)."""
     result = mean_interval(values, confidence, n_resamples, seed, clusters)
     return ConfidenceInterval(result.low, result.high)
+
+
+def percentile_bootstrap(
+    values: Sequence[float], confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0
+) -> ConfidenceInterval:
+    """The percentile bootstrap interval of the mean of independent `values` (seeded; resampled in
+    the order given). Kept for a proportion whose interval must stay within [0, 1] (`agreement`'s
+    PCA); a run's intervals are `mean_interval`'s and `difference_test`'s."""
+    data = _as_finite_array(values, "values")
+    _check_settings(confidence, n_resamples)
+    if data.size == 0:
+        return ConfidenceInterval(None, None)
+    if np.all(data == data[0]):
+        return ConfidenceInterval(float(data[0]), float(data[0]))
+    result = stats.bootstrap(
+        (data,),
+        np.mean,
+        n_resamples=n_resamples,
+        batch=max(1, 2_000_000 // data.size),
+        vectorized=True,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    return ConfidenceInterval(float(result.confidence_interval.low), float(result.confidence_interval.high))
 
 
 def mean_interval(
@@ -132,81 +159,39 @@ def mean_interval(
     seed: int = 0,
     clusters: Clusters | None = None,
 ) -> IntervalResult:
-    """The mean of `values`, its percentile bootstrap interval, and what it rests on."""
+    """The mean of `values`, its interval (`procedures.MeanProcedure`), and what it rests on."""
     data = _as_finite_array(values, "values")
     _check_settings(confidence, n_resamples)
     design = ClusterDesign.of(clusters, data.size)
-    ci, _ = _interval(data, design, confidence, n_resamples, seed)
+    procedure = MeanProcedure(design, confidence)
+    mean = math.fsum(data.tolist()) / data.size if data.size else None
+    low = high = df = mde = None
+    if data.size == 1 or (data.size and np.all(data == data[0])):  # no spread: every interval is the value
+        low = high = float(data[0])
+    elif data.size:
+        analysis = procedure.analyse(data)
+        low, high, df = float(analysis.low[0]), float(analysis.high[0]), analysis.df
+        se = (high - low) / 2 / float(stats.t.ppf(1 - (1 - confidence) / 2, df)) if df else None
+        mde = t_detectable(se, df, 1 - confidence, MDE_POWER) if se is not None and df else None
     return IntervalResult(
         n=int(data.size),
-        mean=math.fsum(data.tolist()) / data.size if data.size else None,
-        low=ci.low,
-        high=ci.high,
+        mean=mean,
+        low=low,
+        high=high,
         confidence=confidence,
-        **_design_figures(data, design),
+        ci_method=procedure.method,
+        df=df,
+        n_clusters=design.levels,
+        design_effect=_design_effect(data, design),
+        mde=mde,
+        cluster_notes=[*design.notes, *design.warnings()],
     )
 
 
-def _design_figures(data: np.ndarray, design: ClusterDesign) -> dict[str, Any]:
-    """ci_method, n_clusters, design_effect, mde and cluster_notes of `data` under `design`."""
-    return {
-        "ci_method": _ci_method(design),
-        "n_clusters": design.levels,
-        "design_effect": design_effect(data, design) if design.clustered else (1.0 if data.size >= 2 else None),
-        "mde": minimum_detectable(standard_error(data, design)) if data.size >= 2 else None,
-        "cluster_notes": [*design.notes, *design.warnings()],
-    }
-
-
-def _ci_method(design: ClusterDesign) -> str:
-    if not design.clustered:
-        return CASE_METHOD
-    if len(design.names) == 1:
-        return f"percentile cluster bootstrap over {design.describe()}"
-    return f"multiway cluster-robust SE (Cameron-Gelbach-Miller), t on min(G)-1 df, over {design.describe()}"
-
-
-def _interval(
-    data: np.ndarray, design: ClusterDesign, confidence: float, n_resamples: int, seed: int
-) -> tuple[ConfidenceInterval, float | None]:
-    """The interval of the mean, and for a crossed design the p-value of its t test (mean = 0)."""
-    if data.size == 0:
-        return ConfidenceInterval(None, None), None
-    if np.all(data == data[0]):  # one value, or many equal ones: every resample has that mean
-        return ConfidenceInterval(float(data[0]), float(data[0])), None
-    rng = np.random.default_rng(seed)
-    if not design.clustered:
-        result = stats.bootstrap(
-            (data,),
-            np.mean,
-            n_resamples=n_resamples,
-            batch=max(1, _MAX_VALUES_PER_BATCH // data.size),
-            vectorized=True,
-            confidence_level=confidence,
-            method="percentile",
-            rng=rng,
-        )
-        return ConfidenceInterval(float(result.confidence_interval.low), float(result.confidence_interval.high)), None
-    if len(design.names) == 1:
-        sums, sizes = cluster_sums(data, design.codes[0])
-        result = stats.bootstrap(
-            (sums, sizes),
-            _ratio_of_sums,
-            paired=True,
-            n_resamples=n_resamples,
-            batch=max(1, _MAX_VALUES_PER_BATCH // sums.size),
-            vectorized=True,
-            confidence_level=confidence,
-            method="percentile",
-            rng=rng,
-        )
-        return ConfidenceInterval(float(result.confidence_interval.low), float(result.confidence_interval.high)), None
-    low, high, p = multiway_t(data, design, confidence)
-    return ConfidenceInterval(low, high), p
-
-
-def _ratio_of_sums(sums: np.ndarray, sizes: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.sum(sums, axis=axis) / np.sum(sizes, axis=axis)
+def _design_effect(data: np.ndarray, design: ClusterDesign) -> float | None:
+    if design.clustered:
+        return design_effect(data, design)
+    return 1.0 if data.size >= 2 and float(np.var(data, ddof=1)) > 0 else None
 
 
 class PairedTestResult(MetricResult):
@@ -214,19 +199,30 @@ class PairedTestResult(MetricResult):
     mean_a: float | None
     mean_b: float | None
     mean_difference: float | None = Field(description="Mean of a - b.")
-    ci_low: float | None = Field(description="Bootstrap CI of the mean difference, lower bound.")
-    ci_high: float | None = Field(description="Bootstrap CI of the mean difference, upper bound.")
+    ci_low: float | None = Field(
+        description="The interval of the mean difference that inverts the test, lower end (None: unbounded, or no case)."
+    )
+    ci_high: float | None = Field(description="Its upper end (None: unbounded, or no case).")
     confidence: float
     permutation_p: float | None = Field(
-        description="Two-sided p-value of the paired test `p_method` names (a permutation over cases or "
-        "clusters; for crossed clusters, the multiway cluster-robust t test)."
+        description="Two-sided p-value of the paired test `p_method` names (a sign-flip test over cases or "
+        "clusters; for crossed clusters, the multiway cluster-robust t test). The interval excludes 0 exactly "
+        "when it is below 1 - confidence."
     )
     wilcoxon_p: float | None = Field(
         description="Two-sided Wilcoxon signed-rank p-value (over cluster means when clustered one-way; "
-        "None for crossed clusters)."
+        "None for crossed clusters): a second opinion, not the test the interval inverts."
     )
-    ci_method: str = Field(default=CASE_METHOD, description="How the interval of the difference was made.")
+    ci_method: str = Field(default=CASE_TEST, description="How the interval of the difference was made.")
     p_method: str = Field(default=CASE_TEST, description="What `permutation_p` tests.")
+    smallest_p: float | None = Field(
+        default=None, description="The smallest p the test can give with these cases and clusters (0: a t test)."
+    )
+    testable: bool = Field(
+        default=True,
+        description="Whether the test can reject at 1 - confidence with this design (false: no difference can be "
+        "declared, the interval is unbounded and there is no mde).",
+    )
     n_clusters: dict[str, int] = Field(
         default_factory=dict, description="Clusters per dimension (empty: independent cases)."
     )
@@ -235,8 +231,9 @@ class PairedTestResult(MetricResult):
     )
     mde: float | None = Field(
         default=None,
-        description="Minimum detectable difference at 80% power, 5% two-sided, for these cases, clusters and "
-        "variance: (z_0.975 + z_0.8) x the cluster-robust SE of the mean difference.",
+        description="Minimum detectable difference: the smallest true difference the test declares with 80% "
+        f"power at 1 - confidence, for these cases, clusters and variance; by simulation of {MDE_DATASETS:,} "
+        "datasets analysed with this very test (crossed clusters: the noncentral t). None when untestable.",
     )
     cluster_notes: list[str] = Field(default_factory=list)
 
@@ -254,81 +251,80 @@ def paired_test(
     second = _as_finite_array(b, "b")
     if first.size != second.size:
         raise ValueError(f"paired scores differ in length: {first.size} vs {second.size}")
+    test = difference_test(first - second, confidence, n_resamples, seed, clusters)
+    if test.n:
+        design = ClusterDesign.of(clusters, test.n)
+        differences = first - second
+        if design.clustered and len(design.names) == 1:
+            sums, sizes = cluster_sums(differences, design.codes[0])
+            wilcoxon: float | None = _wilcoxon_p(sums / sizes)
+        else:
+            wilcoxon = None if design.clustered else _wilcoxon_p(differences)
+        test = test.model_copy(
+            update={"mean_a": float(first.mean()), "mean_b": float(second.mean()), "wilcoxon_p": wilcoxon}
+        )
+    return test
+
+
+def difference_test(
+    differences: Sequence[float] | np.ndarray,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    clusters: Clusters | None = None,
+) -> PairedTestResult:
+    """The test of "no difference" and its interval for any paired difference per case (system a
+    minus system b, a case's own context minus a control's, ...), clusters as `paired_test`'s;
+    `mean_a`, `mean_b` and `wilcoxon_p` are left None."""
+    data = _as_finite_array(differences, "differences")
     _check_settings(confidence, n_resamples)
-    n = int(first.size)
+    n = int(data.size)
     design = ClusterDesign.of(clusters, n)
-    differences = first - second
-    figures = _design_figures(differences, design)
-    del figures["ci_method"]
+    procedure = DifferenceProcedure(design, confidence, n_resamples, seed)
+    figures: dict[str, Any] = {
+        "n": n,
+        "mean_a": None,
+        "mean_b": None,
+        "confidence": confidence,
+        "wilcoxon_p": None,
+        "ci_method": procedure.method,
+        "p_method": procedure.method,
+        "n_clusters": design.levels,
+        "design_effect": _design_effect(data, design),
+        "cluster_notes": [*design.notes, *design.warnings()],
+    }
     if n == 0:
         return PairedTestResult(
-            n=0,
-            mean_a=None,
-            mean_b=None,
-            mean_difference=None,
-            ci_low=None,
-            ci_high=None,
-            confidence=confidence,
-            permutation_p=None,
-            wilcoxon_p=None,
-            ci_method=_ci_method(design),
-            p_method=_p_method(design),
-            **figures,
+            mean_difference=None, ci_low=None, ci_high=None, permutation_p=None, testable=False, **figures
         )
-    ci, t_test_p = _interval(differences, design, confidence, n_resamples, seed)
-    if not design.clustered:
-        permutation, wilcoxon = _permutation_p(first, second, n_resamples, seed), _wilcoxon_p(differences)
-    elif len(design.names) == 1:
-        codes = design.codes[0]
-        sums_a, sizes = cluster_sums(first, codes)
-        sums_b, _ = cluster_sums(second, codes)
-        permutation = _permutation_p(sums_a, sums_b, n_resamples, seed)
-        wilcoxon = _wilcoxon_p((sums_a - sums_b) / sizes)
-    else:
-        permutation = 1.0 if t_test_p is None else t_test_p
-        wilcoxon = None
+    testable = procedure.testable
+    notes = figures["cluster_notes"] if testable else [*figures["cluster_notes"], procedure.why_untestable()]
+    analysis = procedure.analyse(data)
+    low, high = float(analysis.low[0]), float(analysis.high[0])
+    if math.isfinite(low) and math.isfinite(high) and np.all(data == data[0]):
+        low = high = float(data[0])  # no spread: the interval is the value itself (the test's own ends are it)
     return PairedTestResult(
-        n=n,
-        mean_a=float(first.mean()),
-        mean_b=float(second.mean()),
-        mean_difference=float(differences.mean()),
-        ci_low=ci.low,
-        ci_high=ci.high,
-        confidence=confidence,
-        permutation_p=permutation,
-        wilcoxon_p=wilcoxon,
-        ci_method=_ci_method(design),
-        p_method=_p_method(design),
-        **figures,
+        **{**figures, "cluster_notes": notes},
+        mean_difference=float(data.mean()),
+        ci_low=low if math.isfinite(low) else None,
+        ci_high=high if math.isfinite(high) else None,
+        permutation_p=float(analysis.p[0]),
+        smallest_p=procedure.smallest_p,
+        testable=testable,
+        mde=_difference_mde(data, procedure) if testable else None,
     )
 
 
-def _p_method(design: ClusterDesign) -> str:
-    if not design.clustered:
-        return CASE_TEST
-    if len(design.names) == 1:
-        return f"cluster permutation over {design.describe()} (a and b swapped for whole clusters)"
-    return f"multiway cluster-robust t test over {design.describe()} (no permutation fits a crossed design)"
-
-
-def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
-    return np.mean(x - y, axis=axis)
-
-
-def _permutation_p(first: np.ndarray, second: np.ndarray, n_resamples: int, seed: int) -> float:
-    # With one case both sign patterns are as extreme as the observed one, so p = 1 (scipy needs two).
-    if first.size < 2 or np.all(first == second):
-        return 1.0
-    result = stats.permutation_test(
-        (first, second),
-        _mean_difference,
-        permutation_type="samples",
-        vectorized=True,
-        n_resamples=n_resamples,
-        alternative="two-sided",
-        rng=np.random.default_rng(seed),
-    )
-    return float(result.pvalue)
+def _difference_mde(data: np.ndarray, procedure: DifferenceProcedure) -> float | None:
+    """The smallest true difference the procedure declares with 80% power, for data like `data`
+    (`power.design_power`: a simulation of the test on this design, with the variance `data` shows)."""
+    if data.size < 2 or float(np.var(data, ddof=1)) == 0.0:
+        return None
+    alpha = 1 - procedure.confidence
+    if procedure.crossed:
+        return t_detectable(standard_error(data, procedure.design), float(multiway_df(procedure.design)), alpha)
+    components = Components.estimate(data, procedure.design)
+    return design_power(procedure, components, None, MDE_DATASETS, procedure.seed, target=MDE_POWER).detectable
 
 
 def _wilcoxon_p(differences: np.ndarray) -> float | None:
@@ -338,7 +334,7 @@ def _wilcoxon_p(differences: np.ndarray) -> float | None:
     return float(stats.wilcoxon(nonzero).pvalue)
 
 
-def _as_finite_array(values: Sequence[float], name: str) -> np.ndarray:
+def _as_finite_array(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
     data = np.asarray(values, dtype=float)
     if data.ndim != 1:
         raise ValueError(f"{name} must be a flat list of numbers")

@@ -16,11 +16,13 @@ cluster_components(case_values, design) -> per dimension the variance between it
     From one-way cluster-robust variances: V_k ~ s_k^2/G_k + (s^2 - s_k^2)/n, solved for s_k^2.
 
 required_cases(plan, ...) / planned_variance(plan, ...)
-    Var(mean difference) for n cases, e epochs, r repeats =
+    The normal-theory guess where `atelier plan`'s search starts (the plan itself simulates the
+    run's own test: `power.smallest_design`): Var(mean difference) for n cases, e epochs, r repeats =
         sum_k s_k^2 / G_k(n) + s_case^2 / n + s_epoch^2 / (n e) + s_repeat^2 / (n e r),
     where G_k(n) = n / (the pilot's cases per cluster of k), at most the clusters the benchmark
-    has. The plan needs the smallest n whose (z_0.975 + z_0.8) x sqrt(Var) is at most the
-    difference to detect.
+    has, and the smallest n whose (z_0.975 + z_0.8) x sqrt(Var) is at most the difference. It
+    knows nothing of a test's few clusters (a sign-flip test over 5 clusters never rejects), which
+    is why it is only a guess.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def variance_components(scores: Mapping[str, Mapping[int, Sequence[float]]]) -> 
     )
 
 
-def cluster_components(case_values: Sequence[float], design: ClusterDesign) -> dict[str, float]:
+def cluster_components(case_values: Sequence[float] | np.ndarray, design: ClusterDesign) -> dict[str, float]:
     """Per clustered dimension, the variance between its clusters' true means (see module docstring)."""
     x = np.asarray(case_values, dtype=float)
     n = x.size

@@ -1,5 +1,6 @@
 """`atelier plan RUN_DIR --detect D`: from a pilot run, the cases x epochs x judge repeats each
-comparison needs to detect a difference of D at 80% power, and what that costs (`runs.studies.plan`)."""
+comparison needs for the run's own test to declare a difference of D with 80% power (simulated), and
+what that costs (`runs.studies.plan`)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ def plan(
     no_cost: bool = typer.Option(False, "--no-cost", help="Skip the cost forecast (its scripted dry runs)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
-    """Per comparison of a pilot run: the cases x epochs x judge repeats that detect a difference of
-    --detect at --power (5% two-sided), from the pilot's variance by source (clusters, cases, epochs,
-    judge repeats), and what each plan costs (the recipe's cost forecast)."""
+    """Per comparison of a pilot run: the cases x epochs x judge repeats with which the run's own test
+    declares a difference of --detect with --power (5% two-sided), simulated from the pilot's variance
+    by source (clusters, cases, epochs, judge repeats), and what each plan costs (the recipe's cost
+    forecast)."""
     from rich.table import Table
 
     from atelier.runs.cli._common import print_json, table_console
@@ -40,10 +42,22 @@ def plan(
         table = Table(
             title=cells(
                 f"{c.judge}: {c.a} - {c.b} (pilot: {pilot['cases']} cases, {pilot['epochs']:g} epoch(s), "
-                f"{pilot['repeats']:g} repeat(s); difference {pilot['mean_difference']:+.3g}, MDE {pilot['mde']:.3g})"
+                f"{pilot['repeats']:g} repeat(s); difference {pilot['mean_difference']:+.3g}, MDE "
+                f"{'none' if pilot['mde'] is None else format(pilot['mde'], '.3g')})"
             )[0],
         )
-        for column in ("epochs", "repeats", "cases", "MDE", "episodes", "judgments", "calls", "USD"):
+        for column in (
+            "epochs",
+            "repeats",
+            "cases",
+            "clusters",
+            "power",
+            "MDE",
+            "episodes",
+            "judgments",
+            "calls",
+            "USD",
+        ):
             table.add_column(column)
         for o in c.options:
             cost = o.cost
@@ -52,7 +66,9 @@ def plan(
                     str(o.epochs),
                     str(o.repeats),
                     str(o.cases) if o.cases is not None else "not enough",
-                    f"{o.mde:.3g}",
+                    " x ".join(str(g) for g in o.clusters.values()) or "–",
+                    f"{o.power:.0%} ± {o.power_error:.1%}" if o.power_error else f"{o.power:.0%}",
+                    f"{o.mde:.3g}" if o.mde is not None else "none",
                     str(o.episodes or "–"),
                     str(o.judgments or "–"),
                     f"{cost.calls[0]:,.0f} – {cost.calls[1]:,.0f}" if cost else "–",
@@ -69,7 +85,10 @@ def plan(
         )
         if c.recommended is not None:
             r = c.recommended
-            console.print(f"recommended: {r.cases} cases x {r.epochs} epoch(s) x {r.repeats} judge repeat(s)")
+            console.print(
+                f"recommended: {r.cases} cases x {r.epochs} epoch(s) x {r.repeats} judge repeat(s): the run's test "
+                f"declares {result.detect:g} with {r.power:.0%} power ({r.power_method})"
+            )
         for note in c.notes:
             console.print(f"note: {note}")
     for note in result.notes:

@@ -73,7 +73,9 @@ def cost(
     path: Path = typer.Argument(..., help=RECIPE_HELP),
     model: str | None = typer.Option(None, "--model", help="Price the run with this model on every role."),
     api_base: str | None = typer.Option(None, "--api-base", help="The endpoint --model is served at."),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Forecast the first N cases only."),
+    limit: int | None = typer.Option(
+        None, "--limit", min=1, help="Forecast N cases only: the seeded subset a run with --limit N takes."
+    ),
     sample: int = typer.Option(2, "--sample", min=1, max=20, help="Cases measured by the scripted dry run."),
     as_json: bool = typer.Option(False, "--json", help="Print the forecast as JSON."),
 ) -> None:

@@ -65,7 +65,9 @@ def run(
     ),
     api_base: str | None = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for every role."),
     api_key: str | None = typer.Option(None, "--api-key", envvar="ATELIER_API_KEY", help="API key for every role."),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Run at most N cases."),
+    limit: int | None = typer.Option(
+        None, "--limit", min=1, help="Run N cases: a seeded subset (the recipe's seed), in suite order."
+    ),
     systems: str | None = typer.Option(
         None, "--systems", help="Run only these systems of the recipe (comma-separated names)."
     ),
@@ -242,7 +244,11 @@ def _print_summary(path: Path) -> None:
 
     summary = json.loads(path.read_text(encoding="utf-8"))
     console = table_console(stderr=True)
+    from atelier.runs.reading.report import interval_warnings
+
     console.print(summary_table(summary))
+    for line in interval_warnings(summary):  # too few clusters, untestable comparisons, unequal n
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(calls_line(summary), markup=False, highlight=False)
 
 

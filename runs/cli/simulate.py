@@ -272,11 +272,12 @@ def check(
         "--language",
         help="Which pdr personas it belongs to (en | zh), and the language its items must be written in.",
     ),
-    reversibility: bool = typer.Option(
-        False,
+    reversibility: bool | None = typer.Option(
+        None,
         "--reversibility/--no-reversibility",
-        help="Also run the inverse pass (a model): items per tag then count what it "
-        "cited, and the reversibility gate applies.",
+        help="Also run the checker model: its contradiction check and the inverse pass (items per tag then count "
+        "what it cited, and the reversibility gate applies). Default: as the `simulate history` that wrote the "
+        "file ran them (its folder's manifest.json), else not.",
     ),
     min_recovered: float | None = typer.Option(None, "--min-recovered", min=0.0, max=1.0, help=MIN_RECOVERED_HELP),
     recipe: Path | None = typer.Option(
@@ -294,21 +295,18 @@ def check(
     import asyncio
 
     from atelier.agents.user_sim.reversibility import DEFAULT_MIN_RECOVERED
-    from atelier.runs.studies.simulate_history import check_contexts
+    from atelier.runs.studies.simulate_history import check_contexts, written_with
 
+    job = written_with(contexts)
+    if reversibility is None:  # the checks the history was written under, so the two verdicts agree
+        reversibility = bool(job and job.check)
     checker = None
-    if reversibility:
-        checker = history_models(
-            recipe,
-            model,
-            None,
-            api_base=api_base,
-            api_key_env=api_key_env,
-            temperature=None,
-            seed=0,
-            max_retries=None,
-            max_tokens=max_tokens,
-        )["history_checker"]
+    if reversibility and job is not None and job.check and not (recipe or model):
+        checker = job.models["history_checker"]
+        if min_recovered is None:
+            min_recovered = job.min_recovered
+    elif reversibility:
+        checker = _checker(recipe, model, api_base, api_key_env, max_tokens)
     gate = DEFAULT_MIN_RECOVERED if min_recovered is None else min_recovered
     report = asyncio.run(check_contexts(contexts, language, checker, min_recovered=gate))
     print_json(report)
@@ -354,6 +352,23 @@ def _exit_like_a_run(report: dict) -> None:
     raise typer.Exit(code)
 
 
+def _checker(
+    recipe: Path | None, model: str | None, api_base: str | None, api_key_env: str | None, max_tokens: int | None
+) -> Any:
+    """The checker model's settings (`history_checker`) from a recipe and the command's flags."""
+    return history_models(
+        recipe,
+        model,
+        None,
+        api_base=api_base,
+        api_key_env=api_key_env,
+        temperature=None,
+        seed=0,
+        max_retries=None,
+        max_tokens=max_tokens,
+    )["history_checker"]
+
+
 def _first_error(exc: Exception) -> str:
     errors = getattr(exc, "errors", None)
     if callable(errors):
@@ -362,9 +377,39 @@ def _first_error(exc: Exception) -> str:
     return str(exc)
 
 
+def check_precision(
+    labelled: Path | None = typer.Option(
+        None, "--labelled", help="Crafted items with their labels (default: the shipped set, history_checks.jsonl)."
+    ),
+    judge_model: str | None = typer.Option(
+        None, "--judge-model", help="Also measure the model judge of contradictions, on this model (a litellm string)."
+    ),
+    api_base: str | None = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint for --judge-model."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Variable holding the API key."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="The judge's max_tokens."),
+) -> None:
+    """Measure `simulate check` on crafted histories with their labels: per check (offline
+    contradiction rules, copies of the persona, near-duplicates, and with --judge-model the model
+    judge) what it catches and what it flags wrongly, on the items the rules were tuned on and on
+    held-out ones."""
+    import sys
+
+    from atelier.runs.reading.outcome import EXIT_FAILURES, EXIT_OK
+    from atelier.runs.studies.history_checks import LABELLED, run_measure_checks
+
+    judge = _checker(None, judge_model, api_base, api_key_env, max_tokens) if judge_model is not None else None
+    figures = run_measure_checks(labelled or LABELLED, judge)
+    print_json(figures)
+    failed = (figures.get("judge") or {}).get("failed") or {}
+    for user, why in failed.items():
+        print(f"the judge could not judge {user}'s items: {why}", file=sys.stderr)
+    raise typer.Exit(EXIT_FAILURES if failed else EXIT_OK)
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     simulate_app = typer.Typer(help="The simulated user: histories, protocol checks, feedback.", no_args_is_help=True)
     simulate_app.command("history")(history)
     simulate_app.command("check")(check)
+    simulate_app.command("check-precision")(check_precision)
     simulate_app.command("feedback")(feedback)
     app.add_typer(simulate_app, name="simulate")

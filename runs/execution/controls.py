@@ -58,7 +58,7 @@ class ControlEpisodes:
             for kind in kinds.get(system.name, []):
                 for epoch in range(1, recipe.run.epochs + 1):
                     out.contexts[(system.name, epoch, kind)] = control_context(
-                        epoch_context(base, epoch), kind, recipe.seed
+                        epoch_context(base, epoch, recipe.run.reuse_judgments), kind, recipe.seed
                     )
         for kind in sorted({kind for k in kinds.values() for kind in k}):
             context = next(c for (_, _, k), c in out.contexts.items() if k == kind)

@@ -11,15 +11,17 @@ forecast scales this to every episode of the recipe (cases x systems) and prices
 - prompt tokens: per call as measured, from -55% to +50% (a real model's answers, which later
   prompts carry — notes, briefs, drafts — are longer or shorter than the scripted model's; cases
   differ; and another model's tokenizer counts the same text differently), over the calls' range;
-- completion tokens: modelled per call from its role and kind, never from `max_tokens` (which
-  bounds a completion, and is what a real model rarely reaches): when earlier runs of this recipe
-  on the same model left real calls in their ledgers (the run folder being resumed, or run folders
-  of the recipe under its `out_dir`), what those calls of the role and kind took, from 0.75x their
-  shortest to 1.5x their longest, around their mean; otherwise the role's typical length
-  (`TYPICAL_TEXT_TOKENS`, `TYPICAL_STRUCTURED_TOKENS`: a report, an answer, a JSON verdict) and the
-  dry run's own measurement, from 0.4x the shorter of the two to twice the longer, around the
-  typical length; always capped at the role's `max_tokens` (its model's maximum output, or
-  `DEFAULT_MAX_TOKENS` when litellm does not know it: said in the forecast);
+  at the high end a judge's or the simulated user's call also carries the system's answer at its
+  longest (the `max_tokens` of the system's text roles): long answers make long judge prompts;
+- completion tokens: the point estimate modelled per call from its role and kind: when earlier
+  runs of this recipe on the same model left real calls in their ledgers (the run folder being
+  resumed, or run folders of the recipe under its `out_dir`), the mean of what those calls of the
+  role and kind took; otherwise the role's typical length (`TYPICAL_TEXT_TOKENS`,
+  `TYPICAL_STRUCTURED_TOKENS`: a report, an answer, a JSON verdict); capped at the role's
+  `max_tokens`. The range runs from one token a call (a terse model) to every call at its role's
+  `max_tokens` (its model's maximum output, or `DEFAULT_MAX_TOKENS` when litellm does not know it:
+  said in the forecast): a real model may stop at once or write to its limit, and the range holds
+  both;
 - prices: the role's own `input_cost_per_token` / `output_cost_per_token`, else litellm's cost map
   (offline copy); `scripted` and local models cost nothing; a model with no known price makes its
   role's and the total's dollars `null`, never `$0`.
@@ -28,8 +30,9 @@ A system's counterfactual controls (`[run] controls`) are forecast as episodes o
 `<system>~<kind>` (the name a budget reserves them under): the dry run runs them too.
 
 Each figure is a low–high range with a point estimate (`point`, where the range is centred on one).
-`[run] budget_usd` (`--budget-usd`) reserves the high end per episode while it runs
-(`runs.execution.budget.Budget`).
+`[run] budget_usd` (`--budget-usd`) plans episodes by the point estimate and holds each call's own
+bound while it is in flight (`runs.execution.budget.Budget`); the high end per episode is the
+worst case an executor that cannot hold calls (Ray) reserves.
 """
 
 from __future__ import annotations
@@ -43,19 +46,18 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from atelier.agents.models.pricing import Price, price_of
-from atelier.agents.models.pricing import model_info as _model_info
-from atelier.agents.models.settings import ModelSettings, settings_for_role
+from atelier.agents.models.settings import settings_for_role
+from atelier.agents.models.spend import DEFAULT_MAX_TOKENS, output_limit
 from atelier.benchmarks.controls import control_name
 from atelier.graphs.context import SystemSpec
 from atelier.runs.execution.budget import Budget
 from atelier.runs.folder.recipe import Recipe
+from atelier.runs.folder.resume import JUDGE_SIDE
 
-DEFAULT_MAX_TOKENS = 4096  # a role with no max_tokens, on a model litellm has no output limit for
-SPREAD = (0.75, 1.5)  # a measured figure scaled to the range's ends
 # calls: an agent's loop (agentic researchers, tool turns) can run to its budget on a real model's
 # answers where the dry run's stopped halfway (16 researcher calls for the dry run's 8), or stop sooner
 CALL_SPREAD = (0.5, 2.0)
-# prompt tokens: as SPREAD, and another model's tokenizer counts the same text differently (a server
+# prompt tokens: a real model's answers are longer or shorter, and another model's tokenizer counts the same text differently (a server
 # reporting words, as the test stub does, counts 0.5-0.7x of cl100k's tokens: fewer on JSON)
 PROMPT_SPREAD = (0.45, 1.5)
 # What one completion of a role typically takes when no earlier run says better: a report, an answer,
@@ -65,7 +67,6 @@ TYPICAL_TEXT_TOKENS: dict[str, int] = {"writer": 1200, "system": 500, "user_sim"
 DEFAULT_TEXT_TOKENS = 400
 TYPICAL_STRUCTURED_TOKENS: dict[str, int] = {"memory": 300, "planner": 250, "researcher": 250}
 DEFAULT_STRUCTURED_TOKENS = 200  # a judge's verdict with feedback, a clarifying question, ...
-TYPICAL_SPREAD = (0.4, 2.0)  # the prior range: 0.4x the shorter, twice the longer of prior and dry run
 
 
 class Span(BaseModel):
@@ -121,17 +122,6 @@ class CostForecast(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def output_limit(settings: ModelSettings) -> tuple[int, bool]:
-    """The most tokens one completion of this role can take, and whether that is an assumption."""
-    if settings.max_tokens is not None:
-        return settings.max_tokens, False
-    if not (settings.is_scripted or settings.is_local):
-        known = _model_info(settings.model).get("max_output_tokens")
-        if known:
-            return int(known), False
-    return DEFAULT_MAX_TOKENS, True
-
-
 def _dry_recipe(recipe: Recipe, sample: int, folder: Path) -> Recipe:
     """The recipe on `sample` cases, every role scripted (max_tokens kept), no cache, the sandbox web."""
     data = recipe.model_dump(mode="python")
@@ -169,31 +159,21 @@ def completion_span(
     role: str, entries: list[Any], limit: int, history: dict[tuple[str, str], list[int]]
 ) -> tuple[float, float, float]:
     """The completion tokens of the dry run's calls of one role (one system), as a real model would
-    write them: (low, point, high), each call's within its role's `max_tokens` (see the module's
-    docstring)."""
-    low = point = high = 0.0
+    write them: (low, point, high): one token a call, the modelled length (the mean of earlier real
+    calls of the role and kind, else its typical length), every call at its role's `max_tokens`
+    (see the module's docstring)."""
+    point = 0.0
     for entry in entries:
         kind = "text" if entry.kind == "text" else "structured"
         seen = history.get((role, kind))
         if seen:
-            mean = sum(seen) / len(seen)
-            call = (min(seen) * SPREAD[0], mean, max(seen) * SPREAD[1])
+            typical = sum(seen) / len(seen)
+        elif kind == "text":
+            typical = TYPICAL_TEXT_TOKENS.get(role, DEFAULT_TEXT_TOKENS)
         else:
-            typical = (
-                TYPICAL_TEXT_TOKENS.get(role, DEFAULT_TEXT_TOKENS)
-                if kind == "text"
-                else TYPICAL_STRUCTURED_TOKENS.get(role, DEFAULT_STRUCTURED_TOKENS)
-            )
-            measured = entry.completion_tokens
-            call = (
-                min(typical, measured) * TYPICAL_SPREAD[0],
-                typical,
-                max(typical, measured) * TYPICAL_SPREAD[1],
-            )
-        low += min(call[0], limit)
-        point += min(call[1], limit)
-        high += min(call[2], limit)
-    return low, point, high
+            typical = TYPICAL_STRUCTURED_TOKENS.get(role, DEFAULT_STRUCTURED_TOKENS)
+        point += min(typical, limit)
+    return float(min(1, limit) * len(entries)), point, float(limit * len(entries))
 
 
 def earlier_calls(recipe: Recipe, folders: list[Path] | None = None) -> list[Any]:
@@ -260,6 +240,7 @@ def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2, history: lis
             name = control_name(entry.system, entry.control) if entry.control else entry.system
             grouped[(name, entry.role)].append(entry)
 
+    answer_bound = _answer_bounds(recipe, ledger, specs)
     roles: dict[str, RoleForecast] = {}
     systems: dict[str, dict[str, Any]] = {name: {"calls": Span.of(0, 0), "usd": Span.of(0, 0, 6)} for name in specs}
     per_episode_high: dict[str, float | None] = dict.fromkeys(specs, 0.0)
@@ -274,9 +255,12 @@ def forecast(recipe: Recipe, *, run: RunForLedger, sample: int = 2, history: lis
         calls = Span.of(measured * CALL_SPREAD[0], measured * CALL_SPREAD[1], point=measured)
         prompt = sum(e.prompt_tokens for e in entries) * per_case
         # per call as PROMPT_SPREAD, over as many calls as the calls' range
+        # a judge's (or the simulated user's) prompt carries the system's answer, which may run to
+        # its max_tokens: at the high end, every such call's prompt holds an answer that long
+        carried = answer_bound.get(system, 0) if role in ANSWER_READERS else 0
         prompt_span = Span.of(
             prompt * PROMPT_SPREAD[0] * calls.low / measured,
-            prompt * PROMPT_SPREAD[1] * calls.high / measured,
+            prompt * PROMPT_SPREAD[1] * calls.high / measured + carried * calls.high,
             point=prompt,
         )
         low, point, high = completion_span(role, entries, limit, lengths)
@@ -355,6 +339,23 @@ def episode_names(recipe: Recipe, system: SystemSpec) -> list[str]:
     return [system.name, *(control_name(system.name, kind) for kind in kinds)]
 
 
+# roles whose prompts carry the system's answer: the judges' and the simulated user's
+ANSWER_READERS = frozenset((*JUDGE_SIDE, "user_sim"))
+
+
+def _answer_bounds(recipe: Recipe, ledger: list[Any], specs: dict[str, Any]) -> dict[str, int]:
+    """Per system (and control: `specs` by episode name), the longest answer it can give: the largest
+    `max_tokens` of its roles that wrote free text in the dry run (the answer a judge then reads)."""
+    out: dict[str, int] = {}
+    for entry in ledger:
+        name = control_name(entry.system, entry.control) if entry.system and entry.control else entry.system
+        if entry.status != "ok" or name not in specs or entry.kind != "text" or entry.role in ANSWER_READERS:
+            continue
+        settings = settings_for_role({**recipe.role_models(), **specs[name].models}, entry.role)
+        out[name] = max(out.get(name, 0), output_limit(settings)[0])
+    return out
+
+
 def _merged(previous: RoleForecast | None, new: RoleForecast) -> RoleForecast:
     """One role over several systems: calls, tokens and dollars added (a role priced on one system
     and not on another is unpriced)."""
@@ -385,7 +386,7 @@ def format_usd(span: Span | None) -> str:
 
 
 def plan_budget(recipe: Recipe, run: RunForLedger, folder: Path | None = None) -> Budget | None:
-    """The run's budget with each system's reservation per episode, or None when it has none. A
+    """The run's budget with each system's planned and worst-case cost per episode, or None when it has none. A
     budget over a model with no known price is refused (ConfigError), before any call: it could not
     be kept. Runs the forecast's scripted dry run (no provider call); completion lengths come from
     earlier runs of the recipe, `folder` (the run folder, when resumed) among them."""
@@ -415,5 +416,9 @@ def plan_budget(recipe: Recipe, run: RunForLedger, folder: Path | None = None) -
             f"(systems {', '.join(unpriced)}), so no budget can be kept; set input_cost_per_token and "
             "output_cost_per_token for them, or run without a budget"
         )
-    per_episode = {name: float(usd or 0.0) for name, usd in predicted.per_episode_usd_high.items()}
-    return Budget(limit, per_episode, expected_usd={k: float(v or 0.0) for k, v in predicted.per_episode_usd.items()})
+    return Budget(
+        limit,
+        {name: float(usd or 0.0) for name, usd in predicted.per_episode_usd.items()},
+        worst_case_usd={name: float(usd or 0.0) for name, usd in predicted.per_episode_usd_high.items()},
+        hold_calls=recipe.run.executor == "local",  # a Ray worker's calls run in its own process
+    )

@@ -8,7 +8,7 @@ Nothing here runs a system: the only model calls are the judges' own roles.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from atelier.agents.judges.base import ComparativeJudge, Judge, JudgeResult
 from atelier.agents.models.ledger import call_tags
@@ -70,15 +70,20 @@ def comparisons_due(
 
 
 async def judge_comparisons(
-    records: dict[str, ResultRecord], cases: dict[str, Case], contexts: dict[str, EpisodeContext], concurrency: int = 4
+    records: dict[str, ResultRecord],
+    cases: dict[str, Case],
+    contexts: Mapping[tuple[str, int], EpisodeContext],
+    concurrency: int = 4,
 ) -> list[ResultRecord]:
     """Every comparative judge on every (system, baseline) pair of responses to the same case, where it
-    is not already done. Returns the updated records (to append: the last line of a key wins)."""
+    is not already done, each epoch judged in its own epoch's context (`contexts`: (system, epoch) ->
+    the context whose judges judge it, `runs.folder.epochs.judge_context`). Returns the updated
+    records (to append: the last line of a key wins)."""
     updated: dict[str, ResultRecord] = {}
     limit = asyncio.Semaphore(concurrency)
 
     async def one(judge: ComparativeJudge, record: ResultRecord, other: ResultRecord) -> tuple[str, JudgeResult]:
-        resources = resources_for(contexts[record.system])
+        resources = resources_for(contexts[(record.system, record.epoch)])
         async with limit:
             with call_tags(
                 case=record.case_id,
@@ -93,10 +98,14 @@ async def judge_comparisons(
         return record.key, result
 
     tasks = []
-    for system, context in contexts.items():
+    for (system, epoch), context in contexts.items():
         for judge in resources_for(context).judges:
             if isinstance(judge, ComparativeJudge):
-                tasks += [one(judge, r, other) for r, other in comparisons_due(records, judge) if r.system == system]
+                tasks += [
+                    one(judge, r, other)
+                    for r, other in comparisons_due(records, judge)
+                    if (r.system, r.epoch) == (system, epoch)
+                ]
     for key, result in await asyncio.gather(*tasks):
         updated[key] = (updated.get(key) or records[key]).with_judgments([result])
     return list(updated.values())

@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from atelier.agents.judges.base import Judge, check_judge_fit, create_judge
 from atelier.agents.models.ledger import LedgerEntry, call_tags, capture_calls, read_ledger
+from atelier.agents.models.spend import BUDGET_REACHED
 from atelier.benchmarks.case import Case
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError, DataError
@@ -48,7 +49,7 @@ from atelier.graphs.heap import settled_heap
 from atelier.graphs.inputs import forget_cases, remember_cases
 from atelier.graphs.persistence import no_space, out_of_space, run_checkpointer
 from atelier.graphs.pipelines import check_systems_available
-from atelier.graphs.resources import release, resources_for, run_ledger
+from atelier.graphs.resources import guard_spending, release, resources_for, run_ledger
 from atelier.graphs.simulate import run_with_simulated_user
 from atelier.runs.execution.budget import Budget, spent_in
 from atelier.runs.execution.controls import ControlEpisodes, control_of
@@ -81,6 +82,12 @@ def _versions() -> dict[str, str]:
         except PackageNotFoundError:
             continue
     return out
+
+
+def cut_by_budget(record: ResultRecord) -> bool:
+    """Whether the budget refused a call of this episode (its system's or a judge's)."""
+    said = [record.error or "", *(j.error or "" for j in record.judgments if j.failed)]
+    return any(BUDGET_REACHED in text for text in said)
 
 
 class Runner:
@@ -185,7 +192,11 @@ class Runner:
         no_follow.make_folders(self.folder.path)
         contexts = {s.name: self.context_for(s) for s in recipe.systems}
         epochs = range(1, recipe.run.epochs + 1)
-        epoch_contexts = {(s.name, e): epoch_context(contexts[s.name], e) for s in recipe.systems for e in epochs}
+        epoch_contexts = {
+            (s.name, e): epoch_context(contexts[s.name], e, recipe.run.reuse_judgments)
+            for s in recipe.systems
+            for e in epochs
+        }
         config = self._config(cases) | controls.described(cases)
         write_json_atomic(self.folder.config, config)
 
@@ -205,6 +216,8 @@ class Runner:
                 )
         if budget is not None:  # what the run folder's calls cost so far (earlier sessions, the probes)
             budget.spent_before = spent_in(read_ledger(self.folder.ledger))
+            if budget.hold_calls:  # every priced call of the run's gateways holds its bound on it
+                guard_spending(next(iter(contexts.values())), budget)
         self.budget = budget
         web = searched_web(recipe)
         if web and web.get("warning"):
@@ -251,18 +264,22 @@ class Runner:
                     )
                     async with limit:
                         name = control_name(system.name, control) if control else system.name  # its forecast line
-                        reservation = await budget.reserve(name) if budget is not None else 0.0
+                        reservation = await budget.start(name) if budget is not None else 0.0
                         if reservation is None:  # the budget cannot hold it: not started, left for a resume
                             return None
                         try:
                             record = await executor.run(Episode(case, system, context))
                         except BaseException:
-                            if budget is not None:  # what it spent is unknown: its whole reservation
-                                budget.release(reservation, None)
+                            if budget is not None:  # what it spent is unknown
+                                budget.finish(name, reservation, None)
                             raise
                         record = record.model_copy(update={"made_by": made_by[system.name]})
                         if budget is not None:
-                            await budget.settle(reservation, record.cost_usd)
+                            cut = cut_by_budget(record)  # a call of it was refused: not a whole episode
+                            budget.finish(name, reservation, record.cost_usd, whole=not cut)
+                            if cut:  # left for a resume, as one not started (its answered calls are cached)
+                                await saver.adelete_thread(record.key)
+                                return None
                     if record.ok:
                         saver.drop_pending_writes(record.key)  # and commits: its checkpoints are on disk first
                     await asyncio.to_thread(results.append, record)  # its fsync must not stall other episodes
@@ -276,8 +293,9 @@ class Runner:
                         if stored.control
                         else epoch_contexts[(stored.system, stored.epoch)]
                     )
+                    name = control_name(stored.system, stored.control) if stored.control else stored.system
                     async with limit:
-                        reservation = await budget.reserve(stored.system) if budget is not None else 0.0
+                        reservation = await budget.start(name) if budget is not None else 0.0
                         if reservation is None:
                             return None
                         with capture_calls() as calls:
@@ -285,7 +303,7 @@ class Runner:
                                 record = kept.with_judgments(await judge_again(case, stored, context, judges))
                             finally:
                                 if budget is not None:
-                                    await budget.settle(reservation, spent_in(calls))
+                                    budget.finish(name, reservation, spent_in(calls), whole=False)
                     await asyncio.to_thread(results.append, record)
                     return record
 
@@ -327,7 +345,7 @@ class Runner:
             # its budget stopped (they run when a larger budget resumes it)
             if budget is None or not budget.reached:
                 by_id = {c.id: c for c in cases}
-                for record in await judge_comparisons(results.load(), by_id, contexts, recipe.run.concurrency):
+                for record in await judge_comparisons(results.load(), by_id, epoch_contexts, recipe.run.concurrency):
                     results.append(record)
         finally:
             for context in [*epoch_contexts.values(), *controls.contexts.values()]:

@@ -129,8 +129,17 @@ class RunSection(_Strict):
         ge=1,
         le=100,
         description="Runs of each (case, system), each with its own seeds (system-side roles' seed and the "
-        "run's seed moved by epoch - 1; judges keep theirs) and its own memory; the summary reports per-case "
-        "means over epochs and the between-epoch spread. Real models need temperature > 0 (preflight says so).",
+        "run's seed moved by epoch - 1; judges' by (epoch - 1) x 20 unless reuse_judgments) and its own memory; "
+        "the summary reports per-case means over epochs and the between-epoch spread. Real models need "
+        "temperature > 0 (preflight says so).",
+    )
+    reuse_judgments: bool = Field(
+        default=False,
+        description="Judge every epoch with the judges' own seeds, so a response the same as an earlier epoch's "
+        "gets that epoch's judgment back (from the response cache) instead of a new one. Off (the default): each "
+        "epoch's judgment is an independent sample, and the judge's noise averages over epochs. The variance "
+        "decomposition then takes a case's repeated responses once, and `atelier plan` lets only repeats average "
+        "the judge's noise.",
     )
     budget_usd: float | None = Field(
         default=None,

@@ -9,8 +9,9 @@ outputs. A recipe is split into two identities:
   (`system`, `user_sim`, and the roles that fall back to them). A change refuses the resume: the
   folder's outputs would no longer be this recipe's.
 - the **judgment identity** decides the judgments: the judges, the R-J pairs added to the gold
-  (`benchmark.rj_pairs_file`), and the answer identity of the model behind every judge-side role
-  (`judge` and the roles that fall back to it). A change keeps every system output and judges
+  (`benchmark.rj_pairs_file`), whether later epochs reuse judgments (`run.reuse_judgments`), and
+  the answer identity of the model behind every judge-side role (`judge` and the roles that fall
+  back to it). A change keeps every system output and judges
   each stored response again.
 
 Everything else changes nothing that was computed and may differ freely: `limit`, concurrency,
@@ -78,6 +79,8 @@ def system_identity(recipe: dict[str, Any]) -> dict[str, Any]:
 def judgment_identity(recipe: dict[str, Any]) -> dict[str, Any]:
     return {
         "judges": recipe.get("judges"),
+        # whether a later epoch's judges keep their seeds (the same response, the same judgment) or not
+        "reuse_judgments": bool((recipe.get("run") or {}).get("reuse_judgments", False)),
         "rj_pairs_file": (recipe.get("benchmark") or {}).get("rj_pairs_file"),
         "models": {s.get("name"): _role_identities(recipe, s, JUDGE_SIDE) for s in recipe.get("systems") or []},
     }

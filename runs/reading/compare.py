@@ -1,7 +1,8 @@
 """`atelier compare RUN_DIR...`: runs side by side. One row per (run, system), one column per judge
 (mean, 95% CI, n, from each run's summary.json); every entry paired with the baseline entry on the
-cases both were scored on (same benchmark and case id), permutation p-values adjusted together
-(`runs.comparisons`). `--html` writes the same as a page, with what the tables leave out: the runs'
+cases both were scored on (same benchmark and case id), the test's p-values adjusted together
+(`runs.comparisons`); each interval inverts its test, so it excludes 0 exactly when the unadjusted p
+is below 0.05 (said under the table). `--html` writes the same as a page, with what the tables leave out: the runs'
 configs side by side with their differences marked, every case's responses and scores side by
 side, and the plots (each entry's mean with its CI, each paired difference with its CI).
 """
@@ -22,7 +23,7 @@ from atelier.runs.reading.comparisons import CORRECTION, adjust, paired_row
 from atelier.runs.reading.pages import environment
 from atelier.runs.reading.personalization import across_runs
 from atelier.runs.reading.plots import Point, dot_plot
-from atelier.runs.reading.report import ci_text, response_parts
+from atelier.runs.reading.report import CI_AGREES, ci_text, difference_ci_text, response_parts, untestable_notes
 from atelier.runs.reading.usage import format_cost
 
 
@@ -381,12 +382,14 @@ def print_comparison(comparison: dict[str, Any], console) -> None:
                 c["entry"],
                 str(c["n"]),
                 f"{c['mean_difference']:+.3f}",
-                f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}]",
+                difference_ci_text(c),
                 f"{c['permutation_p']:.3g}" if c["permutation_p"] is not None else "–",
                 (f"{c['p_adjusted']:.3g}" + (" *" if c["significant"] else "")) if c["p_adjusted"] is not None else "–",
             )
         )
     console.print(paired)
+    for line in [CI_AGREES, *(f"untestable: {u}" for u in untestable_notes(comparison["comparisons"], "entry"))]:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _effect_table(title: str, rows: list[dict[str, Any]], effect: str):
@@ -399,7 +402,7 @@ def _effect_table(title: str, rows: list[dict[str, Any]], effect: str):
     for column in ("entry", "judge", "control", "pairs", effect, "95% CI", "adjusted p"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        low, high, p = row["ci_low"], row["ci_high"], row.get("p_adjusted")
+        p = row.get("p_adjusted")
         table.add_row(
             *cells(
                 row["entry"],
@@ -407,7 +410,7 @@ def _effect_table(title: str, rows: list[dict[str, Any]], effect: str):
                 row["control"],
                 str(row["n"]),
                 "–" if row["mean_difference"] is None else f"{row['mean_difference']:+.3f}",
-                "–" if low is None or high is None else f"[{low:.3f}, {high:.3f}]",
+                difference_ci_text(row),
                 "–" if p is None else f"{p:.3g}" + (" *" if row.get("significant") else ""),
             )
         )
@@ -434,6 +437,9 @@ def write_comparison_html(comparison: dict[str, Any], path: str | Path) -> None:
     env.filters["mean_ci"] = _mean_ci
     env.filters["degraded"] = degraded_text
     kinds = sorted({k for case in comparison["cases"] for k in case["kinds"]})
+    env.filters["difference_ci"] = difference_ci_text
+    env.globals["ci_agrees"] = CI_AGREES
+    env.globals["untestable"] = untestable_notes
     html = env.get_template("compare.html.j2").render(
         c=comparison,
         charts=comparison_charts(comparison),

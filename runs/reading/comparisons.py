@@ -1,8 +1,8 @@
 """Paired comparisons against a baseline, with a correction for multiple comparisons.
 
 Each comparison pairs the two sides' scores on the cases both were scored on (`paired_test`: mean
-difference with a bootstrap CI, permutation and Wilcoxon p-values), resampling the cases' clusters
-when they have them (`cluster_labels`). A table of comparisons tests
+difference, the sign-flip test over cases or clusters and the interval that inverts it, a Wilcoxon
+p-value), taking the cases' clusters as the unit when they have them (`cluster_labels`). A table of comparisons tests
 many hypotheses at once, so its permutation p-values are adjusted together with
 Benjamini-Hochberg (`scipy.stats.false_discovery_control`, which controls the false discovery
 rate); `significant` reads the adjusted value at ALPHA.
@@ -214,8 +214,8 @@ def versus_paper(
     paper's row: the mean over our scored cases of the judge's metric (`score`, a criterion, a details
     path); `history.ndcg@K` / `history.recall@K` / `history.precision@K`, the memory's ranking of the
     user's history against the gold relevant events; or `kendall_tau(a,b)` / `n_both_positive(a,b)`
-    between two criteria over the cases where both are positive. `ci95`: the percentile bootstrap
-    95% CI of a mean over two or more cases (resampling the cases' `clusters` when given), else
+    between two criteria over the cases where both are positive. `ci95`: the 95% CI of a mean over
+    two or more cases (`statistics.mean_interval`: cluster-robust when the cases have `clusters`), else
     [None, None] (one case; a rank correlation)."""
     out = []
     for row in paper_rows:
@@ -239,7 +239,7 @@ def versus_paper(
                 ids = sorted(by_case)
                 values = [math.fsum(by_case[c]) / len(by_case[c]) for c in ids]
                 ours, n = (sum(values) / len(values) if values else None), len(values)
-            # a bootstrap CI for a mean over cases; a rank correlation or a count has none
+            # a CI for a mean over cases; a rank correlation or a count has none
             ci = (
                 list(bootstrap_ci(values, seed=seed, clusters=cluster_labels(ids, clusters)))
                 if not trade_off and n >= 2

@@ -166,6 +166,7 @@ def finish_run(
         aggregates={j.key: j.aggregate for j in judge_objects},
         epochs=epochs,
         clusters=clusters,
+        reuse_judgments=bool((recipe.get("run") or {}).get("reuse_judgments", False)),
     )
     for name, usage in system_usage(records, ledger, systems, config["cases"], recipe.get("models")).items():
         summary["systems"][name]["usage"] = usage

@@ -74,6 +74,69 @@ def ci_text(ci95: Any, n: int | None) -> str:
     return f"[{number(low)}, {number(high)}]"
 
 
+def difference_ci_text(row: Any) -> str:
+    """A paired difference's 95% CI (the interval that inverts its test): `[-0.550, -0.092]`, or
+    `unbounded` when the design's test cannot reject at 5% (its smallest p is not below it)."""
+    if not row.get("n") or row.get("mean_difference") is None:
+        return "–"
+    low, high = row.get("ci_low"), row.get("ci_high")
+    if low is None or high is None:
+        return "unbounded"
+    return f"[{number(low)}, {number(high)}]"
+
+
+# said under every table of paired differences: what the interval and the two p-values are
+CI_AGREES = (
+    "The 95% CI inverts the test: it excludes 0 exactly when the unadjusted p is below 0.05; "
+    "'significant' reads the adjusted p (Benjamini-Hochberg over the table's comparisons)."
+)
+
+
+def untestable_notes(rows: list[dict[str, Any]], label: str) -> list[str]:
+    """One line per comparison whose test cannot reject at 5% with its design (no interval, no MDE)."""
+    out = []
+    for row in rows:
+        if row.get("n") and row.get("testable") is False:
+            why = next((note for note in row.get("cluster_notes") or [] if "smallest p" in note), "untestable")
+            out.append(f"{row.get('judge')} / {row.get(label)}: {why}")
+    return out
+
+
+def unequal_n_note(summary: dict[str, Any]) -> str | None:
+    """A note when a judge scored the systems on different numbers of cases (a run its budget
+    stopped, failures): their means then rest on different cases, side by side in one table."""
+    uneven = []
+    for judge in summary.get("judges") or []:
+        counts = {
+            name: (entry.get("judges", {}).get(judge) or {}).get("n", 0) for name, entry in summary["systems"].items()
+        }
+        if len(set(counts.values())) > 1:
+            uneven.append(f"{judge}: " + ", ".join(f"{name} {n}" for name, n in counts.items()))
+    if not uneven:
+        return None
+    why = " (the budget stopped the run)" if (summary.get("budget") or {}).get("reached") else ""
+    return (
+        f"the systems' means rest on different numbers of cases{why} — {'; '.join(uneven)}: they are not "
+        "compared on the same cases; the paired comparisons are (on the cases both were scored on)"
+    )
+
+
+def interval_warnings(summary: dict[str, Any]) -> list[str]:
+    """What the terminal says under a run's table about its intervals: too few clusters for them to
+    keep their coverage, and comparisons whose test cannot reject at 5%."""
+    design = summary.get("clusters") or {}
+    lines = []
+    if design.get("warning"):
+        lines.append(
+            f"warning: {design['warning']}: with so few clusters, 95% intervals were measured to cover less "
+            "than 93% of the time for some scores (docs/statistics.md)"
+        )
+    rows = [{**row, "pair": f"{row.get('a')} - {row.get('b')}"} for row in summary.get("comparisons") or []]
+    lines += [f"untestable: {line}" for line in untestable_notes(rows, "pair")]
+    uneven = unequal_n_note(summary)
+    return lines + ([f"note: {uneven}"] if uneven else [])
+
+
 def paper_tables(paper: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """summary.json's paper rows pivoted: one table per (our system, judge), one row per metric, a
     column per paper row that system stands for, then ours with its 95% CI and n. Ours is the same
@@ -537,6 +600,10 @@ def write_report(
     cases_view = _cases_view(records, cases or {}, systems, judges, baseline, sources)
     env = environment()
     env.filters["ci"] = ci_text
+    env.filters["difference_ci"] = difference_ci_text
+    env.globals["ci_agrees"] = CI_AGREES
+    env.globals["untestable"] = untestable_notes
+    env.globals["unequal_n"] = unequal_n_note(summary)
     env.globals["format_cost"] = format_cost
     env.globals["counts_by_kind"] = counts_by_kind
     html = env.get_template("report.html.j2").render(

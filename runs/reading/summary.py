@@ -1,20 +1,22 @@
-"""summary.json: per system and judge, n / mean / 95% bootstrap CI; paired tests between systems.
+"""summary.json: per system and judge, n / mean / 95% CI; paired tests between systems.
 
 With epochs (`[run] epochs = k`: each (case, system) run k times) every figure rests on each case's
-mean over its scored epochs: the mean is the mean of the per-case means, the CI a bootstrap that
-resamples cases with all their epochs (each case weighing the same), and the paired tests pair
+mean over its scored epochs: the mean is the mean of the per-case means, the CI over cases with all
+their epochs (each case weighing the same), and the paired tests pair
 per-case means. Each judge's entry then also gives the case means (`case_means`) and the spread
 between epochs (`epoch_spread`: `benchmarks.metrics.statistics.epoch_spread`).
 
 Cases that share a cluster (a persona, a task, a conversation: `Case.clusters`, given as `clusters`,
-case id -> dimension -> label) are not independent: every CI and paired test then resamples
-clusters (`benchmarks.metrics.statistics`), and each says how (`ci_method`, `n_clusters`,
+case id -> dimension -> label) are not independent: every CI and paired test then takes clusters as
+the unit (`benchmarks.metrics.statistics`), and each says how (`ci_method`, `n_clusters`,
 `design_effect`, `mde`, `cluster_notes`); the summary's `clusters` names the design.
 
 Each cell (system x judge) also splits its score variance into between-case, between-epoch and
 between-judge-repeat parts (`variance`: `benchmarks.metrics.variance.variance_components`): the
 epoch part needs `[run] epochs` > 1, the repeat part `[[judges]] repeats` > 1; a part not measured
-is null.
+is null. Each epoch's judgment is an independent sample (`runs.folder.epochs.judge_context`);
+with `[run] reuse_judgments` a response repeated in a later epoch got the earlier judgment back,
+and is counted once.
 
 Scores are put in case-id order before anything is computed from them, so the same results give
 the same summary byte for byte, whatever the order of the lines in results.jsonl (a resumed run
@@ -47,12 +49,21 @@ def _epoch_scores(records: Iterable[ResultRecord], system: str, judge: str) -> d
     return {case: dict(sorted(by_epoch.items())) for case, by_epoch in sorted(scores.items())}
 
 
-def repeat_scores(records: Iterable[ResultRecord], system: str, judge: str) -> dict[str, dict[int, list[float]]]:
-    """Case id -> epoch -> the judge's score in each of its repeats (one score when it judged once)."""
+def repeat_scores(
+    records: Iterable[ResultRecord], system: str, judge: str, *, reused: bool = False
+) -> dict[str, dict[int, list[float]]]:
+    """Case id -> epoch -> the judge's score in each of its repeats (one score when it judged once).
+    `reused` (`[run] reuse_judgments`): an epoch whose response is the same as an earlier epoch's of
+    the case got that epoch's judgment back, not a new sample of it, so it is left out (counted once)."""
     scores: dict[str, dict[int, list[float]]] = {}
-    for r in records:
+    seen: set[tuple[str, str]] = set()
+    for r in sorted(records, key=lambda r: (r.case_id, r.epoch)):
         if r.system != system or not r.ok:
             continue
+        if reused and r.response is not None:
+            if (r.case_id, r.response.text) in seen:
+                continue
+            seen.add((r.case_id, r.response.text))
         for j in r.judgments:
             if j.judge != judge or j.failed:
                 continue
@@ -95,10 +106,12 @@ def summarize(
     aggregates: dict[str, Callable[[list[JudgeResult]], dict[str, Any]]] | None = None,
     epochs: int = 1,
     clusters: CaseClusters | None = None,
+    reuse_judgments: bool = False,
 ) -> dict[str, Any]:
     """`aggregates`: per judge key, the judge's own system-level figures (criterion means, PQR's pooled
     FA and CC, ...) from its judgments. `epochs`: the runs of each (case, system) the recipe asked for.
-    `clusters`: case id -> dimension -> cluster label (None or empty: independent cases)."""
+    `clusters`: case id -> dimension -> cluster label (None or empty: independent cases).
+    `reuse_judgments`: the recipe's `[run] reuse_judgments` (see `repeat_scores`)."""
     per_system: dict[str, Any] = {}
     for system in systems:
         # in one fixed order, so every figure (a judge's own aggregates too) is the same whatever the
@@ -147,7 +160,9 @@ def summarize(
                 # conditions judges report (no_cited_claims, order_flip, empty_gold, ...): how many responses
                 "flags": dict(sorted(Counter(flag for j in judged for flag in j.flags).items())),
                 "mean_repeat_std": math.fsum(spreads) / len(spreads) if spreads else None,
-                "variance": variance_components(repeat_scores(mine, system, judge)).model_dump(),
+                "variance": variance_components(
+                    repeat_scores(mine, system, judge, reused=reuse_judgments)
+                ).model_dump(),
             }
             if epochs > 1:  # n, mean and CI above are over cases, each case's score its mean over epochs
                 by_epoch = _epoch_scores(mine, system, judge)

@@ -830,14 +830,18 @@ def sheet_items(run_dir: Path, judge: str | None = None, criteria: list[str] | N
 
 
 def _aspect_guide(details: dict[str, Any], key: str) -> tuple[str, str]:
-    """A LaMP-QA rubric aspect: its 0-1 scale (the judge's 0-2 match score halved) and what it asks."""
+    """A LaMP-QA rubric aspect: its 0-1 scale (the judge's 0-2 match score halved) and what it asks.
+    A judgment repeated (`repeats` > 1) keeps each repeat's details under `repeats`: the aspects are
+    the case's rubric, the same in every repeat."""
     index = int(key.rsplit("_", 1)[-1]) - 1 if key.rsplit("_", 1)[-1].isdigit() else -1
-    aspects = details.get("aspects") or []
+    aspects: list[dict[str, Any]] = details.get("aspects") or next(
+        (d["aspects"] for d in details.get("repeats") or [] if isinstance(d, dict) and d.get("aspects")), []
+    )
     aspect = aspects[index].get("aspect", "") if 0 <= index < len(aspects) else ""
     return (
         "0-1",
-        f"Aspect: {aspect}\nDoes the response address it? 0 not at all, 0.5 partly, 1 fully "
-        "(LaMP-QA's 0-2 match score, halved as the judge reports it).",
+        f"Aspect: {aspect}\nDoes the response address it? Not at all, partly or fully: LaMP-QA's match score "
+        "0, 1 or 2 (the labelling page's scale), which the judge and this sheet report halved: 0, 0.5 or 1.",
     )
 
 

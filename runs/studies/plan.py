@@ -1,6 +1,6 @@
 """`atelier plan RUN_DIR --detect D`: from a pilot run, the cases x epochs x judge repeats each
-comparison needs to detect a difference of D (in the judge's own scale) at 80% power, 5% two-sided,
-and what that costs.
+comparison needs so that the test the run applies declares a true difference of D (in the judge's
+own scale) with 80% power at 5% two-sided, and what that costs.
 
 Per judge and pair of systems (a - b, as summary.json's comparisons), the pilot gives the variance
 of the paired difference by source (`benchmarks.metrics.variance`):
@@ -10,12 +10,18 @@ of the paired difference by source (`benchmarks.metrics.variance`):
 - between epochs of one case and between judge repeats of one response, each the sum of the two
   systems' (`variance_components`): measured only when the pilot ran epochs > 1 / repeats > 1;
   otherwise taken as 0 and said in the plan's notes (more epochs or repeats then buy nothing).
-A plan of n cases, e epochs and r repeats has Var = sum_k s_k^2/G_k(n) + s_case^2/n + s_epoch^2/(n e)
-+ s_repeat^2/(n e r), where G_k(n) keeps the pilot's cases per cluster and is capped at the clusters
-the benchmark has; its minimum detectable difference is (z_{1-alpha/2} + z_power) x sqrt(Var)
-(`required_cases` finds the fewest cases per (e, r)). Cluster variance is not averaged away by
-epochs or repeats, only by more clusters: a difference smaller than the whole benchmark can detect
-is said, with the benchmark's own MDE.
+
+A plan of n cases, e epochs and r repeats is the design the run would have: the cases `--limit n`
+draws (the same loader, seed and cluster labels), each case's difference a normal random-effects
+draw with those components (its residual case + epoch / e + repeat / (e r); with judgments reused
+across epochs, `[run] reuse_judgments`, repeat / r: the same judgment does not average). Its power
+is simulated (`benchmarks.metrics.power`): `PLAN_DATASETS` datasets of that design, each analysed
+with the exact test the run applies (the sign-flip test over its clusters or cases with the run's
+seed and resamples, the multiway t on a crossed design), the share that declares D, with its
+Monte Carlo error. For each (e, r) the fewest cases reaching the power are found by a search that
+starts where the normal-theory formula puts them (`variance.required_cases`). A design whose test
+cannot reach the level at all (a sign-flip test over 5 clusters: its smallest p is 0.0625) is
+never proposed; the plan says why.
 
 Cost: the recipe's cost forecast (`runs.execution.cost.forecast`, a scripted dry run, no provider
 call) of the pilot's cases with one and with two judge repeats gives each system's calls and dollars
@@ -38,13 +44,10 @@ from pydantic import BaseModel, Field
 
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.metrics.clusters import ClusterDesign
-from atelier.benchmarks.metrics.variance import (
-    PlanVariance,
-    cluster_components,
-    detectable,
-    required_cases,
-    variance_components,
-)
+from atelier.benchmarks.metrics.power import Components, DesignPower, design_power, smallest_design
+from atelier.benchmarks.metrics.procedures import DifferenceProcedure
+from atelier.benchmarks.metrics.statistics import DEFAULT_RESAMPLES
+from atelier.benchmarks.metrics.variance import PlanVariance, cluster_components, required_cases, variance_components
 from atelier.runs.folder.epochs import run_epochs
 from atelier.runs.folder.layout import RunFolder, expected_keys, load_run_config
 from atelier.runs.folder.recipe import Recipe
@@ -55,6 +58,7 @@ from atelier.runs.studies.plan_controls import control_cost_notes, control_pairs
 
 EPOCH_OPTIONS = (1, 2, 3, 5)
 REPEAT_OPTIONS = (1, 2, 3, 5)
+PLAN_DATASETS = 1_000  # simulated datasets per design probed (Monte Carlo error about 1.3 points at 80%)
 
 
 class CostRange(BaseModel):
@@ -66,7 +70,16 @@ class PlanOption(BaseModel):
     epochs: int
     repeats: int
     cases: int | None = Field(description="Fewest cases that detect the difference; null: not even every case does.")
-    mde: float = Field(description="The minimum detectable difference of this plan (at `cases`, else every case).")
+    clusters: dict[str, int] = Field(
+        default_factory=dict, description="Clusters per dimension of those cases (else of every case)."
+    )
+    power: float = Field(description="The power the run's test has at `cases` (else at every case) to declare it.")
+    power_error: float = Field(description="Its Monte Carlo standard error (0: computed, not simulated).")
+    power_method: str = Field(description="How the power was found (a simulation of the run's test, or why none).")
+    smallest_p: float = Field(description="The smallest p the run's test can give with that design (0: a t test).")
+    mde: float | None = Field(
+        description="The smallest difference that design declares with the asked power (null: none: untestable)."
+    )
     episodes: int | None = Field(default=None, description="cases x epochs x 2 systems.")
     judgments: int | None = Field(default=None, description="episodes x repeats.")
     cost: CostRange | None = None
@@ -104,9 +117,15 @@ def _pilot_records(run_dir: Path, config: dict[str, Any]) -> list[ResultRecord]:
 
 
 def _components(
-    records: list[ResultRecord], a: str, b: str, judge: str, clusters: dict[str, dict[str, str]] | None
-) -> tuple[PlanVariance, dict[str, Any], list[str]]:
-    """The pilot's variance of the paired difference a - b by source, what it rests on, and notes."""
+    records: list[ResultRecord],
+    a: str,
+    b: str,
+    judge: str,
+    clusters: dict[str, dict[str, str]] | None,
+    reused: bool,
+) -> tuple[PlanVariance, dict[str, Any], list[str], ClusterDesign]:
+    """The pilot's variance of the paired difference a - b by source, what it rests on, notes, and
+    the pilot's own design."""
     notes: list[str] = []
     scores_a, scores_b = scores_by_case(records, a, judge), scores_by_case(records, b, judge)
     shared = sorted(scores_a.keys() & scores_b.keys())
@@ -116,7 +135,7 @@ def _components(
     labels = cluster_labels(shared, clusters)
     design = ClusterDesign.of(labels, len(shared))
     notes += list(design.notes) + design.warnings()
-    per_system = [variance_components(repeat_scores(records, s, judge)) for s in (a, b)]
+    per_system = [variance_components(repeat_scores(records, s, judge, reused=reused)) for s in (a, b)]
     epoch = [v.between_epoch for v in per_system]
     repeat = [v.between_repeat for v in per_system]
     epochs = max(1.0, min(v.epochs for v in per_system))
@@ -125,12 +144,17 @@ def _components(
         notes.append("between-epoch variance not measured (the pilot ran one epoch): taken as 0, so epochs buy nothing")
     if any(r is None for r in repeat):
         notes.append("between-repeat variance not measured (the pilot judged once): taken as 0, so repeats buy nothing")
+    if reused:
+        notes.append(
+            "judgments are reused across epochs ([run] reuse_judgments): more epochs do not average the judge's "
+            "noise, only more judge repeats do"
+        )
     epoch_var = math.fsum(e or 0.0 for e in epoch)
     repeat_var = math.fsum(r or 0.0 for r in repeat)
     between = cluster_components(differences, design)
     n = len(shared)
     spread = sum((d - sum(differences) / n) ** 2 for d in differences) / (n - 1)
-    within = epoch_var / epochs + repeat_var / (epochs * repeats)
+    within = epoch_var / epochs + repeat_var / (repeats if reused else epochs * repeats)
     case_var = max(0.0, spread - math.fsum(between.values()) - within)
     levels = design.levels
     variance = PlanVariance(
@@ -147,7 +171,44 @@ def _components(
         "clusters": levels,
         "mean_difference": math.fsum(differences) / n,
     }
-    return variance, pilot, notes
+    return variance, pilot, notes, design
+
+
+def option_components(variance: PlanVariance, epochs: float, repeats: float, reused: bool) -> Components:
+    """The variance of one case's difference in a plan of `epochs` x `repeats` (module docstring)."""
+    judge = variance.repeat / (repeats if reused else epochs * repeats)
+    return Components(clusters=dict(variance.clusters), residual=variance.case + variance.epoch / epochs + judge)
+
+
+class Designs:
+    """The design of the cases `--limit n` would run (the recipe's loader, seed and cluster labels),
+    for each n asked, loaded once."""
+
+    def __init__(self, recipe: Recipe) -> None:
+        self.recipe = recipe
+        self._made: dict[int, ClusterDesign] = {}
+
+    def __call__(self, n: int) -> ClusterDesign:
+        if n not in self._made:
+            cases = self.recipe.with_overrides(limit=n).cases()
+            labels = cluster_labels([c.id for c in cases], {c.id: c.clusters for c in cases})
+            self._made[n] = ClusterDesign.of(labels, len(cases))
+        return self._made[n]
+
+
+def _option(epochs: int, repeats: int, found: DesignPower | None, best: DesignPower) -> PlanOption:
+    chosen = found or best
+    return PlanOption(
+        epochs=epochs,
+        repeats=repeats,
+        cases=found.cases if found is not None else None,
+        clusters=chosen.clusters,
+        power=round(chosen.power, 4),
+        power_error=round(chosen.error, 4),
+        power_method=chosen.method,
+        smallest_p=chosen.smallest_p,
+        mde=chosen.detectable,
+    )
 
 
 def _unit_costs(recipe: Recipe, model: str | None) -> tuple[dict[str, tuple[CostRange, CostRange]], list[str]]:
@@ -206,6 +267,7 @@ def plan_run(
     alpha: float = 0.05,
     model: str | None = None,
     with_cost: bool = True,
+    datasets: int = PLAN_DATASETS,
 ) -> Plan:
     """The plan for every comparison of the pilot run in `run_dir` (see module docstring)."""
     if not detect > 0:
@@ -229,50 +291,79 @@ def plan_run(
         notes.append("the cases carry no cluster keys: cases taken as independent")
     systems = [s.name for s in recipe.systems]
     judges = [str(j.get("label") or j.get("name")) for j in recipe.judges]
+    reused = recipe.run.reuse_judgments
+    confidence = 1 - alpha
+    designs = Designs(recipe)
+    sizes = list(range(2, len(everything) + 1))
     units: dict[str, tuple[CostRange, CostRange]] = {}
     if with_cost:
         units, cost_notes = _unit_costs(recipe, model)
         notes += cost_notes + control_cost_notes(units)
+    if alpha != 0.05:
+        notes.append(f"planned for a test at {alpha:g}; a run's own tables test at 0.05")
     plans: list[ComparisonPlan] = []
     for judge in judges:
         for a, b in [*combinations(systems, 2), *control_pairs(config)]:  # own - control: a personalization effect
             try:
-                variance, pilot, comparison_notes = _components(records, a, b, judge, clusters)
+                variance, pilot, comparison_notes, pilot_design = _components(records, a, b, judge, clusters, reused)
             except ValueError as exc:
                 notes.append(str(exc))
                 continue
             variance = variance.model_copy(
                 update={"max_clusters": {k: v for k, v in max_clusters.items() if k in variance.clusters}}
             )
-            pilot["mde"] = detectable(
-                variance, pilot["cases"], round(pilot["epochs"]), round(pilot["repeats"]), alpha, power
+            here = design_power(
+                DifferenceProcedure(pilot_design, confidence, DEFAULT_RESAMPLES, recipe.seed),
+                option_components(variance, pilot["epochs"], pilot["repeats"], reused),
+                detect,
+                datasets,
+                recipe.seed,
+                target=power,
             )
+            pilot.update(power=round(here.power, 4), mde=here.detectable)
             options = []
             for epochs in EPOCH_OPTIONS if variance.epoch > 0 else (1,):
                 for repeats in REPEAT_OPTIONS if variance.repeat > 0 else (1,):
-                    n = required_cases(variance, detect, epochs, repeats, len(everything), alpha, power)
-                    option = PlanOption(
-                        epochs=epochs,
-                        repeats=repeats,
-                        cases=n,
-                        mde=detectable(variance, n or len(everything), epochs, repeats, alpha, power),
+                    components = option_components(variance, epochs, repeats, reused)
+                    guess = required_cases(variance, detect, epochs, repeats, len(everything), alpha, power)
+                    found, best = smallest_design(
+                        sizes,
+                        designs,
+                        components,
+                        detect,
+                        power=power,
+                        confidence=confidence,
+                        n_resamples=DEFAULT_RESAMPLES,
+                        seed=recipe.seed,
+                        datasets=datasets,
+                        guess=guess,
                     )
-                    if n is not None:
-                        option.episodes = n * epochs * 2
+                    option = _option(epochs, repeats, found, best)
+                    if found is not None:
+                        option.episodes = found.cases * epochs * 2
                         option.judgments = option.episodes * repeats
                         if units:
-                            option.cost = _plan_cost([units[a], units[b]], n, epochs, repeats)
+                            option.cost = _plan_cost([units[a], units[b]], found.cases, epochs, repeats)
                     options.append(option)
             feasible = [o for o in options if o.cases is not None]
             feasible.sort(key=_price)
             recommended = feasible[0] if feasible else None
             if recommended is None:
-                best = min(options, key=lambda o: o.mde)
-                comparison_notes.append(
-                    f"not detectable on this benchmark: all {len(everything)} cases with {best.epochs} epoch(s) and "
-                    f"{best.repeats} repeat(s) detect {best.mde:.3g} at best (epochs and repeats shrink only their "
-                    "own parts of the variance; the cases' and clusters' need more cases than the benchmark has)"
-                )
+                best_option = max(options, key=lambda o: o.power)
+                if best_option.smallest_p >= alpha:
+                    comparison_notes.append(
+                        f"not detectable on this benchmark: all {len(everything)} cases fall in "
+                        f"{_clusters_text(best_option.clusters)}, and {best_option.power_method}"
+                    )
+                else:
+                    comparison_notes.append(
+                        f"not detectable on this benchmark: all {len(everything)} cases with {best_option.epochs} "
+                        f"epoch(s) and {best_option.repeats} repeat(s) declare {detect:g} with "
+                        f"{best_option.power:.0%} power at best"
+                        + (f" (they detect {best_option.mde:.3g})" if best_option.mde is not None else "")
+                        + " (epochs and repeats shrink only their own parts of the variance; the cases' and "
+                        "clusters' need more cases than the benchmark has)"
+                    )
             plans.append(
                 ComparisonPlan(
                     judge=judge,
@@ -295,6 +386,10 @@ def plan_run(
         comparisons=plans,
         notes=list(dict.fromkeys(notes)),
     )
+
+
+def _clusters_text(clusters: dict[str, int]) -> str:
+    return " x ".join(f"{g} {name} clusters" for name, g in clusters.items()) or "independent cases"
 
 
 def _price(option: PlanOption) -> tuple[float, float, int]:

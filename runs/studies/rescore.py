@@ -31,6 +31,7 @@ from atelier.graphs.resources import release
 from atelier.graphs.sources import SOURCES_DIR
 from atelier.runs.execution.judging import judge_again, judge_comparisons
 from atelier.runs.execution.runner import EpisodeProgress, Runner
+from atelier.runs.folder.epochs import judge_context
 from atelier.runs.folder.layout import RunFolder
 from atelier.runs.folder.lock import RunFolderLock
 from atelier.runs.folder.recipe import Recipe, parse_recipe
@@ -155,6 +156,12 @@ class Rescore:
         contexts = {
             s.name: runner.context_for(s.model_copy(update={"memory": {"backend": "none"}})) for s in recipe.systems
         }
+        # each epoch's responses judged with that epoch's judge seeds, as the run judged them
+        judged = {
+            (r.system, r.epoch): judge_context(contexts[r.system], r.epoch, recipe.run.reuse_judgments)
+            for r in stored
+            if r.system in contexts
+        }
         config = runner._config([cases[i] for i in sorted(cases)])
         if "controls" in self.original_config:  # its control episodes are rescored too: who answered for whom
             config["controls"] = self.original_config["controls"]
@@ -182,7 +189,7 @@ class Rescore:
                     ),
                     capture_calls() as calls,
                 ):
-                    judgments = await judge_again(cases[record.case_id], record, contexts[record.system])
+                    judgments = await judge_again(cases[record.case_id], record, judged[(record.system, record.epoch)])
             # a dry run when its response was, or its judges' answers are, the scripted model's
             fresh = record.model_copy(
                 update={
@@ -199,9 +206,9 @@ class Rescore:
         with EpisodeProgress(self.runner.progress, total=len(stored), done=len(stored) - len(todo)) as bar:
             for finished in asyncio.as_completed([asyncio.create_task(one(r)) for r in todo]):
                 bar.advance((await finished).ok)
-        for record in await judge_comparisons(results.load(), cases, contexts, recipe.run.concurrency):
+        for record in await judge_comparisons(results.load(), cases, judged, recipe.run.concurrency):
             results.append(record)
-        for context in contexts.values():
+        for context in [*contexts.values(), *judged.values()]:  # releasing one twice does nothing
             await release(context)
         runner.finish(config)
         return self.folder

@@ -36,6 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from atelier.agents.models.cache import ResponseCache
+from atelier.agents.models.embeddings import get_embedder
 from atelier.agents.models.gateway import Gateway, ModelCallError
 from atelier.agents.models.ledger import Ledger, call_tags
 from atelier.agents.models.settings import ModelSettings
@@ -64,6 +65,7 @@ from atelier.runs.folder.results import write_json_atomic
 from atelier.runs.reading.outcome import EXIT_FAILURES, EXIT_OK, most_common_lines, reason_of
 
 ROLES = ("history_writer", "history_checker")
+NEAR_DUPLICATE_EMBEDDER = "local"  # the MiniLM that finds an item said again in other words
 JOURNAL = "synthesis.jsonl"
 MANIFEST = "manifest.json"
 NOT_ATTEMPTED = "not attempted: the session's time limit came first"
@@ -172,6 +174,7 @@ async def record_figures(
         rules=history_rules(attributes, language),
         attribution=attribution,
         contradicted=contradicted,
+        embed=get_embedder(NEAR_DUPLICATE_EMBEDDER).embed,
     ).model_dump()
     return dict(sorted(figures.items(), key=lambda kv: kv[0] != "protocol"))
 
@@ -562,6 +565,20 @@ async def _synthesize_locked(
 # --------------------------------------------------------------------------- `simulate check`
 
 
+def written_with(path: Path) -> HistoryJob | None:
+    """The job of the `simulate history` that wrote the contexts file `path` (its folder's
+    manifest.json names it), or None: the file was written otherwise."""
+    manifest = path.parent / MANIFEST
+    if not manifest.is_file():
+        return None
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+        job = HistoryJob.model_validate(data["job"])
+    except (OSError, ValueError, KeyError, TypeError, ValidationError):
+        return None
+    return job if data.get("contexts_file") == path.name else None
+
+
 async def check_contexts(
     path: Path,
     language: str,
@@ -570,8 +587,8 @@ async def check_contexts(
     min_recovered: float = DEFAULT_MIN_RECOVERED,
     cache: bool = True,
 ) -> dict[str, Any]:
-    """Content checks and protocol figures (and, with a `checker` model, reversibility and its gate)
-    of an existing contexts file."""
+    """Content checks and protocol figures (and, with a `checker` model, the model's contradiction
+    check, reversibility and its gate) of an existing contexts file."""
     personas = pdr_personas(language)
     records = read_contexts(path)
     unknown = [u for u in records if u not in personas]
