@@ -378,7 +378,7 @@ def test_a_system_copying_the_persona_has_an_effect_above_zero_and_one_ignoring_
     for control in ("swapped", "no_context"):
         echo = rows[("echo", None, control)]
         assert echo["n"] == 21 and echo["mean_difference"] > 0.5 and echo["ci_low"] > 0
-        assert echo["ci_method"] == "percentile cluster bootstrap over user (6)"  # the run's clustered interval
+        assert echo["ci_method"] == "sign-flip test over clusters: user (6); interval by inverting it"  # the run's
         generic = rows[("generic", None, control)]
         assert generic["ci_low"] <= 0 <= generic["ci_high"]
         assert rows[("echo", "overlap", control)]["mean_difference"] == pytest.approx(1.0)
@@ -467,10 +467,12 @@ def test_the_forecast_and_the_plan_count_the_controls(tmp_path, cache_dir):
 def test_compare_sets_the_runs_effects_side_by_side_and_tests_one_against_another(tmp_path, cache_dir):
     from atelier.runs.reading.compare import compare_runs, write_comparison_html
 
-    echo = run_recipe(doubles_recipe(tmp_path, systems=("echo",), limit=6), progress=False)
-    generic = run_recipe(doubles_recipe(tmp_path, systems=("generic",), limit=6), progress=False)
+    # every case: the sample's 6 users, so that the user-clustered test can reject at 5% (6 cases hold
+    # at most 5 users: the smallest sign-flip p is then 2/32 = 0.0625, every interval unbounded)
+    echo = run_recipe(doubles_recipe(tmp_path, systems=("echo",)), progress=False)
+    generic = run_recipe(doubles_recipe(tmp_path, systems=("generic",)), progress=False)
     comparison = compare_runs([echo.path, generic.path])
-    assert all(e["n"] == 6 for e in comparison["entries"])  # controls are in no entry
+    assert all(e["n"] == 21 for e in comparison["entries"])  # controls are in no entry
     effects_ = {(row["entry"].split(":")[1], row["control"]) for row in comparison["personalization"]["effects"]}
     assert effects_ == {("echo", "swapped"), ("echo", "no_context"), ("generic", "swapped"), ("generic", "no_context")}
     versus = comparison["personalization"]["versus_baseline"]
