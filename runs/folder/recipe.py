@@ -40,12 +40,13 @@ from atelier.benchmarks.common.json_input import validate_strictly
 from atelier.benchmarks.common.named_registry import NamedRegistry, UnknownNameError
 from atelier.benchmarks.common.plugins import PluginError
 from atelier.benchmarks.common.redaction import learn_secrets
+from atelier.benchmarks.common.suggest import did_you_mean, fields_at, value_homes
 from atelier.benchmarks.registry import BENCHMARKS, get_benchmark, load_cases
 from atelier.benchmarks.rj_pairs import with_rj_pairs
 from atelier.graphs.context import SystemSpec
 from atelier.graphs.pipelines import PIPELINES
 from atelier.memory.registry import BACKENDS
-from atelier.runs.folder.shipped import recipe_file
+from atelier.runs.folder.shipped import find_recipe, is_shipped
 from atelier.tools.config import WebConfig
 
 KNOWN_ROLES = tuple(ROLES) + tuple(ROLE_FALLBACK)
@@ -256,7 +257,7 @@ class Recipe(_Strict):
             from atelier.benchmarks.data_fetch import where_to_get
 
             raise ConfigError(
-                f"{where}: {key}: {path} {what} (a relative path is read from the recipe's folder); "
+                f"{where}: {key}: {path} {what} ({_RELATIVE_TO[is_shipped(self.source or '')]}); "
                 f"{where_to_get(self.benchmark.name, str(loc[-1]) if loc[0] == 'options' else None)}"
             )
 
@@ -453,7 +454,7 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
         # its output is what `_CheckedRecipe` describes
         checked = cast(_CheckedRecipe, validate_strictly(_validator_model(), data))
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, source, text)) from None
+        raise ConfigError(_format_errors(exc, source, text, _validator_model())) from None
     except ConfigError as exc:  # raised as is by validators that know their own field ([web])
         raise ConfigError(f"invalid recipe: {source}: {exc}") from None
     names = [s.name for s in checked.systems]
@@ -627,6 +628,12 @@ def data_paths(benchmark: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
     return out
 
 
+_RELATIVE_TO = {
+    False: "a relative path is read from the recipe's folder",
+    True: "a shipped recipe reads a relative path from the current directory",
+}
+
+
 def resolve_data_paths(data: dict[str, Any], folder: Path) -> dict[str, Any]:
     """Recipe data with its data paths (`[benchmark]` path options, `rj_pairs_file`) made absolute:
     a relative one is read from `folder` (the recipe's), `~` is the user's home."""
@@ -656,9 +663,11 @@ def _source_text(source: str | None) -> str | None:
         return None
 
 
-def load_recipe(path: str | Path) -> Recipe:
-    """A recipe from a TOML file, or the shipped recipe of that name (`quickstart`)."""
-    path = recipe_file(path)
+def load_recipe(ref: str | Path) -> Recipe:
+    """A recipe from a TOML file, or the shipped recipe of that name (`quickstart`): `find_recipe`'s
+    rule. Relative data paths are read from the recipe file's folder, and a shipped recipe's from
+    the current directory (as a copy of it there would read them)."""
+    path, shipped = find_recipe(ref)
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -675,7 +684,8 @@ def load_recipe(path: str | Path) -> Recipe:
     except RecursionError:
         raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply to parse") from None
     data = cases_file_as_benchmark(data, str(path), text)
-    return parse_recipe(resolve_data_paths(data, path.resolve().parent), source=str(path), text=text)
+    folder = Path.cwd() if shipped else path.resolve().parent
+    return parse_recipe(resolve_data_paths(data, folder), source=str(path), text=text)
 
 
 # ----------------------------------------------------------------------------- error messages
@@ -736,10 +746,18 @@ def _line_of(text: str | None, loc: tuple[Any, ...], value: Any) -> int | None:
     return None
 
 
-def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
+def _instead(homes: list[str]) -> str:
+    """`did you mean retrieval with method = 'bm25'?`: where a value given as a name is an option."""
+    return f"did you mean {' or '.join(homes)}?" if homes else ""
+
+
+def _format_errors(exc: ValidationError, source: str, text: str | None, model: type[BaseModel] | None = None) -> str:
+    """One line per problem: the recipe file and line, the key path, what is wrong, and the closest
+    valid name or key (`did you mean 'concurrency'?`)."""
     lines = []
     for err in exc.errors():
         loc = list(err["loc"])
+        hint = ""
         message = err["msg"]
         value = err.get("input")
         ctx = err.get("ctx") or {}
@@ -747,9 +765,12 @@ def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
             key = ctx.get("discriminator", "").strip("'")
             loc.append(key)
             kind = "memory backend" if key == "backend" else "judge"
-            valid = ", ".join(sorted(t.strip("'") for t in str(ctx.get("expected_tags", "")).split(", ")))
-            message = f"unknown {kind} {ctx.get('tag')!r}; valid: {valid}"
+            tags = sorted(t.strip("'") for t in str(ctx.get("expected_tags", "")).split(", "))
+            message = f"unknown {kind} {ctx.get('tag')!r}; valid: {', '.join(tags)}"
             value = ctx.get("tag")
+            registry = BACKENDS if key == "backend" else JUDGES
+            configs = {name: registry.get(name).config_model for name in registry.known()}
+            hint = did_you_mean(str(value), tags) or _instead(value_homes(value, configs))
         elif err["type"] == "union_tag_not_found":
             key = ctx.get("discriminator", "").strip("'")
             loc.append(key)
@@ -766,14 +787,17 @@ def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
             if loc and loc[-1] == "[key]":
                 loc.pop()
                 message = "unknown role; " + message.replace("Input should be", "must be one of:")
+                hint = did_you_mean(str(value), re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
             elif err["type"] == "literal_error":
                 message = message.replace("Input should be", "must be one of:")
+                hint = did_you_mean(str(value), re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
             elif err["type"] == "extra_forbidden":
                 message = "unknown key (not allowed here)"
+                hint = did_you_mean(str(err["loc"][-1]), fields_at(model, err["loc"][:-1])) if model else ""
             elif err["type"] == "value_error":
                 message = message.removeprefix("Value error, ")
         line = _line_of(text, tuple(loc), value if isinstance(value, (str, int, float)) else None)
         where = f"{source}:{line}" if line else source
-        lines.append(f"{where}: {_key_path(tuple(loc))}: {message}")
+        lines.append(f"{where}: {_key_path(tuple(loc))}: {message}" + (f"; {hint}" if hint else ""))
     head = "invalid recipe" if len(lines) == 1 else f"invalid recipe ({len(lines)} problems)"
     return head + "\n  " + "\n  ".join(lines) if len(lines) > 1 else f"{head}: {lines[0]}"
