@@ -29,7 +29,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, Union, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
 
 from atelier.agents.judges.base import JUDGES, JudgeConfig
 from atelier.agents.models.settings import ROLE_FALLBACK, ROLES, ModelSettings
@@ -38,7 +47,7 @@ from atelier.benchmarks.common.degradation import check_kinds
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.json_input import validate_strictly
 from atelier.benchmarks.common.named_registry import NamedRegistry, UnknownNameError
-from atelier.benchmarks.common.plugins import PluginError
+from atelier.benchmarks.common.plugins import PluginError, reference_of
 from atelier.benchmarks.common.redaction import learn_secrets
 from atelier.benchmarks.common.suggest import did_you_mean, fields_at, value_homes
 from atelier.benchmarks.registry import BENCHMARKS, get_benchmark, load_cases
@@ -485,15 +494,53 @@ PLUGIN_PLACES: tuple[tuple[tuple[str, ...], NamedRegistry[Any]], ...] = (
 )
 
 
-def _named_at(data: Any, pattern: tuple[str, ...], loc: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], str]]:
-    """The string values at `pattern` in recipe data, with their key paths."""
+def _named_at(
+    data: Any, pattern: tuple[str, ...], loc: tuple[Any, ...] = (), strings_only: bool = True
+) -> list[tuple[tuple[Any, ...], Any]]:
+    """The string values (any values, unless `strings_only`) at `pattern` in recipe data, with their
+    key paths."""
     if not pattern:
-        return [(loc, data)] if isinstance(data, str) else []
+        return [(loc, data)] if isinstance(data, str) or not strings_only else []
     head, rest = pattern[0], pattern[1:]
     if head == "*":
         items = list(enumerate(data)) if isinstance(data, list) else []
-        return [found for i, item in items for found in _named_at(item, rest, loc + (i,))]
-    return _named_at(data[head], rest, loc + (head,)) if isinstance(data, dict) and head in data else []
+        return [found for i, item in items for found in _named_at(item, rest, loc + (i,), strings_only)]
+    if isinstance(data, dict) and head in data:
+        return _named_at(data[head], rest, loc + (head,), strings_only)
+    return []
+
+
+def named_plugin_objects(data: dict[str, Any], source: str = "<dict>") -> dict[str, Any]:
+    """Recipe data from Python with the objects it holds where a recipe names a plugin (a memory
+    backend or judge class, a pipeline's graph factory or compiled graph, a benchmark's loader or
+    BenchmarkSpec) replaced by their import paths (`module:attr`), as a TOML recipe names them and
+    config.json records them. An object with no import path is refused naming its key. The
+    caller's data is not changed."""
+
+    def copied(value: Any) -> Any:  # the tables and lists anew, the leaves as they are
+        if isinstance(value, dict):
+            return {key: copied(item) for key, item in value.items()}
+        return [copied(item) for item in value] if isinstance(value, list) else value
+
+    out = copied(data)
+    problems = []
+    for pattern, _ in PLUGIN_PLACES:
+        for loc, value in _named_at(out, pattern, strings_only=False):
+            if isinstance(value, str):
+                continue
+            try:
+                reference = reference_of(value)
+            except PluginError as exc:
+                problems.append(f"{source}: {_key_path(loc)}: {exc}")
+                continue
+            table = out
+            for part in loc[:-1]:
+                table = table[part]
+            table[loc[-1]] = reference
+    if problems:
+        head = "invalid recipe" if len(problems) == 1 else f"invalid recipe ({len(problems)} problems)"
+        raise ConfigError(f"{head}: {problems[0]}" if len(problems) == 1 else head + "\n  " + "\n  ".join(problems))
+    return out
 
 
 def load_plugins(data: dict[str, Any], source: str, text: str | None) -> None:
@@ -604,6 +651,17 @@ def _check_values(data: dict[str, Any], source: str) -> None:
                 f"invalid recipe: {source}: {_key_path(loc)}: a TOML date or time is not a valid value "
                 "here (quote it if it is meant as text)"
             )
+        elif not isinstance(value, (str, int, float, bool, Path, SecretStr)) and value is not None:
+            raise ConfigError(
+                f"invalid recipe: {source}: {_key_path(loc)}: {_described(value)} is not a recipe value (strings, "
+                "numbers, booleans, lists and tables); an object goes only where a recipe names a plugin "
+                "(pipeline, memory.backend, judges[].name, benchmark.name), and only in a dict given to atelier.run"
+            )
+
+
+def _described(value: Any) -> str:
+    kind = "class" if isinstance(value, type) else type(value).__name__
+    return f"a {kind} {getattr(value, '__qualname__', '')}".rstrip()
 
 
 def _path_options(benchmark: str) -> set[str]:
