@@ -194,6 +194,22 @@ def test_the_notebook_page_example_runs(tmp_path):
     assert "prompt tokens" in done.stdout and list((tmp_path / "runs" / "out").iterdir())
 
 
+def test_the_plugin_api_page_example_runs(tmp_path):
+    """docs/plugin-api.md's pipeline and judge, written in a script and passed to atelier.run as objects."""
+    (block,) = python_blocks(ROOT / "docs" / "plugin-api.md")
+    pythonpath = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), str(ROOT)) if p)
+    done = subprocess.run(
+        [sys.executable, "-c", block],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": pythonpath},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"Run\('runs/out/plugin-api-[^']+', 2 scored, 0 failed of 2 episodes\) \[", done.stdout)
+
+
 # ------------------------------------------------------------------ plugin objects in a dict recipe
 
 MYLAB = ROOT / "examples" / "mylab"
