@@ -177,36 +177,32 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", path.read_text(encoding="utf-8"), flags=re.S | re.M)
 
 
-def test_the_notebook_page_example_runs(tmp_path):
-    """docs/notebooks.md's Python, as a reader would run it (in a folder of their own)."""
-    (block,) = python_blocks(ROOT / "docs" / "notebooks.md")
+def run_page_example(page: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    """A docs page's one Python block, run as a reader would run it (a script, in a folder of their own)."""
+    (block,) = python_blocks(ROOT / "docs" / page)
     pythonpath = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), str(ROOT)) if p)
     done = subprocess.run(
         [sys.executable, "-c", block],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": pythonpath},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    assert re.search(r"Run\('runs/out/quickstart-[^']+', 4 scored, 0 failed of 4 episodes\)", done.stdout)
-    assert "prompt tokens" in done.stdout and list((tmp_path / "runs" / "out").iterdir())
-
-
-def test_the_plugin_api_page_example_runs(tmp_path):
-    """docs/plugin-api.md's pipeline and judge, written in a script and passed to atelier.run as objects."""
-    (block,) = python_blocks(ROOT / "docs" / "plugin-api.md")
-    pythonpath = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), str(ROOT)) if p)
-    done = subprocess.run(
-        [sys.executable, "-c", block],
-        cwd=tmp_path,
+        cwd=folder,
         env={**os.environ, "PYTHONPATH": pythonpath},
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_the_notebook_page_example_runs(tmp_path):
+    """docs/notebooks.md's Python, as a reader would run it (in a folder of their own)."""
+    done = run_page_example("notebooks.md", tmp_path)
+    assert re.search(r"Run\('runs/out/quickstart-[^']+', 4 scored, 0 failed of 4 episodes\)", done.stdout)
+    assert "prompt tokens" in done.stdout and list((tmp_path / "runs" / "out").iterdir())
+
+
+def test_the_plugin_api_page_example_runs(tmp_path):
+    """docs/plugin-api.md's pipeline and judge, written in a script and passed to atelier.run as objects."""
+    done = run_page_example("plugin-api.md", tmp_path)
     assert re.search(r"Run\('runs/out/plugin-api-[^']+', 2 scored, 0 failed of 2 episodes\) \[", done.stdout)
 
 
