@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+PENALTY_LAST_N = 64  # the tokens repeat_penalty looks back on (llama.cpp's default)
 # options OpenAI clients send that change nothing here (or are the defaults we follow anyway)
 _HARMLESS = {"user", "metadata", "store", "logprobs", "parallel_tool_calls", "service_tier", "stream_options"}
 
@@ -59,8 +60,13 @@ class ChatRequest(BaseModel):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    temperature: float = Field(default=0.8, ge=0.0, le=2.0)
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
+    # llama.cpp's own sampling defaults, as its server and llama-cpp-python's apply them: a small
+    # penalty on tokens repeated within the last 64, which keeps a 135M model from looping greedily
+    repeat_penalty: float = Field(default=1.1, ge=0.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     seed: int | None = None
     stop: str | list[str] | None = None
     n: Literal[1] = 1
@@ -79,7 +85,7 @@ class ChatRequest(BaseModel):
             return []
         return [self.stop] if isinstance(self.stop, str) else [s for s in self.stop if s]
 
-    def schema(self) -> dict[str, Any] | None:
+    def output_schema(self) -> dict[str, Any] | None:
         """The JSON schema the answer must follow (`{"type": "object"}` for a bare json_object),
         None for free text. Raises ValueError for a response_format it does not know."""
         form = self.response_format
@@ -201,6 +207,9 @@ class Engine:
     def _sampler(self, request: ChatRequest, schema: dict[str, Any] | None):
         cy = self._cy
         sampler = cy.LlamaSampler(cy.LlamaSamplerChainParams())
+        sampler.add_penalties(
+            PENALTY_LAST_N, request.repeat_penalty, request.frequency_penalty, request.presence_penalty
+        )
         if schema is not None:
             try:
                 grammar = cy.json_schema_to_grammar(json.dumps(schema))
@@ -249,7 +258,7 @@ class Engine:
         if unsupported := request.unsupported():
             raise RequestError(f"not supported by this server: {', '.join(unsupported)}")
         try:
-            schema = request.schema()
+            schema = request.output_schema()
         except ValueError as exc:
             raise RequestError(str(exc)) from None
         with self._lock:
@@ -362,9 +371,12 @@ def create_app(engine: Engine):
         loop = asyncio.get_running_loop()
         pieces: asyncio.Queue[str | Completion | BaseException] = asyncio.Queue()
 
+        def send(text: str) -> None:
+            loop.call_soon_threadsafe(pieces.put_nowait, text)
+
         def work() -> None:
             try:
-                done = engine.complete(request, lambda text: loop.call_soon_threadsafe(pieces.put_nowait, text))
+                done = engine.complete(request, send)
             except BaseException as exc:  # noqa: BLE001 - handed to the response, which reports it
                 loop.call_soon_threadsafe(pieces.put_nowait, exc)
             else:
@@ -391,7 +403,7 @@ def create_app(engine: Engine):
                 return [{"index": 0, "delta": content, "finish_reason": finish}]
 
             yield event(delta({"role": "assistant", "content": ""}))
-            item = first
+            item: str | Completion | BaseException = first
             while not isinstance(item, Completion):
                 if isinstance(item, BaseException):
                     raise item

@@ -42,11 +42,11 @@ class ClarifyReply(BaseModel):
     answers: list[QuestionAnswer]
 
 
-ANSWER_CHARS = 600  # "one or two sentences"
+ANSWER_CHARS = 300  # "one or two sentences"
 
 
 class BoundedAnswer(QuestionAnswer):
-    answer: Annotated[str, StringConstraints(max_length=ANSWER_CHARS)] = Field(  # type: ignore[assignment]
+    answer: Annotated[str, StringConstraints(max_length=ANSWER_CHARS)] = Field(
         description=f"Your answer, or '{DONT_KNOW}'."
     )
 
