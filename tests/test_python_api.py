@@ -157,7 +157,7 @@ async def test_cancelling_arun_cancels_the_run(tmp_path, monkeypatch):
     assert not [t for t in threading.enumerate() if t.name == "atelier-run"]  # the run's thread has ended
 
 
-def test_bad_input_is_refused_naming_what_is_valid(tmp_path):
+def test_bad_input_is_refused_naming_what_is_valid(tmp_path, monkeypatch):
     with pytest.raises(
         ConfigError,
         match=r"unknown override 'limt'; valid: model, .*limit, .*out, progress, preflight; did you mean 'limit'\?",
@@ -167,6 +167,9 @@ def test_bad_input_is_refused_naming_what_is_valid(tmp_path):
         atelier.run("quickstrat")
     with pytest.raises(DataError, match="no such run folder"):
         atelier.open_run(tmp_path / "nothing")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError, match=f"no such run folder \\(looked for {tmp_path}/runs/out/x\\)"):
+        atelier.open_run("runs/out/x")
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "config.json").write_text("{}")
     with pytest.raises(DataError, match="not a finished run folder: it has no summary.json"):
