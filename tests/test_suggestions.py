@@ -108,3 +108,15 @@ def test_a_data_file_not_found_offline_says_where_it_was_looked_for(tmp_path, mo
     said = str(info.value)
     assert f"the data directory {tmp_path}/data/locomo/locomo10.json" in said
     assert f"the cache {tmp_path}/cache/data/locomo/locomo10.json" in said and "download of https://" in said
+
+
+def test_simulate_recipe_roles_find_recipes_as_every_command_does_and_suggest(tmp_path):
+    from pathlib import Path
+
+    from atelier.runs.cli.simulate import recipe_roles
+
+    assert recipe_roles(Path("quickstart")) == {}  # a shipped recipe by name: no simulated-user roles
+    mistyped = tmp_path / "roles.toml"
+    mistyped.write_text('[models.user_sm]\nmodel = "scripted"\n')
+    with pytest.raises(ConfigError, match=r"models\.user_sm: not a role; .*; did you mean 'user_sim'\?"):
+        recipe_roles(mistyped)
