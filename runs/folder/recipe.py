@@ -377,7 +377,7 @@ class Recipe(_Strict):
         try:
             return Recipe.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(_format_errors(exc, "command line", None)) from None
+            raise ConfigError(_format_errors(exc, "command line", None, Recipe)) from None
 
 
 # ----------------------------------------------------------------------------- registry-typed parts
@@ -510,6 +510,13 @@ def _named_at(
     return []
 
 
+def _invalid(problems: list[str]) -> ConfigError:
+    """One error for a recipe's problems: on one line, or one line each under a count."""
+    if len(problems) == 1:
+        return ConfigError(f"invalid recipe: {problems[0]}")
+    return ConfigError(f"invalid recipe ({len(problems)} problems)\n  " + "\n  ".join(problems))
+
+
 def named_plugin_objects(data: dict[str, Any], source: str = "<dict>") -> dict[str, Any]:
     """Recipe data from Python with the objects it holds where a recipe names a plugin (a memory
     backend or judge class, a pipeline's graph factory or compiled graph, a benchmark's loader or
@@ -538,8 +545,7 @@ def named_plugin_objects(data: dict[str, Any], source: str = "<dict>") -> dict[s
                 table = table[part]
             table[loc[-1]] = reference
     if problems:
-        head = "invalid recipe" if len(problems) == 1 else f"invalid recipe ({len(problems)} problems)"
-        raise ConfigError(f"{head}: {problems[0]}" if len(problems) == 1 else head + "\n  " + "\n  ".join(problems))
+        raise _invalid(problems)
     return out
 
 
@@ -559,8 +565,7 @@ def load_plugins(data: dict[str, Any], source: str, text: str | None) -> None:
                 problems.append(f"{source}:{line}" if line else source)
                 problems[-1] += f": {_key_path(loc)}: {exc}"
     if problems:
-        head = "invalid recipe" if len(problems) == 1 else f"invalid recipe ({len(problems)} problems)"
-        raise ConfigError(f"{head}: {problems[0]}" if len(problems) == 1 else head + "\n  " + "\n  ".join(problems))
+        raise _invalid(problems)
 
 
 def plugins_used(recipe: Recipe) -> list[dict[str, Any]]:
