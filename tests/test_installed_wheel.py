@@ -9,6 +9,7 @@ checkout's editable `atelier`), so `atelier` is imported from the wheel."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -24,12 +25,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def installed(tmp_path_factory) -> Path:
     """The python of a venv with the wheel installed."""
     where = tmp_path_factory.mktemp("wheel")
+    scratch = ROOT / "build"  # setuptools' scratch folder in the checkout: removed again if it was not there
+    had_scratch = scratch.exists()
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(where), str(ROOT)],
         check=True,
         capture_output=True,
         timeout=300,
     )
+    if not had_scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
     [wheel] = where.glob("atelier-*.whl")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where / "venv")], check=True, timeout=120)
     python = where / "venv" / "bin" / "python"
