@@ -6,8 +6,9 @@
 
 `run` blocks until the run ends and is safe where an event loop is already running (Jupyter). In
 async code, `await atelier.arun(...)`: the run goes on in a thread with an event loop of its own —
-its imports, its set-up and its work — so the caller's loop (a notebook's widgets) never waits on
-it; cancelling the await cancels the run. Overrides are the command line's (`model`, `limit`,
+its imports, its set-up and its work — so the caller's loop (a notebook's widgets) runs none of it
+(it still shares the GIL: a first run's imports and plots pause it for up to a few tenths of a
+second, measured 100-300 ms, against the whole run before); cancelling the await cancels the run. Overrides are the command line's (`model`, `limit`,
 `systems`, `concurrency`, `seed`, `epochs`, `budget_usd`, `executor`, `ray_address`, `api_base`,
 `api_key`, `out_dir`), plus `out` (the run folder: an existing one is resumed), `progress`
 (default off) and `preflight` (default on).
