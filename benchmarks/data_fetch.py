@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from atelier.benchmarks.common.errors import ConfigError, DataError
-from atelier.benchmarks.data_files import DataFile, cached_path, locate, registered_files, verify_file
+from atelier.benchmarks.data_files import DataFile, cached_path, locate, registered_files, verify_file, where_looked
 
 Downloader = Callable[[DataFile, Path], Path]
 
@@ -143,7 +143,7 @@ def fetch(name: str, *, download: Downloader | None = None) -> list[Fetched]:
             path = download(entry, cached_path(entry.relpath))
         except DataError as exc:
             raise DataError(
-                f"{exc.detail}; get {found.title} from {found.upstream} and put the file at "
+                f"{exc.detail} ({where_looked(entry.relpath)}); get {found.title} from {found.upstream} and put the file at "
                 f"$ATELIER_DATA_DIR/{entry.relpath}",
                 file=entry.relpath,
             ) from None

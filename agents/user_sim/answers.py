@@ -8,11 +8,14 @@ question gets exactly one answer in order, and no gold text leaves (`GoldGuard`)
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints, create_model
 
 from atelier.agents.clarify import DONT_KNOW, ClarifyAnswers, ClarifyRequest
+from atelier.agents.models.budgeted import at_most
 from atelier.agents.models.gateway import Gateway
 from atelier.agents.prompts import Section, build_messages
 from atelier.agents.user_sim.disclosure import GoldGuard
@@ -39,6 +42,22 @@ class ClarifyReply(BaseModel):
     answers: list[QuestionAnswer]
 
 
+ANSWER_CHARS = 300  # "one or two sentences"
+
+
+class BoundedAnswer(QuestionAnswer):
+    answer: Annotated[str, StringConstraints(max_length=ANSWER_CHARS)] = Field(
+        description=f"Your answer, or '{DONT_KNOW}'."
+    )
+
+
+@functools.cache  # one class per number of questions: the gateway builds each class's JSON schema once
+def _reply_model(questions: int) -> type[ClarifyReply]:
+    """The reply with at most one answer per question and answers of bounded length, in its schema:
+    a grammar-held weak model otherwise goes on listing answers (or one answer) to its max_tokens."""
+    return create_model("ClarifyReply", __base__=ClarifyReply, answers=at_most(BoundedAnswer, questions))
+
+
 @dataclass(frozen=True)
 class SimulatedAnswers:
     """The simulator's reply: the typed resume value, and how it was arrived at."""
@@ -63,7 +82,7 @@ async def answer_clarification(
     gateway: Gateway, case: Case, request: ClarifyRequest, role: str = "user_sim", guard: GoldGuard | None = None
 ) -> SimulatedAnswers:
     questions = [q.strip() for q in request.questions]
-    reply = await gateway.structured(role, clarify_messages(case, questions), ClarifyReply)
+    reply = await gateway.structured(role, clarify_messages(case, questions), _reply_model(len(questions)))
     guard = guard or GoldGuard(case)
     by_number: dict[int, QuestionAnswer] = {}
     for given in reply.answers:

@@ -31,6 +31,7 @@ from atelier.benchmarks.common.plugins import (
     origin_of,
     plugin_entry_points,
 )
+from atelier.benchmarks.common.suggest import did_you_mean
 
 T = TypeVar("T")
 
@@ -40,7 +41,8 @@ class UnknownNameError(AtelierError, KeyError):
         self.kind = kind
         self.name = name
         self.valid = sorted(valid)
-        super().__init__(f"unknown {kind} {name!r}; valid: {', '.join(self.valid)}")
+        hint = did_you_mean(name, self.valid)
+        super().__init__(f"unknown {kind} {name!r}; valid: {', '.join(self.valid)}" + (f"; {hint}" if hint else ""))
 
     def __str__(self) -> str:  # KeyError would quote the message
         return self.args[0]

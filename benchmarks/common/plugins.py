@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import sys
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Literal
@@ -149,3 +150,42 @@ def adapt_class(value: Any, name: str, *, kind: str, base: type, config_base: ty
         (value,),
         {"name": name, "config_model": config, "__module__": value.__module__, "__doc__": value.__doc__},
     )
+
+
+def reference_of(value: Any) -> str:
+    """The `module:attr` reference that names `value` — a class or function by its module and
+    qualified name, another object by a module-level name bound to it — checked by loading it
+    back. A PluginError says why there is none (defined inside a function, a lambda, an instance
+    bound to no module-level name)."""
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if isinstance(module, str) and isinstance(qualname, str):
+        if "<" in qualname:  # <locals>, <lambda>
+            raise PluginError(
+                f"{_what(value)} has no import path (it is defined inside a function, or is a lambda): define it "
+                f"at the top level of a module (or a notebook cell) and pass it from there"
+            )
+        reference = f"{module}:{qualname}"
+        if _loads_back(reference, value):
+            return reference
+    # an instance (a compiled graph, a BenchmarkSpec): the module-level name it is bound to, if any
+    main = sys.modules.get("__main__")
+    modules = [("__main__", main)] if main is not None else []
+    modules += [(name, m) for name, m in list(sys.modules.items()) if name != "__main__"]
+    for name, held in modules:
+        namespace = getattr(held, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for attr, bound in list(namespace.items()):
+            if bound is value and _REFERENCE.match(f"{name}:{attr}") and not attr.startswith("_"):
+                return f"{name}:{attr}"
+    raise PluginError(
+        f"{_what(value)} has no import path: bind it to a name at the top level of a module (or a notebook "
+        "cell), e.g. `graph = builder.compile()`, or pass its class or factory"
+    )
+
+
+def _loads_back(reference: str, value: Any) -> bool:
+    try:
+        return load_reference(reference) is value
+    except PluginError:
+        return False

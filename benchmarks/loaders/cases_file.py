@@ -41,7 +41,11 @@ def read_cases(path: Path) -> list[Case]:
         try:
             case = Case.model_validate(data)
         except ValidationError as exc:
-            raise validation_error(exc, file=path, line=number) from None
+            problem = validation_error(exc, file=path, line=number)
+            if isinstance(data, dict) and isinstance(data.get("id"), str):  # which case, as well as where
+                said = f"case {data['id']!r}, field '{problem.field}': {problem.detail}"
+                problem = DataError(said, file=path, line=number)
+            raise problem from None
         if case.id in seen:
             raise DataError(f"case id {case.id!r} is repeated (first on line {seen[case.id]})", file=path, line=number)
         seen[case.id] = number

@@ -35,7 +35,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             None, "--threads", help="llama.cpp threads (default: half the usable cores)."
         ),
     ) -> None:
-        """Serve a local GGUF model with an OpenAI-compatible API (llama-cpp-python) until Ctrl-C."""
+        """Serve a local GGUF model with an OpenAI-compatible API (llama.cpp) until Ctrl-C."""
         from atelier.agents.models.local_model import parse_local_model, serve_on_socket
         from atelier.benchmarks.common.loopback import bind_socket
 

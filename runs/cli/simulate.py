@@ -64,8 +64,11 @@ def recipe_roles(path: Path) -> dict:
     from pydantic import ValidationError
 
     from atelier.agents.models.settings import ModelSettings
+    from atelier.benchmarks.common.suggest import did_you_mean
     from atelier.runs.folder.recipe import KNOWN_ROLES
+    from atelier.runs.folder.shipped import find_recipe
 
+    path = find_recipe(path).path  # a file, or a shipped recipe by name, as every command finds one
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -77,8 +80,10 @@ def recipe_roles(path: Path) -> dict:
         raise ConfigError(f"{path}: models: expected a table of roles ([models.history_writer], ...)")
     unknown = [role for role in models if role not in KNOWN_ROLES]
     if unknown:
+        hint = did_you_mean(unknown[0], KNOWN_ROLES)
         raise ConfigError(
             f"{path}: models.{unknown[0]}: not a role; the simulated user's are {', '.join(HISTORY_ROLES)}"
+            + (f"; {hint}" if hint else "")
         )
     roles = {}
     for role in HISTORY_ROLES:

@@ -29,7 +29,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, Union, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
 
 from atelier.agents.judges.base import JUDGES, JudgeConfig
 from atelier.agents.models.settings import ROLE_FALLBACK, ROLES, ModelSettings
@@ -38,8 +47,9 @@ from atelier.benchmarks.common.degradation import check_kinds
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.json_input import validate_strictly
 from atelier.benchmarks.common.named_registry import NamedRegistry, UnknownNameError
-from atelier.benchmarks.common.plugins import PluginError
+from atelier.benchmarks.common.plugins import PluginError, reference_of
 from atelier.benchmarks.common.redaction import learn_secrets
+from atelier.benchmarks.common.suggest import did_you_mean, fields_at, value_homes
 from atelier.benchmarks.controls import ControlKind
 from atelier.benchmarks.registry import BENCHMARKS, get_benchmark, load_cases
 from atelier.benchmarks.rj_pairs import with_rj_pairs
@@ -47,7 +57,7 @@ from atelier.graphs.context import SystemSpec
 from atelier.graphs.pipelines import PIPELINES
 from atelier.memory.registry import BACKENDS
 from atelier.runs.folder.controls import check_controls
-from atelier.runs.folder.shipped import recipe_file
+from atelier.runs.folder.shipped import find_recipe, is_shipped
 from atelier.tools.config import WebConfig
 
 KNOWN_ROLES = tuple(ROLES) + tuple(ROLE_FALLBACK)
@@ -274,7 +284,7 @@ class Recipe(_Strict):
             from atelier.benchmarks.data_fetch import where_to_get
 
             raise ConfigError(
-                f"{where}: {key}: {path} {what} (a relative path is read from the recipe's folder); "
+                f"{where}: {key}: {path} {what} ({_RELATIVE_TO[is_shipped(self.source or '')]}); "
                 f"{where_to_get(self.benchmark.name, str(loc[-1]) if loc[0] == 'options' else None)}"
             )
 
@@ -388,7 +398,7 @@ class Recipe(_Strict):
         try:
             return Recipe.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(_format_errors(exc, "command line", None)) from None
+            raise ConfigError(_format_errors(exc, "command line", None, Recipe)) from None
 
 
 # ----------------------------------------------------------------------------- registry-typed parts
@@ -474,7 +484,7 @@ def parse_recipe(data: dict[str, Any], source: str = "<recipe>", text: str | Non
         # its output is what `_CheckedRecipe` describes
         checked = cast(_CheckedRecipe, validate_strictly(_validator_model(), data))
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, source, text)) from None
+        raise ConfigError(_format_errors(exc, source, text, _validator_model())) from None
     except ConfigError as exc:  # raised as is by validators that know their own field ([web])
         raise ConfigError(f"invalid recipe: {source}: {exc}") from None
     names = [s.name for s in checked.systems]
@@ -507,15 +517,59 @@ PLUGIN_PLACES: tuple[tuple[tuple[str, ...], NamedRegistry[Any]], ...] = (
 )
 
 
-def _named_at(data: Any, pattern: tuple[str, ...], loc: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], str]]:
-    """The string values at `pattern` in recipe data, with their key paths."""
+def _named_at(
+    data: Any, pattern: tuple[str, ...], loc: tuple[Any, ...] = (), strings_only: bool = True
+) -> list[tuple[tuple[Any, ...], Any]]:
+    """The string values (any values, unless `strings_only`) at `pattern` in recipe data, with their
+    key paths."""
     if not pattern:
-        return [(loc, data)] if isinstance(data, str) else []
+        return [(loc, data)] if isinstance(data, str) or not strings_only else []
     head, rest = pattern[0], pattern[1:]
     if head == "*":
         items = list(enumerate(data)) if isinstance(data, list) else []
-        return [found for i, item in items for found in _named_at(item, rest, loc + (i,))]
-    return _named_at(data[head], rest, loc + (head,)) if isinstance(data, dict) and head in data else []
+        return [found for i, item in items for found in _named_at(item, rest, loc + (i,), strings_only)]
+    if isinstance(data, dict) and head in data:
+        return _named_at(data[head], rest, loc + (head,), strings_only)
+    return []
+
+
+def _invalid(problems: list[str]) -> ConfigError:
+    """One error for a recipe's problems: on one line, or one line each under a count."""
+    if len(problems) == 1:
+        return ConfigError(f"invalid recipe: {problems[0]}")
+    return ConfigError(f"invalid recipe ({len(problems)} problems)\n  " + "\n  ".join(problems))
+
+
+def named_plugin_objects(data: dict[str, Any], source: str = "<dict>") -> dict[str, Any]:
+    """Recipe data from Python with the objects it holds where a recipe names a plugin (a memory
+    backend or judge class, a pipeline's graph factory or compiled graph, a benchmark's loader or
+    BenchmarkSpec) replaced by their import paths (`module:attr`), as a TOML recipe names them and
+    config.json records them. An object with no import path is refused naming its key. The
+    caller's data is not changed."""
+
+    def copied(value: Any) -> Any:  # the tables and lists anew, the leaves as they are
+        if isinstance(value, dict):
+            return {key: copied(item) for key, item in value.items()}
+        return [copied(item) for item in value] if isinstance(value, list) else value
+
+    out = copied(data)
+    problems = []
+    for pattern, _ in PLUGIN_PLACES:
+        for loc, value in _named_at(out, pattern, strings_only=False):
+            if isinstance(value, str):
+                continue
+            try:
+                reference = reference_of(value)
+            except PluginError as exc:
+                problems.append(f"{source}: {_key_path(loc)}: {exc}")
+                continue
+            table = out
+            for part in loc[:-1]:
+                table = table[part]
+            table[loc[-1]] = reference
+    if problems:
+        raise _invalid(problems)
+    return out
 
 
 def load_plugins(data: dict[str, Any], source: str, text: str | None) -> None:
@@ -534,8 +588,7 @@ def load_plugins(data: dict[str, Any], source: str, text: str | None) -> None:
                 problems.append(f"{source}:{line}" if line else source)
                 problems[-1] += f": {_key_path(loc)}: {exc}"
     if problems:
-        head = "invalid recipe" if len(problems) == 1 else f"invalid recipe ({len(problems)} problems)"
-        raise ConfigError(f"{head}: {problems[0]}" if len(problems) == 1 else head + "\n  " + "\n  ".join(problems))
+        raise _invalid(problems)
 
 
 def plugins_used(recipe: Recipe) -> list[dict[str, Any]]:
@@ -626,6 +679,17 @@ def _check_values(data: dict[str, Any], source: str) -> None:
                 f"invalid recipe: {source}: {_key_path(loc)}: a TOML date or time is not a valid value "
                 "here (quote it if it is meant as text)"
             )
+        elif not isinstance(value, (str, int, float, bool, Path, SecretStr)) and value is not None:
+            raise ConfigError(
+                f"invalid recipe: {source}: {_key_path(loc)}: {_described(value)} is not a recipe value (strings, "
+                "numbers, booleans, lists and tables); an object goes only where a recipe names a plugin "
+                "(pipeline, memory.backend, judges[].name, benchmark.name), and only in a dict given to atelier.run"
+            )
+
+
+def _described(value: Any) -> str:
+    kind = "class" if isinstance(value, type) else type(value).__name__
+    return f"a {kind} {getattr(value, '__qualname__', '')}".rstrip()
 
 
 def _path_options(benchmark: str) -> set[str]:
@@ -648,6 +712,12 @@ def data_paths(benchmark: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
     if isinstance(benchmark.get("rj_pairs_file"), (str, Path)):
         out.append((("rj_pairs_file",), str(benchmark["rj_pairs_file"])))
     return out
+
+
+_RELATIVE_TO = {
+    False: "a relative path is read from the recipe's folder",
+    True: "a shipped recipe reads a relative path from the current directory",
+}
 
 
 def resolve_data_paths(data: dict[str, Any], folder: Path) -> dict[str, Any]:
@@ -679,9 +749,11 @@ def _source_text(source: str | None) -> str | None:
         return None
 
 
-def load_recipe(path: str | Path) -> Recipe:
-    """A recipe from a TOML file, or the shipped recipe of that name (`quickstart`)."""
-    path = recipe_file(path)
+def load_recipe(ref: str | Path) -> Recipe:
+    """A recipe from a TOML file, or the shipped recipe of that name (`quickstart`): `find_recipe`'s
+    rule. Relative data paths are read from the recipe file's folder, and a shipped recipe's from
+    the current directory (as a copy of it there would read them)."""
+    path, shipped = find_recipe(ref)
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -698,7 +770,8 @@ def load_recipe(path: str | Path) -> Recipe:
     except RecursionError:
         raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply to parse") from None
     data = cases_file_as_benchmark(data, str(path), text)
-    return parse_recipe(resolve_data_paths(data, path.resolve().parent), source=str(path), text=text)
+    folder = Path.cwd() if shipped else path.resolve().parent
+    return parse_recipe(resolve_data_paths(data, folder), source=str(path), text=text)
 
 
 # ----------------------------------------------------------------------------- error messages
@@ -759,10 +832,18 @@ def _line_of(text: str | None, loc: tuple[Any, ...], value: Any) -> int | None:
     return None
 
 
-def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
+def _instead(homes: list[str]) -> str:
+    """`did you mean retrieval with method = 'bm25'?`: where a value given as a name is an option."""
+    return f"did you mean {' or '.join(homes)}?" if homes else ""
+
+
+def _format_errors(exc: ValidationError, source: str, text: str | None, model: type[BaseModel] | None = None) -> str:
+    """One line per problem: the recipe file and line, the key path, what is wrong, and the closest
+    valid name or key (`did you mean 'concurrency'?`)."""
     lines = []
     for err in exc.errors():
         loc = list(err["loc"])
+        hint = ""
         message = err["msg"]
         value = err.get("input")
         ctx = err.get("ctx") or {}
@@ -770,9 +851,12 @@ def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
             key = ctx.get("discriminator", "").strip("'")
             loc.append(key)
             kind = "memory backend" if key == "backend" else "judge"
-            valid = ", ".join(sorted(t.strip("'") for t in str(ctx.get("expected_tags", "")).split(", ")))
-            message = f"unknown {kind} {ctx.get('tag')!r}; valid: {valid}"
+            tags = sorted(t.strip("'") for t in str(ctx.get("expected_tags", "")).split(", "))
+            message = f"unknown {kind} {ctx.get('tag')!r}; valid: {', '.join(tags)}"
             value = ctx.get("tag")
+            registry = BACKENDS if key == "backend" else JUDGES
+            configs = {name: registry.get(name).config_model for name in registry.known()}
+            hint = did_you_mean(str(value), tags) or _instead(value_homes(value, configs))
         elif err["type"] == "union_tag_not_found":
             key = ctx.get("discriminator", "").strip("'")
             loc.append(key)
@@ -789,14 +873,17 @@ def _format_errors(exc: ValidationError, source: str, text: str | None) -> str:
             if loc and loc[-1] == "[key]":
                 loc.pop()
                 message = "unknown role; " + message.replace("Input should be", "must be one of:")
+                hint = did_you_mean(str(value), re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
             elif err["type"] == "literal_error":
                 message = message.replace("Input should be", "must be one of:")
+                hint = did_you_mean(str(value), re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
             elif err["type"] == "extra_forbidden":
                 message = "unknown key (not allowed here)"
+                hint = did_you_mean(str(err["loc"][-1]), fields_at(model, err["loc"][:-1])) if model else ""
             elif err["type"] == "value_error":
                 message = message.removeprefix("Value error, ")
         line = _line_of(text, tuple(loc), value if isinstance(value, (str, int, float)) else None)
         where = f"{source}:{line}" if line else source
-        lines.append(f"{where}: {_key_path(tuple(loc))}: {message}")
+        lines.append(f"{where}: {_key_path(tuple(loc))}: {message}" + (f"; {hint}" if hint else ""))
     head = "invalid recipe" if len(lines) == 1 else f"invalid recipe ({len(lines)} problems)"
     return head + "\n  " + "\n  ".join(lines) if len(lines) > 1 else f"{head}: {lines[0]}"

@@ -197,7 +197,7 @@ def open_run(path: str | Path) -> Run:
     config.json, or no summary.json yet: a run not finished — resume it to write one)."""
     folder = RunFolder(Path(path).expanduser())
     if not folder.path.is_dir():
-        raise DataError("no such run folder", file=folder.path)
+        raise DataError(f"no such run folder (looked for {folder.path.absolute()})", file=folder.path)
     for needed in (folder.config, folder.summary):
         if not needed.is_file():
             raise DataError(
