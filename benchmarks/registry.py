@@ -18,6 +18,7 @@ from atelier.benchmarks.case import Case
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.named_registry import NamedRegistry
 from atelier.benchmarks.common.plugins import PluginKindError
+from atelier.benchmarks.contract import check_cases, with_setting
 
 # what Case.view understands for any case (PDR-Bench's settings); a loader function may set its own
 PDR_SETTINGS = ("context", "task_only", "persona", "persona+context")
@@ -166,8 +167,39 @@ def load_cases(
     options: dict | BaseModel | None = None,
     seed: int = 0,
 ) -> list[Case]:
-    """Load a benchmark's cases. Raises ValueError with the valid choices for a bad split/setting,
-    and DataError when the data yields no case at all (there would be nothing to run)."""
+    """Load a benchmark's cases, each with `setting` as its setting (benchmarks/contract.py: whatever
+    the loader wrote), held to the benchmark contract. Raises ValueError with the valid choices for
+    a bad split/setting, and DataError when the data yields no case at all (there would be nothing
+    to run) or breaks the contract (an event id naming two events of one user, a persona setting on
+    cases without one)."""
+    loaded = load_unchecked(name, split, setting, limit, options, seed)
+    check_cases(loaded.cases, [loaded.request.setting], loaded.where)
+    if not loaded.cases and limit != 0:  # limit 0 asks for no case
+        raise DataError(
+            f"benchmark {name!r} has no cases for split {loaded.request.split!r}, setting {loaded.request.setting!r}: "
+            f"nothing to run (`atelier data check {name}` checks its data files)"
+        )
+    return loaded.cases
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What a loader gave for `request`, each case with the request's setting; `where` names the source."""
+
+    cases: list[Case]
+    request: LoadRequest
+    where: str
+
+
+def load_unchecked(
+    name: str,
+    split: str | None = None,
+    setting: str | None = None,
+    limit: int | None = None,
+    options: dict | BaseModel | None = None,
+    seed: int = 0,
+) -> Loaded:
+    """`load_cases` before the contract's checks (`atelier check benchmark` applies them one by one)."""
     spec = get_benchmark(name)
     split = split or spec.split_default
     setting = setting or spec.setting_default
@@ -176,10 +208,9 @@ def load_cases(
     if setting not in spec.settings:
         raise ValueError(f"benchmark {name!r} has no setting {setting!r}; valid: {', '.join(spec.settings)}")
     opts = options if isinstance(options, BaseModel) else spec.options.model_validate(options or {})
-    cases = spec.load(LoadRequest(split=split, setting=setting, limit=limit, options=opts, seed=seed))
-    if not cases and limit != 0:  # limit 0 asks for no case
-        raise DataError(
-            f"benchmark {name!r} has no cases for split {split!r}, setting {setting!r}: nothing to run "
-            f"(`atelier data check {name}` checks its data files)"
-        )
-    return cases
+    request = LoadRequest(split=split, setting=setting, limit=limit, options=opts, seed=seed)
+    # the setting asked for is every case's, whatever the loader wrote: the one place it is applied
+    cases = with_setting(spec.load(request), setting)
+    source = getattr(opts, "path", None)
+    where = f"benchmark {name!r}" + (f" ({source})" if source else "") + f", split {split}, setting {setting}"
+    return Loaded(cases, request, where)

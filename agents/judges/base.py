@@ -435,8 +435,11 @@ def create_judge(config: JudgeConfig | dict[str, Any]) -> Judge:
 def check_judge_fit(
     judges: Sequence[Judge], cases: Sequence[Case], benchmark: str, systems: Sequence[str] = ()
 ) -> None:
-    """Refuse, before any episode, judges the benchmark's cases cannot feed, naming judge and benchmark."""
-    problems: list[str] = []
+    """Refuse, before any episode, judges the benchmark's cases cannot feed, naming judge and
+    benchmark, and judges whose declared scale cannot hold a score (agents/judges/contract.py)."""
+    from atelier.agents.judges.contract import scale_problems
+
+    problems: list[str] = scale_problems(judges)
     keys = [j.key for j in judges]
     for key in sorted({k for k in keys if keys.count(k) > 1}):
         problems.append(f"judge {key!r} appears twice; give one of them a `label`")

@@ -55,8 +55,11 @@ def classify(exc: BaseException) -> Verdict:
     import litellm
     import openai
 
+    from atelier.agents.models.answer_contract import IncompleteAnswer
     from atelier.agents.models.grounding import ResponsesStreamError
 
+    if isinstance(exc, IncompleteAnswer):  # a stream cut off may come whole next time; a queued job will not
+        return "retry" if exc.retryable else "fatal"
     if isinstance(exc, (asyncio.TimeoutError, litellm.Timeout, litellm.RateLimitError, ResponsesStreamError)):
         return "retry"
     if isinstance(

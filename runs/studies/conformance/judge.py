@@ -11,13 +11,13 @@ cases of the bundled sample suite given every gold field a judge may need:
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from atelier.agents.judges import contract
 from atelier.agents.judges.base import JUDGES, Judge, JudgeEnv, JudgeResult, create_judge
 from atelier.agents.models.gateway import Gateway
 from atelier.agents.models.settings import ModelSettings
@@ -29,13 +29,12 @@ from atelier.benchmarks.registry import load_cases
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
 from atelier.runs.studies.conformance.clauses import Clause, Report, broken, checked, held, not_applicable
 
-PROTOCOL = "judge"
-SCALE = "scores inside the declared scale"
-JUNK = "junk output gated and recorded"
+PROTOCOL = contract.PROTOCOL
+SCALE = contract.SCALE.name
+JUNK = contract.JUNK.name
 
 BENCHMARK = "sample"
 CASES = ("q01", "q05")
-SCALE_PATTERN = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*-\s*(-?\d+(?:\.\d+)?)\s*$")
 MALFORMED = "scripted?malformed_rate=1"
 JUNK_TEXT = ","
 
@@ -80,14 +79,6 @@ def responses(case: Case) -> dict[str, SystemResponse]:
         "an empty response": SystemResponse(text=""),
         "a punctuation-only response": SystemResponse(text=" ;, ... ,"),
     }
-
-
-def parse_scale(scale: str) -> tuple[float, float] | None:
-    match = SCALE_PATTERN.match(scale)
-    if match is None:
-        return None
-    low, high = float(match[1]), float(match[2])
-    return (low, high) if low < high else None
 
 
 class JunkGateway(Gateway):
@@ -204,21 +195,21 @@ class JudgeKit:
         return out, junked
 
     async def scale(self, cases: list[Case]) -> Clause:
-        bounds = parse_scale(self.judge.scale)
-        if bounds is None:
-            return broken(SCALE, f"declares scale {self.judge.scale!r}, not 'low-high' (e.g. '0-1', '1-5')")
-        low, high = bounds
+        declared = contract.scale_problem_of(self.judge)
+        if declared is not None:
+            return broken(SCALE, declared)
         results, _ = await self.judgments(cases, "scripted", "scale")
         problems, scores, failed = [], [], 0
         for what, result, _ in results:
+            off = contract.score_problems(result, self.judge.scale)
             if result.failed:
                 failed += 1
                 if not (result.error or "").strip():
                     problems.append(f"{what}: failed with no reason")
+            elif off:
+                problems.append(f"{what}: {'; '.join(off)}")
             elif result.score is None:
                 problems.append(f"{what}: neither a score nor a failure")
-            elif not low <= result.score <= high:
-                problems.append(f"{what}: score {result.score} outside {self.judge.scale}")
             else:
                 scores.append(result.score)
         if problems:

@@ -1,4 +1,5 @@
-"""The memory protocol's contract (memory/base.py), checked on a backend on the scripted model:
+"""The memory protocol's contract (memory/contract.py: the clauses every run holds each recall to,
+and these), checked on a backend on the scripted model:
 
 - ingest idempotent: ingesting the same events again (whole, or some of them, in another order)
   leaves the state digest and the context as one ingest made them, with no event id twice;
@@ -53,21 +54,23 @@ from atelier.benchmarks.case import (
     persona_facets,
 )
 from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.contract import ContractBroken
 from atelier.benchmarks.common.errors import ConfigError
+from atelier.memory import contract
 from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryEnv, MemoryQuery, UserContext
 from atelier.memory.budget import count_tokens
 from atelier.memory.journal import journaled
 from atelier.memory.registry import BACKENDS, create_backend
 from atelier.runs.studies.conformance.clauses import Clause, Report, broken, checked, held, not_applicable, verdict
 
-PROTOCOL = "memory"
-IDEMPOTENT = "ingest idempotent"
-ISOLATED = "concurrent users isolated"
-BUDGET = "budget respected"
-KNOWN_IDS = "event ids only from ingested events"
-NO_GOLD = "no gold field read"
-REBUILT = "state rebuilt exactly after a kill"
-PERSONA = "the persona kept whole where the setting gives one"
+PROTOCOL = contract.PROTOCOL
+IDEMPOTENT = contract.IDEMPOTENT.name
+ISOLATED = contract.ISOLATED.name
+BUDGET = contract.BUDGET.name
+KNOWN_IDS = contract.KNOWN_IDS.name
+NO_GOLD = contract.NO_GOLD.name
+REBUILT = contract.REBUILT.name
+PERSONA = contract.PERSONA.name
 
 USERS = {"alice": "ALICEWORD", "bob": "BOBWORD"}
 QUERY = MemoryQuery(text="Suggest a vegetarian dinner plan for a runner on a tight budget")
@@ -268,18 +271,18 @@ class MemoryKit:
             ctx = await backend.context("alice", QUERY, budget)
             contexts.append(("alice", ctx, ids))
             tokens = count_tokens(ctx.text)
-            if tokens <= budget:
-                measured.append(f"{tokens}/{budget}")
-            elif persona_alone_kept(ctx, given):
+            problem = contract.over_budget(ctx, budget, given)
+            if problem is not None:
+                over.append(problem)
+            elif tokens > budget:
                 measured.append(f"{tokens}/{budget} (the persona alone, kept whole over the budget, recorded)")
             else:
-                over.append(f"{tokens} tokens for a budget of {budget}")
+                measured.append(f"{tokens}/{budget}")
         default = await backend.context("alice", QUERY)
         contexts.append(("alice", default, ids))
-        if count_tokens(default.text) > self.config.budget_tokens:
-            over.append(
-                f"{count_tokens(default.text)} tokens for its default budget_tokens = {self.config.budget_tokens}"
-            )
+        problem = contract.over_budget(default, self.config.budget_tokens, given)
+        if problem is not None:
+            over.append(f"{problem} (its default budget_tokens)")
         if over:
             return broken(BUDGET, "; ".join(over))
         return held(BUDGET, f"tokens/budget: {', '.join(measured)}; default budget {self.config.budget_tokens}: ok")
@@ -287,8 +290,8 @@ class MemoryKit:
     def known_ids(self, contexts: Sequence[tuple[str, UserContext, set[str]]]) -> Clause:
         unknown: dict[str, list[str]] = {}
         for user, ctx, ingested in contexts:
-            for event_id in ctx.event_ids:
-                if event_id not in ingested and event_id not in unknown.setdefault(user, []):
+            for event_id in contract.unknown_ids(ctx, ingested):
+                if event_id not in unknown.setdefault(user, []):
                     unknown[user].append(event_id)
         unknown = {user: ids for user, ids in unknown.items() if ids}
         if not contexts:
@@ -318,13 +321,18 @@ class MemoryKit:
         remember_cases(context.run_id, [case])  # where a backend reaching for the whole case would find it
         try:
             with capture_calls() as calls:
-                out = await build_memory_graph().ainvoke(
-                    {"benchmark": case.benchmark, "case_id": case.id}, context=context
-                )
+                try:
+                    out = await build_memory_graph().ainvoke(
+                        {"benchmark": case.benchmark, "case_id": case.id}, context=context
+                    )
+                    user_context: UserContext = out["user_context"]
+                except ContractBroken as exc:  # another clause (the budget, ...): its own line says so
+                    if not isinstance(exc.subject, UserContext):
+                        raise
+                    user_context = exc.subject
         finally:
             await release(context)
             forget_cases(context.run_id)
-        user_context: UserContext = out["user_context"]
         cache = ResponseCache(self.workdir / "gold-cache")
         try:
             requests = [cache.get(c.request_key) for c in calls if c.request_key]
@@ -396,12 +404,13 @@ class MemoryKit:
         values = [value for _, value in persona_facets(given.attributes)]
         missing = [value for value in values if value not in ctx.text]
         first = ctx.event_ids[:1] == [given.id]
-        recorded = [d for d in ctx.degraded if "persona" in d.detail.lower()]
-        if not missing and first:
+        lost = contract.persona_problem(ctx, given)
+        recorded = [d for d in ctx.degraded if d.kind == contract.PERSONA.kind]
+        if lost is None and not recorded and first:
             return held(PERSONA, f"all {len(values)} facets in the context, the persona's event first (budget 400)")
         if recorded:
             return held(PERSONA, f"the persona's loss is recorded: {recorded[0].kind}: {recorded[0].detail}")
-        problems = []
+        problems = [] if lost is None else [f"the {lost}"]
         if missing:
             problems.append(f"{len(missing)} of {len(values)} facets missing from the context (e.g. {missing[0]!r})")
         if not first:
@@ -410,16 +419,6 @@ class MemoryKit:
 
 
 PROBE = MemoryQuery(text="Where should I travel this spring?")
-
-
-def persona_alone_kept(ctx: UserContext, given: ExplicitPersona) -> bool:
-    """The one way over a budget (memory/budget.py pack_events): the explicit persona larger than the
-    budget, kept whole as the context's only event, with a degradation saying so."""
-    return (
-        ctx.event_ids == [given.id]
-        and all(value in ctx.text for _, value in persona_facets(given.attributes))
-        and any("persona" in d.detail.lower() for d in ctx.degraded)
-    )
 
 
 def canary_case() -> Case:

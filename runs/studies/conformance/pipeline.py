@@ -1,5 +1,5 @@
-"""The pipeline contract (graphs/pipelines.py, graphs/inputs.py), checked on a pipeline run as a run
-runs it — inside the episode graph, checkpointed in a run folder's SQLite database, on cases of the
+"""The pipeline contract (graphs/contract.py: the clause every episode holds its pipeline to, and
+these), checked on a pipeline run as a run runs it — inside the episode graph, checkpointed in a run folder's SQLite database, on cases of the
 bundled sample suite, the scripted model and the sandbox web:
 
 - the response schema: the graph returns `{"response": SystemResponse}` with some text;
@@ -25,16 +25,18 @@ from atelier.agents.response import SystemResponse
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import AtelierError
 from atelier.benchmarks.registry import load_cases
+from atelier.benchmarks.common.contract import ContractBroken
+from atelier.graphs import contract
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
 from atelier.graphs.pipelines import PIPELINES, pipeline_options
 from atelier.runs.studies.conformance.clauses import Clause, Report, broken, checked, held, not_applicable, verdict
 from atelier.tools.config import WebConfig
 
-PROTOCOL = "pipeline"
-SCHEMA = "the response schema"
-CITATIONS = "citations only to sources read"
-CHECKPOINTS = "checkpointable state"
-INTERRUPT = "a clean interrupt/resume where it asks the user"
+PROTOCOL = contract.PROTOCOL
+SCHEMA = contract.RESPONSE.name
+CITATIONS = contract.CITATIONS.name
+CHECKPOINTS = contract.CHECKPOINTS.name
+INTERRUPT = contract.INTERRUPT.name
 
 BENCHMARK = "sample"
 CASES = ("q01", "q05")
@@ -122,17 +124,20 @@ class PipelineKit:
         problems, seen = [], []
         for case_id in case_ids:
             config = {"configurable": {"thread_id": f"{case_id}::checked"}}
-            out = await graph.ainvoke({"benchmark": BENCHMARK, "case_id": case_id}, config, context=context)
+            try:  # the episode holds the pipeline to the clause as it ends, as in a run
+                out = await graph.ainvoke({"benchmark": BENCHMARK, "case_id": case_id}, config, context=context)
+                problem = contract.response_problem(out, self.ref)
+            except ContractBroken as exc:
+                if exc.clause is not contract.RESPONSE:
+                    raise
+                out, problem = {}, exc.detail
             response = out.get("response")
             self.responses[case_id] = response
-            if not isinstance(response, SystemResponse):
-                problems.append(
-                    f"case {case_id}: the graph's `response` is {type(response).__name__}, not a SystemResponse"
-                    + ("" if "response" in out else f" (its output has keys: {', '.join(out) or 'none'})")
-                )
-            elif not response.text.strip():
+            if problem is not None:
+                problems.append(f"case {case_id}: {problem}")
+            elif isinstance(response, SystemResponse) and not response.text.strip():
                 problems.append(f"case {case_id}: the response's text is empty")
-            else:
+            elif isinstance(response, SystemResponse):
                 seen.append(f"{case_id}: {len(response.text)} chars, {len(response.citations)} citations")
         resources = resources_for(context)
         web_log = resources.web().log if self._used_web(resources) else []
@@ -225,7 +230,12 @@ class PipelineKit:
         from langgraph.types import Command
 
         config = {"configurable": {"thread_id": f"{CASES[0]}::checked-clarify"}}
-        out = await graph.ainvoke({"benchmark": BENCHMARK, "case_id": CASES[0]}, config, context=context)
+        try:
+            out = await graph.ainvoke({"benchmark": BENCHMARK, "case_id": CASES[0]}, config, context=context)
+        except ContractBroken as exc:
+            if exc.clause is not contract.RESPONSE:
+                raise
+            return not_applicable(INTERRUPT, f"it never asked the user; it answered with no usable response ({SCHEMA})")
         pending = out.get("__interrupt__")
         if not pending:
             return not_applicable(
