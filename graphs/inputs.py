@@ -34,7 +34,9 @@ from atelier.benchmarks.common.errors import AtelierError
 from atelier.benchmarks.controls import ControlPlan
 from atelier.benchmarks.registry import load_cases
 from atelier.benchmarks.common.contract import ContractBroken
+from atelier.benchmarks.common.errors import AtelierError
 from atelier.benchmarks.contract import SETTINGS, view_problem
+from atelier.benchmarks.registry import load_cases
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
 from atelier.graphs.pipelines import GoldContextOptions, PipelineOptions, pipeline_options
 from atelier.graphs.sources import SourceStore

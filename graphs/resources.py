@@ -27,12 +27,12 @@ from atelier.agents.models.gateway import Gateway
 from atelier.agents.models.ledger import Ledger
 from atelier.agents.models.spend import SpendGuard
 from atelier.agents.models.structured_output import ModeMemory
+from atelier.benchmarks.case import CaseView
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.redaction import active_redactor
 from atelier.benchmarks.common.waiting import waiting_for
 from atelier.graphs.context import EpisodeContext
-from atelier.benchmarks.case import CaseView
 from atelier.graphs.inputs import GraphInputError, user_event_ids
 from atelier.graphs.sources import SourceStore
 from atelier.memory.base import MemoryBackend, MemoryEnv, MemoryQuery, UserContext

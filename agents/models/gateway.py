@@ -58,7 +58,7 @@ from atelier.agents.models.grounding import (
 )
 from atelier.agents.models.ledger import Ledger
 from atelier.agents.models.local_model import SERVERS, LlamaServer, LocalModelError, LocalModelSpec, LocalServerDied
-from atelier.agents.models.provider_errors import Verdict, classify, server_message, status_of
+from atelier.agents.models.provider_errors import Verdict, bad_credentials, classify, server_message, status_of
 from atelier.agents.models.scripted import PROVIDER as SCRIPTED_PROVIDER
 from atelier.agents.models.scripted import parse_model_string, register_with_litellm
 from atelier.agents.models.settings import ModelSettings, settings_for_role
@@ -324,7 +324,11 @@ def _failure_message(role: str, model: str, exc: BaseException, verdict: Verdict
         what = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"failed: {type(exc).__name__}: {exc}"
         return f"{role} model {model} {what} (after {attempts} attempt{plural})"
     status = status_of(exc)
-    why = _WHY.get(status or 0) or ("request refused" if verdict == "refused" else type(exc).__name__)
+    why = (
+        "authentication failed"
+        if bad_credentials(exc) and status not in _WHY
+        else _WHY.get(status or 0) or ("request refused" if verdict == "refused" else type(exc).__name__)
+    )
     where = f"HTTP {status}, " if status else ""
     return f"{role} model {model}: {why} ({where}not retried): {server_message(exc)}"
 
@@ -836,7 +840,13 @@ class Gateway:
             verdict = classify(exc)
             said = server_message(exc)
             if isinstance(exc, IncompleteAnswer):  # failed, and never cached: recorded where it was asked
-                note([WHOLE.broken(f"the {role} model {settings.model}: {said} (after {attempts} attempts)", _step(role))])
+                note(
+                    [
+                        WHOLE.broken(
+                            f"the {role} model {settings.model}: {said} (after {attempts} attempts)", _step(role)
+                        )
+                    ]
+                )
             self.ledger.record(
                 **common,
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),

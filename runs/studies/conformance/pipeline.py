@@ -23,9 +23,9 @@ from typing import Any, cast
 from atelier.agents.clarify import ClarifyAnswers, ClarifyRequest
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.contract import ContractBroken
 from atelier.benchmarks.common.errors import AtelierError
 from atelier.benchmarks.registry import load_cases
-from atelier.benchmarks.common.contract import ContractBroken
 from atelier.graphs import contract
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
 from atelier.graphs.pipelines import PIPELINES, pipeline_options
