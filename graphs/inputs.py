@@ -101,6 +101,8 @@ def remembered_cases(run_id: str) -> list[Case]:
 def forget_cases(run_id: str) -> None:
     for key in [k for k in _remembered if k[0] == run_id]:
         del _remembered[key]
+    for view in [k for k in list(_views) if k[0] == run_id]:  # a later run of the same id is another run
+        _views.pop(view, None)
     _user_events.pop(run_id, None)
 
 
@@ -161,7 +163,7 @@ def case_from_input(state: Mapping[str, Any], context: EpisodeContext) -> Case:
     return cases[case_id]
 
 
-_views: LRUCache[tuple[str, str, str, str | None, str, str | None], CaseView] = LRUCache(maxsize=256)
+_views: LRUCache[tuple[str, str, str, str, str, str | None], CaseView] = LRUCache(maxsize=256)
 
 
 def setting_of(case: Case, system: SystemSpec) -> str:

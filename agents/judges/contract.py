@@ -2,7 +2,7 @@
 
 - scores inside the declared scale: every judge declares its `scale` as `low-high` (`0-1`,
   `1-5`, `0-100`); each judgment's score — and each repeat's — is a finite number within it, or
-  None (undefined by the judge's protocol), and its criteria are finite. Every run holds each
+  None (undefined by the judge's protocol). Every run holds each
   judgment to it (`held_to_contract`, where the run's judges are called: the judge graph, a
   rescore, the comparisons): a score outside the scale, or not finite, fails the judgment with
   the value and the scale, recorded as `judge_off_scale`. A judge whose scale does not parse is
@@ -54,7 +54,8 @@ def _shown(value: Any) -> str:
 
 def score_problems(result: JudgeResult, scale: str) -> list[str]:
     """What in `result` lies outside `scale` or is not a finite number: its score, each repeat's
-    score, each criterion (whose own scale the judge does not declare: only finite is asked)."""
+    score (its criteria are on scales of their own, undeclared: meta-eval reads a criterion that is
+    not a finite number as unscored)."""
     if result.failed:
         return []
     bounds = parse_scale(scale)
@@ -68,9 +69,6 @@ def score_problems(result: JudgeResult, scale: str) -> list[str]:
             problems.append(f"{what} {_shown(score)} is not a finite number")
         elif bounds is not None and not bounds[0] <= score <= bounds[1]:
             problems.append(f"{what} {_shown(score)} is outside the declared scale {scale}")
-    for name, value in result.criteria.items():
-        if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value)):
-            problems.append(f"criterion {name!r} {_shown(value)} is not a finite number")
     return problems
 
 
@@ -85,7 +83,9 @@ def held_to_scale(result: JudgeResult, scale: str, step: str) -> JudgeResult:
         judge=result.judge,
         scale=scale,
         error=broken.detail,
-        details={"rejected": {"score": _shown(result.score), "criteria": {k: _shown(v) for k, v in result.criteria.items()}}},
+        details={
+            "rejected": {"score": _shown(result.score), "criteria": {k: _shown(v) for k, v in result.criteria.items()}}
+        },
         degraded=[*result.degraded, broken],
     )
 
