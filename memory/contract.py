@@ -61,7 +61,7 @@ def over_budget(context: UserContext, budget: int, persona: ExplicitPersona | No
     tokens = context_tokens(context, budget)
     if tokens is None or tokens <= budget or persona_alone_kept(context, persona):
         return None
-    return f"the {context.backend} memory's context takes {tokens} tokens for a budget of {budget}"
+    return f"{tokens} tokens for a budget of {budget}"
 
 
 def unknown_ids(context: UserContext, known: Collection[str]) -> list[str]:
@@ -95,7 +95,7 @@ def held_to_contract(
     among `known`; a `persona_not_kept` added when the setting's persona was lost without a word."""
     problem = over_budget(context, budget, persona)
     if problem is not None:
-        raise ContractBroken(BUDGET, problem, step, subject=context)
+        raise ContractBroken(BUDGET, f"the {context.backend} memory's context takes {problem}", step, subject=context)
     unknown = unknown_ids(context, known)
     if unknown:
         raise ContractBroken(
