@@ -320,7 +320,7 @@ class ResearchApiStub:
                 held["polled"] += 1
                 held["status"] = "completed" if held["polled"] > self.polls else "in_progress"
             status = held["status"]
-        if status == "completed":
+        if status in ("completed", "incomplete"):
             return held["answer"]
         return _pending(held["answer"], status)
 
@@ -425,6 +425,8 @@ class ResearchApiStub:
                         else:
                             self._send(200, _pending(answer, "queued"))
                     elif body.get("stream"):
+                        with stub._lock:  # kept, as OpenAI keeps responses: a client cut off retrieves it
+                            stub.background[answer["id"]] = {"answer": answer, "polled": 0, "status": answer["status"]}
                         self._events(_response_events(answer), _cut(behaviour))
                     else:
                         self._send(200, answer)

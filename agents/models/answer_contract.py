@@ -4,10 +4,11 @@ What a provider's answer must be before anything scores it, clause by clause; th
 (agents/models/gateway.py) holds every answer of every call to them:
 
 - an answer that arrived whole: a streamed answer ends with its terminal event (a chunk with a
-  `finish_reason`; the Responses API's `response.completed`), and a Responses answer is done, not
-  `queued` or `in_progress` (background mode, which a run refuses at preflight). Broken: the call
-  fails (`IncompleteAnswer`: a stream cut is retried like a lost connection, a queued answer is
-  not), `answer_incomplete` is recorded, nothing is cached;
+  `finish_reason`; the Responses API's `response.completed`), and a Responses (or Interactions)
+  answer is done — a background one polled to its end (agents/models/grounding.py), never read
+  `queued` or `in_progress`, nor ended `failed` or `cancelled`. Broken: the call fails
+  (`IncompleteAnswer`: retried like a lost connection, but for an answer read still running),
+  `answer_incomplete` is recorded, nothing is cached;
 - not cut at the token limit (`finish_reason` length, a Responses answer `incomplete` for
   `max_output_tokens`): `answer_cut`;
 - not withheld by a content filter (`finish_reason` content_filter): `answer_filtered`;
@@ -41,13 +42,11 @@ REASONING_CLOSED = ContractClause(PROTOCOL, "reasoning closed before the answer"
 # finish reasons that say the answer is not all the model would have said
 _CUT = {"length": NOT_CUT, "max_tokens": NOT_CUT, "content_filter": NOT_FILTERED}
 _OPEN_THINKING = re.compile(r"^\s*<think>(?!.*</think>)", re.DOTALL)
-# Responses API statuses of an answer still being made (background mode)
-UNFINISHED = ("queued", "in_progress")
 
 
 class IncompleteAnswer(RuntimeError):
-    """A provider answer that did not arrive whole. `retryable`: a stream cut off (asking again may
-    help), not a request the provider answered with a job still running (background mode)."""
+    """A provider answer that did not arrive whole. `retryable`: asking again may help (a stream cut
+    off, an answer that ended failed), unlike reading an answer still being made."""
 
     def __init__(self, message: str, *, retryable: bool) -> None:
         super().__init__(f"{WHOLE.label} broken: {message}")

@@ -85,7 +85,8 @@ KINDS: dict[str, str] = {
     "judge_off_scale": "judge contract, 'scores inside the declared scale': a judge's score outside its declared "
     "scale, or not a finite number; the judgment failed",
     "answer_incomplete": "provider contract, 'an answer that arrived whole': a streamed answer without its "
-    "terminal event, or a Responses answer still queued or in progress; the call failed and nothing was cached",
+    "terminal event, or a Responses or Interactions answer that ended failed or cancelled; the call failed and "
+    "nothing was cached",
     "answer_cut": "provider contract, 'not cut at the token limit': the provider stopped the answer at its token "
     "limit (finish_reason length, a Responses answer incomplete for max_output_tokens)",
     "answer_filtered": "provider contract, 'not withheld by a content filter': the provider's content filter cut "

@@ -5,8 +5,7 @@
   unreachable `api_base` fails here, not in every episode); a local model (`local/...`) gives one
   tiny completion in a process of its own (`atelier.agents.models.local_model.probe`: a crash, a hang
   or a llama.cpp built for instructions this machine does not enable fails here, by name);
-- the keys those models and the web provider need are present, and no model is asked in a mode
-  whose answer does not come whole (`extra.background`: a Responses job still `queued`);
+- the keys those models and the web provider need are present;
 - the benchmark's data files are present and match their registered sha256;
 - every judge fits the benchmark: the cases carry the gold it needs;
 - with epochs (`[run] epochs` > 1), no system-side role of a real model answers at temperature 0
@@ -107,32 +106,16 @@ def key_problems(settings: ModelSettings) -> list[str]:
     return [f"needs {', '.join(missing)} (set it, or api_key_env / api_key in the recipe)"] if missing else []
 
 
-def answer_problems(settings: ModelSettings) -> list[str]:
-    """Settings under which the model would not answer whole (the provider contract,
-    agents/models/answer_contract.py): background mode answers `queued`, with no text."""
-    if (settings.extra or {}).get("background"):
-        return [
-            "extra.background = true asks the Responses API for background mode, whose answer is a job still "
-            "`queued`, with no text; Atelier waits for whole answers: leave `background` out"
-        ]
-    return []
-
-
-def settings_problems(settings: ModelSettings) -> list[str]:
-    """What is wrong with a model's settings before it is asked anything: its key, its answer mode."""
-    return key_problems(settings) + answer_problems(settings)
-
-
 async def model_problems(keys: Uses, probes: Uses, ledger: Ledger | None = None) -> list[str]:
-    """The preflight of models: each of `keys` has its key (and settings under which it answers
-    whole); each of `probes` that has answers the probe of `atelier model check` — concurrently, each
-    within PROBE_TIMEOUT_S. One line per problem, naming where the model is set."""
+    """The preflight of models: each of `keys` has its key; each of `probes` that has answers the
+    probe of `atelier model check` — concurrently, each within PROBE_TIMEOUT_S. One line per
+    problem, naming where the model is set."""
     problems: list[str] = []
     if any(not settings.is_scripted for settings, _ in keys.values()):
         import litellm  # noqa: F401 - before the probes' clocks start: importing it takes seconds, once
     unusable = set()
     for key, (settings, where) in keys.items():
-        found = settings_problems(settings)
+        found = key_problems(settings)
         problems += [f"{', '.join(where)} ({settings.model}): {p}" for p in found]
         if found:
             unusable.add(key)
@@ -150,8 +133,8 @@ async def check_models(
 ) -> None:
     """The run's preflight of models for a command that is no run (`rescore`, `simulate`, `meta-eval
     --feedback`, `plan`, `recipe check`): a PreflightError (exit 2, nothing started) naming each model
-    (by its role or option in `models`) whose key is missing, whose settings cannot give a whole
-    answer or — with `probe`, for a command about to call it — that does not answer the probe."""
+    (by its role or option in `models`) whose key is missing or — with `probe`, for a command about
+    to call it — that does not answer the probe."""
     uses: Uses = {}
     for where, settings in models.items():
         add_use(uses, settings, where)
