@@ -6,7 +6,7 @@
   judgment to it (`held_to_contract`, where the run's judges are called: the judge graph, a
   rescore, the comparisons): a score outside the scale, or not finite, fails the judgment with
   the value and the scale, recorded as `judge_off_scale`. A judge whose scale does not parse is
-  refused before any episode (`scale_problem_of`);
+  refused before any episode (`Judge.scale_problem`, in `check_judge_fit`);
 - junk output gated and recorded: model output that cannot be used is never a clean score
   (`atelier check judge` only: it feeds the judge malformed and degenerate output).
 
@@ -17,36 +17,16 @@ synthetic judgments.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable
 from typing import Any
 
-from atelier.agents.judges.base import Judge, JudgeResult
+from atelier.agents.judges.base import Judge, JudgeResult, parse_scale
 from atelier.agents.models.answer_contract import recording_answers
 from atelier.benchmarks.common.contract import ContractClause
 
 PROTOCOL = "judge"
 SCALE = ContractClause(PROTOCOL, "scores inside the declared scale", "judge_off_scale")
 JUNK = ContractClause(PROTOCOL, "junk output gated and recorded")
-
-_SCALE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*-\s*(-?\d+(?:\.\d+)?)\s*$")
-
-
-def parse_scale(scale: str) -> tuple[float, float] | None:
-    """`low-high` as two numbers, low < high; None when `scale` is not that."""
-    match = _SCALE.match(scale) if isinstance(scale, str) else None
-    if match is None:
-        return None
-    low, high = float(match[1]), float(match[2])
-    return (low, high) if low < high else None
-
-
-def scale_problem_of(judge: Judge) -> str | None:
-    """Why `judge`'s declared scale cannot hold its scores; None when it is `low-high`."""
-    if parse_scale(judge.scale) is None:
-        return f"judge {judge.key!r} declares scale {judge.scale!r}, not 'low-high' (e.g. '0-1', '1-5', '0-100')"
-    return None
-
 
 def _shown(value: Any) -> str:
     return repr(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
@@ -106,5 +86,3 @@ async def held_to_contract(judge: Judge, judgment: Awaitable[JudgeResult]) -> Ju
     return result.model_copy(update={"degraded": [*result.degraded, *answers]}) if answers else result
 
 
-def scale_problems(judges: Sequence[Judge]) -> list[str]:
-    return [p for p in (scale_problem_of(j) for j in judges) if p is not None]

@@ -195,7 +195,7 @@ class JudgeKit:
         return out, junked
 
     async def scale(self, cases: list[Case]) -> Clause:
-        declared = contract.scale_problem_of(self.judge)
+        declared = self.judge.scale_problem()
         if declared is not None:
             return broken(SCALE, declared)
         results, _ = await self.judgments(cases, "scripted", "scale")
