@@ -51,7 +51,9 @@ def view_problem(case: Case, view: CaseView, setting: str, hide: ViewAblation | 
         return None
     personas = [i for i, e in enumerate(view.history) if isinstance(e, ExplicitPersona)]
     if setting == "persona" and len(personas) != len(view.history):
-        return f"case {case.id}: setting persona shows {len(view.history) - len(personas)} events other than the persona"
+        return (
+            f"case {case.id}: setting persona shows {len(view.history) - len(personas)} events other than the persona"
+        )
     hidden = hide is not None and ("persona" in hide.history_kinds or bool(hide.facets))
     if case.persona is not None and case.persona.attributes and not personas and not hidden:
         return f"case {case.id}: setting {setting} shows no persona, though the case has one"

@@ -30,7 +30,9 @@ def response_problem(out: Mapping[str, Any], pipeline: str) -> str | None:
     if isinstance(response, SystemResponse):
         return None
     if response is None:
-        return f"pipeline {pipeline!r} returned no `response` (a pipeline's graph returns {{\"response\": SystemResponse}})"
+        return (
+            f'pipeline {pipeline!r} returned no `response` (a pipeline\'s graph returns {{"response": SystemResponse}})'
+        )
     return (
         f"pipeline {pipeline!r} returned `response` as a {type(response).__name__}, not a SystemResponse "
         "(atelier.agents.response)"

@@ -30,12 +30,10 @@ from typing_extensions import TypedDict
 from atelier.agents.citations import SourceRef
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.case import Case, CaseView, Query
-from atelier.benchmarks.common.errors import AtelierError
-from atelier.benchmarks.controls import ControlPlan
-from atelier.benchmarks.registry import load_cases
 from atelier.benchmarks.common.contract import ContractBroken
 from atelier.benchmarks.common.errors import AtelierError
 from atelier.benchmarks.contract import SETTINGS, view_problem
+from atelier.benchmarks.controls import ControlPlan
 from atelier.benchmarks.registry import load_cases
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
 from atelier.graphs.pipelines import GoldContextOptions, PipelineOptions, pipeline_options

@@ -72,11 +72,7 @@ def unknown_ids(context: UserContext, known: Collection[str]) -> list[str]:
 def persona_problem(context: UserContext, persona: ExplicitPersona | None) -> str | None:
     """Why `context` breaks 'the persona kept whole' when the setting gave `persona`; None when it
     holds, or when its backend recorded the loss itself."""
-    if (
-        persona is None
-        or persona_kept(context.text, persona)
-        or any(d.kind == PERSONA.kind for d in context.degraded)
-    ):
+    if persona is None or persona_kept(context.text, persona) or any(d.kind == PERSONA.kind for d in context.degraded):
         return None
     return "context does not open with the persona's facets, whole"
 

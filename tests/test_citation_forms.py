@@ -204,7 +204,18 @@ def test_a_link_form_marker_opening_a_line_is_a_citation_not_a_source_list():
 @given(
     st.lists(
         st.sampled_from(
-            ["text [1]", "    indented", "\tTabbed", "> quote", ">     quoted code", "```", "~~~", "- item", "", "  two"]
+            [
+                "text [1]",
+                "    indented",
+                "\tTabbed",
+                "> quote",
+                ">     quoted code",
+                "```",
+                "~~~",
+                "- item",
+                "",
+                "  two",
+            ]
         )
         | st.text(alphabet=" \t>`~-x[1]\n", max_size=12),
         max_size=12,

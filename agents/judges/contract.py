@@ -28,6 +28,7 @@ PROTOCOL = "judge"
 SCALE = ContractClause(PROTOCOL, "scores inside the declared scale", "judge_off_scale")
 JUNK = ContractClause(PROTOCOL, "junk output gated and recorded")
 
+
 def _shown(value: Any) -> str:
     return repr(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
 
@@ -84,5 +85,3 @@ async def held_to_contract(judge: Judge, judgment: Awaitable[JudgeResult]) -> Ju
         result = await judgment
     result = held_to_scale(result, judge.scale, judge.step)
     return result.model_copy(update={"degraded": [*result.degraded, *answers]}) if answers else result
-
-

@@ -134,7 +134,9 @@ class _Answered:
     cut: bool = False
     grounding: dict[str, Any] | None = None
     cost_usd: float = 0.0  # what the provider call cost (0: a cache hit, a free model)
-    broken: tuple[Degradation, ...] = ()  # what the answer broke of the provider contract (agents.models.answer_contract)
+    broken: tuple[
+        Degradation, ...
+    ] = ()  # what the answer broke of the provider contract (agents.models.answer_contract)
 
 
 @dataclass(frozen=True)

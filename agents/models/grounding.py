@@ -515,7 +515,9 @@ def read_responses(response: Any, model: str, tools: Iterable[dict[str, Any]] = 
     details = _get(usage, "output_tokens_details") if usage is not None else None
     status = _get(response, "status")
     if status in RUNNING:  # `responses_call` polls a background response to its end: never read before
-        raise IncompleteAnswer(f"the response {_get(response, 'id')} is still {status}, with no answer yet", retryable=False)
+        raise IncompleteAnswer(
+            f"the response {_get(response, 'id')} is still {status}, with no answer yet", retryable=False
+        )
     return ProviderReply(
         answer=GroundedAnswer(
             text="".join(texts),

@@ -43,8 +43,8 @@ from atelier.benchmarks.common.json_input import read_appended_jsonl
 from atelier.benchmarks.common.offline import apply_offline_defaults
 from atelier.benchmarks.common.redaction import Redactor, redacting
 from atelier.benchmarks.common.waiting import Waits, watching
-from atelier.benchmarks.controls import control_name
 from atelier.benchmarks.contract import check_cases
+from atelier.benchmarks.controls import control_name
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
 from atelier.graphs.controls import checked_for_leaks
 from atelier.graphs.episode import episode_graph_for
