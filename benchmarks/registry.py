@@ -166,40 +166,15 @@ def load_cases(
     limit: int | None = None,
     options: dict | BaseModel | None = None,
     seed: int = 0,
+    *,
+    checked: bool = True,
 ) -> list[Case]:
     """Load a benchmark's cases, each with `setting` as its setting (benchmarks/contract.py: whatever
-    the loader wrote), held to the benchmark contract. Raises ValueError with the valid choices for
-    a bad split/setting, and DataError when the data yields no case at all (there would be nothing
-    to run) or breaks the contract (an event id naming two events of one user, a persona setting on
-    cases without one)."""
-    loaded = load_unchecked(name, split, setting, limit, options, seed)
-    check_cases(loaded.cases, [loaded.request.setting], loaded.where)
-    if not loaded.cases and limit != 0:  # limit 0 asks for no case
-        raise DataError(
-            f"benchmark {name!r} has no cases for split {loaded.request.split!r}, setting {loaded.request.setting!r}: "
-            f"nothing to run (`atelier data check {name}` checks its data files)"
-        )
-    return loaded.cases
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """What a loader gave for `request`, each case with the request's setting; `where` names the source."""
-
-    cases: list[Case]
-    request: LoadRequest
-    where: str
-
-
-def load_unchecked(
-    name: str,
-    split: str | None = None,
-    setting: str | None = None,
-    limit: int | None = None,
-    options: dict | BaseModel | None = None,
-    seed: int = 0,
-) -> Loaded:
-    """`load_cases` before the contract's checks (`atelier check benchmark` applies them one by one)."""
+    the loader wrote), held to the benchmark contract (`checked`; `atelier check benchmark` reports
+    its clauses one by one instead). Raises ValueError with the valid choices for a bad
+    split/setting, and DataError when the data yields no case at all (there would be nothing to run)
+    or breaks the contract (an event id naming two events of one user, a persona setting on cases
+    without one)."""
     spec = get_benchmark(name)
     split = split or spec.split_default
     setting = setting or spec.setting_default
@@ -208,9 +183,20 @@ def load_unchecked(
     if setting not in spec.settings:
         raise ValueError(f"benchmark {name!r} has no setting {setting!r}; valid: {', '.join(spec.settings)}")
     opts = options if isinstance(options, BaseModel) else spec.options.model_validate(options or {})
-    request = LoadRequest(split=split, setting=setting, limit=limit, options=opts, seed=seed)
     # the setting asked for is every case's, whatever the loader wrote: the one place it is applied
-    cases = with_setting(spec.load(request), setting)
-    source = getattr(opts, "path", None)
-    where = f"benchmark {name!r}" + (f" ({source})" if source else "") + f", split {split}, setting {setting}"
-    return Loaded(cases, request, where)
+    cases = with_setting(
+        spec.load(LoadRequest(split=split, setting=setting, limit=limit, options=opts, seed=seed)), setting
+    )
+    if checked:
+        source = getattr(opts, "path", None)
+        check_cases(
+            cases,
+            [setting],
+            f"benchmark {name!r}" + (f" ({source})" if source else "") + f", split {split}, setting {setting}",
+        )
+    if not cases and limit != 0:  # limit 0 asks for no case
+        raise DataError(
+            f"benchmark {name!r} has no cases for split {split!r}, setting {setting!r}: nothing to run "
+            f"(`atelier data check {name}` checks its data files)"
+        )
+    return cases

@@ -228,23 +228,23 @@ class OffScale(Judge):
     name = "off_scale"
     config_model = JudgeConfig
 
+    def score_of(self, case: Case) -> float:
+        return 7.0
+
     async def judge_once(
         self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
     ) -> JudgeResult:
-        return self.result(7.0)
+        return self.result(self.score_of(case))
 
 
-class NotFinite(Judge):
+class NotFinite(OffScale):
     """Declares 1-5 and scores NaN (or infinity)."""
 
     name = "not_finite"
-    config_model = JudgeConfig
     scale = "1-5"
 
-    async def judge_once(
-        self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
-    ) -> JudgeResult:
-        return self.result(float("nan") if len(case.id) % 2 else float("inf"))
+    def score_of(self, case: Case) -> float:
+        return float("nan") if len(case.id) % 2 else float("inf")
 
 
 class Verdict(BaseModel):

@@ -24,15 +24,8 @@ from typing import Any
 from atelier.benchmarks import contract
 from atelier.benchmarks.case import Case, CaseView
 from atelier.benchmarks.common.errors import ConfigError
-from atelier.benchmarks.registry import BENCHMARKS, load_unchecked
+from atelier.benchmarks.registry import BENCHMARKS, load_cases
 from atelier.runs.studies.conformance.clauses import Clause, Report, broken, checked, held, verdict
-
-PROTOCOL = contract.PROTOCOL
-SCHEMA = contract.SCHEMA.name
-USER_EVENTS = contract.USER_EVENTS.name
-LIMIT = contract.LIMIT.name
-REPEATABLE = contract.REPEATABLE.name
-SETTINGS = contract.SETTINGS.name
 
 
 class BenchmarkKit:
@@ -52,15 +45,15 @@ class BenchmarkKit:
         self.loaded: dict[tuple[str, str], list[Case]] = {}
 
     def load(self, split: str, setting: str, limit: int | None = None, seed: int = 0) -> list[Case]:
-        return load_unchecked(self.name, split, setting, limit, self.options, seed=seed).cases
+        return load_cases(self.name, split, setting, limit, self.options, seed=seed, checked=False)
 
     async def run(self) -> Report:
-        report = Report(PROTOCOL, self.ref)
-        report.clauses.append(await checked(SCHEMA, self.schema))
-        report.clauses.append(await checked(USER_EVENTS, self.user_events))
-        report.clauses.append(await checked(LIMIT, self.limit))
-        report.clauses.append(await checked(REPEATABLE, self.repeatable))
-        report.clauses.append(await checked(SETTINGS, self.settings))
+        report = Report(contract.PROTOCOL, self.ref)
+        report.clauses.append(await checked(contract.SCHEMA.name, self.schema))
+        report.clauses.append(await checked(contract.USER_EVENTS.name, self.user_events))
+        report.clauses.append(await checked(contract.LIMIT.name, self.limit))
+        report.clauses.append(await checked(contract.REPEATABLE.name, self.repeatable))
+        report.clauses.append(await checked(contract.SETTINGS.name, self.settings))
         return report
 
     async def schema(self) -> Clause:
@@ -77,11 +70,11 @@ class BenchmarkKit:
                 ids = [c.id for c in cases]
                 if len(ids) != len(set(ids)):
                     problems.append(f"split {split}, setting {setting}: case ids repeat")
-                problems += [p for p in contract.history_problems(cases) if p.startswith(f"{SCHEMA}: ")]
+                problems += [p for p in contract.history_problems(cases) if p.startswith(f"{contract.SCHEMA.name}: ")]
         if problems:
-            return broken(SCHEMA, "; ".join(problems[:4]))
+            return broken(contract.SCHEMA.name, "; ".join(problems[:4]))
         return held(
-            SCHEMA,
+            contract.SCHEMA.name,
             f"{len(self.spec.splits)} splits x {len(self.spec.settings)} settings, {min(sizes)}–{max(sizes)} cases "
             "each; case ids and each history's event ids unique",
         )
@@ -89,23 +82,29 @@ class BenchmarkKit:
     async def user_events(self) -> Clause:
         split, setting = self.spec.split_default, self.spec.setting_default
         everything = self.loaded.get((split, setting)) or self.load(split, setting)
-        problems = [p for p in contract.history_problems(everything) if p.startswith(f"{USER_EVENTS}: ")]
+        problems = [p for p in contract.history_problems(everything) if p.startswith(f"{contract.USER_EVENTS.name}: ")]
         if problems:
-            return broken(USER_EVENTS, "; ".join(p.removeprefix(f"{USER_EVENTS}: ") for p in problems))
+            return broken(
+                contract.USER_EVENTS.name, "; ".join(p.removeprefix(f"{contract.USER_EVENTS.name}: ") for p in problems)
+            )
         users = {c.user_id for c in everything}
-        return held(USER_EVENTS, f"{len(users)} users over {len(everything)} cases: each event id names one event")
+        return held(
+            contract.USER_EVENTS.name, f"{len(users)} users over {len(everything)} cases: each event id names one event"
+        )
 
     async def limit(self) -> Clause:
         split, setting = self.spec.split_default, self.spec.setting_default
         one = self.load(split, setting, limit=1)
-        return verdict(LIMIT, len(one) == 1, f"limit 1 gave {len(one)} case(s)")
+        return verdict(contract.LIMIT.name, len(one) == 1, f"limit 1 gave {len(one)} case(s)")
 
     async def repeatable(self) -> Clause:
         split, setting = self.spec.split_default, self.spec.setting_default
         first, second = self.load(split, setting, seed=7), self.load(split, setting, seed=7)
         same = [c.model_dump(mode="json") for c in first] == [c.model_dump(mode="json") for c in second]
         return verdict(
-            REPEATABLE, same, f"two loads with seed 7: {'the same' if same else 'different'} {len(first)} cases"
+            contract.REPEATABLE.name,
+            same,
+            f"two loads with seed 7: {'the same' if same else 'different'} {len(first)} cases",
         )
 
     async def settings(self) -> Clause:
@@ -124,7 +123,8 @@ class BenchmarkKit:
                 if problems:
                     break
         if problems:
-            return broken(SETTINGS, "; ".join(problems[:4]))
+            return broken(contract.SETTINGS.name, "; ".join(problems[:4]))
         return held(
-            SETTINGS, f"settings {', '.join(self.spec.settings)}: each view as its setting says, no gold in any"
+            contract.SETTINGS.name,
+            f"settings {', '.join(self.spec.settings)}: each view as its setting says, no gold in any",
         )

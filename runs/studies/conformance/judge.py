@@ -29,10 +29,6 @@ from atelier.benchmarks.registry import load_cases
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
 from atelier.runs.studies.conformance.clauses import Clause, Report, broken, checked, held, not_applicable
 
-PROTOCOL = contract.PROTOCOL
-SCALE = contract.SCALE.name
-JUNK = contract.JUNK.name
-
 BENCHMARK = "sample"
 CASES = ("q01", "q05")
 MALFORMED = "scripted?malformed_rate=1"
@@ -146,15 +142,15 @@ class JudgeKit:
         )
 
     async def run(self) -> Report:
-        report = Report(PROTOCOL, self.ref)
+        report = Report(contract.PROTOCOL, self.ref)
         cases = [with_every_gold(c) for c in load_cases(BENCHMARK) if c.id in CASES]
         lacking = sorted({what for c in cases for what in self.judge.missing(c)})
         if lacking:
             why = f"the kit's cases lack {', '.join(lacking)}"
-            report.clauses += [not_applicable(SCALE, why), not_applicable(JUNK, why)]
+            report.clauses += [not_applicable(contract.SCALE.name, why), not_applicable(contract.JUNK.name, why)]
             return report
-        report.clauses.append(await checked(SCALE, lambda: self.scale(cases)))
-        report.clauses.append(await checked(JUNK, lambda: self.junk(cases)))
+        report.clauses.append(await checked(contract.SCALE.name, lambda: self.scale(cases)))
+        report.clauses.append(await checked(contract.JUNK.name, lambda: self.junk(cases)))
         return report
 
     async def judgments(
@@ -197,7 +193,7 @@ class JudgeKit:
     async def scale(self, cases: list[Case]) -> Clause:
         declared = self.judge.scale_problem()
         if declared is not None:
-            return broken(SCALE, declared)
+            return broken(contract.SCALE.name, declared)
         results, _ = await self.judgments(cases, "scripted", "scale")
         problems, scores, failed = [], [], 0
         for what, result, _ in results:
@@ -213,10 +209,10 @@ class JudgeKit:
             else:
                 scores.append(result.score)
         if problems:
-            return broken(SCALE, "; ".join(problems[:4]))
+            return broken(contract.SCALE.name, "; ".join(problems[:4]))
         spread = f"scores {min(scores):.3g}–{max(scores):.3g}" if scores else "no score"
         return held(
-            SCALE,
+            contract.SCALE.name,
             f"{len(results)} judgments: {spread} within {self.judge.scale}"
             + (f", {failed} failed with their reason" if failed else ""),
         )
@@ -241,7 +237,7 @@ class JudgeKit:
                 failed = sum(r.failed for _, r in results)
                 summary.append(f"{how}: {failed} failed with the reason, {len(results) - failed} recorded degraded")
         if problems:
-            return broken(JUNK, "; ".join(problems))
+            return broken(contract.JUNK.name, "; ".join(problems))
         if not junked:
             summary.append("its outputs hold no text to empty (only JSON that never parses applies)")
-        return held(JUNK, "; ".join(summary))
+        return held(contract.JUNK.name, "; ".join(summary))

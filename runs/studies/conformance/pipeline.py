@@ -32,12 +32,6 @@ from atelier.graphs.pipelines import PIPELINES, pipeline_options
 from atelier.runs.studies.conformance.clauses import Clause, Report, broken, checked, held, not_applicable, verdict
 from atelier.tools.config import WebConfig
 
-PROTOCOL = contract.PROTOCOL
-SCHEMA = contract.RESPONSE.name
-CITATIONS = contract.CITATIONS.name
-CHECKPOINTS = contract.CHECKPOINTS.name
-INTERRUPT = contract.INTERRUPT.name
-
 BENCHMARK = "sample"
 CASES = ("q01", "q05")
 MARKER = re.compile(r"\[(\d+)\]")
@@ -90,7 +84,7 @@ class PipelineKit:
         from atelier.graphs.persistence import run_checkpointer
         from atelier.graphs.resources import release
 
-        report = Report(PROTOCOL, self.ref)
+        report = Report(contract.PROTOCOL, self.ref)
         no_follow.make_folders(self.workdir / "run")
         cases = {c.id: c for c in load_cases(BENCHMARK) if c.id in CASES}
         warnings = _TypeWarnings()
@@ -101,14 +95,16 @@ class PipelineKit:
         try:
             async with run_checkpointer(self.workdir / "run") as saver:
                 graph = episode_graph_for([self.system], checkpointer=saver)
-                report.clauses.append(await checked(SCHEMA, lambda: self.schema(graph, context, list(cases))))
-                report.clauses.append(await checked(CITATIONS, lambda: self.citations(context)))
+                report.clauses.append(
+                    await checked(contract.RESPONSE.name, lambda: self.schema(graph, context, list(cases)))
+                )
+                report.clauses.append(await checked(contract.CITATIONS.name, lambda: self.citations(context)))
                 clarify = self.context("person")
                 try:
-                    interrupt = await checked(INTERRUPT, lambda: self.interrupt(graph, clarify))
+                    interrupt = await checked(contract.INTERRUPT.name, lambda: self.interrupt(graph, clarify))
                 finally:
                     await release(clarify)
-            report.clauses.append(await checked(CHECKPOINTS, lambda: self.checkpoints(warnings.lines)))
+            report.clauses.append(await checked(contract.CHECKPOINTS.name, lambda: self.checkpoints(warnings.lines)))
             report.clauses.append(interrupt)
         finally:
             serde_log.removeHandler(warnings)
@@ -144,8 +140,8 @@ class PipelineKit:
         fetched = {str(e.request.get("url")) for e in web_log if e.kind == "fetch"}
         self.read = (fetched, set())
         if problems:
-            return broken(SCHEMA, "; ".join(problems))
-        return held(SCHEMA, f"SystemResponse with text on {len(seen)} cases ({'; '.join(seen)})")
+            return broken(contract.RESPONSE.name, "; ".join(problems))
+        return held(contract.RESPONSE.name, f"SystemResponse with text on {len(seen)} cases ({'; '.join(seen)})")
 
     @staticmethod
     def _used_web(resources: Any) -> bool:
@@ -156,7 +152,7 @@ class PipelineKit:
 
         responses = {k: r for k, r in self.responses.items() if isinstance(r, SystemResponse)}
         if not responses:
-            return not_applicable(CITATIONS, "no response to check (the response schema is broken)")
+            return not_applicable(contract.CITATIONS.name, "no response to check (the response schema is broken)")
         store = SourceStore.for_run(context.run_dir)
         fetched = self.read[0]
         problems, count = [], 0
@@ -182,10 +178,14 @@ class PipelineKit:
                 if stray:
                     problems.append(f"case {case_id}: markers {', '.join(f'[{n}]' for n in stray)} name no citation")
         if problems:
-            return broken(CITATIONS, "; ".join(problems[:4]))
+            return broken(contract.CITATIONS.name, "; ".join(problems[:4]))
         if not count:
-            return held(CITATIONS, f"no citation in {len(responses)} responses (nothing cited, nothing to check)")
-        return held(CITATIONS, f"{count} citations, each a page this run fetched or a text in its source store")
+            return held(
+                contract.CITATIONS.name, f"no citation in {len(responses)} responses (nothing cited, nothing to check)"
+            )
+        return held(
+            contract.CITATIONS.name, f"{count} citations, each a page this run fetched or a text in its source store"
+        )
 
     async def checkpoints(self, warnings: list[str]) -> Clause:
         from atelier.graphs.episode import episode_graph_for
@@ -220,9 +220,9 @@ class PipelineKit:
         if not count:
             problems.append("no checkpoint was written")
         if problems:
-            return broken(CHECKPOINTS, "; ".join(problems))
+            return broken(contract.CHECKPOINTS.name, "; ".join(problems))
         return held(
-            CHECKPOINTS,
+            contract.CHECKPOINTS.name,
             f"{count} checkpoints written by a run's serializer to SQLite and read back, every value with its type",
         )
 
@@ -235,34 +235,39 @@ class PipelineKit:
         except ContractBroken as exc:
             if exc.clause is not contract.RESPONSE:
                 raise
-            return not_applicable(INTERRUPT, f"it never asked the user; it answered with no usable response ({SCHEMA})")
+            return not_applicable(
+                contract.INTERRUPT.name,
+                f"it never asked the user; it answered with no usable response ({contract.RESPONSE.name})",
+            )
         pending = out.get("__interrupt__")
         if not pending:
             return not_applicable(
-                INTERRUPT, f"it never asked the user (case {CASES[0]}, a person to answer; options as given)"
+                contract.INTERRUPT.name,
+                f"it never asked the user (case {CASES[0]}, a person to answer; options as given)",
             )
         request = pending[0].value
         if not isinstance(request, ClarifyRequest):
             return broken(
-                INTERRUPT,
+                contract.INTERRUPT.name,
                 f"it interrupted with a {type(request).__name__}, not a ClarifyRequest: the simulated user and "
                 "Studio answer a ClarifyRequest with ClarifyAnswers",
             )
         try:
             again = await graph.ainvoke(Command(resume={"answer": "not the resume's shape"}), config, context=context)
         except AtelierError as exc:
-            return broken(INTERRUPT, f"a resume it cannot use ended the episode: {exc}")
+            return broken(contract.INTERRUPT.name, f"a resume it cannot use ended the episode: {exc}")
         repeated = again.get("__interrupt__")
         if not repeated or not isinstance(repeated[0].value, ClarifyRequest):
             return broken(
-                INTERRUPT, "a resume it cannot use was taken as an answer (it should ask again, saying what was wrong)"
+                contract.INTERRUPT.name,
+                "a resume it cannot use was taken as an answer (it should ask again, saying what was wrong)",
             )
         answers = ClarifyAnswers(answers=["I don't mind; keep it short."] * len(request.questions))
         done = await graph.ainvoke(Command(resume=answers), config, context=context)
         response = done.get("response")
         ok = isinstance(response, SystemResponse) and not done.get("__interrupt__")
         return verdict(
-            INTERRUPT,
+            contract.INTERRUPT.name,
             ok,
             f"asked {len(request.questions)} question(s) with a ClarifyRequest; an unusable resume was asked again; "
             + (
