@@ -134,9 +134,8 @@ class _Answered:
     cut: bool = False
     grounding: dict[str, Any] | None = None
     cost_usd: float = 0.0  # what the provider call cost (0: a cache hit, a free model)
-    broken: tuple[
-        Degradation, ...
-    ] = ()  # what the answer broke of the provider contract (agents.models.answer_contract)
+    # what the answer broke of the provider contract (agents.models.answer_contract)
+    broken: tuple[Degradation, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -342,8 +342,7 @@ async def read_chat_stream(stream: AsyncIterator[Any], messages: list[dict[str, 
             annotations += getattr(choice.delta, "annotations", None) or []
     # what the provider sent: litellm ends every stream with a chunk of its own saying "stop", so the
     # terminal event is the finish reason its stream wrapper received (a stream cut off has none)
-    received = getattr(stream, "received_finish_reason", None)
-    if received is None:
+    if getattr(stream, "received_finish_reason", "") is None:  # (a stream of another kind: not told)
         raise IncompleteAnswer(
             f"the stream ended after {len(chunks)} chunks without its terminal event (no finish_reason)", retryable=True
         )
