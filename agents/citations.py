@@ -42,6 +42,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from functools import lru_cache
 from typing import Literal
 from urllib.parse import urlsplit
@@ -145,13 +146,22 @@ def _markdown():
     return MarkdownIt("commonmark")
 
 
-def _code_lines(text: str) -> set[int]:
-    """The lines (0-based) of fenced and indented code blocks, as CommonMark parses them."""
+# what any code block needs (CommonMark): a fence, or a line indented four columns (a tab counts;
+# a blockquote's `>` may come first)
+_MAY_HOLD_CODE_BLOCK = re.compile(r"```|~~~|^[ >]*(?: {4}|\t)", re.MULTILINE)
+
+
+@lru_cache(maxsize=8)  # a check asks for the same text's blocks more than once
+def _code_lines(text: str) -> frozenset[int]:
+    """The lines (0-based) of fenced and indented code blocks, as CommonMark parses them (a text
+    with no fence and no line indented four columns has none: not parsed)."""
+    if not _MAY_HOLD_CODE_BLOCK.search(text):
+        return frozenset()
     lines: set[int] = set()
     for token in _markdown().parse(text):
         if token.type in ("fence", "code_block") and token.map:
             lines.update(range(token.map[0], token.map[1]))
-    return lines
+    return frozenset(lines)
 
 
 def _code_spans(text: str) -> list[tuple[int, int]]:
@@ -193,7 +203,7 @@ def _names_a_source(entry: str, titles: Sequence[str]) -> bool:
     return any(len(title) >= 8 and title.casefold() in lowered for title in titles)
 
 
-def _list_block(lines: Sequence[str], start: int, code: set[int]) -> tuple[int, list[str]] | None:
+def _list_block(lines: Sequence[str], start: int, code: AbstractSet[int]) -> tuple[int, list[str]] | None:
     """From `start` (just after a heading, or the first entry), the list that follows: the index
     after its last entry line and its entries (continuations joined); None if no entry, or if an
     entry cites a marker (then it is prose)."""
@@ -226,7 +236,7 @@ def _list_block(lines: Sequence[str], start: int, code: set[int]) -> tuple[int, 
 
 
 def _own_source_lists(
-    lines: list[str], code: set[int], shown: Sequence[SourceRef]
+    lines: list[str], code: AbstractSet[int], shown: Sequence[SourceRef]
 ) -> tuple[list[tuple[int, int]], list[str]]:
     """The line ranges [start, end) of the model's own source lists, and the entries they hold."""
     titles = [s.title for s in shown if s.title]

@@ -18,6 +18,7 @@ from atelier.benchmarks.case import Case
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.named_registry import NamedRegistry
 from atelier.benchmarks.common.plugins import PluginKindError
+from atelier.benchmarks.contract import check_cases, with_setting
 
 # what Case.view understands for any case (PDR-Bench's settings); a loader function may set its own
 PDR_SETTINGS = ("context", "task_only", "persona", "persona+context")
@@ -165,9 +166,15 @@ def load_cases(
     limit: int | None = None,
     options: dict | BaseModel | None = None,
     seed: int = 0,
+    *,
+    checked: bool = True,
 ) -> list[Case]:
-    """Load a benchmark's cases. Raises ValueError with the valid choices for a bad split/setting,
-    and DataError when the data yields no case at all (there would be nothing to run)."""
+    """Load a benchmark's cases, each with `setting` as its setting (benchmarks/contract.py: whatever
+    the loader wrote), held to the benchmark contract (`checked`; `atelier check benchmark` reports
+    its clauses one by one instead). Raises ValueError with the valid choices for a bad
+    split/setting, and DataError when the data yields no case at all (there would be nothing to run)
+    or breaks the contract (an event id naming two events of one user, a persona setting on cases
+    without one)."""
     spec = get_benchmark(name)
     split = split or spec.split_default
     setting = setting or spec.setting_default
@@ -176,7 +183,17 @@ def load_cases(
     if setting not in spec.settings:
         raise ValueError(f"benchmark {name!r} has no setting {setting!r}; valid: {', '.join(spec.settings)}")
     opts = options if isinstance(options, BaseModel) else spec.options.model_validate(options or {})
-    cases = spec.load(LoadRequest(split=split, setting=setting, limit=limit, options=opts, seed=seed))
+    # the setting asked for is every case's, whatever the loader wrote: the one place it is applied
+    cases = with_setting(
+        spec.load(LoadRequest(split=split, setting=setting, limit=limit, options=opts, seed=seed)), setting
+    )
+    if checked:
+        source = getattr(opts, "path", None)
+        check_cases(
+            cases,
+            [setting],
+            f"benchmark {name!r}" + (f" ({source})" if source else "") + f", split {split}, setting {setting}",
+        )
     if not cases and limit != 0:  # limit 0 asks for no case
         raise DataError(
             f"benchmark {name!r} has no cases for split {split!r}, setting {setting!r}: nothing to run "

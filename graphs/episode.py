@@ -24,6 +24,7 @@ from atelier.agents.judges.base import JudgeResult
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.case import Case
 from atelier.graphs.context import EpisodeContext
+from atelier.graphs.contract import checked_response
 from atelier.graphs.inputs import (
     CaseReference,
     GoldContext,
@@ -65,8 +66,12 @@ def prepare(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> Command[Li
 
 
 def judged(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> str:
-    """To the judges, unless the run has none that judge one response (a run of systems only, or of
-    LaMP-QA's pairwise judge, which the runner runs once both responses exist)."""
+    """As the pipeline ends: its response held to the pipeline contract (graphs/contract.py; none, or
+    not a SystemResponse, fails the episode naming the pipeline); then to the judges, unless the run
+    has none that judge one response (a run of systems only, or of LaMP-QA's pairwise judge, which
+    the runner runs once both responses exist)."""
+    pipeline = (runtime.context or EpisodeContext()).system.pipeline
+    checked_response(state, pipeline, step=node_name(pipeline))
     judges = resources_for(runtime.context).judges
     return "judge" if any(not judge.comparative for judge in judges) else END
 

@@ -19,7 +19,7 @@ never touches gold:
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -30,10 +30,12 @@ from typing_extensions import TypedDict
 from atelier.agents.citations import SourceRef
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.case import Case, CaseView, Query
+from atelier.benchmarks.common.contract import ContractBroken
 from atelier.benchmarks.common.errors import AtelierError
+from atelier.benchmarks.contract import SETTINGS, view_problem
 from atelier.benchmarks.controls import ControlPlan
 from atelier.benchmarks.registry import load_cases
-from atelier.graphs.context import BenchmarkRef, EpisodeContext
+from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
 from atelier.graphs.pipelines import GoldContextOptions, PipelineOptions, pipeline_options
 from atelier.graphs.sources import SourceStore
 from atelier.memory.base import UserContext
@@ -76,9 +78,17 @@ class PipelineOutput(TypedDict):
 _remembered: dict[tuple[str, str, str], Case] = {}
 
 
+# Every event id of each user in a run's cases (the explicit persona's included), by run id: what
+# the user's memory may name (memory/contract.py), made once per run from the cases remembered.
+_user_events: dict[str, dict[str, frozenset[str]]] = {}
+
+
 def remember_cases(run_id: str, cases: list[Case]) -> None:
     for case in cases:
-        _remembered[(run_id, case.benchmark, case.id)] = case
+        key = (run_id, case.benchmark, case.id)
+        if _remembered.get(key) is not case:
+            _remembered[key] = case
+            _user_events.pop(run_id, None)
 
 
 def remembered_cases(run_id: str) -> list[Case]:
@@ -89,6 +99,26 @@ def remembered_cases(run_id: str) -> list[Case]:
 def forget_cases(run_id: str) -> None:
     for key in [k for k in _remembered if k[0] == run_id]:
         del _remembered[key]
+    for view in [k for k in list(_views) if k[0] == run_id]:  # a later run of the same id is another run
+        _views.pop(view, None)
+    _user_events.pop(run_id, None)
+
+
+def user_event_ids(run_id: str, owner: CaseView) -> Collection[str]:
+    """The ids of every event `owner`'s user has in the run's cases (whichever case's episode gave
+    them to the memory), and those of `owner`'s own history: what the user's memory may name."""
+    users = _user_events.get(run_id)
+    if users is None:
+        gathered: dict[str, set[str]] = {}
+        for case in remembered_cases(run_id):
+            ids = gathered.setdefault(case.user_id, set())
+            ids.update(e.id for e in case.history)
+            if case.persona is not None:
+                ids.add(case.persona.as_event().id)
+        users = _user_events[run_id] = {user: frozenset(ids) for user, ids in gathered.items()}
+    known = users.get(owner.user_id, frozenset())
+    own = [e.id for e in owner.history if e.id not in known]
+    return known.union(own) if own else known
 
 
 @lru_cache(maxsize=16)
@@ -131,13 +161,30 @@ def case_from_input(state: Mapping[str, Any], context: EpisodeContext) -> Case:
     return cases[case_id]
 
 
-_views: LRUCache[tuple[str, str, str, str | None, str, str | None], CaseView] = LRUCache(maxsize=256)
+_views: LRUCache[tuple[str, str, str, str, str, str | None], CaseView] = LRUCache(maxsize=256)
+
+
+def setting_of(case: Case, system: SystemSpec) -> str:
+    """The setting `system` sees `case` under: its own, else the run's (which `load_cases` gave every case)."""
+    return system.setting or case.setting
+
+
+def system_view(case: Case, system: SystemSpec) -> CaseView:
+    """`case` as `system` sees it: under its setting, minus what its ablation hides; held to the
+    benchmark contract's 'settings expose what they say' (ContractBroken otherwise: the episode fails)."""
+    setting = setting_of(case, system)
+    view = case.view(setting, hide=system.hide)
+    problem = view_problem(case, view, setting, system.hide)
+    if problem is not None:
+        raise ContractBroken(SETTINGS, problem, step="view")
+    return view
 
 
 def case_view(state: Mapping[str, Any], context: EpisodeContext) -> CaseView:
     """The system's view: the inline `view`, else the referenced case under the system's setting and
-    ablation (and, in a control episode, the control's context: `control_plan`); with a `query` in
-    the state, that query in place of the case's."""
+    ablation (`system_view`: held to the benchmark contract's settings clause), and in a control
+    episode, the control's context (`control_plan`); with a `query` in the state, that query in
+    place of the case's."""
     view = state.get("view")
     if view is not None:
         view = view if isinstance(view, CaseView) else CaseView.model_validate(view)
@@ -148,14 +195,14 @@ def case_view(state: Mapping[str, Any], context: EpisodeContext) -> CaseView:
             context.run_id,
             case.benchmark,
             case.id,
-            context.system.setting,
+            setting_of(case, context.system),
             hide.model_dump_json(),
             control.model_dump_json() if control else None,
         )
         view = _views.get(key)
         if view is None:
-            view = case.view(context.system.setting, hide=hide)
-            if control is not None:
+            view = system_view(case, context.system)
+            if control is not None:  # after the settings clause: a control changes the context on purpose
                 view = control_plan(case, context).view(view, case, control.kind, hide)
             _views[key] = view
     query = state.get("query")

@@ -20,6 +20,7 @@ from langgraph.types import Command, Send
 from typing_extensions import TypedDict
 
 from atelier.agents.judges.base import JudgeEnv, JudgeResult
+from atelier.agents.judges.contract import held_to_contract
 from atelier.agents.judges.store import ArtifactStore
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.case import Case
@@ -86,7 +87,8 @@ def dispatch(state: JudgeState, runtime: Runtime[EpisodeContext]) -> Command[Lit
 async def run_judge(task: JudgeTask, runtime: Runtime[EpisodeContext]) -> JudgeOutput:
     resources = resources_for(runtime.context)
     judge = resources.judges[task["judge_index"]]
-    return {"judgments": [await judge.judge(task["case"], task["response"], judge_env(resources))]}
+    judgment = judge.judge(task["case"], task["response"], judge_env(resources))
+    return {"judgments": [await held_to_contract(judge, judgment)]}
 
 
 def build_judge_graph():

@@ -30,7 +30,6 @@ from atelier.graphs.inputs import CaseReference, case_view, memory_view
 from atelier.graphs.memory_tool import reads_memory_upfront
 from atelier.graphs.resources import Resources, resources_for
 from atelier.memory.base import UserContext, memory_query
-from atelier.memory.persona_first import latest_persona, persona_kept, persona_not_kept
 
 
 class MemoryInput(CaseReference, total=False):
@@ -52,26 +51,9 @@ async def ingest_history(resources: Resources, view: CaseView) -> None:
 
 async def recall_context(resources: Resources, view: CaseView, owner: CaseView | None = None) -> UserContext:
     """What the memory holds about `owner`'s user (default: the asker) for the asker's query, once
-    `owner`'s history is in it (a no-op when the `ingest` step ran in this process)."""
-    owner = owner or view
-    await ingest_history(resources, owner)
-    memory = await resources.open_memory()
-    return persona_checked(await memory.context(owner.user_id, memory_query(view)), owner)
-
-
-def persona_checked(context: UserContext, owner: CaseView) -> UserContext:
-    """`context`, with a `persona_not_kept` when the setting gave an explicit persona that the
-    context does not hold whole and first and its backend did not say so itself (a backend of
-    one's own): the persona is never lost without a word."""
-    persona = latest_persona(owner.history)
-    if (
-        persona is None
-        or persona_kept(context.text, persona)
-        or any(d.kind == "persona_not_kept" for d in context.degraded)
-    ):
-        return context
-    lost = persona_not_kept(context.backend, persona, "its context does not open with the persona's facets")
-    return context.model_copy(update={"degraded": [*context.degraded, lost]})
+    `owner`'s history is in it (a no-op when the `ingest` step ran in this process), held to the
+    memory contract (`Resources.recall`)."""
+    return await resources.recall(owner or view, memory_query(view))
 
 
 async def ingest(state: MemoryState, runtime: Runtime[EpisodeContext]) -> Command[Literal["recall"]]:

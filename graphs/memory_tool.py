@@ -118,9 +118,7 @@ async def recall_memory(resources: Resources, view: CaseView, query: str, owner:
     history is in it; one ledger line under node `recall_memory` with the query and the event ids."""
     owner = owner or view
     started = time.perf_counter()
-    memory = await resources.open_memory()
-    await memory.ingest(owner.user_id, owner.history)  # a no-op once the history is in (graphs/memory.py)
-    context = await memory.context(owner.user_id, MemoryQuery(text=query))
+    context = await resources.recall(owner, MemoryQuery(text=query))  # ingests first: a no-op once it is in
     recall = Recall(query=query, text=context.text, event_ids=context.event_ids, degraded=context.degraded)
     resources.gateway.ledger.record_tool(
         RECALL_MEMORY,

@@ -27,15 +27,18 @@ from atelier.agents.models.gateway import Gateway
 from atelier.agents.models.ledger import Ledger
 from atelier.agents.models.spend import SpendGuard
 from atelier.agents.models.structured_output import ModeMemory
+from atelier.benchmarks.case import CaseView
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.redaction import active_redactor
 from atelier.benchmarks.common.waiting import waiting_for
 from atelier.graphs.context import EpisodeContext
-from atelier.graphs.inputs import GraphInputError
+from atelier.graphs.inputs import GraphInputError, user_event_ids
 from atelier.graphs.sources import SourceStore
-from atelier.memory.base import MemoryBackend, MemoryEnv
+from atelier.memory.base import MemoryBackend, MemoryEnv, MemoryQuery, UserContext
+from atelier.memory.contract import held_to_contract
 from atelier.memory.journal import journaled
+from atelier.memory.persona_first import latest_persona
 from atelier.memory.registry import create_backend
 from atelier.tools.web import Web, build_web
 
@@ -82,6 +85,21 @@ class Resources:
     async def open_memory(self) -> MemoryBackend:
         """`memory` from a graph node: the backend (its stores, its embedder) is made off the event loop."""
         return self._memory if self._memory is not None else await asyncio.to_thread(lambda: self.memory)
+
+    async def recall(self, owner: CaseView, query: MemoryQuery) -> UserContext:
+        """The system's memory's context about `owner`'s user for `query`, once `owner`'s history is in
+        it (ingest skips what it has), at the memory's own budget, held to the memory contract
+        (memory/contract.py): within the budget, naming only the user's events (else ContractBroken:
+        the episode fails), the setting's persona kept or its loss recorded."""
+        memory = await self.open_memory()
+        await memory.ingest(owner.user_id, owner.history)
+        return held_to_contract(
+            await memory.context(owner.user_id, query),
+            user_id=owner.user_id,
+            budget=memory.budget(None),
+            known=user_event_ids(self.context.run_id, owner),
+            persona=latest_persona(owner.history),
+        )
 
     async def open_web(self) -> Web:
         """`web()` from a graph node: the first call starts the sandbox web off the event loop (a

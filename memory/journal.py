@@ -212,16 +212,28 @@ class JournaledMemory(MemoryBackend):
         digest = await self.inner.state_digest(user_id)
         if same_answer and (entry.digest is None or digest == entry.digest):
             return
-        asked = [c for c in calls if not c.cache_hit]
-        clock = "; it read the clock more often than the first time" if tape.overrun else ""
-        raise MemoryRebuildError(
-            f"the memory of user {user_id!r} rebuilt from this journal differs from the one the run had after this "
-            f"{entry.op} ({len(asked)} of the {len(calls)} model calls of the rebuild were not answered by the "
-            f"response cache, which holds the first answers{clock}); results resumed on it would differ: resume with "
-            "the run's response cache, or choose a new --out folder",
-            file=self.path,
-            line=number,
+        asked = [c for c in calls if not c.cache_hit and c.is_model_call]
+        differs = (
+            f"the {self.inner.name} memory of user {user_id!r} rebuilt from this journal differs from the one the run "
+            f"had after this {entry.op}, so results resumed on it would differ: "
         )
+        clock = "; it read the clock more often than the first time" if tape.overrun else ""
+        if asked:
+            why = (
+                f"{len(asked)} of the {len(calls)} model calls of the rebuild were not answered by the response "
+                f"cache, which holds the first answers{clock}. Resume with the run's response cache, or choose a new "
+                "--out folder"
+            )
+        else:
+            why = (
+                "fed the same events with the same clock readings and "
+                + (f"all {len(calls)} model calls answered by the response cache" if calls else "no model call")
+                + f", the backend holds another state{clock}: its state is not deterministic (a time read with time.time() "
+                "or datetime.now() instead of `self.now()`, a random number, a process id, a set's order). Read "
+                f"times through `self.now()`; `atelier check memory {self.inner.name}` checks that its state rebuilds "
+                "exactly"
+            )
+        raise MemoryRebuildError(differs + why, file=self.path, line=number)
 
     # ------------------------------------------------------------------ the protocol
 

@@ -97,6 +97,24 @@ class ProcessBoundMemory(_Events):
         return digest_of([self.events(user_id), os.getpid(), random.random()])
 
 
+class OverBudgetMemory(_Events):
+    """Ignores its budget: every event it holds, then notes of its own twice as long as the budget."""
+
+    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        notes = " ".join(f"note{i}" for i in range(2 * self.budget(budget)))
+        text = "\n".join([*(e.render() for e in self.events(user_id)), notes])
+        ids = [e.id for e in self.events(user_id)]
+        return UserContext(backend=self.name, form="raw", text=text, event_ids=ids, tokens=len(text.split()))
+
+
+class InventingMemory(_Events):
+    """Names an event the user never had, beside the real ones."""
+
+    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        context = await super().context(user_id, query, budget)
+        return context.model_copy(update={"event_ids": [*context.event_ids, f"{user_id}:remembered-1"]})
+
+
 class PersonaDroppingMemory(_Events):
     """Drops the explicit persona without a word."""
 
@@ -123,6 +141,24 @@ def dict_response():
 
     async def answer(state: _State, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
         return {"response": {"text": "an answer"}}
+
+    return _graph(answer)
+
+
+def no_response():
+    """Ends without a `response` at all."""
+
+    async def answer(state: _State, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+        return {}
+
+    return _graph(answer)
+
+
+def text_response():
+    """Returns the answer's text where a SystemResponse belongs."""
+
+    async def answer(state: _State, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+        return {"response": "an answer"}
 
     return _graph(answer)
 
@@ -192,10 +228,23 @@ class OffScale(Judge):
     name = "off_scale"
     config_model = JudgeConfig
 
+    def score_of(self, case: Case) -> float:
+        return 7.0
+
     async def judge_once(
         self, case: Case, response: SystemResponse, env: JudgeEnv, prepared: Any = None
     ) -> JudgeResult:
-        return self.result(7.0)
+        return self.result(self.score_of(case))
+
+
+class NotFinite(OffScale):
+    """Declares 1-5 and scores NaN (or infinity)."""
+
+    name = "not_finite"
+    scale = "1-5"
+
+    def score_of(self, case: Case) -> float:
+        return float("nan") if len(case.id) % 2 else float("inf")
 
 
 class Verdict(BaseModel):

@@ -38,7 +38,10 @@ public reference describes it.
                        the completed interaction; POST /v1beta/interactions/{id}/cancel cancels it.
 
 The stub cites the URLs it is given (`cites=[(url, title), ...]`), so a test decides which cited
-pages the run's web can read. `script([...])` queues behaviours per request (`ok`, `429`, `500`);
+pages the run's web can read. `script([...])` queues behaviours per request (`ok`, `429`, `500`;
+answers that break the provider contract: `length` and `content_filter` finish reasons, `unclosed`
+(an answer cut inside its `<think>`, Perplexity), an `incomplete` status (Responses), and `cut:N`, a
+stream whose bytes stop after N, the connection closed cleanly);
 each request's body is kept in `requests`.
 
 Usage (manual): python tests/research_api_stub.py --kind perplexity --port 8021 --cite https://...
@@ -58,7 +61,7 @@ KINDS = ("perplexity", "responses", "interactions")
 FORMS = ("citations", "search_results")
 SPANS = ("valid", "reversed", "outside")
 ACTIONS = ("search", "open_page", "find_in_page")
-BEHAVIOURS = ("ok", "429", "500")
+BEHAVIOURS = ("ok", "429", "500", "length", "content_filter", "unclosed", "incomplete")  # and "cut:N"
 SEARCHES = 3  # web searches each answer reports
 REASONING_TOKENS = 40
 # Perplexity's own bill of each answer (its usage.cost), in USD
@@ -122,7 +125,7 @@ class ResearchApiStub:
         return {"perplexity": root, "responses": f"{root}/v1", "interactions": f"{root}/v1beta"}[self.kind]
 
     def script(self, behaviours: list[str]) -> None:
-        unknown = set(behaviours) - set(BEHAVIOURS)
+        unknown = {b for b in behaviours if b not in BEHAVIOURS and not (b.startswith("cut:") and b[4:].isdigit())}
         if unknown:
             raise ValueError(f"unknown behaviours {sorted(unknown)}; valid: {BEHAVIOURS}")
         with self._lock:
@@ -158,11 +161,14 @@ class ResearchApiStub:
         last = str((messages[-1] if messages else {}).get("content") or "")
         return " ".join(last.split()[:12])
 
-    def perplexity(self, body: dict[str, Any]) -> dict[str, Any]:
+    def perplexity(self, body: dict[str, Any], behaviour: str = "ok") -> dict[str, Any]:
         sentences = [f"Research on: {self._question(body)}."]
         sentences += [f"{title} is a source on this[{n}]." for n, (_, title) in enumerate(self.cites, 1)]
         sentences += [f"Another claim rests on more[{n}]." for n in self.markers_beyond]
         content = "<think>I searched the web.</think>" + " ".join(sentences)
+        finish = behaviour if behaviour in ("length", "content_filter") else "stop"
+        if behaviour == "unclosed":  # cut at its token limit inside its reasoning
+            content, finish = "<think>I searched the web. Now I weigh " + " ".join(sentences), "length"
         prompt = sum(_words(str(m.get("content") or "")) for m in body.get("messages") or [])
         completion = _words(content) + REASONING_TOKENS
         usage: dict[str, Any] = {
@@ -192,14 +198,14 @@ class ResearchApiStub:
                 }
                 for url, title in self.cites
             ],
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", "content": content}}],
             "usage": usage,
         }
         if self.form == "citations":
             answer["citations"] = [url for url, _ in self.cites]
         return answer
 
-    def response(self, body: dict[str, Any]) -> dict[str, Any]:
+    def response(self, body: dict[str, Any], behaviour: str = "ok") -> dict[str, Any]:
         text = f"Research on: {self._question(body)}."
         annotations = []
         for url, title in self.cites:
@@ -245,10 +251,10 @@ class ResearchApiStub:
             "id": f"resp_{len(self.requests)}",
             "object": "response",
             "created_at": int(time.time()),
-            "status": "completed",
+            "status": "incomplete" if behaviour == "incomplete" else "completed",
             "background": bool(body.get("background")),
             "error": None,
-            "incomplete_details": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if behaviour == "incomplete" else None,
             "model": body.get("model", "o3-deep-research"),
             "output": output,
             "tools": body.get("tools") or [],
@@ -314,7 +320,7 @@ class ResearchApiStub:
                 held["polled"] += 1
                 held["status"] = "completed" if held["polled"] > self.polls else "in_progress"
             status = held["status"]
-        if status == "completed":
+        if status in ("completed", "incomplete"):
             return held["answer"]
         return _pending(held["answer"], status)
 
@@ -351,17 +357,18 @@ class ResearchApiStub:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-            def _events(self, events: list[tuple[str | None, dict[str, Any]]]) -> None:
+            def _events(self, events: list[tuple[str | None, dict[str, Any]]], cut: int | None = None) -> None:
+                """The server-sent events; with `cut`, only their first `cut` bytes, then a clean close."""
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
                 self.end_headers()
-                for name, data in events:
-                    prefix = f"event: {name}\n" if name else ""
-                    self.wfile.write(f"{prefix}data: {json.dumps(data)}\n\n".encode())
-                if stub.kind == "perplexity":
-                    self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
+                body = _sse(stub.kind, events)
+                try:
+                    self.wfile.write(body if cut is None else body[:cut])
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
                 self.close_connection = True
 
             def do_GET(self) -> None:
@@ -402,10 +409,13 @@ class ResearchApiStub:
                         stub.background[answer["id"]] = {"answer": answer, "polled": 0, "status": "in_progress"}
                     self._send(200, _pending(answer, "in_progress"))
                 elif stub.kind == "perplexity":
-                    answer = stub.perplexity(body)
-                    self._events(_perplexity_chunks(answer)) if body.get("stream") else self._send(200, answer)
+                    answer = stub.perplexity(body, behaviour)
+                    if body.get("stream"):
+                        self._events(_perplexity_chunks(answer), _cut(behaviour))
+                    else:
+                        self._send(200, answer)
                 else:
-                    answer = stub.response(body)
+                    answer = stub.response(body, behaviour)
                     if body.get("background"):
                         with stub._lock:
                             stub.background[answer["id"]] = {"answer": answer, "polled": 0, "status": "queued"}
@@ -415,7 +425,9 @@ class ResearchApiStub:
                         else:
                             self._send(200, _pending(answer, "queued"))
                     elif body.get("stream"):
-                        self._events(_response_events(answer))
+                        with stub._lock:  # kept, as OpenAI keeps responses: a client cut off retrieves it
+                            stub.background[answer["id"]] = {"answer": answer, "polled": 0, "status": answer["status"]}
+                        self._events(_response_events(answer), _cut(behaviour))
                     else:
                         self._send(200, answer)
 
@@ -429,6 +441,21 @@ def _pending(answer: dict[str, Any], status: str) -> dict[str, Any]:
     return answer | {"status": status, "output": [], "usage": None}
 
 
+def _cut(behaviour: str) -> int | None:
+    return int(behaviour[4:]) if behaviour.startswith("cut:") else None
+
+
+def _sse(kind: str, events: list[tuple[str | None, dict[str, Any]]]) -> bytes:
+    """Server-sent events as the wire carries them (Perplexity's end with `[DONE]`)."""
+    body = "".join((f"event: {name}\n" if name else "") + f"data: {json.dumps(data)}\n\n" for name, data in events)
+    return (body + ("data: [DONE]\n\n" if kind == "perplexity" else "")).encode()
+
+
+def stream_bytes(kind: str, answer: dict[str, Any]) -> int:
+    """How many bytes the whole stream of `answer` takes (where a `cut:N` may fall)."""
+    return len(_sse(kind, _perplexity_chunks(answer) if kind == "perplexity" else _response_events(answer)))
+
+
 def _perplexity_chunks(answer: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:
     """Perplexity's stream: chat chunks of a few words, each with the citations and search results."""
     base = {k: answer[k] for k in ("id", "created", "model", "citations", "search_results") if k in answer}
@@ -439,7 +466,8 @@ def _perplexity_chunks(answer: dict[str, Any]) -> list[tuple[str | None, dict[st
         piece = " ".join(words[i : i + 4]) + (" " if i + 4 < len(words) else "")
         delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
         chunks.append((None, base | {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}))
-    last = base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": answer["usage"]}
+    finish = answer["choices"][0]["finish_reason"]
+    last = base | {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": answer["usage"]}
     chunks.append((None, last))
     return chunks
 
@@ -482,7 +510,7 @@ def _response_events(answer: dict[str, Any]) -> list[tuple[str | None, dict[str,
             "response.output_text.done", item_id=item["id"], output_index=index, content_index=0, text=text, logprobs=[]
         )
         event("response.output_item.done", output_index=index, item=item)
-    event("response.completed", response=answer)
+    event("response.incomplete" if answer["status"] == "incomplete" else "response.completed", response=answer)
     return events
 
 

@@ -198,3 +198,37 @@ def test_a_link_form_marker_opening_a_line_is_a_citation_not_a_source_list():
     # found by the property above: the whole answer taken for a headless source list
     report = check_citations("[1](https://x.example/1).", sources(2))
     assert body(report) == "[1]." and report.stats["model_source_list_removed"] is False
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "text [1]",
+                "    indented",
+                "\tTabbed",
+                "> quote",
+                ">     quoted code",
+                "```",
+                "~~~",
+                "- item",
+                "",
+                "  two",
+            ]
+        )
+        | st.text(alphabet=" \t>`~-x[1]\n", max_size=12),
+        max_size=12,
+    ).map("\n".join)
+)
+def test_the_code_block_lines_are_commonmarks_whether_or_not_the_text_is_parsed(text):
+    """Issue 48: texts that cannot hold a code block skip the parse; the lines found are the same."""
+    from atelier.agents.citations import _code_lines, _markdown
+
+    parsed = {
+        line
+        for token in _markdown().parse(text)
+        if token.type in ("fence", "code_block") and token.map
+        for line in range(token.map[0], token.map[1])
+    }
+    assert _code_lines(text) == parsed

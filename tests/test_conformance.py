@@ -15,8 +15,9 @@ import pytest
 
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.plugins import PluginError
+from atelier.graphs import contract as pipeline_contract
+from atelier.memory import contract as memory_contract
 from atelier.memory.registry import backend_names
-from atelier.runs.studies.conformance import memory as memory_kit
 from atelier.runs.studies.conformance.run import run_check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +55,10 @@ def test_every_builtin_memory_backend_keeps_the_contract(name, tmp_path):
     report = check("memory", name, tmp_path)
     assert broken_names(report) == [], report.lines()
     assert len(report.clauses) == 7
-    assert verdicts(report)[memory_kit.REBUILT] == "held" and verdicts(report)[memory_kit.NO_GOLD] == "held"
+    assert (
+        verdicts(report)[memory_contract.REBUILT.name] == "held"
+        and verdicts(report)[memory_contract.NO_GOLD.name] == "held"
+    )
 
 
 @pytest.mark.parametrize(
@@ -67,15 +71,19 @@ def test_every_builtin_memory_backend_keeps_the_contract(name, tmp_path):
     ],
 )
 def test_every_builtin_pipeline_keeps_the_contract(pipeline, options, tmp_path):
-    from atelier.runs.studies.conformance import pipeline as kit
 
     report = check("pipeline", pipeline, tmp_path, **options)
     assert report.broken == [], report.lines()
     found = verdicts(report)
-    assert found[kit.SCHEMA] == found[kit.CITATIONS] == found[kit.CHECKPOINTS] == "held"
+    assert (
+        found[pipeline_contract.RESPONSE.name]
+        == found[pipeline_contract.CITATIONS.name]
+        == found[pipeline_contract.CHECKPOINTS.name]
+        == "held"
+    )
     if pipeline == "deep_research":  # it asks the user: the interrupt, a bad resume, the typed answers
-        assert found[kit.INTERRUPT] == "held"
-        cited = next(c for c in report.clauses if c.name == kit.CITATIONS)
+        assert found[pipeline_contract.INTERRUPT.name] == "held"
+        cited = next(c for c in report.clauses if c.name == pipeline_contract.CITATIONS.name)
         assert "each a page this run fetched" in cited.evidence
 
 
@@ -91,7 +99,7 @@ def test_every_builtin_judge_keeps_the_contract(tmp_path):
 
 def test_the_bundled_benchmark_keeps_the_contract(tmp_path):
     report = check("benchmark", "sample", tmp_path)
-    assert report.broken == [] and len(report.clauses) == 4, report.lines()
+    assert report.broken == [] and len(report.clauses) == 5, report.lines()
 
 
 # --------------------------------------------------------------------------- every clause can break
@@ -100,11 +108,11 @@ def test_the_bundled_benchmark_keeps_the_contract(tmp_path):
 @pytest.mark.parametrize(
     ("double", "clause"),
     [
-        ("RepeatingMemory", memory_kit.IDEMPOTENT),
-        ("SharedMemory", memory_kit.ISOLATED),
-        ("GoldReadingMemory", memory_kit.NO_GOLD),
-        ("ProcessBoundMemory", memory_kit.REBUILT),
-        ("PersonaDroppingMemory", memory_kit.PERSONA),
+        ("RepeatingMemory", memory_contract.IDEMPOTENT.name),
+        ("SharedMemory", memory_contract.ISOLATED.name),
+        ("GoldReadingMemory", memory_contract.NO_GOLD.name),
+        ("ProcessBoundMemory", memory_contract.REBUILT.name),
+        ("PersonaDroppingMemory", memory_contract.PERSONA.name),
     ],
 )
 def test_a_memory_that_breaks_a_clause_is_caught_on_that_clause(double, clause, tmp_path):

@@ -268,6 +268,7 @@ def test_a_real_system_model_with_an_unset_judge_is_refused_naming_the_role(tmp_
     named = write_recipe(
         tmp_path, {}, models='[models.system]\nmodel = "openai/gpt-4o-mini"\n[models.judge]\nmodel = "scripted"'
     )
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # recipe check refuses a real model without its key
     code, out, err = atelier(capsys, monkeypatch, "recipe", "check", named)
     assert code == 0 and out.startswith("ok: "), err  # scripted mixed in on purpose: named, so allowed
 

@@ -10,9 +10,9 @@ import pytest
 
 from atelier.benchmarks.case import ExplicitPersona, HistoryEvent
 from atelier.benchmarks.registry import load_cases
-from atelier.graphs.memory import persona_checked
 from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryEnv, MemoryQuery, UserContext, memory_query
 from atelier.memory.budget import count_tokens
+from atelier.memory.contract import held_to_contract
 from atelier.memory.persona_first import latest_persona, persona_kept
 from atelier.memory.registry import BACKENDS, create_backend
 
@@ -70,11 +70,20 @@ class Forgetful(MemoryBackend):
         return UserContext(backend=self.name, form="raw", text="\n".join(e.render() for e in self.events[:2]))
 
 
+def persona_checked(context: UserContext, view) -> UserContext:
+    """The memory contract as a run's recall applies it, at a budget no context here exceeds."""
+    known = {e.id for e in view.history}
+    return held_to_contract(
+        context, user_id=view.user_id, budget=10_000, known=known, persona=latest_persona(view.history)
+    )
+
+
 async def test_a_backend_that_loses_the_persona_silently_is_recorded_at_recall():
     view = case()
     memory = Forgetful(MemoryConfig(backend="forgetful"))
     await memory.ingest(view.user_id, view.history)
     context = persona_checked(await memory.context(view.user_id, "q"), view)
     assert [d.kind for d in context.degraded] == ["persona_not_kept"]
+    assert "the persona kept whole where the setting gives one" in context.degraded[0].detail
     kept = UserContext(backend="x", form="persona", text=latest_persona(view.history).render())
     assert persona_checked(kept, view).degraded == []

@@ -308,3 +308,45 @@ def test_a_reference_loaded_is_found_but_not_listed_among_the_registrys_names():
     assert [name for name, _ in registry.items()] == before
     assert registry.known() == ["builtin", "tests.conformance_doubles:SoundMemory"]
     assert "tests.conformance_doubles:SoundMemory" in registry.loaded()
+
+
+def installed(site: Path, distribution: str, entry_points: str) -> None:
+    """A distribution installed in `site` as pip leaves one: its .dist-info with metadata and entry points."""
+    info = site / f"{distribution}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[atelier.plugins]\n{entry_points}\n")
+
+
+def test_an_entry_point_name_claimed_twice_or_by_a_builtin_is_refused_naming_both(tmp_path, monkeypatch):
+    """Issue 48: two distributions declaring `recency` (a memory backend each), or one declaring the
+    built-in `full`, are refused where the name is loaded — never one silently chosen or ignored;
+    an entry point of another kind under a built-in's name is no clash."""
+    from atelier.benchmarks.common.named_registry import NamedRegistry
+    from atelier.benchmarks.common.plugins import PluginClashError
+    from atelier.memory.backends.full import FullHistory
+    from atelier.memory.registry import plugin_backend
+
+    site = tmp_path / "site"
+    installed(site, "alab", "recency = tests.conformance_doubles:SoundMemory")
+    installed(site, "blab", "recency = tests.conformance_doubles:InventingMemory")
+    installed(site, "clab", "full = tests.conformance_doubles:SoundMemory\ndirect = tests.conformance_doubles:OffScale")
+    monkeypatch.syspath_prepend(str(site))
+
+    def registry() -> NamedRegistry:
+        backends: NamedRegistry = NamedRegistry("memory backend", adapt=plugin_backend)
+        backends.register("full", FullHistory)
+        backends.register("direct", FullHistory)  # a judge (OffScale) claims this name: another kind
+        return backends
+
+    with pytest.raises(PluginClashError) as twice:
+        registry().get("recency")
+    assert "'recency' is declared by two installed distributions" in str(twice.value)
+    assert "of alab" in str(twice.value) and "of blab" in str(twice.value)
+    with pytest.raises(PluginClashError) as builtin:
+        registry().get("full")
+    assert "built into Atelier" in str(builtin.value) and "entry point 'full' of clab" in str(builtin.value)
+    assert registry().get("direct") is FullHistory
+    listed = registry()
+    assert "recency" not in listed.names() and "full" in listed.names()
+    assert "two installed distributions" in listed.broken["recency"] and "built into" in listed.broken["full"]

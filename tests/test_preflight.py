@@ -174,3 +174,84 @@ def test_a_judge_that_does_not_fit_the_benchmark_is_one_line_naming_both(tmp_pat
     assert found[0].startswith(
         "judge 'lampqa_aspects' does not fit benchmark 'locomo': 3 of 3 cases lack rubric aspects"
     )
+
+
+# --------------------------------------------------------------------------- every command that calls a model
+
+
+def test_a_missing_key_is_bad_credentials_whatever_status_litellm_gives_it_and_never_retried():
+    import litellm
+
+    from atelier.agents.models.provider_errors import bad_credentials, classify
+
+    missing = litellm.InternalServerError(  # what litellm raises for openai/... with no OPENAI_API_KEY
+        message="OpenAIException - Missing credentials. Please pass an `api_key`, or set the `OPENAI_API_KEY`",
+        llm_provider="openai",
+        model="gpt-4o",
+    )
+    assert bad_credentials(missing) and classify(missing) == "fatal"
+    trouble = litellm.InternalServerError(
+        message="OpenAIException - upstream overloaded", llm_provider="openai", model="x"
+    )
+    assert not bad_credentials(trouble) and classify(trouble) == "retry"
+
+
+def test_a_call_without_its_key_fails_at_once_as_authentication(monkeypatch):
+    from atelier.agents.models.gateway import Gateway, ModelCallError
+    from atelier.agents.models.settings import ModelSettings
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    gateway = Gateway({"judge": ModelSettings(model="openai/gpt-4o", max_retries=4, retry_backoff_s=30)})
+    with pytest.raises(ModelCallError) as failed:
+        asyncio.run(gateway.text("judge", [{"role": "user", "content": "hi"}]))
+    assert failed.value.attempts == 1 and failed.value.verdict == "fatal"
+    assert "authentication failed" in str(failed.value) and "not retried" in str(failed.value)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("pilot") / "run"
+    run_recipe(
+        parse_recipe(
+            {
+                "name": "pilot",
+                "benchmark": {"name": "tiny", "limit": 2},
+                "models": {"system": {"model": "scripted"}, "judge": {"model": "scripted"}},
+                "systems": [{"name": "a", "memory": {"backend": "none"}}, {"name": "b", "memory": {"backend": "full"}}],
+                "judges": [{"name": "lampqa_aspects"}],
+                "run": {"out_dir": str(folder.parent)},
+            }
+        ),
+        folder,
+        progress=False,
+    )
+    return str(folder)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["rescore", "{run}", "--judge", "lampqa_aspects", "--out", "{tmp}/rescored", "--no-progress"],
+        ["simulate", "feedback", "--run", "{run}", "--out", "{tmp}/pairs.jsonl"],
+        ["meta-eval", "{run}", "--judge", "lampqa_aspects", "--against", "{run}", "--feedback"],
+        ["plan", "{run}", "--detect", "0.1"],
+        ["recipe", "check", "{tmp}/recipe.toml"],
+    ],
+    ids=lambda c: " ".join(c[:2]),
+)
+def test_every_command_that_calls_a_model_refuses_a_missing_key_by_name_with_exit_2(
+    command, finished_run, tmp_path, capsys, monkeypatch
+):
+    """Issue 48: `rescore --model openai/gpt-4o` with no key was retried for ten minutes; each command
+    that calls (or prices) a model now runs the run's preflight of it: exit 2, nothing written."""
+    from tests.test_cli_errors import atelier
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    (tmp_path / "recipe.toml").write_text(
+        'name = "r"\n[benchmark]\nname = "tiny"\n[[systems]]\nname = "s"\nmemory = { backend = "none" }\n'
+    )
+    args = [part.format(run=finished_run, tmp=tmp_path) for part in command] + ["--model", "openai/gpt-4o"]
+    code, _, err = atelier(capsys, monkeypatch, *args)
+    assert code == 2, err
+    assert "needs OPENAI_API_KEY" in err and "(openai/gpt-4o)" in err and "Traceback" not in err
+    assert not (tmp_path / "rescored" / "results.jsonl").exists() and not (tmp_path / "pairs.jsonl").exists()

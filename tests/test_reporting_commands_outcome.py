@@ -73,6 +73,7 @@ def test_rescore_with_every_judgment_failed_exits_3_with_the_outcome_line(tmp_pa
             "--out",
             str(tmp_path / "rescored"),
             "--no-progress",
+            "--no-preflight",  # the preflight's probe would be refused too (exit 2: tests/test_preflight.py)
         )
     assert code == EXIT_FAILURES, err
     assert outcome_line(err).startswith("episodes: 0 scored, 2 answered but not fully judged")

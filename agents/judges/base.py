@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import statistics
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -197,6 +198,18 @@ class JudgeEnv:
         return replace(self, gateway=gateway)
 
 
+_SCALE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*-\s*(-?\d+(?:\.\d+)?)\s*$")
+
+
+def parse_scale(scale: str) -> tuple[float, float] | None:
+    """A judge's declared scale, `low-high`, as two numbers (low < high); None when it is not that."""
+    match = _SCALE.match(scale) if isinstance(scale, str) else None
+    if match is None:
+        return None
+    low, high = float(match[1]), float(match[2])
+    return (low, high) if low < high else None
+
+
 class Requirement(NamedTuple):
     """Something a case must carry for a judge to apply, e.g. ("rubric aspects (gold.rubric_aspects)", check)."""
 
@@ -236,6 +249,12 @@ class Judge(ABC):
     def step(self) -> str:
         """Where this judge's degradations are recorded, e.g. `judge:pqr`."""
         return f"judge:{self.key}"
+
+    def scale_problem(self) -> str | None:
+        """Why the declared `scale` cannot hold a score (agents/judges/contract.py); None when it is `low-high`."""
+        if parse_scale(self.scale) is None:
+            return f"judge {self.key!r} declares scale {self.scale!r}, not 'low-high' (e.g. '0-1', '1-5', '0-100')"
+        return None
 
     def requirements(self) -> list[Requirement]:
         """What a case must carry for this judge (under this config) to apply."""
@@ -435,8 +454,9 @@ def create_judge(config: JudgeConfig | dict[str, Any]) -> Judge:
 def check_judge_fit(
     judges: Sequence[Judge], cases: Sequence[Case], benchmark: str, systems: Sequence[str] = ()
 ) -> None:
-    """Refuse, before any episode, judges the benchmark's cases cannot feed, naming judge and benchmark."""
-    problems: list[str] = []
+    """Refuse, before any episode, judges the benchmark's cases cannot feed, naming judge and
+    benchmark, and judges whose declared scale cannot hold a score (agents/judges/contract.py)."""
+    problems: list[str] = [p for p in (j.scale_problem() for j in judges) if p is not None]
     keys = [j.key for j in judges]
     for key in sorted({k for k in keys if keys.count(k) > 1}):
         problems.append(f"judge {key!r} appears twice; give one of them a `label`")

@@ -35,6 +35,14 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, SecretStr, ValidationError
 
+from atelier.agents.models.answer_contract import (
+    WHOLE,
+    IncompleteAnswer,
+    answer_breaches,
+    note,
+    replayed,
+    stored,
+)
 from atelier.agents.models.cache import RedisResponseCache, ResponseCache, request_key
 from atelier.agents.models.grounding import (
     GroundedAnswer,
@@ -50,7 +58,7 @@ from atelier.agents.models.grounding import (
 )
 from atelier.agents.models.ledger import Ledger
 from atelier.agents.models.local_model import SERVERS, LlamaServer, LocalModelError, LocalModelSpec, LocalServerDied
-from atelier.agents.models.provider_errors import Verdict, classify, server_message, status_of
+from atelier.agents.models.provider_errors import Verdict, bad_credentials, classify, server_message, status_of
 from atelier.agents.models.scripted import PROVIDER as SCRIPTED_PROVIDER
 from atelier.agents.models.scripted import parse_model_string, register_with_litellm
 from atelier.agents.models.settings import ModelSettings, settings_for_role
@@ -65,6 +73,7 @@ from atelier.agents.models.structured_output import (
 )
 from atelier.agents.models.trace import traced_request
 from atelier.agents.prompts import json_instructions, repair_instructions
+from atelier.benchmarks.common.degradation import Degradation
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -118,12 +127,15 @@ class _Request(BaseModel):
 @dataclass(frozen=True)
 class _Answered:
     """About one answer: its cache key, whether it was cut at max_tokens (finish_reason "length"),
-    and (a grounded request) the provider's citations, search results and reported usage."""
+    (a grounded request) the provider's citations, search results and reported usage, and what it
+    broke of the provider contract."""
 
     key: str | None
     cut: bool = False
     grounding: dict[str, Any] | None = None
     cost_usd: float = 0.0  # what the provider call cost (0: a cache hit, a free model)
+    # what the answer broke of the provider contract (agents.models.answer_contract)
+    broken: tuple[Degradation, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -313,7 +325,11 @@ def _failure_message(role: str, model: str, exc: BaseException, verdict: Verdict
         what = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"failed: {type(exc).__name__}: {exc}"
         return f"{role} model {model} {what} (after {attempts} attempt{plural})"
     status = status_of(exc)
-    why = _WHY.get(status or 0) or ("request refused" if verdict == "refused" else type(exc).__name__)
+    why = (
+        "authentication failed"
+        if bad_credentials(exc) and status not in _WHY
+        else _WHY.get(status or 0) or ("request refused" if verdict == "refused" else type(exc).__name__)
+    )
     where = f"HTTP {status}, " if status else ""
     return f"{role} model {model}: {why} ({where}not retried): {server_message(exc)}"
 
@@ -390,7 +406,8 @@ class Gateway:
     # ------------------------------------------------------------------ public API
 
     async def text(self, role: str, messages: list[dict[str, Any]]) -> str:
-        content, _ = await self._request(role, messages, mode=None, schema=None, kind="text")
+        content, answered = await self._request(role, messages, mode=None, schema=None, kind="text")
+        note(answered.broken)
         return content
 
     async def grounded(self, role: str, messages: list[dict[str, Any]], grounding: Grounding) -> GroundedAnswer:
@@ -400,6 +417,7 @@ class Gateway:
         content, answered = await self._request(
             role, messages, mode=None, schema=None, kind="grounded", grounding=grounding
         )
+        note(answered.broken)
         return GroundedAnswer.model_validate({**(answered.grounding or {}), "text": content})
 
     async def structured(self, role: str, messages: list[dict[str, Any]], schema: type[T]) -> T:
@@ -409,7 +427,9 @@ class Gateway:
         messages = _with_json_instructions(messages, wanted.schema)
         content, first, mode = await self._structured_request(role, messages, wanted)
         try:
-            return _validate(schema, content)
+            answer = _validate(schema, content)
+            note(first.broken)  # an answer that broke the contract yet validated is used: said
+            return answer
         except ValueError as first_error:
             repair = messages + [
                 {"role": "assistant", "content": content},
@@ -417,7 +437,9 @@ class Gateway:
             ]
             fixed, second = await self._request(role, repair, mode=mode, schema=wanted, kind="repair")
             try:
-                return _validate(schema, fixed)
+                answer = _validate(schema, fixed)
+                note(second.broken)
+                return answer
             except ValueError as second_error:
                 for answered in (first, second):  # a rerun should ask again, not replay the failure
                     if self.cache and answered.key:
@@ -696,7 +718,10 @@ class Gateway:
                     **_usage_fields(cached.get("grounding")),
                 )
                 return cached["content"], _Answered(
-                    key, cached.get("finish_reason") == "length", grounding=cached.get("grounding")
+                    key,
+                    cached.get("finish_reason") == "length",
+                    grounding=cached.get("grounding"),
+                    broken=tuple(replayed(cached.get("broken"), lambda: _step(role))),
                 )
             if self.cache is None:  # nothing to share an answer through: each request is its own call
                 return await self._held_request(
@@ -815,6 +840,14 @@ class Gateway:
         except Exception as exc:
             verdict = classify(exc)
             said = server_message(exc)
+            if isinstance(exc, IncompleteAnswer):  # failed, and never cached: recorded where it was asked
+                note(
+                    [
+                        WHOLE.broken(
+                            f"the {role} model {settings.model}: {said} (after {attempts} attempts)", _step(role)
+                        )
+                    ]
+                )
             self.ledger.record(
                 **common,
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),
@@ -854,6 +887,9 @@ class Gateway:
             prompt_tokens, completion_tokens = reply.prompt_tokens, reply.completion_tokens
             cost = billed_cost(reply, settings)  # tokens and searches, each priced once
             grounded = reply.answer.model_dump(exclude={"text"})
+        content, broken = answer_breaches(
+            finish_reason, content, lambda: _step(role), f"the {role} model {settings.model}"
+        )
         if self.cache is not None:
             self.cache.put(
                 key,
@@ -865,6 +901,7 @@ class Gateway:
                     "model": settings.model,
                     "messages": messages,
                     **({"grounding": grounded} if grounded is not None else {}),
+                    **({"broken": stored(broken)} if broken else {}),  # a replay records them again
                 },
             )  # the prompt, for `atelier trace`
         self.ledger.record(
@@ -886,6 +923,7 @@ class Gateway:
             finish_reason == "length",
             grounding=grounded,
             cost_usd=0.0 if settings.is_scripted else float(cost or 0.0),
+            broken=tuple(broken),
         )
 
     async def _held_request(
@@ -976,6 +1014,13 @@ class Gateway:
                     return await read_chat_stream(stream, kwargs["messages"], settings.model)
 
             return await asyncio.wait_for(chat(), timeout=settings.timeout_s)
+
+
+def _step(role: str) -> str:
+    """Where an answer's degradations are recorded: the graph node asking (else the role)."""
+    from atelier.agents.models.ledger import current_tags
+
+    return current_tags().get("node") or role
 
 
 def _usage_fields(grounded: dict[str, Any] | None) -> dict[str, Any]:

@@ -63,6 +63,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field
 
+from atelier.agents.models.answer_contract import IncompleteAnswer
+
 if TYPE_CHECKING:
     from atelier.agents.models.settings import ModelSettings
 
@@ -338,9 +340,15 @@ async def read_chat_stream(stream: AsyncIterator[Any], messages: list[dict[str, 
         search_results = getattr(chunk, "search_results", None) or search_results
         for choice in getattr(chunk, "choices", None) or []:
             annotations += getattr(choice.delta, "annotations", None) or []
+    # what the provider sent: litellm ends every stream with a chunk of its own saying "stop", so the
+    # terminal event is the finish reason its stream wrapper received (a stream cut off has none)
+    if getattr(stream, "received_finish_reason", "") is None:  # (a stream of another kind: not told)
+        raise IncompleteAnswer(
+            f"the stream ended after {len(chunks)} chunks without its terminal event (no finish_reason)", retryable=True
+        )
     built = litellm.stream_chunk_builder(chunks, messages=messages)
     if built is None:
-        raise ValueError("the provider's stream ended with no chunk")
+        raise IncompleteAnswer("the provider's stream ended with no chunk", retryable=True)
     usage = next((c.usage for c in reversed(chunks) if getattr(c, "usage", None) is not None), None)
     reply = read_chat(built, model, usage=usage)
     reply.answer.citations = chat_citations(citations, search_results, annotations)
@@ -458,6 +466,11 @@ async def perplexity_call(
             for choice in chunk.choices or []:
                 parts.append(choice.delta.content or "")
                 finish_reason = choice.finish_reason or finish_reason
+        if finish_reason is None:  # the stream stopped before its terminal chunk: cut off, not finished
+            raise IncompleteAnswer(
+                f"the stream ended after {len(parts)} deltas without its terminal event (no finish_reason)",
+                retryable=True,
+            )
         return _perplexity_reply(settings.model, "".join(parts), citations, search_results, usage, finish_reason, None)
 
 
@@ -500,6 +513,10 @@ def read_responses(response: Any, model: str, tools: Iterable[dict[str, Any]] = 
     usage = _get(response, "usage")
     details = _get(usage, "output_tokens_details") if usage is not None else None
     status = _get(response, "status")
+    if status in RUNNING:  # `responses_call` polls a background response to its end: never read before
+        raise IncompleteAnswer(
+            f"the response {_get(response, 'id')} is still {status}, with no answer yet", retryable=False
+        )
     return ProviderReply(
         answer=GroundedAnswer(
             text="".join(texts),
@@ -512,11 +529,21 @@ def read_responses(response: Any, model: str, tools: Iterable[dict[str, Any]] = 
         ),
         prompt_tokens=int(_get(usage, "input_tokens", 0) or 0),
         completion_tokens=int(_get(usage, "output_tokens", 0) or 0),
-        finish_reason="length" if status == "incomplete" else ("stop" if status == "completed" else status),
+        finish_reason=_responses_finish(status, _get(_get(response, "incomplete_details"), "reason")),
         token_cost=_responses_token_cost(response, model),
         search_cost=searches_cost(model, searches, tools),
         raw=response,
     )
+
+
+def _responses_finish(status: str | None, incomplete: str | None) -> str | None:
+    """A Responses API status as a chat finish reason: `completed` stop, `incomplete` for
+    max_output_tokens length (or for content_filter, content_filter), else the status."""
+    if status == "completed":
+        return "stop"
+    if status == "incomplete":
+        return "content_filter" if incomplete == "content_filter" else "length"
+    return status
 
 
 def _responses_token_cost(response: Any, model: str) -> float | None:
@@ -535,8 +562,12 @@ def _responses_token_cost(response: Any, model: str) -> float | None:
         return None
 
 
-class ResponsesStreamError(RuntimeError):
-    """A Responses API answer that never completed: its stream broke off, or it ended failed or cancelled."""
+class ResponsesStreamError(IncompleteAnswer):
+    """A Responses API answer that never completed: its stream broke off, or it ended failed or
+    cancelled (the provider contract's answer that arrived whole: retried)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=True)
 
 
 def _ended_badly(response: Any) -> ResponsesStreamError:

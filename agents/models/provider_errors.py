@@ -6,8 +6,9 @@ Three verdicts:
 - `refused` the server read the request and will not serve it (400/422, or a request-validation
             error whatever its status: llama.cpp's server answers those under 500). Retrying the
             same request cannot help; a structured call may try a weaker output mode instead;
-- `fatal`   nothing about this request can help: bad credentials (401/403), an unknown model
-            (404), a prompt longer than the model's context, a content-policy refusal.
+- `fatal`   nothing about this request can help: bad credentials (401/403, or a missing key whatever
+            status litellm gives it), an unknown model (404), a prompt longer than the model's
+            context, a content-policy refusal.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ Verdict = Literal["retry", "refused", "fatal"]
 _VALIDATION = re.compile(
     r"validation error|Input should be|Field required|Extra inputs are not permitted|extra_forbidden"
     r"|literal_error|invalid_request_error|unprocessable|not supported|unsupported|unrecognized request argument",
+    re.IGNORECASE,
+)
+# Credentials that cannot work, as providers and litellm word it under any status (litellm raises a
+# missing OpenAI or Perplexity key as an InternalServerError, 500): never retried.
+_CREDENTIALS = re.compile(
+    r"missing credentials|api_key client option must be set|no api key provided|incorrect api key|invalid api key"
+    r"|invalid_api_key|invalid x-api-key|authentication_error|permission_denied|missing \w+ api key",
     re.IGNORECASE,
 )
 _LITELLM_PREFIX = re.compile(
@@ -50,15 +58,25 @@ def server_message(exc: BaseException) -> str:
     return _LITELLM_PREFIX.sub("", message).strip() or type(exc).__name__
 
 
+def bad_credentials(exc: BaseException) -> bool:
+    """Whether the provider (or litellm, before asking it) says the credentials cannot work."""
+    return status_of(exc) in (401, 403) or bool(_CREDENTIALS.search(server_message(exc)))
+
+
 def classify(exc: BaseException) -> Verdict:
     import httpx
     import litellm
     import openai
 
+    from atelier.agents.models.answer_contract import IncompleteAnswer
     from atelier.agents.models.grounding import ResponsesStreamError
 
+    if isinstance(exc, IncompleteAnswer):  # a stream cut off may come whole next time; a queued job will not
+        return "retry" if exc.retryable else "fatal"
     if isinstance(exc, (asyncio.TimeoutError, litellm.Timeout, litellm.RateLimitError, ResponsesStreamError)):
         return "retry"
+    if _CREDENTIALS.search(server_message(exc)):  # whatever the status it came with
+        return "fatal"
     if isinstance(
         exc,
         (

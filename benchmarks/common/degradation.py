@@ -37,6 +37,15 @@ DegradationKind = Literal[
     "criterion_unscored",
     "context_leak",
     "output_truncated",
+    "setting_not_applied",
+    "memory_over_budget",
+    "memory_unknown_event",
+    "pipeline_no_response",
+    "judge_off_scale",
+    "answer_incomplete",
+    "answer_cut",
+    "answer_filtered",
+    "reasoning_unclosed",
 ]
 
 KINDS: dict[str, str] = {
@@ -63,6 +72,27 @@ KINDS: dict[str, str] = {
     "user that the context it was given did not hold: something outside the memory reached the system",
     "output_truncated": "an external agent's report was longer than the run keeps (`max_report_chars`) and was cut "
     "there, or its log reached the job's file size limit (`limits.file_mb`) and was cut",
+    # broken clauses of a protocol's contract (benchmarks/common/contract.py), found by the run itself
+    "setting_not_applied": "benchmark contract, 'settings expose what they say': a system's view of a case did not "
+    "show what its setting says (history under task_only, other events under persona, the persona missing); "
+    "the episode failed",
+    "memory_over_budget": "memory contract, 'budget respected': a memory's context took more tokens than its budget "
+    "(beyond the explicit persona kept whole, which memory_budget_cut records); the episode failed",
+    "memory_unknown_event": "memory contract, 'event ids only from ingested events': a memory's context named an "
+    "event that is not one of the user's own ingested events (another user's, or one never given); the episode failed",
+    "pipeline_no_response": "pipeline contract, 'the response schema': a pipeline returned no `response`, or one "
+    "that is not a SystemResponse; the episode failed",
+    "judge_off_scale": "judge contract, 'scores inside the declared scale': a judge's score outside its declared "
+    "scale, or not a finite number; the judgment failed",
+    "answer_incomplete": "provider contract, 'an answer that arrived whole': a streamed answer without its "
+    "terminal event, or a Responses or Interactions answer that ended failed or cancelled; the call failed and "
+    "nothing was cached",
+    "answer_cut": "provider contract, 'not cut at the token limit': the provider stopped the answer at its token "
+    "limit (finish_reason length, a Responses answer incomplete for max_output_tokens)",
+    "answer_filtered": "provider contract, 'not withheld by a content filter': the provider's content filter cut "
+    "or withheld the answer (finish_reason content_filter)",
+    "reasoning_unclosed": "provider contract, 'reasoning closed before the answer': the answer opened a <think> "
+    "block it never closed; the partial reasoning was not taken as the answer",
 }
 assert set(KINDS) == set(get_args(DegradationKind)), "every kind is described"
 

@@ -17,14 +17,16 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Callable, Iterable
+from importlib.metadata import EntryPoint
 from typing import Any, Generic, TypeVar
 
 from atelier.benchmarks.common.errors import AtelierError
 from atelier.benchmarks.common.plugins import (
+    PluginClashError,
     PluginError,
     PluginKindError,
     PluginOrigin,
-    find_entry_point,
+    find_entry_points,
     is_reference,
     load_entry_point,
     load_reference,
@@ -63,7 +65,9 @@ class NamedRegistry(Generic[T]):
         self._adapt = adapt
         self._origins: dict[str, PluginOrigin] = {}
         self._scanned = False
-        self.broken: dict[str, str] = {}  # installed entry points that failed to load: name -> why
+        self._builtins_checked: set[str] = set()  # built-in names no installed entry point of this kind claims
+        self._installed_names: frozenset[str] | None = None
+        self.broken: dict[str, str] = {}  # installed entry points that failed to load or clash: name -> why
 
     def register(self, name: str, entry: T) -> T:
         existing = self._entries.get(name)
@@ -104,6 +108,8 @@ class NamedRegistry(Generic[T]):
                 self._scan_entry_points()
                 raise UnknownNameError(self.kind, name, self._entries)
             return plugin
+        if name not in self._origins:  # a built-in: refused if an installed plugin claims its name too
+            self._refuse_builtin_clash(name)
         return self._entries[name]
 
     def items(self) -> list[tuple[str, T]]:
@@ -128,15 +134,24 @@ class NamedRegistry(Generic[T]):
             return None
         if is_reference(name):
             value, origin = load_reference(name), origin_of(name)
+            try:
+                adapted = self._adapt(value, name)
+            except PluginKindError as exc:
+                raise PluginKindError(f"{origin.describe()} is not a {self.kind}: {exc}") from None
         else:
-            entry = find_entry_point(name)
-            if entry is None:
+            entries = find_entry_points(name)
+            if not entries:
                 return None
-            value, origin = load_entry_point(entry), origin_of(name, entry)
-        try:
-            adapted = self._adapt(value, name)
-        except PluginKindError as exc:
-            raise PluginKindError(f"{origin.describe()} is not a {self.kind}: {exc}") from None
+            found = self._of_this_kind(name, entries)
+            if len(entries) == 1 and not found:  # one entry point, of another kind: say what it is not
+                value, origin = load_entry_point(entries[0]), origin_of(name, entries[0])
+                try:
+                    self._adapt(value, name)
+                except PluginKindError as exc:
+                    raise PluginKindError(f"{origin.describe()} is not a {self.kind}: {exc}") from None
+            if not found:
+                return None
+            adapted, origin = found[0]
         with self._lock:
             held = self._references if is_reference(name) else self._entries
             if name not in held:
@@ -144,25 +159,64 @@ class NamedRegistry(Generic[T]):
                 self._origins[name] = origin
             return held[name]
 
+    def _of_this_kind(self, name: str, entries: list[EntryPoint]) -> list[tuple[T, PluginOrigin]]:
+        """The entry points named `name` that are of this registry's kind, loaded and adapted. Two
+        of them (two distributions claiming one name) are refused naming both: which one a recipe
+        meant cannot be told. One that fails to load is a PluginError naming it."""
+        found = []
+        for entry in entries:
+            value = load_entry_point(entry)
+            try:
+                found.append((self._adapt(value, name), origin_of(name, entry)))  # type: ignore[misc]
+            except PluginKindError:
+                continue  # a plugin of another kind
+        if len(found) > 1:
+            both = " and ".join(origin.describe() for _, origin in found)
+            raise PluginClashError(
+                f"{self.kind} {name!r} is declared by two installed distributions: {both}; uninstall one, or rename "
+                f"its entry point (a recipe may also name the one it means by reference: {found[0][1].target})"
+            )
+        return found
+
+    def _refuse_builtin_clash(self, name: str) -> None:
+        """A PluginClashError when an installed entry point of this kind is named like the built-in
+        `name` (it would be silently ignored, or silently replace it): its name must change."""
+        if self._adapt is None or name in self._builtins_checked:
+            return
+        if self._installed_names is None:  # read once per registry: the group's names (nothing imported)
+            self._installed_names = frozenset(entry.name for entry in plugin_entry_points())
+        entries = find_entry_points(name) if name in self._installed_names else []
+        found = self._of_this_kind(name, entries) if entries else []
+        if found:
+            raise PluginClashError(
+                f"{self.kind} {name!r} is built into Atelier, and {found[0][1].describe()} claims the same name; "
+                'rename the entry point (its distribution\'s pyproject.toml, [project.entry-points."atelier.plugins"])'
+            )
+        self._builtins_checked.add(name)
+
     def _scan_entry_points(self) -> None:
         """Register the installed entry points of this registry's kind (once per process); one that
-        fails to load is kept in `broken` with the reason, for listings to show."""
+        fails to load, or whose name clashes (two distributions, or a built-in name), is kept in
+        `broken` with the reason, for listings to show."""
         if self._adapt is None or self._scanned:
             return
         with self._lock:
             if self._scanned:
                 return
             self._scanned = True
-            for entry in plugin_entry_points():
-                if entry.name in self._entries:
+            names = dict.fromkeys(entry.name for entry in plugin_entry_points())
+            for name in names:
+                if name in self._entries and name in self._origins:  # loaded by name already
                     continue
                 try:
-                    value = load_entry_point(entry)
-                    adapted = self._adapt(value, entry.name)
-                except PluginKindError:
-                    continue  # a plugin of another kind
+                    if name in self._entries:
+                        self._refuse_builtin_clash(name)
+                        continue
+                    found = self._of_this_kind(name, find_entry_points(name))
                 except PluginError as exc:
-                    self.broken[entry.name] = str(exc)
+                    self.broken[name] = str(exc)
                     continue
-                self.register(entry.name, adapted)
-                self._origins[entry.name] = origin_of(entry.name, entry)
+                if found:
+                    adapted, origin = found[0]
+                    self.register(name, adapted)
+                    self._origins[name] = origin

@@ -42,6 +42,10 @@ class PluginKindError(PluginError):
     """A plugin that loaded but is not what its place in the recipe needs (a judge named as memory)."""
 
 
+class PluginClashError(PluginError):
+    """Two installed entry points of one kind claim one name, or one claims a built-in's name."""
+
+
 @dataclass(frozen=True)
 class PluginOrigin:
     """Where a registered plugin came from, as listings and a run's config show it."""
@@ -98,9 +102,9 @@ def plugin_entry_points() -> list[EntryPoint]:
     return sorted(entry_points(group=GROUP), key=lambda ep: ep.name)
 
 
-def find_entry_point(name: str) -> EntryPoint | None:
-    found = [ep for ep in plugin_entry_points() if ep.name == name]
-    return found[0] if found else None
+def find_entry_points(name: str) -> list[EntryPoint]:
+    """Every installed entry point named `name` (two distributions may declare one name)."""
+    return [ep for ep in plugin_entry_points() if ep.name == name]
 
 
 def load_entry_point(entry: EntryPoint) -> Any:

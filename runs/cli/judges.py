@@ -97,6 +97,9 @@ def rescore(
         help="How judges read cited sources: replay (the original run's recorded web), record or live.",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
+    preflight: bool = typer.Option(
+        True, "--preflight/--no-preflight", help="Check the judges' models (keys, a probe), data and judge fit first."
+    ),
 ) -> None:
     """Judge a finished run's responses again (other judges or judge models); no system runs.
 
@@ -122,6 +125,7 @@ def rescore(
         out=run_folder_option(out),
         web_mode=cast(Literal["replay", "live", "record"], web),  # checked above
         progress=progress,
+        preflight=preflight,
     )
     folder = asyncio.run(rescore.run())
     _print_summary(folder.summary)
@@ -212,6 +216,9 @@ def meta_eval(
         settings = ModelSettings.model_validate(
             {k: v for k, v in (("model", model or "scripted"), ("api_base", api_base), ("api_key", api_key)) if v}
         )
+        from atelier.runs.execution.preflight import check_models
+
+        asyncio.run(check_models({"--model (the meta-judge)": settings}))
         gateway = Gateway({"meta_judge": settings, "judge": settings, "system": settings})
         report["feedback_accuracy"] = asyncio.run(feedback_agreement(scores, truth.labels, cases, gateway, run_dir))
         report["dry_run"] = settings.is_scripted

@@ -28,6 +28,13 @@ def plan(
     from atelier.runs.reading.terminal_text import cells
     from atelier.runs.studies.plan import plan_run
 
+    if model is not None and not no_cost:  # the model it prices with: its key (as a run's preflight checks)
+        import asyncio
+
+        from atelier.agents.models.settings import ModelSettings
+        from atelier.runs.execution.preflight import check_models
+
+        asyncio.run(check_models({"--model": ModelSettings(model=model)}, probe=False))
     result = plan_run(run_dir, detect, power=power, alpha=alpha, model=model, with_cost=not no_cost)
     if as_json:
         print_json(result.model_dump(mode="json"))

@@ -25,7 +25,8 @@ def check(
     ),
 ) -> None:
     """Validate FILE against the registered benchmarks, pipelines, memory backends, judges and web providers
-    (including their API keys), and check that the benchmark's cases carry what each judge needs. With
+    (including their API keys, and every model's), and check that the benchmark's cases carry what each
+    judge needs and keep the benchmark contract. With
     --model (--api-base, --api-key) the recipe is checked, and preflighted, as `atelier run` would run it
     with the same options; the models each role would use are printed."""
     from atelier.agents.judges.base import check_judge_fit, create_judge
@@ -52,13 +53,20 @@ def check(
         for role, fallback in recipe.roles_used().items()
     )
     limit = f", limit {b.limit}" if b.limit else ""
+    import asyncio
+
+    from atelier.runs.execution.preflight import PreflightError, model_problems, model_uses
+    from atelier.runs.execution.preflight import preflight as run_preflight
+    from atelier.runs.execution.runner import check_system_settings
+
+    check_system_settings(cases, recipe)
     if preflight:
-        import asyncio
-
-        from atelier.runs.execution.preflight import preflight as run_preflight
-
         passed = asyncio.run(run_preflight(recipe, cases))
         typer.echo(f"preflight ok ({passed.seconds:.1f} s, {len(passed.calls)} probe calls)", err=True)
+    else:  # the preflight's checks that call nothing: each model's key
+        problems = asyncio.run(model_problems(model_uses(recipe), {}))
+        if problems:
+            raise PreflightError(problems, skip="(`--preflight` also probes every model, the data and the web)")
     for note in sandbox_web_notes(recipe.systems, recipe.role_models(), recipe.web):
         typer.echo(f"warning: {note}", err=True)
     typer.echo(

@@ -241,6 +241,7 @@ def history(
         max_retries=max_retries,
         max_tokens=max_tokens,
     )
+    _preflight(models)
     chosen = choose_users(pdr_personas(language), users.split(",") if users else None, limit)
     job = HistoryJob(
         benchmark=benchmark,
@@ -312,6 +313,8 @@ def check(
             min_recovered = job.min_recovered
     elif reversibility:
         checker = _checker(recipe, model, api_base, api_key_env, max_tokens)
+    if checker is not None:
+        _preflight({"history_checker": checker})
     gate = DEFAULT_MIN_RECOVERED if min_recovered is None else min_recovered
     report = asyncio.run(check_contexts(contexts, language, checker, min_recovered=gate))
     print_json(report)
@@ -344,6 +347,15 @@ def feedback(
         typer.echo(line, err=True)
     if failed:
         raise typer.Exit(EXIT_FAILURES)
+
+
+def _preflight(models: dict) -> None:
+    """The run's preflight of the models this command calls (keys, a probe): exit 2, nothing started."""
+    import asyncio
+
+    from atelier.runs.execution.preflight import check_models
+
+    asyncio.run(check_models(models))
 
 
 def _exit_like_a_run(report: dict) -> None:
@@ -403,6 +415,8 @@ def check_precision(
     from atelier.runs.studies.history_checks import LABELLED, run_measure_checks
 
     judge = _checker(None, judge_model, api_base, api_key_env, max_tokens) if judge_model is not None else None
+    if judge is not None:
+        _preflight({"--judge-model": judge})
     figures = run_measure_checks(labelled or LABELLED, judge)
     print_json(figures)
     failed = (figures.get("judge") or {}).get("failed") or {}

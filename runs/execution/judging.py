@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Iterable, Mapping
 
 from atelier.agents.judges.base import ComparativeJudge, Judge, JudgeResult
+from atelier.agents.judges.contract import held_to_contract
 from atelier.agents.models.ledger import call_tags
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.case import Case
@@ -38,7 +39,9 @@ async def judge_again(
     with call_tags(
         case=case.id, system=record.system, epoch=str(record.epoch), control=record.control, node="judge_again"
     ):
-        return list(await asyncio.gather(*(j.judge(case, stored_response(record), env) for j in chosen)))
+        return list(
+            await asyncio.gather(*(held_to_contract(j, j.judge(case, stored_response(record), env)) for j in chosen))
+        )
 
 
 def judgments_due(record: ResultRecord, judges: Iterable[Judge]) -> list[Judge]:
@@ -92,8 +95,11 @@ async def judge_comparisons(
                 control=record.control,
                 node="compare",
             ):
-                result = await judge.judge_pair(
-                    cases[record.case_id], stored_response(record), stored_response(other), judge_env(resources)
+                result = await held_to_contract(
+                    judge,
+                    judge.judge_pair(
+                        cases[record.case_id], stored_response(record), stored_response(other), judge_env(resources)
+                    ),
                 )
         return record.key, result
 

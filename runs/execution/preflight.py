@@ -15,7 +15,10 @@
 - a web that is not started in-process (a SearXNG URL, a search API, a running sandbox) answers.
 
 Problems are collected, never raised one by one: a failed preflight reports one line per problem
-(`PreflightError`, exit 2) and nothing is started. `atelier run --no-preflight` skips it.
+(`PreflightError`, exit 2) and nothing is started. `atelier run --no-preflight` skips it. Every
+other command that calls a model runs the same checks of the models it calls (`check_models`):
+`rescore` (its judges' roles, with the rest of this preflight), `simulate`, `meta-eval --feedback`;
+`plan --model` and `recipe check` check keys without calling anything.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,39 +44,46 @@ LOCAL_PROBE_TIMEOUT_S = 30.0
 
 
 class PreflightError(ConfigError):
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(
+        self, problems: list[str], skip: str | None = "(`atelier run --no-preflight` skips these checks)"
+    ) -> None:
         self.problems = problems
         count = f"{len(problems)} problem{'s' * (len(problems) != 1)}"
         super().__init__(
             f"preflight failed ({count}); nothing was started:\n  "
             + "\n  ".join(problems)
-            + "\n(`atelier run --no-preflight` skips these checks)"
+            + (f"\n{skip}" if skip else "")
         )
 
 
 # ----------------------------------------------------------------------------- models
 
 
-def model_uses(recipe: Recipe, *, probed: bool = False) -> dict[str, tuple[ModelSettings, list[str]]]:
+Uses = dict[str, tuple[ModelSettings, list[str]]]
+
+
+def add_use(uses: Uses, settings: ModelSettings, where: str) -> None:
+    """`settings`, used at `where`, among `uses` (one entry per distinct setting, all its places)."""
+    key = settings.model_dump_json(exclude={"api_key"}) + str(settings.resolved_api_key())
+    uses.setdefault(key, (settings, []))[1].append(where)
+
+
+def model_uses(recipe: Recipe, *, probed: bool = False, roles: Collection[str] | None = None) -> Uses:
     """Each distinct model setting the recipe's roles use, with where it is set
     (`models.judge`, `systems[1].models.system`). `probed`: only those the preflight probes — not a
     system's own model for a role its pipeline asks only as a model that researches (a deep-research
-    API: `PipelineSpec.research_roles`)."""
+    API: `PipelineSpec.research_roles`). `roles`: only those roles (a rescore calls the judges' alone)."""
     from atelier.graphs.pipelines import PIPELINES
 
-    uses: dict[str, tuple[ModelSettings, list[str]]] = {}
-
-    def add(settings: ModelSettings, where: str) -> None:
-        key = settings.model_dump_json(exclude={"api_key"}) + str(settings.resolved_api_key())
-        uses.setdefault(key, (settings, []))[1].append(where)
-
+    uses: Uses = {}
     for role, settings in recipe.role_models().items():
-        add(settings, f"models.{role}")
+        if roles is None or role in roles:
+            add_use(uses, settings, f"models.{role}")
     for i, system in enumerate(recipe.systems):
         researching = PIPELINES.get(system.pipeline).research_roles if probed else ()
         for role, settings in system.models.items():
-            if role not in researching:
-                add(settings, f"systems[{i}].models.{role}")
+            if role not in researching and (roles is None or role in roles):
+                add_use(uses, settings, f"systems[{i}].models.{role}")
     return uses
 
 
@@ -94,6 +104,43 @@ def key_problems(settings: ModelSettings) -> list[str]:
         return []
     missing = check.get("missing_keys") or []
     return [f"needs {', '.join(missing)} (set it, or api_key_env / api_key in the recipe)"] if missing else []
+
+
+async def model_problems(keys: Uses, probes: Uses, ledger: Ledger | None = None) -> list[str]:
+    """The preflight of models: each of `keys` has its key; each of `probes` that has answers the
+    probe of `atelier model check` — concurrently, each within PROBE_TIMEOUT_S. One line per
+    problem, naming where the model is set."""
+    problems: list[str] = []
+    if any(not settings.is_scripted for settings, _ in keys.values()):
+        import litellm  # noqa: F401 - before the probes' clocks start: importing it takes seconds, once
+    unusable = set()
+    for key, (settings, where) in keys.items():
+        found = key_problems(settings)
+        problems += [f"{', '.join(where)} ({settings.model}): {p}" for p in found]
+        if found:
+            unusable.add(key)
+    asked = [(settings, where) for key, (settings, where) in probes.items() if key not in unusable]
+    probed = await asyncio.gather(*(probe_problem(settings, where, ledger) for settings, where in asked))
+    for (settings, where), problem in zip(asked, probed):
+        if problem:
+            base = f" at {settings.api_base}" if settings.api_base else ""
+            problems.append(f"{', '.join(where)} ({settings.model}{base}): {problem}")
+    return problems
+
+
+async def check_models(
+    models: Mapping[str, ModelSettings], *, probe: bool = True, ledger: Ledger | None = None
+) -> None:
+    """The run's preflight of models for a command that is no run (`rescore`, `simulate`, `meta-eval
+    --feedback`, `plan`, `recipe check`): a PreflightError (exit 2, nothing started) naming each model
+    (by its role or option in `models`) whose key is missing or — with `probe`, for a command about
+    to call it — that does not answer the probe."""
+    uses: Uses = {}
+    for where, settings in models.items():
+        add_use(uses, settings, where)
+    problems = await model_problems(uses, uses if probe else {}, ledger)
+    if problems:
+        raise PreflightError(problems, skip=None)
 
 
 async def probe_problem(
@@ -291,28 +338,19 @@ async def web_problem(recipe: Recipe, timeout_s: float = PROBE_TIMEOUT_S) -> str
 # ----------------------------------------------------------------------------- all together
 
 
-async def preflight_problems(recipe: Recipe, cases: Sequence[Case], ledger: Ledger | None = None) -> list[str]:
-    problems: list[str] = []
-    uses = list(model_uses(recipe).values())
-    if any(not settings.is_scripted for settings, _ in uses):
-        import litellm  # noqa: F401 - before the probes' clocks start: importing it takes seconds, once
-    for settings, where in uses:
-        problems += [f"{', '.join(where)} ({settings.model}): {p}" for p in key_problems(settings)]
-    problems += data_problems(recipe.benchmark.name)
-    problems += judge_problems(recipe, cases)
-    problems += epoch_problems(recipe)
-    problems += repeat_problems(recipe)
-    probe = list(model_uses(recipe, probed=True).values())
-    probed = await asyncio.gather(
-        *(probe_problem(settings, where, ledger) for settings, where in probe), web_problem(recipe)
+async def preflight_problems(
+    recipe: Recipe, cases: Sequence[Case], ledger: Ledger | None = None, *, roles: Collection[str] | None = None
+) -> list[str]:
+    """Every problem the preflight finds; `roles`: the only roles the command calls (a rescore: its
+    judges'), whose models alone are checked, with no check of the systems' epochs."""
+    models, web = await asyncio.gather(
+        model_problems(model_uses(recipe, roles=roles), model_uses(recipe, probed=True, roles=roles), ledger),
+        web_problem(recipe),
     )
-    for (settings, where), problem in zip(probe, probed[:-1]):
-        if problem:
-            base = f" at {settings.api_base}" if settings.api_base else ""
-            problems.append(f"{', '.join(where)} ({settings.model}{base}): {problem}")
-    if probed[-1]:
-        problems.append(probed[-1])
-    return problems
+    problems = models + data_problems(recipe.benchmark.name) + judge_problems(recipe, cases)
+    problems += epoch_problems(recipe) if roles is None else []
+    problems += repeat_problems(recipe)
+    return problems + ([web] if web else [])
 
 
 @dataclass
@@ -321,12 +359,16 @@ class Preflight:
     calls: list[LedgerEntry]  # the probes' model calls, for the run's ledger (node `preflight`)
 
 
-async def preflight(recipe: Recipe, cases: Sequence[Case]) -> Preflight:
-    """Raise PreflightError listing every problem; else say how long it took and what it called."""
+async def preflight(
+    recipe: Recipe, cases: Sequence[Case], *, roles: Collection[str] | None = None, command: str = "run"
+) -> Preflight:
+    """Raise PreflightError listing every problem; else say how long it took and what it called.
+    `roles`, `command`: a command that calls only some roles (`rescore`: the judges')."""
     started = time.perf_counter()
     ledger = Ledger(None)
     with call_tags(node="preflight"):
-        problems = await preflight_problems(recipe, cases, ledger)
+        problems = await preflight_problems(recipe, cases, ledger, roles=roles)
     if problems:
-        raise PreflightError(problems)
+        skip = "(`atelier run --no-preflight` skips these checks)" if command == "run" else None
+        raise PreflightError(problems, skip=skip)
     return Preflight(time.perf_counter() - started, list(ledger.entries))

@@ -32,21 +32,24 @@ from typing import Any
 from pydantic import ValidationError
 
 from atelier.agents.judges.base import Judge, check_judge_fit, create_judge
+from atelier.agents.models.answer_contract import recording_answers
 from atelier.agents.models.ledger import LedgerEntry, call_tags, capture_calls, read_ledger
 from atelier.agents.models.spend import BUDGET_REACHED
 from atelier.benchmarks.case import Case
 from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.contract import ContractBroken
 from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl
 from atelier.benchmarks.common.offline import apply_offline_defaults
 from atelier.benchmarks.common.redaction import Redactor, redacting
 from atelier.benchmarks.common.waiting import Waits, watching
+from atelier.benchmarks.contract import check_cases
 from atelier.benchmarks.controls import control_name
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec, check_hidden_facets
 from atelier.graphs.controls import checked_for_leaks
 from atelier.graphs.episode import episode_graph_for
 from atelier.graphs.heap import settled_heap
-from atelier.graphs.inputs import forget_cases, remember_cases
+from atelier.graphs.inputs import forget_cases, remember_cases, setting_of
 from atelier.graphs.persistence import no_space, out_of_space, run_checkpointer
 from atelier.graphs.pipelines import check_systems_available
 from atelier.graphs.resources import guard_spending, release, resources_for, run_ledger
@@ -176,6 +179,7 @@ class Runner:
         cases = self.load_cases()
         check_hidden_facets(cases, recipe.systems)
         controls = ControlEpisodes.plan(recipe, cases, self.context_for)  # `[run] controls`, or none
+        check_system_settings(cases, recipe)
         # a budget over an unknown price is refused before any call; the forecast's dry run calls no provider
         budget = (
             await asyncio.to_thread(plan_budget, recipe, dry_run_ledger, self.folder.path)
@@ -373,12 +377,13 @@ class Runner:
             system=system.name,
             benchmark=case.benchmark,
             user_id=case.user_id,
-            setting=system.setting or case.setting,
+            setting=setting_of(case, system),
             epoch=epoch,
             control=control,
         )
         out: dict[str, Any] | Exception
-        with capture_calls() as calls:
+        # what the system's model answers broke of the provider contract (a judgment keeps its judge's)
+        with capture_calls() as calls, recording_answers() as answers:
             try:
                 base["resumed_from"] = await Runner._resumed_from(graph, config)
                 with call_tags(case=case.id, system=system.name, epoch=str(epoch), control=control):
@@ -393,6 +398,7 @@ class Runner:
                     # not fail. Left unrecorded, the resumed run continues it from its last checkpoint.
                     raise asyncio.CancelledError(f"the run stopped during episode {key}") from exc
                 out = exc
+        base["contract"] = [*answers, *([out.degradation] if isinstance(out, ContractBroken) else [])]
         base["dry_run"] = any(call.dry_run for call in calls)  # some call of this session was scripted
         # what this session of the episode cost (a budget releases its reservation for it); unknown when
         # a provider call had no price
@@ -515,6 +521,14 @@ class Runner:
     def finish(self, config: dict[str, Any], cases: list[Case] | None = None) -> RunOutcome:
         self.outcome = finish_run(self.folder, config, cases, budget=self.budget)
         return self.outcome
+
+
+def check_system_settings(cases: list[Case], recipe: Recipe) -> None:
+    """The benchmark contract's settings clause for the settings systems choose for themselves
+    (`systems[i].setting`; the recipe's own is checked as the cases load): a DataError, nothing starts."""
+    own = [s.setting for s in recipe.systems if s.setting and s.setting != recipe.benchmark.setting]
+    if own:
+        check_cases(cases, own, f"benchmark {recipe.benchmark.name!r}, the systems' own settings", histories=False)
 
 
 def _mend_torn_line(path: Path, consequence: str) -> None:

@@ -18,9 +18,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, computed_field, field_validator
+from pydantic import BaseModel, Field, ValidationError, computed_field, field_validator, model_validator
 
 from atelier.agents.judges.base import JudgeResult
+from atelier.agents.judges.contract import as_recorded
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import write_atomically
@@ -74,6 +75,12 @@ class ResultRecord(BaseModel):
         default=None, description="The whole response (text, citations, meta), so it can be judged again."
     )
     user_context: ContextUsed | None = None
+    contract: list[Degradation] = Field(
+        default_factory=list,
+        description="What the run's own contract checks found beyond memory's, the system's and the judges' "
+        "records (benchmarks/common/contract.py): the clause a failed episode broke, and what the answers of the "
+        "system's model calls broke of the provider contract (cut, filtered, unfinished reasoning).",
+    )
     judgments: list[JudgeResult] = Field(default_factory=list)
     scores: dict[str, float | None] = Field(default_factory=dict, description="Headline score per judge.")
     # finite, so what is written reads back: JSON has no NaN (pydantic would write null), and a file
@@ -123,7 +130,18 @@ class ResultRecord(BaseModel):
         return [
             *(self.user_context.degraded if self.user_context else []),
             *(self.response.degraded if self.response else []),
+            *self.contract,
         ]
+
+    @model_validator(mode="after")
+    def _judgments_on_their_scale(self) -> ResultRecord:
+        """Judgments held to the scale each records (agents/judges/contract.py): what a results file
+        holds (a score off its scale, NaN) is read as a failed judgment saying so, never summed."""
+        held = [as_recorded(j) for j in self.judgments]
+        if any(h is not j for h, j in zip(held, self.judgments)):
+            self.judgments = held
+            self.scores = {**self.scores, **{j.judge: j.score for j in held}}
+        return self
 
     @field_validator("response", mode="before")
     @classmethod

@@ -49,7 +49,7 @@ class RunOutcome:
     failed: int = 0
     missing: int = 0
     undefined: int = 0  # judgments whose score its protocol leaves undefined (not failures)
-    degraded_episodes: int = 0  # finished episodes with at least one degraded step
+    degraded_episodes: int = 0  # episodes with at least one degraded step (or a contract clause they failed on)
     episode_reasons: Counter[str] = field(default_factory=Counter)
     judgment_reasons: Counter[str] = field(default_factory=Counter)
     degraded: Counter[str] = field(default_factory=Counter)  # kind -> total count
@@ -168,6 +168,11 @@ def outcome_of(
         if not record.ok:
             outcome.failed += 1
             outcome.episode_reasons[reason_of(record.error or "")] += 1
+            broke = counts_by_kind(record.degraded)  # the contract clause it broke (benchmarks/common/contract.py)
+            outcome.degraded_episodes += bool(broke)
+            for kind, n in broke.items():
+                outcome.degraded[kind] += n
+                outcome.degraded_cases.setdefault(kind, []).append(key)
             continue
         given = {j.judge: j for j in record.judgments}
         due = [name for name in judges if baselines.get(name) != record.system]

@@ -19,8 +19,8 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from atelier.agents.judges.base import check_judge_fit, create_judge
-from atelier.agents.models.ledger import call_tags, capture_calls
-from atelier.agents.models.settings import ModelSettings
+from atelier.agents.models.ledger import Ledger, call_tags, capture_calls
+from atelier.agents.models.settings import JUDGE_ROLES, ModelSettings
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import copy_files
 from atelier.benchmarks.common.errors import ConfigError, DataError
@@ -30,6 +30,7 @@ from atelier.graphs.judge import ARTIFACTS_DIR
 from atelier.graphs.resources import release
 from atelier.graphs.sources import SOURCES_DIR
 from atelier.runs.execution.judging import judge_again, judge_comparisons
+from atelier.runs.execution.preflight import preflight
 from atelier.runs.execution.runner import EpisodeProgress, Runner
 from atelier.runs.folder.epochs import judge_context
 from atelier.runs.folder.layout import RunFolder
@@ -114,6 +115,7 @@ class Rescore:
         out: Path | None = None,
         web_mode: Literal["replay", "live", "record"] = "replay",
         progress: bool = True,
+        preflight: bool = True,
     ) -> None:
         if not judges:
             raise ConfigError("name at least one judge to rescore with (--judge NAME)")
@@ -121,6 +123,7 @@ class Rescore:
         self.original_config, self.original, self.records = load_run(run_dir)
         self.recipe = rescore_recipe(self.original, run_dir, judges, models or {}, web_mode)
         self.runner = Runner(self.recipe, out, progress=progress)
+        self.preflight = preflight
 
     @property
     def folder(self) -> RunFolder:
@@ -143,10 +146,20 @@ class Rescore:
                 f"{len(lost)} cases of {self.original_dir} are no longer in benchmark {b.name!r} "
                 f"(e.g. {lost[0]}): cannot rescore them"
             )
-        check_judge_fit(
-            [create_judge(j) for j in recipe.judges], list(cases.values()), b.name, [s.name for s in recipe.systems]
-        )
+        probes = []
+        if self.preflight:  # the run's preflight of what a rescore calls (its judges' models), and judge fit
+            passed = await preflight(recipe, list(cases.values()), roles=("judge", *JUDGE_ROLES), command="rescore")
+            print(f"preflight ok ({passed.seconds:.1f} s)", file=sys.stderr)
+            probes = passed.calls
+        else:
+            check_judge_fit(
+                [create_judge(j) for j in recipe.judges], list(cases.values()), b.name, [s.name for s in recipe.systems]
+            )
         no_follow.make_folders(self.folder.path)
+        if probes:  # the probes cost what calls cost
+            Ledger(self.folder.ledger, runner.run_id).append(
+                [e.model_copy(update={"run_id": runner.run_id}) for e in probes]
+            )
         # the criteria and rubrics the original generated, and the texts its systems read (R reads a
         # source with no URL — gold information, a context item — by its sha256 from the run's store)
         for kept in (ARTIFACTS_DIR, SOURCES_DIR):

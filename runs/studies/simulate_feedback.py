@@ -22,6 +22,7 @@ from atelier.agents.user_sim import rate_response
 from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.data_files import cache_dir
+from atelier.runs.execution.preflight import check_models
 from atelier.runs.folder.recipe import Recipe
 from atelier.runs.folder.results import ResultsFile
 
@@ -47,6 +48,7 @@ async def rate_run(
     if not results:
         raise ConfigError(f"--run {run_dir}: no finished responses to rate")
     settings = user_sim or recipe.role_models()["user_sim"]
+    await check_models({"user_sim": settings})  # the run's preflight of the model it calls: exit 2 on a bad key
     gateway = Gateway(
         {"user_sim": settings},
         cache=ResponseCache(cache_dir() / "llm") if cache else None,

@@ -42,6 +42,7 @@ from atelier.agents.models.ledger import LedgerEntry
 from atelier.agents.models.structured_output import MODES_FILE
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import write_atomically, write_if_absent
+from atelier.graphs.inputs import setting_of
 from atelier.runs.execution.executors.base import Episode, EpisodeFn
 from atelier.runs.folder.results import ResultRecord
 
@@ -527,7 +528,7 @@ def _lost(episode: Episode, reason: str) -> ResultRecord:
         system=episode.system.name,
         benchmark=episode.case.benchmark,
         user_id=episode.case.user_id,
-        setting=episode.system.setting or episode.case.setting,
+        setting=setting_of(episode.case, episode.system),
         epoch=episode.epoch,
         control=episode.control,
         status="error",

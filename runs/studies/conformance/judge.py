@@ -11,13 +11,13 @@ cases of the bundled sample suite given every gold field a judge may need:
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from atelier.agents.judges import contract
 from atelier.agents.judges.base import JUDGES, Judge, JudgeEnv, JudgeResult, create_judge
 from atelier.agents.models.gateway import Gateway
 from atelier.agents.models.settings import ModelSettings
@@ -29,13 +29,8 @@ from atelier.benchmarks.registry import load_cases
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
 from atelier.runs.studies.conformance.clauses import Clause, Report, broken, checked, held, not_applicable
 
-PROTOCOL = "judge"
-SCALE = "scores inside the declared scale"
-JUNK = "junk output gated and recorded"
-
 BENCHMARK = "sample"
 CASES = ("q01", "q05")
-SCALE_PATTERN = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*-\s*(-?\d+(?:\.\d+)?)\s*$")
 MALFORMED = "scripted?malformed_rate=1"
 JUNK_TEXT = ","
 
@@ -80,14 +75,6 @@ def responses(case: Case) -> dict[str, SystemResponse]:
         "an empty response": SystemResponse(text=""),
         "a punctuation-only response": SystemResponse(text=" ;, ... ,"),
     }
-
-
-def parse_scale(scale: str) -> tuple[float, float] | None:
-    match = SCALE_PATTERN.match(scale)
-    if match is None:
-        return None
-    low, high = float(match[1]), float(match[2])
-    return (low, high) if low < high else None
 
 
 class JunkGateway(Gateway):
@@ -155,15 +142,15 @@ class JudgeKit:
         )
 
     async def run(self) -> Report:
-        report = Report(PROTOCOL, self.ref)
+        report = Report(contract.PROTOCOL, self.ref)
         cases = [with_every_gold(c) for c in load_cases(BENCHMARK) if c.id in CASES]
         lacking = sorted({what for c in cases for what in self.judge.missing(c)})
         if lacking:
             why = f"the kit's cases lack {', '.join(lacking)}"
-            report.clauses += [not_applicable(SCALE, why), not_applicable(JUNK, why)]
+            report.clauses += [not_applicable(contract.SCALE.name, why), not_applicable(contract.JUNK.name, why)]
             return report
-        report.clauses.append(await checked(SCALE, lambda: self.scale(cases)))
-        report.clauses.append(await checked(JUNK, lambda: self.junk(cases)))
+        report.clauses.append(await checked(contract.SCALE.name, lambda: self.scale(cases)))
+        report.clauses.append(await checked(contract.JUNK.name, lambda: self.junk(cases)))
         return report
 
     async def judgments(
@@ -204,28 +191,28 @@ class JudgeKit:
         return out, junked
 
     async def scale(self, cases: list[Case]) -> Clause:
-        bounds = parse_scale(self.judge.scale)
-        if bounds is None:
-            return broken(SCALE, f"declares scale {self.judge.scale!r}, not 'low-high' (e.g. '0-1', '1-5')")
-        low, high = bounds
+        declared = self.judge.scale_problem()
+        if declared is not None:
+            return broken(contract.SCALE.name, declared)
         results, _ = await self.judgments(cases, "scripted", "scale")
         problems, scores, failed = [], [], 0
         for what, result, _ in results:
+            off = contract.score_problems(result, self.judge.scale)
             if result.failed:
                 failed += 1
                 if not (result.error or "").strip():
                     problems.append(f"{what}: failed with no reason")
+            elif off:
+                problems.append(f"{what}: {'; '.join(off)}")
             elif result.score is None:
                 problems.append(f"{what}: neither a score nor a failure")
-            elif not low <= result.score <= high:
-                problems.append(f"{what}: score {result.score} outside {self.judge.scale}")
             else:
                 scores.append(result.score)
         if problems:
-            return broken(SCALE, "; ".join(problems[:4]))
+            return broken(contract.SCALE.name, "; ".join(problems[:4]))
         spread = f"scores {min(scores):.3g}–{max(scores):.3g}" if scores else "no score"
         return held(
-            SCALE,
+            contract.SCALE.name,
             f"{len(results)} judgments: {spread} within {self.judge.scale}"
             + (f", {failed} failed with their reason" if failed else ""),
         )
@@ -250,7 +237,7 @@ class JudgeKit:
                 failed = sum(r.failed for _, r in results)
                 summary.append(f"{how}: {failed} failed with the reason, {len(results) - failed} recorded degraded")
         if problems:
-            return broken(JUNK, "; ".join(problems))
+            return broken(contract.JUNK.name, "; ".join(problems))
         if not junked:
             summary.append("its outputs hold no text to empty (only JSON that never parses applies)")
-        return held(JUNK, "; ".join(summary))
+        return held(contract.JUNK.name, "; ".join(summary))

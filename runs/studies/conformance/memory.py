@@ -1,4 +1,5 @@
-"""The memory protocol's contract (memory/base.py), checked on a backend on the scripted model:
+"""The memory protocol's contract (memory/contract.py: the clauses every run holds each recall to,
+and these), checked on a backend on the scripted model:
 
 - ingest idempotent: ingesting the same events again (whole, or some of them, in another order)
   leaves the state digest and the context as one ingest made them, with no event id twice;
@@ -53,21 +54,14 @@ from atelier.benchmarks.case import (
     persona_facets,
 )
 from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.contract import ContractBroken
 from atelier.benchmarks.common.errors import ConfigError
+from atelier.memory import contract
 from atelier.memory.base import MemoryBackend, MemoryConfig, MemoryEnv, MemoryQuery, UserContext
 from atelier.memory.budget import count_tokens
 from atelier.memory.journal import journaled
 from atelier.memory.registry import BACKENDS, create_backend
 from atelier.runs.studies.conformance.clauses import Clause, Report, broken, checked, held, not_applicable, verdict
-
-PROTOCOL = "memory"
-IDEMPOTENT = "ingest idempotent"
-ISOLATED = "concurrent users isolated"
-BUDGET = "budget respected"
-KNOWN_IDS = "event ids only from ingested events"
-NO_GOLD = "no gold field read"
-REBUILT = "state rebuilt exactly after a kill"
-PERSONA = "the persona kept whole where the setting gives one"
 
 USERS = {"alice": "ALICEWORD", "bob": "BOBWORD"}
 QUERY = MemoryQuery(text="Suggest a vegetarian dinner plan for a runner on a tight budget")
@@ -175,17 +169,17 @@ class MemoryKit:
         self._open.clear()
 
     async def run(self) -> Report:
-        report = Report(PROTOCOL, self.ref)
+        report = Report(contract.PROTOCOL, self.ref)
         contexts: list[tuple[str, UserContext, set[str]]] = []  # every context the checks made: (user, it, ingested)
         alone: dict[str, str | None] = {}
         try:
-            report.clauses.append(await checked(IDEMPOTENT, lambda: self.idempotent(contexts, alone)))
-            report.clauses.append(await checked(ISOLATED, lambda: self.isolated(contexts, alone)))
-            report.clauses.append(await checked(BUDGET, lambda: self.budget(contexts)))
+            report.clauses.append(await checked(contract.IDEMPOTENT.name, lambda: self.idempotent(contexts, alone)))
+            report.clauses.append(await checked(contract.ISOLATED.name, lambda: self.isolated(contexts, alone)))
+            report.clauses.append(await checked(contract.BUDGET.name, lambda: self.budget(contexts)))
             report.clauses.append(self.known_ids(contexts))
-            report.clauses.append(await checked(NO_GOLD, self.no_gold))
-            report.clauses.append(await checked(REBUILT, self.rebuilt))
-            report.clauses.append(await checked(PERSONA, self.persona))
+            report.clauses.append(await checked(contract.NO_GOLD.name, self.no_gold))
+            report.clauses.append(await checked(contract.REBUILT.name, self.rebuilt))
+            report.clauses.append(await checked(contract.PERSONA.name, self.persona))
         finally:
             await self.close()
         return report
@@ -220,10 +214,10 @@ class MemoryKit:
         if repeated:
             problems.append(f"the context names event ids twice: {', '.join(repeated[:5])}")
         if problems:
-            return broken(IDEMPOTENT, "; ".join(problems))
+            return broken(contract.IDEMPOTENT.name, "; ".join(problems))
         digest = f"state digest {short(digest_once)} both times" if digest_once else "no state digest (None)"
         return held(
-            IDEMPOTENT,
+            contract.IDEMPOTENT.name,
             f"{len(events)} events ingested once vs. three times (whole, then 4 again reordered): {digest}; "
             f"the same context ({len(first.event_ids)} event ids, {count_tokens(first.text)} tokens)",
         )
@@ -248,9 +242,9 @@ class MemoryKit:
                 f"{short(alone.get('alice'))} when ingested alone"
             )
         if problems:
-            return broken(ISOLATED, "; ".join(problems))
+            return broken(contract.ISOLATED.name, "; ".join(problems))
         return held(
-            ISOLATED,
+            contract.ISOLATED.name,
             f"alice and bob ingested at once: neither context ({', '.join(str(c.tokens) for c in asked)} tokens) "
             f"holds the other's words or ids; alice's digest {short(digests['alice'])} equals hers ingested alone",
         )
@@ -268,36 +262,42 @@ class MemoryKit:
             ctx = await backend.context("alice", QUERY, budget)
             contexts.append(("alice", ctx, ids))
             tokens = count_tokens(ctx.text)
-            if tokens <= budget:
-                measured.append(f"{tokens}/{budget}")
-            elif persona_alone_kept(ctx, given):
+            problem = contract.over_budget(ctx, budget, given)
+            if problem is not None:
+                over.append(problem)
+            elif tokens > budget:
                 measured.append(f"{tokens}/{budget} (the persona alone, kept whole over the budget, recorded)")
             else:
-                over.append(f"{tokens} tokens for a budget of {budget}")
+                measured.append(f"{tokens}/{budget}")
         default = await backend.context("alice", QUERY)
         contexts.append(("alice", default, ids))
-        if count_tokens(default.text) > self.config.budget_tokens:
-            over.append(
-                f"{count_tokens(default.text)} tokens for its default budget_tokens = {self.config.budget_tokens}"
-            )
+        problem = contract.over_budget(default, self.config.budget_tokens, given)
+        if problem is not None:
+            over.append(f"{problem} (its default budget_tokens)")
         if over:
-            return broken(BUDGET, "; ".join(over))
-        return held(BUDGET, f"tokens/budget: {', '.join(measured)}; default budget {self.config.budget_tokens}: ok")
+            return broken(contract.BUDGET.name, "; ".join(over))
+        return held(
+            contract.BUDGET.name,
+            f"tokens/budget: {', '.join(measured)}; default budget {self.config.budget_tokens}: ok",
+        )
 
     def known_ids(self, contexts: Sequence[tuple[str, UserContext, set[str]]]) -> Clause:
         unknown: dict[str, list[str]] = {}
         for user, ctx, ingested in contexts:
-            for event_id in ctx.event_ids:
-                if event_id not in ingested and event_id not in unknown.setdefault(user, []):
+            for event_id in contract.unknown_ids(ctx, ingested):
+                if event_id not in unknown.setdefault(user, []):
                     unknown[user].append(event_id)
         unknown = {user: ids for user, ids in unknown.items() if ids}
         if not contexts:
-            return not_applicable(KNOWN_IDS, "no context was made (an earlier clause failed first)")
+            return not_applicable(contract.KNOWN_IDS.name, "no context was made (an earlier clause failed first)")
         if unknown:
             named = "; ".join(f"user {user}: {', '.join(map(repr, ids[:5]))}" for user, ids in unknown.items())
-            return broken(KNOWN_IDS, f"ids never ingested for that user: {named}")
+            return broken(contract.KNOWN_IDS.name, f"ids never ingested for that user: {named}")
         total = sum(len(ctx.event_ids) for _, ctx, _ in contexts)
-        return held(KNOWN_IDS, f"{len(contexts)} contexts named {total} event ids, each one the user's ingested event")
+        return held(
+            contract.KNOWN_IDS.name,
+            f"{len(contexts)} contexts named {total} event ids, each one the user's ingested event",
+        )
 
     async def no_gold(self) -> Clause:
         from atelier.graphs.context import EpisodeContext, SystemSpec
@@ -318,13 +318,18 @@ class MemoryKit:
         remember_cases(context.run_id, [case])  # where a backend reaching for the whole case would find it
         try:
             with capture_calls() as calls:
-                out = await build_memory_graph().ainvoke(
-                    {"benchmark": case.benchmark, "case_id": case.id}, context=context
-                )
+                try:
+                    out = await build_memory_graph().ainvoke(
+                        {"benchmark": case.benchmark, "case_id": case.id}, context=context
+                    )
+                    user_context: UserContext = out["user_context"]
+                except ContractBroken as exc:  # another clause (the budget, ...): its own line says so
+                    if not isinstance(exc.subject, UserContext):
+                        raise
+                    user_context = exc.subject
         finally:
             await release(context)
             forget_cases(context.run_id)
-        user_context: UserContext = out["user_context"]
         cache = ResponseCache(self.workdir / "gold-cache")
         try:
             requests = [cache.get(c.request_key) for c in calls if c.request_key]
@@ -337,16 +342,16 @@ class MemoryKit:
         if leaked:
             where.append(f"{len(leaked)} of {len(requests)} model requests")
         if where:
-            return broken(NO_GOLD, f"the canary of the case's gold fields reached {' and '.join(where)}")
+            return broken(contract.NO_GOLD.name, f"the canary of the case's gold fields reached {' and '.join(where)}")
         return held(
-            NO_GOLD,
+            contract.NO_GOLD.name,
             f"a case whose gold fields carry a canary, through the memory graph: not in the context "
             f"({user_context.tokens} tokens) nor in any of its {len(requests)} model requests",
         )
 
     async def rebuilt(self) -> Clause:
         if not self.cls.keeps_state:
-            return held(REBUILT, "keeps nothing (keeps_state = False): nothing to rebuild")
+            return held(contract.REBUILT.name, "keeps nothing (keeps_state = False): nothing to rebuild")
         store, cache = self.workdir / "kill-store", self.workdir / "kill-cache"
         first = await asyncio.to_thread(first_process_killed, self.config, store, cache)
         ledger = Ledger(None)
@@ -357,7 +362,7 @@ class MemoryKit:
             probe = None if self.cls.recall_changes_state else await later.context("u1", PROBE)
         if any(d is None for d in first["digests"].values()):
             return broken(
-                REBUILT,
+                contract.REBUILT.name,
                 "state_digest returns None, so a resumed run cannot check that it rebuilt this memory exactly "
                 "(implement state_digest: a digest of everything the backend holds about a user)",
             )
@@ -376,10 +381,10 @@ class MemoryKit:
                 "answered by the response cache)"
             )
         if problems:
-            return broken(REBUILT, "; ".join(problems))
+            return broken(contract.REBUILT.name, "; ".join(problems))
         how = "its own store reopened" if self.cls.persists_state else "the run's memory journal replayed"
         return held(
-            REBUILT,
+            contract.REBUILT.name,
             f"a process killed (kill -9) after 5 memory operations; a new one, {how}, holds digests "
             f"{', '.join(f'{u} {short(d)}' for u, d in digests.items())} as before the kill"
             + (", the same context for the probe query" if probe is not None else "")
@@ -388,7 +393,9 @@ class MemoryKit:
 
     async def persona(self) -> Clause:
         if not self.cls.keeps_state:
-            return not_applicable(PERSONA, "keeps nothing (keeps_state = False): no context at all, by design")
+            return not_applicable(
+                contract.PERSONA.name, "keeps nothing (keeps_state = False): no context at all, by design"
+            )
         given = persona("carol")
         backend = self.backend()
         await backend.ingest("carol", feed("carol", "CAROLWORD"))
@@ -396,30 +403,28 @@ class MemoryKit:
         values = [value for _, value in persona_facets(given.attributes)]
         missing = [value for value in values if value not in ctx.text]
         first = ctx.event_ids[:1] == [given.id]
-        recorded = [d for d in ctx.degraded if "persona" in d.detail.lower()]
-        if not missing and first:
-            return held(PERSONA, f"all {len(values)} facets in the context, the persona's event first (budget 400)")
+        lost = contract.persona_problem(ctx, given)
+        recorded = [d for d in ctx.degraded if d.kind == contract.PERSONA.kind]
+        if lost is None and not recorded and first:
+            return held(
+                contract.PERSONA.name,
+                f"all {len(values)} facets in the context, the persona's event first (budget 400)",
+            )
         if recorded:
-            return held(PERSONA, f"the persona's loss is recorded: {recorded[0].kind}: {recorded[0].detail}")
-        problems = []
+            return held(
+                contract.PERSONA.name, f"the persona's loss is recorded: {recorded[0].kind}: {recorded[0].detail}"
+            )
+        problems = [] if lost is None else [f"the {lost}"]
         if missing:
             problems.append(f"{len(missing)} of {len(values)} facets missing from the context (e.g. {missing[0]!r})")
         if not first:
             problems.append(f"the persona's event is not first ({ctx.event_ids[:3] or 'no event ids'})")
-        return verdict(PERSONA, False, "; ".join(problems) + " at a budget of 400, and no degradation records it")
+        return verdict(
+            contract.PERSONA.name, False, "; ".join(problems) + " at a budget of 400, and no degradation records it"
+        )
 
 
 PROBE = MemoryQuery(text="Where should I travel this spring?")
-
-
-def persona_alone_kept(ctx: UserContext, given: ExplicitPersona) -> bool:
-    """The one way over a budget (memory/budget.py pack_events): the explicit persona larger than the
-    budget, kept whole as the context's only event, with a degradation saying so."""
-    return (
-        ctx.event_ids == [given.id]
-        and all(value in ctx.text for _, value in persona_facets(given.attributes))
-        and any("persona" in d.detail.lower() for d in ctx.degraded)
-    )
 
 
 def canary_case() -> Case:

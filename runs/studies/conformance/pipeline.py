@@ -1,5 +1,5 @@
-"""The pipeline contract (graphs/pipelines.py, graphs/inputs.py), checked on a pipeline run as a run
-runs it — inside the episode graph, checkpointed in a run folder's SQLite database, on cases of the
+"""The pipeline contract (graphs/contract.py: the clause every episode holds its pipeline to, and
+these), checked on a pipeline run as a run runs it — inside the episode graph, checkpointed in a run folder's SQLite database, on cases of the
 bundled sample suite, the scripted model and the sandbox web:
 
 - the response schema: the graph returns `{"response": SystemResponse}` with some text;
@@ -23,18 +23,14 @@ from typing import Any, cast
 from atelier.agents.clarify import ClarifyAnswers, ClarifyRequest
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.contract import ContractBroken
 from atelier.benchmarks.common.errors import AtelierError
 from atelier.benchmarks.registry import load_cases
+from atelier.graphs import contract
 from atelier.graphs.context import BenchmarkRef, EpisodeContext, SystemSpec
 from atelier.graphs.pipelines import PIPELINES, pipeline_options
 from atelier.runs.studies.conformance.clauses import Clause, Report, broken, checked, held, not_applicable, verdict
 from atelier.tools.config import WebConfig
-
-PROTOCOL = "pipeline"
-SCHEMA = "the response schema"
-CITATIONS = "citations only to sources read"
-CHECKPOINTS = "checkpointable state"
-INTERRUPT = "a clean interrupt/resume where it asks the user"
 
 BENCHMARK = "sample"
 CASES = ("q01", "q05")
@@ -88,7 +84,7 @@ class PipelineKit:
         from atelier.graphs.persistence import run_checkpointer
         from atelier.graphs.resources import release
 
-        report = Report(PROTOCOL, self.ref)
+        report = Report(contract.PROTOCOL, self.ref)
         no_follow.make_folders(self.workdir / "run")
         cases = {c.id: c for c in load_cases(BENCHMARK) if c.id in CASES}
         warnings = _TypeWarnings()
@@ -99,14 +95,16 @@ class PipelineKit:
         try:
             async with run_checkpointer(self.workdir / "run") as saver:
                 graph = episode_graph_for([self.system], checkpointer=saver)
-                report.clauses.append(await checked(SCHEMA, lambda: self.schema(graph, context, list(cases))))
-                report.clauses.append(await checked(CITATIONS, lambda: self.citations(context)))
+                report.clauses.append(
+                    await checked(contract.RESPONSE.name, lambda: self.schema(graph, context, list(cases)))
+                )
+                report.clauses.append(await checked(contract.CITATIONS.name, lambda: self.citations(context)))
                 clarify = self.context("person")
                 try:
-                    interrupt = await checked(INTERRUPT, lambda: self.interrupt(graph, clarify))
+                    interrupt = await checked(contract.INTERRUPT.name, lambda: self.interrupt(graph, clarify))
                 finally:
                     await release(clarify)
-            report.clauses.append(await checked(CHECKPOINTS, lambda: self.checkpoints(warnings.lines)))
+            report.clauses.append(await checked(contract.CHECKPOINTS.name, lambda: self.checkpoints(warnings.lines)))
             report.clauses.append(interrupt)
         finally:
             serde_log.removeHandler(warnings)
@@ -122,25 +120,28 @@ class PipelineKit:
         problems, seen = [], []
         for case_id in case_ids:
             config = {"configurable": {"thread_id": f"{case_id}::checked"}}
-            out = await graph.ainvoke({"benchmark": BENCHMARK, "case_id": case_id}, config, context=context)
+            try:  # the episode holds the pipeline to the clause as it ends, as in a run
+                out = await graph.ainvoke({"benchmark": BENCHMARK, "case_id": case_id}, config, context=context)
+                problem = contract.response_problem(out, self.ref)
+            except ContractBroken as exc:
+                if exc.clause is not contract.RESPONSE:
+                    raise
+                out, problem = {}, exc.detail
             response = out.get("response")
             self.responses[case_id] = response
-            if not isinstance(response, SystemResponse):
-                problems.append(
-                    f"case {case_id}: the graph's `response` is {type(response).__name__}, not a SystemResponse"
-                    + ("" if "response" in out else f" (its output has keys: {', '.join(out) or 'none'})")
-                )
-            elif not response.text.strip():
+            if problem is not None:
+                problems.append(f"case {case_id}: {problem}")
+            elif isinstance(response, SystemResponse) and not response.text.strip():
                 problems.append(f"case {case_id}: the response's text is empty")
-            else:
+            elif isinstance(response, SystemResponse):
                 seen.append(f"{case_id}: {len(response.text)} chars, {len(response.citations)} citations")
         resources = resources_for(context)
         web_log = resources.web().log if self._used_web(resources) else []
         fetched = {str(e.request.get("url")) for e in web_log if e.kind == "fetch"}
         self.read = (fetched, set())
         if problems:
-            return broken(SCHEMA, "; ".join(problems))
-        return held(SCHEMA, f"SystemResponse with text on {len(seen)} cases ({'; '.join(seen)})")
+            return broken(contract.RESPONSE.name, "; ".join(problems))
+        return held(contract.RESPONSE.name, f"SystemResponse with text on {len(seen)} cases ({'; '.join(seen)})")
 
     @staticmethod
     def _used_web(resources: Any) -> bool:
@@ -151,7 +152,7 @@ class PipelineKit:
 
         responses = {k: r for k, r in self.responses.items() if isinstance(r, SystemResponse)}
         if not responses:
-            return not_applicable(CITATIONS, "no response to check (the response schema is broken)")
+            return not_applicable(contract.CITATIONS.name, "no response to check (the response schema is broken)")
         store = SourceStore.for_run(context.run_dir)
         fetched = self.read[0]
         problems, count = [], 0
@@ -177,10 +178,14 @@ class PipelineKit:
                 if stray:
                     problems.append(f"case {case_id}: markers {', '.join(f'[{n}]' for n in stray)} name no citation")
         if problems:
-            return broken(CITATIONS, "; ".join(problems[:4]))
+            return broken(contract.CITATIONS.name, "; ".join(problems[:4]))
         if not count:
-            return held(CITATIONS, f"no citation in {len(responses)} responses (nothing cited, nothing to check)")
-        return held(CITATIONS, f"{count} citations, each a page this run fetched or a text in its source store")
+            return held(
+                contract.CITATIONS.name, f"no citation in {len(responses)} responses (nothing cited, nothing to check)"
+            )
+        return held(
+            contract.CITATIONS.name, f"{count} citations, each a page this run fetched or a text in its source store"
+        )
 
     async def checkpoints(self, warnings: list[str]) -> Clause:
         from atelier.graphs.episode import episode_graph_for
@@ -215,9 +220,9 @@ class PipelineKit:
         if not count:
             problems.append("no checkpoint was written")
         if problems:
-            return broken(CHECKPOINTS, "; ".join(problems))
+            return broken(contract.CHECKPOINTS.name, "; ".join(problems))
         return held(
-            CHECKPOINTS,
+            contract.CHECKPOINTS.name,
             f"{count} checkpoints written by a run's serializer to SQLite and read back, every value with its type",
         )
 
@@ -225,34 +230,44 @@ class PipelineKit:
         from langgraph.types import Command
 
         config = {"configurable": {"thread_id": f"{CASES[0]}::checked-clarify"}}
-        out = await graph.ainvoke({"benchmark": BENCHMARK, "case_id": CASES[0]}, config, context=context)
+        try:
+            out = await graph.ainvoke({"benchmark": BENCHMARK, "case_id": CASES[0]}, config, context=context)
+        except ContractBroken as exc:
+            if exc.clause is not contract.RESPONSE:
+                raise
+            return not_applicable(
+                contract.INTERRUPT.name,
+                f"it never asked the user; it answered with no usable response ({contract.RESPONSE.name})",
+            )
         pending = out.get("__interrupt__")
         if not pending:
             return not_applicable(
-                INTERRUPT, f"it never asked the user (case {CASES[0]}, a person to answer; options as given)"
+                contract.INTERRUPT.name,
+                f"it never asked the user (case {CASES[0]}, a person to answer; options as given)",
             )
         request = pending[0].value
         if not isinstance(request, ClarifyRequest):
             return broken(
-                INTERRUPT,
+                contract.INTERRUPT.name,
                 f"it interrupted with a {type(request).__name__}, not a ClarifyRequest: the simulated user and "
                 "Studio answer a ClarifyRequest with ClarifyAnswers",
             )
         try:
             again = await graph.ainvoke(Command(resume={"answer": "not the resume's shape"}), config, context=context)
         except AtelierError as exc:
-            return broken(INTERRUPT, f"a resume it cannot use ended the episode: {exc}")
+            return broken(contract.INTERRUPT.name, f"a resume it cannot use ended the episode: {exc}")
         repeated = again.get("__interrupt__")
         if not repeated or not isinstance(repeated[0].value, ClarifyRequest):
             return broken(
-                INTERRUPT, "a resume it cannot use was taken as an answer (it should ask again, saying what was wrong)"
+                contract.INTERRUPT.name,
+                "a resume it cannot use was taken as an answer (it should ask again, saying what was wrong)",
             )
         answers = ClarifyAnswers(answers=["I don't mind; keep it short."] * len(request.questions))
         done = await graph.ainvoke(Command(resume=answers), config, context=context)
         response = done.get("response")
         ok = isinstance(response, SystemResponse) and not done.get("__interrupt__")
         return verdict(
-            INTERRUPT,
+            contract.INTERRUPT.name,
             ok,
             f"asked {len(request.questions)} question(s) with a ClarifyRequest; an unusable resume was asked again; "
             + (

@@ -1,0 +1,54 @@
+"""A protocol's contract, clause by clause: what every run and `atelier check` hold a system to.
+
+Each protocol writes its clauses once, beside what it is a contract of (memory/contract.py,
+graphs/contract.py, agents/judges/contract.py, benchmarks/contract.py,
+agents/models/answer_contract.py), as `ContractClause`s and the functions that check them. Two
+users call those same functions:
+
+- every run, on every call (cheaply): a broken clause is a degradation of the clause's `kind`,
+  its detail naming the protocol and the clause; where nothing trustworthy is left, the episode or
+  the judgment fails with `ContractBroken` (the run's summary and exit code say so);
+- `atelier check PROTOCOL REF` (runs/studies/conformance), on synthetic inputs, prints each clause
+  by the same name, held or broken.
+
+Clauses whose `kind` is None are properties a run cannot see from one call (ingest idempotent,
+the state rebuilt after a kill, junk model output gated): only `atelier check` tests them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from atelier.benchmarks.common.degradation import Degradation, DegradationKind, degradation
+from atelier.benchmarks.common.errors import AtelierError
+
+
+@dataclass(frozen=True)
+class ContractClause:
+    protocol: str  # memory | pipeline | judge | benchmark | provider
+    name: str  # as `atelier check` prints it, e.g. "budget respected"
+    kind: DegradationKind | None = None  # what a run records when it is broken; None: `atelier check` only
+
+    @property
+    def label(self) -> str:
+        return f"{self.protocol} contract, {self.name!r}"
+
+    def broken(self, detail: str, step: str, count: int = 1) -> Degradation:
+        """The degradation a run records for this clause broken at `step`."""
+        if self.kind is None:
+            raise ValueError(f"{self.label} is checked by `atelier check` only")
+        return degradation(self.kind, step, f"{self.label} broken: {detail}", count=count)
+
+
+class ContractBroken(AtelierError):
+    """A clause broken where nothing trustworthy is left to score: the episode (or the judgment)
+    fails with this reason, and the run records `degradation` as well. `detail` is what broke it,
+    `subject` what did (a memory's context, ...), for `atelier check` to go on with."""
+
+    def __init__(self, clause: ContractClause, detail: str, step: str, subject: Any = None) -> None:
+        self.clause = clause
+        self.detail = detail
+        self.subject = subject
+        self.degradation = clause.broken(detail, step)
+        super().__init__(self.degradation.detail)

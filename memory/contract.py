@@ -1,0 +1,108 @@
+"""The memory protocol's contract (memory/base.py), clause by clause.
+
+Every run holds each context a memory gives to the clauses a single context can show, on every
+recall (`held_to_contract`); `atelier check memory` (runs/studies/conformance/memory.py) calls the
+same functions on the contexts of its synthetic users, and tests the clauses only a controlled
+experiment can show:
+
+- budget respected: a context never takes more tokens than its budget — but for the explicit
+  persona larger than the budget, kept whole as the context's only event with a degradation
+  saying so (memory/persona_first.py); broken: `memory_over_budget`, the episode fails;
+- event ids only from ingested events: every id a context names is one of the user's own
+  events the memory was given; broken: `memory_unknown_event`, the episode fails;
+- the persona kept whole where the setting gives one: the explicit persona's facets open the
+  context, every one — or its loss is recorded (`persona_not_kept`; the episode goes on);
+- ingest idempotent, concurrent users isolated, no gold field read, state rebuilt exactly after
+  a kill: `atelier check memory` only (a resumed run refuses a memory its journal cannot rebuild
+  exactly: memory/journal.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from atelier.benchmarks.case import ExplicitPersona, persona_facets
+from atelier.benchmarks.common.contract import ContractBroken, ContractClause
+from atelier.memory.base import UserContext
+from atelier.memory.budget import count_tokens
+from atelier.memory.persona_first import persona_kept
+
+PROTOCOL = "memory"
+IDEMPOTENT = ContractClause(PROTOCOL, "ingest idempotent")
+ISOLATED = ContractClause(PROTOCOL, "concurrent users isolated")
+BUDGET = ContractClause(PROTOCOL, "budget respected", "memory_over_budget")
+KNOWN_IDS = ContractClause(PROTOCOL, "event ids only from ingested events", "memory_unknown_event")
+NO_GOLD = ContractClause(PROTOCOL, "no gold field read")
+REBUILT = ContractClause(PROTOCOL, "state rebuilt exactly after a kill")
+PERSONA = ContractClause(PROTOCOL, "the persona kept whole where the setting gives one", "persona_not_kept")
+
+
+def persona_alone_kept(context: UserContext, persona: ExplicitPersona | None) -> bool:
+    """The one way over a budget (memory/budget.py pack_events, memory/persona_first.py): the explicit
+    persona larger than the budget, kept whole as the context's only event, with a degradation saying so."""
+    return (
+        persona is not None
+        and context.event_ids == [persona.id]
+        and all(value in context.text for _, value in persona_facets(persona.attributes))
+        and any("persona" in d.detail.lower() for d in context.degraded)
+    )
+
+
+def context_tokens(context: UserContext, budget: int) -> int | None:
+    """The context's tokens when they may exceed `budget`; None when its UTF-8 bytes alone fit (a
+    token is at least one byte: no tokenizer needed)."""
+    if len(context.text) <= budget and len(context.text.encode("utf-8")) <= budget:
+        return None
+    return count_tokens(context.text)
+
+
+def over_budget(context: UserContext, budget: int, persona: ExplicitPersona | None) -> str | None:
+    """Why `context` breaks 'budget respected' for `budget`; None when it holds."""
+    tokens = context_tokens(context, budget)
+    if tokens is None or tokens <= budget or persona_alone_kept(context, persona):
+        return None
+    return f"{tokens} tokens for a budget of {budget}"
+
+
+def unknown_ids(context: UserContext, known: Collection[str]) -> list[str]:
+    """The event ids `context` names that are not among `known` (the user's ingested events), in order, once each."""
+    return list(dict.fromkeys(i for i in context.event_ids if i not in known))
+
+
+def persona_problem(context: UserContext, persona: ExplicitPersona | None) -> str | None:
+    """Why `context` breaks 'the persona kept whole' when the setting gave `persona`; None when it
+    holds, or when its backend recorded the loss itself."""
+    if persona is None or persona_kept(context.text, persona) or any(d.kind == PERSONA.kind for d in context.degraded):
+        return None
+    return "context does not open with the persona's facets, whole"
+
+
+def held_to_contract(
+    context: UserContext,
+    *,
+    user_id: str,
+    budget: int,
+    known: Collection[str],
+    persona: ExplicitPersona | None,
+    step: str = "recall",
+) -> UserContext:
+    """`context`, the memory's answer for `user_id` under `budget`, held to the clauses one context
+    shows: ContractBroken (the episode fails) for a context over its budget or naming events not
+    among `known`; a `persona_not_kept` added when the setting's persona was lost without a word."""
+    problem = over_budget(context, budget, persona)
+    if problem is not None:
+        raise ContractBroken(BUDGET, f"the {context.backend} memory's context takes {problem}", step, subject=context)
+    unknown = unknown_ids(context, known)
+    if unknown:
+        raise ContractBroken(
+            KNOWN_IDS,
+            f"the {context.backend} memory's context for user {user_id!r} names {len(unknown)} event(s) that are not "
+            f"the user's ingested events: {', '.join(map(repr, unknown[:5]))}",
+            step,
+            subject=context,
+        )
+    lost = persona_problem(context, persona)
+    if lost is None or persona is None:
+        return context
+    detail = f"the setting gave the explicit persona ({persona.id}), but the {context.backend} memory's {lost}"
+    return context.model_copy(update={"degraded": [*context.degraded, PERSONA.broken(detail, step)]})

@@ -1,0 +1,443 @@
+"""Issue 48: the run enforces every contract the kit checks.
+
+A violation of each clause planted in a real run (the scripted model, the `tiny` benchmark, plugins
+named by `module:attr` as a researcher's would be) is found in the run's degradations by the same
+clause name the kit prints, and the run exits non-zero; clauses checked on the cases a run loads
+refuse it before anything starts (exit 2), naming the clause. Provider answers that were cut, cut
+off, filtered or left inside their reasoning are each recorded by name — and a stream cut at any
+byte is never cached as a complete answer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+
+from atelier.agents.judges import contract as judge_contract
+from atelier.agents.judges.base import JudgeResult, create_judge
+from atelier.agents.models import answer_contract
+from atelier.agents.models.answer_contract import recording_answers
+from atelier.agents.models.cache import ResponseCache
+from atelier.agents.models.gateway import Gateway, ModelCallError
+from atelier.agents.models.grounding import Grounding
+from atelier.agents.models.settings import ModelSettings
+from atelier.benchmarks import contract as benchmark_contract
+from atelier.benchmarks.common.errors import DataError
+from atelier.graphs import contract as pipeline_contract
+from atelier.memory import contract as memory_contract
+from atelier.runs.execution.runner import Runner
+from atelier.runs.folder.recipe import parse_recipe
+from atelier.runs.folder.results import ResultRecord, ResultsFile
+from atelier.runs.reading.outcome import EXIT_FAILURES
+from tests.research_api_stub import ResearchApiStub, stream_bytes
+from tests.test_cli_errors import atelier
+
+DOUBLES = "tests.conformance_doubles"
+SOUND = {"name": "sound", "pipeline": "direct", "memory": {"backend": "full"}}
+
+
+def run(tmp_path: Path, systems: list[dict], judges: list[dict], *, setting: str = "context", limit: int = 2):
+    recipe = parse_recipe(
+        {
+            "name": "contracts",
+            "benchmark": {"name": "tiny", "setting": setting, "limit": limit},
+            "models": {"system": {"model": "scripted"}, "judge": {"model": "scripted"}},
+            "systems": systems,
+            "judges": judges,
+            "run": {"out_dir": str(tmp_path / "out"), "concurrency": 4},
+        }
+    )
+    runner = Runner(recipe, tmp_path / "run", progress=False)
+    asyncio.run(runner.run())
+    assert runner.outcome is not None
+    return runner.outcome, list(ResultsFile(runner.folder.results).load().values())
+
+
+def found(records: list[ResultRecord], clause, system: str | None = None) -> list[str]:
+    """The details of the degradations of `clause`'s kind naming the clause (in `system`'s episodes)."""
+    return [
+        d.detail
+        for r in records
+        if system is None or r.system == system
+        for d in r.degraded
+        if d.kind == clause.kind and clause.name in d.detail
+    ]
+
+
+# --------------------------------------------------------------------------- planted in a run, found by name
+
+PLANTS = {
+    "budget": (memory_contract.BUDGET, {"memory": {"backend": f"{DOUBLES}:OverBudgetMemory"}}),
+    "known_ids": (memory_contract.KNOWN_IDS, {"memory": {"backend": f"{DOUBLES}:InventingMemory"}}),
+    "persona": (memory_contract.PERSONA, {"memory": {"backend": f"{DOUBLES}:PersonaDroppingMemory"}}),
+    "no_response": (pipeline_contract.RESPONSE, {"pipeline": f"{DOUBLES}:no_response"}),
+    "text_response": (pipeline_contract.RESPONSE, {"pipeline": f"{DOUBLES}:text_response"}),
+    "dict_response": (pipeline_contract.RESPONSE, {"pipeline": f"{DOUBLES}:dict_response"}),
+}
+JUDGE_PLANTS = {"off_scale": f"{DOUBLES}:OffScale", "not_finite": f"{DOUBLES}:NotFinite"}
+SCALES = {"off_scale": "(scale 0-1): score 7.0 is outside", "not_finite": "(scale 1-5): score "}
+
+
+# each example is a whole run: no shrinking (a failure names its plants, budget and limit as drawn)
+@settings(
+    max_examples=2,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@example(plants={"budget", "known_ids", "persona"}, judge="not_finite", budget=60, limit=2)  # every clause once
+@example(plants={"no_response", "text_response", "dict_response"}, judge="off_scale", budget=60, limit=1)
+@given(
+    plants=st.sets(st.sampled_from(sorted(PLANTS)), min_size=1, max_size=3),
+    judge=st.sampled_from([None, *sorted(JUDGE_PLANTS)]),
+    budget=st.integers(min_value=20, max_value=400),
+    limit=st.integers(min_value=1, max_value=3),
+)
+def test_a_clause_planted_in_a_run_is_a_degradation_by_its_name_and_the_run_exits_3(
+    tmp_path_factory, plants, judge, budget, limit
+):
+    tmp_path = tmp_path_factory.mktemp("planted")
+    systems = [SOUND]
+    for name in sorted(plants):
+        system = {"name": name, "pipeline": "direct", "memory": {"backend": "full"}, **PLANTS[name][1]}
+        if name == "budget":
+            system["memory"] = {**system["memory"], "budget_tokens": budget}
+        systems.append(system)
+    judges = [{"name": "lampqa_aspects"}] + ([{"name": JUDGE_PLANTS[judge]}] if judge else [])
+    outcome, records = run(tmp_path, systems, judges, setting="persona+context", limit=limit)
+
+    assert outcome.exit_code == EXIT_FAILURES
+    for name in plants:
+        clause = PLANTS[name][0]
+        mine = [r for r in records if r.system == name]
+        assert len(found(records, clause, name)) >= len(mine), (name, [r.degraded for r in mine])
+        if clause is not memory_contract.PERSONA:  # the persona's loss is recorded; the others fail the episode
+            assert all(not r.ok and clause.name in (r.error or "") for r in mine)
+            assert outcome.failing_degradations[clause.kind] >= len(mine)
+    sound = [r for r in records if r.system == "sound"]
+    assert all(r.ok for r in sound) and not any(r.contract for r in sound)
+    assert all(d.kind not in {c.kind for c, _ in PLANTS.values()} for r in sound for d in r.degraded)
+    if judge:
+        scored = [r for r in records if r.ok]
+        failed = [j for r in scored for j in r.judgments if j.judge == JUDGE_PLANTS[judge]]
+        assert failed and all(j.failed and j.score is None for j in failed)
+        assert all(judge_contract.SCALE.name in (j.error or "") and SCALES[judge] in (j.error or "") for j in failed)
+        assert len(found(scored, judge_contract.SCALE)) == len(failed)
+        assert all(r.scores[JUDGE_PLANTS[judge]] is None for r in scored)
+
+
+def test_a_results_file_holding_an_off_scale_or_nan_score_reads_as_failed_judgments(tmp_path, capsys, monkeypatch):
+    run(tmp_path, [SOUND], [{"name": "lampqa_aspects"}])
+    path = tmp_path / "run" / "results.jsonl"
+    # as a results file written before runs held judges to their scale may hold them (JSON's NaN too)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line, score in zip(lines, [math.nan, 35.0]):
+        line["judgments"][0]["score"] = line["scores"]["lampqa_aspects"] = score
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    loaded = ResultsFile(path).load()
+    judgments = [j for r in loaded.values() for j in r.judgments]
+    assert all(j.failed and judge_contract.SCALE.name in j.error for j in judgments)
+    assert {j.error.split(": ")[-1] for j in judgments} == {
+        "score nan is not a finite number",
+        "score 35.0 is outside the declared scale 0-1",
+    }
+    code, _, err = atelier(capsys, monkeypatch, "report", str(tmp_path / "run"))
+    assert code == EXIT_FAILURES and "Traceback" not in err
+    assert "judge_off_scale" in err and "0 scored" in err
+
+
+# --------------------------------------------------------------------------- the benchmark: every case source
+
+
+def write_cases(path: Path, second_text: str, persona: bool = True) -> Path:
+    def case(i: str, user: str, text: str) -> dict:
+        return {
+            "id": i,
+            "benchmark": "mine",
+            "user_id": user,
+            "query": {"text": f"question {i}"},
+            "history": [{"id": f"{user}:e1", "kind": "memory_snippet", "text": text}],
+            **({"persona": {"user_id": user, "attributes": {"Basic": {"Job": f"job of {user}"}}}} if persona else {}),
+        }
+
+    rows = [case("m1", "maya", "I ride my bike to work."), case("m2", "maya", second_text), case("t1", "tomas", "x")]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("setting", ["task_only", "persona+context"])
+def test_a_recipes_setting_is_applied_to_a_file_of_cases_and_recorded_per_result(tmp_path, setting):
+    cases = write_cases(tmp_path / "cases.jsonl", "I ride my bike to work.")
+    recipe = parse_recipe(
+        {
+            "name": "file",
+            "benchmark": {"name": "jsonl", "options": {"path": str(cases)}, "setting": setting},
+            "models": {"system": {"model": "scripted"}},
+            "systems": [SOUND],
+            "run": {"out_dir": str(tmp_path / "out")},
+        }
+    )
+    runner = Runner(recipe, tmp_path / "run", progress=False)
+    asyncio.run(runner.run())
+    records = list(ResultsFile(runner.folder.results).load().values())
+    assert {r.setting for r in records} == {setting} and all(r.ok for r in records)
+    for r in records:
+        assert r.user_context is not None
+        if setting == "task_only":
+            assert r.user_context.event_ids == [] and r.user_context.text == ""
+        else:
+            assert r.user_context.event_ids[0] == f"{r.user_id}:persona"
+            assert f"job of {r.user_id}" in r.user_context.text.splitlines()[0]
+
+
+def test_a_plugin_loader_that_never_copies_the_setting_cannot_bypass_it():
+    from atelier.benchmarks.registry import BENCHMARKS, LoadRequest, load_cases, plugin_benchmark
+
+    def careless(request: LoadRequest) -> list[dict]:
+        return [
+            {"id": "c1", "benchmark": "x", "user_id": "u", "query": {"text": "q"},
+             "history": [{"id": "u:e1", "kind": "memory_snippet", "text": "a note"}]}
+        ]  # fmt: skip
+
+    BENCHMARKS._references["tests.careless:loader"] = plugin_benchmark(careless, "tests.careless:loader")
+    try:
+        [case] = load_cases("tests.careless:loader", setting="task_only")
+    finally:
+        del BENCHMARKS._references["tests.careless:loader"]
+    assert case.setting == "task_only" and case.view().history == []
+
+
+def test_one_users_event_told_two_ways_is_refused_at_load_naming_both_cases_and_the_event(tmp_path):
+    from atelier.benchmarks.registry import load_cases
+
+    cases = write_cases(tmp_path / "cases.jsonl", "I drive a car to work.")
+    with pytest.raises(DataError) as refused:
+        load_cases("jsonl", options={"path": str(cases)})
+    text = str(refused.value)
+    assert benchmark_contract.USER_EVENTS.name in text and str(cases) in text
+    assert "'maya:e1'" in text and "case m1" in text and "case m2" in text and "I drive a car" in text
+
+
+def test_a_persona_setting_on_cases_without_a_persona_is_refused_before_anything_starts(tmp_path, capsys, monkeypatch):
+    cases = write_cases(tmp_path / "cases.jsonl", "I ride my bike to work.", persona=False)
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        f'name = "p"\n[benchmark]\npath = "{cases}"\nsetting = "persona+context"\n[models.system]\nmodel = "scripted"\n'
+        '[[systems]]\nname = "s"\npipeline = "direct"\nmemory = { backend = "full" }\n'
+    )
+    code, _, err = atelier(capsys, monkeypatch, "run", str(recipe), "--out", str(tmp_path / "run"), "--no-progress")
+    assert code == 2 and benchmark_contract.SETTINGS.name in err and "have none" in err
+    assert not (tmp_path / "run" / "results.jsonl").exists()
+
+
+def test_a_view_that_does_not_show_what_its_setting_says_breaks_the_clause():
+    from atelier.benchmarks.registry import load_cases
+
+    case = load_cases("tiny", setting="persona+context")[0]
+    assert benchmark_contract.view_problem(case, case.view("persona+context"), "persona+context") is None
+    context_only = case.view("context").model_copy(update={"setting": "persona+context"})
+    assert "shows no persona" in benchmark_contract.view_problem(case, context_only, "persona+context")
+    leaky = case.view("context").model_copy(update={"setting": "task_only"})
+    assert "task_only shows" in benchmark_contract.view_problem(case, leaky, "task_only")
+
+
+# --------------------------------------------------------------------------- judges' scale
+
+
+@pytest.mark.parametrize(
+    ("score", "repeats", "problem"),
+    [
+        (3.0, None, None),
+        (1.0, [1.0, 5.0], None),
+        (None, None, None),  # undefined by the judge's protocol: not off the scale
+        (35.0, None, "score 35.0 is outside"),
+        (-1.0, None, "score -1.0 is outside"),
+        (math.nan, None, "score nan is not a finite number"),
+        (math.inf, None, "score inf is not a finite number"),
+        (3.0, [35.0, -29.0], "repeat 1 score 35.0 is outside"),  # a mean inside, repeats outside
+    ],
+)
+def test_a_score_off_the_declared_scale_or_not_finite_fails_the_judgment_naming_both(score, repeats, problem):
+    result = JudgeResult(judge="j", score=score, scale="1-5", details={"repeat_scores": repeats} if repeats else {})
+    held = judge_contract.held_to_scale(result, "1-5", "judge:j")
+    if problem is None:
+        assert held is result
+        return
+    assert held.failed and held.score is None and problem in held.error and "(scale 1-5)" in held.error
+    assert [d.kind for d in held.degraded] == ["judge_off_scale"]
+
+
+def test_a_judge_declaring_a_scale_that_is_no_range_is_refused_before_any_episode():
+    from atelier.agents.judges.base import check_judge_fit
+    from atelier.benchmarks.common.errors import ConfigError
+    from tests.conformance_doubles import OffScale
+
+    judge = OffScale(OffScale.config_model(name="off_scale"))
+    judge.scale = "good-bad"  # type: ignore[misc]
+    with pytest.raises(ConfigError, match="declares scale 'good-bad', not 'low-high'"):
+        check_judge_fit([judge], [], "tiny")
+
+
+# --------------------------------------------------------------------------- provider answers
+
+KINDS = {"perplexity": "perplexity/sonar-deep-research", "responses": "openai/o3-deep-research"}
+
+
+def grounded(stub: ResearchApiStub, behaviour: str, stream: bool, cache: ResponseCache, question: str):
+    settings = ModelSettings(model=KINDS[stub.kind], api_base=stub.base_url, api_key="sk-stub", max_retries=0)
+    gateway = Gateway({"researcher": settings}, cache=cache)
+    stub._script.clear()  # what an earlier test queued and a cache hit never asked for
+    stub.script([behaviour])
+    grounding = Grounding(api="chat" if stub.kind == "perplexity" else "responses", stream=stream)
+
+    async def ask():
+        with recording_answers() as broken:
+            try:
+                answer = await gateway.grounded("researcher", [{"role": "user", "content": question}], grounding)
+            except ModelCallError as exc:
+                return exc, broken
+            return answer, broken
+
+    return asyncio.run(ask())
+
+
+@pytest.fixture(scope="module")
+def stubs():
+    cited = [("https://a.example/x", "A")]
+    with ResearchApiStub("perplexity", cited) as p, ResearchApiStub("responses", cited, polls=0) as r:
+        yield {"perplexity": p, "responses": r}
+
+
+@pytest.mark.parametrize(
+    ("kind", "behaviour", "stream", "clauses", "fails"),
+    [
+        ("perplexity", "length", False, [answer_contract.NOT_CUT], False),
+        ("perplexity", "length", True, [answer_contract.NOT_CUT], False),
+        ("perplexity", "content_filter", True, [answer_contract.NOT_FILTERED], False),
+        ("perplexity", "unclosed", False, [answer_contract.NOT_CUT, answer_contract.REASONING_CLOSED], False),
+        ("perplexity", "unclosed", True, [answer_contract.NOT_CUT, answer_contract.REASONING_CLOSED], False),
+        ("responses", "incomplete", False, [answer_contract.NOT_CUT], False),
+        ("responses", "incomplete", True, [answer_contract.NOT_CUT], False),
+        ("perplexity", "cut:300", True, [answer_contract.WHOLE], True),
+    ],
+)
+def test_a_provider_answer_that_is_not_whole_is_recorded_by_its_clause(
+    stubs, tmp_path, kind, behaviour, stream, clauses, fails
+):
+    cache = ResponseCache(tmp_path / "cache")
+    answer, broken = grounded(stubs[kind], behaviour, stream, cache, f"{behaviour} {stream}")
+    assert [d.kind for d in broken] == [c.kind for c in clauses]
+    assert all(c.name in d.detail for c, d in zip(clauses, broken))
+    if fails:  # a stream cut off: retried as a lost connection would be (none left here), never cached
+        assert isinstance(answer, ModelCallError) and answer.verdict == "retry" and answer.attempts == 1
+        assert len(cache) == 0
+        return
+    assert not isinstance(answer, ModelCallError)
+    if answer_contract.REASONING_CLOSED in clauses:
+        assert answer.text == ""  # the partial reasoning is not the answer
+    # cached with what it broke: a rerun replays the answer and records the same
+    again, replayed = grounded(stubs[kind], "ok", stream, cache, f"{behaviour} {stream}")
+    assert again.text == answer.text and [d.kind for d in replayed] == [c.kind for c in clauses]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(sorted(KINDS)), share=st.floats(min_value=0.0, max_value=1.0))
+def test_a_stream_cut_at_any_byte_is_never_cached_as_a_complete_answer(stubs, tmp_path_factory, kind, share):
+    stub = stubs[kind]
+    question = f"cut {kind}"
+    whole_answer = stub.perplexity({"messages": [{"content": question}]}) if kind == "perplexity" else None
+    whole = stream_bytes(kind, whole_answer or stub.response({"input": [{"content": question}]}))
+    offset = min(int(share * whole), whole - 1)  # strictly before the stream's last byte
+    cache = ResponseCache(tmp_path_factory.mktemp("cache"))
+    answer, broken = grounded(stub, f"cut:{offset}", True, cache, question)
+    if isinstance(answer, ModelCallError):
+        assert answer.verdict == "retry" and answer_contract.WHOLE.name in str(answer)
+        assert [d.kind for d in broken] == ["answer_incomplete"]
+        assert len(cache) == 0
+        return
+    # what arrived held its terminal event (only the stream's closing bytes were cut), or named the
+    # response, which the gateway retrieved from the provider whole (the Responses API keeps it)
+    reference, _ = grounded(stub, "ok", True, ResponseCache(tmp_path_factory.mktemp("cache")), question)
+    assert answer.text == reference.text and broken == [] and len(cache) == 1
+
+
+def test_a_systems_cut_answer_is_recorded_in_its_episode_and_a_judges_in_its_judgment(tmp_path):
+    from tests.openai_stub import OpenAIStub
+
+    with OpenAIStub() as stub:
+        stub.script(["cut"])  # the system's one text call: finish_reason length
+        system = {"model": "openai/stub-model", "api_base": stub.base_url, "api_key": "sk-stub", "max_retries": 0}
+        recipe = parse_recipe(
+            {
+                "name": "cut",
+                "benchmark": {"name": "tiny", "limit": 1},
+                "models": {"system": system, "judge": {"model": "scripted"}, "user_sim": {"model": "scripted"}},
+                "systems": [{"name": "direct", "pipeline": "direct", "memory": {"backend": "none"}}],
+                "judges": [{"name": "lampqa_aspects"}],
+                "run": {"out_dir": str(tmp_path / "out")},
+            }
+        )
+        runner = Runner(recipe, tmp_path / "run", progress=False, preflight=False)
+        asyncio.run(runner.run())
+    [record] = ResultsFile(runner.folder.results).load().values()
+    assert record.ok and [d.kind for d in record.contract] == ["answer_cut"]
+    assert record.contract[0].step == "direct" and answer_contract.NOT_CUT.name in record.contract[0].detail
+    assert runner.outcome is not None and runner.outcome.failing_degradations == {"answer_cut": 1}
+    assert all(not j.degraded for j in record.judgments)
+
+    async def judged_while_an_episode_records():
+        judge = create_judge({"name": "lampqa_aspects"})
+
+        async def judgment():
+            answer_contract.note([answer_contract.NOT_CUT.broken("the judge's answer", "run_judge")])
+            return JudgeResult(judge="lampqa_aspects", score=0.5)
+
+        with recording_answers() as episode:
+            result = await judge_contract.held_to_contract(judge, judgment())
+        return result, episode
+
+    result, episode = asyncio.run(judged_while_an_episode_records())
+    assert [d.kind for d in result.degraded] == ["answer_cut"] and episode == []  # the judgment keeps its own
+
+
+# --------------------------------------------------------------------------- memory: a state that rebuilds
+
+
+async def test_a_rebuild_mismatch_from_a_clock_read_outside_now_names_it_and_the_kit(tmp_path):
+    import time
+
+    from atelier.memory.base import MemoryConfig, MemoryEnv, digest_of
+    from atelier.memory.journal import MemoryRebuildError, journaled
+    from tests.conformance_doubles import SoundMemory
+
+    class Stamped(SoundMemory):
+        """Stamps what it holds with time.time(), not self.now(): its state is not what it was fed."""
+
+        name = "stamped"
+        config_model = MemoryConfig
+
+        async def ingest(self, user_id, events):
+            await super().ingest(user_id, events)
+            self.stamp = time.time()
+
+        async def state_digest(self, user_id):
+            return digest_of([self.events(user_id), self.stamp])
+
+    from atelier.benchmarks.case import MemorySnippet
+
+    events = [MemorySnippet(id="u:m1", text="I bike to work.")]
+    first = journaled(Stamped(MemoryConfig(backend="stamped"), MemoryEnv(store_dir=tmp_path)))
+    await first.ingest("u", events)
+    await first.aclose()
+    later = journaled(Stamped(MemoryConfig(backend="stamped"), MemoryEnv(store_dir=tmp_path)))
+    with pytest.raises(MemoryRebuildError) as refused:
+        await later.context("u", "anything")
+    text = str(refused.value)
+    assert "not deterministic" in text and "time.time()" in text and "`self.now()`" in text
+    assert "atelier check memory stamped" in text and "not answered by the response cache" not in text
+    await later.aclose()
