@@ -33,7 +33,7 @@ def load_for_server() -> None:
     """Everything a first model call, memory, judge, web search or case lookup would import on the
     event loop, imported now (once per process)."""
     from atelier.agents.judges.base import JUDGES
-    from atelier.agents.models.gateway import configured_litellm
+    from atelier.agents.models.litellm_setup import configured_litellm
     from atelier.benchmarks.common.offline import apply_offline_defaults
     from atelier.benchmarks.registry import BENCHMARKS
     from atelier.graphs.pipelines import PIPELINES

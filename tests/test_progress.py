@@ -31,7 +31,7 @@ def test_the_time_left_is_the_pace_so_far_and_unknown_before_an_episode_ends():
 
 def test_the_spend_so_far_comes_from_the_runs_ledger_with_the_budget_left():
     ledger = Ledger(None, run_id="r")
-    budget = Budget(limit_usd=5.0, per_episode_usd={"s": 0.5})
+    budget = Budget(limit_usd=5.0, planned_usd={"s": 0.5})
     bar = EpisodeProgress(False, total=4, done=0, ledger=ledger, budget=budget)
     assert bar.spend_line() == "0 tokens, $0 spent so far; budget $5: $5 left"
     ledger.record(role="system", model="m", call_id="a", prompt_tokens=1000, completion_tokens=234, cost_usd=0.0123)

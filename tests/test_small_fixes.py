@@ -131,7 +131,7 @@ async def test_a_failed_final_report_is_still_the_agents_failure(monkeypatch):
 class NoWeb:
     sources: dict = {}
     degraded: list = []
-    searches = fetches = 0
+    searches = fetches = searches_refused = 0
 
     def cited(self, urls):
         return [], list(urls)
@@ -154,6 +154,7 @@ def test_the_agents_degraded_steps_are_in_its_response():
     assert [(d.kind, d.step, d.count) for d in response.degraded] == [
         ("step_fallback", "open_deep_research:compress_research", 1),
         ("citation_removed", "citations", 1),  # the report's one URL was never shown to the agent
+        ("no_findings", "run_agent", 1),  # so the report rests on no source read (issue 51)
     ]
     assert response.meta["citations"]["unverified_urls"] == ["https://example.org/pensions"]
     assert "https://example.org/pensions" in response.text and response.citations == []

@@ -111,7 +111,7 @@ class LiteLLMEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         import litellm
 
-        from atelier.agents.models.gateway import litellm_call_scope
+        from atelier.agents.models.litellm_setup import litellm_call_scope
 
         out: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):

@@ -51,7 +51,7 @@ def price_of(settings: ModelSettings) -> Price:
 
 def model_info(model: str) -> dict[str, Any]:
     """litellm's map entry for `model` ({} when it has none)."""
-    from atelier.agents.models.gateway import configured_litellm
+    from atelier.agents.models.litellm_setup import configured_litellm
 
     try:
         return dict(configured_litellm().get_model_info(model))

@@ -51,7 +51,7 @@ def output_limit(settings: ModelSettings) -> tuple[int, bool]:
 def prompt_bound(messages: list[dict[str, Any]], carried: dict[str, Any]) -> int:
     """At most how many prompt tokens a request of `messages` carrying `carried` (its tools and
     response format) is billed for."""
-    from atelier.agents.models.gateway import configured_litellm
+    from atelier.agents.models.litellm_setup import configured_litellm
 
     text = json.dumps(messages, ensure_ascii=False) + json.dumps(carried, ensure_ascii=False)
     counted = int(configured_litellm().token_counter(model="gpt-4o", text=text))

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.metrics.clusters import ClusterDesign
 from atelier.benchmarks.metrics.power import Components, PowerCurve, smallest_design
 from atelier.benchmarks.metrics.procedures import DifferenceProcedure, MeanProcedure
@@ -429,7 +430,7 @@ def write_into(path: Path, text: str) -> None:
     pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
     if not pattern.search(document):
         raise SystemExit(f"{path}: no {BEGIN} ... {END} block to write into")
-    path.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}{END}", document), encoding="utf-8")
+    write_atomically(path, pattern.sub(lambda _: f"{BEGIN}\n{text}{END}", document), redact=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
 from atelier.agents.answerer import answer_messages
-from atelier.agents.models.gateway import configured_litellm, litellm_call_scope
+from atelier.agents.models.litellm_setup import configured_litellm, litellm_call_scope
 from atelier.agents.models.scripted import PROVIDER
 from atelier.benchmarks.case import CaseView
 
