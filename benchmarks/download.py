@@ -114,17 +114,19 @@ def _checked_address(entry: DataFile, url: httpx.URL, allow: frozenset[str]) -> 
     """The address to connect to for `url`: its host resolved once, every address public (or the
     host:port allowed); a DataError naming the refusal otherwise."""
     if url.scheme not in ("http", "https") or not url.host:
-        raise DataError(f"{url}: only http(s) URLs are downloaded; refused", file=entry.relpath)
+        raise DataError(f"download of {url}: only http(s) URLs are downloaded; refused", file=entry.relpath)
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
         resolved = [str(info[4][0]) for info in socket.getaddrinfo(url.host, port, type=socket.SOCK_STREAM)]
     except OSError as exc:
-        raise DataError(f"{url}: {url.host} does not resolve ({exc.strerror or exc})", file=entry.relpath) from None
+        raise DataError(
+            f"download of {url} failed: {url.host} does not resolve ({exc.strerror or exc})", file=entry.relpath
+        ) from None
     if f"{url.host}:{port}" not in allow:
         for address in resolved:
             problem = address_problem(ipaddress.ip_address(address.split("%")[0]))
             if problem is not None:
-                raise DataError(f"{url}: {url.host} is {address}, {problem}: refused", file=entry.relpath)
+                raise DataError(f"download of {url}: {url.host} is {address}, {problem}: refused", file=entry.relpath)
     return resolved[0]
 
 
@@ -155,7 +157,7 @@ def _guarded_get(entry: DataFile, timeout: float, deadline: float, allow: frozen
                 return
             finally:
                 response.close()
-    raise DataError(f"{entry.url} redirected more than {MAX_REDIRECTS} times; refused", file=entry.relpath)
+    raise DataError(f"download of {entry.url}: redirected more than {MAX_REDIRECTS} times; refused", file=entry.relpath)
 
 
 def _download(entry: DataFile, target: Path, timeout: float, cap: int, deadline: float, allow: frozenset[str]) -> None:

@@ -41,4 +41,6 @@ def test_a_repeated_history_event_id_is_named(tmp_path):
     done = check(repeated)
     assert done.returncode == 3, done.stdout + done.stderr
     [clause] = [line for line in done.stdout.splitlines() if "BROKEN" in line]
-    assert clause.endswith(f"case {case['id']}: history event id {case['history'][0]['id']!r} repeats"), clause
+    assert clause.endswith(
+        f"the Case schema: case {case['id']}: history event id {case['history'][0]['id']!r} is repeated"
+    ), clause

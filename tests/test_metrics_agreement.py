@@ -121,7 +121,7 @@ def test_undefined_p_values_are_none_never_nan() -> None:
 
 def test_pca_interval_is_the_seeded_bootstrap_of_the_pair_outcomes() -> None:
     from atelier.benchmarks.metrics.agreement import LabelledScore, criterion_agreement
-    from atelier.benchmarks.metrics.statistics import bootstrap_ci
+    from atelier.benchmarks.metrics.statistics import percentile_bootstrap
 
     # q1..q3 agree, q4 disagrees: outcomes (0, 1, 1, 1) in any order
     items = [
@@ -139,7 +139,7 @@ def test_pca_interval_is_the_seeded_bootstrap_of_the_pair_outcomes() -> None:
     ]
     result = criterion_agreement(items, confidence=0.9, n_resamples=2000, seed=7)
     assert result.pca == 0.75
-    expected = bootstrap_ci([0, 1, 1, 1], 0.9, 2000, 7)
+    expected = percentile_bootstrap([0, 1, 1, 1], 0.9, 2000, 7)  # a proportion: kept within [0, 1]
     assert (result.pca_ci.low, result.pca_ci.high) == (expected.low, expected.high)
     assert (result.pca_ci.confidence, result.pca_ci.n_resamples, result.pca_ci.seed) == (0.9, 2000, 7)
     assert criterion_agreement(list(reversed(items)), 0.9, 2000, 7).pca_ci == result.pca_ci  # order-free

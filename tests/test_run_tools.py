@@ -100,7 +100,7 @@ def test_compare_sets_runs_side_by_side_with_paired_tests(tmp_path, cache_dir):
     assert result.exit_code == 0, result.output
     assert "a:none" in result.stdout and "against b:full" in result.stdout
     html = page.read_text()
-    assert html.count("<tr><td>a</td>") == 2 and 'id="comparisons"' in html
+    assert html.count('<tr data-entry="a:') == 2 and 'id="comparisons"' in html  # a row per entry of run a
     with pytest.raises(ConfigError, match="--baseline 'c:x' is not one of: a:none, a:full, b:full"):
         compare_runs([a.path, b.path], baseline="c:x")
 

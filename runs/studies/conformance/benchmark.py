@@ -74,9 +74,10 @@ class BenchmarkKit:
                 ids = [c.id for c in cases]
                 if len(ids) != len(set(ids)):
                     problems.append(f"split {split}, setting {setting}: case ids repeat")
-                problems += [p for p in contract.history_problems(cases) if p.startswith(f"{contract.SCHEMA.name}: ")]
-        if problems:
-            return broken(contract.SCHEMA.name, "; ".join(problems[:4]))
+                own = f"{contract.SCHEMA.name}: "
+                problems += [p.removeprefix(own) for p in contract.history_problems(cases) if p.startswith(own)]
+        if problems:  # each once: a file's problem is the same under every split and setting
+            return broken(contract.SCHEMA.name, "; ".join(list(dict.fromkeys(problems))[:4]))
         return held(
             contract.SCHEMA.name,
             f"{len(self.spec.splits)} splits x {len(self.spec.settings)} settings, {min(sizes)}–{max(sizes)} cases "
