@@ -156,7 +156,9 @@ class Budget:
             asyncio.get_running_loop().create_task(self._wake())
 
     def line(self) -> str:
-        return f"budget reached: spent ${self.spent:.4f} of ${self.limit_usd:.4f}; resume with a larger --budget-usd"
+        # from the figure summary.json keeps (6 places), so the line and the summary never read apart
+        spent = round(self.spent, 6)
+        return f"budget reached: spent ${spent:.4f} of ${self.limit_usd:.4f}; resume with a larger --budget-usd"
 
     def as_dict(self) -> dict[str, Any]:
         """summary.json's `budget`."""
