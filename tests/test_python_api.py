@@ -455,6 +455,13 @@ async def test_arun_raises_what_run_raises_with_the_same_message(tmp_path):
     }
 
 
+class TwoArguments(ValueError):
+    """Pickles, but does not load back: its constructor wants two arguments, its args hold one."""
+
+    def __init__(self, what: str, why: str) -> None:
+        super().__init__(f"{what}: {why}")
+
+
 def test_an_error_that_does_not_pickle_comes_back_as_its_type_and_message(tmp_path):
     from atelier.runs.execution import python_api
 
@@ -463,13 +470,17 @@ def test_an_error_that_does_not_pickle_comes_back_as_its_type_and_message(tmp_pa
             super().__init__(message)
             self.lock = threading.Lock()
 
-    error = Unpicklable("it broke")
-    python_api._answer(tmp_path, ("error", error, "builtins:ValueError", "it broke", "Traceback: ..."))
-    kind, *rest = python_api._read_answer(tmp_path / "answer")
-    again = python_api._child_error(*rest)
-    assert kind == "error" and type(again) is ValueError and str(again) == "it broke"
-    assert again.__notes__ == ["raised in the run's own process:\nTraceback: ..."]
-    assert (tmp_path / "answer").stat().st_mode & 0o777 == 0o600
+    for error, kind in ((Unpicklable("it broke"), "builtins:ValueError"), (TwoArguments("it", "broke"), "x:Gone")):
+        python_api._answer(tmp_path, ("error", error, kind, str(error), "Traceback: ..."))
+        answer = python_api._read_answer(tmp_path / "answer")
+        assert answer is not None and answer[0] == "error" and answer[1] is None
+        again = python_api._child_error(*answer[1:])
+        assert (type(again), str(again)) == (
+            (ValueError, "it broke") if kind.startswith("builtins") else (RuntimeError, "Gone: it: broke")
+        )
+        assert again.__notes__ == ["raised in the run's own process:\nTraceback: ..."]
+        assert (tmp_path / "answer").stat().st_mode & 0o777 == 0o600
+        (tmp_path / "answer").unlink()
 
 
 GAP_PROBE = """

@@ -349,6 +349,7 @@ def _note(why: str) -> None:
 def _answer(folder: Path, answer: tuple[Any, ...]) -> None:
     try:
         data = pickle.dumps(answer)
+        pickle.loads(data)  # an exception whose constructor wants more than its args does not load back
     except Exception:  # noqa: BLE001 - an exception that does not pickle goes as its type, message and traceback
         kind, error, *rest = answer
         data = pickle.dumps((kind, None, *rest))
