@@ -4,12 +4,14 @@ script and from inside a running event loop (Jupyter's), and docs/notebooks.md's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -189,6 +191,41 @@ async def test_cancelling_arun_ends_the_runs_process_and_leaves_its_folder_resum
     resumed = atelier.run("quickstart", **{**slow, "model": "scripted"})  # latency is answer-neutral
     assert resumed.outcome is not None and resumed.outcome.exit_code == 0
     assert len(resumed.results) == 6 and all(r.status == "ok" for r in resumed.results)
+
+
+SLOW_ARUN = """
+import asyncio, sys, atelier
+
+options = {"limit": 8, "model": "scripted?latency_ms=1500", "concurrency": 1, "preflight": False}
+asyncio.run(atelier.arun("quickstart", out=sys.argv[1], **options))
+"""
+
+
+@pytest.mark.timeout(180)
+def test_a_run_whose_caller_dies_stops_and_leaves_nothing_behind_but_its_folder(tmp_path):
+    """A notebook kernel killed (kill -9) mid-`arun`: the run's process reads the end of its stdin,
+    cancels the run (its folder resumable) and removes its request folder."""
+    import psutil
+
+    out = tmp_path / "run"
+    env = {**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")}
+    caller = subprocess.Popen([sys.executable, "-c", SLOW_ARUN, str(out)], cwd=tmp_path, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "results.jsonl").exists() and (out / "results.jsonl").read_text().strip()):
+            assert time.monotonic() < deadline and caller.poll() is None
+            time.sleep(0.05)
+        child = psutil.Process(lock_holder(out))
+        request_folder = Path(child.cmdline()[-1])
+        assert child.ppid() == caller.pid and request_folder.name.startswith("atelier-arun-")
+    finally:
+        caller.kill()
+        caller.wait()
+    with contextlib.suppress(psutil.NoSuchProcess):  # (already gone)
+        child.wait(timeout=60)  # it ends by itself: nobody else signals it
+    assert not request_folder.exists()
+    kept = len((out / "results.jsonl").read_text().splitlines())
+    assert 1 <= kept < 16 and not (out / "summary.json").exists()
 
 
 @pytest.mark.timeout(120)  # a cancel that never reached the run would leave it asleep for an hour

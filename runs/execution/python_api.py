@@ -356,15 +356,16 @@ def _answer(folder: Path, answer: tuple[Any, ...]) -> None:
     _write_private(folder / "answer", data)
 
 
-async def _run_until_stopped(recipe_or_path: Any, overrides: dict[str, Any]) -> Run:
-    """The run in the run's process; the end of its stdin (the caller cancelled, or died) or a
-    SIGTERM cancels it, as a cancelled `arun` does in a thread."""
+async def _run_until_stopped(recipe_or_path: Any, overrides: dict[str, Any], caller_gone: threading.Event) -> Run:
+    """The run in the run's process; the end of its stdin (the caller cancelled, or died: then
+    `caller_gone` is set) or a SIGTERM cancels it, as a cancelled `arun` does in a thread."""
     loop, task = asyncio.get_running_loop(), asyncio.current_task()
     assert task is not None
 
     def watch_stdin() -> None:
         while os.read(0, 4096):
             pass
+        caller_gone.set()
         with contextlib.suppress(RuntimeError):  # the run has ended and its loop closed
             loop.call_soon_threadsafe(task.cancel)
 
@@ -374,13 +375,26 @@ async def _run_until_stopped(recipe_or_path: Any, overrides: dict[str, Any]) -> 
     return await _run_here(recipe_or_path, overrides)
 
 
+def _ran(recipe_or_path: Any, overrides: dict[str, Any], caller_gone: threading.Event) -> tuple[Any, ...]:
+    """The answer to the caller: `ok` (the run folder and outcome), `cancelled`, or the `error`
+    (itself, its type's import path, message and traceback)."""
+    try:
+        run = asyncio.run(_run_until_stopped(recipe_or_path, overrides, caller_gone))
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        return ("cancelled",)
+    except BaseException as exc:  # noqa: BLE001 - the caller raises it
+        return ("error", exc, f"{type(exc).__module__}:{type(exc).__qualname__}", str(exc), traceback.format_exc())
+    return ("ok", str(run.path), run.outcome)
+
+
 def serve(folder: Path) -> None:
     """The run's process: read the request, run it, write the answer (`ok`, `error`, `cancelled`,
-    or `unloadable` when a reference does not import here)."""
-    answered = folder / "answer"
+    or `unloadable` when a reference does not import here); stopped by its caller, it removes the
+    folder instead (nobody reads it: the caller has cancelled, or died)."""
+    done: list[bool] = []
 
     def end_now() -> None:  # the last exit function: what the others left to do is freeing the heap
-        if answered.exists():  # answered: skip that (seconds, after a run's imports), the caller waits on it
+        if done:  # answered: skip that (seconds, after a run's imports), the caller waits on it
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(AttributeError, OSError, ValueError):
                     stream.flush()
@@ -390,20 +404,18 @@ def serve(folder: Path) -> None:
     envelope = pickle.loads((folder / "request").read_bytes())
     (folder / "request").unlink()
     sys.path[:] = envelope["sys_path"]
+    caller_gone = threading.Event()
     try:
         recipe_or_path, overrides = _RequestUnpickler(io.BytesIO(envelope["request"])).load()
     except Exception as exc:  # noqa: BLE001 - told to the caller, whose own process then runs it
-        _answer(folder, ("unloadable", f"{type(exc).__name__}: {exc}"))
-        return
-    try:
-        run = asyncio.run(_run_until_stopped(recipe_or_path, overrides))
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        _answer(folder, ("cancelled",))
-    except BaseException as exc:  # noqa: BLE001 - the caller raises it
-        kind = f"{type(exc).__module__}:{type(exc).__qualname__}"
-        _answer(folder, ("error", exc, kind, str(exc), traceback.format_exc()))
+        answer: tuple[Any, ...] = ("unloadable", f"{type(exc).__name__}: {exc}")
     else:
-        _answer(folder, ("ok", str(run.path), run.outcome))
+        answer = _ran(recipe_or_path, overrides, caller_gone)
+    if caller_gone.is_set():
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        _answer(folder, answer)
+    done.append(True)
 
 
 # ------------------------------------------------------------------ arun: the run in a thread of this process
