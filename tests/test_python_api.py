@@ -4,17 +4,21 @@ script and from inside a running event loop (Jupyter's), and docs/notebooks.md's
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 import atelier
 from atelier.benchmarks.common.errors import ConfigError, DataError
+from atelier.runs.folder.lock import LOCK_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,26 +92,42 @@ def test_a_run_with_two_judges_has_two_rows_per_episode_and_failed_episodes_keep
     assert run.outcome is not None and run.outcome.exit_code == 3
 
 
-async def test_arun_runs_nothing_of_the_run_on_the_callers_loop(tmp_path, monkeypatch):
+def lock_holder(run_folder: Path) -> int:
+    """The pid of the process that ran `run_folder` (its lock file keeps the last holder's)."""
+    return int((run_folder / LOCK_NAME).read_text().strip())
+
+
+def test_arun_runs_the_run_in_a_process_of_its_own(tmp_path, monkeypatch, capsys):
     """A notebook's loop keeps turning while `await atelier.arun(...)` runs: loading the recipe,
-    building the runner and the run itself happen in another thread (measured as where they run,
-    not as a wall-clock gap a loaded machine would make flaky)."""
+    building the runner and the run itself happen in another process (measured as where they run;
+    the loop's pauses are measured by test_a_first_arun_never_pauses_the_callers_loop...). Its
+    progress reaches the caller's output; a key reaches it in a private file, never on its command
+    line."""
     from atelier.runs.execution import python_api
     from atelier.runs.execution.runner import Runner
 
-    threads: dict[str, set[int]] = {"as_recipe": set(), "Runner.run": set()}
-    as_recipe, runner_run = python_api.as_recipe, Runner.run
+    here: list[str] = []
+    as_recipe, runner_run, spawn = python_api.as_recipe, Runner.run, asyncio.create_subprocess_exec
 
     def recorded_as_recipe(*args, **kwargs):
-        threads["as_recipe"].add(threading.get_ident())
+        here.append("as_recipe")
         return as_recipe(*args, **kwargs)
 
     async def recorded_run(self, *args, **kwargs):
-        threads["Runner.run"].add(threading.get_ident())
+        here.append("Runner.run")
         return await runner_run(self, *args, **kwargs)
+
+    spawned: list[tuple[list[str], int, int]] = []
+
+    async def recorded_spawn(*args, **kwargs):
+        folder = str(args[-1])  # the run's folder: its request, then its answer
+        modes = [os.stat(path).st_mode & 0o777 for path in (folder, os.path.join(folder, "request"))]
+        spawned.append(([str(a) for a in args], *modes))
+        return await spawn(*args, **kwargs)
 
     monkeypatch.setattr(python_api, "as_recipe", recorded_as_recipe)
     monkeypatch.setattr(Runner, "run", recorded_run)
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", recorded_spawn)
     ticks = 0
 
     async def ticker() -> None:
@@ -116,15 +136,25 @@ async def test_arun_runs_nothing_of_the_run_on_the_callers_loop(tmp_path, monkey
             await asyncio.sleep(0.01)
             ticks += 1
 
-    turning = asyncio.create_task(ticker())
-    try:
-        run = await atelier.arun("quickstart", limit=1, systems=["direct-none"], out=tmp_path / "run")
-    finally:
-        turning.cancel()
-    assert [r.system for r in run.results] == ["direct-none"]
-    here = threading.get_ident()
-    assert threads["as_recipe"] and threads["Runner.run"] and here not in threads["as_recipe"] | threads["Runner.run"]
+    async def cell():
+        turning = asyncio.create_task(ticker())
+        try:
+            options = {"limit": 1, "systems": ["direct-none"], "progress": True, "api_key": key}
+            return await atelier.arun("quickstart", out=tmp_path / "run", **options)
+        finally:
+            turning.cancel()
+
+    key = "sk-test-" + "7" * 24
+    run = asyncio.run(cell())
+    assert [r.system for r in run.results] == ["direct-none"] and run.outcome is not None
+    assert run.outcome.exit_code == 0 and run.outcome.scored == 1
+    assert here == [] and lock_holder(run.path) != os.getpid()  # nothing of it ran in this process
     assert ticks > 0  # the caller's loop turned while the run went on
+    assert re.search(r"episodes .*1/1 0 failed", capsys.readouterr().out)  # the run's progress bar, relayed
+    ((argv, folder_mode, request_mode),) = spawned
+    assert argv[1:4] == ["-P", "-m", "atelier.runs.execution.python_api"] and key not in " ".join(argv)
+    assert folder_mode == 0o700 and request_mode == 0o600
+    assert not os.path.exists(argv[-1])  # the request and the answer are gone with their folder
 
 
 def test_looking_up_atelier_arun_imports_nothing_heavy():
@@ -138,9 +168,74 @@ def test_looking_up_atelier_arun_imports_nothing_heavy():
     assert done.stdout.strip() == "['atelier.runs', 'atelier.runs.execution']"
 
 
+@pytest.mark.timeout(180)
+async def test_cancelling_arun_ends_the_runs_process_and_leaves_its_folder_resumable(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATELIER_CACHE_DIR", str(tmp_path / "cache"))  # no cached answer skips the latency
+    out = tmp_path / "run"
+    slow = {"limit": 3, "model": "scripted?latency_ms=400", "concurrency": 1, "out": out, "preflight": False}
+    task = asyncio.create_task(atelier.arun("quickstart", **slow))
+    results = out / "results.jsonl"
+    deadline = asyncio.get_running_loop().time() + 120
+    while not (results.exists() and results.read_text().strip()):  # an episode finished, others to come
+        assert asyncio.get_running_loop().time() < deadline and not task.done()
+        await asyncio.sleep(0.05)
+    pid = lock_holder(out)
+    assert pid != os.getpid()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with pytest.raises(ProcessLookupError):  # the run's process has ended (and been reaped)
+        os.kill(pid, 0)
+    kept = len(results.read_text().splitlines())
+    assert 1 <= kept < 6 and not (out / "summary.json").exists()
+    resumed = atelier.run("quickstart", **{**slow, "model": "scripted"})  # latency is answer-neutral
+    assert resumed.outcome is not None and resumed.outcome.exit_code == 0
+    assert len(resumed.results) == 6 and all(r.status == "ok" for r in resumed.results)
+
+
+SLOW_ARUN = """
+import asyncio, sys, atelier
+
+options = {"limit": 8, "model": "scripted?latency_ms=1500", "concurrency": 1, "preflight": False}
+asyncio.run(atelier.arun("quickstart", out=sys.argv[1], **options))
+"""
+
+
+@pytest.mark.timeout(180)
+def test_a_run_whose_caller_dies_stops_and_leaves_nothing_behind_but_its_folder(tmp_path):
+    """A notebook kernel killed (kill -9) mid-`arun`: the run's process reads the end of its stdin,
+    cancels the run (its folder resumable) and removes its request folder."""
+    import psutil
+
+    out = tmp_path / "run"
+    env = {**os.environ, "ATELIER_CACHE_DIR": str(tmp_path / "cache")}
+    caller = subprocess.Popen([sys.executable, "-c", SLOW_ARUN, str(out)], cwd=tmp_path, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "results.jsonl").exists() and (out / "results.jsonl").read_text().strip()):
+            assert time.monotonic() < deadline and caller.poll() is None
+            time.sleep(0.05)
+        child = psutil.Process(lock_holder(out))
+        request_folder = Path(child.cmdline()[-1])
+        assert child.ppid() == caller.pid and request_folder.name.startswith("atelier-arun-")
+    finally:
+        caller.kill()
+        caller.wait()
+    with contextlib.suppress(psutil.NoSuchProcess):  # (already gone)
+        child.wait(timeout=60)  # it ends by itself: nobody else signals it
+    assert not request_folder.exists()
+    kept = len((out / "results.jsonl").read_text().splitlines())
+    assert 1 <= kept < 16 and not (out / "summary.json").exists()
+
+
 @pytest.mark.timeout(120)  # a cancel that never reached the run would leave it asleep for an hour
-async def test_cancelling_arun_cancels_the_run(tmp_path, monkeypatch):
+async def test_cancelling_arun_cancels_a_run_in_this_process_too(tmp_path, monkeypatch):
+    """A recipe naming a class of `__main__` runs in a thread of this process; cancelling still
+    reaches it."""
     from atelier.runs.execution.runner import Runner
+
+    monkeypatch.syspath_prepend(str(MYLAB))
+    from mylab.judges import Strict
 
     running = threading.Event()
 
@@ -149,7 +244,8 @@ async def test_cancelling_arun_cancels_the_run(tmp_path, monkeypatch):
         await asyncio.sleep(3600)
 
     monkeypatch.setattr(Runner, "run", endless)
-    task = asyncio.create_task(atelier.arun("quickstart", limit=1, out=tmp_path / "run", preflight=False))
+    recipe = object_recipe(inline_class(monkeypatch), "direct", Strict)
+    task = asyncio.create_task(atelier.arun(recipe, out=tmp_path / "run", preflight=False))
     await asyncio.to_thread(running.wait, 60)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -223,7 +319,11 @@ def object_recipe(memory: object, pipeline: object, judge: object, benchmark: ob
     }
 
 
-def test_a_dict_recipe_takes_classes_functions_and_instances_recorded_by_import_path(tmp_path, monkeypatch):
+@pytest.mark.parametrize("how", ["run", "arun"])
+def test_a_dict_recipe_takes_classes_functions_and_instances_recorded_by_import_path(how, tmp_path, monkeypatch):
+    """`arun` sends classes to its process by import path and instances bound to module-level names
+    by that name (the process loads the very objects a plugin reference names), with the caller's
+    `sys.path` (folders added at run time): the run records them as `atelier.run` does."""
     monkeypatch.syspath_prepend(str(MYLAB))
     module = tmp_path / "lab_objects.py"  # a compiled graph and a BenchmarkSpec: instances bound to names
     module.write_text(
@@ -239,7 +339,11 @@ def test_a_dict_recipe_takes_classes_functions_and_instances_recorded_by_import_
     from mylab.memory import KeywordMemory
 
     recipe = object_recipe(KeywordMemory, lab_objects.graph, Strict, lab_objects.cases)
-    run = atelier.run(recipe, out=tmp_path / "run", preflight=False)
+    if how == "run":
+        run = atelier.run(recipe, out=tmp_path / "run", preflight=False)
+    else:
+        run = asyncio.run(atelier.arun(recipe, out=tmp_path / "run", preflight=False))
+    assert (lock_holder(run.path) == os.getpid()) == (how == "run")
     assert recipe["systems"][0]["memory"]["backend"] is KeywordMemory  # the caller's dict is left as it was
     config = {**run.config["recipe"], "plugins": run.config["plugins"]}
     assert config["systems"][0]["pipeline"] == "lab_objects:graph"
@@ -272,16 +376,198 @@ def test_an_object_with_no_import_path_is_refused_naming_its_key(monkeypatch):
         atelier.run(unbound, preflight=False)
 
 
+def inline_class(monkeypatch) -> type:
+    """A memory backend class defined in `__main__`, as a notebook cell defines one."""
+    from mylab.memory import KeywordMemory
+
+    inline = type("Inline", (KeywordMemory,), {"__module__": "__main__", "__qualname__": "Inline"})
+    monkeypatch.setattr(sys.modules["__main__"], "Inline", inline, raising=False)
+    return inline
+
+
 def test_a_class_defined_in_main_runs_here_and_is_refused_on_ray(monkeypatch, tmp_path):
     """A notebook's class lives in `__main__`: named `__main__:Inline`, it runs in this process; Ray's
     workers could not import it."""
     monkeypatch.syspath_prepend(str(MYLAB))
     from mylab.judges import Strict
-    from mylab.memory import KeywordMemory
 
-    inline = type("Inline", (KeywordMemory,), {"__module__": "__main__", "__qualname__": "Inline"})
-    monkeypatch.setattr(sys.modules["__main__"], "Inline", inline, raising=False)
+    inline = inline_class(monkeypatch)
     run = atelier.run(object_recipe(inline, "direct", Strict), out=tmp_path / "run", preflight=False)
     assert run.config["recipe"]["systems"][0]["memory"]["backend"] == "__main__:Inline"
     with pytest.raises(ConfigError, match=r"__main__:Inline: defined in __main__, which Ray's workers cannot import"):
         atelier.run(object_recipe(inline, "direct", Strict), executor="ray", preflight=False)
+
+
+def test_a_recipe_naming_main_or_what_a_fresh_process_cannot_import_runs_here_and_says_so(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.syspath_prepend(str(MYLAB))
+    import types
+
+    from mylab.judges import Strict
+    from mylab.memory import KeywordMemory
+
+    run = asyncio.run(
+        atelier.arun(object_recipe(inline_class(monkeypatch), "direct", Strict), out=tmp_path / "a", preflight=False)
+    )
+    assert lock_holder(run.path) == os.getpid() and len(run.results) == 1
+    assert run.config["recipe"]["systems"][0]["memory"]["backend"] == "__main__:Inline"
+    assert (
+        "note: __main__:Inline is defined in __main__, which a fresh process cannot import: the run goes on in "
+        "a thread of this process instead" in capsys.readouterr().err
+    )
+    made = types.ModuleType("made_in_a_cell")  # a module of this process only: no file to import
+    made.Kept = type("Kept", (KeywordMemory,), {"__module__": "made_in_a_cell", "__qualname__": "Kept"})
+    monkeypatch.setitem(sys.modules, "made_in_a_cell", made)
+    run = asyncio.run(atelier.arun(object_recipe(made.Kept, "direct", Strict), out=tmp_path / "b", preflight=False))
+    assert lock_holder(run.path) == os.getpid() and run.results[0].status == "ok"
+    err = capsys.readouterr().err
+    assert (
+        "note: a fresh process cannot load what the recipe holds (ModuleNotFoundError: No module named "
+        "'made_in_a_cell'): the run goes on in a thread of this process instead" in err
+    )
+
+
+def bad_inputs(folder: Path) -> list[tuple[object, dict]]:
+    (folder / "contexts.jsonl").write_text('{"id": 1}\n')
+    (folder / "bad.toml").write_text(
+        'name = "x"\n[benchmark]\nname = "sample"\nlimit = "two"\n[[systems]]\nname = "a"\nmemory = { backend = "none" }\n'
+    )
+    bad_keys = {
+        "name": "x",
+        "benchmark": {"name": "sample"},
+        "systems": [{"name": "a", "memory": {"backend": "bm25"}}],
+        "run": {"concurency": 2},
+    }
+    pdr = {
+        "name": "x",
+        "benchmark": {"name": "pdr", "options": {"contexts_file": str(folder / "contexts.jsonl")}},
+        "systems": [{"name": "a", "memory": {"backend": "none"}}],
+    }
+    return [
+        (str(folder / "bad.toml"), {}),
+        (bad_keys, {}),
+        (pdr, {"preflight": False}),
+    ]
+
+
+RAISED_BY_RUN = """
+import json, sys, atelier
+
+for recipe, overrides in json.loads(sys.argv[1]):
+    try:
+        atelier.run(recipe, out=sys.argv[2], **overrides)
+    except Exception as exc:
+        print(json.dumps([type(exc).__module__, type(exc).__qualname__, str(exc), vars(exc)]))
+"""
+
+
+async def test_arun_raises_what_run_raises_with_the_same_message(tmp_path):
+    """Bad input met in `arun`'s process comes back as the exception `atelier.run` raises (in a fresh
+    process, as `arun`'s is: a process that loaded plugins lists them among valid names), with the
+    same message and the same file, line and field."""
+    inputs = bad_inputs(tmp_path)
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", RAISED_BY_RUN, json.dumps(inputs), str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    raised = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(raised) == len(inputs)
+    for (recipe, overrides), (module, kind, message, attributes) in zip(inputs, raised, strict=True):
+        with pytest.raises(Exception) as there:
+            await atelier.arun(recipe, out=tmp_path / "r", **overrides)
+        assert f"{type(there.value).__module__}.{type(there.value).__qualname__}" == f"{module}.{kind}"
+        assert str(there.value) == message and vars(there.value) == attributes  # a DataError's file, line, field
+        assert isinstance(there.value, ConfigError | DataError) and not getattr(there.value, "__notes__", None)
+    assert raised[-1][2] == f"{tmp_path}/contexts.jsonl:1 field 'userid': Field required"
+    assert raised[-1][3] == {
+        "file": f"{tmp_path}/contexts.jsonl",
+        "line": 1,
+        "field": "userid",
+        "detail": "Field required",
+    }
+
+
+class TwoArguments(ValueError):
+    """Pickles, but does not load back: its constructor wants two arguments, its args hold one."""
+
+    def __init__(self, what: str, why: str) -> None:
+        super().__init__(f"{what}: {why}")
+
+
+def test_an_error_that_does_not_pickle_comes_back_as_its_type_and_message(tmp_path):
+    from atelier.runs.execution import python_api
+
+    class Unpicklable(ValueError):
+        def __init__(self, message: str) -> None:
+            super().__init__(message)
+            self.lock = threading.Lock()
+
+    for error, kind in ((Unpicklable("it broke"), "builtins:ValueError"), (TwoArguments("it", "broke"), "x:Gone")):
+        python_api._answer(tmp_path, ("error", error, kind, str(error), "Traceback: ..."))
+        answer = python_api._read_answer(tmp_path / "answer")
+        assert answer is not None and answer[0] == "error" and answer[1] is None
+        again = python_api._child_error(*answer[1:])
+        assert (type(again), str(again)) == (
+            (ValueError, "it broke") if kind.startswith("builtins") else (RuntimeError, "Gone: it: broke")
+        )
+        assert again.__notes__ == ["raised in the run's own process:\nTraceback: ..."]
+        assert (tmp_path / "answer").stat().st_mode & 0o777 == 0o600
+        (tmp_path / "answer").unlink()
+
+
+GAP_PROBE = """
+import asyncio, json, sys, time
+
+async def longest_gap(gaps, period=0.01):
+    last = time.perf_counter()
+    while True:
+        await asyncio.sleep(period)
+        now = time.perf_counter()
+        gaps.append(now - last - period)
+        last = now
+
+async def main():
+    import atelier  # cheap: arun's module loads on first use, inside the measured await
+
+    quiet: list[float] = []
+    ticker = asyncio.create_task(longest_gap(quiet))
+    await asyncio.sleep(1.0)  # the control: this process, this machine, no run
+    ticker.cancel()
+    during: list[float] = []
+    ticker = asyncio.create_task(longest_gap(during))
+    run = await atelier.arun("quickstart", limit=1, systems=["direct-none"], out=sys.argv[1])
+    ticker.cancel()
+    print(json.dumps({"during_ms": max(during) * 1000, "quiet_ms": max(quiet) * 1000, "ticks": len(during),
+                      "exit_code": run.outcome.exit_code}))
+
+asyncio.run(main())
+"""
+
+
+def test_a_first_arun_never_pauses_the_callers_loop_more_than_100_ms(tmp_path):
+    """A ticker on the caller's loop records its longest gap over a whole first `arun` in a fresh
+    process (the run's imports, its heap's collections, its report included). A loaded machine
+    can pause any process: up to three fresh processes, the least of their longest gaps counts (a
+    run in a thread of the caller's process pauses it 100-350 ms in every one: its garbage
+    collections hold the GIL)."""
+    measured = []
+    for attempt in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", GAP_PROBE, str(tmp_path / f"run{attempt}")],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        assert figures["exit_code"] == 0 and figures["ticks"] > 20
+        measured.append(figures)
+        if figures["during_ms"] <= 100:
+            break
+    assert min(m["during_ms"] for m in measured) <= 100, measured

@@ -21,9 +21,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from atelier.benchmarks.common.degradation import counts_by_kind
-from atelier.runs.folder.results import ResultRecord
+
+if TYPE_CHECKING:  # imported by `arun`'s caller to read the run's outcome: it stays light
+    from atelier.runs.folder.results import ResultRecord
 
 EXIT_OK = 0
 EXIT_FAILURES = 3

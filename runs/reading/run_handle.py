@@ -9,6 +9,10 @@ its typed results and ledger, its config, and `to_pandas()`: one row per episode
 
 Everything is read from the folder's files (config.json, results.jsonl, summary.json,
 ledger.jsonl), so a run opened later reads exactly what the run that wrote it saw.
+
+`await atelier.arun(...)` imports this module on the caller's side to hand back a `Run`: what
+reading results, the ledger and the controls needs is imported when first read, not here (importing
+it would grow the caller's heap, whose garbage collections pause the caller's loop).
 """
 
 from __future__ import annotations
@@ -19,17 +23,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from atelier.agents.models.ledger import LedgerEntry, read_ledger
-from atelier.benchmarks.common.degradation import counts_by_kind
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.json_input import read_json_file
-from atelier.runs.folder.controls import run_control_keys
-from atelier.runs.folder.layout import RunFolder, expected_keys
-from atelier.runs.folder.results import ResultRecord, ResultsFile
-from atelier.runs.reading.outcome import RunOutcome
 
 if TYPE_CHECKING:
     import pandas
+
+    from atelier.agents.models.ledger import LedgerEntry
+    from atelier.runs.folder.layout import RunFolder
+    from atelier.runs.folder.results import ResultRecord
+    from atelier.runs.reading.outcome import RunOutcome
 
 COLUMNS = (
     "run_id",
@@ -68,6 +71,8 @@ class Run:
 
     @property
     def folder(self) -> RunFolder:
+        from atelier.runs.folder.layout import RunFolder
+
         return RunFolder(self.path)
 
     @cached_property
@@ -83,6 +88,9 @@ class Run:
     @property
     def results(self) -> list[ResultRecord]:
         """The run's episodes (the latest record of each of the recipe's case x system x epoch), typed."""
+        from atelier.runs.folder.layout import expected_keys
+        from atelier.runs.folder.results import ResultsFile
+
         recipe = self.config["recipe"]
         keys = expected_keys(self.config["cases"], [s["name"] for s in recipe["systems"]], _epochs(recipe))
         held = ResultsFile(self.folder.results).load()
@@ -92,6 +100,9 @@ class Run:
     def control_results(self) -> list[ResultRecord]:
         """The run's counterfactual control episodes (`[run] controls`), typed: each marked with its
         `control`; never among `results`."""
+        from atelier.runs.folder.controls import run_control_keys
+        from atelier.runs.folder.results import ResultsFile
+
         held = ResultsFile(self.folder.results).load()
         return [held[key] for key in run_control_keys(self.config) if key in held]
 
@@ -112,6 +123,8 @@ class Run:
     @property
     def ledger(self) -> list[LedgerEntry]:
         """Every model call of the run: role, model, tokens, cost, latency, cache hit."""
+        from atelier.agents.models.ledger import read_ledger
+
         return read_ledger(self.folder.ledger)
 
     @property
@@ -137,6 +150,8 @@ class Run:
 
     def rows(self) -> list[dict[str, Any]]:
         """`to_pandas`'s rows as dicts (no pandas needed)."""
+        from atelier.benchmarks.common.degradation import counts_by_kind
+
         judges: list[str | None] = [*self.judges] or [None]
         rows = []
         for record in self.results:
@@ -195,6 +210,8 @@ def _epochs(recipe: dict[str, Any]) -> int:
 def open_run(path: str | Path) -> Run:
     """The run folder at `path`; a DataError naming what is missing when it is not one (no
     config.json, or no summary.json yet: a run not finished — resume it to write one)."""
+    from atelier.runs.folder.layout import RunFolder
+
     folder = RunFolder(Path(path).expanduser())
     if not folder.path.is_dir():
         raise DataError(f"no such run folder (looked for {folder.path.absolute()})", file=folder.path)
