@@ -27,6 +27,7 @@ from atelier.benchmarks.loaders.pdr import (
     read_language,
 )
 from atelier.runs.studies.simulate_history import history_outcome
+from tests.cli_in_process import cli  # noqa: F401 (a fixture)
 from tests.test_cli_e2e import atelier, env  # noqa: F401 (env: the CLI tests' fixture)
 
 NOTE = "Spent the evening at the Suzhou library going through my algorithms homework before the Friday deadline."
@@ -368,12 +369,12 @@ def test_simulate_check_fails_a_history_that_echoes_the_schema_and_passes_a_soun
     assert any("name or role as content" in p and "'Liam Chen' is a bare name" in p for p in protocol["problems"])
 
 
-def test_simulate_check_holds_items_to_the_expected_language(tmp_path, env, sound):
+def test_simulate_check_holds_items_to_the_expected_language(cli, tmp_path, env, sound):
     zh = read_language("zh").personas
     user = next(iter(zh))
     record = sound.model_copy(update={"userid": user, "memories": [], "dialogues": [], "searches": []})
     record = record.model_copy(update={"memories": [memory(id=f"{user}:m001")]})
-    done = atelier(
+    done = cli(
         "simulate", "check", "--contexts", str(write(tmp_path / "zh.jsonl", record)), "--language", "zh", env=env
     )
     assert done.returncode == 3

@@ -12,7 +12,8 @@ from atelier.agents.user_sim.contradiction import offline_contradictions
 from atelier.agents.user_sim.persona import persona_traits
 from atelier.agents.user_sim.protocol import check_protocol
 from atelier.benchmarks.loaders.pdr import ContextMessage, ContextRecord
-from tests.test_cli_e2e import atelier, env  # noqa: F401 (env: the CLI tests' fixture)
+from tests.cli_in_process import cli  # noqa: F401 (a fixture)
+from tests.test_cli_e2e import env  # noqa: F401 (the CLI tests' fixture)
 from tests.test_history_content_checks import rules, sound, user1, write  # noqa: F401 (fixtures)
 
 
@@ -63,25 +64,25 @@ def repeated(record: ContextRecord) -> ContextRecord:
     return record.model_copy(update={"memories": notes})
 
 
-def check(tmp_path, env, name, record):
-    done = atelier("simulate", "check", "--contexts", str(write(tmp_path / f"{name}.jsonl", record)), env=env)
+def check(cli, tmp_path, env, name, record):
+    done = cli("simulate", "check", "--contexts", str(write(tmp_path / f"{name}.jsonl", record)), env=env)
     return done.returncode, json.loads(done.stdout)["per_user"]["User1"]["protocol"], done.stderr
 
 
-def test_each_bad_history_fails_with_its_reason_and_the_real_one_passes(tmp_path, env, sound, user1):
-    code, protocol, err = check(tmp_path, env, "real", sound)
+def test_each_bad_history_fails_with_its_reason_and_the_real_one_passes(cli, tmp_path, env, sound, user1):
+    code, protocol, err = check(cli, tmp_path, env, "real", sound)
     assert code == 0 and protocol["ok"], err
 
-    code, protocol, err = check(tmp_path, env, "sliced", sliced(sound, user1))
+    code, protocol, err = check(cli, tmp_path, env, "sliced", sliced(sound, user1))
     assert code == 3
     assert any(p.startswith("verbatim copy: ") and "at most 25%" in p for p in protocol["problems"]), protocol
 
-    code, protocol, err = check(tmp_path, env, "contradicting", contradicting(sound))
+    code, protocol, err = check(cli, tmp_path, env, "contradicting", contradicting(sound))
     assert code == 3
     [found] = [p for p in protocol["problems"] if p.startswith("contradiction in 10 item(s)")]
     assert "Brazil" in found and "Suzhou" in found
 
-    code, protocol, err = check(tmp_path, env, "repeated", repeated(sound))
+    code, protocol, err = check(cli, tmp_path, env, "repeated", repeated(sound))
     assert code == 3
     assert any(p.startswith(f"duplicate in {len(sound.memories) - 1} item(s)") for p in protocol["problems"]), protocol
 

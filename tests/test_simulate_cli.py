@@ -12,13 +12,14 @@ from atelier.benchmarks.registry import load_cases
 from atelier.benchmarks.rj_pairs import with_rj_pairs
 from atelier.runs.execution.runner import run_recipe
 from atelier.runs.folder.recipe import parse_recipe
-from tests.test_cli_e2e import atelier, env, lines  # noqa: F401 (env: the CLI tests' fixture)
+from tests.cli_in_process import cli  # noqa: F401 (a fixture)
+from tests.test_cli_e2e import env, lines  # noqa: F401 (env: the CLI tests' fixture)
 
 
 @pytest.mark.battery
-def test_synthesized_contexts_make_the_pdr_context_settings_runnable(tmp_path, env):
+def test_synthesized_contexts_make_the_pdr_context_settings_runnable(cli, tmp_path, env):
     out = tmp_path / "contexts"
-    done = atelier("simulate", "history", "--benchmark", "pdr", "--limit", "3", "--out", str(out), env=env)
+    done = cli("simulate", "history", "--benchmark", "pdr", "--limit", "3", "--out", str(out), env=env)
     # a dry run's history cannot be reversed into its persona: the gate fails, naming the users; the file is written
     assert done.returncode == 3, done.stderr
     stderr = done.stderr.splitlines()
@@ -48,7 +49,7 @@ def test_synthesized_contexts_make_the_pdr_context_settings_runnable(tmp_path, e
     assert len(lines(out / "contexts_en.jsonl")) == 3 and lines(out / "ledger.jsonl")
 
     # without the inverse pass the items count for their labels, once they pass the content checks
-    labels = atelier("simulate", "check", "--contexts", str(out / "contexts_en.jsonl"), env=env)
+    labels = cli("simulate", "check", "--contexts", str(out / "contexts_en.jsonl"), env=env)
     assert labels.returncode == 0, labels.stderr
     for figures in json.loads(labels.stdout)["per_user"].values():
         protocol = figures["protocol"]
@@ -65,7 +66,7 @@ def test_synthesized_contexts_make_the_pdr_context_settings_runnable(tmp_path, e
         '[[systems]]\nname = "context"\nmemory = { backend = "retrieval", method = "bm25" }\n'
         '[[systems]]\nname = "both"\nsetting = "persona+context"\nmemory = { backend = "full", budget_tokens = 100000 }\n'
     )
-    run = atelier("run", str(recipe), "--no-progress", "--out", str(tmp_path / "run"), env=env)
+    run = cli("run", str(recipe), "--no-progress", "--out", str(tmp_path / "run"), env=env)
     assert run.returncode == 0, run.stderr
     results = lines(tmp_path / "run" / "results.jsonl")
     assert len(results) == 8 and all(r["status"] == "ok" for r in results)
@@ -78,10 +79,10 @@ def test_synthesized_contexts_make_the_pdr_context_settings_runnable(tmp_path, e
     assert all(len(r["user_context"]["event_ids"]) > 100 for r in both)  # persona and the whole history
 
 
-def test_bad_options_are_refused_with_the_reason(tmp_path, env):
-    done = atelier("simulate", "history", "--users", "User1,Nobody", "--out", str(tmp_path / "x"), env=env)
+def test_bad_options_are_refused_with_the_reason(cli, tmp_path, env):
+    done = cli("simulate", "history", "--users", "User1,Nobody", "--out", str(tmp_path / "x"), env=env)
     assert done.returncode == 2 and "--users: no persona 'Nobody'" in done.stderr and "Traceback" not in done.stderr
-    done = atelier(
+    done = cli(
         "simulate", "history", "--limit", "1", "--conversational-share", "0.7", "--out", str(tmp_path / "x"), env=env
     )
     assert done.returncode == 2 and "conversational_share" in done.stderr and "0.5" in done.stderr
@@ -89,7 +90,7 @@ def test_bad_options_are_refused_with_the_reason(tmp_path, env):
 
 
 @pytest.mark.battery
-def test_role_settings_come_from_a_recipe_and_the_command_line_wins(tmp_path, env):
+def test_role_settings_come_from_a_recipe_and_the_command_line_wins(cli, tmp_path, env):
     recipe = tmp_path / "history.toml"
     recipe.write_text(
         '[models.user_sim]\nmodel = "scripted?seed=1"\nmax_tokens = 300\n'
@@ -97,7 +98,7 @@ def test_role_settings_come_from_a_recipe_and_the_command_line_wins(tmp_path, en
         '[benchmark]\nname = "pdr"\n'
     )  # a run recipe's other tables are not read
     out = tmp_path / "h"
-    done = atelier(
+    done = cli(
         "simulate",
         "history",
         "--users",
@@ -119,21 +120,17 @@ def test_role_settings_come_from_a_recipe_and_the_command_line_wins(tmp_path, en
     assert models["history_writer"]["max_tokens"] == models["history_checker"]["max_tokens"] == 900
 
     recipe.write_text('[models.history_writer]\nmodel = "scripted"\nmax_tokens = 0\n')
-    bad = atelier(
-        "simulate", "history", "--users", "User1", "--recipe", str(recipe), "--out", str(tmp_path / "x"), env=env
-    )
+    bad = cli("simulate", "history", "--users", "User1", "--recipe", str(recipe), "--out", str(tmp_path / "x"), env=env)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert f"{recipe}: models.history_writer.max_tokens: Input should be greater than 0" in bad.stderr
     recipe.write_text('[models.writer_of_histories]\nmodel = "scripted"\n')
-    bad = atelier(
-        "simulate", "history", "--users", "User1", "--recipe", str(recipe), "--out", str(tmp_path / "x"), env=env
-    )
+    bad = cli("simulate", "history", "--users", "User1", "--recipe", str(recipe), "--out", str(tmp_path / "x"), env=env)
     assert bad.returncode == 2 and f"{recipe}: models.writer_of_histories: not a role" in bad.stderr
     assert not (tmp_path / "x").exists()
 
 
-def test_check_names_the_protocol_violations_of_a_contexts_file(env):
-    done = atelier("simulate", "check", "--contexts", "tests/fixtures/pdr_contexts/contexts_en.jsonl", env=env)
+def test_check_names_the_protocol_violations_of_a_contexts_file(cli, env):
+    done = cli("simulate", "check", "--contexts", "tests/fixtures/pdr_contexts/contexts_en.jsonl", env=env)
     assert done.returncode == 3
     report = json.loads(done.stdout)
     assert report["overall"]["users"] == 25 and not report["overall"]["protocol_ok"]
@@ -142,7 +139,7 @@ def test_check_names_the_protocol_violations_of_a_contexts_file(env):
     assert any("20 preference tag(s) with fewer than 5 items" in p for p in problems)
 
 
-def test_feedback_turns_a_runs_responses_into_rj_pairs_for_later_runs(tmp_path, env, cache_dir):
+def test_feedback_turns_a_runs_responses_into_rj_pairs_for_later_runs(cli, tmp_path, env, cache_dir):
     recipe = parse_recipe(
         {
             "name": "s",
@@ -152,7 +149,7 @@ def test_feedback_turns_a_runs_responses_into_rj_pairs_for_later_runs(tmp_path, 
     )
     run_recipe(recipe, tmp_path / "run", progress=False)
     pairs = tmp_path / "pairs.jsonl"
-    done = atelier("simulate", "feedback", "--run", str(tmp_path / "run"), "--out", str(pairs), env=env)
+    done = cli("simulate", "feedback", "--run", str(tmp_path / "run"), "--out", str(pairs), env=env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rated"] == 2 and json.loads(done.stdout)["rj_pairs"] == 8
     records = lines(pairs)

@@ -9,12 +9,13 @@ import json
 import pytest
 
 from atelier.runs.reading.outcome import EXIT_FAILURES, EXIT_OK
-from tests.test_cli_e2e import atelier, env, lines  # noqa: F401 (env: the CLI tests' fixture)
+from tests.cli_in_process import cli  # noqa: F401 (a fixture)
+from tests.test_cli_e2e import env, lines  # noqa: F401 (env: the CLI tests' fixture)
 
 
-def test_a_history_where_every_user_failed_exits_3_with_the_reason(tmp_path, env):
+def test_a_history_where_every_user_failed_exits_3_with_the_reason(cli, tmp_path, env):
     out = tmp_path / "h"
-    done = atelier(
+    done = cli(
         "simulate",
         "history",
         "--users",
@@ -49,10 +50,10 @@ def test_a_history_where_every_user_failed_exits_3_with_the_reason(tmp_path, env
 
 
 @pytest.mark.battery
-def test_a_user_missing_one_trait_is_written_and_named_incomplete(tmp_path, env):
+def test_a_user_missing_one_trait_is_written_and_named_incomplete(cli, tmp_path, env):
     out = tmp_path / "h"
     # 1% of calls fail, no retries: with this seed, one of three users loses a trait's call, the others do not
-    done = atelier(
+    done = cli(
         "simulate",
         "history",
         "--limit",
@@ -83,7 +84,7 @@ def test_a_user_missing_one_trait_is_written_and_named_incomplete(tmp_path, env)
 
     # again, without the faults (the same writer: fault rates do not change its answers), it continues: only the
     # missing trait is asked for
-    again = atelier(
+    again = cli(
         "simulate",
         "history",
         "--limit",
@@ -105,10 +106,10 @@ def test_a_user_missing_one_trait_is_written_and_named_incomplete(tmp_path, env)
 
 
 @pytest.mark.battery
-def test_a_session_ended_by_its_time_limit_is_continued_by_the_next(tmp_path, env):
+def test_a_session_ended_by_its_time_limit_is_continued_by_the_next(cli, tmp_path, env):
     out = tmp_path / "h"
     model = "scripted?latency_ms=4000"  # 52 trait calls, eight at a time: seven rounds, about 28 s in all
-    first = atelier(
+    first = cli(
         "simulate",
         "history",
         "--users",
@@ -140,7 +141,7 @@ def test_a_session_ended_by_its_time_limit_is_continued_by_the_next(tmp_path, en
     incomplete = set(synthesis["traits_incomplete"])
     journal_before = len(lines(out / "synthesis.jsonl"))
 
-    second = atelier(
+    second = cli(
         "simulate",
         "history",
         "--users",
@@ -165,11 +166,11 @@ def test_a_session_ended_by_its_time_limit_is_continued_by_the_next(tmp_path, en
     assert all(items[i] == item for i, item in kept.items())  # the first session's items, as they were
 
 
-def test_a_history_is_continued_only_under_the_same_plan_and_writer(tmp_path, env):
+def test_a_history_is_continued_only_under_the_same_plan_and_writer(cli, tmp_path, env):
     out = tmp_path / "h"
-    done = atelier("simulate", "history", "--users", "User1", "--out", str(out), "--no-check", "--no-progress", env=env)
+    done = cli("simulate", "history", "--users", "User1", "--out", str(out), "--no-check", "--no-progress", env=env)
     assert done.returncode == EXIT_OK, done.stderr
-    other = atelier(
+    other = cli(
         "simulate",
         "history",
         "--users",
@@ -184,7 +185,7 @@ def test_a_history_is_continued_only_under_the_same_plan_and_writer(tmp_path, en
     )
     assert other.returncode == 2 and "Traceback" not in other.stderr
     assert f"{out} holds a history written with options.seed = 0, now 1" in other.stderr
-    writer = atelier(
+    writer = cli(
         "simulate",
         "history",
         "--users",
@@ -200,8 +201,8 @@ def test_a_history_is_continued_only_under_the_same_plan_and_writer(tmp_path, en
     assert writer.returncode == 2 and "models.history_writer.model = 'scripted', now 'scripted?seed=3'" in writer.stderr
 
 
-def test_check_counts_the_users_breaking_the_protocol_and_exits_3(env):
-    done = atelier("simulate", "check", "--contexts", "tests/fixtures/pdr_contexts/contexts_en.jsonl", env=env)
+def test_check_counts_the_users_breaking_the_protocol_and_exits_3(cli, env):
+    done = cli("simulate", "check", "--contexts", "tests/fixtures/pdr_contexts/contexts_en.jsonl", env=env)
     assert done.returncode == EXIT_FAILURES
     stderr = done.stderr.splitlines()
     assert "users: 0 within the protocol, 25 breaking it, 0 failed (of 25)" in stderr
