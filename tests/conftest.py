@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 
 import pytest
+
+# Bytecode is cached for this session's imports and for every process it starts, whatever
+# PYTHONDONTWRITEBYTECODE says (some CI images set it): README's install skips byte-compiling
+# (--no-compile) on the promise that modules compile as they are first imported, and without this
+# every `atelier` process a test starts compiles litellm and the stack from source again (~1.2 s of
+# a 4.4 s start) and each worker re-rewrites every test module's asserts.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # Before any Atelier import: keep the user's caches untouched by the tests.
 _SESSION_CACHE = tempfile.mkdtemp(prefix="atelier-test-cache-")
