@@ -176,7 +176,8 @@ def _download(entry: DataFile, target: Path, timeout: float, cap: int, deadline:
                 raise _too_large(entry, f"{entry.url} declares {declared} bytes,", cap)
             received = 0
             with no_follow.open_file(target, "wb") as fh:
-                for chunk in response.iter_raw(_CHUNK):
+                # as each read arrives (iter_raw(n) would buffer n bytes first: a trickle then passed the deadline)
+                for chunk in response.iter_raw():
                     received += len(chunk)
                     if received > cap:
                         raise _too_large(entry, f"{entry.url} sent", cap)

@@ -304,6 +304,8 @@ def test_an_unallowed_loopback_catalog_url_is_refused(server, tmp_path):
 def test_a_trickled_body_is_cut_at_the_overall_deadline(server, tmp_path):
     """Each byte comes well within the read timeout; the whole would take ~16 s: it ends at 1 s."""
     entry = DataFile(relpath="x/t", url=f"{server}/trickle", sha256=sha(PLAIN), dataset="x", upstream_bytes=SIZE)
+    started = time.monotonic()
     with pytest.raises(DataError, match="did not finish in time"):
         fetch_checked(entry, tmp_path / "t", timeout=5, deadline_s=1, allow=[host(server)])
+    assert time.monotonic() - started < 4  # not after the whole body came (iter_raw(n) buffered n bytes)
     assert not (tmp_path / "t").exists()
