@@ -95,7 +95,8 @@ def test_check_precision_prints_the_figures_and_exits_3_when_the_judge_fails(tmp
     with OpenAIStub() as stub:
         args = ["simulate", "check-precision", "--judge-model", "openai/stub-model", "--api-base", stub.base_url]
         done = atelier(*args, "--api-key-env", "STUB_KEY", env={**env, "STUB_KEY": "sk-stub"})
-        stub.script(["400"] * 50)
+        # the preflight's two probes (text, structured) are answered, as a key that works; every judge call then fails
+        stub.script(["ok", "ok"] + ["400"] * 50)
         fresh = {**env, "STUB_KEY": "sk-stub", "ATELIER_CACHE_DIR": str(tmp_path / "other-cache")}
         refused = atelier(*args, "--api-key-env", "STUB_KEY", env=fresh)
     assert done.returncode == 0, done.stderr

@@ -60,7 +60,7 @@ def test_the_pdr_grid_runs_on_synthesized_contexts(tmp_path, cache_dir):
     assert made.returncode == 0, made.stderr[-2000:]
     recipe = tmp_path / "recipe.toml"
     text = PDR.read_text().replace(
-        'options = { contexts_file = "../out/pdr-contexts/contexts_en.jsonl" }',
+        'options = { contexts_file = "runs/out/pdr-contexts/contexts_en.jsonl" }',
         'options = { contexts_file = "ctx/contexts_en.jsonl", users = ["User1"] }',
     )
     recipe.write_text(text)

@@ -495,7 +495,7 @@ def test_the_shipped_recipes_run_controls_beside_every_system():
 
 def test_the_pdr_variant_runs_on_synthesized_contexts_with_persona_by_task_clusters(tmp_path, cache_dir):
     text = SHIPPED_PDR.read_text().replace(
-        'options = { contexts_file = "../out/pdr-contexts/contexts_en.jsonl" }',
+        'options = { contexts_file = "runs/out/pdr-contexts/contexts_en.jsonl" }',
         f'options = {{ contexts_file = "{PDR_CONTEXTS}" }}',
     )
     assert str(PDR_CONTEXTS) in text

@@ -79,7 +79,15 @@ def test_a_missing_recipe_path_names_where_it_looked_and_the_shipped_recipe_it_m
     assert code == 2 and "no recipe file mine/study.toml" in err and "shipped recipe" not in err
 
 
-@pytest.mark.parametrize("name", ["memory_access_pdr", "papers/pdr_table2_settings", "papers/pdr_table3_memory"])
+# every shipped recipe that reads synthesized contexts (a recipe added later is covered too)
+CONTEXT_RECIPES = sorted(name for name, path in shipped_recipes().items() if "contexts_file" in path.read_text())
+
+
+def test_the_recipes_reading_contexts_are_found():
+    assert {"memory_access_pdr", "papers/pdr_table2_settings", "personalization_controls_pdr"} <= set(CONTEXT_RECIPES)
+
+
+@pytest.mark.parametrize("name", CONTEXT_RECIPES)
 def test_a_shipped_recipe_reads_its_relative_paths_from_the_current_directory(tmp_path, monkeypatch, name):
     """The recipe's own comment (`atelier simulate history --benchmark pdr --out runs/out/pdr-contexts`)
     lines up with its contexts_file from any directory: both are read from the current one."""
