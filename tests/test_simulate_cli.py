@@ -48,8 +48,12 @@ def test_synthesized_contexts_make_the_pdr_context_settings_runnable(cli, tmp_pa
     assert manifest["job"]["models"]["history_writer"]["model"] == "scripted" and manifest["seed"] == 0
     assert len(lines(out / "contexts_en.jsonl")) == 3 and lines(out / "ledger.jsonl")
 
+    # the check of the file reads the history's manifest: the same checks (the inverse pass), the same verdict
+    again = cli("simulate", "check", "--contexts", str(out / "contexts_en.jsonl"), env=env)
+    assert again.returncode == 3 and "overall reversibility: " in again.stderr, again.stderr
+    assert {f["protocol"]["counted_by"] for f in json.loads(again.stdout)["per_user"].values()} == {"attribution"}
     # without the inverse pass the items count for their labels, once they pass the content checks
-    labels = cli("simulate", "check", "--contexts", str(out / "contexts_en.jsonl"), env=env)
+    labels = cli("simulate", "check", "--contexts", str(out / "contexts_en.jsonl"), "--no-reversibility", env=env)
     assert labels.returncode == 0, labels.stderr
     for figures in json.loads(labels.stdout)["per_user"].values():
         protocol = figures["protocol"]
