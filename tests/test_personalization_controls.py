@@ -541,3 +541,50 @@ def test_a_killed_run_with_controls_resumes_to_exactly_the_uninterrupted_results
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     whole_summary = json.loads((tmp_path / "whole" / "summary.json").read_text())
     assert summary["personalization"]["effects"] == whole_summary["personalization"]["effects"]
+
+
+def test_view_and_trace_open_a_control_episode_beside_the_systems_own(tmp_path, cache_dir):
+    """A leak is found where a researcher looks for it: `atelier view` lists each control episode
+    (marked, filterable) with its own model calls, and `atelier trace --control` steps through it."""
+    from atelier.runs.reading.trace import load_trace
+    from atelier.runs.reading.view import write_static
+    from tests.test_view import render, text
+
+    plain = doubles_recipe(tmp_path, systems=("leaky",), limit=2).model_dump(mode="json")
+    plain["systems"].append(
+        {"name": "direct", "pipeline": "direct", "memory": {"backend": "full", "budget_tokens": 8000}}
+    )
+    folder = run_recipe(parse_recipe(plain), progress=False)
+    case_ids = json.loads(folder.config.read_text())["cases"]
+    index = write_static(folder.path, tmp_path / "view")
+    doc = render(index.as_uri())
+    rows = doc.xpath('//tr[@class="episode"]')
+    listed = [(tr.get("data-case"), tr.get("data-system"), tr.get("data-control")) for tr in rows]
+    own = [(c, s, "") for c in case_ids for s in ("leaky", "direct")]
+    controls = [(c, s, k) for s in ("leaky", "direct") for k in ("swapped", "no_context") for c in case_ids]
+    assert listed == own + controls
+    leaked = [tr for tr in rows if tr.get("data-system") == "leaky" and tr.get("data-control") == "swapped"]
+    assert len(leaked) == 2 and all("context_leak" in tr.get("data-degraded") for tr in leaked)
+    calls = {(tr.get("data-case"), tr.get("data-system"), tr.get("data-control")): int(text(tr.xpath("./td")[-2]))
+             for tr in rows}  # fmt: skip
+    assert all(calls[(c, "direct", k)] > 0 for c in case_ids for k in ("", "swapped", "no_context"))
+
+    def shown(query: str) -> list[str | None]:
+        return [tr.get("data-control") for tr in render(index.as_uri() + query).xpath('//tr[@class="episode"]')
+                if tr.get("hidden") is None]  # fmt: skip
+
+    assert shown("?control=swapped") == ["swapped"] * 4 and shown("?control=own&system=direct") == [""] * 2
+
+    [link] = [tr for tr in rows if tr.get("data-system") == "direct" and tr.get("data-control") == "swapped"][0].xpath(
+        "./td/a/@href"
+    )
+    episode = render((tmp_path / "view" / link).as_uri())
+    assert text(episode.xpath('//*[@id="control"]')[0]) == "swapped"
+    assert len(episode.xpath('//div[starts-with(@id, "call-")]')) == calls[(case_ids[0], "direct", "swapped")]
+
+    mine, control = (load_trace(folder.path, case_ids[0], "direct", 1, kind) for kind in (None, "swapped"))
+    mine_calls = {c.entry.call_id for s in mine for c in s.calls}
+    control_calls = {c.entry.call_id for s in control for c in s.calls}
+    assert mine_calls and control_calls and not mine_calls & control_calls  # each its own calls
+    with pytest.raises(ConfigError, match=r"--control 'shuffled_history': system 'direct' ran no such control"):
+        load_trace(folder.path, case_ids[0], "direct", 1, "shuffled_history")

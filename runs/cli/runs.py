@@ -59,6 +59,9 @@ def trace(
         None, "--system", help="Which system's episode (needed when the run has several)."
     ),
     epoch: int = typer.Option(1, "--epoch", min=1, help="Which epoch's episode (runs with [run] epochs > 1)."),
+    control: str | None = typer.Option(
+        None, "--control", help="One of the system's counterfactual control episodes ([run] controls), not its own."
+    ),
     step: int | None = typer.Option(None, "--step", help="Start at this step (1-based)."),
     interactive: bool | None = typer.Option(
         None, "--interactive/--all", help="Step with keys (default on a terminal) or print every step."
@@ -74,7 +77,7 @@ def trace(
     from atelier.runs.cli._common import end_with_outcome, run_outcome
     from atelier.runs.reading.trace import load_trace, step_through
 
-    steps = load_trace(run_dir, case_id, system, epoch)
+    steps = load_trace(run_dir, case_id, system, epoch, control)
     if interactive is None:
         interactive = sys.stdin.isatty() and sys.stdout.isatty()
     step_through(steps, start=(step or 1) - 1, interactive=interactive, width=10**9 if full else 600)

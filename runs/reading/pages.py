@@ -43,6 +43,7 @@ def environment(*, strict: bool = False):
 
     from atelier.benchmarks.common.degradation import KINDS
     from atelier.benchmarks.common.names import visible_bidi
+    from atelier.benchmarks.controls import CONTROL_KINDS
     from atelier.runs.reading.judgment_reading import raw_json, read_judgment
 
     options: dict[str, Any] = {"undefined": StrictUndefined} if strict else {}
@@ -57,5 +58,6 @@ def environment(*, strict: bool = False):
     env.filters["tojson_attr"] = lambda value: json.dumps(value, sort_keys=True)
     env.globals["read_judgment"] = read_judgment
     env.globals["kind_help"] = KINDS
+    env.globals["control_help"] = CONTROL_KINDS
     env.globals["cell_anchor"] = cell_anchor
     return env

@@ -111,7 +111,11 @@ def _calls_from_cache(entries: list[LedgerEntry], cache_dir: str | None) -> list
     return calls
 
 
-def load_trace(run_dir: str | Path, case_id: str, system: str | None = None, epoch: int = 1) -> list[Step]:
+def load_trace(
+    run_dir: str | Path, case_id: str, system: str | None = None, epoch: int = 1, control: str | None = None
+) -> list[Step]:
+    """The steps of one episode: the system's own, or (`control`) one of its counterfactual controls'."""
+    from atelier.runs.folder.controls import system_controls
     from atelier.runs.folder.layout import RunFolder, load_run_config
 
     config = load_run_config(Path(run_dir))
@@ -129,19 +133,23 @@ def load_trace(run_dir: str | Path, case_id: str, system: str | None = None, epo
     epochs = run_epochs(config)
     if not 1 <= epoch <= epochs:
         raise ConfigError(f"--epoch {epoch}: this run has {'one epoch' if epochs == 1 else f'epochs 1 to {epochs}'}")
+    if control is not None and control not in (kinds := system_controls(config["recipe"]).get(system, [])):
+        ran = f"its controls are {', '.join(kinds)}" if kinds else "it ran no controls"
+        raise ConfigError(f"--control {control!r}: system {system!r} ran no such control in this run ({ran})")
     if not folder.checkpoints.exists():
         raise ConfigError(f"{run_dir} has no checkpoints.sqlite")
-    items = _checkpoints(folder.checkpoints, result_key(case_id, system, epoch))
+    items = _checkpoints(folder.checkpoints, result_key(case_id, system, epoch, control))
     if not items:
         of_epoch = f" in epoch {epoch}" if epochs > 1 else ""
+        of_control = f" (its {control} control)" if control is not None else ""
         raise ConfigError(
-            f"no checkpoints for case {case_id!r} of system {system!r}{of_epoch}: the episode never started"
+            f"no checkpoints for case {case_id!r} of system {system!r}{of_control}{of_epoch}: the episode never started"
         )
     items.sort(key=lambda pair: (pair[1].checkpoint["ts"], pair[1].checkpoint["id"]))
     ledger = [
         e
         for e in (read_ledger(folder.ledger) if folder.ledger.exists() else [])
-        if e.case_id == case_id and e.system == system and e.epoch == epoch and e.control is None  # not its controls'
+        if e.case_id == case_id and e.system == system and e.epoch == epoch and e.control == control  # its own only
     ]
 
     steps: list[Step] = []
@@ -177,8 +185,10 @@ def load_trace(run_dir: str | Path, case_id: str, system: str | None = None, epo
     return steps
 
 
-def episode_result(run_dir: str | Path, case_id: str, system: str, epoch: int = 1) -> ResultRecord | None:
-    return ResultsFile(Path(run_dir) / "results.jsonl").load().get(result_key(case_id, system, epoch))
+def episode_result(
+    run_dir: str | Path, case_id: str, system: str, epoch: int = 1, control: str | None = None
+) -> ResultRecord | None:
+    return ResultsFile(Path(run_dir) / "results.jsonl").load().get(result_key(case_id, system, epoch, control))
 
 
 # ----------------------------------------------------------------------------- rendering

@@ -39,6 +39,7 @@ from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import write_atomically
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.benchmarks.common.redaction import active_redactor
+from atelier.runs.folder.controls import system_controls
 from atelier.runs.folder.epochs import run_epochs
 from atelier.runs.folder.results import ResultRecord, ResultsFile, result_key
 from atelier.runs.reading.pages import EPISODES_DIR, environment, episode_page
@@ -55,6 +56,10 @@ class EpisodeRow(BaseModel):
     case_id: str
     system: str
     epoch: int = 1
+    control: str | None = Field(
+        default=None,
+        description="The counterfactual control this episode is ([run] controls), or None: the system's own.",
+    )
     status: str = Field(description="ok | error | missing (no result recorded: not run yet, or still running)")
     error: str | None = None
     scores: dict[str, float | None] = Field(default_factory=dict)
@@ -77,6 +82,7 @@ class RunView(BaseModel):
     epochs: int = 1
     judges: list[str]
     kinds: list[str] = Field(description="The degraded kinds present in the run.")
+    controls: list[str] = Field(default_factory=list, description="The counterfactual controls the run ran.")
     episodes: list[EpisodeRow]
 
 
@@ -208,23 +214,34 @@ class RunViewData:
         self.systems = [s["name"] for s in self.config["recipe"]["systems"]]
 
     def rows(self) -> list[EpisodeRow]:
-        usage: dict[tuple[str | None, str | None, int], list[LedgerEntry]] = defaultdict(list)
+        """Every episode of the run: each system's own, then its counterfactual controls' ([run] controls)."""
+        usage: dict[tuple[str | None, str | None, int, str | None], list[LedgerEntry]] = defaultdict(list)
         for entry in self.ledger:
-            if entry.is_model_call and entry.control is None:  # a counterfactual control's calls are its own
-                usage[(entry.case_id, entry.system, entry.epoch)].append(entry)
+            if entry.is_model_call:  # a counterfactual control's calls are its own episode's
+                usage[(entry.case_id, entry.system, entry.epoch, entry.control)].append(entry)
+        epochs = range(1, run_epochs(self.config) + 1)
+        controls = system_controls(self.config["recipe"])
+        episodes = [
+            (case_id, system, epoch, None)
+            for case_id, system, epoch in itertools.product(self.config["cases"], self.systems, epochs)
+        ] + [
+            (case_id, system, epoch, kind)
+            for system in self.systems
+            for kind in controls.get(system, [])
+            for case_id, epoch in itertools.product(self.config["cases"], epochs)
+        ]
         rows = []
-        for case_id, system, epoch in itertools.product(
-            self.config["cases"], self.systems, range(1, run_epochs(self.config) + 1)
-        ):
-            key = result_key(case_id, system, epoch)
+        for case_id, system, epoch, control in episodes:
+            key = result_key(case_id, system, epoch, control)
             record = self.records.get(key)
-            calls = usage.get((case_id, system, epoch), [])
+            calls = usage.get((case_id, system, epoch, control), [])
             rows.append(
                 EpisodeRow(
                     key=key,
                     case_id=case_id,
                     system=system,
                     epoch=epoch,
+                    control=control,
                     status=record.status if record else "missing",
                     error=record.error if record else None,
                     scores=dict(record.scores) if record else {},
@@ -252,12 +269,13 @@ class RunViewData:
             epochs=run_epochs(self.config),
             judges=list(dict.fromkeys(judges)),
             kinds=kinds,
+            controls=list(dict.fromkeys(row.control for row in rows if row.control is not None)),
             episodes=rows,
         )
 
     def episode(self, row: EpisodeRow) -> EpisodeView:
         try:
-            steps = load_trace(self.path, row.case_id, row.system, row.epoch)
+            steps = load_trace(self.path, row.case_id, row.system, row.epoch, row.control)
         except ConfigError as exc:  # no checkpoints for it: the page says why its timeline is empty
             return EpisodeView(row=row, lanes=[], steps=[], span_s=0.0, trace_error=str(exc), record=self._record(row))
         lanes, views = self._steps(steps, row.key)
