@@ -29,6 +29,8 @@ from tests.test_small_boundaries import systems
         ("gpt-r\u0435searcher", "Cyrillic letter 'е' (U+0435)"),
         ("\u03bfdr-full", "Greek letter 'ο' (U+03BF)"),
         ("Сист\u0065ма", "Latin letter 'e' (U+0065)"),
+        ("\u0455\u0441\u043e\u0440\u0435", "Cyrillic letters that each look like a Latin one: it reads as 'scope'"),
+        ("\u0440\u0430\u0441\u0435-\u0445", "reads as 'pace-x'"),
         ("odr\u034f", "do not show (U+034F)"),
         ("odr\ufe0f", "do not show (U+FE0F)"),
         ("\u115fodr", "do not show (U+115F)"),
@@ -40,7 +42,9 @@ def test_a_system_name_with_look_alike_or_invisible_letters_is_refused(name, sai
     assert said in str(refused.value) and "systems[0]" in str(refused.value)
 
 
-@pytest.mark.parametrize("name", ["Система", "日本語のシステム", "bm25-λ0.5", "café-direct"])
+@pytest.mark.parametrize(
+    "name", ["Система", "日本語のシステム", "bm25-λ0.5", "café-direct", "прямой", "ΑΒΓ-1", "ἀρχή", "οδρ"]
+)
 def test_names_in_one_script_or_with_letters_that_pass_for_none_are_kept(name):
     assert parse_recipe(systems(name)).systems[0].name == name
 

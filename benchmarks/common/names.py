@@ -8,7 +8,9 @@ of the run folder.
   variation selectors U+FE0F, Hangul fillers U+115F); no compatibility character that stands for
   another (the ligature `ﬁ`, fullwidth letters); and no letter of another script that passes for a
   Latin one among Latin letters (`gpt-rеsearcher` with a Cyrillic `е`, `οdr` with a Greek `ο`), nor
-  the other way round (`Систeма` with a Latin `e`); `bm25-λ` or a name all in Cyrillic is fine.
+  the other way round (`Систeма` with a Latin `e`), nor a name written wholly in letters of another
+  script that each pass for a Latin one (`ѕсоре`, all Cyrillic, reads as `scope`: Unicode's
+  whole-script confusables); `bm25-λ` or a name in Cyrillic such as `Система` is fine.
 - `checked_folder_name`: a visible name that is one path component: not blank, `.` or `..`, without
   `/`, `\\` or control characters.
 - `visible_bidi`: text shown on a page (a model's answer, a prompt) with each bidirectional control
@@ -62,6 +64,14 @@ def checked_visible_name(name: str) -> str:
         raise ValueError(
             f"{name!r} holds characters that stand for others (ligatures, fullwidth or styled letters): write {plain!r}"
         )
+    disguised = _latin_in_disguise(name)
+    if disguised is not None:
+        spelled, script = disguised
+        raise ValueError(
+            f"{name!r} is written in {script.title()} letters that each look like a Latin one: it reads as "
+            f"{spelled!r}; write that name in Latin letters, or use a letter of {script.title()} that looks "
+            "like none"
+        )
     look_alike = _look_alike(name)
     if look_alike is not None:
         char, script, host = look_alike
@@ -92,6 +102,18 @@ def _look_alike(name: str) -> tuple[str, str, str] | None:
             host, script = other, "LATIN"
         if found is not None:
             return found, script, host
+    return None
+
+
+def _latin_in_disguise(name: str) -> tuple[str, str] | None:
+    """A name with no Latin letter whose letters all belong to one script and each pass for a Latin
+    letter: (the Latin name it reads as, its script)."""
+    scripts = {_script(char) for char in name} - {None}
+    if len(scripts) != 1 or (script := scripts.pop()) not in _LOOK_ALIKES:
+        return None
+    table = _LOOK_ALIKES[script]
+    if all(char in table for char in name if _script(char) is not None):
+        return "".join(table.get(char, char) for char in name), script
     return None
 
 
