@@ -69,6 +69,18 @@ REAL: dict[str, tuple[int, str]] = {
         "the tour: one episode printed (q13 is among the tour's 4 cases)",
     ),
     "atelier list memory": (0, "the tour: the memory backends a recipe can name"),
+    "atelier run personalization_controls --limit 2 --out runs/out/controls": (
+        0,
+        "personalization.md: the shipped controls recipe on two cases, each system beside its controls",
+    ),
+    "atelier view runs/out/controls --static runs/out/controls/view": (
+        0,
+        "personalization.md: the control episodes in the view",
+    ),
+    "atelier trace runs/out/controls q13 --system direct-full --control swapped --all": (
+        0,
+        "personalization.md: one control episode stepped through",
+    ),
     "atelier compare runs/out/tour runs/out/tour-retrieval --html runs/out/compare.html": (
         0,
         "the tour: the two runs side by side, as a table and a page",
@@ -138,6 +150,8 @@ PLACEHOLDERS = {
     "my_recipe.toml": "{tmp}/my_recipe.toml",
     "RUN_DIR": "{tmp}/tour",
     "runs/out/studio": "{tmp}/studio",
+    "runs/out/controls": "{tmp}/controls",
+    "runs/out/controls/view": "{tmp}/controls-view",
 }
 # When each runs (two at a time): the tour's runs, then what reads them, then `report` (which rewrites
 # the tour's folder) beside the commands that need no run.
@@ -442,3 +456,7 @@ def test_the_tour_reads_what_it_ran(real):
     assert (tmp / "view" / "index.html").is_file()
     assert (tmp / "compare.html").is_file()
     assert "q13" in results["atelier trace runs/out/tour q13 --system direct-full --all"].stdout
+    control_trace = "atelier trace runs/out/controls q13 --system direct-full --control swapped --all"
+    assert "q13" in results[control_trace].stdout
+    controls_view = (tmp / "controls-view" / "index.html").read_text(encoding="utf-8")
+    assert 'data-control="swapped"' in controls_view and 'data-control="no_context"' in controls_view

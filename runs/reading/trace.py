@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from atelier.agents.models.ledger import LedgerEntry, read_ledger
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.runs.folder.epochs import run_epochs
-from atelier.runs.folder.results import ResultRecord, ResultsFile, result_key
+from atelier.runs.folder.results import result_key
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -183,12 +183,6 @@ def load_trace(
         )
         previous[namespace] = item
     return steps
-
-
-def episode_result(
-    run_dir: str | Path, case_id: str, system: str, epoch: int = 1, control: str | None = None
-) -> ResultRecord | None:
-    return ResultsFile(Path(run_dir) / "results.jsonl").load().get(result_key(case_id, system, epoch, control))
 
 
 # ----------------------------------------------------------------------------- rendering
