@@ -44,6 +44,16 @@ _KEEP_APART = 512  # bytes: smaller values stay inline (a reference would save n
 _COMPRESS_FROM = 2048  # bytes: a smaller checkpoint or pending write is stored as it is
 _REF = "__atelier_value__"  # the key of a reference: {_REF: sha256}, plain data to the serializer
 _SUFFIX = "+zlib"
+_MEMO_VERSIONS = 1024  # channel versions remembered (then forgotten at once: a dict is cheaper than an LRU)
+
+
+def _small(value: Any) -> bool:
+    """Whether `value` is small for sure, without serializing it (most channel values of a step)."""
+    return (
+        value is None
+        or isinstance(value, (bool, int, float))
+        or (isinstance(value, str) and len(value) < _KEEP_APART // 4)
+    )
 
 
 class RunSerializer(SerializerProtocol):
@@ -60,6 +70,10 @@ class RunSerializer(SerializerProtocol):
         self._stored: set[str] = set()  # values in the table for good (committed)
         self._uncommitted: set[str] = set()  # values inserted in the open transaction
         self._loaded: LRUCache[str, tuple[str, bytes]] = LRUCache(maxsize=256)
+        # (channel, version) -> (the value, what `_apart` made of it): every checkpoint holds every
+        # channel, and a channel whose version did not move holds the same object (LangGraph's own
+        # savers store one blob per channel version), so it is not serialized again
+        self._by_version: dict[tuple[str, Any], tuple[Any, Any]] = {}
 
     def setup(self) -> None:
         self.conn.execute(
@@ -71,11 +85,7 @@ class RunSerializer(SerializerProtocol):
 
     def _apart(self, value: Any) -> Any:
         """`value`, or a reference to it once it is in the table."""
-        if (
-            value is None
-            or isinstance(value, (bool, int, float))
-            or (isinstance(value, str) and len(value) < _KEEP_APART // 4)
-        ):
+        if _small(value):
             return value  # small for sure: not serialized twice (most channel values of a step)
         kind, data = self.serde.dumps_typed(value)
         if len(data) < _KEEP_APART:
@@ -99,10 +109,30 @@ class RunSerializer(SerializerProtocol):
         """The open transaction was undone (a full disk makes SQLite roll it back): its values are not
         in the table, and a later checkpoint that refers to one must insert it again."""
         self._uncommitted.clear()
+        self._by_version = {}
+
+    def _channel_apart(self, channel: str, version: Any, value: Any) -> Any:
+        """`_apart(value)` for a checkpoint's channel at `version`, made once per version."""
+        if version is None or _small(value):
+            return self._apart(value)
+        known = self._by_version.get((channel, version))
+        if known is not None and known[0] is value:
+            return known[1]
+        apart = self._apart(value)
+        if len(self._by_version) >= _MEMO_VERSIONS:
+            self._by_version = {}
+        self._by_version[(channel, version)] = (value, apart)
+        return apart
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
         if isinstance(obj, dict) and isinstance(obj.get("channel_values"), dict):  # a checkpoint
-            obj = {**obj, "channel_values": {k: self._apart(v) for k, v in obj["channel_values"].items()}}
+            versions = obj.get("channel_versions") or {}
+            obj = {
+                **obj,
+                "channel_values": {
+                    k: self._channel_apart(k, versions.get(k), v) for k, v in obj["channel_values"].items()
+                },
+            }
         else:  # a pending write's value
             obj = self._apart(obj)
         kind, data = self.serde.dumps_typed(obj)

@@ -326,6 +326,38 @@ async def test_ledger_takes_the_node_from_langgraph(tmp_path):
     assert (entry.node, entry.case_id) == ("writer", "c-7")
 
 
+def test_a_ledger_opens_its_file_once_and_every_line_lands_whole(tmp_path, monkeypatch):
+    import gc
+    import os
+
+    from atelier.benchmarks.common import no_follow
+
+    opened = []
+    real = no_follow.open_fd
+    monkeypatch.setattr(no_follow, "open_fd", lambda path, flags, *a: opened.append(path) or real(path, flags, *a))
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path, run_id="r")
+    for i in range(5):
+        ledger.record(role="system", model="scripted", call_id=f"c{i}", error="x" * (i * 5000))
+    other = Ledger(path, run_id="r")  # a second writer of the same file appends after the first's lines
+    other.record(role="judge", model="scripted", call_id="c5")
+    ledger.record(role="system", model="scripted", call_id="c6")
+    assert opened == [path, path]  # once per ledger, not once per line
+    assert [e.call_id for e in read_ledger(path)] == [f"c{i}" for i in range(7)]
+    kept = {fd: os.fstat(fd).st_ino for fd in (ledger._fd, other._fd) if fd is not None}
+    assert len(kept) == 2 and set(kept.values()) == {path.stat().st_ino}
+    del ledger, other
+    gc.collect()
+
+    def closed(fd: int, inode: int) -> bool:
+        try:
+            return os.fstat(fd).st_ino != inode  # the number taken again by another file
+        except OSError:
+            return True
+
+    assert all(closed(fd, inode) for fd, inode in kept.items())  # closed with the ledger
+
+
 def test_litellm_loads_its_tokenizer_once_when_the_first_calls_come_together():
     """litellm loaded its tokenizer in whichever worker thread first needed it, unlocked: a run's
     first concurrent calls each loaded it again (~0.3 s of CPU apiece). A fresh process, so

@@ -51,3 +51,29 @@ def test_a_missing_value_is_a_clear_error(tmp_path):
     conn.execute("DELETE FROM checkpoint_values")
     with pytest.raises(DataError, match="is missing from checkpoint_values"):
         RunSerializer(conn).loads_typed(blob)
+
+
+def test_a_channel_whose_version_did_not_move_is_not_serialized_again(tmp_path):
+    conn = sqlite3.connect(str(tmp_path / "c.sqlite"), isolation_level=None)
+    serde = RunSerializer(conn)
+    serde.setup()
+    serialized = []
+    dumps = serde.serde.dumps_typed
+    serde.serde.dumps_typed = lambda value: serialized.append(value) or dumps(value)  # type: ignore[method-assign]
+    hits = [{"url": f"https://example.org/{i}", "title": "t" * 40} for i in range(20)]
+
+    def checkpoint(value, version):
+        return {"channel_values": {"hits": value}, "channel_versions": {"hits": version}}
+
+    serde.dumps_typed(checkpoint(hits, "2.1"))
+    serde.dumps_typed(checkpoint(hits, "2.1"))  # the next step's checkpoint: same version, same object
+    assert sum(v is hits for v in serialized) == 1
+    serde.dumps_typed(checkpoint(hits, "3.1"))  # a new version is serialized again
+    equal = [dict(h) for h in hits]
+    serde.dumps_typed(checkpoint(equal, "3.1"))  # so is another object under a version already seen
+    assert sum(v is hits for v in serialized) == 2 and sum(v is equal for v in serialized) == 1
+
+    serde.rolled_back()  # SQLite undid the open transaction: its values must be inserted again
+    conn.execute("DELETE FROM checkpoint_values")
+    blob = serde.dumps_typed(checkpoint(equal, "3.1"))  # remembered before the rollback
+    assert RunSerializer(conn).loads_typed(blob)["channel_values"]["hits"] == hits

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -153,6 +155,9 @@ class Ledger:
         # what the calls so far spent (a run's progress shows it): tokens sent to and answered by
         # providers, their dollars, the provider calls with no price, and the calls the cache answered
         self.running = {"calls": 0, "cache_hits": 0, "tokens": 0, "cost_usd": 0.0, "unpriced_calls": 0}
+        # the file, opened (never through a link) at the first append and kept open: opening it
+        # from the run folder down on every call was half of what recording a call cost
+        self._fd: int | None = None
         if self.path:
             no_follow.make_folders(self.path.parent)
 
@@ -204,8 +209,17 @@ class Ledger:
             self.entries.extend(e for e in entries if e.is_model_call)
             self.tool_entries.extend(e for e in entries if not e.is_model_call)
             if self.path and text:
-                with no_follow.open_file(self.path, "a") as fh:
-                    fh.write(text)
+                self._write(text.encode("utf-8"))
+
+    def _write(self, data: bytes) -> None:
+        """Append `data` in one write (whole lines: a reader never sees two writers' lines interleaved)."""
+        if self._fd is None:
+            assert self.path is not None
+            self._fd = no_follow.open_fd(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            weakref.finalize(self, os.close, self._fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
 
     def _count(self, e: LedgerEntry) -> None:
         self.running["calls"] += 1
