@@ -119,6 +119,14 @@ logging.getLogger("langgraph.checkpoint.serde.jsonplus").addHandler(_CHECKPOINT_
 
 
 @pytest.fixture(autouse=True)
+def _scripted_attempts_counted_afresh():
+    """Each test's scripted faults as in a fresh process, whatever ran before it in this worker."""
+    from atelier.agents.models.scripted import forget_attempts
+
+    forget_attempts()
+
+
+@pytest.fixture(autouse=True)
 def _checkpoint_types_are_registered():
     """Fails the test during which LangGraph met a state type graphs/serde.py does not register."""
     seen = len(_CHECKPOINT_TYPES.lines)

@@ -303,6 +303,25 @@ async def test_scripted_latency_and_timeout():
         await gw.text("system", MESSAGES)
 
 
+async def test_scripted_faults_do_not_depend_on_what_the_process_asked_before():
+    from atelier.agents.models.scripted import forget_attempts
+
+    settings = ModelSettings(model="scripted?error_rate=0.5", max_retries=0)
+    gw = Gateway({"system": settings})
+    prompts = [[{"role": "user", "content": f"Question {i}?"}] for i in range(12)]
+
+    async def failed() -> list[bool]:
+        outcomes = await asyncio.gather(*(gw.text("system", p) for p in prompts), return_exceptions=True)
+        return [isinstance(o, ModelCallError) for o in outcomes]
+
+    forget_attempts()
+    first = await failed()
+    again = await failed()  # each request's second attempt in this process: other draws
+    forget_attempts()
+    assert 0 < sum(first) < len(first) and again != first
+    assert await failed() == first  # as in a fresh process
+
+
 async def test_ledger_takes_the_node_from_langgraph(tmp_path):
     from typing import TypedDict
 

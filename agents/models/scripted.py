@@ -404,6 +404,10 @@ class ScriptedLLM:
             self._attempts[key] += 1
             return self._attempts[key]
 
+    def forget_attempts(self) -> None:
+        with self._lock:
+            self._attempts.clear()
+
     def answer(
         self, messages: list[dict[str, Any]], optional_params: dict[str, Any]
     ) -> tuple[str, ScriptedParams, str | None]:
@@ -437,6 +441,8 @@ def _make_handler():
     core = ScriptedLLM()
 
     class _Handler(CustomLLM):
+        scripted = core
+
         def _fill(self, model_response, messages, optional_params):
             content, params, tool = core.answer(messages, optional_params)
             prompt_tokens = sum(token_estimate(_raw_text(m)) for m in messages)
@@ -549,6 +555,19 @@ def _make_handler():
 
 _registered = False
 _register_lock = threading.Lock()
+
+
+def forget_attempts() -> None:
+    """Count every request's attempts afresh, as in a new process: faults (`error_rate`) are drawn
+    per request and attempt, so what one test asked before would otherwise decide another's."""
+    if not _registered:
+        return
+    import litellm
+
+    for item in litellm.custom_provider_map:
+        core = getattr(item.get("custom_handler"), "scripted", None)
+        if item.get("provider") == PROVIDER and isinstance(core, ScriptedLLM):
+            core.forget_attempts()
 
 
 def register_with_litellm() -> None:
