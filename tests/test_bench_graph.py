@@ -44,6 +44,8 @@ def test_bench_graph_reports_framework_time_per_llm_call(cache_dir):
     assert 1_000 < result["checkpoint_bytes_per_episode"] < 100_000  # the timed episodes' own file
     floor = result["stack_floor"]  # the libraries' own share, measured beside ours
     assert floor["litellm_ms_per_call"] > 0 and floor["langgraph_ms_per_one_node_episode"] > 0
+    ratio = result["mean"]["framework_ms_per_llm_call"] / floor["litellm_ms_per_call"]
+    assert result["framework_over_litellm_floor"] == pytest.approx(ratio, abs=0.01)
 
 
 @pytest.mark.battery
