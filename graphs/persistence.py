@@ -113,7 +113,9 @@ class RunSerializer(SerializerProtocol):
 
     def _channel_apart(self, channel: str, version: Any, value: Any) -> Any:
         """`_apart(value)` for a checkpoint's channel at `version`, made once per version."""
-        if version is None or _small(value):
+        if _small(value):
+            return value
+        if version is None:
             return self._apart(value)
         known = self._by_version.get((channel, version))
         if known is not None and known[0] is value:

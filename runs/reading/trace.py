@@ -112,9 +112,16 @@ def _calls_from_cache(entries: list[LedgerEntry], cache_dir: str | None) -> list
 
 
 def load_trace(
-    run_dir: str | Path, case_id: str, system: str | None = None, epoch: int = 1, control: str | None = None
+    run_dir: str | Path,
+    case_id: str,
+    system: str | None = None,
+    epoch: int = 1,
+    control: str | None = None,
+    *,
+    ledger: list[LedgerEntry] | None = None,
 ) -> list[Step]:
-    """The steps of one episode: the system's own, or (`control`) one of its counterfactual controls'."""
+    """The steps of one episode: the system's own, or (`control`) one of its counterfactual controls'.
+    `ledger`: the run's model calls when the caller read them already (`atelier view`, for every episode)."""
     from atelier.runs.folder.controls import system_controls
     from atelier.runs.folder.layout import RunFolder, load_run_config
 
@@ -146,9 +153,11 @@ def load_trace(
             f"no checkpoints for case {case_id!r} of system {system!r}{of_control}{of_epoch}: the episode never started"
         )
     items.sort(key=lambda pair: (pair[1].checkpoint["ts"], pair[1].checkpoint["id"]))
+    if ledger is None:
+        ledger = read_ledger(folder.ledger) if folder.ledger.exists() else []
     ledger = [
         e
-        for e in (read_ledger(folder.ledger) if folder.ledger.exists() else [])
+        for e in ledger
         if e.case_id == case_id and e.system == system and e.epoch == epoch and e.control == control  # its own only
     ]
 

@@ -275,7 +275,7 @@ class RunViewData:
 
     def episode(self, row: EpisodeRow) -> EpisodeView:
         try:
-            steps = load_trace(self.path, row.case_id, row.system, row.epoch, row.control)
+            steps = load_trace(self.path, row.case_id, row.system, row.epoch, row.control, ledger=self.ledger)
         except ConfigError as exc:  # no checkpoints for it: the page says why its timeline is empty
             return EpisodeView(row=row, lanes=[], steps=[], span_s=0.0, trace_error=str(exc), record=self._record(row))
         lanes, views = self._steps(steps, row.key)
