@@ -25,13 +25,20 @@ import shutil
 import sqlite3
 import time
 import zlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from cachetools import LRUCache
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -173,13 +180,22 @@ class InlineSqliteSaver(SqliteSaver):
     Writes are committed together, at most `commit_every_s` apart, rather than once per statement
     (an episode makes dozens): a kill loses at most that much of the running episodes' progress,
     which then resume from their previous checkpoint. `commit()` makes everything so far durable
-    (the runner calls it before it records an episode as done)."""
+    (the runner calls it before it records an episode as done).
+
+    A step's pending writes (each task's output, kept so that a step cut short need not run its
+    finished tasks again) wait in memory until the next commit: most are folded into the step's
+    next checkpoint before then, and are dropped unwritten when it is put. What is still pending at a
+    commit (a failed or interrupted step's writes) is written in that commit, so what a commit makes
+    durable is what it made durable before, less writes no resume could use; reading a thread's
+    checkpoints writes its pending writes first."""
 
     commit_every_s = 0.25
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._committed = time.monotonic()
+        # (thread, namespace, checkpoint id) -> the put_writes calls made for it, in order
+        self._pending: dict[tuple[str, str, str], list[tuple[Sequence[tuple[str, Any]], str, str]]] = {}
 
     @contextlib.contextmanager
     def cursor(self, transaction: bool = True) -> Iterator[sqlite3.Cursor]:
@@ -194,11 +210,45 @@ class InlineSqliteSaver(SqliteSaver):
                 raise
             finally:
                 if transaction and time.monotonic() - self._committed >= self.commit_every_s:
-                    self._commit()
+                    self._commit(cur)
                 cur.close()
 
-    def _commit(self) -> None:
+    def _write_pending(self, cur: sqlite3.Cursor, thread_id: str | None = None) -> None:
+        """Write the pending writes held in memory (of `thread_id`, or all), as SqliteSaver.put_writes
+        writes them: a call whose writes are all special (errors, interrupts) replaces, others do not."""
+        for key in [k for k in self._pending if thread_id is None or k[0] == thread_id]:
+            thread, ns, checkpoint_id = key
+            for writes, task_id, task_path in self._pending[key]:
+                verb = "REPLACE" if all(w[0] in WRITES_IDX_MAP for w in writes) else "IGNORE"
+                cur.executemany(
+                    f"INSERT OR {verb} INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, "
+                    "idx, channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (thread, ns, checkpoint_id, task_id, task_path, WRITES_IDX_MAP.get(channel, idx), channel)
+                        + tuple(self.serde.dumps_typed(value))
+                        for idx, (channel, value) in enumerate(writes)
+                    ],
+                )
+            del self._pending[key]  # written (a failure above leaves the rest to the next commit)
+
+    def _flush_thread(self, config: RunnableConfig | None) -> None:
+        """Before a read: the pending writes of the thread read (of all threads without one) go to the table."""
+        thread = (config or {}).get("configurable", {}).get("thread_id")
+        thread_id = None if thread is None else str(thread)
+        with self.lock:
+            held = any(thread_id is None or k[0] == thread_id for k in self._pending)
+        if held:
+            with self.cursor() as cur:
+                self._write_pending(cur, thread_id)
+
+    def _commit(self, cur: sqlite3.Cursor | None = None) -> None:
         try:
+            if self._pending:
+                if cur is None:
+                    with contextlib.closing(self.conn.cursor()) as own:
+                        self._write_pending(own)
+                else:
+                    self._write_pending(cur)
             self.conn.commit()
         except sqlite3.Error:
             with contextlib.suppress(sqlite3.Error):
@@ -227,7 +277,47 @@ class InlineSqliteSaver(SqliteSaver):
         redactor = getattr(self.serde, "redactor", None)  # the metadata is written as JSON, past the serializer
         if redactor:
             metadata = redactor.redact_data(metadata)
+        conf = config["configurable"]
+        parent = conf.get("checkpoint_id")
+        if parent:  # the parent's step is done: its writes are folded into this checkpoint
+            with self.lock:
+                self._pending.pop((str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), str(parent)), None)
         return super().put(config, checkpoint, metadata, new_versions)
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        conf = config["configurable"]
+        key = (str(conf["thread_id"]), str(conf["checkpoint_ns"]), str(conf["checkpoint_id"]))
+        with self.lock:
+            self._pending.setdefault(key, []).append((tuple(writes), task_id, task_path))
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        self._flush_thread(config)
+        return super().get_tuple(config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        self._flush_thread(config)
+        return super().list(config, filter=filter, before=before, limit=limit)
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        self._flush_thread(config)
+        return super().get_delta_channel_history(config=config, channels=channels)
+
+    def delete_thread(self, thread_id: str) -> None:
+        with self.lock:
+            for key in [k for k in self._pending if k[0] == str(thread_id)]:
+                del self._pending[key]
+        super().delete_thread(thread_id)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self.get_tuple(config)
@@ -264,6 +354,9 @@ class InlineSqliteSaver(SqliteSaver):
         """Forget a finished episode's pending writes: each is a task's output, already folded into
         the next checkpoint, and only an unfinished step would need it again. The checkpoints (the
         trace) stay; the freed pages are reused by the episodes that follow."""
+        with self.lock:
+            for key in [k for k in self._pending if k[0] == thread_id]:
+                del self._pending[key]
         with self.cursor() as cur:
             cur.execute("DELETE FROM writes WHERE thread_id = ?", (thread_id,))
         self.commit()

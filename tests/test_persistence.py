@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import operator
 import sqlite3
+from typing import Annotated
 
 import pytest
+from langgraph.graph import START, StateGraph
+from typing_extensions import TypedDict
 
 from atelier.benchmarks.common.errors import DataError
-from atelier.graphs.persistence import RunSerializer
+from atelier.graphs.persistence import RunSerializer, run_checkpointer
 from atelier.memory.base import UserContext
 
 
@@ -77,3 +81,81 @@ def test_a_channel_whose_version_did_not_move_is_not_serialized_again(tmp_path):
     conn.execute("DELETE FROM checkpoint_values")
     blob = serde.dumps_typed(checkpoint(equal, "3.1"))  # remembered before the rollback
     assert RunSerializer(conn).loads_typed(blob)["channel_values"]["hits"] == hits
+
+
+class _Seen(TypedDict, total=False):
+    seen: Annotated[list[str], operator.add]
+
+
+def _fan_out_graph(runs: dict[str, int], fail_b: list[bool]):
+    """prep -> (a, b) in parallel; b raises while fail_b[0]."""
+
+    def node(name: str):
+        def run(state: _Seen) -> _Seen:
+            runs[name] = runs.get(name, 0) + 1
+            if name == "b" and fail_b[0]:
+                raise RuntimeError("b failed")
+            return {"seen": [name]}
+
+        return run
+
+    builder = StateGraph(_Seen)
+    for name in ("prep", "a", "b"):
+        builder.add_node(name, node(name))
+    builder.add_edge(START, "prep")
+    builder.add_edge("prep", "a")
+    builder.add_edge("prep", "b")
+    return builder
+
+
+def _writes(folder, thread: str) -> list[tuple[str, str]]:
+    with sqlite3.connect(str(folder / "checkpoints.sqlite")) as conn:  # another reader: committed rows only
+        return conn.execute(
+            "SELECT task_path, channel FROM writes WHERE thread_id = ? ORDER BY rowid", (thread,)
+        ).fetchall()
+
+
+async def test_pending_writes_folded_into_a_checkpoint_are_never_written_and_a_cut_step_resumes(tmp_path):
+    runs: dict[str, int] = {}
+    fail_b = [True]
+    async with run_checkpointer(tmp_path) as saver:
+        graph = _fan_out_graph(runs, fail_b).compile(checkpointer=saver)
+        done = {"configurable": {"thread_id": "done"}}
+        fail_b[0] = False
+        assert (await graph.ainvoke({"seen": []}, done))["seen"] == ["prep", "a", "b"]
+        saver.commit()
+        assert _writes(tmp_path, "done") == []  # every step's writes went into the next checkpoint
+        assert len(list(saver.list(done))) == 4  # the checkpoints (the trace) are all there
+
+        fail_b[0] = True
+        cut = {"configurable": {"thread_id": "cut"}}
+        with pytest.raises(RuntimeError, match="b failed"):
+            await graph.ainvoke({"seen": []}, cut)
+        fail_b[0] = False  # another episode's steps, before anything is committed, fold only their own writes
+        assert (await graph.ainvoke({"seen": []}, {"configurable": {"thread_id": "other"}}))["seen"] == [
+            "prep",
+            "a",
+            "b",
+        ]
+        pending = saver.get_tuple(cut).pending_writes  # in this process, before any commit
+        assert ("seen", ["a"]) in [(channel, value) for _, channel, value in pending]
+        saver.commit()
+        written = _writes(tmp_path, "cut")  # the cut step's writes: a's output and b's error; not prep's
+        assert any(channel == "seen" for _, channel in written) and any(c == "__error__" for _, c in written)
+        assert all("prep" not in path for path, _ in written)
+
+        runs.clear()
+        assert (await graph.ainvoke(None, cut))["seen"] == ["prep", "a", "b"]
+        assert runs == {"b": 1}  # a's write was kept: only the failed task ran again
+
+
+async def test_a_cut_steps_writes_reach_the_file_at_the_timed_commit(tmp_path):
+    runs: dict[str, int] = {}
+    async with run_checkpointer(tmp_path) as saver:
+        graph = _fan_out_graph(runs, [True]).compile(checkpointer=saver)
+        cut = {"configurable": {"thread_id": "cut"}}
+        with pytest.raises(RuntimeError):
+            await graph.ainvoke({"seen": []}, cut)
+        saver.commit_every_s = 0.0  # the next statement of any episode commits
+        await saver.adelete_thread("another")
+        assert any(channel == "seen" for _, channel in _writes(tmp_path, "cut"))
