@@ -207,3 +207,35 @@ async def test_answers_read_from_disk_are_kept_in_memory_up_to_a_byte_budget(tmp
         await small.answer("fetch", request, never)
     assert small._recent.currsize <= small._recent.maxsize
     assert len(reads) > 3  # some had to be read again
+
+
+async def test_a_page_answered_again_by_the_cache_is_read_once_and_each_caller_gets_its_own(tmp_path, monkeypatch):
+    """The cache hands out the very same answer for a request it answered before; the page read
+    from it (which depends on nothing else) is made once, each fetch still logged, each caller
+    given a copy of its own. An answer that is not the same object (live mode) is read again."""
+    await record_session(tmp_path)
+    from atelier.tools.readers.direct import DirectReader
+
+    reads: list[str] = []
+    original = DirectReader.read_page
+
+    async def counted(self, url, response, **kwargs):
+        reads.append(url)
+        return await original(self, url, response, **kwargs)
+
+    monkeypatch.setattr(DirectReader, "read_page", counted)
+    async with build_web(sandbox_config(tmp_path, "replay")) as web:
+        first = [await web.fetch(url) for url in PAGES]
+        again = [await web.fetch(url) for url in PAGES]
+        results = [await web.search(QUERIES[0], 5) for _ in range(2)]
+        assert reads == list(PAGES)  # read once each
+        assert again == first and all(a is not b for a, b in zip(again, first))
+        assert results[0] == results[1] and results[0][0] is not results[1][0]
+        again[0].text = "changed by one caller"
+        assert (await web.fetch(PAGES[0])).text == first[0].text
+        assert [entry.kind for entry in web.log] == ["fetch"] * 4 + ["search"] * 2 + ["fetch"]  # each logged
+    reads.clear()
+    async with build_web(sandbox_config(tmp_path, "live")) as web:
+        await web.fetch(PAGES[0])
+        await web.fetch(PAGES[0])
+    assert reads == [PAGES[0]] * 2

@@ -21,6 +21,7 @@ from functools import partial
 from typing import Any
 
 import httpx
+from cachetools import LRUCache
 from pydantic import BaseModel, Field
 
 from atelier.benchmarks.common.collect import collecting
@@ -124,6 +125,16 @@ class Web:
         self.sandbox = sandbox
         self.sandbox_url = sandbox_url.rstrip("/") if sandbox_url and sandbox_url != SANDBOX_ORIGIN else None
         self.log: list[WebLogEntry] = []
+        # what search results or page an answer of the cache gave, by the request's key: the cache
+        # hands out the very same answer object each time it answers a request again (a run reads
+        # the same pages in many episodes), and a page depends on nothing but its answer
+        # (`PageReader.read_page`), so it is not validated and read again
+        self._made: LRUCache[str, tuple[CachedAnswer, Any]] = LRUCache(maxsize=512)
+
+    def _made_of(self, answer: CachedAnswer) -> Any:
+        """What was made of `answer` before, if it is the very same answer (else None)."""
+        known = self._made.get(answer.record.key)
+        return known[1] if known is not None and known[0] is answer else None
 
     def _stable(self, text: str) -> str:
         """`text` with the sandbox's address (a loopback port that changes run to run) as `SANDBOX_ORIGIN`."""
@@ -163,7 +174,11 @@ class Web:
         async with self._said_stably():
             answer = await self.cache.answer("search", request, live)
         self._note(answer)
-        return [SearchResult.model_validate(item) for item in answer.record.response["results"]]
+        results = self._made_of(answer)
+        if results is None:
+            results = [SearchResult.model_validate(item) for item in answer.record.response["results"]]
+            self._made[answer.record.key] = (answer, results)
+        return [result.model_copy() for result in results]  # a caller's change stays its own
 
     async def fetch(self, url: str) -> Page:
         try:
@@ -180,10 +195,14 @@ class Web:
         async with self._said_stably():
             answer = await self.cache.answer("fetch", request, live)
             self._note(answer)
-            response = HttpResponse.model_validate(answer.record.response).model_copy(update={"body": answer.body})
-            return await self.reader.read_page(
-                url, response, fetched_at=answer.record.recorded_at, from_cache=answer.from_cache
-            )
+            page = self._made_of(answer)
+            if page is None:
+                response = HttpResponse.model_validate(answer.record.response).model_copy(update={"body": answer.body})
+                page = await self.reader.read_page(
+                    url, response, fetched_at=answer.record.recorded_at, from_cache=answer.from_cache
+                )
+                self._made[answer.record.key] = (answer, page)
+            return page.model_copy()
 
     async def aclose(self) -> None:
         await self.http.aclose()
