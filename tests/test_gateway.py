@@ -101,6 +101,32 @@ async def test_persistent_timeout_fails_after_retries(stub, tmp_path):
         await gw.text("judge", MESSAGES)
 
 
+async def test_retries_after_a_first_attempt_made_alone_keep_the_backoff_schedule(monkeypatch):
+    """The gateway makes a call's first attempt without tenacity; the retries that follow wait as
+    tenacity would have from the start: about retry_backoff_s * 2**(n-1) after attempt n."""
+    from atelier.agents.models import gateway as gateway_module
+
+    waits: list[float] = []
+
+    async def sleep(seconds: float, *args, **kwargs) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    settings = ModelSettings(model="openai/gpt-4o-mini", retry_backoff_s=1.0, max_retries=3)
+    attempts: list[int] = []
+
+    async def attempt() -> None:
+        attempts.append(len(attempts) + 2)
+        raise TimeoutError()  # retryable, every time
+
+    with pytest.raises(asyncio.TimeoutError):
+        await gateway_module._retried(attempt, settings, TimeoutError())
+    assert attempts == [2, 3, 4]  # max_retries after the first
+    assert len(waits) == 3
+    for n, wait in enumerate(waits, start=1):  # the wait after attempt n: 2**(n-1) plus jitter up to 1
+        assert 2 ** (n - 1) <= wait <= 2 ** (n - 1) + 1, (n, waits)
+
+
 async def test_non_retryable_garbage_body_is_not_retried_forever(stub, tmp_path):
     stub.script(["garbage"] * 10)
     gw = _gateway(stub, tmp_path, max_retries=2)

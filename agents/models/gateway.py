@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -243,6 +243,35 @@ def _wait_retry_after(otherwise):
         return min(said, RETRY_AFTER_MAX_S) if said is not None else otherwise(retry_state)
 
     return wait
+
+
+async def _retried(attempt: Callable[[], Awaitable[None]], settings: ModelSettings, failed: BaseException) -> None:
+    """Attempts 2 to `max_retries + 1` of a call whose first attempt failed with `failed` (retryable),
+    on the schedule tenacity would have kept had it made the first attempt too: the wait after
+    attempt n is the provider's Retry-After, else the jittered exponential backoff for n."""
+    from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+    wait = _wait_retry_after(
+        wait_exponential_jitter(initial=settings.retry_backoff_s, max=60, jitter=settings.retry_backoff_s)
+    )
+    first = RetryCallState(None, None, (), {})  # type: ignore[arg-type]  # only the wait reads it
+    first.set_exception((type(failed), failed, failed.__traceback__))
+    await asyncio.sleep(wait(first))
+
+    def after_the_first(state: RetryCallState) -> float:  # tenacity's attempt n is the call's n + 1
+        later = RetryCallState(None, None, (), {})  # type: ignore[arg-type]
+        later.attempt_number, later.outcome = state.attempt_number + 1, state.outcome
+        return wait(later)
+
+    retrying = AsyncRetrying(
+        stop=stop_after_attempt(settings.max_retries),
+        wait=after_the_first,
+        retry=retry_if_exception(lambda exc: classify(exc) == "retry"),
+        reraise=True,
+    )
+    async for step in retrying:
+        with step:
+            await attempt()
 
 
 _WHY = {401: "authentication failed", 403: "permission denied", 404: "unknown model or endpoint"}
@@ -723,31 +752,29 @@ class Gateway:
         try:
             kwargs, served = await self._provider_kwargs(role, settings, messages, mode=mode, schema=schema)
             started = time.perf_counter()  # a local server's start-up is not this call's latency
-            from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-            retrying = AsyncRetrying(
-                stop=stop_after_attempt(settings.max_retries + 1),
-                wait=_wait_retry_after(
-                    wait_exponential_jitter(initial=settings.retry_backoff_s, max=60, jitter=settings.retry_backoff_s)
-                ),
-                retry=retry_if_exception(lambda exc: classify(exc) == "retry"),
-                reraise=True,
-            )
-            async for attempt in retrying:
-                with attempt:
-                    attempts += 1
-                    self._raise_if_server_died(settings)
-                    try:
-                        if grounding is None:
-                            response = await self._provider_call(litellm, served, kwargs)
-                        else:
-                            # the scripted and local models speak chat only (and search nothing)
-                            native = grounding.api != "chat" and not (settings.is_scripted or settings.is_local)
-                            reply = await self._grounded_call(litellm, served, kwargs, grounding, native=native)
-                    except Exception:
-                        # a call cut off by its server's death is that death, not a retryable error
-                        await asyncio.to_thread(self._raise_if_server_died, settings, 0.5)
-                        raise
+            async def attempt() -> None:
+                nonlocal attempts, response, reply
+                attempts += 1
+                self._raise_if_server_died(settings)
+                try:
+                    if grounding is None:
+                        response = await self._provider_call(litellm, served, kwargs)
+                    else:
+                        # the scripted and local models speak chat only (and search nothing)
+                        native = grounding.api != "chat" and not (settings.is_scripted or settings.is_local)
+                        reply = await self._grounded_call(litellm, served, kwargs, grounding, native=native)
+                except Exception:
+                    # a call cut off by its server's death is that death, not a retryable error
+                    await asyncio.to_thread(self._raise_if_server_died, settings, 0.5)
+                    raise
+
+            try:  # the first attempt on its own: most calls need no other, and tenacity's machinery
+                await attempt()  # costs ~0.05 ms a call (it inspects its callbacks on every attempt)
+            except Exception as exc:
+                if settings.max_retries == 0 or classify(exc) != "retry":
+                    raise
+                await _retried(attempt, settings, exc)
         except LocalServerDied as exc:  # not a ModelCallError: no step falls back past a dead server
             self.ledger.record(
                 **common,
