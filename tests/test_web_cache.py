@@ -212,7 +212,8 @@ async def test_answers_read_from_disk_are_kept_in_memory_up_to_a_byte_budget(tmp
 async def test_a_page_answered_again_by_the_cache_is_read_once_and_each_caller_gets_its_own(tmp_path, monkeypatch):
     """The cache hands out the very same answer for a request it answered before; the page read
     from it (which depends on nothing else) is made once, each fetch still logged, each caller
-    given a copy of its own. An answer that is not the same object (live mode) is read again."""
+    given a copy of its own, each request built and keyed once. An answer that is not the same
+    object (live mode) is read again."""
     await record_session(tmp_path)
     from atelier.tools.readers.direct import DirectReader
 
@@ -224,6 +225,12 @@ async def test_a_page_answered_again_by_the_cache_is_read_once_and_each_caller_g
         return await original(self, url, response, **kwargs)
 
     monkeypatch.setattr(DirectReader, "read_page", counted)
+    import atelier.tools.web as web_module
+
+    keyed: list[str] = []
+    monkeypatch.setattr(
+        web_module, "request_key", lambda request: keyed.append(request["kind"]) or request_key(request)
+    )
     async with build_web(sandbox_config(tmp_path, "replay")) as web:
         first = [await web.fetch(url) for url in PAGES]
         again = [await web.fetch(url) for url in PAGES]
@@ -234,6 +241,7 @@ async def test_a_page_answered_again_by_the_cache_is_read_once_and_each_caller_g
         again[0].text = "changed by one caller"
         assert (await web.fetch(PAGES[0])).text == first[0].text
         assert [entry.kind for entry in web.log] == ["fetch"] * 4 + ["search"] * 2 + ["fetch"]  # each logged
+        assert keyed == ["fetch", "fetch", "search"]  # each request built and keyed once
     reads.clear()
     async with build_web(sandbox_config(tmp_path, "live")) as web:
         await web.fetch(PAGES[0])

@@ -153,9 +153,12 @@ class WebCache:
         for path in sorted((self.root / "records").glob("*/*.json")):
             yield self._read_record(path)
 
-    async def answer(self, kind: RequestKind, request: dict[str, Any], live: LiveCall) -> CachedAnswer:
-        """The answer to `request` according to the mode; `live` is awaited only on a permitted miss."""
-        key = request_key(request)
+    async def answer(
+        self, kind: RequestKind, request: dict[str, Any], live: LiveCall, *, key: str | None = None
+    ) -> CachedAnswer:
+        """The answer to `request` according to the mode; `live` is awaited only on a permitted miss.
+        `key`: `request_key(request)`, when the caller has it already."""
+        key = key or request_key(request)
         if self.mode != "live":
             known = self._recent.get(key)
             if known is not None:

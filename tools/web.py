@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import contextvars
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from atelier.benchmarks.common.collect import collecting
 from atelier.benchmarks.data_files import cache_dir
 from atelier.tools.asgi_server import AsgiServer
-from atelier.tools.cache import CachedAnswer, RequestKind, WebCache
+from atelier.tools.cache import CachedAnswer, RequestKind, WebCache, request_key
 from atelier.tools.config import WebConfig
 from atelier.tools.errors import FetchFailed, SearchFailed, WebError
 from atelier.tools.http import GuardedHttp, HttpResponse, OfflineTransport
@@ -130,6 +130,19 @@ class Web:
         # the same pages in many episodes), and a page depends on nothing but its answer
         # (`PageReader.read_page`), so it is not validated and read again
         self._made: LRUCache[str, tuple[CachedAnswer, Any]] = LRUCache(maxsize=512)
+        # each request asked, with its cache key, by what the caller gave (a query and count, a URL as
+        # written): the provider's and reader's identities do not change while the web is open
+        self._requests: LRUCache[tuple[str, str, int], tuple[dict[str, Any], str]] = LRUCache(maxsize=1024)
+
+    def _request(
+        self, kind: RequestKind, asked: str, count: int, make: Callable[[], dict[str, Any]]
+    ) -> tuple[dict[str, Any], str]:
+        """The request `make()` builds for (`kind`, `asked`, `count`), and its cache key, built once."""
+        known = self._requests.get((kind, asked, count))
+        if known is None:
+            request = make()
+            known = self._requests[(kind, asked, count)] = (request, request_key(request))
+        return known
 
     def _made_of(self, answer: CachedAnswer) -> Any:
         """What was made of `answer` before, if it is the very same answer (else None)."""
@@ -164,7 +177,12 @@ class Web:
         if not query:
             raise SearchFailed("empty search query")
         count = max_results or self.max_results
-        request = {"kind": "search", **self.provider.identity(), "query": query, "max_results": count}
+        request, key = self._request(
+            "search",
+            query,
+            count,
+            lambda: {"kind": "search", **self.provider.identity(), "query": query, "max_results": count},
+        )
 
         async def live() -> tuple[dict[str, Any], None]:
             results = await self.provider.search(query, count)
@@ -172,7 +190,7 @@ class Web:
             return (json.loads(self._stable(json.dumps(recorded))) if self.sandbox_url else recorded), None
 
         async with self._said_stably():
-            answer = await self.cache.answer("search", request, live)
+            answer = await self.cache.answer("search", request, live, key=key)
         self._note(answer)
         results = self._made_of(answer)
         if results is None:
@@ -181,11 +199,14 @@ class Web:
         return [result.model_copy() for result in results]  # a caller's change stays its own
 
     async def fetch(self, url: str) -> Page:
-        try:
-            url = canonical_url(url)
-        except httpx.InvalidURL as exc:
-            raise FetchFailed(f"invalid URL {url!r}: {exc}") from None
-        request = {"kind": "fetch", **self.reader.identity(), "url": url}
+        def make() -> dict[str, Any]:
+            try:
+                return {"kind": "fetch", **self.reader.identity(), "url": canonical_url(url)}
+            except httpx.InvalidURL as exc:
+                raise FetchFailed(f"invalid URL {url!r}: {exc}") from None
+
+        request, key = self._request("fetch", url, 0, make)
+        url = request["url"]
 
         async def live() -> tuple[dict[str, Any], bytes]:
             response = await self.reader.download(url)
@@ -193,7 +214,7 @@ class Web:
             return (json.loads(self._stable(json.dumps(recorded))) if self.sandbox_url else recorded), response.body
 
         async with self._said_stably():
-            answer = await self.cache.answer("fetch", request, live)
+            answer = await self.cache.answer("fetch", request, live, key=key)
             self._note(answer)
             page = self._made_of(answer)
             if page is None:
