@@ -147,8 +147,8 @@ def _markdown():
 
 
 # what any code block needs (CommonMark): a fence, or a line indented four columns (a tab counts;
-# a blockquote's `>` may come first)
-_MAY_HOLD_CODE_BLOCK = re.compile(r"```|~~~|^[ >]*(?: {4}|\t)", re.MULTILINE)
+# blockquotes' `>` and list markers may come first: `-\t\tx` is code inside a list item)
+_MAY_HOLD_CODE_BLOCK = re.compile(r"```|~~~|^(?:[ >]|[-+*](?=[ \t])|\d{1,9}[.)](?=[ \t]))*(?: {4}|\t)", re.MULTILINE)
 
 
 @lru_cache(maxsize=8)  # a check asks for the same text's blocks more than once
