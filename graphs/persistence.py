@@ -313,10 +313,13 @@ class InlineSqliteSaver(SqliteSaver):
         self._flush_thread(config)
         return super().get_delta_channel_history(config=config, channels=channels)
 
-    def delete_thread(self, thread_id: str) -> None:
+    def _forget_pending(self, thread_id: str) -> None:
         with self.lock:
-            for key in [k for k in self._pending if k[0] == str(thread_id)]:
+            for key in [k for k in self._pending if k[0] == thread_id]:
                 del self._pending[key]
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._forget_pending(str(thread_id))
         super().delete_thread(thread_id)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -354,9 +357,7 @@ class InlineSqliteSaver(SqliteSaver):
         """Forget a finished episode's pending writes: each is a task's output, already folded into
         the next checkpoint, and only an unfinished step would need it again. The checkpoints (the
         trace) stay; the freed pages are reused by the episodes that follow."""
-        with self.lock:
-            for key in [k for k in self._pending if k[0] == thread_id]:
-                del self._pending[key]
+        self._forget_pending(thread_id)
         with self.cursor() as cur:
             cur.execute("DELETE FROM writes WHERE thread_id = ?", (thread_id,))
         self.commit()
