@@ -277,12 +277,13 @@ class InlineSqliteSaver(SqliteSaver):
         redactor = getattr(self.serde, "redactor", None)  # the metadata is written as JSON, past the serializer
         if redactor:
             metadata = redactor.redact_data(metadata)
+        saved = super().put(config, checkpoint, metadata, new_versions)
         conf = config["configurable"]
         parent = conf.get("checkpoint_id")
         if parent:  # the parent's step is done: its writes are folded into this checkpoint
             with self.lock:
                 self._pending.pop((str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), str(parent)), None)
-        return super().put(config, checkpoint, metadata, new_versions)
+        return saved
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
