@@ -32,6 +32,13 @@ def recalls(folder: Path) -> Counter:
     return Counter(e["system"] for e in entries if e.get("kind") == "tool" and e.get("node") == "recall_memory")
 
 
+def degraded(folder: Path) -> str:
+    """What degraded in the run in `folder`, episode by episode: said when its exit code is not 0."""
+    path = folder / "results.jsonl"
+    results = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return "\n".join(f"{r['system']} {r['case_id']}: {r['degraded']}" for r in results if r.get("degraded"))
+
+
 def test_the_pdr_grid_is_the_sample_grid_on_pdr_with_context():
     sample, pdr = load_recipe(SAMPLE), load_recipe(PDR)
     assert [s.model_dump() for s in pdr.systems] == [s.model_dump() for s in sample.systems]
@@ -43,7 +50,7 @@ def test_the_pdr_grid_is_the_sample_grid_on_pdr_with_context():
 @pytest.mark.battery
 def test_the_sample_grid_scores_every_episode_and_only_tool_access_recalls(tmp_path, cache_dir):
     done = atelier("run", str(SAMPLE), "--limit", "1", "--no-progress", "--out", str(tmp_path / "run"))
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, done.stderr[-2000:] + degraded(tmp_path / "run")
     results = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
     assert len(results) == 10 and all(r["status"] == "ok" and r["scores"] for r in results)
     tool_systems = {s.name for s in load_recipe(SAMPLE).systems if s.name.endswith(("-tool", "-both"))}
@@ -77,7 +84,7 @@ def test_the_pdr_grid_runs_on_synthesized_contexts(tmp_path, cache_dir):
         "--out",
         str(out),
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, done.stderr[-2000:] + degraded(out)
     results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert {r["system"] for r in results} == {"rag-none", "rag-retrieval-tool"}
     assert all(r["status"] == "ok" and r["scores"]["pqr"] is not None for r in results)

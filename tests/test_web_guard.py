@@ -384,6 +384,90 @@ async def test_a_server_that_never_finishes_is_cut_off_at_the_time_cap(behaviour
     assert 0.5 < elapsed < 2.0
 
 
+class HangsUpOnReuse:
+    """A keep-alive server that answers the first `answers` requests of each connection and closes
+    the connection when the next one arrives, unanswered: the moment a server's keep-alive timer
+    fires just as the client sends on the idle connection. Records (connection, method) per request."""
+
+    def __init__(self, answers: int) -> None:
+        self.answers = answers
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.requests: list[tuple[int, str]] = []
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            self.connections += 1
+            threading.Thread(target=self._talk, args=(connection, self.connections), daemon=True).start()
+
+    def _talk(self, connection: socket.socket, number: int) -> None:
+        with connection:
+            pending, answered = b"", 0
+            while True:
+                while b"\r\n\r\n" not in pending:
+                    chunk = connection.recv(65536)
+                    if not chunk:
+                        return
+                    pending += chunk
+                head, _, pending = pending.partition(b"\r\n\r\n")
+                self.requests.append((number, head.split(b" ", 1)[0].decode()))
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
+                while len(pending) < length:
+                    pending += connection.recv(65536)
+                pending = pending[length:]
+                if answered == self.answers:
+                    return  # hung up, unanswered
+                answered += 1
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def test_a_get_whose_kept_alive_connection_is_closed_under_it_is_sent_once_more_on_a_new_one():
+    server = HangsUpOnReuse(answers=1)
+    http = GuardedHttp(UrlGuard(AllowList([f"127.0.0.1:{server.port}"])), FetchCaps())
+    url = f"http://127.0.0.1:{server.port}/page"
+    try:
+        first = await http.request("GET", url)
+        second = await http.request("GET", url)  # on the first connection, which the server then closes
+        with pytest.raises(FetchFailed, match=f"{url}: (RemoteProtocolError|ReadError|WriteError)"):
+            await http.request("POST", url, json={"a": 1})  # not idempotent: never sent twice
+    finally:
+        await http.aclose()
+        server.close()
+    assert (first.status, first.body, second.status, second.body) == (200, b"ok", 200, b"ok")
+    assert server.requests == [(1, "GET"), (1, "GET"), (2, "GET"), (2, "POST")]
+
+
+async def test_a_get_that_no_connection_answers_fails_after_one_more_try():
+    server = HangsUpOnReuse(answers=0)
+    http = GuardedHttp(UrlGuard(AllowList([f"127.0.0.1:{server.port}"])), FetchCaps())
+    url = f"http://127.0.0.1:{server.port}/page"
+    try:
+        with pytest.raises(FetchFailed, match=f"{url}: (RemoteProtocolError|ReadError)"):
+            await http.request("GET", url)
+    finally:
+        await http.aclose()
+        server.close()
+    assert server.requests == [(1, "GET"), (2, "GET")]
+
+
 # ------------------------------------------------------------------------------------ units
 
 

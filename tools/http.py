@@ -9,6 +9,13 @@ both as received and as decoded: the content encodings (gzip, deflate, br, zstd)
 by decompressors that stop at the cap, so a small compressed body cannot expand past it; the whole
 request, every hop and the body included, runs under one deadline, so a server that
 accepts and never answers costs at most `timeout_s`.
+
+A kept-alive connection is reused for at most `KEEPALIVE_S` idle seconds, under the 5 s after
+which common servers (uvicorn, which serves the sandbox; Apache) close one. A server may still
+close it just as a request goes out on it (the client found it open, the server's timer fired
+before the request arrived; on a loaded machine the window is wide): an idempotent request that
+got no response on its connection is sent once more, on a new one (RFC 9110 §9.2.2). The second
+try is the only one, and it runs under the same deadline.
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ except ImportError:
 
 USER_AGENT = "AtelierBot/0.1 (research simulation; +https://github.com/atelier)"
 _KEEP_METHOD_STATUSES = (307, 308)
+KEEPALIVE_S = 4.0
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS"})
+# how a request fails when its connection was closed under it before any response came back
+_NO_RESPONSE = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 class HttpResponse(BaseModel):
@@ -109,6 +120,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
             ssl_context=httpx.create_ssl_context(trust_env=False),
             max_connections=caps.max_connections,
             max_keepalive_connections=caps.max_connections,
+            keepalive_expiry=KEEPALIVE_S,
             network_backend=GuardedNetwork(guard),
         )
 
@@ -354,7 +366,7 @@ class GuardedHttp:
             try:
                 self.guard.check_static(current)
                 request = self._client.build_request(method, current, json=json, headers=headers)
-                response = await self._client.send(request, stream=True)
+                response = await self._sent(request)
             except AddressRefused as exc:
                 raise AddressRefused(f"refused {current}: {exc}") from None
             except AddressUnresolved as exc:
@@ -395,6 +407,16 @@ class GuardedHttp:
                 body=body,
             )
         raise CapExceeded(f"{start}: more than {self.caps.max_redirects} redirects")
+
+    async def _sent(self, request: httpx.Request) -> httpx.Response:
+        """`request` sent, its response's head read; sent again once if idempotent and its
+        connection closed before any response (see the module's note)."""
+        try:
+            return await self._client.send(request, stream=True)
+        except _NO_RESPONSE:
+            if request.method not in _IDEMPOTENT:
+                raise
+        return await self._client.send(request, stream=True)
 
     async def aclose(self) -> None:
         await self._client.aclose()
