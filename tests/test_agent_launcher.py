@@ -30,6 +30,7 @@ def job_processes(server: AgentServer) -> list[psutil.Process]:
     return agent_server.children(recursive=True)
 
 
+@pytest.mark.battery  # a job killed past its time, in both boundaries
 @pytest.mark.parametrize("isolated", [True, False], ids=["namespaces", "none"])
 async def test_a_job_past_its_time_is_killed_and_the_server_goes_on(tmp_path, isolated):
     silent = socket.socket()  # a model endpoint that accepts requests and never answers them

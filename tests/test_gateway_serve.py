@@ -197,6 +197,7 @@ def test_serve_refuses_a_body_a_server_cannot_read_as_json_in_one_400(sealed):
     assert answer.status_code == 400 and answer.json()["error"]["message"].startswith("the request body is not UTF-8")
 
 
+@pytest.mark.battery  # waits out the server's body deadline
 def test_serve_times_out_a_trickling_body_and_lets_an_abandoned_one_go_quietly():
     with _serve("--no-cache", "--body-timeout-s", "2", env={TOKEN_ENV: TOKEN}) as (process, base, _):
         port = int(re.search(r":(\d+)/v1", base).group(1))

@@ -188,6 +188,7 @@ def test_a_run_whose_server_is_killed_ends_within_seconds_with_exit_3_naming_it(
 # ----------------------------------------------------------------------------- preflight
 
 
+@pytest.mark.battery  # a local model server that crashes
 @needs_model
 def test_preflight_refuses_a_local_model_that_crashes_on_its_first_completion(tmp_path):
     out = tmp_path / "run"
@@ -210,6 +211,7 @@ def test_preflight_refuses_a_local_model_that_crashes_on_its_first_completion(tm
     assert not (out / "results.jsonl").exists()
 
 
+@pytest.mark.battery  # waits out the probe's bound
 @needs_model
 def test_the_probe_of_a_hanging_model_is_bounded(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", planted(tmp_path, "hang")["PYTHONPATH"])

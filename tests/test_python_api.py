@@ -168,6 +168,7 @@ def test_looking_up_atelier_arun_imports_nothing_heavy():
     assert done.stdout.strip() == "['atelier.runs', 'atelier.runs.execution']"
 
 
+@pytest.mark.battery  # a run's process ended by a signal, then resumed
 @pytest.mark.timeout(180)
 async def test_cancelling_arun_ends_the_runs_process_and_leaves_its_folder_resumable(tmp_path, monkeypatch):
     monkeypatch.setenv("ATELIER_CACHE_DIR", str(tmp_path / "cache"))  # no cached answer skips the latency
@@ -201,6 +202,7 @@ asyncio.run(atelier.arun("quickstart", out=sys.argv[1], **options))
 """
 
 
+@pytest.mark.battery  # the caller killed -9 mid-run
 @pytest.mark.timeout(180)
 def test_a_run_whose_caller_dies_stops_and_leaves_nothing_behind_but_its_folder(tmp_path):
     """A notebook kernel killed (kill -9) mid-`arun`: the run's process reads the end of its stdin,

@@ -60,6 +60,7 @@ def wait_for(path: Path, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.battery  # two runs' processes on one folder
 def test_a_second_run_on_a_folder_in_use_exits_2_at_once_and_the_first_counts_each_key_once(tmp_path):
     out = tmp_path / "run"
     first = start(tmp_path, out)

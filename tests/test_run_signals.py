@@ -150,6 +150,7 @@ def test_sigterm_ends_a_run_as_ctrl_c_does_with_its_own_exit_code_and_the_resume
     assert f"{len(kept)} of 6 episodes already done" in err and "episodes: 6 scored, 0 failed (of 6)" in err
 
 
+@pytest.mark.battery  # the whole quickstart on a faulty model
 @pytest.mark.slow
 def test_a_faulty_model_leaves_no_episode_unaccounted_for(tmp_path):
     recipe = (ROOT / "runs/recipes/quickstart.toml").read_text()
