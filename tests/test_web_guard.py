@@ -77,6 +77,14 @@ class CountingApp:
         )
 
 
+def listening() -> tuple[socket.socket, int]:
+    """A socket listening on a free loopback port, and the port."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock, sock.getsockname()[1]
+
+
 class RawServer:
     """A socket server that misbehaves after accepting: says nothing, drips a byte at a time
     forever, or floods a 50 MB body (counting what the kernel actually took from it) — or only
@@ -84,10 +92,7 @@ class RawServer:
 
     def __init__(self, behaviour: str) -> None:
         self.behaviour = behaviour
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.port = self.sock.getsockname()[1]
+        self.sock, self.port = listening()
         self.stop = threading.Event()
         self.accepted = 0
         self.bytes_sent = 0
@@ -391,10 +396,7 @@ class HangsUpOnReuse:
 
     def __init__(self, answers: int) -> None:
         self.answers = answers
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.port = self.sock.getsockname()[1]
+        self.sock, self.port = listening()
         self.requests: list[tuple[int, str]] = []
         self.connections = 0
         threading.Thread(target=self._serve, daemon=True).start()
