@@ -239,9 +239,13 @@ async def test_a_page_answered_again_by_the_cache_is_read_once_and_each_caller_g
         assert again == first and all(a is not b for a, b in zip(again, first))
         assert results[0] == results[1] and results[0][0] is not results[1][0]
         again[0].text = "changed by one caller"
+        again[0].metadata["charset"] = "changed"
+        results[0][0].raw["title"] = "changed"
         assert (await web.fetch(PAGES[0])).text == first[0].text
-        assert [entry.kind for entry in web.log] == ["fetch"] * 4 + ["search"] * 2 + ["fetch"]  # each logged
-        assert keyed == ["fetch", "fetch", "search"]  # each request built and keyed once
+        assert (await web.fetch(PAGES[0])).metadata == first[0].metadata != again[0].metadata
+        assert (await web.search(QUERIES[0], 5))[0].raw == results[1][0].raw != results[0][0].raw
+        assert [entry.kind for entry in web.log] == ["fetch"] * 4 + ["search"] * 2 + ["fetch"] * 2 + ["search"]
+        assert keyed == ["fetch", "fetch", "search"]  # each request built and keyed once (each logged above)
     reads.clear()
     async with build_web(sandbox_config(tmp_path, "live")) as web:
         await web.fetch(PAGES[0])

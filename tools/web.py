@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import copy
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
@@ -125,11 +126,11 @@ class Web:
         self.sandbox = sandbox
         self.sandbox_url = sandbox_url.rstrip("/") if sandbox_url and sandbox_url != SANDBOX_ORIGIN else None
         self.log: list[WebLogEntry] = []
-        # what search results or page an answer of the cache gave, by the request's key: the cache
-        # hands out the very same answer object each time it answers a request again (a run reads
-        # the same pages in many episodes), and a page depends on nothing but its answer
-        # (`PageReader.read_page`), so it is not validated and read again
-        self._made: LRUCache[str, tuple[CachedAnswer, Any]] = LRUCache(maxsize=512)
+        # the page an answer of the cache gave, by the request's key: the cache hands out the very
+        # same answer object each time it answers a request again (a run reads the same pages in
+        # many episodes), and a page depends on nothing but its answer (`PageReader.read_page`), so
+        # it is not validated and read again
+        self._made: LRUCache[str, tuple[CachedAnswer, Page]] = LRUCache(maxsize=512)
         # each request asked, with its cache key, by what the caller gave (a query and count, a URL as
         # written): the provider's and reader's identities do not change while the web is open
         self._requests: LRUCache[tuple[str, str, int], tuple[dict[str, Any], str]] = LRUCache(maxsize=1024)
@@ -144,7 +145,7 @@ class Web:
             known = self._requests[(kind, asked, count)] = (request, request_key(request))
         return known
 
-    def _made_of(self, answer: CachedAnswer) -> Any:
+    def _made_of(self, answer: CachedAnswer) -> Page | None:
         """What was made of `answer` before, if it is the very same answer (else None)."""
         known = self._made.get(answer.record.key)
         return known[1] if known is not None and known[0] is answer else None
@@ -192,11 +193,9 @@ class Web:
         async with self._said_stably():
             answer = await self.cache.answer("search", request, live, key=key)
         self._note(answer)
-        results = self._made_of(answer)
-        if results is None:
-            results = [SearchResult.model_validate(item) for item in answer.record.response["results"]]
-            self._made[answer.record.key] = (answer, results)
-        return [result.model_copy() for result in results]  # a caller's change stays its own
+        # made afresh each time: each result's `raw` is a dict a caller may change, and copying it
+        # costs about what validating the few results does
+        return [SearchResult.model_validate(item) for item in answer.record.response["results"]]
 
     async def fetch(self, url: str) -> Page:
         def make() -> dict[str, Any]:
@@ -223,7 +222,8 @@ class Web:
                     url, response, fetched_at=answer.record.recorded_at, from_cache=answer.from_cache
                 )
                 self._made[answer.record.key] = (answer, page)
-            return page.model_copy()
+            # a caller's change stays its own: the text and other fields are immutable, the metadata is copied
+            return page.model_copy(update={"metadata": copy.deepcopy(page.metadata)})
 
     async def aclose(self) -> None:
         await self.http.aclose()
