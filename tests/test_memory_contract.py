@@ -12,48 +12,10 @@ import pytest
 
 from atelier.agents.models.gateway import Gateway
 from atelier.agents.models.settings import ModelSettings
-from atelier.benchmarks.case import (
-    ChatMessage,
-    ChatSession,
-    ExplicitPersona,
-    MemorySnippet,
-    PTKBStatement,
-    SearchQueryRecord,
-    SearchSession,
-)
+from atelier.benchmarks.case import ExplicitPersona, MemorySnippet
 from atelier.memory.base import MemoryEnv
 from atelier.memory.registry import backend_names, create_backend
-
-
-def history(user: str, marker: str) -> list:
-    """A user's history; every text carries the user's marker word so leaks are visible."""
-    return [
-        MemorySnippet(id=f"{user}:m1", text=f"{marker} I am vegetarian and allergic to soy.", timestamp="2025-01-03"),
-        MemorySnippet(id=f"{user}:m2", text=f"{marker} I run a half marathon every spring.", timestamp="2025-02-10"),
-        MemorySnippet(
-            id=f"{user}:m3", text=f"{marker} My budget for travel is tight this year.", timestamp="2025-03-01"
-        ),
-        PTKBStatement(id=f"{user}:p1", text=f"{marker} I live in Lisbon with my two cats."),
-        ChatSession(
-            id=f"{user}:c1",
-            timestamp="2025-03-05",
-            messages=[
-                ChatMessage(role="user", content=f"{marker} Explain index funds to me simply, please."),
-                ChatMessage(role="assistant", content="An index fund tracks a market index at low cost."),
-            ],
-        ),
-        SearchSession(
-            id=f"{user}:s1",
-            timestamp="2025-03-09",
-            queries=[
-                SearchQueryRecord(query=f"{marker} cheap vegetarian restaurants lisbon"),
-            ],
-        ),
-        MemorySnippet(
-            id=f"{user}:m4", text=f"{marker} 我喜欢喝乌龙茶 🍵 — und lese gern Krimis.", timestamp="2025-03-12"
-        ),
-    ]
-
+from atelier.runs.studies.conformance.memory import history  # the kit's synthetic history: one copy
 
 USERS = {"alice": "ALICEWORD", "bob": "BOBWORD"}
 
