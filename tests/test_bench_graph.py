@@ -57,3 +57,55 @@ def test_deep_research_researchers_overlap_so_wall_time_follows_the_critical_pat
     assert episode["wall_s"] >= episode["critical_path_s"]  # the critical path is not overstated
     serial = episode["llm_calls"] * latency / 1000
     assert episode["wall_s"] < 0.75 * serial  # researchers' calls overlap instead of queueing
+
+
+async def test_rounds_set_each_rounds_framework_time_against_the_floor_measured_just_before_it(cache_dir, monkeypatch):
+    import atelier.runs.bench.graph as graph_bench
+
+    floors = iter([0.5, 2.0, 1.0])  # a floor per round, as the machine's load moves it
+    measured: list[float] = []
+
+    async def floor_now(benchmark: str) -> dict[str, float]:
+        measured.append(next(floors))
+        return {"litellm_ms_per_call": measured[-1], "langgraph_ms_per_one_node_episode": 0.3}
+
+    monkeypatch.setattr(graph_bench, "_stack_floor", floor_now)
+    given = {"litellm_ms_per_call": 99.0, "langgraph_ms_per_one_node_episode": 9.0}
+    result = await graph_bench.bench_graph("rag", 0, cases=2, rounds=3, floor=given)  # a given floor is not used
+    assert measured == [0.5, 2.0, 1.0]
+    rounds = result["rounds"]
+    assert [r["round"] for r in rounds] == [1, 2, 3]
+    assert [r["litellm_ms_per_call"] for r in rounds] == measured
+    for r in rounds:
+        assert r["framework_ms_per_llm_call"] > 0
+        assert r["framework_over_litellm_floor"] == pytest.approx(
+            r["framework_ms_per_llm_call"] / r["litellm_ms_per_call"], abs=0.01
+        )
+        mine = [e for e in result["episodes"] if e["round"] == r["round"]]
+        assert len(mine) == 2 and r["framework_ms_per_llm_call"] == pytest.approx(
+            sum(e["framework_ms_per_llm_call"] for e in mine) / 2, abs=0.002
+        )
+    ratios = sorted(r["framework_over_litellm_floor"] for r in rounds)
+    assert result["framework_over_litellm_floor"] == ratios[1]  # the median, not the mean
+    assert result["framework_over_litellm_floor_range"] == [ratios[0], ratios[-1]]
+    assert result["stack_floor"]["litellm_ms_per_call"] == 1.0  # the rounds' median floor
+    assert len(result["episodes"]) == 6 and 1_000 < result["checkpoint_bytes_per_episode"] < 100_000
+
+    one = await graph_bench.bench_graph("rag", 0, cases=1, floor=given)  # one round: the floor given, no rounds
+    assert measured == [0.5, 2.0, 1.0] and one["stack_floor"] == given
+    assert "rounds" not in one and "round" not in one["episodes"][0]
+    assert one["framework_over_litellm_floor"] == pytest.approx(
+        one["mean"]["framework_ms_per_llm_call"] / 99.0, abs=0.01
+    )
+
+
+def test_rounds_below_one_are_refused_by_name():
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "atelier"), "bench", "graph", "--pipeline", "rag", "--rounds", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and not done.stdout
+    assert "Invalid value for '--rounds'" in done.stderr and "greater than or equal to 1" in done.stderr

@@ -24,7 +24,10 @@ starting the sandbox or spawning extraction workers). Per episode:
   part of it lands in the framework figure; with none, the gateway skips it).
 - `framework_over_litellm_floor`: the mean framework time per call over litellm's floor, the measure
   of the target (at most 1.5 at latency 0). Twelve episodes are 24 calls, and one run's figure moves
-  by a fifth with the machine: compare commits by the median of interleaved runs.
+  by a fifth with the machine: compare commits by the median of interleaved runs. With `--rounds N`
+  the cases are timed N times, each round right after its own measure of the floor (a floor taken
+  seconds before a round sees the load the round sees); the figure is then the median of the
+  rounds' ratios, `rounds` lists each and `framework_over_litellm_floor_range` their spread.
 
 Several pipelines (`compare_graphs`) run one after the other on the same cases, and their figures
 are also set side by side per case. A pipeline is named as in a recipe, or as
@@ -172,10 +175,18 @@ async def bench_graph(
     options: dict[str, Any] | None = None,
     checkpointer: str = "sqlite",
     floor: dict[str, float] | None = None,
+    rounds: int = 1,
 ) -> dict[str, Any]:
     """Times `cases` cases of `benchmark` (or those named by `case_ids`). `pipeline` may name a
     variant (`external:open_deep_research`). `checkpointer`: "sqlite" (what runs use), "memory" or
-    "none" (to see what checkpoints cost). `floor`: the stack's floor when the caller measured it already."""
+    "none" (to see what checkpoints cost). `floor`: the stack's floor when the caller measured it already.
+    `rounds` > 1 times the cases that many times, each round into a checkpoint file of its own and
+    right after its own measure of the floor (`floor` is not used), so that each round's ratio sets two figures taken under
+    the same load; the ratio printed is then the median of the rounds' (`rounds` lists each). The
+    rounds share the run's resources (its gateway, web and source store), as the timed episodes share
+    the warm-up's."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, not {rounds}")
     name = pipeline
     pipeline, variant = pipeline_variant(name)
     options = {
@@ -183,35 +194,48 @@ async def bench_graph(
         **variant,
     }
     case_ids = case_ids or [c.id for c in load_cases(benchmark, limit=cases)]
-    floor = floor or await _stack_floor(benchmark)
+    floor = (floor or await _stack_floor(benchmark)) if rounds == 1 else None  # else: each round measures its own
+    floors: list[dict[str, float]] = []
+    episodes: list[dict[str, Any]] = []
+    per_round: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="atelier-bench-graph-") as tmp:
         root = Path(tmp)
         web = WebConfig(cache_dir=root / "web", mode="record")
         warm = _context(root, name, pipeline, 0, memory, options, web)
         timed = _context(root, name, pipeline, latency_ms, memory, options, web)
         built = PIPELINES.get(pipeline).build()
-        stored = root / "timed" / "checkpoints.sqlite"
+        stored_bytes: int | None = None
         try:
             async with _checkpointer(checkpointer, root / "warm-up" / "checkpoints.sqlite") as saver:
                 await _episodes(built.copy(update={"checkpointer": saver}), warm, case_ids, benchmark, 0, "warm-up")
-            async with _checkpointer(checkpointer, stored) as saver:  # a fresh file: what a run keeps per episode
-                with settled_heap():  # as the runner's episodes run
-                    episodes = await _episodes(
-                        built.copy(update={"checkpointer": saver}), timed, case_ids, benchmark, latency_ms, "timed"
-                    )
-                if hasattr(saver, "drop_pending_writes"):  # as the runner does once an episode is done
-                    for case_id in case_ids:
-                        saver.drop_pending_writes(f"timed:{case_id}")
+            for number in range(1, rounds + 1):
+                floors.append(floor if floor is not None else await _stack_floor(benchmark))
+                stored = root / ("timed" if rounds == 1 else f"timed-{number}") / "checkpoints.sqlite"
+                async with _checkpointer(checkpointer, stored) as saver:  # a fresh file: what a run keeps per episode
+                    with settled_heap():  # as the runner's episodes run
+                        timed_episodes = await _episodes(
+                            built.copy(update={"checkpointer": saver}), timed, case_ids, benchmark, latency_ms, "timed"
+                        )
+                    if hasattr(saver, "drop_pending_writes"):  # as the runner does once an episode is done
+                        for case_id in case_ids:
+                            saver.drop_pending_writes(f"timed:{case_id}")
+                if stored_bytes is None and stored.exists():
+                    stored_bytes = stored.stat().st_size
+                framework = _mean(timed_episodes, "framework_ms_per_llm_call")
+                per_round.append(
+                    {
+                        "round": number,
+                        "framework_ms_per_llm_call": framework,
+                        "litellm_ms_per_call": floors[-1]["litellm_ms_per_call"],
+                        "framework_over_litellm_floor": _over_floor(framework, floors[-1]),
+                    }
+                )
+                episodes += [{**e, "round": number} for e in timed_episodes] if rounds > 1 else timed_episodes
         finally:
             await release(warm)
             await release(timed)
-        stored_bytes = stored.stat().st_size if stored.exists() else None
 
-    def mean(key: str) -> float | None:
-        values = [e[key] for e in episodes if e[key] is not None]
-        return round(statistics.fmean(values), 3) if values else None
-
-    framework = mean("framework_ms_per_llm_call")
+    ratios = [r["framework_over_litellm_floor"] for r in per_round if r["framework_over_litellm_floor"] is not None]
     return {
         "pipeline": name,
         "latency_ms": latency_ms,
@@ -221,18 +245,37 @@ async def bench_graph(
         "options": options,
         "episodes": episodes,
         "checkpoint_bytes_per_episode": round(stored_bytes / len(case_ids)) if stored_bytes else None,
-        "mean": {key: mean(key) for key in MEANS},
-        "stack_floor": floor,
+        "mean": {key: _mean(episodes, key) for key in MEANS},
+        "stack_floor": floors[0]
+        if rounds == 1
+        else {key: round(statistics.median(f[key] for f in floors), 3) for key in floors[0]},
         # what the framework adds per call against what litellm alone costs: the target's measure
-        "framework_over_litellm_floor": round(framework / floor["litellm_ms_per_call"], 2)
-        if framework is not None and floor.get("litellm_ms_per_call")
-        else None,
+        "framework_over_litellm_floor": round(statistics.median(ratios), 2) if ratios else None,
+        **(
+            {"rounds": per_round, "framework_over_litellm_floor_range": [min(ratios), max(ratios)] if ratios else None}
+            if rounds > 1
+            else {}
+        ),
         "targets": {
-            "framework_over_litellm_floor": "<= 1.5 at latency 0 (rag; one run moves +-20%: compare medians)",
+            "framework_over_litellm_floor": "<= 1.5 at latency 0 (rag; one round moves +-20%: use --rounds, or "
+            "compare medians of interleaved runs)",
             "wall_over_critical_path": "<= 1.2 for deep_research at 100 ms",
         },
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def _mean(episodes: list[dict[str, Any]], key: str) -> float | None:
+    values = [e[key] for e in episodes if e[key] is not None]
+    return round(statistics.fmean(values), 3) if values else None
+
+
+def _over_floor(framework: float | None, floor: dict[str, float]) -> float | None:
+    return (
+        round(framework / floor["litellm_ms_per_call"], 2)
+        if framework is not None and floor.get("litellm_ms_per_call")
+        else None
+    )
 
 
 async def compare_graphs(
@@ -246,7 +289,8 @@ async def compare_graphs(
 ) -> dict[str, Any]:
     """`bench_graph` for each of `pipelines` on the same cases, and per case their figures side by side."""
     case_ids = case_ids or [c.id for c in load_cases(benchmark, limit=cases)]
-    floor = await _stack_floor(benchmark)  # the machine's, not a pipeline's: measured once
+    # the machine's, not a pipeline's: measured once (with rounds, before each round of each pipeline)
+    floor = await _stack_floor(benchmark) if kwargs.get("rounds", 1) == 1 else None
     results = [
         await bench_graph(p, latency_ms, case_ids=case_ids, benchmark=benchmark, floor=floor, **kwargs)
         for p in pipelines

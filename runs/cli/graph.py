@@ -33,6 +33,13 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         checkpointer: str = typer.Option(
             "sqlite", "--checkpointer", help="sqlite (as runs), memory or none: what checkpoints cost."
         ),
+        rounds: int = typer.Option(
+            1,
+            "--rounds",
+            min=1,
+            help="Time the cases this many times, each round on fresh resources after its own measure of the "
+            "stack's floor; framework_over_litellm_floor is then the rounds' median (one round moves +-20%).",
+        ),
     ) -> None:
         """Framework ms per LLM call, tokens, and deep_research's wall time over its critical path (JSON); with
         several --pipeline, each one's figures and a per-case side-by-side table."""
@@ -47,6 +54,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             memory=memory,
             options=parse_assignments(option, "--option"),
             checkpointer=checkpointer,
+            rounds=rounds,
         )
         if len(pipeline) == 1:
             result = asyncio.run(run(pipeline[0], **settings))
