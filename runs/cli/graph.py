@@ -37,8 +37,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             1,
             "--rounds",
             min=1,
-            help="Time the cases this many times, each round on fresh resources after its own measure of the "
-            "stack's floor; framework_over_litellm_floor is then the rounds' median (one round moves +-20%).",
+            help="Time the cases this many times, each round right after its own measure of the stack's floor; "
+            "framework_over_litellm_floor is then the median of the rounds' ratios (one round moves +-20%).",
         ),
     ) -> None:
         """Framework ms per LLM call, tokens, and deep_research's wall time over its critical path (JSON); with
