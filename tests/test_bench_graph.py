@@ -109,3 +109,27 @@ def test_rounds_below_one_are_refused_by_name():
     )
     assert done.returncode == 2 and not done.stdout
     assert "Invalid value for '--rounds'" in done.stderr and "greater than or equal to 1" in done.stderr
+
+
+async def test_pipelines_side_by_side_with_rounds_each_measure_the_floor_per_round_and_set_their_first_rounds(
+    cache_dir, monkeypatch
+):
+    import atelier.runs.bench.graph as graph_bench
+
+    measured: list[float] = []
+
+    async def floor_now(benchmark: str) -> dict[str, float]:
+        measured.append(0.5 + len(measured))
+        return {"litellm_ms_per_call": measured[-1], "langgraph_ms_per_one_node_episode": 0.3}
+
+    monkeypatch.setattr(graph_bench, "_stack_floor", floor_now)
+    result = await graph_bench.compare_graphs(["rag", "direct"], 0, case_ids=["q13"], rounds=2)
+    assert measured == [0.5, 1.5, 2.5, 3.5]  # two rounds for each pipeline, none measured for all first
+    rag, direct = result["pipelines"]
+    assert [r["litellm_ms_per_call"] for r in rag["rounds"]] == [0.5, 1.5]
+    assert [r["litellm_ms_per_call"] for r in direct["rounds"]] == [2.5, 3.5]
+    for figures in (rag, direct):
+        [first] = [e for e in figures["episodes"] if e["round"] == 1]
+        assert result["side_by_side"]["q13"][figures["pipeline"]]["wall_s"] == first["wall_s"]
+    assert result["side_by_side"]["q13"]["rag"]["llm_calls"] == 2
+    assert result["side_by_side"]["q13"]["direct"]["llm_calls"] == 1

@@ -300,7 +300,7 @@ async def compare_graphs(
             r["pipeline"]: {k: e[k] for k in (*SIDE_BY_SIDE, "startup_s") if k in e}
             for r in results
             for e in r["episodes"]
-            if e["case_id"] == case_id
+            if e["case_id"] == case_id and e.get("round", 1) == 1  # with --rounds: the first round's
         }
         for case_id in case_ids
     }
