@@ -181,10 +181,10 @@ async def bench_graph(
     variant (`external:open_deep_research`). `checkpointer`: "sqlite" (what runs use), "memory" or
     "none" (to see what checkpoints cost). `floor`: the stack's floor when the caller measured it already.
     `rounds` > 1 times the cases that many times, each round into a checkpoint file of its own and
-    right after its own measure of the floor (`floor` is not used), so that each round's ratio sets two figures taken under
-    the same load; the ratio printed is then the median of the rounds' (`rounds` lists each). The
-    rounds share the run's resources (its gateway, web and source store), as the timed episodes share
-    the warm-up's."""
+    right after its own measure of the floor (`floor` is not used), so that each round's ratio sets
+    two figures taken under the same load; the ratio printed is then the median of the rounds'
+    (`rounds` lists each). The rounds share the run's resources (its gateway, web and source store),
+    as the timed episodes share the warm-up's."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, not {rounds}")
     name = pipeline
