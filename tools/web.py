@@ -130,7 +130,7 @@ class Web:
         # same answer object each time it answers a request again (a run reads the same pages in
         # many episodes), and a page depends on nothing but its answer (`PageReader.read_page`), so
         # it is not validated and read again
-        self._made: LRUCache[str, tuple[CachedAnswer, Page]] = LRUCache(maxsize=512)
+        self._pages: LRUCache[str, tuple[CachedAnswer, Page]] = LRUCache(maxsize=512)
         # each request asked, with its cache key, by what the caller gave (a query and count, a URL as
         # written): the provider's and reader's identities do not change while the web is open
         self._requests: LRUCache[tuple[str, str, int], tuple[dict[str, Any], str]] = LRUCache(maxsize=1024)
@@ -145,9 +145,9 @@ class Web:
             known = self._requests[(kind, asked, count)] = (request, request_key(request))
         return known
 
-    def _made_of(self, answer: CachedAnswer) -> Page | None:
-        """What was made of `answer` before, if it is the very same answer (else None)."""
-        known = self._made.get(answer.record.key)
+    def _page_of(self, answer: CachedAnswer) -> Page | None:
+        """The page read from `answer` before, if it is the very same answer (else None)."""
+        known = self._pages.get(answer.record.key)
         return known[1] if known is not None and known[0] is answer else None
 
     def _stable(self, text: str) -> str:
@@ -215,13 +215,13 @@ class Web:
         async with self._said_stably():
             answer = await self.cache.answer("fetch", request, live, key=key)
             self._note(answer)
-            page = self._made_of(answer)
+            page = self._page_of(answer)
             if page is None:
                 response = HttpResponse.model_validate(answer.record.response).model_copy(update={"body": answer.body})
                 page = await self.reader.read_page(
                     url, response, fetched_at=answer.record.recorded_at, from_cache=answer.from_cache
                 )
-                self._made[answer.record.key] = (answer, page)
+                self._pages[answer.record.key] = (answer, page)
             # a caller's change stays its own: the text and other fields are immutable, the metadata is copied
             return page.model_copy(update={"metadata": copy.deepcopy(page.metadata)})
 

@@ -209,7 +209,7 @@ async def bench_graph(
             async with _checkpointer(checkpointer, root / "warm-up" / "checkpoints.sqlite") as saver:
                 await _episodes(built.copy(update={"checkpointer": saver}), warm, case_ids, benchmark, 0, "warm-up")
             for number in range(1, rounds + 1):
-                floors.append(floor if floor is not None else await _stack_floor(benchmark))
+                floors.append(floor or await _stack_floor(benchmark))
                 stored = root / ("timed" if rounds == 1 else f"timed-{number}") / "checkpoints.sqlite"
                 async with _checkpointer(checkpointer, stored) as saver:  # a fresh file: what a run keeps per episode
                     with settled_heap():  # as the runner's episodes run
@@ -246,9 +246,9 @@ async def bench_graph(
         "episodes": episodes,
         "checkpoint_bytes_per_episode": round(stored_bytes / len(case_ids)) if stored_bytes else None,
         "mean": {key: _mean(episodes, key) for key in MEANS},
-        "stack_floor": floors[0]
-        if rounds == 1
-        else {key: round(statistics.median(f[key] for f in floors), 3) for key in floors[0]},
+        "stack_floor": {
+            key: round(statistics.median(f[key] for f in floors), 3) for key in floors[0]
+        },  # rounds' median
         # what the framework adds per call against what litellm alone costs: the target's measure
         "framework_over_litellm_floor": round(statistics.median(ratios), 2) if ratios else None,
         **(
