@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 from scipy import stats
 
+from atelier.agents.judges.base import JudgeResult
 from atelier.agents.models.settings import ModelSettings
 from atelier.benchmarks.common.errors import ConfigError, DataError
 from atelier.benchmarks.metrics.statistics import epoch_spread
@@ -46,6 +47,12 @@ def record(case: str, system: str, epoch: int, score: float | None, status: str 
     )
 
 
+def line(case: str, system: str, epoch: int, score: float) -> dict:
+    """`record` as a run writes it to results.jsonl: its scores its judgments' (read back against them)."""
+    written = record(case, system, epoch, score).with_judgments([JudgeResult(judge="j", score=score)])
+    return written.model_dump(mode="json")
+
+
 # ----------------------------------------------------------------------------- keys and records
 
 
@@ -58,7 +65,7 @@ def test_the_first_epoch_keeps_the_key_runs_always_had_and_later_ones_name_their
 
 def test_a_line_from_before_epochs_reads_as_the_first_epoch(tmp_path):
     path = tmp_path / "results.jsonl"
-    old = record("q1", "a", 1, 0.5).model_dump(mode="json")
+    old = line("q1", "a", 1, 0.5)
     del old["epoch"], old["cost_usd"]
     path.write_text(json.dumps(old) + "\n")
     assert ResultsFile(path).load()["q1::a"].epoch == 1
@@ -66,8 +73,8 @@ def test_a_line_from_before_epochs_reads_as_the_first_epoch(tmp_path):
 
 def test_a_key_that_is_not_its_epoch_is_refused_naming_the_line(tmp_path):
     path = tmp_path / "results.jsonl"
-    wrong = record("q1", "a", 2, 0.5).model_dump(mode="json") | {"key": "q1::a"}  # epoch 2 under epoch 1's key
-    path.write_text(json.dumps(record("q1", "a", 1, 0.5).model_dump(mode="json")) + "\n" + json.dumps(wrong) + "\n")
+    wrong = line("q1", "a", 2, 0.5) | {"key": "q1::a"}  # epoch 2 under epoch 1's key
+    path.write_text(json.dumps(line("q1", "a", 1, 0.5)) + "\n" + json.dumps(wrong) + "\n")
     with pytest.raises(DataError) as refused:
         ResultsFile(path).load()
     assert refused.value.line == 2 and "q1::a::epoch2" in str(refused.value)

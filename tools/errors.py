@@ -6,7 +6,7 @@ result; the CLI prints it as one line.
 
 from __future__ import annotations
 
-from atelier.benchmarks.common.errors import AtelierError
+from atelier.benchmarks.common.errors import AtelierError, EpisodeFailure
 
 
 class WebError(AtelierError):
@@ -37,7 +37,7 @@ class SearchBudgetSpent(SearchFailed):
     """An agent asked for a search past the number its session allows (`max_searches`)."""
 
 
-class ReplayMiss(WebError):
+class ReplayMiss(WebError, EpisodeFailure):
     """Replay mode was asked for a request that was never recorded. Replay never goes live."""
 
 

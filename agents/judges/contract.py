@@ -8,7 +8,17 @@
   the value and the scale, recorded as `judge_off_scale`. A judge whose scale does not parse is
   refused before any episode (`Judge.scale_problem`, in `check_judge_fit`);
 - junk output gated and recorded: model output that cannot be used is never a clean score
-  (`atelier check judge` only: it feeds the judge malformed and degenerate output).
+  (`atelier check judge` only: it feeds the judge malformed and degenerate output);
+- failures returned as failed judgments: a judgment that cannot be made is a failed JudgeResult
+  with its reason (a judge raises JudgeFailed, or lets a ModelCallError through, and `Judge.judge`
+  returns the failure), never an exception out of the judge. Every run holds each judgment to it
+  (`held_to_contract`): a judge that raises anything else (a bug: a RuntimeError, a TypeError, a
+  JudgeResult its own validation refuses) fails that judgment alone, naming the judge and the
+  exception, recorded as `judge_raised`; the episode keeps its response and the other judges'
+  judgments. Let through: cancellation (not an Exception), and an `EpisodeFailure`, which fails the
+  episode by design wherever it is raised — a local model server that died (`LocalServerDied`:
+  nothing falls back past it) and a request a replayed web never recorded (`ReplayMiss`: a replay
+  never judges on less than was recorded).
 
 `atelier check judge` (runs/studies/conformance/judge.py) applies the same functions to its
 synthetic judgments.
@@ -16,17 +26,21 @@ synthetic judgments.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable
 from typing import Any
 
-from atelier.agents.judges.base import Judge, JudgeResult, parse_scale
+from atelier.agents.judges.base import Judge, JudgeFailed, JudgeResult, parse_scale
 from atelier.agents.models.answer_contract import recording_answers
+from atelier.agents.models.gateway import ModelCallError
 from atelier.benchmarks.common.contract import ContractClause
+from atelier.benchmarks.common.errors import EpisodeFailure
 
 PROTOCOL = "judge"
 SCALE = ContractClause(PROTOCOL, "scores inside the declared scale", "judge_off_scale")
 JUNK = ContractClause(PROTOCOL, "junk output gated and recorded")
+RETURNED = ContractClause(PROTOCOL, "failures returned as failed judgments", "judge_raised")
 
 
 def _shown(value: Any) -> str:
@@ -35,14 +49,18 @@ def _shown(value: Any) -> str:
 
 def score_problems(result: JudgeResult, scale: str) -> list[str]:
     """What in `result` lies outside `scale` or is not a finite number: its score, each repeat's
-    score (its criteria are on scales of their own, undeclared: meta-eval reads a criterion that is
-    not a finite number as unscored)."""
+    score (`details.repeat_scores`, which must be a list of them; its criteria are on scales of their
+    own, undeclared: meta-eval reads a criterion that is not a finite number as unscored)."""
     if result.failed:
         return []
     bounds = parse_scale(scale)
     problems = []
     scores = [("score", result.score)]
-    scores += [(f"repeat {i} score", s) for i, s in enumerate(result.details.get("repeat_scores") or [], 1)]
+    repeats = result.details.get("repeat_scores")
+    if repeats is not None and not isinstance(repeats, (list, tuple)):  # a judge's bug, or an edited file
+        problems.append(f"repeat_scores {_shown(repeats)} is not a list of scores")
+        repeats = None
+    scores += [(f"repeat {i} score", s) for i, s in enumerate(repeats or [], 1)]
     for what, score in scores:
         if score is None:
             continue
@@ -77,11 +95,39 @@ def as_recorded(result: JudgeResult) -> JudgeResult:
     return held_to_scale(result, result.scale, f"judge:{result.judge}")
 
 
+async def returned(judge: Judge, judgment: Awaitable[JudgeResult]) -> JudgeResult:
+    """`judgment` (a call of `judge.judge` or `judge_pair`) as a JudgeResult, whatever it raised:
+    the protocol's own failures (JudgeFailed, a ModelCallError — a refused budget's "budget reached"
+    included) as the failed judgment `Judge.judge` makes of them, and anything else as a failed
+    judgment naming the judge and the exception, with a `judge_raised` degradation at the judge's
+    step. Cancellation and an `EpisodeFailure` go through."""
+    try:
+        return await judgment
+    except EpisodeFailure:  # fails the episode by design, wherever it is raised
+        raise
+    except (JudgeFailed, ModelCallError) as exc:
+        return judge.failure(str(exc))
+    except Exception as exc:  # a judge may raise anything (a bug): recorded, failing its judgment alone
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():  # the run is stopping under it: not the judge's failure
+            raise
+        said = " ".join(str(exc).split())  # one line (a ValidationError's spans several)
+        what = f"judge {judge.key!r} raised {type(exc).__name__}" + (f": {said}" if said else "")
+        return JudgeResult(
+            judge=judge.key,
+            scale=judge.scale,
+            error=f"{RETURNED.label} broken: {what}",  # whole: the degradation's detail is cut to a line's length
+            details={"raised": type(exc).__name__},
+            degraded=[RETURNED.broken(what, judge.step)],
+        )
+
+
 async def held_to_contract(judge: Judge, judgment: Awaitable[JudgeResult]) -> JudgeResult:
-    """`judgment` (a call of `judge.judge` or `judge_pair`), held to the judge's contract: its score
-    on the declared scale (`held_to_scale`), and what its model calls' answers broke of the provider
-    contract (a cut or filtered answer: agents/models/answer_contract.py) recorded with it."""
+    """`judgment` (a call of `judge.judge` or `judge_pair`), held to the judge's contract: a
+    judgment, never an exception out of the judge (`returned`), its score on the declared scale
+    (`held_to_scale`), and what its model calls' answers broke of the provider contract (a cut or
+    filtered answer: agents/models/answer_contract.py) recorded with it."""
     with recording_answers() as answers:
-        result = await judgment
+        result = await returned(judge, judgment)
     result = held_to_scale(result, judge.scale, judge.step)
     return result.model_copy(update={"degraded": [*result.degraded, *answers]}) if answers else result

@@ -53,7 +53,7 @@ from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from atelier.benchmarks.common.errors import AtelierError
+from atelier.benchmarks.common.errors import AtelierError, EpisodeFailure
 from atelier.benchmarks.common.loopback import bind_socket
 from atelier.benchmarks.common.waiting import waiting_for
 
@@ -89,7 +89,7 @@ class LocalModelError(AtelierError):
     """The local model cannot be found, loaded or served."""
 
 
-class LocalServerDied(LocalModelError):
+class LocalServerDied(LocalModelError, EpisodeFailure):
     """The local model's server process is gone: every call to it fails at once, none is retried."""
 
 

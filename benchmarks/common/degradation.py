@@ -40,8 +40,10 @@ DegradationKind = Literal[
     "setting_not_applied",
     "memory_over_budget",
     "memory_unknown_event",
+    "memory_bad_context",
     "pipeline_no_response",
     "judge_off_scale",
+    "judge_raised",
     "answer_incomplete",
     "answer_cut",
     "answer_filtered",
@@ -80,10 +82,16 @@ KINDS: dict[str, str] = {
     "(beyond the explicit persona kept whole, which memory_budget_cut records); the episode failed",
     "memory_unknown_event": "memory contract, 'event ids only from ingested events': a memory's context named an "
     "event that is not one of the user's own ingested events (another user's, or one never given); the episode failed",
+    "memory_bad_context": "memory contract, 'contexts in the UserContext schema': a memory's context() returned "
+    "something other than a UserContext (or one whose text or event ids are not what they say); the episode failed",
     "pipeline_no_response": "pipeline contract, 'the response schema': a pipeline returned no `response`, or one "
-    "that is not a SystemResponse; the episode failed",
+    "that is not a SystemResponse, or one whose fields do not hold what they say or cannot be written as JSON; "
+    "the episode failed",
     "judge_off_scale": "judge contract, 'scores inside the declared scale': a judge's score outside its declared "
     "scale, or not a finite number; the judgment failed",
+    "judge_raised": "judge contract, 'failures returned as failed judgments': a judge raised an exception (a bug: "
+    "a RuntimeError, a TypeError, a result its own validation refused) instead of returning a failed judgment; "
+    "that judgment failed, naming the judge and the exception, and the episode kept its response and other judgments",
     "answer_incomplete": "provider contract, 'an answer that arrived whole': a streamed answer without its "
     "terminal event, or a Responses or Interactions answer that ended failed or cancelled; the call failed and "
     "nothing was cached",

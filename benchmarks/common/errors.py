@@ -34,3 +34,9 @@ class DataError(AtelierError):
 
 class ConfigError(AtelierError):
     """A recipe or a setting is invalid."""
+
+
+class EpisodeFailure(Exception):
+    """Mixed into an error that fails the episode wherever it is raised: no step falls back past it,
+    and a judge's call that raises it is not a failed judgment (agents/judges/contract.py) — a replay
+    asked for what it never recorded (`ReplayMiss`), a local model server that died (`LocalServerDied`)."""

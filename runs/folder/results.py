@@ -13,12 +13,14 @@ Lines and JSON files are written with the run's keys redacted (`benchmarks.commo
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, computed_field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, computed_field, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from atelier.agents.judges.base import JudgeResult
 from atelier.agents.judges.contract import as_recorded
@@ -31,6 +33,22 @@ from atelier.benchmarks.common.json_input import read_appended_jsonl, validation
 from atelier.benchmarks.common.redaction import active_redactor
 from atelier.benchmarks.controls import ControlKind
 from atelier.memory.base import ContextShare
+
+# the validation context of a record read from a results file: its `scores` map is checked against
+# its judgments (`ResultRecord._scores_of_its_judgments`)
+READ_BACK = {"read_back": True}
+
+
+def _shown(score: float | None) -> str:
+    return "null" if score is None else repr(score) if math.isfinite(score) else str(score)
+
+
+def _same_score(a: float | None, b: float | None) -> bool:
+    """Whether a `scores` entry is its judgment's score as written: equal but for float rounding (a
+    NaN copied from a NaN judgment is the same too: the judgment is then read as failed)."""
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(a) and math.isnan(b))
 
 
 def result_key(case_id: str, system: str, epoch: int = 1, control: str | None = None) -> str:
@@ -82,7 +100,14 @@ class ResultRecord(BaseModel):
         "system's model calls broke of the provider contract (cut, filtered, unfinished reasoning).",
     )
     judgments: list[JudgeResult] = Field(default_factory=list)
-    scores: dict[str, float | None] = Field(default_factory=dict, description="Headline score per judge.")
+    scores: dict[str, float | None] = Field(
+        default_factory=dict,
+        validate_default=True,  # a line without the map gets its judgments' scores
+        description="Headline score per judge: a copy of each judgment's score (`{j.judge: j.score}`, as every "
+        "record is written). Read back from a results file, it is checked against the judgments and derived from "
+        "them held to their scale: an entry that disagrees with its judgment (a NaN, 35 for a judgment of 3.0, a "
+        "judge with no judgment) is refused naming its line and field, and one left out is filled in.",
+    )
     # finite, so what is written reads back: JSON has no NaN (pydantic would write null), and a file
     # holding one is refused where it is read, naming its line, rather than copied on (a rescore)
     resumed_from: str | None = Field(
@@ -133,6 +158,28 @@ class ResultRecord(BaseModel):
             *self.contract,
         ]
 
+    @field_validator("scores")
+    @classmethod
+    def _scores_of_its_judgments(cls, scores: dict[str, float | None], info: ValidationInfo) -> dict[str, float | None]:
+        """Read back from a results file (`READ_BACK`): the judgments' scores, the map refused where an
+        entry is not its judgment's score as written (a hand edit, a damaged line: never summed in
+        place of the judgment). Records built in memory are kept as given."""
+        if not (info.context or {}).get("read_back") or "judgments" not in info.data:
+            return scores  # judgments that do not validate are refused on their own
+        recorded = {j.judge: j.score for j in info.data["judgments"]}
+        for judge, score in scores.items():
+            if judge not in recorded:
+                problem = f"{_shown(score)} but no judgment of {judge!r} is recorded"
+            elif not _same_score(score, recorded[judge]):
+                problem = f"{_shown(score)} but its judgment says {_shown(recorded[judge])}"
+            else:
+                continue
+            error = PydanticCustomError("score_not_its_judgments", "{problem}", {"problem": problem})
+            raise ValidationError.from_exception_data(
+                cls.__name__, [InitErrorDetails(type=error, loc=(judge,), input=score)]
+            )  # pydantic puts it under `scores`: field 'scores.<judge>'
+        return recorded
+
     @model_validator(mode="after")
     def _judgments_on_their_scale(self) -> ResultRecord:
         """Judgments held to the scale each records (agents/judges/contract.py): what a results file
@@ -168,7 +215,7 @@ class ResultsFile:
         records: dict[str, ResultRecord] = {}
         for number, data in read_appended_jsonl(self.path, repair=repair).values:
             try:
-                record = ResultRecord.model_validate(data)
+                record = ResultRecord.model_validate(data, context=READ_BACK)
             except ValidationError as exc:
                 raise validation_error(exc, file=self.path, line=number) from None
             expected = result_key(record.case_id, record.system, record.epoch, record.control)

@@ -5,7 +5,10 @@ cases of the bundled sample suite given every gold field a judge may need:
   punctuation-only one is a score within the judge's `scale`, or a failure that says why;
 - junk output gated and recorded: when the judge's model answers with output that cannot be used —
   JSON that never parses (`scripted?malformed_rate=1`), or schema-valid answers whose every text is
-  punctuation — no judgment is a clean score: each fails with its reason or records what degraded.
+  punctuation — no judgment is a clean score: each fails with its reason or records what degraded;
+- failures returned as failed judgments: none of those judgments raised out of the judge (each is
+  taken as a run takes it, `contract.returned`: a judge that raises is a failed judgment recorded
+  as `judge_raised`, which the two clauses above then read as any failure).
 """
 
 from __future__ import annotations
@@ -126,6 +129,7 @@ class JudgeKit:
         self.config = judge_config(ref, options)
         self.judge: Judge = create_judge(self.config)
         self.workdir = workdir
+        self.raised: list[tuple[str, str]] = []  # (what was judged, what the judge raised)
 
     def context(self, model: str, tag: str) -> EpisodeContext:
         run = self.workdir / f"run-{tag}"
@@ -147,10 +151,13 @@ class JudgeKit:
         lacking = sorted({what for c in cases for what in self.judge.missing(c)})
         if lacking:
             why = f"the kit's cases lack {', '.join(lacking)}"
-            report.clauses += [not_applicable(contract.SCALE.name, why), not_applicable(contract.JUNK.name, why)]
+            report.clauses += [
+                not_applicable(clause.name, why) for clause in (contract.SCALE, contract.JUNK, contract.RETURNED)
+            ]
             return report
         report.clauses.append(await checked(contract.SCALE.name, lambda: self.scale(cases)))
         report.clauses.append(await checked(contract.JUNK.name, lambda: self.junk(cases)))
+        report.clauses.append(self.returned())
         return report
 
     async def judgments(
@@ -180,10 +187,14 @@ class JudgeKit:
                 for what, response in answers.items():
                     with capture_calls() as calls:
                         if judge.comparative:
-                            result = await judge.judge_pair(case, response, first, env)  # type: ignore[attr-defined]
+                            judgment = judge.judge_pair(case, response, first, env)  # type: ignore[attr-defined]
                         else:
-                            result = await judge.judge(case, response, env)
+                            judgment = judge.judge(case, response, env)
+                        result = await contract.returned(judge, judgment)
                     out.append((f"case {case.id}, {what}", result, sum(c.is_model_call for c in calls)))
+                    if any(d.kind == contract.RETURNED.kind for d in result.degraded):
+                        said = (result.error or "").removeprefix(f"{contract.RETURNED.label} broken: ")
+                        self.raised.append((f"case {case.id}, {what}", said))
             junked = gateway.junked if gateway is not None else 0
         finally:
             await release(context)
@@ -216,6 +227,13 @@ class JudgeKit:
             f"{len(results)} judgments: {spread} within {self.judge.scale}"
             + (f", {failed} failed with their reason" if failed else ""),
         )
+
+    def returned(self) -> Clause:
+        """Over every judgment the other clauses asked for: none raised out of the judge."""
+        if self.raised:
+            what, detail = self.raised[0]
+            return broken(contract.RETURNED.name, f"{len(self.raised)} judgments raised; {what}: {detail[:300]}")
+        return held(contract.RETURNED.name, "every judgment came back as a judgment (or a failure with its reason)")
 
     async def junk(self, cases: list[Case]) -> Clause:
         checks = []
