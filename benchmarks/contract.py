@@ -3,7 +3,8 @@
 What a run holds every case source to — a shipped loader, a JSON Lines file, a researcher's own
 loader — and `atelier check benchmark` checks on a loader:
 
-- cases in the Case schema: each history's event ids unique (case ids are checked as cases load);
+- cases in the Case schema: each history's event ids unique, none the id its explicit persona takes
+  in the persona settings (case ids are checked as cases load);
 - one user's events the same in every case: an event id of a user names one event, whatever case
   it comes with (else which text a memory keeps depends on which case it ingested first);
 - settings expose what they say: the setting a recipe asks for is the cases' setting (stamped by
@@ -76,25 +77,34 @@ def setting_problems(cases: Iterable[Case], setting: str) -> list[str]:
 
 
 def history_problems(cases: Iterable[Case]) -> list[str]:
-    """Event ids repeated within a case's history, and a user's event id naming different events in
-    two cases (the first such pair, naming both cases and the event)."""
+    """Event ids repeated within a case's history (or taking the id of its explicit persona), and a
+    user's event id naming different events in two cases (the first such pair, naming both cases
+    and the event)."""
     problems: list[str] = []
     first: dict[tuple[str, str], tuple[HistoryEvent, str]] = {}
     conflicts = 0
     for case in cases:
         ids: set[str] = set()
+        persona_id = case.persona.as_event().id if case.persona is not None else None
         for event in case.history:
             if event.id in ids:
                 problems.append(f"{SCHEMA.name}: case {case.id}: history event id {event.id!r} is repeated")
+                break
+            if event.id == persona_id and not isinstance(event, ExplicitPersona):
+                problems.append(
+                    f"{SCHEMA.name}: case {case.id}: history event id {event.id!r} is the id the persona settings give "
+                    "the case's explicit persona (a memory would keep only one of the two): give the event another id"
+                )
                 break
             ids.add(event.id)
             seen = first.setdefault((case.user_id, event.id), (event, case.id))
             if seen[0] is not event and seen[0] != event:
                 conflicts += 1
                 if conflicts == 1:
+                    before, now = _told_apart(seen[0], event)
                     problems.append(
-                        f"{USER_EVENTS.name}: the event {event.id!r} of user {case.user_id!r} is {_said(seen[0])} in case "
-                        f"{seen[1]} but {_said(event)} in case {case.id} (a memory would keep whichever case it "
+                        f"{USER_EVENTS.name}: the event {event.id!r} of user {case.user_id!r} is {before} in case "
+                        f"{seen[1]} but {now} in case {case.id} (a memory would keep whichever case it "
                         "ingested first): give each version its own id"
                     )
     if conflicts > 1:
@@ -102,9 +112,19 @@ def history_problems(cases: Iterable[Case]) -> list[str]:
     return problems
 
 
-def _said(event: HistoryEvent) -> str:
-    text = " ".join(event.render().split())
-    return repr(text if len(text) <= 60 else text[:59] + "…")
+def _told_apart(one: HistoryEvent, other: HistoryEvent) -> tuple[str, str]:
+    """Two versions of an event as a reader tells them apart: their texts from a little before the
+    first difference, else (the same text) the fields that differ."""
+    texts = [" ".join(e.render().split()) for e in (one, other)]
+    if texts[0] != texts[1]:
+        at = next((i for i, (a, b) in enumerate(zip(*texts)) if a != b), min(map(len, texts)))
+        start = texts[0].rfind(" ", 0, max(0, at - 20)) + 1  # from a word's start
+        cut = [("…" if start else "") + t[start : start + 60] + ("…" if len(t) > start + 60 else "") for t in texts]
+        return repr(cut[0]), repr(cut[1])
+    dumps = [e.model_dump(mode="json") for e in (one, other)]
+    fields = [k for k in dict.fromkeys([*dumps[0], *dumps[1]]) if dumps[0].get(k) != dumps[1].get(k)]
+    said = ["; ".join(f"{k} {d.get(k)!r}" for k in fields) for d in dumps]
+    return said[0][:120], said[1][:120]
 
 
 def check_cases(cases: Sequence[Case], settings: Iterable[str], where: str, *, histories: bool = True) -> None:

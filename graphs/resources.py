@@ -36,7 +36,7 @@ from atelier.graphs.context import EpisodeContext
 from atelier.graphs.inputs import GraphInputError, user_event_ids
 from atelier.graphs.sources import SourceStore
 from atelier.memory.base import MemoryBackend, MemoryEnv, MemoryQuery, UserContext
-from atelier.memory.contract import held_to_contract
+from atelier.memory.contract import checked_context, held_to_contract
 from atelier.memory.journal import journaled
 from atelier.memory.persona_first import latest_persona
 from atelier.memory.registry import create_backend
@@ -94,7 +94,7 @@ class Resources:
         memory = await self.open_memory()
         await memory.ingest(owner.user_id, owner.history)
         return held_to_contract(
-            await memory.context(owner.user_id, query),
+            checked_context(await memory.context(owner.user_id, query), memory.name),
             user_id=owner.user_id,
             budget=memory.budget(None),
             known=user_event_ids(self.context.run_id, owner),

@@ -105,18 +105,19 @@ class EventsPacked(NamedTuple):
     def degraded(self, step: str) -> list[Degradation]:
         """A `memory_budget_cut` counting the history events the budget left out; when the persona
         alone exceeds the budget, the detail says it was kept whole, over the budget."""
-        if not self.cut:
+        over = self.persona_tokens > self.budget
+        if not self.cut and not over:
             return []
-        history = self.offered - (1 if self.persona_tokens else 0)
-        if self.persona_tokens > self.budget:
+        if over:  # said even with no history to leave out (setting `persona`): the context is over its budget
             detail = (
                 f"the explicit persona alone ({self.persona_tokens} tokens) exceeds the {self.budget}-token budget: "
-                f"kept whole, over the budget; all {self.cut} history events left out"
-            )
-        else:
-            detail = f"{self.cut} of {history} history events left out by the {self.budget}-token budget"
-            if self.persona_tokens:
-                detail += f" (the explicit persona, kept whole and first, took {self.persona_tokens} of it)"
+                "kept whole, over the budget"
+            ) + (f"; all {self.cut} history events left out" if self.cut else "")
+            return [degradation("memory_budget_cut", step, detail, count=max(self.cut, 1))]
+        history = self.offered - (1 if self.persona_tokens else 0)
+        detail = f"{self.cut} of {history} history events left out by the {self.budget}-token budget"
+        if self.persona_tokens:
+            detail += f" (the explicit persona, kept whole and first, took {self.persona_tokens} of it)"
         return [degradation("memory_budget_cut", step, detail, count=self.cut)]
 
     def share(self) -> ContextShare:

@@ -6,12 +6,15 @@ same functions on the contexts of its synthetic users, and tests the clauses onl
 experiment can show:
 
 - budget respected: a context never takes more tokens than its budget — but for the explicit
-  persona larger than the budget, kept whole as the context's only event with a degradation
-  saying so (memory/persona_first.py); broken: `memory_over_budget`, the episode fails;
+  persona larger than the budget, kept whole as the context's only event (its text the persona's
+  lines, nothing more) with a degradation saying so (memory/persona_first.py, memory/budget.py);
+  broken: `memory_over_budget`, the episode fails;
 - event ids only from ingested events: every id a context names is one of the user's own
   events the memory was given; broken: `memory_unknown_event`, the episode fails;
 - the persona kept whole where the setting gives one: the explicit persona's facets open the
   context, every one — or its loss is recorded (`persona_not_kept`; the episode goes on);
+- contexts in the UserContext schema: what `context()` returns is a UserContext whose text is a
+  str and event ids a list of str; broken: `memory_bad_context`, the episode fails;
 - ingest idempotent, concurrent users isolated, no gold field read, state rebuilt exactly after
   a kill: `atelier check memory` only (a resumed run refuses a memory its journal cannot rebuild
   exactly: memory/journal.py).
@@ -21,11 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from atelier.benchmarks.case import ExplicitPersona, persona_facets
+from atelier.benchmarks.case import ExplicitPersona
 from atelier.benchmarks.common.contract import ContractBroken, ContractClause
 from atelier.memory.base import UserContext
 from atelier.memory.budget import count_tokens
-from atelier.memory.persona_first import persona_kept
+from atelier.memory.persona_first import persona_kept, persona_lines
 
 PROTOCOL = "memory"
 IDEMPOTENT = ContractClause(PROTOCOL, "ingest idempotent")
@@ -35,15 +38,40 @@ KNOWN_IDS = ContractClause(PROTOCOL, "event ids only from ingested events", "mem
 NO_GOLD = ContractClause(PROTOCOL, "no gold field read")
 REBUILT = ContractClause(PROTOCOL, "state rebuilt exactly after a kill")
 PERSONA = ContractClause(PROTOCOL, "the persona kept whole where the setting gives one", "persona_not_kept")
+CONTEXT = ContractClause(PROTOCOL, "contexts in the UserContext schema", "memory_bad_context")
+
+
+def context_problem(value: object, backend: str) -> str | None:
+    """Why `value`, what a memory's `context()` returned, is not a context the run can read; None
+    when it is a UserContext whose text and event ids are what they say (the fields every reader
+    uses: a field set after the context was made is not validated by pydantic)."""
+    if not isinstance(value, UserContext):
+        return f"the {backend} memory's context() returned a {type(value).__name__}, not a UserContext (atelier.memory.base)"
+    if not isinstance(value.text, str):
+        return f"the {backend} memory's context has a {type(value.text).__name__} as its text, not a str"
+    if not isinstance(value.event_ids, list) or not all(isinstance(i, str) for i in value.event_ids):
+        return f"the {backend} memory's context has event_ids {str(value.event_ids)[:80]!r}, not a list of str"
+    return None
+
+
+def checked_context(value: object, backend: str, step: str = "recall") -> UserContext:
+    """`value` as a UserContext; ContractBroken (the episode fails) when `context_problem` says it is not one."""
+    problem = context_problem(value, backend)
+    if problem is not None:
+        raise ContractBroken(CONTEXT, problem, step)
+    assert isinstance(value, UserContext)
+    return value
 
 
 def persona_alone_kept(context: UserContext, persona: ExplicitPersona | None) -> bool:
     """The one way over a budget (memory/budget.py pack_events, memory/persona_first.py): the explicit
-    persona larger than the budget, kept whole as the context's only event, with a degradation saying so."""
+    persona larger than the budget, kept whole as the context's only event — its text the persona's
+    lines and nothing else — with a degradation saying so."""
     return (
         persona is not None
         and context.event_ids == [persona.id]
-        and all(value in context.text for _, value in persona_facets(persona.attributes))
+        and persona_kept(context.text, persona)
+        and len(context.text.split("\n")) == len(persona_lines(persona))
         and any("persona" in d.detail.lower() for d in context.degraded)
     )
 
@@ -88,7 +116,8 @@ def held_to_contract(
 ) -> UserContext:
     """`context`, the memory's answer for `user_id` under `budget`, held to the clauses one context
     shows: ContractBroken (the episode fails) for a context over its budget or naming events not
-    among `known`; a `persona_not_kept` added when the setting's persona was lost without a word."""
+    among `known`; a `persona_not_kept` added when the setting's persona was lost without a word.
+    (`checked_context` comes first, where the memory's answer is first read.)"""
     problem = over_budget(context, budget, persona)
     if problem is not None:
         raise ContractBroken(BUDGET, f"the {context.backend} memory's context takes {problem}", step, subject=context)

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 from atelier.benchmarks.case import Case, CaseView, Gold, HistoryEvent
 from atelier.benchmarks.metrics.ranking import as_run, evaluate_runs
 from atelier.memory.base import QUERY_MODES, MemoryBackend, QueryMode, memory_query
+from atelier.memory.contract import checked_context
 
 CUTOFFS = (3, 10)
 
@@ -122,7 +123,7 @@ async def evaluate_retrieval(
         query = memory_query(view, query_mode)
         async with gate:
             start = time.perf_counter()
-            context = await backend.context(view.user_id, query, budget)
+            context = checked_context(await backend.context(view.user_id, query, budget), backend.name)
             return context.event_ids, (time.perf_counter() - start) * 1000
 
     recalled = await asyncio.gather(*(recall(case, view) for case, view in judged))

@@ -42,6 +42,7 @@ from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl, validation_error
 from atelier.memory.base import MemoryBackend, MemoryQuery, UserContext, as_query
 from atelier.memory.clock import ClockTape, on_tape
+from atelier.memory.contract import checked_context
 
 JOURNAL_FILE = "journal.jsonl"
 REBUILD_STEP = "memory_rebuild"  # the ledger's node for the model calls a rebuild makes
@@ -259,7 +260,7 @@ class JournaledMemory(MemoryBackend):
         if not self.inner.recall_changes_state:
             async with self.user_lock(user_id):
                 await self._ready(user_id)
-            return await self.inner.context(user_id, query, budget)
+            return checked_context(await self.inner.context(user_id, query, budget), self.inner.name)
         task = graph_task()
         async with self.user_lock(user_id):
             await self._ready(user_id)
@@ -269,7 +270,7 @@ class JournaledMemory(MemoryBackend):
                 return done.context.model_copy(deep=True)  # the step's checkpoint, not its search
             tape = ClockTape()
             with on_tape(tape):
-                context = await self.inner.context(user_id, query, budget)
+                context = checked_context(await self.inner.context(user_id, query, budget), self.inner.name)
             digest = await self.inner.state_digest(user_id)
             entry = RecallEntry(
                 user_id=user_id,

@@ -16,10 +16,11 @@ from pydantic import BaseModel
 from atelier.agents.judges.base import Judge, JudgeConfig, JudgeEnv, JudgeResult
 from atelier.agents.response import Citation, SystemResponse
 from atelier.benchmarks.case import Case, ExplicitPersona, HistoryEvent
+from atelier.benchmarks.common.degradation import degradation
 from atelier.graphs.context import EpisodeContext
 from atelier.graphs.inputs import PipelineInput, PipelineOutput
 from atelier.memory.base import MemoryBackend, MemoryQuery, UserContext, digest_of
-from atelier.memory.budget import pack_events
+from atelier.memory.budget import pack_events, render_event
 
 # --------------------------------------------------------------------------- memory
 
@@ -122,6 +123,29 @@ class PersonaDroppingMemory(_Events):
         return [e for e in super().events(user_id) if not isinstance(e, ExplicitPersona)]
 
 
+class PersonaCheatMemory(_Events):
+    """Claims the one way over a budget — the explicit persona alone, kept whole, a degradation saying
+    so — while its text holds the history as well, over the budget."""
+
+    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        events = self.events(user_id)
+        personas = [e.id for e in events if isinstance(e, ExplicitPersona)][-1:]
+        lines = [render_event(e) for e in sorted(events, key=lambda e: not isinstance(e, ExplicitPersona))]
+        words = max(1, len(" ".join(lines).split()))
+        text = "\n".join(lines * (2 + 2 * self.budget(budget) // words))  # a token per word at least: over
+        said = degradation("memory_budget_cut", "recall", "the explicit persona alone exceeds the budget: kept whole")
+        return UserContext(
+            backend=self.name, form="raw", text=text, event_ids=personas, tokens=len(text.split()), degraded=[said]
+        )
+
+
+class DictContextMemory(_Events):
+    """Returns its context as a plain dict where a UserContext belongs."""
+
+    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> Any:
+        return (await super().context(user_id, query, budget)).model_dump()
+
+
 # --------------------------------------------------------------------------- pipelines
 
 
@@ -159,6 +183,17 @@ def text_response():
 
     async def answer(state: _State, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
         return {"response": "an answer"}
+
+    return _graph(answer)
+
+
+def edited_response():
+    """Sets its response's text to None after making it (pydantic does not validate an assignment)."""
+
+    async def answer(state: _State, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+        response = SystemResponse(text="an answer")
+        response.text = None  # type: ignore[assignment]
+        return {"response": response}
 
     return _graph(answer)
 

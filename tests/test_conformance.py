@@ -54,7 +54,7 @@ def test_every_builtin_memory_backend_keeps_the_contract(name, tmp_path):
     more: no gold read, the state rebuilt after kill -9, the persona kept."""
     report = check("memory", name, tmp_path)
     assert broken_names(report) == [], report.lines()
-    assert len(report.clauses) == 7
+    assert len(report.clauses) == 8
     assert (
         verdicts(report)[memory_contract.REBUILT.name] == "held"
         and verdicts(report)[memory_contract.NO_GOLD.name] == "held"
@@ -113,6 +113,8 @@ def test_the_bundled_benchmark_keeps_the_contract(tmp_path):
         ("GoldReadingMemory", memory_contract.NO_GOLD.name),
         ("ProcessBoundMemory", memory_contract.REBUILT.name),
         ("PersonaDroppingMemory", memory_contract.PERSONA.name),
+        ("PersonaCheatMemory", memory_contract.BUDGET.name),
+        ("DictContextMemory", memory_contract.CONTEXT.name),
     ],
 )
 def test_a_memory_that_breaks_a_clause_is_caught_on_that_clause(double, clause, tmp_path):
@@ -130,6 +132,7 @@ def test_the_doubles_control_keeps_every_clause(tmp_path):
     ("double", "clause", "evidence"),
     [
         ("dict_response", "the response schema", "not a SystemResponse"),
+        ("edited_response", "the response schema", "field 'text' is invalid: Input should be a valid string"),
         ("invented_citation", "citations only to sources read", "https://example.org/never-read"),
         ("undeclared_state_type", "checkpointable state", "type the run's serializer does not know"),
         ("untyped_interrupt", "a clean interrupt/resume where it asks the user", "not a ClarifyRequest"),
@@ -179,11 +182,11 @@ def test_the_example_backend_passes_and_its_broken_variant_fails_naming_budget_a
     outside.mkdir()
     ok = atelier("check", "memory", "mylab.memory:KeywordMemory", cwd=outside, extra_path=str(EXAMPLE))
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert ok.stdout.strip().splitlines()[-1] == "all 7 clauses held"
+    assert ok.stdout.strip().splitlines()[-1] == "all 8 clauses held"
     bad = atelier("check", "memory", "mylab.broken:ForgetfulKeywordMemory", cwd=outside, extra_path=str(EXAMPLE))
     assert bad.returncode == 3, bad.stdout + bad.stderr
     lines = bad.stdout.strip().splitlines()
-    assert lines[-1] == "2 of 7 clauses broken: budget respected, event ids only from ingested events"
+    assert lines[-1] == "2 of 8 clauses broken: budget respected, event ids only from ingested events"
     assert any(line.startswith("  BROKEN  budget respected: ") and "for a budget of 24" in line for line in lines)
     assert any("'alice:remembered-1', 'alice:remembered-2'" in line for line in lines)
 

@@ -78,6 +78,9 @@ PLANTS = {
     "no_response": (pipeline_contract.RESPONSE, {"pipeline": f"{DOUBLES}:no_response"}),
     "text_response": (pipeline_contract.RESPONSE, {"pipeline": f"{DOUBLES}:text_response"}),
     "dict_response": (pipeline_contract.RESPONSE, {"pipeline": f"{DOUBLES}:dict_response"}),
+    "edited_response": (pipeline_contract.RESPONSE, {"pipeline": f"{DOUBLES}:edited_response"}),
+    "persona_cheat": (memory_contract.BUDGET, {"memory": {"backend": f"{DOUBLES}:PersonaCheatMemory"}}),
+    "dict_context": (memory_contract.CONTEXT, {"memory": {"backend": f"{DOUBLES}:DictContextMemory"}}),
 }
 JUDGE_PLANTS = {"off_scale": f"{DOUBLES}:OffScale", "not_finite": f"{DOUBLES}:NotFinite"}
 SCALES = {"off_scale": "(scale 0-1): score 7.0 is outside", "not_finite": "(scale 1-5): score "}
@@ -92,6 +95,7 @@ SCALES = {"off_scale": "(scale 0-1): score 7.0 is outside", "not_finite": "(scal
 )
 @example(plants={"budget", "known_ids", "persona"}, judge="not_finite", budget=60, limit=2)  # every clause once
 @example(plants={"no_response", "text_response", "dict_response"}, judge="off_scale", budget=60, limit=1)
+@example(plants={"edited_response", "persona_cheat", "dict_context"}, judge=None, budget=60, limit=1)
 @given(
     plants=st.sets(st.sampled_from(sorted(PLANTS)), min_size=1, max_size=3),
     judge=st.sampled_from([None, *sorted(JUDGE_PLANTS)]),
@@ -221,6 +225,74 @@ def test_one_users_event_told_two_ways_is_refused_at_load_naming_both_cases_and_
     text = str(refused.value)
     assert benchmark_contract.USER_EVENTS.name in text and str(cases) in text
     assert "'maya:e1'" in text and "case m1" in text and "case m2" in text and "I drive a car" in text
+
+
+@pytest.mark.parametrize(
+    ("second", "told"),
+    [
+        # the same first 60 characters: the message shows where they part
+        (
+            {"text": "I ride my bike to work on weekdays, rain or shine, except in August."},
+            ("'…weekdays, rain or shine.'", "'…weekdays, rain or shine, except in August.'"),
+        ),
+        ({"timestamp": "2024-12-31"}, ("timestamp '2025-01-10'", "timestamp '2024-12-31'")),
+        ({"kind": "ptkb"}, ("kind 'memory_snippet'", "kind 'ptkb'")),
+    ],
+)
+def test_two_versions_of_an_event_that_read_alike_are_told_apart_where_they_differ(tmp_path, second, told):
+    from atelier.benchmarks.registry import load_cases
+
+    first = {"id": "maya:e1", "kind": "memory_snippet", "timestamp": "2025-01-10"}
+    first["text"] = "I ride my bike to work on weekdays, rain or shine."
+    rows = [
+        {"id": f"m{i}", "benchmark": "mine", "user_id": "maya", "query": {"text": "q"}, "history": [event]}
+        for i, event in enumerate([first, {**first, **second}], 1)
+    ]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError) as refused:
+        load_cases("jsonl", options={"path": str(path)})
+    assert f"is {told[0]} in case m1 but {told[1]} in case m2" in str(refused.value)
+
+
+def test_a_history_event_taking_the_personas_id_is_refused_at_load_naming_the_case_and_the_id(tmp_path):
+    from atelier.benchmarks.registry import load_cases
+
+    row = {
+        "id": "m1",
+        "benchmark": "mine",
+        "user_id": "maya",
+        "query": {"text": "q"},
+        "history": [{"id": "maya:persona", "kind": "memory_snippet", "text": "I eat only steak."}],
+        "persona": {"user_id": "maya", "attributes": {"Basic": {"Diet": "vegetarian"}}},
+    }
+    path = tmp_path / "cases.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(DataError) as refused:
+        load_cases("jsonl", options={"path": str(path)})
+    text = str(refused.value)
+    assert benchmark_contract.SCHEMA.name in text and "case m1: history event id 'maya:persona'" in text
+
+
+def test_the_persona_alone_is_the_only_way_over_a_budget():
+    """`full` in the `persona` setting with a persona over the budget records it (the exemption
+    holds); a context claiming the exemption while its text holds more than the persona does not."""
+    from atelier.benchmarks.case import ExplicitPersona
+    from atelier.memory.base import MemoryConfig, MemoryEnv
+    from atelier.memory.registry import create_backend
+
+    persona = ExplicitPersona(id="u:persona", attributes={"Basic": {"Job": "night nurse", "Diet": "vegetarian"}})
+    full = create_backend(MemoryConfig(backend="full", budget_tokens=5), MemoryEnv())
+    asyncio.run(full.ingest("u", [persona]))
+    context = asyncio.run(full.context("u", "q"))
+    assert context.event_ids == ["u:persona"] and context.tokens > 5
+    assert [d.kind for d in context.degraded] == ["memory_budget_cut"]
+    held = memory_contract.held_to_contract(context, user_id="u", budget=5, known={"u:persona"}, persona=persona)
+    assert held.text == context.text
+    cheat = context.model_copy(update={"text": context.text + "\nI drive to work. I love steak."})
+    with pytest.raises(memory_contract.ContractBroken) as broken:
+        memory_contract.held_to_contract(cheat, user_id="u", budget=5, known={"u:persona"}, persona=persona)
+    assert broken.value.clause is memory_contract.BUDGET
 
 
 def test_a_persona_setting_on_cases_without_a_persona_is_refused_before_anything_starts(tmp_path, capsys, monkeypatch):

@@ -48,7 +48,9 @@ async def checked(name: str, check: Callable[[], Awaitable[Clause]]) -> Clause:
     except Exception as exc:  # noqa: BLE001 - a system under test may raise anything: that is the evidence
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/conformance/" not in f.filename]
         where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-        return broken(name, f"raised {type(exc).__name__}: {' '.join(str(exc).split())[:300]}{where}")
+        said = " ".join(str(exc).split())
+        said = said if len(said) <= 900 else said[:899] + "…"  # whole: the advice ends a long message
+        return broken(name, f"raised {type(exc).__name__}: {said}{where}")
 
 
 @dataclass

@@ -5,7 +5,9 @@ and these), checked on a backend on the scripted model:
   leaves the state digest and the context as one ingest made them, with no event id twice;
 - concurrent users isolated: two users ingested at once never see each other's words or ids, and
   each user's state is what ingesting that user alone makes;
-- budget respected: a context never takes more tokens than the budget it was asked for;
+- budget respected: a context never takes more tokens than the budget it was asked for (but for
+  the persona alone, kept whole over a budget it exceeds: asked of a user whose only event is the
+  persona, as the `persona` setting gives it);
 - event ids only from ingested events: every id a context names is an event of that user;
 - no gold field read: on a case whose gold fields all carry a canary, the canary reaches neither
   the context nor any model request (run through the memory graph, as an episode runs it);
@@ -13,7 +15,9 @@ and these), checked on a backend on the scripted model:
   a new process rebuilds the state from the run's memory journal (memory/journal.py) or the
   backend's own store, to the same digest, with every model call answered by the response cache;
 - the persona kept whole where the setting gives one (`persona+context`): the explicit persona's
-  every facet in the context and its event first — or its loss recorded as a degradation.
+  every facet in the context and its event first — or its loss recorded as a degradation;
+- contexts in the UserContext schema: every context asked above is one a run can read (the run's
+  own check, `memory.contract.checked_context`, on each).
 
 Backends whose state holds times read them through `MemoryBackend.now()`; the kit fixes their
 clock, so that two instances fed alike hold equal state.
@@ -149,6 +153,8 @@ class MemoryKit:
         self.workdir = workdir
         self._stores = 0
         self._open: list[MemoryBackend] = []
+        self._contexts = 0  # contexts the instances gave
+        self._unreadable: list[str] = []  # what was wrong with those that were no UserContext
 
     def backend(self, store: Path | None = None, gateway: Gateway | None = None) -> MemoryBackend:
         """A fresh instance in a store folder of its own, its clock fixed."""
@@ -157,6 +163,17 @@ class MemoryKit:
             store = self.workdir / "stores" / str(self._stores)
         instance = create_backend(self.config, MemoryEnv(gateway=gateway or scripted_gateway(), store_dir=store))
         instance.clock = lambda: CLOCK
+        context = instance.context
+
+        async def read_as_a_run_reads(user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+            self._contexts += 1
+            try:
+                return contract.checked_context(await context(user_id, query, budget), instance.name)
+            except ContractBroken as exc:
+                self._unreadable.append(exc.detail)
+                raise
+
+        instance.context = read_as_a_run_reads  # type: ignore[method-assign]
         self._open.append(instance)
         return instance
 
@@ -180,6 +197,7 @@ class MemoryKit:
             report.clauses.append(await checked(contract.NO_GOLD.name, self.no_gold))
             report.clauses.append(await checked(contract.REBUILT.name, self.rebuilt))
             report.clauses.append(await checked(contract.PERSONA.name, self.persona))
+            report.clauses.append(self.context_schema())
         finally:
             await self.close()
         return report
@@ -274,12 +292,27 @@ class MemoryKit:
         problem = contract.over_budget(default, self.config.budget_tokens, given)
         if problem is not None:
             over.append(f"{problem} (its default budget_tokens)")
+        # the `persona` setting: the persona alone, larger than the smallest budget
+        lone = persona("pat")
+        await backend.ingest("pat", [lone])
+        alone = await backend.context("pat", QUERY, BUDGETS[0])
+        contexts.append(("pat", alone, {lone.id}))
+        problem = contract.over_budget(alone, BUDGETS[0], lone)
+        if problem is not None:
+            over.append(f"{problem} (a persona alone, as the `persona` setting gives it)")
+        else:
+            measured.append(f"{count_tokens(alone.text)}/{BUDGETS[0]} (a persona alone)")
         if over:
             return broken(contract.BUDGET.name, "; ".join(over))
         return held(
             contract.BUDGET.name,
             f"tokens/budget: {', '.join(measured)}; default budget {self.config.budget_tokens}: ok",
         )
+
+    def context_schema(self) -> Clause:
+        if self._unreadable:
+            return broken(contract.CONTEXT.name, "; ".join(dict.fromkeys(self._unreadable)))
+        return held(contract.CONTEXT.name, f"{self._contexts} contexts asked, each a UserContext a run can read")
 
     def known_ids(self, contexts: Sequence[tuple[str, UserContext, set[str]]]) -> Clause:
         unknown: dict[str, list[str]] = {}
