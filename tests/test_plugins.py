@@ -350,3 +350,23 @@ def test_an_entry_point_name_claimed_twice_or_by_a_builtin_is_refused_naming_bot
     listed = registry()
     assert "recency" not in listed.names() and "full" in listed.names()
     assert "two installed distributions" in listed.broken["recency"] and "built into" in listed.broken["full"]
+
+
+def test_an_entry_point_named_like_a_builtin_that_cannot_load_is_refused_naming_both(tmp_path, monkeypatch):
+    """Its kind cannot be told, so it may mean to replace the built-in: refused naming the built-in,
+    the entry point, its distribution and why it does not load — never silently ignored."""
+    from atelier.benchmarks.common.named_registry import NamedRegistry
+    from atelier.benchmarks.common.plugins import PluginClashError
+    from atelier.memory.backends.full import FullHistory
+    from atelier.memory.registry import plugin_backend
+
+    site = tmp_path / "site"
+    installed(site, "dlab", "full = nolab.memory:Nothing")
+    monkeypatch.syspath_prepend(str(site))
+    backends: NamedRegistry = NamedRegistry("memory backend", adapt=plugin_backend)
+    backends.register("full", FullHistory)
+    with pytest.raises(PluginClashError) as refused:
+        backends.get("full")
+    said = str(refused.value)
+    assert "memory backend 'full' is built into Atelier" in said and "entry point 'full' of dlab" in said
+    assert "cannot import module 'nolab.memory'" in said

@@ -186,7 +186,15 @@ class NamedRegistry(Generic[T]):
         if self._installed_names is None:  # read once per registry: the group's names (nothing imported)
             self._installed_names = frozenset(entry.name for entry in plugin_entry_points())
         entries = find_entry_points(name) if name in self._installed_names else []
-        found = self._of_this_kind(name, entries) if entries else []
+        try:
+            found = self._of_this_kind(name, entries) if entries else []
+        except PluginClashError:
+            raise
+        except PluginError as exc:  # its kind cannot be told: it may be meant to replace the built-in
+            raise PluginClashError(
+                f"{self.kind} {name!r} is built into Atelier, and an installed entry point of that name cannot be "
+                f"loaded to tell what it is: {exc}; fix or uninstall it, or rename it"
+            ) from None
         if found:
             raise PluginClashError(
                 f"{self.kind} {name!r} is built into Atelier, and {found[0][1].describe()} claims the same name; "

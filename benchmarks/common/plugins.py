@@ -112,7 +112,8 @@ def load_entry_point(entry: EntryPoint) -> Any:
     try:
         return load_reference(entry.value)
     except PluginError as exc:
-        raise PluginError(f"entry point {entry.name!r} ({entry.value}, group {GROUP}): {exc}") from None
+        of = f" of {entry.dist.name}" if entry.dist is not None else ""
+        raise PluginError(f"entry point {entry.name!r}{of} ({entry.value}, group {GROUP}): {exc}") from None
 
 
 def origin_of(name: str, entry: EntryPoint | None = None) -> PluginOrigin:
