@@ -172,3 +172,15 @@ def test_a_line_without_its_scores_map_is_read_from_its_judgments(folder, capsys
     assert code == 0, err
     n, mean = mean_of(folder)
     assert n == 3 and mean == pytest.approx(math.fsum(scores) / 3)
+
+
+def test_a_torn_last_line_is_said_where_the_report_counts_its_episode_as_not_run(folder, capsys, monkeypatch):
+    """A run killed while writing a line leaves it torn: the report counts its episode as not run
+    (exit 130) and says why, naming the line (it said only '1 not run')."""
+    results = folder / "results.jsonl"
+    results.write_bytes(results.read_bytes()[:-40])  # the last line, cut short with no newline
+    code, out, err = atelier(capsys, monkeypatch, "report", str(folder))
+    assert code == 130, err
+    said = out + err
+    assert "2 scored, 0 failed, 1 not run (of 3)" in said
+    assert f"{results}:3: a torn last line was not read (the run stopped while writing it)" in said

@@ -207,13 +207,25 @@ class ResultsFile:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        self.torn_line: int | None = None  # the torn last line the latest `load` left unread
+
+    def torn(self) -> str | None:
+        """What the latest `load` left unread, said for a reader ("...: its episode counts as not run")."""
+        if self.torn_line is None:
+            return None
+        return (
+            f"{self.path}:{self.torn_line}: a torn last line was not read (the run stopped while writing it): its "
+            "episode counts as not run, and running the recipe again into this folder redoes it"
+        )
 
     def load(self, repair: bool = False) -> dict[str, ResultRecord]:
         """The latest record per key. A torn last line (the process died while writing it) is
         dropped, and its episode redone — with `repair`, also dropped from the file, before the run
         appends again. Any other bad line is an error naming the line."""
         records: dict[str, ResultRecord] = {}
-        for number, data in read_appended_jsonl(self.path, repair=repair).values:
+        lines = read_appended_jsonl(self.path, repair=repair)
+        self.torn_line = lines.torn_line
+        for number, data in lines.values:
             try:
                 record = ResultRecord.model_validate(data, context=READ_BACK)
             except ValidationError as exc:

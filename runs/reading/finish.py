@@ -111,11 +111,14 @@ def _outcome(folder: RunFolder, config: dict[str, Any]) -> RunOutcome:
     keys = expected_keys(config["cases"], [s["name"] for s in recipe["systems"]], run_epochs(config))
     keys += run_control_keys(config)  # counterfactual controls are episodes of the run too
     wanted = set(keys)
-    records = [r for k, r in ResultsFile(folder.results).load().items() if k in wanted]
+    results = ResultsFile(folder.results)
+    records = [r for k, r in results.load().items() if k in wanted]
     baselines = {j.key: j.baseline for j in judge_objects if isinstance(j, ComparativeJudge)}
-    return outcome_of(
+    outcome = outcome_of(
         records, keys, [j.key for j in judge_objects], baselines=baselines, tolerate=recipe["run"].get("tolerate", [])
     )
+    outcome.torn = results.torn()
+    return outcome
 
 
 def finish_run(
@@ -141,7 +144,8 @@ def finish_run(
     epochs = run_epochs(config)
     keys = expected_keys(config["cases"], systems, epochs)
     wanted, controlled = set(keys), set(run_control_keys(config))
-    held = ResultsFile(folder.results).load()
+    results = ResultsFile(folder.results)
+    held = results.load()
     records = [r for k, r in held.items() if k in wanted]
     controls = [r for k, r in held.items() if k in controlled]  # never in the systems' own figures
     baselines = {j.key: j.baseline for j in judge_objects if isinstance(j, ComparativeJudge)}
@@ -154,6 +158,7 @@ def finish_run(
     )
     if budget is not None and budget.reached:
         outcome.budget_reached = budget.line()
+    outcome.torn = results.torn()
     ledger = read_ledger(folder.ledger)
     by_id = {case.id: case for case in cases} if cases is not None else run_cases(config)
     # what the statistics resample: None when the cases could not be loaded (said in the summary)

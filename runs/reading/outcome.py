@@ -61,6 +61,7 @@ class RunOutcome:
     judged: bool = True  # whether any judge scores this run's episodes (else they are answered, not scored)
     unmeasured: list[str] = field(default_factory=list)  # paper-table numbers ours has no case for (n = 0)
     budget_reached: str | None = None  # "budget reached: spent $X of $Y; ...": the budget left episodes unstarted
+    torn: str | None = None  # results.jsonl's torn last line, left unread (`ResultsFile.torn`)
 
     @property
     def failing_degradations(self) -> dict[str, int]:
@@ -123,6 +124,7 @@ class RunOutcome:
         return [
             head,
             *([self.budget_reached] if self.budget_reached else []),
+            *([self.torn] if self.torn else []),
             *self.degradation_lines(),
             *unmeasured,
             *most_common_lines("episode failures", self.episode_reasons, top),
