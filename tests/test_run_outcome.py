@@ -176,11 +176,12 @@ def test_checkpoints_stay_small_and_an_episode_resumes_from_its_last_checkpoint(
     the judge from the compressed checkpoints: the answer is neither asked again nor served from the
     cache."""
     from atelier.agents.judges.lampqa import LampQAAspectJudge
+    from atelier.agents.models.local_model import LocalServerDied
 
     original = LampQAAspectJudge.judge
 
-    async def crash(self, case, response, env):
-        raise RuntimeError("the judge process died")
+    async def crash(self, case, response, env):  # what fails the episode, not the judgment alone (an EpisodeFailure)
+        raise LocalServerDied("the judge's model server died")
 
     monkeypatch.setattr(LampQAAspectJudge, "judge", crash)
     folder = run_recipe(recipe(tmp_path), tmp_path / "run", progress=False)
