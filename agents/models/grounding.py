@@ -30,7 +30,12 @@ The provider formats read (each as its public reference describes it):
   (ending with `response.completed`, which carries the whole response), or a background response
   (`background: true`: created `queued` or `in_progress`, polled with `GET /responses/{id}` until it
   ends, within the call's timeout, and cancelled on the server when that runs out) — openai-python's
-  `Response`, `ResponseFunctionWebSearch` and `ResponseStatus`.
+  `Response`, `ResponseFunctionWebSearch` and `ResponseStatus`. Only a response `completed` is
+  whole (one `incomplete` is read, as cut or filtered): a stream that ends without its terminal
+  event (`response.completed`, `.incomplete` or `.failed`) is cut off unless the request ran in the
+  background (only then is it polled: a response asked for in the foreground may not be kept on
+  the server), and any other status (`failed`, `cancelled`, `requires_action`, none at all) is an
+  answer that did not arrive whole.
 
 - Gemini's Interactions API (`api = "interactions"`, model `gemini/<agent>`, e.g.
   `gemini/deep-research-pro-preview-12-2025`: Gemini Deep Research, which only this API serves),
@@ -445,6 +450,10 @@ async def perplexity_call(
     ) as client:
         if not grounding.stream:
             response = await client.chat.completions.create(**request, extra_body=dict(settings.extra))
+            if not response.choices:  # as the chat path says it (gateway.py)
+                raise IncompleteAnswer(
+                    "the provider answered with no choices (an empty 'choices' list)", retryable=True
+                )
             choice = response.choices[0]
             return _perplexity_reply(
                 settings.model,
@@ -513,10 +522,8 @@ def read_responses(response: Any, model: str, tools: Iterable[dict[str, Any]] = 
     usage = _get(response, "usage")
     details = _get(usage, "output_tokens_details") if usage is not None else None
     status = _get(response, "status")
-    if status in RUNNING:  # `responses_call` polls a background response to its end: never read before
-        raise IncompleteAnswer(
-            f"the response {_get(response, 'id')} is still {status}, with no answer yet", retryable=False
-        )
+    if status not in ("completed", "incomplete"):  # `incomplete`: cut or filtered, read as such below
+        raise _not_whole(response)
     return ProviderReply(
         answer=GroundedAnswer(
             text="".join(texts),
@@ -538,12 +545,32 @@ def read_responses(response: Any, model: str, tools: Iterable[dict[str, Any]] = 
 
 def _responses_finish(status: str | None, incomplete: str | None) -> str | None:
     """A Responses API status as a chat finish reason: `completed` stop, `incomplete` for
-    max_output_tokens length (or for content_filter, content_filter), else the status."""
+    max_output_tokens length (or for content_filter, content_filter), else the status (which
+    `read_responses` never reads: it is no whole answer)."""
     if status == "completed":
         return "stop"
     if status == "incomplete":
         return "content_filter" if incomplete == "content_filter" else "length"
     return status
+
+
+def _not_whole(response: Any) -> IncompleteAnswer:
+    """Why a Responses answer whose status is neither `completed` nor `incomplete` is no answer:
+    still running (`queued`, `in_progress`: read before its end, which asking again will not
+    change), ended `failed` or `cancelled` (retried), or a status this client does not know as an
+    end (`requires_action`, or none at all: the provider answers so again, so not retried)."""
+    status = _get(response, "status")
+    if status in RUNNING:  # `responses_call` polls a background response to its end: never read before
+        return IncompleteAnswer(
+            f"the response {_get(response, 'id')} is still {status}, with no answer yet", retryable=False
+        )
+    if status in ("failed", "cancelled"):
+        return _ended_badly(response)
+    seen = "no status" if status is None else f"status {status!r}"
+    return IncompleteAnswer(
+        f"the response {_get(response, 'id')} has {seen}: only a 'completed' response is a whole answer",
+        retryable=False,
+    )
 
 
 def _responses_token_cost(response: Any, model: str) -> float | None:
@@ -576,12 +603,16 @@ def _ended_badly(response: Any) -> ResponsesStreamError:
     return ResponsesStreamError(f"the response {_get(response, 'id')} ended {_get(response, 'status')}: {said}")
 
 
-async def read_responses_stream(stream: AsyncIterator[Any]) -> tuple[Any | None, str | None]:
+async def read_responses_stream(
+    stream: AsyncIterator[Any], *, background: bool = False
+) -> tuple[Any | None, str | None]:
     """A streamed Responses API answer: the whole response its `response.completed` (or
-    `.incomplete`) event carries, else (None, the id `response.created` named, for a background
-    response to be polled). A stream that reports a failure is an error."""
-    last, response_id = None, None
+    `.incomplete`) event carries, else — for a `background` request only, which goes on on the
+    server — (None, the id `response.created` named, for the response to be polled). A stream that
+    reports a failure, or that ends without its terminal event otherwise (cut off), is an error."""
+    last, response_id, events = None, None, 0
     async for event in stream:
+        events += 1
         kind = _get(event, "type")
         if kind in ("response.created", "response.queued", "response.in_progress"):
             response_id = _get(_get(event, "response"), "id") or response_id
@@ -591,8 +622,12 @@ async def read_responses_stream(stream: AsyncIterator[Any]) -> tuple[Any | None,
             error = _get(_get(event, "response"), "error") or _get(event, "message") or event
             raise ResponsesStreamError(f"the provider's stream reported {kind}: {error}")
         last = kind
-    if response_id is None:
-        raise ResponsesStreamError(f"the provider's stream ended without response.completed (last event: {last})")
+    if response_id is None or not background:  # only a background response goes on to be polled
+        raise ResponsesStreamError(
+            "the stream ended without its terminal event"
+            + ("" if response_id is None else " (not in the background: not polled)")
+            + f" after {events} events, the last {last}"
+        )
     return None, response_id
 
 
@@ -639,7 +674,9 @@ async def responses_call(
         base_url=settings.api_base, api_key=settings.resolved_api_key(), max_retries=0, timeout=settings.timeout_s
     ) as client:
         if grounding.stream:
-            response, response_id = await read_responses_stream(await client.responses.create(**request, stream=True))
+            response, response_id = await read_responses_stream(
+                await client.responses.create(**request, stream=True), background=bool(request.get("background"))
+            )
             if response is None:  # a background response's stream broke off: it goes on on the server
                 assert response_id is not None  # read_responses_stream raises when it has none
                 response = await client.responses.retrieve(response_id)
@@ -647,9 +684,7 @@ async def responses_call(
             response = await client.responses.create(**request)
         if _get(response, "status") in RUNNING:
             response = await poll_response(client, response, grounding.poll_s)
-        if _get(response, "status") in ("failed", "cancelled"):
-            raise _ended_badly(response)
-        return read_responses(response, settings.model, tools)
+        return read_responses(response, settings.model, tools)  # a response not `completed` raises there
 
 
 # --------------------------------------------------------------------------- Gemini's Interactions API
