@@ -61,7 +61,7 @@ KINDS = ("perplexity", "responses", "interactions")
 FORMS = ("citations", "search_results")
 SPANS = ("valid", "reversed", "outside")
 ACTIONS = ("search", "open_page", "find_in_page")
-BEHAVIOURS = ("ok", "429", "500", "length", "content_filter", "unclosed", "incomplete")  # and "cut:N"
+BEHAVIOURS = ("ok", "429", "500", "length", "content_filter", "unclosed", "incomplete", "emptychoices")  # and "cut:N"
 SEARCHES = 3  # web searches each answer reports
 REASONING_TOKENS = 40
 # Perplexity's own bill of each answer (its usage.cost), in USD
@@ -413,7 +413,7 @@ class ResearchApiStub:
                     if body.get("stream"):
                         self._events(_perplexity_chunks(answer), _cut(behaviour))
                     else:
-                        self._send(200, answer)
+                        self._send(200, {**answer, "choices": []} if behaviour == "emptychoices" else answer)
                 else:
                     answer = stub.response(body, behaviour)
                     if body.get("background"):

@@ -48,8 +48,9 @@ async def test_the_probe_reports_reachability_mode_and_speed_per_distinct_model(
 async def test_a_probe_of_bad_credentials_fails_with_the_servers_message():
     with OpenAIStub(api_key="sk-right") as stub:
         [probe] = await probe_models({"judge": _stub_settings(stub, api_key="sk-wrong", max_retries=4)})
-        assert len(stub.requests) == 2  # one per probe, no retries
+        assert len(stub.requests) == 1  # the text probe, not retried; the structured one would be refused alike
     assert not probe.ok and not probe.text.ok and "Incorrect API key" in probe.text.error
+    assert not probe.structured.ok and (probe.structured.error or "").startswith("not asked: the text probe failed")
 
 
 async def test_a_preflight_keeps_the_modes_it_found_in_the_run_folder(tmp_path):

@@ -396,6 +396,10 @@ def stubs():
         ("responses", "incomplete", False, [answer_contract.NOT_CUT], False),
         ("responses", "incomplete", True, [answer_contract.NOT_CUT], False),
         ("perplexity", "cut:300", True, [answer_contract.WHOLE], True),
+        ("perplexity", "emptychoices", False, [answer_contract.WHOLE], True),  # HTTP 200 with `"choices": []`
+        # a foreground Responses stream cut after response.created: never retrieved, never cached
+        ("responses", "cut:1500", True, [answer_contract.WHOLE], True),
+        ("responses", "cut:4000", True, [answer_contract.WHOLE], True),
     ],
 )
 def test_a_provider_answer_that_is_not_whole_is_recorded_by_its_clause(
@@ -432,10 +436,11 @@ def test_a_stream_cut_at_any_byte_is_never_cached_as_a_complete_answer(stubs, tm
         assert [d.kind for d in broken] == ["answer_incomplete"]
         assert len(cache) == 0
         return
-    # what arrived held its terminal event (only the stream's closing bytes were cut), or named the
-    # response, which the gateway retrieved from the provider whole (the Responses API keeps it)
+    # what arrived held its terminal event (only the stream's closing bytes were cut)
     reference, _ = grounded(stub, "ok", True, ResponseCache(tmp_path_factory.mktemp("cache")), question)
     assert answer.text == reference.text and broken == [] and len(cache) == 1
+    # (a foreground Responses stream is never retrieved: cut before its last byte, it is never whole)
+    assert kind == "perplexity"
 
 
 def test_a_systems_cut_answer_is_recorded_in_its_episode_and_a_judges_in_its_judgment(tmp_path):

@@ -4,17 +4,20 @@ What a provider's answer must be before anything scores it, clause by clause; th
 (agents/models/gateway.py) holds every answer of every call to them:
 
 - an answer that arrived whole: a streamed answer ends with its terminal event (a chunk with a
-  `finish_reason`; the Responses API's `response.completed`), and a Responses (or Interactions)
-  answer is done — a background one polled to its end (agents/models/grounding.py), never read
-  `queued` or `in_progress`, nor ended `failed` or `cancelled`. Broken: the call fails
-  (`IncompleteAnswer`: retried like a lost connection, but for an answer read still running),
-  `answer_incomplete` is recorded, nothing is cached;
+  `finish_reason`; the Responses API's `response.completed`) and its bytes are not cut off on the
+  way (a transport error mid-stream: `stream_broken`), a chat completion holds a choice, and a
+  Responses (or Interactions) answer is done — a background one polled to its end
+  (agents/models/grounding.py), never read `queued` or `in_progress`, nor ended `failed` or
+  `cancelled`. Broken: the call fails (`IncompleteAnswer`: retried like a lost connection, but for
+  an answer read still running), `answer_incomplete` is recorded, nothing is cached;
 - not cut at the token limit (`finish_reason` length, a Responses answer `incomplete` for
   `max_output_tokens`): `answer_cut`;
 - not withheld by a content filter (`finish_reason` content_filter): `answer_filtered`;
 - reasoning closed before the answer: a `<think>` block that never closes is the model's partial
-  reasoning, not its answer: it is taken out of the text (nothing else is left) and
-  `reasoning_unclosed` is recorded.
+  reasoning, not its answer: it is taken out of the text, from its opening tag to the end (what
+  came before it stays: most often nothing, as the block opens the answer) and `reasoning_unclosed`
+  is recorded. The opening tag is found in any case (`<THINK>`) at the start of any line, after any
+  blank lines or a preamble; a tag mentioned inside a sentence opens no block.
 
 The last three are degradations of the step that asked: the answer is used as it is, and cached
 with what it broke, so a rerun that replays it records the same (`answer_breaches`). They reach
@@ -41,21 +44,81 @@ REASONING_CLOSED = ContractClause(PROTOCOL, "reasoning closed before the answer"
 
 # finish reasons that say the answer is not all the model would have said
 _CUT = {"length": NOT_CUT, "max_tokens": NOT_CUT, "content_filter": NOT_FILTERED}
-_OPEN_THINKING = re.compile(r"^\s*<think>(?!.*</think>)", re.DOTALL)
+# a reasoning block's tags: the opening one counts at the start of a line (after spaces or tabs),
+# never inside a sentence that mentions it
+_OPENING_THINK = re.compile(r"^[^\S\n]*<think\s*>", re.IGNORECASE | re.MULTILINE)
+_CLOSING_THINK = re.compile(r"</think\s*>", re.IGNORECASE)
 
 
 class IncompleteAnswer(RuntimeError):
     """A provider answer that did not arrive whole. `retryable`: asking again may help (a stream cut
-    off, an answer that ended failed), unlike reading an answer still being made."""
+    off, an answer that ended failed), unlike reading an answer still being made. `reason`: what
+    broke, without the clause's name."""
 
     def __init__(self, message: str, *, retryable: bool) -> None:
         super().__init__(f"{WHOLE.label} broken: {message}")
+        self.reason = message
         self.retryable = retryable
+
+
+def stream_broken(exc: BaseException) -> IncompleteAnswer | None:
+    """A streamed answer whose bytes stopped coming part-way, as the answer that did not arrive whole
+    it is (None for any other failure): litellm's `MidStreamFallbackError` (raised for an error while
+    it reads a stream it had begun), or a transport error the OpenAI SDK lets out of a stream it
+    reads (a connection closed inside a chunk: `RemoteProtocolError`, reset, a read timed out) —
+    named by the transport error under it. Retryable as that error is (`provider_errors.classify`:
+    a lost connection is retried); a failure before the stream began (a refused connection, an HTTP
+    error status) is no broken stream."""
+    import httpx
+    from litellm.exceptions import MidStreamFallbackError
+
+    from atelier.agents.models.provider_errors import classify
+
+    if isinstance(exc, IncompleteAnswer):
+        return None
+    before_it_began = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+    raw = isinstance(exc, httpx.TransportError) and not isinstance(exc, before_it_began)
+    if not (raw or isinstance(exc, MidStreamFallbackError)):
+        return None
+    under = _transport_error(exc)
+    said = " ".join(str(under).split()) or "no message"
+    said = said if len(said) <= 300 else said[:299] + "…"
+    return IncompleteAnswer(
+        f"the stream broke off part-way ({type(under).__name__}: {said})", retryable=classify(exc) == "retry"
+    )
+
+
+def _transport_error(exc: BaseException) -> BaseException:
+    """The innermost transport error (httpx's, aiohttp's) under `exc` — through litellm's
+    `original_exception`, causes and contexts — else the innermost error of all."""
+    import aiohttp
+    import httpx
+
+    chain: list[BaseException] = []
+    found: BaseException | None = exc
+    while found is not None and len(chain) < 20:
+        chain.append(found)
+        below = (getattr(found, "original_exception", None), found.__cause__, found.__context__)
+        found = next((e for e in below if isinstance(e, BaseException) and all(e is not c for c in chain)), None)
+    transport = [e for e in chain if isinstance(e, (httpx.TransportError, aiohttp.ClientError))]
+    return (transport or chain)[-1]
+
+
+def unclosed_thinking_at(text: str) -> int | None:
+    """Where the `<think>` block that `text` opens and never closes starts (the answer ended inside
+    it): the last opening tag at the start of a line, in any case, with no closing tag after it.
+    None: every block it opens is closed, or it opens none."""
+    last = None
+    for last in _OPENING_THINK.finditer(text):  # noqa: B007 - the last one is wanted
+        pass
+    if last is None or _CLOSING_THINK.search(text, last.end()) is not None:
+        return None
+    return last.start()
 
 
 def unclosed_thinking(text: str) -> bool:
     """Whether `text` opens a `<think>` block it never closes (the answer ended inside it)."""
-    return "<think>" in text[:64] and _OPEN_THINKING.match(text) is not None
+    return unclosed_thinking_at(text) is not None
 
 
 def answer_breaches(
@@ -65,22 +128,24 @@ def answer_breaches(
     (its finish reason, an unclosed reasoning block), recorded at the step `where()` names (asked
     only when something broke); `who` answered."""
     clause = _CUT.get(finish_reason or "")
-    unclosed = unclosed_thinking(text)
-    if clause is None and not unclosed:
+    opened = unclosed_thinking_at(text)
+    if clause is None and opened is None:
         return text, []
     step = where()
     broken = []
     if clause is not None:
         broken.append(clause.broken(f"{who}'s answer ended with finish_reason {finish_reason!r}", step))
-    if unclosed:
+    if opened is not None:
+        before = text[:opened].rstrip()  # what the answer said before its reasoning opened
+        kept = f"; the {len(before)} characters before it are kept" if before else ""
         broken.append(
             REASONING_CLOSED.broken(
-                f"{who}'s answer ended inside its <think> block ({len(text)} characters of reasoning, no answer "
-                "after it)",
+                f"{who}'s answer ended inside its <think> block ({len(text) - opened} characters of reasoning "
+                f"from character {opened}, no answer after it){kept}",
                 step,
             )
         )
-        text = ""
+        text = before
     return text, broken
 
 

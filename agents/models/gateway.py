@@ -41,6 +41,7 @@ from atelier.agents.models.answer_contract import (
     note,
     replayed,
     stored,
+    stream_broken,
 )
 from atelier.agents.models.cache import RedisResponseCache, ResponseCache, request_key
 from atelier.agents.models.grounding import (
@@ -61,7 +62,7 @@ from atelier.agents.models.local_model import SERVERS, LlamaServer, LocalModelEr
 from atelier.agents.models.provider_errors import Verdict, bad_credentials, classify, server_message, status_of
 from atelier.agents.models.scripted import PROVIDER as SCRIPTED_PROVIDER
 from atelier.agents.models.scripted import parse_model_string
-from atelier.agents.models.settings import ModelSettings, settings_for_role
+from atelier.agents.models.settings import BACKGROUND_IS_RESPONSES, ModelSettings, settings_for_role
 from atelier.agents.models.spend import BUDGET_REACHED, SpendGuard, call_bound_usd, output_limit
 from atelier.agents.models.structured_output import (
     MODES,
@@ -537,9 +538,12 @@ class Gateway:
         return self._local_specs[settings.model]
 
     async def _served(self, settings: ModelSettings) -> ModelSettings:
-        """A local model's settings pointed at its running server (started on first use)."""
+        """A local model's settings pointed at its running server (started on first use); an
+        OpenAI-compatible server's at an `api_base` with no key configured, with the placeholder key
+        (`ModelSettings.placeholder_api_key`: such a server ignores it; one that wants a key says 401)."""
         if not settings.is_local:
-            return settings
+            placeholder = settings.placeholder_api_key()
+            return settings if placeholder is None else settings.model_copy(update={"api_key": SecretStr(placeholder)})
         spec = self._local_spec(settings)
         with self._local_lock:
             server = self._local.get(spec)
@@ -749,7 +753,20 @@ class Gateway:
         attempts = 0
         response: Any = None
         reply: ProviderReply | None = None
+        # the scripted and local models speak chat only (and search nothing)
+        native = grounding is not None and grounding.api != "chat" and not (settings.is_scripted or settings.is_local)
+        # a chat completion read as a stream, whose bytes may stop coming part-way (answer_contract.stream_broken)
+        chat_stream = grounding is not None and grounding.stream and not native
         try:
+            if settings.asks_background and not native:
+                raise ModelCallError(  # sent, it would come back queued, with no answer to read
+                    f"{role} model {settings.model}: extra background = true, but it is asked through chat "
+                    f"completions, which have no background run: {BACKGROUND_IS_RESPONSES}; not sent",
+                    role=role,
+                    model=settings.model,
+                    attempts=0,
+                    verdict="fatal",
+                )
             kwargs, served = await self._provider_kwargs(role, settings, messages, mode=mode, schema=schema)
             started = time.perf_counter()  # a local server's start-up is not this call's latency
 
@@ -759,14 +776,15 @@ class Gateway:
                 self._raise_if_server_died(settings)
                 try:
                     if grounding is None:
-                        response = await self._provider_call(litellm, served, kwargs)
+                        response = _with_a_choice(await self._provider_call(litellm, served, kwargs))
                     else:
-                        # the scripted and local models speak chat only (and search nothing)
-                        native = grounding.api != "chat" and not (settings.is_scripted or settings.is_local)
                         reply = await self._grounded_call(litellm, served, kwargs, grounding, native=native)
-                except Exception:
+                except Exception as exc:
                     # a call cut off by its server's death is that death, not a retryable error
                     await asyncio.to_thread(self._raise_if_server_died, settings, 0.5)
+                    broken = stream_broken(exc) if chat_stream else None
+                    if broken is not None:
+                        raise broken from exc
                     raise
 
             try:  # the first attempt on its own: most calls need no other, and tenacity's machinery
@@ -797,10 +815,12 @@ class Gateway:
             verdict = classify(exc)
             said = server_message(exc)
             if isinstance(exc, IncompleteAnswer):  # failed, and never cached: recorded where it was asked
+                plural = "s" * (attempts != 1)
                 note(
                     [
                         WHOLE.broken(
-                            f"the {role} model {settings.model}: {said} (after {attempts} attempts)", _step(role)
+                            f"the {role} model {settings.model}: {exc.reason} (after {attempts} attempt{plural})",
+                            _step(role),
                         )
                     ]
                 )
@@ -965,11 +985,19 @@ class Gateway:
             async def chat() -> ProviderReply:
                 with litellm_call_scope():
                     if not grounding.stream:
-                        return read_chat(await litellm.acompletion(**kwargs), settings.model)
+                        return read_chat(_with_a_choice(await litellm.acompletion(**kwargs)), settings.model)
                     stream = await litellm.acompletion(**kwargs, stream=True, stream_options={"include_usage": True})
                     return await read_chat_stream(stream, kwargs["messages"], settings.model)
 
             return await asyncio.wait_for(chat(), timeout=settings.timeout_s)
+
+
+def _with_a_choice(response: Any) -> Any:
+    """A chat completion that holds a choice (its answer); one whose `choices` is empty (HTTP 200
+    with `"choices": []`) is an answer that did not arrive whole: retried like an empty stream."""
+    if not getattr(response, "choices", None):
+        raise IncompleteAnswer("the provider answered with no choices (an empty 'choices' list)", retryable=True)
+    return response
 
 
 def _step(role: str) -> str:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from atelier.agents.models.gateway import Gateway, ModelCallError
 from atelier.agents.models.ledger import Ledger, LedgerEntry
+from atelier.agents.models.provider_errors import bad_credentials
 from atelier.agents.models.settings import ModelSettings
 from atelier.agents.models.structured_output import ModeMemory
 
@@ -81,6 +82,19 @@ def _step(entries: list[LedgerEntry], *, answer: str | None = None, error: str |
     )
 
 
+def _endpoint_refusal(exc: ModelCallError) -> str | None:
+    """What a failed probe says of the endpoint as a whole — credentials that cannot work (401,
+    403, a missing key), an unknown model or endpoint (404), a request that cannot be sent — when
+    no other request to it could fare better; None for a failure of this request alone."""
+    if exc.verdict != "fatal":
+        return None
+    if exc.status in (401, 403, 404) or bad_credentials(exc.__cause__ if exc.__cause__ is not None else exc):
+        return f"HTTP {exc.status}" if exc.status else "bad credentials"
+    if exc.attempts == 0:  # refused before any request (a background run asked of chat, a budget)
+        return "nothing was sent"
+    return None
+
+
 async def _probe_one(
     roles: list[str], settings: ModelSettings, modes: ModeMemory | None, max_tokens: int
 ) -> ModelProbe:
@@ -95,7 +109,11 @@ async def _probe_one(
     gateway = Gateway({"probe": probe}, cache=None, ledger=ledger, modes=modes or ModeMemory())
     try:
         steps = []
+        unusable: str | None = None  # why the endpoint serves no request at all (the text probe said)
         for kind in ("text", "structured"):
+            if unusable is not None:  # the structured probe would be refused the same: not sent
+                steps.append(ProbeStep(ok=False, error=f"not asked: the text probe failed ({unusable})"))
+                continue
             before = len(ledger.entries)
             answer, error = None, None
             try:
@@ -105,6 +123,7 @@ async def _probe_one(
                     answer = (await gateway.structured("probe", STRUCTURED_PROBE, CapitalAnswer)).city[:200]
             except ModelCallError as exc:
                 error = str(exc)
+                unusable = _endpoint_refusal(exc)
             steps.append(_step(ledger.entries[before:], answer=answer, error=error))
     finally:
         await gateway.aclose()

@@ -43,6 +43,17 @@ INSTRUMENT_ROLES = ("pqr_criteria", "bespoke_rubric")
 ROLE_FALLBACK.update({"history_writer": "user_sim", "history_checker": "user_sim"})  # the simulated user's roles
 # A small local model left unbounded can repeat itself up to its context's end (minutes on a CPU).
 LOCAL_DEFAULT_MAX_TOKENS = 512
+# The key sent to an OpenAI-compatible server named by its `api_base` (`openai/<alias>`: llama.cpp's
+# `llama-server`, llama-cpp-python, `atelier model serve`, ...) when no key is configured — none in
+# the recipe, no OPENAI_API_KEY in the environment. Such servers ignore keys, but litellm and the
+# OpenAI SDK send no request without one (litellm's "Missing credentials"). A server that does want
+# a key answers this one 401, which is never retried: the command stops, exit 2, naming the model.
+NO_KEY_PLACEHOLDER = "sk-no-key"
+# Why `extra = { background = true }` is refused on a model asked through chat completions: a chat
+# completion has no background run, and its queued reply holds no answer (no `choices`) that
+# anything would poll. The same words as the research_api pipeline's refusal of `background` with
+# api = "chat" (graphs/research_api.py).
+BACKGROUND_IS_RESPONSES = "background is the Responses API's (the Interactions API's always)"
 
 
 class ModelSettings(BaseModel):
@@ -151,6 +162,22 @@ class ModelSettings(BaseModel):
         if self.api_key_env:
             return os.environ.get(self.api_key_env)
         return None
+
+    def placeholder_api_key(self) -> str | None:
+        """NO_KEY_PLACEHOLDER for an OpenAI-compatible server at an explicit `api_base` (`openai/...`)
+        with no key configured — neither in these settings (`api_key`, `api_key_env`) nor in
+        OPENAI_API_KEY, which litellm would send instead; None otherwise (a key is sent, or the
+        provider's own rules apply)."""
+        if self.api_key is not None or self.api_key_env or not self.api_base or self.is_scripted or self.is_local:
+            return None
+        if not self.model.startswith("openai/") or os.environ.get("OPENAI_API_KEY"):
+            return None
+        return NO_KEY_PLACEHOLDER
+
+    @property
+    def asks_background(self) -> bool:
+        """Whether its `extra` asks for a background run (`background = true`): the Responses API's."""
+        return bool(self.extra.get("background"))
 
 
 def _is_scripted(model: str) -> bool:

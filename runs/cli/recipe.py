@@ -55,7 +55,7 @@ def check(
     limit = f", limit {b.limit}" if b.limit else ""
     import asyncio
 
-    from atelier.runs.execution.preflight import PreflightError, model_problems, model_uses
+    from atelier.runs.execution.preflight import PreflightError, background_problems, model_problems, model_uses
     from atelier.runs.execution.preflight import preflight as run_preflight
     from atelier.runs.execution.runner import check_system_settings
 
@@ -63,8 +63,8 @@ def check(
     if preflight:
         passed = asyncio.run(run_preflight(recipe, cases))
         typer.echo(f"preflight ok ({passed.seconds:.1f} s, {len(passed.calls)} probe calls)", err=True)
-    else:  # the preflight's checks that call nothing: each model's key
-        problems = asyncio.run(model_problems(model_uses(recipe), {}))
+    else:  # the preflight's checks that call nothing: each model's key, no background run asked of a chat model
+        problems = asyncio.run(model_problems(model_uses(recipe), {})) + background_problems(recipe)
         if problems:
             raise PreflightError(problems, skip="(`--preflight` also probes every model, the data and the web)")
     for note in sandbox_web_notes(recipe.systems, recipe.role_models(), recipe.web):

@@ -6,6 +6,8 @@
   tiny completion in a process of its own (`atelier.agents.models.local_model.probe`: a crash, a hang
   or a llama.cpp built for instructions this machine does not enable fails here, by name);
 - the keys those models and the web provider need are present;
+- no model asked through chat completions asks for a background run (`extra = { background = true }`:
+  only the Responses API, research_api's `api = "responses"`, runs and polls one);
 - the benchmark's data files are present and match their registered sha256;
 - every judge fits the benchmark: the cases carry the gold it needs;
 - with epochs (`[run] epochs` > 1), no system-side role of a real model answers at temperature 0
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from atelier.agents.models.ledger import Ledger, LedgerEntry, call_tags
-from atelier.agents.models.settings import ModelSettings
+from atelier.agents.models.settings import BACKGROUND_IS_RESPONSES, ROLE_FALLBACK, ModelSettings
 from atelier.benchmarks.case import Case
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.atomic_files import write_atomically
@@ -106,6 +108,66 @@ def key_problems(settings: ModelSettings) -> list[str]:
     return [f"needs {', '.join(missing)} (set it, or api_key_env / api_key in the recipe)"] if missing else []
 
 
+def background_problem(settings: ModelSettings, where: str, asker: str, remedy: str) -> str | None:
+    """Why `settings` (set at `where`), asked through chat completions by `asker`, cannot be: its
+    `extra` asks for a background run, which only the Responses API has (a chat completion asked so
+    comes back queued, with no answer, and nothing polls it); None when it does not ask for one."""
+    if not settings.asks_background:
+        return None
+    return (
+        f"{where} ({settings.model}): extra background = true, but {asker} asks it through chat completions, "
+        f"which have no background run: {BACKGROUND_IS_RESPONSES}: {remedy}"
+    )
+
+
+def background_problems(recipe: Recipe, *, roles: Collection[str] | None = None) -> list[str]:
+    """Each model the recipe asks through chat completions whose `extra` asks for a background run
+    (`background_problem`), once per place it is set. Only a research pipeline's research role on
+    a provider's own API (research_api's `api = "responses"`, or `"interactions"`, always in the
+    background) takes one. `roles`: only those roles (a rescore calls the judges' alone)."""
+    from atelier.graphs.pipelines import PIPELINES, pipeline_options
+
+    dropped = "remove background from its extra"
+    problems: dict[str, str] = {}
+    recipe_roles = recipe.role_models()
+
+    def place(role: str, own: Mapping[str, ModelSettings], prefix: str) -> tuple[ModelSettings, str]:
+        """The settings `role` is asked with and where they are set: `own` (a system's models),
+        else the recipe's, falling back as `settings_for_role` does."""
+        if role in own:
+            return own[role], f"{prefix}.models.{role}"
+        name = next((n for n in (role, ROLE_FALLBACK.get(role)) if n is not None and n in recipe_roles), "system")
+        return recipe_roles[name], f"models.{name}"
+
+    def asked(role: str, own: Mapping[str, ModelSettings], prefix: str, asker: str, remedy: str = dropped) -> None:
+        settings, where = place(role, own, prefix)
+        problem = background_problem(settings, where, asker, remedy)
+        if problem is not None:
+            problems.setdefault(where, problem)
+
+    for role in recipe.roles_used():
+        if role != "system" and (roles is None or role in roles):
+            asked(role, {}, "", f"the {role} role")
+    for i, system in enumerate(recipe.systems):
+        if system.pipeline not in PIPELINES.known():
+            continue  # refused by name where the systems are checked
+        spec = PIPELINES.get(system.pipeline)
+        who = f"systems[{i}] ({system.name}, pipeline {system.pipeline}"
+        if spec.research_roles:  # asked as a model that researches, on the API its options name
+            api = getattr(pipeline_options(system.pipeline, system.pipeline_options), "api", "chat")
+            for role in spec.research_roles:
+                settings, _ = place(role, system.models, f"systems[{i}]")
+                if (roles is None or role in roles) and (api == "chat" or settings.is_local):
+                    asked(role, system.models, f"systems[{i}]", f"{who}, api = {api!r})", "set api = 'responses'")
+            continue
+        # a pipeline's own roles fall back to `system`: each one set is asked (as is `system`)
+        asked_roles = {"system"} | {r for r in (*recipe.models, *system.models) if ROLE_FALLBACK.get(r) == "system"}
+        for role in sorted(asked_roles):
+            if roles is None or role in roles:
+                asked(role, system.models, f"systems[{i}]", f"{who})")
+    return list(problems.values())
+
+
 async def model_problems(keys: Uses, probes: Uses, ledger: Ledger | None = None) -> list[str]:
     """The preflight of models: each of `keys` has its key; each of `probes` that has answers the
     probe of `atelier model check` — concurrently, each within PROBE_TIMEOUT_S. One line per
@@ -138,9 +200,20 @@ async def check_models(
     uses: Uses = {}
     for where, settings in models.items():
         add_use(uses, settings, where)
-    problems = await model_problems(uses, uses if probe else {}, ledger)
-    if problems:
-        raise PreflightError(problems, skip=None)
+    background = [
+        problem
+        for settings, places in uses.values()
+        if (problem := background_problem(settings, ", ".join(places), "the command", "remove it"))
+    ]
+    problems = await model_problems(uses, _without_background(uses) if probe else {}, ledger)
+    if problems or background:
+        raise PreflightError(problems + background, skip=None)
+
+
+def _without_background(uses: Uses) -> Uses:
+    """The uses to probe: not a model asking for a background run, which chat probes cannot ask
+    (refused by name where it is asked through chat; a Responses researcher is not probed)."""
+    return {key: use for key, use in uses.items() if not use[0].asks_background}
 
 
 async def probe_problem(
@@ -343,11 +416,13 @@ async def preflight_problems(
 ) -> list[str]:
     """Every problem the preflight finds; `roles`: the only roles the command calls (a rescore: its
     judges'), whose models alone are checked, with no check of the systems' epochs."""
+    probes = _without_background(model_uses(recipe, probed=True, roles=roles))
     models, web = await asyncio.gather(
-        model_problems(model_uses(recipe, roles=roles), model_uses(recipe, probed=True, roles=roles), ledger),
+        model_problems(model_uses(recipe, roles=roles), probes, ledger),
         web_problem(recipe),
     )
-    problems = models + data_problems(recipe.benchmark.name) + judge_problems(recipe, cases)
+    problems = models + background_problems(recipe, roles=roles)
+    problems += data_problems(recipe.benchmark.name) + judge_problems(recipe, cases)
     problems += epoch_problems(recipe) if roles is None else []
     problems += repeat_problems(recipe)
     return problems + ([web] if web else [])
