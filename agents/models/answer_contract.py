@@ -61,18 +61,16 @@ class IncompleteAnswer(RuntimeError):
         self.retryable = retryable
 
 
-def stream_broken(exc: BaseException) -> IncompleteAnswer | None:
+def stream_broken(exc: BaseException, *, retryable: bool) -> IncompleteAnswer | None:
     """A streamed answer whose bytes stopped coming part-way, as the answer that did not arrive whole
     it is (None for any other failure): litellm's `MidStreamFallbackError` (raised for an error while
     it reads a stream it had begun), or a transport error the OpenAI SDK lets out of a stream it
     reads (a connection closed inside a chunk: `RemoteProtocolError`, reset, a read timed out) —
-    named by the transport error under it. Retryable as that error is (`provider_errors.classify`:
-    a lost connection is retried); a failure before the stream began (a refused connection, an HTTP
-    error status) is no broken stream."""
+    named by the transport error under it. `retryable`: as that error is (the caller's
+    `provider_errors.classify`: a lost connection is retried); a failure before the stream began (a
+    refused connection, an HTTP error status) is no broken stream."""
     import httpx
     from litellm.exceptions import MidStreamFallbackError
-
-    from atelier.agents.models.provider_errors import classify
 
     if isinstance(exc, IncompleteAnswer):
         return None
@@ -83,9 +81,7 @@ def stream_broken(exc: BaseException) -> IncompleteAnswer | None:
     under = _transport_error(exc)
     said = " ".join(str(under).split()) or "no message"
     said = said if len(said) <= 300 else said[:299] + "…"
-    return IncompleteAnswer(
-        f"the stream broke off part-way ({type(under).__name__}: {said})", retryable=classify(exc) == "retry"
-    )
+    return IncompleteAnswer(f"the stream broke off part-way ({type(under).__name__}: {said})", retryable=retryable)
 
 
 def _transport_error(exc: BaseException) -> BaseException:

@@ -782,7 +782,7 @@ class Gateway:
                 except Exception as exc:
                     # a call cut off by its server's death is that death, not a retryable error
                     await asyncio.to_thread(self._raise_if_server_died, settings, 0.5)
-                    broken = stream_broken(exc) if chat_stream else None
+                    broken = stream_broken(exc, retryable=classify(exc) == "retry") if chat_stream else None
                     if broken is not None:
                         raise broken from exc
                     raise
