@@ -125,7 +125,7 @@ def test_the_installed_package_runs_by_entry_point_name_and_is_listed(outside, t
     assert {e["name"] for e in catalog["judges"]} >= {"strict", "lampqa_aspects"}
     assert {e["name"] for e in catalog["benchmarks"]} >= {"mylab_cases", "sample", "jsonl"}
     table = atelier("list", "memory", cwd=elsewhere, path=str(site))
-    assert "plugin not loaded: entry point 'ghost' (ghostlab.memory:Ghost" in " ".join(table.stdout.split())
+    assert "plugin not loaded: entry point 'ghost' of ghost (ghostlab.memory:Ghost" in " ".join(table.stdout.split())
     checked = atelier("recipe", "check", str(recipe), cwd=elsewhere, path=str(site))
     assert checked.returncode == 0 and "direct-keyword [direct + keyword]" in checked.stdout, checked.stderr
 
