@@ -184,3 +184,18 @@ def test_a_torn_last_line_is_said_where_the_report_counts_its_episode_as_not_run
     said = out + err
     assert "2 scored, 0 failed, 1 not run (of 3)" in said
     assert f"{results}:3: a torn last line was not read (the run stopped while writing it)" in said
+
+
+def test_a_judgment_whose_score_is_a_bool_is_refused_naming_its_field(folder, capsys, monkeypatch):
+    """pydantic reads `true` as 1.0: a judgment scored `true` (an edited line, a judge's bug) read as a
+    perfect score, exit 0 (audit). It is refused naming the line and the field."""
+
+    def scored_true(row: dict[str, Any]) -> None:
+        judgment(row)["score"] = True
+        row["scores"][JUDGE] = True
+
+    results = edit(folder, 1, scored_true)
+    code, _, err = atelier(capsys, monkeypatch, "report", str(folder))
+    assert code == 2, err
+    said = one_error_line(err)
+    assert said.startswith(f"error: {results}:1 field 'judgments.0.score'") and "true is a bool, not a score" in said

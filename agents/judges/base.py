@@ -73,6 +73,23 @@ class JudgeResult(BaseModel):
         default_factory=list, description="What this judgment rests on that degraded (gated outputs, unread sources)."
     )
 
+    @field_validator("score", "std", mode="before")
+    @classmethod
+    def _a_number(cls, value: Any) -> Any:
+        """A bool is no score (pydantic would read `true` as 1.0: a judge's bug, or an edited file)."""
+        if isinstance(value, bool):
+            raise ValueError(f"{str(value).lower()} is a bool, not a score")
+        return value
+
+    @field_validator("criteria", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for name, score in value.items():
+                if isinstance(score, bool):
+                    raise ValueError(f"criterion {name!r}: {str(score).lower()} is a bool, not a score")
+        return value
+
     @property
     def failed(self) -> bool:
         return self.error is not None
