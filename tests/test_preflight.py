@@ -255,3 +255,24 @@ def test_every_command_that_calls_a_model_refuses_a_missing_key_by_name_with_exi
     assert code == 2, err
     assert "needs OPENAI_API_KEY" in err and "(openai/gpt-4o)" in err and "Traceback" not in err
     assert not (tmp_path / "rescored" / "results.jsonl").exists() and not (tmp_path / "pairs.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("model", "needs"),
+    [
+        ("openai/local-alias", None),  # sent the placeholder key: a llama.cpp server ignores it
+        ("hosted_vllm/Qwen/Qwen2.5-7B-Instruct", None),
+        ("ollama_chat/llama3.1", None),
+        ("anthropic/claude-3-5-haiku-latest", "ANTHROPIC_API_KEY"),  # a proxy at an api_base still wants one
+    ],
+)
+def test_a_model_at_an_api_base_needs_a_key_where_its_provider_does(monkeypatch, model, needs):
+    """An api_base used to waive every key check: `recipe check` said ok for an anthropic/ proxy with
+    no key, and the run then failed at its first call (outside audit)."""
+    from atelier.agents.models.settings import ModelSettings
+    from atelier.runs.execution.preflight import key_problems
+
+    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ATELIER_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    problems = key_problems(ModelSettings(model=model, api_base="http://127.0.0.1:9/v1"))
+    assert problems == ([] if needs is None else [f"needs {needs} (set it, or api_key_env / api_key in the recipe)"])

@@ -95,13 +95,13 @@ def key_problems(settings: ModelSettings) -> list[str]:
         return []
     if settings.api_key_env and settings.api_key is None and not settings.resolved_api_key():
         return [f"api_key_env names {settings.api_key_env}, which is not set"]
-    if settings.resolved_api_key() or settings.api_base:
-        return []  # a key given, or an OpenAI-compatible server that may need none
+    if settings.resolved_api_key() or settings.placeholder_api_key():
+        return []  # a key given, or an OpenAI-compatible server at an api_base, sent the placeholder
     import litellm
 
     litellm.suppress_debug_info = True  # no "Provider List: ..." banner for a model it cannot place
-    try:
-        check = litellm.validate_environment(model=settings.model)
+    try:  # at an api_base: a local server's provider (ollama, hosted_vllm, lm_studio) needs no key, a proxy's does
+        check = litellm.validate_environment(model=settings.model, api_base=settings.api_base)
     except Exception:  # noqa: BLE001 - a model litellm cannot place is reported by the probe
         return []
     missing = check.get("missing_keys") or []
