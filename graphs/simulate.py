@@ -36,6 +36,7 @@ from atelier.agents.user_sim.plan_review import review_plan_as_user
 from atelier.benchmarks.case import Case, ConversationTurn, Query
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.graphs.context import ConversationOptions, EpisodeContext
+from atelier.graphs.contract import checked_response
 from atelier.graphs.deep_research.review import PlanReviewRequest
 from atelier.graphs.inputs import PipelineInput, PipelineOutput, case_from_input, case_view, memory_view
 from atelier.graphs.memory import no_upfront_context, recall_context
@@ -79,9 +80,10 @@ async def simulated_user(
 ) -> Command[Literal["recall", "close"]]:
     """Record the turn just answered, then let the user follow up or stop (within the turn budget)."""
     context = _context(runtime)
+    answered = checked_response(state, context.system.pipeline, step="system")  # each turn, as a plain episode's
     asked = case_view(state, context).query
-    turns = [*state["turns"], ConversationTurn(utterance=asked.text, response=state["response"].text)]
-    responses = [*state["responses"], state["response"].model_copy(update={"text": ""})]
+    turns = [*state["turns"], ConversationTurn(utterance=asked.text, response=answered.text)]
+    responses = [*state["responses"], answered.model_copy(update={"text": ""})]
     update: dict[str, Any] = {"turns": turns, "responses": responses}
     if len(turns) >= _options(runtime).max_turns:
         return Command(goto="close", update={**update, "ended": "turn_budget"})
@@ -98,10 +100,11 @@ async def simulated_user(
 async def recall(state: ConversationState, runtime: Runtime[EpisodeContext]) -> Command[Literal["system"]]:
     """The system's memory, asked again with the user's new message and the conversation so far."""
     context = _context(runtime)
+    # the last turn's response goes: a turn whose pipeline returns none is not answered by the one before
     if not reads_memory_upfront(context):  # memory_access = "tool": the system recalls through its tool
-        return Command(goto="system", update={"user_context": no_upfront_context(context)})
+        return Command(goto="system", update={"user_context": no_upfront_context(context), "response": None})
     user_context = await recall_context(resources_for(context), case_view(state, context), memory_view(state, context))
-    return Command(goto="system", update={"user_context": user_context})
+    return Command(goto="system", update={"user_context": user_context, "response": None})
 
 
 def transcript(

@@ -58,6 +58,18 @@ def run(tmp_path: Path, systems: list[dict], judges: list[dict], *, setting: str
     return runner.outcome, list(ResultsFile(runner.folder.results).load().values())
 
 
+@pytest.mark.parametrize("pipeline", ["no_response", "edited_response", "text_response"])
+def test_a_conversation_holds_each_turns_response_to_the_pipeline_contract(tmp_path, pipeline):
+    """In conversation with the simulated user, a turn's missing or malformed response fails the
+    episode by the clause, as in a plain episode (it was a KeyError, an AttributeError, or a
+    transcript reading 'Assistant: None' that was scored, exit 0)."""
+    talk = {"name": "talk", "pipeline": f"{DOUBLES}:{pipeline}", "memory": {"backend": "full"}}
+    outcome, records = run(tmp_path, [{**talk, "conversation": {"max_turns": 2}}], [{"name": "lampqa_aspects"}])
+    assert outcome.exit_code == EXIT_FAILURES and records
+    assert all(not r.ok and pipeline_contract.RESPONSE.name in (r.error or "") for r in records)
+    assert len(found(records, pipeline_contract.RESPONSE)) == len(records)
+
+
 def found(records: list[ResultRecord], clause, system: str | None = None) -> list[str]:
     """The details of the degradations of `clause`'s kind naming the clause (in `system`'s episodes)."""
     return [
