@@ -28,9 +28,11 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from atelier.benchmarks.case import Case, CaseView, Gold, HistoryEvent
+from atelier.benchmarks.common.contract import ContractBroken
 from atelier.benchmarks.metrics.ranking import as_run, evaluate_runs
 from atelier.memory.base import QUERY_MODES, MemoryBackend, QueryMode, memory_query
-from atelier.memory.contract import checked_context
+from atelier.memory.contract import checked_context, held_to_contract
+from atelier.memory.persona_first import latest_persona
 
 CUTOFFS = (3, 10)
 
@@ -116,6 +118,7 @@ async def evaluate_retrieval(
         await backend.ingest(user_id, events)
     ingest_seconds = time.perf_counter() - started
 
+    known = {user_id: {e.id for e in events} for user_id, events in histories.items()}
     judged = [(case, view) for case, view in zip(cases, views) if has_gold(case)]
     gate = asyncio.Semaphore(concurrency)
 
@@ -124,7 +127,18 @@ async def evaluate_retrieval(
         async with gate:
             start = time.perf_counter()
             context = checked_context(await backend.context(view.user_id, query, budget), backend.name)
-            return context.event_ids, (time.perf_counter() - start) * 1000
+            elapsed = (time.perf_counter() - start) * 1000
+        try:  # a run's own check: a ranking over budget, or naming another user's events, is not scored
+            held_to_contract(
+                context,
+                user_id=view.user_id,
+                budget=backend.budget(budget),
+                known=known[view.user_id],
+                persona=latest_persona(view.history),
+            )
+        except ContractBroken as exc:
+            raise ContractBroken(exc.clause, f"case {case.id}: {exc.detail}", "recall") from None
+        return context.event_ids, elapsed
 
     recalled = await asyncio.gather(*(recall(case, view) for case, view in judged))
     qrels = {case.id: gold_qrels(case.gold) for case, _ in judged}

@@ -306,3 +306,22 @@ def test_synthetic_history_is_seeded_and_spread_over_users():
     assert len(set(ids)) == 1001
     queries = synthetic_queries(list(histories), 20, seed=3)
     assert {user for user, _ in queries} <= set(histories)
+
+
+@pytest.mark.parametrize(
+    ("double", "clause"),
+    [
+        ("OverBudgetMemory", "'budget respected' broken: case "),
+        ("InventingMemory", "'event ids only from ingested events' broken: case "),
+        ("DictContextMemory", "'contexts in the UserContext schema' broken"),
+    ],
+)
+def test_memory_eval_holds_each_ranking_to_the_memory_contract(cli, double, clause):
+    """A ranking over its budget, or naming events the user never had, was scored as any other
+    (exit 0, outside audit): the evaluation refuses it as a run does, naming the clause and the case."""
+    from atelier.benchmarks.common.contract import ContractBroken
+
+    args = ["memory", "eval", "--benchmark", "sample", "--limit", "2", "--budget", "60"]
+    result = CliRunner().invoke(cli, [*args, "--backend", f"tests.conformance_doubles:{double}"])
+    assert isinstance(result.exception, ContractBroken)  # the CLI's main turns it into one line and exit 2
+    assert f"memory contract, {clause}" in str(result.exception)
