@@ -112,9 +112,12 @@ def unclosed_thinking_at(text: str) -> int | None:
     return last.start()
 
 
-def unclosed_thinking(text: str) -> bool:
-    """Whether `text` opens a `<think>` block it never closes (the answer ended inside it)."""
-    return unclosed_thinking_at(text) is not None
+def with_a_choice(response: Any) -> Any:
+    """A chat completion that holds a choice (its answer); one whose `choices` is empty (HTTP 200
+    with `"choices": []`) is an answer that did not arrive whole: retried like an empty stream."""
+    if not getattr(response, "choices", None):
+        raise IncompleteAnswer("the provider answered with no choices (an empty 'choices' list)", retryable=True)
+    return response
 
 
 def answer_breaches(

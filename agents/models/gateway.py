@@ -42,6 +42,7 @@ from atelier.agents.models.answer_contract import (
     replayed,
     stored,
     stream_broken,
+    with_a_choice,
 )
 from atelier.agents.models.cache import RedisResponseCache, ResponseCache, request_key
 from atelier.agents.models.grounding import (
@@ -776,7 +777,7 @@ class Gateway:
                 self._raise_if_server_died(settings)
                 try:
                     if grounding is None:
-                        response = _with_a_choice(await self._provider_call(litellm, served, kwargs))
+                        response = with_a_choice(await self._provider_call(litellm, served, kwargs))
                     else:
                         reply = await self._grounded_call(litellm, served, kwargs, grounding, native=native)
                 except Exception as exc:
@@ -985,19 +986,11 @@ class Gateway:
             async def chat() -> ProviderReply:
                 with litellm_call_scope():
                     if not grounding.stream:
-                        return read_chat(_with_a_choice(await litellm.acompletion(**kwargs)), settings.model)
+                        return read_chat(with_a_choice(await litellm.acompletion(**kwargs)), settings.model)
                     stream = await litellm.acompletion(**kwargs, stream=True, stream_options={"include_usage": True})
                     return await read_chat_stream(stream, kwargs["messages"], settings.model)
 
             return await asyncio.wait_for(chat(), timeout=settings.timeout_s)
-
-
-def _with_a_choice(response: Any) -> Any:
-    """A chat completion that holds a choice (its answer); one whose `choices` is empty (HTTP 200
-    with `"choices": []`) is an answer that did not arrive whole: retried like an empty stream."""
-    if not getattr(response, "choices", None):
-        raise IncompleteAnswer("the provider answered with no choices (an empty 'choices' list)", retryable=True)
-    return response
 
 
 def _step(role: str) -> str:

@@ -68,7 +68,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field
 
-from atelier.agents.models.answer_contract import IncompleteAnswer
+from atelier.agents.models.answer_contract import IncompleteAnswer, with_a_choice
 
 if TYPE_CHECKING:
     from atelier.agents.models.settings import ModelSettings
@@ -449,11 +449,7 @@ async def perplexity_call(
         timeout=settings.timeout_s,
     ) as client:
         if not grounding.stream:
-            response = await client.chat.completions.create(**request, extra_body=dict(settings.extra))
-            if not response.choices:  # as the chat path says it (gateway.py)
-                raise IncompleteAnswer(
-                    "the provider answered with no choices (an empty 'choices' list)", retryable=True
-                )
+            response = with_a_choice(await client.chat.completions.create(**request, extra_body=dict(settings.extra)))
             choice = response.choices[0]
             return _perplexity_reply(
                 settings.model,
