@@ -5,14 +5,22 @@
   response — or one whose fields do not hold what they say (set after it was made), or that
   cannot be written as JSON — fails the episode naming the pipeline and the key or field
   (`pipeline_no_response`);
-- citations only to sources read, checkpointable state, a clean interrupt/resume where it asks
-  the user: `atelier check pipeline` only (runs/studies/conformance/pipeline.py), which applies
-  `response_problem` to the responses of its synthetic cases as well.
+- citations only to sources read: every citation is a text in the run's source store (by its
+  sha256) or a URL the run's web fetched or found; every episode holds its response to it as the
+  pipeline ends (a citation to nothing read fails the episode: `pipeline_unread_citation`), and
+  `atelier check pipeline` applies the same `unread_citations` (and, on its synthetic cases only,
+  also asks that every `[n]` marker name a citation: a bracketed year reads like one);
+- a pipeline's graph returns nothing but its response (`output_problem`): a graph whose output
+  schema holds other keys of the episode's state (`user_context`, `judgments`) is refused when the
+  episode graph is built, naming the pipeline and the keys, and `atelier check` says the same;
+- checkpointable state, a clean interrupt/resume where it asks the user: `atelier check pipeline`
+  only (runs/studies/conformance/pipeline.py), which applies `response_problem` to the responses
+  of its synthetic cases as well.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,10 +28,11 @@ from pydantic_core import PydanticSerializationError
 
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.common.contract import ContractBroken, ContractClause
+from atelier.benchmarks.common.errors import ConfigError
 
 PROTOCOL = "pipeline"
 RESPONSE = ContractClause(PROTOCOL, "the response schema", "pipeline_no_response")
-CITATIONS = ContractClause(PROTOCOL, "citations only to sources read")
+CITATIONS = ContractClause(PROTOCOL, "citations only to sources read", "pipeline_unread_citation")
 CHECKPOINTS = ContractClause(PROTOCOL, "checkpointable state")
 INTERRUPT = ContractClause(PROTOCOL, "a clean interrupt/resume where it asks the user")
 
@@ -74,3 +83,54 @@ def checked_response(out: Mapping[str, Any], pipeline: str, step: str) -> System
     if problem is not None:
         raise ContractBroken(RESPONSE, problem, step)
     return out["response"]
+
+
+def unread_citations(response: SystemResponse, stored: Callable[[str], bool], seen: Callable[[str], bool]) -> list[str]:
+    """What `response` cites that the run did not read, a line each: a citation is read when its text
+    is `stored` (by sha256) or its URL was `seen` (fetched or found by the run's web)."""
+    unread = []
+    for citation in response.citations:
+        if (citation.sha256 and stored(citation.sha256)) or (citation.url and seen(citation.url)):
+            continue
+        unread.append(
+            f"citation {citation.source_id!r} ({citation.url or 'no URL'}) is no page this run fetched or found "
+            "and no text it read"
+        )
+    return unread
+
+
+def checked_citations(
+    response: SystemResponse, pipeline: str, step: str, stored: Callable[[str], bool], seen: Callable[[str], bool]
+) -> None:
+    """ContractBroken (the episode fails) when `response` cites something the run did not read."""
+    unread = unread_citations(response, stored, seen)
+    if unread:
+        more = f" (and {len(unread) - 3} more)" if len(unread) > 3 else ""
+        raise ContractBroken(CITATIONS, f"pipeline {pipeline!r}: {'; '.join(unread[:3])}{more}", step)
+
+
+class PipelineOutputError(ConfigError):
+    """A pipeline's graph returns keys of the episode's state beside its response (`output_problem`)."""
+
+
+# the keys a pipeline's graph may return: what the episode takes from it
+OUTPUT_KEYS = frozenset({"response"})
+
+
+def output_problem(graph: Any, pipeline: str, episode_keys: Collection[str]) -> str | None:
+    """Why a pipeline's compiled `graph` may not run inside an episode: its output schema holds keys of
+    the episode's state (`episode_keys`) other than `response`, which it would overwrite — the
+    memory's context as recorded, the judgments. None when it returns only its response."""
+    channels = getattr(graph, "output_channels", None)
+    if channels is None:
+        return None
+    names = [channels] if isinstance(channels, str) else list(channels)
+    clashing = sorted(set(names) & set(episode_keys) - OUTPUT_KEYS)
+    if not clashing:
+        return None
+    return (
+        f"pipeline {pipeline!r}'s graph returns {', '.join(map(repr, clashing))} beside its response, which would "
+        "overwrite the episode's own state (a graph compiled without an output schema returns its whole state): "
+        "a pipeline's graph returns only `response` — compile it with output_schema=PipelineOutput "
+        "(atelier.graphs.inputs)"
+    )

@@ -24,7 +24,7 @@ from atelier.agents.judges.base import JudgeResult
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.case import Case
 from atelier.graphs.context import EpisodeContext
-from atelier.graphs.contract import checked_response
+from atelier.graphs.contract import PipelineOutputError, checked_citations, checked_response, output_problem
 from atelier.graphs.inputs import (
     CaseReference,
     GoldContext,
@@ -71,9 +71,27 @@ def judged(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> str:
     has none that judge one response (a run of systems only, or of LaMP-QA's pairwise judge, which
     the runner runs once both responses exist)."""
     pipeline = (runtime.context or EpisodeContext()).system.pipeline
-    checked_response(state, pipeline, step=node_name(pipeline))
-    judges = resources_for(runtime.context).judges
+    response = checked_response(state, pipeline, step=node_name(pipeline))
+    resources = resources_for(runtime.context)
+    web = resources.opened_web()
+    checked_citations(
+        response,
+        pipeline,
+        node_name(pipeline),
+        resources.sources.has,
+        web.saw if web is not None else lambda url: False,
+    )
+    judges = resources.judges
     return "judge" if any(not judge.comparative for judge in judges) else END
+
+
+def _episode_step(pipeline_graph, pipeline: str):
+    """A pipeline's compiled graph as an episode's step: refused (PipelineOutputError naming it and the keys)
+    when it would return more than its response (graphs/contract.py `output_problem`)."""
+    problem = output_problem(pipeline_graph, pipeline, EpisodeState.__annotations__)
+    if problem is not None:
+        raise PipelineOutputError(problem)
+    return pipeline_graph
 
 
 def build_episode_graph(
@@ -109,7 +127,7 @@ def build_episode_graph(
     graph.add_node("recall", recall)
     for name in names:
         spec = PIPELINES.get(name)
-        graph.add_node(node_name(name), spec.step or spec.build())
+        graph.add_node(node_name(name), spec.step or _episode_step(spec.build(), name))
         graph.add_conditional_edges(node_name(name), judged, ["judge", END])
     for name in talks:
         graph.add_node(conversation_branch(name), build_conversation_graph(name))

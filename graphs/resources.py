@@ -106,6 +106,13 @@ class Resources:
         server refusing blocking calls on its loop, `langgraph dev`, would stop the node)."""
         return self._web if self._web is not None else await asyncio.to_thread(self.web)
 
+    def opened_web(self) -> Web | None:
+        """The run's web if a step of this run opened it, else None (nothing was searched or fetched)."""
+        if self._web is not None:
+            return self._web
+        with _lock:
+            return _run_state(self.context).webs.get(self.context.web.model_dump_json())
+
     def web(self) -> Web:
         """The run's web (search + fetch + cache); the sandbox starts on the first call."""
         if self._web is not None:

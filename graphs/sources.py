@@ -64,6 +64,10 @@ class SourceStore:
         sha = text_sha256(text)
         return sha if self._recent.get(sha) is not None else await asyncio.to_thread(self.put, text)
 
+    def has(self, sha: str) -> bool:
+        """Whether a text with this sha256 is stored."""
+        return self._recent.get(sha) is not None or os.path.isfile(self._path(sha))
+
     def get(self, sha: str) -> str:
         text = self._recent.get(sha)
         if text is not None:

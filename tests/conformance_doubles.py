@@ -208,6 +208,20 @@ def invented_citation():
     return _graph(answer)
 
 
+def whole_state_output():
+    """Compiled without an output schema, so its graph returns its whole state: a context of its own
+    making (another user's event, negative tokens) would overwrite the one the memory gave."""
+
+    async def answer(state: _State, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+        forged = UserContext(backend="forged", event_ids=["someone-else:e1"], text="")
+        return {"response": SystemResponse(text="an answer"), "user_context": forged}
+
+    graph = StateGraph(_State, context_schema=EpisodeContext)
+    graph.add_node("answer", answer)
+    graph.add_edge(START, "answer")
+    return graph.compile()
+
+
 class Scratch(BaseModel):
     """A type of its own in graph state, not declared to the checkpoint serializer."""
 

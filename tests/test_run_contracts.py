@@ -93,6 +93,7 @@ PLANTS = {
     "edited_response": (pipeline_contract.RESPONSE, {"pipeline": f"{DOUBLES}:edited_response"}),
     "persona_cheat": (memory_contract.BUDGET, {"memory": {"backend": f"{DOUBLES}:PersonaCheatMemory"}}),
     "dict_context": (memory_contract.CONTEXT, {"memory": {"backend": f"{DOUBLES}:DictContextMemory"}}),
+    "invented_citation": (pipeline_contract.CITATIONS, {"pipeline": f"{DOUBLES}:invented_citation"}),
 }
 JUDGE_PLANTS = {"off_scale": f"{DOUBLES}:OffScale", "not_finite": f"{DOUBLES}:NotFinite"}
 SCALES = {"off_scale": "(scale 0-1): score 7.0 is outside", "not_finite": "(scale 1-5): score "}
@@ -108,6 +109,7 @@ SCALES = {"off_scale": "(scale 0-1): score 7.0 is outside", "not_finite": "(scal
 @example(plants={"budget", "known_ids", "persona"}, judge="not_finite", budget=60, limit=2)  # every clause once
 @example(plants={"no_response", "text_response", "dict_response"}, judge="off_scale", budget=60, limit=1)
 @example(plants={"edited_response", "persona_cheat", "dict_context"}, judge=None, budget=60, limit=1)
+@example(plants={"invented_citation"}, judge=None, budget=60, limit=1)
 @given(
     plants=st.sets(st.sampled_from(sorted(PLANTS)), min_size=1, max_size=3),
     judge=st.sampled_from([None, *sorted(JUDGE_PLANTS)]),
@@ -145,6 +147,47 @@ def test_a_clause_planted_in_a_run_is_a_degradation_by_its_name_and_the_run_exit
         assert all(judge_contract.SCALE.name in (j.error or "") and SCALES[judge] in (j.error or "") for j in failed)
         assert len(found(scored, judge_contract.SCALE)) == len(failed)
         assert all(r.scores[JUDGE_PLANTS[judge]] is None for r in scored)
+
+
+def test_a_pipeline_graph_returning_more_than_its_response_is_refused_before_any_episode(tmp_path):
+    """A graph compiled without an output schema returns its whole state: the context it made
+    (another user's event) overwrote the one the memory gave, in results.jsonl, with exit 0. It is
+    refused as the episode graph is built (exit 2), naming the pipeline and the key; a graph that
+    returns only its response is not."""
+    forging = {"name": "forging", "pipeline": f"{DOUBLES}:whole_state_output", "memory": {"backend": "full"}}
+    with pytest.raises(pipeline_contract.PipelineOutputError) as raised:
+        run(tmp_path, [SOUND, forging], [{"name": "lampqa_aspects"}])
+    said = str(raised.value)
+    assert f"{DOUBLES}:whole_state_output" in said and "'user_context'" in said and "output_schema" in said
+    assert "'response'" not in said.split("beside")[0]
+    from atelier.graphs.episode import EpisodeState
+    from atelier.graphs.pipelines import PIPELINES
+
+    for name in PIPELINES.names():  # every built-in returns only its response
+        spec = PIPELINES.get(name)
+        if spec.step is None:
+            assert pipeline_contract.output_problem(spec.build(), name, EpisodeState.__annotations__) is None
+
+
+def test_a_citation_is_read_when_its_text_is_stored_or_its_url_was_fetched_or_found():
+    from atelier.agents.response import Citation, SystemResponse
+
+    response = SystemResponse(
+        text="a [1] b [2] c [3]",
+        citations=[
+            Citation(source_id="a", url="https://a.example/", sha256="0" * 64, number=1),
+            Citation(source_id="b", url="https://b.example/page", number=2),
+            Citation(source_id="c", url=None, sha256="1" * 64, number=3),
+        ],
+    )
+    stored, seen = {"0" * 64}.__contains__, {"https://b.example/page"}.__contains__
+    assert pipeline_contract.unread_citations(response, stored, seen) == [
+        "citation 'c' (no URL) is no page this run fetched or found and no text it read"
+    ]
+    assert pipeline_contract.unread_citations(response, lambda s: True, seen) == []
+    with pytest.raises(pipeline_contract.ContractBroken) as raised:
+        pipeline_contract.checked_citations(response, "p", "answer", stored, lambda url: False)
+    assert raised.value.degradation.kind == "pipeline_unread_citation" and "'b'" in raised.value.detail
 
 
 def test_a_results_file_holding_an_off_scale_or_nan_score_reads_as_failed_judgments(tmp_path, capsys, monkeypatch):

@@ -126,6 +126,9 @@ class Web:
         self.sandbox = sandbox
         self.sandbox_url = sandbox_url.rstrip("/") if sandbox_url and sandbox_url != SANDBOX_ORIGIN else None
         self.log: list[WebLogEntry] = []
+        # every URL this web fetched (as asked and canonical) or a search of it returned: what a
+        # response may cite without a stored text (graphs/contract.py, 'citations only to sources read')
+        self._seen_urls: set[str] = set()
         # the page an answer of the cache gave, by the request's key: the cache hands out the very
         # same answer object each time it answers a request again (a run reads the same pages in
         # many episodes), and a page depends on nothing but its answer (`PageReader.read_page`), so
@@ -165,8 +168,21 @@ class Web:
                 raise
             raise type(exc)(stable) from None
 
+    def saw(self, url: str) -> bool:
+        """Whether this web fetched `url` or returned it as a search result."""
+        if url in self._seen_urls:
+            return True
+        try:
+            return canonical_url(url) in self._seen_urls
+        except httpx.InvalidURL:
+            return False
+
     def _note(self, answer: CachedAnswer) -> None:
         record = answer.record
+        if record.kind == "fetch":
+            self._seen_urls.add(str(record.request.get("url")))
+        else:
+            self._seen_urls.update(str(r.get("url")) for r in record.response.get("results", ()) if isinstance(r, dict))
         entry = WebLogEntry(kind=record.kind, key=record.key, request=record.request, from_cache=answer.from_cache)
         self.log.append(entry)
         captured = _captured.get()

@@ -42,6 +42,7 @@ DegradationKind = Literal[
     "memory_unknown_event",
     "memory_bad_context",
     "pipeline_no_response",
+    "pipeline_unread_citation",
     "judge_off_scale",
     "judge_raised",
     "answer_incomplete",
@@ -87,6 +88,9 @@ KINDS: dict[str, str] = {
     "pipeline_no_response": "pipeline contract, 'the response schema': a pipeline returned no `response`, or one "
     "that is not a SystemResponse, or one whose fields do not hold what they say or cannot be written as JSON; "
     "the episode failed",
+    "pipeline_unread_citation": "pipeline contract, 'citations only to sources read': a response cited a text "
+    "that is not in the run's source store, or a URL this run's web neither fetched nor found, or carries an [n] "
+    "marker that names none of its citations; the episode failed",
     "judge_off_scale": "judge contract, 'scores inside the declared scale': a judge's score outside its declared "
     "scale, or not a finite number; the judgment failed",
     "judge_raised": "judge contract, 'failures returned as failed judgments': a judge raised an exception (a bug: "

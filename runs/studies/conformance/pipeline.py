@@ -2,9 +2,11 @@
 these), checked on a pipeline run as a run runs it — inside the episode graph, checkpointed in a run folder's SQLite database, on cases of the
 bundled sample suite, the scripted model and the sandbox web:
 
-- the response schema: the graph returns `{"response": SystemResponse}` with some text;
-- citations only to sources read: every citation is a page this run fetched or a text in the run's
-  source store (by its sha256), and every `[n]` marker names one of them;
+- the response schema: the graph returns `{"response": SystemResponse}` with some text, and nothing
+  else of the episode's state (the episode graph refuses it otherwise: graphs/contract.py `output_problem`);
+- citations only to sources read: every citation is a page this run fetched or found or a text in
+  the run's source store (by its sha256) — what every run holds each response to (graphs/contract.py
+  `unread_citations`) — and, here only, every `[n]` marker names one of them;
 - checkpointable state: every checkpoint is written by a run's serializer and read back with each
   value's type (a type the serializer does not know comes back as a dict after a resume);
 - a clean interrupt/resume where it asks the user: a graph that interrupts asks with a
@@ -63,7 +65,7 @@ class PipelineKit:
             pipeline_options=self.options.model_dump(mode="json"),
         )
         self.responses: dict[str, Any] = {}
-        self.read: tuple[set[str], set[str]] = (set(), set())  # (URLs fetched, sha256 of texts stored)
+        self.web: Any = None  # the run's web, once a case opened it
 
     def context(self, answerer: str) -> EpisodeContext:
         run = self.workdir / "run"
@@ -94,7 +96,17 @@ class PipelineKit:
         remember_cases(context.run_id, list(cases.values()))
         try:
             async with run_checkpointer(self.workdir / "run") as saver:
-                graph = episode_graph_for([self.system], checkpointer=saver)
+                try:
+                    graph = episode_graph_for([self.system], checkpointer=saver)
+                except (
+                    contract.PipelineOutputError
+                ) as exc:  # its graph would return more than its response (graphs/contract.py)
+                    report.clauses.append(broken(contract.RESPONSE.name, str(exc)))
+                    report.clauses += [
+                        not_applicable(c.name, "the episode graph refuses the pipeline (the response schema)")
+                        for c in (contract.CITATIONS, contract.CHECKPOINTS, contract.INTERRUPT)
+                    ]
+                    return report
                 report.clauses.append(
                     await checked(contract.RESPONSE.name, lambda: self.schema(graph, context, list(cases)))
                 )
@@ -121,7 +133,7 @@ class PipelineKit:
         for case_id in case_ids:
             config = {"configurable": {"thread_id": f"{case_id}::checked"}}
             try:  # the episode holds the pipeline to the clause as it ends, as in a run
-                out = await graph.ainvoke({"benchmark": BENCHMARK, "case_id": case_id}, config, context=context)
+                out = await _ended(graph, {"benchmark": BENCHMARK, "case_id": case_id}, config, context)
                 problem = contract.response_problem(out, self.ref)
             except ContractBroken as exc:
                 if exc.clause is not contract.RESPONSE:
@@ -135,17 +147,10 @@ class PipelineKit:
                 problems.append(f"case {case_id}: the response's text is empty")
             elif isinstance(response, SystemResponse):
                 seen.append(f"{case_id}: {len(response.text)} chars, {len(response.citations)} citations")
-        resources = resources_for(context)
-        web_log = resources.web().log if self._used_web(resources) else []
-        fetched = {str(e.request.get("url")) for e in web_log if e.kind == "fetch"}
-        self.read = (fetched, set())
+        self.web = resources_for(context).opened_web()
         if problems:
             return broken(contract.RESPONSE.name, "; ".join(problems))
         return held(contract.RESPONSE.name, f"SystemResponse with text on {len(seen)} cases ({'; '.join(seen)})")
-
-    @staticmethod
-    def _used_web(resources: Any) -> bool:
-        return getattr(resources, "_web", None) is not None
 
     async def citations(self, context: EpisodeContext) -> Clause:
         from atelier.graphs.sources import SourceStore
@@ -154,24 +159,14 @@ class PipelineKit:
         if not responses:
             return not_applicable(contract.CITATIONS.name, "no response to check (the response schema is broken)")
         store = SourceStore.for_run(context.run_dir)
-        fetched = self.read[0]
+        web = self.web
         problems, count = [], 0
         for case_id, response in responses.items():
             numbers = {c.number for c in response.citations if c.number is not None}
-            for citation in response.citations:
-                count += 1
-                stored = False
-                if citation.sha256:
-                    try:
-                        store.get(citation.sha256)
-                        stored = True
-                    except LookupError:
-                        stored = False
-                if not stored and citation.url not in fetched:
-                    problems.append(
-                        f"case {case_id}: citation {citation.source_id!r} ({citation.url or 'no URL'}) is no page this "
-                        "run fetched and no text it read"
-                    )
+            count += len(response.citations)
+            # what a run holds every response to (graphs/contract.py), on the run's own store and web
+            unread = contract.unread_citations(response, store.has, web.saw if web is not None else lambda url: False)
+            problems += [f"case {case_id}: {line}" for line in unread]
             if numbers:
                 body = response.text.split("## Sources")[0]
                 stray = sorted({int(n) for n in MARKER.findall(body)} - numbers)
@@ -184,7 +179,8 @@ class PipelineKit:
                 contract.CITATIONS.name, f"no citation in {len(responses)} responses (nothing cited, nothing to check)"
             )
         return held(
-            contract.CITATIONS.name, f"{count} citations, each a page this run fetched or a text in its source store"
+            contract.CITATIONS.name,
+            f"{count} citations, each a page this run fetched or found or a text in its source store",
         )
 
     async def checkpoints(self, warnings: list[str]) -> Clause:
@@ -231,7 +227,7 @@ class PipelineKit:
 
         config = {"configurable": {"thread_id": f"{CASES[0]}::checked-clarify"}}
         try:
-            out = await graph.ainvoke({"benchmark": BENCHMARK, "case_id": CASES[0]}, config, context=context)
+            out = await _ended(graph, {"benchmark": BENCHMARK, "case_id": CASES[0]}, config, context)
         except ContractBroken as exc:
             if exc.clause is not contract.RESPONSE:
                 raise
@@ -253,7 +249,7 @@ class PipelineKit:
                 "Studio answer a ClarifyRequest with ClarifyAnswers",
             )
         try:
-            again = await graph.ainvoke(Command(resume={"answer": "not the resume's shape"}), config, context=context)
+            again = await _ended(graph, Command(resume={"answer": "not the resume's shape"}), config, context)
         except AtelierError as exc:
             return broken(contract.INTERRUPT.name, f"a resume it cannot use ended the episode: {exc}")
         repeated = again.get("__interrupt__")
@@ -263,7 +259,7 @@ class PipelineKit:
                 "a resume it cannot use was taken as an answer (it should ask again, saying what was wrong)",
             )
         answers = ClarifyAnswers(answers=["I don't mind; keep it short."] * len(request.questions))
-        done = await graph.ainvoke(Command(resume=answers), config, context=context)
+        done = await _ended(graph, Command(resume=answers), config, context)
         response = done.get("response")
         ok = isinstance(response, SystemResponse) and not done.get("__interrupt__")
         return verdict(
@@ -276,3 +272,14 @@ class PipelineKit:
                 else "the typed ClarifyAnswers did not finish it"
             ),
         )
+
+
+async def _ended(graph: Any, value: Any, config: dict[str, Any], context: EpisodeContext) -> dict[str, Any]:
+    """The episode's end state, as `graph.ainvoke` gives it; an episode that ended on a citation to
+    nothing read gives the state it ended with (its response): the citations clause reports it."""
+    try:
+        return await graph.ainvoke(value, config, context=context)
+    except ContractBroken as exc:
+        if exc.clause is not contract.CITATIONS:
+            raise
+        return dict(graph.get_state(config).values)
