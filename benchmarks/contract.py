@@ -77,7 +77,8 @@ def setting_problems(cases: Iterable[Case], setting: str) -> list[str]:
 
 
 def history_problems(cases: Iterable[Case]) -> list[str]:
-    """Event ids repeated within a case's history (or taking the id of its explicit persona), and a
+    """A case's explicit persona of another user, event ids repeated within a case's history (or
+    taking the id of its explicit persona), and a
     user's event id naming different events in two cases (the first such pair, naming both cases
     and the event)."""
     problems: list[str] = []
@@ -86,6 +87,11 @@ def history_problems(cases: Iterable[Case]) -> list[str]:
     for case in cases:
         ids: set[str] = set()
         persona_id = case.persona.as_event().id if case.persona is not None else None
+        if case.persona is not None and case.persona.user_id != case.user_id:
+            problems.append(
+                f"{SCHEMA.name}: case {case.id}: field persona.user_id is {case.persona.user_id!r}, not the case's "
+                f"user {case.user_id!r} (a memory would hold another user's persona as this user's)"
+            )
         for event in case.history:
             if event.id in ids:
                 problems.append(f"{SCHEMA.name}: case {case.id}: history event id {event.id!r} is repeated")

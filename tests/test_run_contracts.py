@@ -329,6 +329,27 @@ def test_a_history_event_taking_the_personas_id_is_refused_at_load_naming_the_ca
     assert benchmark_contract.SCHEMA.name in text and "case m1: history event id 'maya:persona'" in text
 
 
+def test_a_case_holding_another_users_persona_is_refused_at_load_naming_the_case_and_the_field(tmp_path):
+    """ben's case with ana's persona gave ben's context `[ana:persona]`, exit 0."""
+    from atelier.benchmarks.registry import load_cases
+
+    row = {
+        "id": "b1",
+        "benchmark": "mine",
+        "user_id": "ben",
+        "query": {"text": "q"},
+        "history": [{"id": "ben:m1", "kind": "memory_snippet", "text": "I cycle."}],
+        "persona": {"user_id": "ana", "attributes": {"Basic": {"Diet": "vegetarian"}}},
+    }
+    path = tmp_path / "cases.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(DataError) as refused:
+        load_cases("jsonl", options={"path": str(path)})
+    assert "case b1: field persona.user_id is 'ana', not the case's user 'ben'" in str(refused.value)
+    path.write_text(json.dumps({**row, "persona": {**row["persona"], "user_id": "ben"}}) + "\n")
+    assert [c.persona.user_id for c in load_cases("jsonl", options={"path": str(path)})] == ["ben"]
+
+
 def test_the_persona_alone_is_the_only_way_over_a_budget():
     """`full` in the `persona` setting with a persona over the budget records it (the exemption
     holds); a context claiming the exemption while its text holds more than the persona does not."""
