@@ -55,6 +55,14 @@ class JudgeConfig(BaseModel):
         return self.label or self.name
 
 
+def is_bool(value: Any) -> bool:
+    """Whether `value` is a boolean of any type: Python's `bool`, or numpy's (`numpy.bool_`, a 0-d
+    boolean array: dtype kind 'b'), which is no `bool` yet reads as 1.0 or 0.0 (numpy is not imported)."""
+    if isinstance(value, bool) or type(value).__name__ in {"bool", "bool_"}:
+        return True
+    return getattr(getattr(value, "dtype", None), "kind", None) == "b"
+
+
 class JudgeResult(BaseModel):
     judge: str = Field(description="The judge's key (its label, or its name).")
     score: float | None = Field(default=None, description="The judge's headline score on its own scale.")
@@ -76,8 +84,9 @@ class JudgeResult(BaseModel):
     @field_validator("score", "std", mode="before")
     @classmethod
     def _a_number(cls, value: Any) -> Any:
-        """A bool is no score (pydantic would read `true` as 1.0: a judge's bug, or an edited file)."""
-        if isinstance(value, bool):
+        """A bool is no score (pydantic would read `true`, or numpy's `bool_(True)`, as 1.0: a judge's
+        bug, or an edited file)."""
+        if is_bool(value):
             raise ValueError(f"{str(value).lower()} is a bool, not a score")
         return value
 
@@ -86,7 +95,7 @@ class JudgeResult(BaseModel):
     def _numbers(cls, value: Any) -> Any:
         if isinstance(value, dict):
             for name, score in value.items():
-                if isinstance(score, bool):
+                if is_bool(score):
                     raise ValueError(f"criterion {name!r}: {str(score).lower()} is a bool, not a score")
         return value
 
@@ -219,12 +228,19 @@ _SCALE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*-\s*(-?\d+(?:\.\d+)?)\s*$")
 
 
 def parse_scale(scale: str) -> tuple[float, float] | None:
-    """A judge's declared scale, `low-high`, as two numbers (low < high); None when it is not that."""
+    """A judge's declared scale, `low-high`, as two finite numbers (low < high); None when it is not
+    that (a bound of 400 digits reads as infinity: no scale, or every score would lie within it)."""
     match = _SCALE.match(scale) if isinstance(scale, str) else None
     if match is None:
         return None
     low, high = float(match[1]), float(match[2])
-    return (low, high) if low < high else None
+    return (low, high) if math.isfinite(low) and math.isfinite(high) and low < high else None
+
+
+def _scale_shown(scale: Any, limit: int = 40) -> str:
+    """`scale` as a message names it: its repr, cut (with its length said) when it is long."""
+    shown = repr(scale)
+    return shown if len(shown) <= limit else f"{shown[:limit]}… ({len(str(scale))} characters)"
 
 
 class Requirement(NamedTuple):
@@ -269,9 +285,17 @@ class Judge(ABC):
 
     def scale_problem(self) -> str | None:
         """Why the declared `scale` cannot hold a score (agents/judges/contract.py); None when it is `low-high`."""
-        if parse_scale(self.scale) is None:
-            return f"judge {self.key!r} declares scale {self.scale!r}, not 'low-high' (e.g. '0-1', '1-5', '0-100')"
-        return None
+        if parse_scale(self.scale) is not None:
+            return None
+        match = _SCALE.match(self.scale) if isinstance(self.scale, str) else None
+        if match is not None and not all(math.isfinite(float(bound)) for bound in match.groups()):
+            return (
+                f"judge {self.key!r} declares scale {_scale_shown(self.scale)}, whose bounds are not both finite "
+                "numbers (e.g. '0-1', '1-5', '0-100')"
+            )
+        return (
+            f"judge {self.key!r} declares scale {_scale_shown(self.scale)}, not 'low-high' (e.g. '0-1', '1-5', '0-100')"
+        )
 
     def requirements(self) -> list[Requirement]:
         """What a case must carry for this judge (under this config) to apply."""
@@ -392,12 +416,17 @@ class ComparativeJudge(Judge):
 
 def combine_repeats(key: str, scale: str, results: list[JudgeResult], errors: list[str]) -> JudgeResult:
     """One result from repeated judgments: the mean score and per-criterion means over the repeats,
-    their standard deviation, every repeat's details; failed when no repeat succeeded."""
+    their standard deviation, every repeat's details; failed when no repeat succeeded. A repeat
+    score that is not a finite number (inf, NaN) is not averaged: the score is left undefined and
+    `repeat_scores` keeps the values, which the judge contract's scale clause then names
+    (`contract.score_problems`: `judge_off_scale`)."""
     if not results:
         return JudgeResult(judge=key, scale=scale, error="; ".join(dict.fromkeys(errors)) or "no judgment")
     if len(results) == 1 and not errors:
         return results[0]
     scores = [r.score for r in results if r.score is not None]
+    if not all(math.isfinite(s) for s in scores):  # no mean, no std (fsum raises on inf + -inf, stdev on any)
+        scores = []
     names = list(dict.fromkeys(name for r in results for name in r.criteria))
     return JudgeResult(
         judge=key,
@@ -418,7 +447,11 @@ def combine_repeats(key: str, scale: str, results: list[JudgeResult], errors: li
 
 def _mean(values: list[float | None]) -> float | None:
     defined = [v for v in values if v is not None]
-    return math.fsum(defined) / len(defined) if defined else None
+    if not defined:
+        return None
+    if not all(math.isfinite(v) for v in defined):  # a criterion's inf and -inf: NaN, not fsum's ValueError
+        return sum(defined) / len(defined)
+    return math.fsum(defined) / len(defined)
 
 
 def each_details(results: Sequence[JudgeResult]) -> list[dict[str, Any]]:

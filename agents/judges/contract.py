@@ -1,12 +1,13 @@
 """The judge protocol's contract (agents/judges/base.py), clause by clause.
 
 - scores inside the declared scale: every judge declares its `scale` as `low-high` (`0-1`,
-  `1-5`, `0-100`); each judgment's score — and each repeat's — is a finite number within it, or
-  None (undefined by the judge's protocol). Every run holds each
-  judgment to it (`held_to_contract`, where the run's judges are called: the judge graph, a
-  rescore, the comparisons): a score outside the scale, or not finite, fails the judgment with
-  the value and the scale, recorded as `judge_off_scale`. A judge whose scale does not parse is
-  refused before any episode (`Judge.scale_problem`, in `check_judge_fit`);
+  `1-5`, `0-100`; both bounds finite); each judgment's score — and each repeat's — is a finite
+  number within it (a bool, numpy's included, is no score), or None (undefined by the judge's
+  protocol). Every run holds each judgment to it (`held_to_contract`, where the run's judges are
+  called: the judge graph, a rescore, the comparisons): a score outside the scale, or not finite
+  (a repeat's included: its repeats are then not averaged), fails the judgment with the value and
+  the scale, recorded as `judge_off_scale`. A judge whose scale does not parse, or whose bounds
+  are not finite, is refused before any episode (`Judge.scale_problem`, in `check_judge_fit`);
 - junk output gated and recorded: model output that cannot be used is never a clean score
   (`atelier check judge` only: it feeds the judge malformed and degenerate output);
 - failures returned as failed judgments: a judgment that cannot be made is a failed JudgeResult
@@ -31,7 +32,7 @@ import math
 from collections.abc import Awaitable
 from typing import Any
 
-from atelier.agents.judges.base import Judge, JudgeFailed, JudgeResult, parse_scale
+from atelier.agents.judges.base import Judge, JudgeFailed, JudgeResult, is_bool, parse_scale
 from atelier.agents.models.answer_contract import recording_answers
 from atelier.agents.models.gateway import ModelCallError
 from atelier.benchmarks.common.contract import ContractClause
@@ -47,10 +48,16 @@ def _shown(value: Any) -> str:
     return repr(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
 
 
+def _scale_text(scale: str, limit: int = 40) -> str:
+    """`scale` as a message names it, cut (its length said) when it is long: an edited file's."""
+    return scale if len(scale) <= limit else f"{scale[:limit]}… ({len(scale)} characters)"
+
+
 def score_problems(result: JudgeResult, scale: str) -> list[str]:
     """What in `result` lies outside `scale` or is not a finite number: its score, each repeat's
     score (`details.repeat_scores`, which must be a list of them; its criteria are on scales of their
-    own, undeclared: meta-eval reads a criterion that is not a finite number as unscored)."""
+    own, undeclared: meta-eval reads a criterion that is not a finite number as unscored). A scale
+    that is not `low-high` with finite bounds (a results file's, edited) holds no score."""
     if result.failed:
         return []
     bounds = parse_scale(scale)
@@ -61,10 +68,14 @@ def score_problems(result: JudgeResult, scale: str) -> list[str]:
         problems.append(f"repeat_scores {_shown(repeats)} is not a list of scores")
         repeats = None
     scores += [(f"repeat {i} score", s) for i, s in enumerate(repeats or [], 1)]
+    if bounds is None and any(score is not None for _, score in scores):  # an edited file: 0-(400 nines) is inf
+        problems.append(f"scale {_scale_text(scale)} is not 'low-high' with finite bounds: no score lies within it")
     for what, score in scores:
         if score is None:
             continue
-        if not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score):
+        if is_bool(score):  # `true`, numpy's bool_: 1.0 to pydantic, no score
+            problems.append(f"{what} {str(score).lower()} is a bool, not a score")
+        elif not isinstance(score, (int, float)) or not math.isfinite(score):
             problems.append(f"{what} {_shown(score)} is not a finite number")
         elif bounds is not None and not bounds[0] <= score <= bounds[1]:
             problems.append(f"{what} {_shown(score)} is outside the declared scale {scale}")
@@ -77,7 +88,7 @@ def held_to_scale(result: JudgeResult, scale: str, step: str) -> JudgeResult:
     problems = score_problems(result, scale)
     if not problems:
         return result
-    broken = SCALE.broken(f"judge {result.judge!r} (scale {scale}): {'; '.join(problems)}", step)
+    broken = SCALE.broken(f"judge {result.judge!r} (scale {_scale_text(scale)}): {'; '.join(problems)}", step)
     return JudgeResult(
         judge=result.judge,
         scale=scale,

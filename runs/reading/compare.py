@@ -219,6 +219,29 @@ def _case_clusters(runs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str
     return out or None
 
 
+def _refuse_mixed_scales(runs: list[dict[str, Any]], labels: list[str], judges: list[str]) -> None:
+    """Refuse runs whose scores of one judge were recorded on different scales (each judgment records
+    its judge's declared scale in results.jsonl: 1-5 in one run, 0-100 in another): their difference,
+    and the difference of their effects, would subtract numbers that measure on different scales."""
+    problems = []
+    for judge in judges:
+        where: dict[str, list[str]] = {}  # scale -> the runs recording a score of `judge` on it
+        for label, run in zip(labels, runs):
+            for record in run["records"] + run["controls"]:
+                for judgment in record.judgments:
+                    if judgment.judge == judge and not judgment.failed and judgment.score is not None:
+                        runs_on = where.setdefault(judgment.scale, [])
+                        if label not in runs_on:
+                            runs_on.append(label)
+        if len(where) > 1:
+            said = "; ".join(f"{scale} in {', '.join(on)}" for scale, on in where.items())
+            problems.append(f"judge {judge!r} scored on different scales ({said})")
+    if problems:
+        raise ConfigError(
+            "\n  ".join(["these runs' scores cannot be compared: a judge's scale differs between them", *problems])
+        )
+
+
 def compare_runs(run_dirs: list[Path], *, baseline: str | None = None, seed: int = 0) -> dict[str, Any]:
     """Every (run, system) of `run_dirs` against the baseline entry (`run_id:system`, default the first)."""
     if len(run_dirs) < 2:
@@ -228,6 +251,7 @@ def compare_runs(run_dirs: list[Path], *, baseline: str | None = None, seed: int
     if len(set(labels)) < len(labels):  # the same run id twice (copied folders): use the folder names
         labels = [Path(r["dir"]).name for r in runs]
     judges = list(dict.fromkeys(j for r in runs for j in r["summary"].get("judges", [])))
+    _refuse_mixed_scales(runs, labels, judges)
     entries = []
     for label, run in zip(labels, runs):
         for system, stats in run["summary"]["systems"].items():
