@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -39,6 +39,7 @@ from atelier.agents.models.answer_contract import (
     IncompleteAnswer,
     answer_breaches,
     note,
+    recording_answers,
     replayed,
     stored,
     stream_broken,
@@ -1047,3 +1048,24 @@ def _validate(schema: type[T], content: str) -> T:
             f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}" for err in exc.errors()[:5]
         )
         raise ValueError(f"does not match the schema: {problems}") from None
+
+
+@contextlib.contextmanager
+def answers_whole(gateway: Gateway, role: str) -> Iterator[list[Degradation]]:
+    """For work whose output keeps no record of what an answer broke (a history item written, a
+    rating saved, a measurement): the block's calls' answers must keep the provider contract whole.
+    One cut at the token limit, filtered, or left inside its reasoning (answer_contract.py) raises
+    ModelCallError naming the clause, as a failed call would — it is not used in silence. The block
+    may clear the list it is given to take what broke as handled."""
+    with recording_answers() as broken:
+        yield broken
+    if broken:
+        model = gateway.settings(role).model
+        more = f" (and {len(broken) - 2} more)" if len(broken) > 2 else ""
+        raise ModelCallError(
+            f"the {role} model {model}'s answer was not used: {'; '.join(d.detail for d in broken[:2])}{more}",
+            role=role,
+            model=model,
+            attempts=1,
+            verdict="refused",
+        )

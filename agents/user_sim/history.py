@@ -48,7 +48,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from atelier.agents.models.gateway import Gateway, ModelCallError, StructuredOutputError
+from atelier.agents.models.gateway import Gateway, ModelCallError, StructuredOutputError, answers_whole
 from atelier.agents.models.ledger import capture_calls
 from atelier.agents.prompts import Section, build_messages, json_instructions
 from atelier.agents.user_sim.persona import Trait, persona_traits, render_persona
@@ -418,20 +418,30 @@ async def ask_within_budget(
     on_raise: Callable[[int, int], None] | None = None,
 ) -> tuple[T, bool]:
     """`gateway.structured`, asked again with twice the budget while its answer is cut at
-    max_tokens, up to `ceiling` (default four times the role's max_tokens); `on_raise(old, new)`
-    hears of each raise. Returns the answer and whether the offline `scripted` model gave it."""
+    max_tokens — one that fails to parse, or one that parses but was cut all the same — up to
+    `ceiling` (default four times the role's max_tokens); `on_raise(old, new)` hears of each raise.
+    An answer still cut at the ceiling (or filtered, or left inside its reasoning) is not used: a
+    ModelCallError naming the provider contract's clause (`gateway.answers_whole`). Returns the
+    answer and whether the offline `scripted` model gave it."""
     budget = gateway.settings(role).max_tokens
     ceiling = ceiling if ceiling is not None else (4 * budget if budget else None)
     current, made = gateway, []
     try:
         while True:
             with capture_calls() as calls:
+                at_ceiling = budget is None or ceiling is None or budget >= ceiling
                 try:
-                    answer = await current.structured(role, messages, schema)
-                    return answer, any(c.dry_run for c in calls)
+                    with answers_whole(current, role) as broken:
+                        answer = await current.structured(role, messages, schema)
+                        cut = bool(broken) and all(d.kind == "answer_cut" for d in broken)
+                        if cut and not at_ceiling:
+                            broken.clear()  # cut, yet it parsed: asked again with a larger budget below
+                    if not cut or at_ceiling:
+                        return answer, any(c.dry_run for c in calls)
                 except StructuredOutputError:
-                    if not _was_cut(list(calls)) or budget is None or ceiling is None or budget >= ceiling:
+                    if not _was_cut(list(calls)) or at_ceiling:
                         raise
+            assert budget is not None and ceiling is not None  # (else at the ceiling: returned or raised above)
             raised = min(2 * budget, ceiling)
             if on_raise is not None:
                 on_raise(budget, raised)

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from atelier.agents.models.embeddings import get_embedder
-from atelier.agents.models.gateway import Gateway, ModelCallError
+from atelier.agents.models.gateway import Gateway, ModelCallError, answers_whole
 from atelier.agents.models.settings import ModelSettings
 from atelier.agents.user_sim.contradiction import judge_contradictions
 from atelier.agents.user_sim.protocol import check_protocol, person_text, record_items
@@ -132,7 +132,8 @@ async def measure_checks(
             if gateway is not None:
                 said = [(i, person_text(item)) for i, item in record_items(record)]
                 try:
-                    judged |= set(await judge_contradictions(gateway, "history_checker", personas[user], said))
+                    with answers_whole(gateway, "history_checker"):  # a cut verdict is no measurement
+                        judged |= set(await judge_contradictions(gateway, "history_checker", personas[user], said))
                 except ModelCallError as exc:  # its items count as not flagged, and the failure is said
                     failed[user] = str(exc)
     finally:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from atelier.agents.models.cache import ResponseCache
-from atelier.agents.models.gateway import Gateway, ModelCallError
+from atelier.agents.models.gateway import Gateway, ModelCallError, answers_whole
 from atelier.agents.models.ledger import Ledger, call_tags
 from atelier.agents.models.settings import ModelSettings
 from atelier.agents.user_sim import rate_response
@@ -63,7 +63,8 @@ async def rate_run(
         async with limit:
             with call_tags(case=result.case_id, system=result.system, epoch=str(result.epoch), node="feedback"):
                 try:
-                    feedback = await rate_response(gateway, case, result.response.text)
+                    with answers_whole(gateway, "user_sim"):  # a rating from a cut answer is not written
+                        feedback = await rate_response(gateway, case, result.response.text)
                 except ModelCallError as exc:
                     return {"case_id": result.case_id, "system": result.system, "error": str(exc)}
         return {

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from atelier.agents.models.cache import ResponseCache
 from atelier.agents.models.embeddings import get_embedder
-from atelier.agents.models.gateway import Gateway, ModelCallError
+from atelier.agents.models.gateway import Gateway, ModelCallError, answers_whole
 from atelier.agents.models.ledger import Ledger, call_tags
 from atelier.agents.models.settings import ModelSettings
 from atelier.agents.user_sim import HistoryOptions, check_protocol, check_reversibility, synthesize_history
@@ -141,7 +141,7 @@ async def record_figures(
     contradicted: dict[str, str] | None = None
     if reversibility:  # a checker model is given: it also judges contradictions with the persona
         try:
-            with call_tags(node="contradictions"):
+            with call_tags(node="contradictions"), answers_whole(gateway, "history_checker"):
                 contradicted = await judge_contradictions(
                     gateway,
                     "history_checker",
