@@ -13,9 +13,13 @@
 - a pipeline's graph returns nothing but its response (`output_problem`): a graph whose output
   schema holds other keys of the episode's state (`user_context`, `judgments`) is refused when the
   episode graph is built, naming the pipeline and the keys, and `atelier check` says the same;
-- checkpointable state, a clean interrupt/resume where it asks the user: `atelier check pipeline`
-  only (runs/studies/conformance/pipeline.py), which applies `response_problem` to the responses
-  of its synthetic cases as well.
+- checkpointable state: a value in a graph's state that the run's checkpoint serializer cannot
+  write fails the episode as it is checkpointed, naming the state key and the type
+  (`state_not_checkpointable`, graphs/persistence.py `unwritable`); `atelier check pipeline` also
+  reads every checkpoint back and asks that each value come back with its type;
+- a clean interrupt/resume where it asks the user: `atelier check pipeline` only
+  (runs/studies/conformance/pipeline.py), which applies `response_problem` to the responses of
+  its synthetic cases as well.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from atelier.benchmarks.common.errors import ConfigError
 PROTOCOL = "pipeline"
 RESPONSE = ContractClause(PROTOCOL, "the response schema", "pipeline_no_response")
 CITATIONS = ContractClause(PROTOCOL, "citations only to sources read", "pipeline_unread_citation")
-CHECKPOINTS = ContractClause(PROTOCOL, "checkpointable state")
+CHECKPOINTS = ContractClause(PROTOCOL, "checkpointable state", "state_not_checkpointable")
 INTERRUPT = ContractClause(PROTOCOL, "a clean interrupt/resume where it asks the user")
 
 

@@ -43,8 +43,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from atelier.benchmarks.common import no_follow
+from atelier.benchmarks.common.contract import ContractBroken
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.redaction import Redactor, active_redactor
+from atelier.graphs.contract import CHECKPOINTS
 from atelier.graphs.serde import serializer
 
 _KEEP_APART = 512  # bytes: smaller values stay inline (a reference would save nothing)
@@ -136,15 +138,20 @@ class RunSerializer(SerializerProtocol):
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
         if isinstance(obj, dict) and isinstance(obj.get("channel_values"), dict):  # a checkpoint
             versions = obj.get("channel_versions") or {}
-            obj = {
-                **obj,
-                "channel_values": {
-                    k: self._channel_apart(k, versions.get(k), v) for k, v in obj["channel_values"].items()
-                },
-            }
+            values = {}
+            for k, v in obj["channel_values"].items():
+                try:
+                    values[k] = self._channel_apart(k, versions.get(k), v)
+                except TypeError as exc:
+                    raise unwritable(exc, k, v) from None
+            obj = {**obj, "channel_values": values}
+            kind, data = self.serde.dumps_typed(obj)
         else:  # a pending write's value
-            obj = self._apart(obj)
-        kind, data = self.serde.dumps_typed(obj)
+            try:
+                obj = self._apart(obj)
+                kind, data = self.serde.dumps_typed(obj)
+            except TypeError as exc:
+                raise unwritable(exc, None, obj) from None
         data = self.redactor.redact_bytes(data)  # same length: the serialization stays readable
         return (kind + _SUFFIX, zlib.compress(data)) if len(data) >= _COMPRESS_FROM else (kind, data)
 
@@ -169,6 +176,18 @@ class RunSerializer(SerializerProtocol):
         if isinstance(obj, dict) and isinstance(obj.get("channel_values"), dict):
             return {**obj, "channel_values": {k: self._back(v) for k, v in obj["channel_values"].items()}}
         return self._back(obj)
+
+
+def unwritable(exc: TypeError, key: str | None, value: Any) -> ContractBroken:
+    """A state value the serializer cannot write (`TypeError: Type is not msgpack serializable`): the
+    pipeline contract's 'checkpointable state' broken, naming the state key and the type."""
+    where = f"state key {key!r}" if key is not None else "a step's output"
+    return ContractBroken(
+        CHECKPOINTS,
+        f"{where} holds a {type(value).__name__} the run's checkpoint serializer cannot write ({exc}): keep plain "
+        "data, pydantic models or dataclasses in graph state, and declare your own types (`state_types`, graphs/serde.py)",
+        "checkpoint",
+    )
 
 
 class InlineSqliteSaver(SqliteSaver):
@@ -220,14 +239,22 @@ class InlineSqliteSaver(SqliteSaver):
             thread, ns, checkpoint_id = key
             for writes, task_id, task_path in self._pending[key]:
                 verb = "REPLACE" if all(w[0] in WRITES_IDX_MAP for w in writes) else "IGNORE"
+                rows = []
+                for idx, (channel, value) in enumerate(writes):
+                    try:
+                        typed = tuple(self.serde.dumps_typed(value))
+                    except ContractBroken:
+                        # a value no checkpoint can hold: its episode failed on it, by the clause, when
+                        # its step was checkpointed; written, it would stop the commit of every episode
+                        continue
+                    rows.append(
+                        (thread, ns, checkpoint_id, task_id, task_path, WRITES_IDX_MAP.get(channel, idx), channel)
+                        + typed
+                    )
                 cur.executemany(
                     f"INSERT OR {verb} INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, "
                     "idx, channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (thread, ns, checkpoint_id, task_id, task_path, WRITES_IDX_MAP.get(channel, idx), channel)
-                        + tuple(self.serde.dumps_typed(value))
-                        for idx, (channel, value) in enumerate(writes)
-                    ],
+                    rows,
                 )
             del self._pending[key]  # written (a failure above leaves the rest to the next commit)
 

@@ -222,6 +222,29 @@ def whole_state_output():
     return graph.compile()
 
 
+class _OddState(_State, total=False):
+    odd: Any
+
+
+def unwritable_state():
+    """Keeps an object no serializer knows in its own state: no checkpoint can hold it."""
+
+    async def think(state: _OddState, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+        return {"odd": object()}
+
+    async def answer(state: _OddState, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+        return {"response": SystemResponse(text="an answer")}
+
+    graph = StateGraph(
+        _OddState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput
+    )
+    graph.add_node("think", think)
+    graph.add_node("answer", answer)
+    graph.add_edge(START, "think")
+    graph.add_edge("think", "answer")
+    return graph.compile()
+
+
 class Scratch(BaseModel):
     """A type of its own in graph state, not declared to the checkpoint serializer."""
 

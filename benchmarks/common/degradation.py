@@ -43,6 +43,7 @@ DegradationKind = Literal[
     "memory_bad_context",
     "pipeline_no_response",
     "pipeline_unread_citation",
+    "state_not_checkpointable",
     "judge_off_scale",
     "judge_raised",
     "answer_incomplete",
@@ -91,6 +92,8 @@ KINDS: dict[str, str] = {
     "pipeline_unread_citation": "pipeline contract, 'citations only to sources read': a response cited a text "
     "that is not in the run's source store, or a URL this run's web neither fetched nor found, or carries an [n] "
     "marker that names none of its citations; the episode failed",
+    "state_not_checkpointable": "pipeline contract, 'checkpointable state': a graph's state held a value the "
+    "run's checkpoint serializer cannot write (an object of a type it does not know); the episode failed",
     "judge_off_scale": "judge contract, 'scores inside the declared scale': a judge's score outside its declared "
     "scale, or not a finite number; the judgment failed",
     "judge_raised": "judge contract, 'failures returned as failed judgments': a judge raised an exception (a bug: "

@@ -66,6 +66,7 @@ class PipelineKit:
         )
         self.responses: dict[str, Any] = {}
         self.web: Any = None  # the run's web, once a case opened it
+        self.unwritable: list[str] = []  # episodes failed on a state value no checkpoint can hold
 
     def context(self, answerer: str) -> EpisodeContext:
         run = self.workdir / "run"
@@ -136,6 +137,9 @@ class PipelineKit:
                 out = await _ended(graph, {"benchmark": BENCHMARK, "case_id": case_id}, config, context)
                 problem = contract.response_problem(out, self.ref)
             except ContractBroken as exc:
+                if exc.clause is contract.CHECKPOINTS:  # the episode failed as a run's would: that clause says it
+                    self.unwritable.append(f"case {case_id}: {exc.detail}")
+                    continue
                 if exc.clause is not contract.RESPONSE:
                     raise
                 out, problem = {}, exc.detail
@@ -148,6 +152,10 @@ class PipelineKit:
             elif isinstance(response, SystemResponse):
                 seen.append(f"{case_id}: {len(response.text)} chars, {len(response.citations)} citations")
         self.web = resources_for(context).opened_web()
+        if not problems and not seen and self.unwritable:
+            return not_applicable(
+                contract.RESPONSE.name, f"no episode reached its end ({contract.CHECKPOINTS.name} is broken)"
+            )
         if problems:
             return broken(contract.RESPONSE.name, "; ".join(problems))
         return held(contract.RESPONSE.name, f"SystemResponse with text on {len(seen)} cases ({'; '.join(seen)})")
@@ -187,6 +195,8 @@ class PipelineKit:
         from atelier.graphs.episode import episode_graph_for
         from atelier.graphs.persistence import InlineSqliteSaver, RunSerializer
 
+        if self.unwritable:  # as a run finds it: the episode fails as its step is checkpointed
+            return broken(contract.CHECKPOINTS.name, "; ".join(self.unwritable[:2]))
         path = self.workdir / "run" / "checkpoints.sqlite"
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         try:
@@ -229,6 +239,10 @@ class PipelineKit:
         try:
             out = await _ended(graph, {"benchmark": BENCHMARK, "case_id": CASES[0]}, config, context)
         except ContractBroken as exc:
+            if exc.clause is contract.CHECKPOINTS:
+                return not_applicable(
+                    contract.INTERRUPT.name, f"it never reached an end ({contract.CHECKPOINTS.name} is broken)"
+                )
             if exc.clause is not contract.RESPONSE:
                 raise
             return not_applicable(
