@@ -103,7 +103,7 @@ class UserContext(BaseModel):
     text: str = ""
     event_ids: list[str] = Field(default_factory=list, description="History events used, most relevant first.")
     scores: dict[str, float] = Field(default_factory=dict, description="Ranking score per event id, if ranked.")
-    tokens: int = 0
+    tokens: int = Field(default=0, ge=0, description="The context's tokens, as the backend counted them.")
     degraded: list[Degradation] = Field(
         default_factory=list, description="What the memory could not give (history cut by its budget, ...)."
     )

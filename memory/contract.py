@@ -13,8 +13,11 @@ experiment can show:
   events the memory was given; broken: `memory_unknown_event`, the episode fails;
 - the persona kept whole where the setting gives one: the explicit persona's facets open the
   context, every one — or its loss is recorded (`persona_not_kept`; the episode goes on);
-- contexts in the UserContext schema: what `context()` returns is a UserContext whose text is a
-  str and event ids a list of str; broken: `memory_bad_context`, the episode fails;
+- contexts in the UserContext schema: what `context()` returns is a UserContext whose every field
+  holds what the schema says (text a str, event ids a list of str, tokens an int >= 0, its form one
+  of the forms, its degradations and share valid — a field set after the context was made, or a
+  context made with `model_construct`, included) and that can be written as JSON; broken:
+  `memory_bad_context`, the episode fails;
 - ingest idempotent, concurrent users isolated, no gold field read, state rebuilt exactly after
   a kill: `atelier check memory` only (a resumed run refuses a memory its journal cannot rebuild
   exactly: memory/journal.py).
@@ -23,6 +26,9 @@ experiment can show:
 from __future__ import annotations
 
 from collections.abc import Collection
+
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from atelier.benchmarks.case import ExplicitPersona
 from atelier.benchmarks.common.contract import ContractBroken, ContractClause
@@ -43,15 +49,58 @@ CONTEXT = ContractClause(PROTOCOL, "contexts in the UserContext schema", "memory
 
 def context_problem(value: object, backend: str) -> str | None:
     """Why `value`, what a memory's `context()` returned, is not a context the run can read; None
-    when it is a UserContext whose text and event ids are what they say (the fields every reader
-    uses: a field set after the context was made is not validated by pydantic)."""
+    when it is a UserContext whose every field holds what the schema says and that can be written
+    as JSON (a field set after the context was made, or a context or share made with
+    `model_construct`, is not validated by pydantic: it is here, on every recall, before the run
+    records it)."""
     if not isinstance(value, UserContext):
         return f"the {backend} memory's context() returned a {type(value).__name__}, not a UserContext (atelier.memory.base)"
     if not isinstance(value.text, str):
         return f"the {backend} memory's context has a {type(value.text).__name__} as its text, not a str"
     if not isinstance(value.event_ids, list) or not all(isinstance(i, str) for i in value.event_ids):
         return f"the {backend} memory's context has event_ids {str(value.event_ids)[:80]!r}, not a list of str"
+    return _fields_problem(value, backend)
+
+
+def _fields_problem(context: UserContext, backend: str) -> str | None:
+    """Why `context`'s fields break the UserContext schema (re-validated as its own class validates
+    them, then written as JSON, as the run records it); None when they hold."""
+    try:
+        type(context).model_validate(context.model_dump(warnings=False)).model_dump_json()
+    except ValidationError as exc:
+        return invalid_context(exc, f"the {backend} memory's context")
+    except PydanticSerializationError as exc:
+        return f"the {backend} memory's context cannot be written as JSON: {exc}"
     return None
+
+
+def invalid_context(exc: ValidationError, what: str) -> str:
+    """`exc`'s first error as what breaks the schema of `what` (a context): the field and the value."""
+    error = exc.errors()[0]
+    field = ".".join(str(part) for part in error["loc"]) or "(context)"
+    if error["type"] == "missing":
+        return f"{what} has no field {field!r}"
+    return f"{what} has its field {field!r} invalid: {error['msg']} (got {_shown(error.get('input'))})"
+
+
+# What a memory's context is made of: a ValidationError of one of these raised inside its
+# `context()` is a context made outside the schema (memory/registry.py holds plugins to it).
+CONTEXT_MODELS = frozenset({"UserContext", "ContextShare"})
+
+
+def made_invalid(exc: ValidationError, backend: str) -> ContractBroken | None:
+    """The ContractBroken for `exc`, raised inside `backend`'s `context()`, when it is the context's
+    own schema refusing what the backend made (tokens=-1, ...); None for another model's error."""
+    if exc.title not in CONTEXT_MODELS:
+        return None
+    return ContractBroken(
+        CONTEXT, invalid_context(exc, f"the {backend} memory's context() made a context that"), "recall"
+    )
+
+
+def _shown(value: object) -> str:
+    said = repr(value)
+    return said if len(said) <= 80 else said[:79] + "…"
 
 
 def checked_context(value: object, backend: str, step: str = "recall") -> UserContext:
