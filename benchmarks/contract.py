@@ -107,7 +107,7 @@ def history_problems(cases: Iterable[Case]) -> list[str]:
             if seen[0] is not event and seen[0] != event:
                 conflicts += 1
                 if conflicts == 1:
-                    before, now = _told_apart(seen[0], event)
+                    before, now = told_apart(seen[0], event)
                     problems.append(
                         f"{USER_EVENTS.name}: the event {event.id!r} of user {case.user_id!r} is {before} in case "
                         f"{seen[1]} but {now} in case {case.id} (a memory would keep whichever case it "
@@ -118,7 +118,7 @@ def history_problems(cases: Iterable[Case]) -> list[str]:
     return problems
 
 
-def _told_apart(one: HistoryEvent, other: HistoryEvent) -> tuple[str, str]:
+def told_apart(one: HistoryEvent, other: HistoryEvent) -> tuple[str, str]:
     """Two versions of an event as a reader tells them apart: their texts from a little before the
     first difference, else (the same text) the fields that differ."""
     texts = [" ".join(e.render().split()) for e in (one, other)]

@@ -40,6 +40,7 @@ from atelier.benchmarks.case import HistoryEvent
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl, validation_error
+from atelier.benchmarks.contract import told_apart
 from atelier.memory.base import MemoryBackend, MemoryQuery, UserContext, as_query
 from atelier.memory.clock import ClockTape, on_tape
 from atelier.memory.contract import checked_context
@@ -129,6 +130,9 @@ class JournaledMemory(MemoryBackend):
         self._pending: dict[str, list[tuple[int, IngestEntry | RecallEntry]]] = {}
         self._broken: dict[str, MemoryRebuildError] = {}
         self._seen: defaultdict[str, set[str]] = defaultdict(set)
+        # per user, each event an earlier process journaled, by id, with its line: what this run's
+        # cases must still say of it (the cases changed since would leave the memory stale)
+        self._journaled: defaultdict[str, dict[str, tuple[HistoryEvent, int]]] = defaultdict(dict)
         self._recalls: dict[str, RecallEntry] = {}  # by graph step (recalls that change state only)
         self.replayed: dict[str, int] = {}  # user id -> entries replayed in this process
 
@@ -204,6 +208,7 @@ class JournaledMemory(MemoryBackend):
             if isinstance(entry, IngestEntry):
                 await self.inner.ingest(user_id, entry.events)
                 self._seen[user_id].update(e.id for e in entry.events)
+                self._journaled[user_id].update((e.id, (e, number)) for e in entry.events)
                 same_answer = True
             else:
                 context = await self.inner.context(user_id, entry.query, entry.budget)
@@ -243,9 +248,12 @@ class JournaledMemory(MemoryBackend):
             await self._ready(user_id)
             seen = self._seen[user_id]
             fresh: dict[str, HistoryEvent] = {}
+            journaled = self._journaled.get(user_id, {})
             for event in events:  # the first of each id not seen yet, in the order given
                 if event.id not in seen:
                     fresh.setdefault(event.id, event)
+                elif event.id in journaled and journaled[event.id][0] != event:
+                    raise self._changed(user_id, event, *journaled[event.id])
             new = list(fresh.values())
             if not new:
                 return
@@ -255,6 +263,17 @@ class JournaledMemory(MemoryBackend):
             digest = await self.inner.state_digest(user_id)
             self._append(IngestEntry(user_id=user_id, events=new, clock=tape.readings, digest=digest))
             seen.update(e.id for e in new)
+
+    def _changed(self, user_id: str, event: HistoryEvent, recorded: HistoryEvent, line: int) -> MemoryRebuildError:
+        """The error of an event the run's cases now tell otherwise than when it was ingested."""
+        before, now = told_apart(recorded, event)
+        return MemoryRebuildError(
+            f"user {user_id!r}'s event {event.id!r} is {now} in the cases this run loaded, but the run's memory "
+            f"ingested it as {before}: the cases changed since the run began, and its memory would answer from "
+            "the old event. Resume with the cases the run began with, or choose a new --out folder",
+            file=self.path,
+            line=line,
+        )
 
     async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
         if not self.inner.recall_changes_state:

@@ -595,3 +595,58 @@ async def test_a_rebuild_mismatch_from_a_clock_read_outside_now_names_it_and_the
     assert "not deterministic" in text and "time.time()" in text and "`self.now()`" in text
     assert "atelier check memory stamped" in text and "not answered by the response cache" not in text
     await later.aclose()
+
+
+def test_a_run_resumed_on_cases_changed_since_it_began_is_refused_naming_the_case(tmp_path, cache_dir):
+    """The cases file edited between two processes of one run: ben's event now said the opposite,
+    yet the resumed episode's context quoted the old text (from the memory journal), exit 0."""
+    from atelier.benchmarks.common.errors import ConfigError
+    from atelier.runs.execution.runner import run_recipe
+
+    rows = [
+        {
+            "id": f"{user}-1",
+            "benchmark": "mine",
+            "user_id": user,
+            "query": {"text": "What should I read next?"},
+            "history": [{"id": f"{user}:m1", "kind": "memory_snippet", "text": f"{user} likes numbers."}],
+        }
+        for user in ("ana", "ben")
+    ]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = parse_recipe(
+        {
+            "name": "changed",
+            "benchmark": {"path": str(path), "setting": "context"},
+            "systems": [{"name": "full", "memory": {"backend": "full"}}],
+            "run": {"out_dir": str(tmp_path / "out")},
+        }
+    )
+    folder = run_recipe(recipe, tmp_path / "run", progress=False)
+    assert run_recipe(recipe, folder.path, progress=False).path == folder.path  # the same cases: resumes
+    rows[1]["history"][0]["text"] = "ben hates numbers."
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError, match=r"holds a run of other cases: case ben-1 changed since the run began"):
+        run_recipe(recipe, folder.path, progress=False)
+
+
+async def test_a_memory_journal_refuses_an_event_told_otherwise_than_it_ingested_it(tmp_path):
+    from atelier.benchmarks.case import MemorySnippet
+    from atelier.memory.base import MemoryEnv
+    from atelier.memory.journal import MemoryRebuildError, journaled
+    from atelier.memory.registry import create_backend
+
+    def opened():
+        return journaled(create_backend({"backend": "full"}, MemoryEnv(store_dir=tmp_path)))
+
+    first = opened()
+    await first.ingest("ben", [MemorySnippet(id="ben:m1", text="I like detailed explanations with numbers.")])
+    await first.aclose()
+    again = opened()  # a later process of the run
+    await again.ingest("ben", [MemorySnippet(id="ben:m1", text="I like detailed explanations with numbers.")])
+    with pytest.raises(MemoryRebuildError) as refused:
+        await again.ingest("ben", [MemorySnippet(id="ben:m1", text="I hate numbers entirely.")])
+    said = str(refused.value)
+    assert "user 'ben''s event 'ben:m1' is" in said and "'I hate numbers entirely.'" in said and ":2" in said
+    await again.aclose()

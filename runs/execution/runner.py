@@ -61,7 +61,7 @@ from atelier.runs.execution.executors import Episode, open_executor
 from atelier.runs.execution.judging import judge_again, judge_comparisons, judgments_due
 from atelier.runs.execution.preflight import preflight
 from atelier.runs.folder.epochs import epoch_context, epoch_of
-from atelier.runs.folder.layout import RunFolder, expected_keys, stored_config
+from atelier.runs.folder.layout import RunFolder, case_digest, expected_keys, stored_config
 from atelier.runs.folder.lock import RunFolderLock
 from atelier.runs.folder.recipe import Recipe, plugins_used
 from atelier.runs.folder.results import ContextUsed, ResultRecord, ResultsFile, result_key, write_json_atomic
@@ -177,6 +177,7 @@ class Runner:
         recipe = self.recipe
         judgments_changed = self._check_resumable()
         cases = self.load_cases()
+        digests = self._check_cases_unchanged(cases)
         check_hidden_facets(cases, recipe.systems)
         controls = ControlEpisodes.plan(recipe, cases, self.context_for)  # `[run] controls`, or none
         check_system_settings(cases, recipe)
@@ -201,7 +202,7 @@ class Runner:
             for s in recipe.systems
             for e in epochs
         }
-        config = self._config(cases) | controls.described(cases)
+        config = self._config(cases, digests) | controls.described(cases)
         write_json_atomic(self.folder.config, config)
 
         for path, consequence in (
@@ -504,7 +505,24 @@ class Runner:
                     out.append((record, by_id[record.case_id], due))
         return out
 
-    def _config(self, cases: list[Case]) -> dict[str, Any]:
+    def _check_cases_unchanged(self, cases: list[Case]) -> dict[str, str]:
+        """Each case's digest; a ConfigError when a case the run began with now reads otherwise (the
+        cases file edited, the data behind the benchmark replaced): its episodes, memory journal and
+        checkpoints hold the old case, which a resumed run would mix with the new one."""
+        digests = {c.id: case_digest(c) for c in cases}
+        stored = stored_config(self.folder.config)
+        began = (stored.case_digests if stored is not None else None) or {}
+        changed = [i for i, d in digests.items() if i in began and began[i] != d]
+        if changed:
+            more = f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+            raise ConfigError(
+                f"{self.folder.path} holds a run of other cases: case {', '.join(changed[:5])}{more} changed since "
+                "the run began (its history, persona, query or gold), and its episodes, memory and checkpoints hold "
+                "the old case; resume with the cases the run began with, or choose a new --out folder"
+            )
+        return {**began, **digests}
+
+    def _config(self, cases: list[Case], digests: dict[str, str]) -> dict[str, Any]:
         """config.json: the run as resolved. Whether it is a dry run is known only from its calls
         (summary.json's `dry_run`)."""
         previous = stored_config(self.folder.config)
@@ -515,6 +533,7 @@ class Runner:
             "plugins": plugins_used(self.recipe),  # what the recipe loaded from researchers' own packages
             "cache_dir": self.cache_dir,
             "cases": [c.id for c in cases],
+            "case_digests": digests,
             "versions": _versions(),
         }
 

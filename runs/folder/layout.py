@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,13 @@ class _StoredConfig(BaseModel):
     run_id: str | None = None
     started_at: str | None = None
     recipe: dict[str, Any] | None = None
+    case_digests: dict[str, str] | None = None  # case id -> `case_digest` of the case as the run first loaded it
+
+
+def case_digest(case: BaseModel) -> str:
+    """The sha256 of a case as loaded (its history, persona, query and gold): a resumed run's cases
+    must be the ones it began with, or its checkpoints and memory would hold the old ones."""
+    return hashlib.sha256(case.model_dump_json().encode("utf-8")).hexdigest()
 
 
 def stored_config(path: Path) -> _StoredConfig | None:
