@@ -325,3 +325,13 @@ def test_memory_eval_holds_each_ranking_to_the_memory_contract(cli, double, clau
     result = CliRunner().invoke(cli, [*args, "--backend", f"tests.conformance_doubles:{double}"])
     assert isinstance(result.exception, ContractBroken)  # the CLI's main turns it into one line and exit 2
     assert f"memory contract, {clause}" in str(result.exception)
+
+
+def test_memory_eval_refuses_a_setting_that_shows_no_history_rather_than_scoring_zero(cli):
+    """`--setting task_only` scored nDCG 0.0 over 4 cases (third outside audit): no history was given
+    to rank. It is refused before anything is built, naming the setting."""
+    args = ["memory", "eval", "--benchmark", "sample", "--limit", "4", "--backend", "full"]
+    refused = CliRunner().invoke(cli, [*args, "--setting", "task_only"])
+    assert isinstance(refused.exception, ConfigError)
+    assert "--setting task_only: its views give the memory no history" in str(refused.exception)
+    assert CliRunner().invoke(cli, [*args, "--setting", "context"]).exit_code == 0

@@ -159,6 +159,12 @@ def memory_eval(
             f"--benchmark {benchmark} (split {split}): {NOT_MEASURED} ({len(every)} cases; memory eval "
             "scores cases with Gold.relevant_history_ids or Gold.relevance)"
         )
+    if not any(case.view().history for case in judged):  # e.g. task_only: nothing to rank, not a 0.0
+        raise ConfigError(
+            f"--setting {judged[0].setting}: its views give the memory no history on any of the {len(judged)} cases "
+            "with gold, so there is no retrieval to measure; choose a setting that shows the history "
+            "(e.g. context, persona+context)"
+        )
     cases = deterministic_subset(judged, limit, seed=0, salt=f"memory-eval:{benchmark}:{split}")
     gateway = _gateway(model, api_base)
 
