@@ -522,8 +522,9 @@ class Runner:
             )
         return {**began, **digests}
 
-    def _config(self, cases: list[Case], digests: dict[str, str]) -> dict[str, Any]:
-        """config.json: the run as resolved. Whether it is a dry run is known only from its calls
+    def _config(self, cases: list[Case], digests: dict[str, str] | None = None) -> dict[str, Any]:
+        """config.json: the run as resolved (`digests`: the cases' as `_check_cases_unchanged` gave
+        them; default, those of `cases`). Whether it is a dry run is known only from its calls
         (summary.json's `dry_run`)."""
         previous = stored_config(self.folder.config)
         return {
@@ -533,7 +534,7 @@ class Runner:
             "plugins": plugins_used(self.recipe),  # what the recipe loaded from researchers' own packages
             "cache_dir": self.cache_dir,
             "cases": [c.id for c in cases],
-            "case_digests": digests,
+            "case_digests": digests if digests is not None else {c.id: case_digest(c) for c in cases},
             "versions": _versions(),
         }
 
