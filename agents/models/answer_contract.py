@@ -8,16 +8,26 @@ What a provider's answer must be before anything scores it, clause by clause; th
   way (a transport error mid-stream: `stream_broken`), a chat completion holds a choice, and a
   Responses (or Interactions) answer is done — a background one polled to its end
   (agents/models/grounding.py), never read `queued` or `in_progress`, nor ended `failed` or
-  `cancelled`. Broken: the call fails (`IncompleteAnswer`: retried like a lost connection, but for
-  an answer read still running), `answer_incomplete` is recorded, nothing is cached;
+  `cancelled`. Broken: the call fails (`IncompleteAnswer`), `answer_incomplete` is recorded, nothing
+  is cached. It is retried like a lost connection, but for an answer still running, which asking
+  again would not change and would pay for again: a foreground response read `queued` or
+  `in_progress` (only a background request is polled), or a background one still so when the
+  call's timeout runs out (cancelled on the server) — each named by its status;
 - not cut at the token limit (`finish_reason` length, a Responses answer `incomplete` for
   `max_output_tokens`): `answer_cut`;
 - not withheld by a content filter (`finish_reason` content_filter): `answer_filtered`;
 - reasoning closed before the answer: a `<think>` block that never closes is the model's partial
   reasoning, not its answer: it is taken out of the text, from its opening tag to the end (what
   came before it stays: most often nothing, as the block opens the answer) and `reasoning_unclosed`
-  is recorded. The opening tag is found in any case (`<THINK>`) at the start of any line, after any
-  blank lines or a preamble; a tag mentioned inside a sentence opens no block.
+  is recorded. The opening tag is found in any case (`<THINK>`), with attributes (`<think
+  type="x">`) and as `<thinking>`, at the start of any line, after any blank lines or a preamble; a
+  tag mentioned inside a sentence opens no block. An answer whose reasoning came in a field of its
+  own (a chat message's `reasoning_content`, as a server that splits the `<think>` block off sends
+  it) with no text after it is the same answer — reasoning that never reached its answer, whatever
+  its finish reason said — and breaks the same clause (`reasoning_only`): nothing is kept, and
+  `reasoning_unclosed` is recorded. Not `answer_incomplete`: the answer did arrive whole (its
+  terminal event came), and asking again replays the same decoding more often than not; as for an
+  unclosed `<think>`, the empty answer is used, named, and cached with its degradation.
 
 The last three are degradations of the step that asked: the answer is used as it is, and cached
 with what it broke, so a rerun that replays it records the same (`answer_breaches`). They reach
@@ -45,9 +55,9 @@ REASONING_CLOSED = ContractClause(PROTOCOL, "reasoning closed before the answer"
 # finish reasons that say the answer is not all the model would have said
 _CUT = {"length": NOT_CUT, "max_tokens": NOT_CUT, "content_filter": NOT_FILTERED}
 # a reasoning block's tags: the opening one counts at the start of a line (after spaces or tabs),
-# never inside a sentence that mentions it
-_OPENING_THINK = re.compile(r"^[^\S\n]*<think\s*>", re.IGNORECASE | re.MULTILINE)
-_CLOSING_THINK = re.compile(r"</think\s*>", re.IGNORECASE)
+# never inside a sentence that mentions it: `<think>`, `<think type="x">` (attributes), `<thinking>`
+_OPENING_THINK = re.compile(r"^[^\S\n]*<think(?:ing)?(?:\s[^<>]*)?>", re.IGNORECASE | re.MULTILINE)
+_CLOSING_THINK = re.compile(r"</think(?:ing)?\s*>", re.IGNORECASE)
 
 
 class IncompleteAnswer(RuntimeError):
@@ -112,6 +122,19 @@ def unclosed_thinking_at(text: str) -> int | None:
     return last.start()
 
 
+# the opening tag `reasoning_only` puts before reasoning that came in a field of its own
+_REASONING_FIELD = '<think source="reasoning_content">'
+
+
+def reasoning_only(reasoning: str) -> str:
+    """The text of an answer that is nothing but reasoning sent in a field of its own (a chat
+    message's `reasoning_content`, its text empty): that reasoning as a `<think>` block that opens
+    the answer and never closes — what the model says when its server does not split it off — so
+    that `answer_breaches` reads it by the same clause (`reasoning_unclosed`) and keeps nothing."""
+    tagless = _CLOSING_THINK.sub("", _OPENING_THINK.sub("", reasoning))  # one block, from the start to the end
+    return _REASONING_FIELD + "\n" + tagless
+
+
 def with_a_choice(response: Any) -> Any:
     """A chat completion that holds a choice (its answer); one whose `choices` is empty (HTTP 200
     with `"choices": []`) is an answer that did not arrive whole: retried like an empty stream."""
@@ -137,13 +160,21 @@ def answer_breaches(
     if opened is not None:
         before = text[:opened].rstrip()  # what the answer said before its reasoning opened
         kept = f"; the {len(before)} characters before it are kept" if before else ""
-        broken.append(
-            REASONING_CLOSED.broken(
-                f"{who}'s answer ended inside its <think> block ({len(text) - opened} characters of reasoning "
-                f"from character {opened}, no answer after it){kept}",
-                step,
+        if text.startswith(_REASONING_FIELD):  # `reasoning_only`: the reasoning came in its own field
+            said = (
+                f"{who}'s answer was only reasoning ({len(text) - len(_REASONING_FIELD) - 1} characters of "
+                "reasoning_content) with no text after it"
             )
-        )
+        else:
+            found = _OPENING_THINK.match(text, opened)
+            tag = found.group().strip() if found else "<think>"
+            tag = tag if len(tag) <= 40 else tag[:39] + "…"
+            opening = "" if tag == "<think>" else f"opened as {tag}, "
+            said = (
+                f"{who}'s answer ended inside its <think> block ({opening}{len(text) - opened} characters of "
+                f"reasoning from character {opened}, no answer after it){kept}"
+            )
+        broken.append(REASONING_CLOSED.broken(said, step))
         text = before
     return text, broken
 

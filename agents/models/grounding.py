@@ -29,13 +29,19 @@ The provider formats read (each as its public reference describes it):
   `find_in_page` (not billed), `output_tokens_details.reasoning_tokens`. A whole answer, a stream
   (ending with `response.completed`, which carries the whole response), or a background response
   (`background: true`: created `queued` or `in_progress`, polled with `GET /responses/{id}` until it
-  ends, within the call's timeout, and cancelled on the server when that runs out) — openai-python's
-  `Response`, `ResponseFunctionWebSearch` and `ResponseStatus`. Only a response `completed` is
-  whole (one `incomplete` is read, as cut or filtered): a stream that ends without its terminal
-  event (`response.completed`, `.incomplete` or `.failed`) is cut off unless the request ran in the
-  background (only then is it polled: a response asked for in the foreground may not be kept on
-  the server), and any other status (`failed`, `cancelled`, `requires_action`, none at all) is an
-  answer that did not arrive whole.
+  ends, within the call's timeout `timeout_s`) — openai-python's `Response`,
+  `ResponseFunctionWebSearch` and `ResponseStatus`. A background response still `queued` or
+  `in_progress` when the timeout nears its end (the last fifth of it, at most 10 s, is kept for
+  this) is cancelled on the server and fails the call as an answer that did not arrive whole,
+  named by that status and the timeout (`StillRunning`), and is not asked again: a new request
+  would start, and bill, a new job needing as long. Only a response `completed` is whole (one
+  `incomplete` is read, as cut or filtered): a stream that ends without its terminal event
+  (`response.completed`, `.incomplete` or `.failed`) is cut off unless the request ran in the
+  background, and only a background request is polled (a response asked for in the foreground may
+  not be kept on the server): one read `queued` or `in_progress` — whole or as a stream's terminal
+  event — is an answer that did not arrive whole, named by its status and not asked again (the
+  endpoint answers the next request the same way). Any other status (`failed`, `cancelled`,
+  `requires_action`, none at all) is an answer that did not arrive whole too.
 
 - Gemini's Interactions API (`api = "interactions"`, model `gemini/<agent>`, e.g.
   `gemini/deep-research-pro-preview-12-2025`: Gemini Deep Research, which only this API serves),
@@ -68,7 +74,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field
 
-from atelier.agents.models.answer_contract import IncompleteAnswer, with_a_choice
+from atelier.agents.models.answer_contract import IncompleteAnswer, reasoning_only, with_a_choice
 
 if TYPE_CHECKING:
     from atelier.agents.models.settings import ModelSettings
@@ -315,16 +321,23 @@ def read_chat(response: Any, model: str, usage: Any = None) -> ProviderReply:
     read_usage = chat_usage(usage)
     prompt = int(_get(usage, "prompt_tokens", 0) or 0)
     completion = int(_get(usage, "completion_tokens", 0) or 0)
+    text = _THINKING.sub("", getattr(message, "content", None) or "", count=1)
+    reasoning = getattr(message, "reasoning_content", None)
+    finish_reason = getattr(choice, "finish_reason", None)
+    if not text.strip() and isinstance(reasoning, str) and reasoning.strip() and finish_reason != "tool_calls":
+        # reasoning in a field of its own and no text after it: reasoning that never reached its
+        # answer, read by the provider contract as an unclosed <think> block (reasoning_unclosed)
+        text = reasoning_only(reasoning)
     return ProviderReply(
         answer=GroundedAnswer(
-            text=_THINKING.sub("", getattr(message, "content", None) or "", count=1),
+            text=text,
             citations=chat_citations(citations, search_results, getattr(message, "annotations", None)),
             search_results=_search_results(search_results),
             usage=read_usage,
         ),
         prompt_tokens=prompt,
         completion_tokens=completion,
-        finish_reason=getattr(choice, "finish_reason", None),
+        finish_reason=finish_reason,
         token_cost=token_cost(model, prompt, completion),
         search_cost=searches_cost(model, read_usage.search_calls or 0),
         raw=response,
@@ -552,13 +565,18 @@ def _responses_finish(status: str | None, incomplete: str | None) -> str | None:
 
 def _not_whole(response: Any) -> IncompleteAnswer:
     """Why a Responses answer whose status is neither `completed` nor `incomplete` is no answer:
-    still running (`queued`, `in_progress`: read before its end, which asking again will not
-    change), ended `failed` or `cancelled` (retried), or a status this client does not know as an
-    end (`requires_action`, or none at all: the provider answers so again, so not retried)."""
+    still running (`queued`, `in_progress`: a response asked for in the foreground and answered so
+    — `responses_call` polls only a background one — which asking again will not change: the
+    endpoint answers the next request the same way, and each starts a job of its own), ended
+    `failed` or `cancelled` (retried), or a status this client does not know as an end
+    (`requires_action`, or none at all: the provider answers so again, so not retried)."""
     status = _get(response, "status")
-    if status in RUNNING:  # `responses_call` polls a background response to its end: never read before
+    if status in RUNNING:
         return IncompleteAnswer(
-            f"the response {_get(response, 'id')} is still {status}, with no answer yet", retryable=False
+            f"the response {_get(response, 'id')} is still {status}, with no answer yet: it was asked for in "
+            "the foreground, so it is not polled (only a background request is: background = true), "
+            "and not asked again",
+            retryable=False,
         )
     if status in ("failed", "cancelled"):
         return _ended_badly(response)
@@ -627,20 +645,65 @@ async def read_responses_stream(
     return None, response_id
 
 
-async def poll_response(client: Any, response: Any, poll_s: float) -> Any:
-    """A background response, retrieved every `poll_s` seconds until it ends. The caller bounds the
-    wait (the call's timeout); a wait cut short cancels the response on the server, so it does not
-    go on running (and billing) unread."""
+def _cancel_reserve_s(timeout_s: float) -> float:
+    """The end of a call's timeout kept for cancelling a background response still running."""
+    return min(CANCEL_TIMEOUT_S, timeout_s / 5)
+
+
+class StillRunning(IncompleteAnswer):
+    """A background response still `queued` or `in_progress` when the call's timeout ran out:
+    cancelled on the server, and not asked again (a new request would start, and bill, a new
+    background job that would need as long)."""
+
+    def __init__(self, response_id: str | None, status: str, timeout_s: float) -> None:
+        super().__init__(
+            f"the background response {response_id} was still {status} when the call's timeout ran out "
+            f"(timeout_s = {timeout_s:g} s): cancelled on the server, not asked again (raise timeout_s)",
+            retryable=False,
+        )
+        self.status = status
+
+
+async def poll_response(
+    client: Any, response: Any, poll_s: float, *, timeout_s: float | None = None, started: float | None = None
+) -> Any:
+    """A background response, retrieved every `poll_s` seconds until it ends. A wait cut short
+    cancels the response on the server, so it does not go on running (and billing) unread.
+    `timeout_s`: the call's timeout, counted from `started` (the event loop's clock), which the
+    polling ends before — keeping time to cancel — raising StillRunning, named by the status the
+    response was left in; without it, the caller bounds the wait."""
     response_id = _get(response, "id")
-    try:
+    loop = asyncio.get_running_loop()
+    cancel_s, remaining = CANCEL_TIMEOUT_S, None
+    if timeout_s is not None:
+        reserve = _cancel_reserve_s(timeout_s)
+        cancel_s = reserve / 2
+        remaining = max(0.0, (loop.time() if started is None else started) + timeout_s - reserve - loop.time())
+
+    async def polled() -> None:
+        nonlocal response
         while _get(response, "status") in RUNNING:
             await asyncio.sleep(poll_s)
             response = await client.responses.retrieve(response_id)
+
+    ran_out = False
+    try:
+        try:
+            await asyncio.wait_for(polled(), remaining)
+        except TimeoutError:  # the polling's own end (the caller's would cancel this task instead)
+            ran_out = remaining is not None
+            if not ran_out:
+                raise
     except BaseException:
         if _get(response, "status") in RUNNING:
             with contextlib.suppress(Exception):  # the cancel is a courtesy: the wait has failed already
-                await asyncio.shield(asyncio.wait_for(client.responses.cancel(response_id), CANCEL_TIMEOUT_S))
+                await asyncio.shield(asyncio.wait_for(client.responses.cancel(response_id), cancel_s))
         raise
+    if ran_out:
+        with contextlib.suppress(Exception):  # as above: a courtesy, within the time kept for it
+            await asyncio.shield(asyncio.wait_for(client.responses.cancel(response_id), cancel_s))
+        assert timeout_s is not None
+        raise StillRunning(response_id, str(_get(response, "status")), timeout_s)
     return response
 
 
@@ -655,6 +718,9 @@ async def responses_call(
     provider, _, name = settings.model.rpartition("/")
     if provider not in ("", "openai"):
         raise ValueError(f"the Responses API is OpenAI's: model {settings.model!r} is not openai/<model>")
+    # the polling of a background response ends before the call's timeout (the gateway's) does,
+    # keeping time to cancel it: a wait that runs out is named by the status it was left in
+    started = asyncio.get_running_loop().time()
     instructions, items = responses_input(messages)
     request: dict[str, Any] = {"model": name, "input": items, **settings.extra}
     if grounding.background:
@@ -678,8 +744,12 @@ async def responses_call(
                 response = await client.responses.retrieve(response_id)
         else:
             response = await client.responses.create(**request)
-        if _get(response, "status") in RUNNING:
-            response = await poll_response(client, response, grounding.poll_s)
+        if request.get("background") and _get(response, "status") in RUNNING:
+            # only a background request is polled: a response asked for in the foreground and read
+            # `queued` or `in_progress` may not be kept on the server (read_responses: not whole)
+            response = await poll_response(
+                client, response, grounding.poll_s, timeout_s=settings.timeout_s, started=started
+            )
         return read_responses(response, settings.model, tools)  # a response not `completed` raises there
 
 

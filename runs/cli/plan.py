@@ -21,20 +21,23 @@ def plan(
     """Per comparison of a pilot run: the cases x epochs x judge repeats with which the run's own test
     declares a difference of --detect with --power (5% two-sided), simulated from the pilot's variance
     by source (clusters, cases, epochs, judge repeats), and what each plan costs (the recipe's cost
-    forecast)."""
+    forecast). Before it prices a model that is neither scripted nor local, it runs the run's
+    preflight of it (its key, its probe): a missing or rejected key is exit 2."""
     from rich.table import Table
 
     from atelier.runs.cli._common import print_json, table_console
     from atelier.runs.reading.terminal_text import cells
     from atelier.runs.studies.plan import plan_run
 
-    if model is not None and not no_cost:  # the model it prices with: its key (as a run's preflight checks)
+    if not no_cost:  # the models it prices (not scripted or local): the run's preflight of them, probes too
         import asyncio
 
-        from atelier.agents.models.settings import ModelSettings
-        from atelier.runs.execution.preflight import check_models
+        from atelier.runs.execution.preflight import check_priced_models
+        from atelier.runs.folder.layout import load_run_config
+        from atelier.runs.folder.recipe import Recipe
 
-        asyncio.run(check_models({"--model": ModelSettings(model=model)}, probe=False))
+        recipe = Recipe.model_validate(load_run_config(run_dir)["recipe"]).with_overrides(model=model)
+        asyncio.run(check_priced_models(recipe, skip="(`--no-cost` prices nothing, and checks no model)"))
     result = plan_run(run_dir, detect, power=power, alpha=alpha, model=model, with_cost=not no_cost)
     if as_json:
         print_json(result.model_dump(mode="json"))

@@ -21,14 +21,16 @@ def check(
     preflight: bool = typer.Option(
         False,
         "--preflight",
-        help="Also run the run's preflight: probe every model, check keys, data checksums, judge fit and the web.",
+        help="Also run the run's preflight: probe every model, check keys, data checksums, judge fit and the web "
+        "(always with --model or --api-base).",
     ),
 ) -> None:
     """Validate FILE against the registered benchmarks, pipelines, memory backends, judges and web providers
     (including their API keys, and every model's), and check that the benchmark's cases carry what each
     judge needs and keep the benchmark contract. With
     --model (--api-base, --api-key) the recipe is checked, and preflighted, as `atelier run` would run it
-    with the same options; the models each role would use are printed."""
+    with the same options (every model probed: a missing or rejected key is exit 2); the models each
+    role would use are printed."""
     from atelier.agents.judges.base import check_judge_fit, create_judge
     from atelier.benchmarks.registry import get_benchmark
     from atelier.graphs.context import check_hidden_facets
@@ -60,7 +62,7 @@ def check(
     from atelier.runs.execution.runner import check_system_settings
 
     check_system_settings(cases, recipe)
-    if preflight:
+    if preflight or model is not None or api_base is not None:  # checked as `run` with them would run it
         passed = asyncio.run(run_preflight(recipe, cases))
         typer.echo(f"preflight ok ({passed.seconds:.1f} s, {len(passed.calls)} probe calls)", err=True)
     else:  # the preflight's checks that call nothing: each model's key, no background run asked of a chat model

@@ -20,7 +20,10 @@ Problems are collected, never raised one by one: a failed preflight reports one 
 (`PreflightError`, exit 2) and nothing is started. `atelier run --no-preflight` skips it. Every
 other command that calls a model runs the same checks of the models it calls (`check_models`):
 `rescore` (its judges' roles, with the rest of this preflight), `simulate`, `meta-eval --feedback`;
-`plan --model` and `recipe check` check keys without calling anything.
+`plan`, when it prices, the same checks of the models it prices (`check_priced_models`: keys and
+probes; none for scripted or local models, so such a plan stays offline); `recipe check --model`
+(or `--api-base`, or `--preflight`) this whole preflight; a plain `recipe check` checks keys
+without calling anything.
 """
 
 from __future__ import annotations
@@ -208,6 +211,21 @@ async def check_models(
     problems = await model_problems(uses, _without_background(uses) if probe else {}, ledger)
     if problems or background:
         raise PreflightError(problems + background, skip=None)
+
+
+async def check_priced_models(recipe: Recipe, *, skip: str | None = None) -> bool:
+    """The run's preflight of the models a command prices for `recipe` (`plan`): each one that is
+    neither scripted nor local — the ones with a price — has its key and answers the probe, as
+    `preflight` checks them (the same uses, the same probes), else a PreflightError (exit 2).
+    False: no such model, nothing checked (a plan of scripted or local models stays offline)."""
+    priced = {key: use for key, use in model_uses(recipe).items() if not (use[0].is_scripted or use[0].is_local)}
+    if not priced:
+        return False
+    probes = {key: use for key, use in _without_background(model_uses(recipe, probed=True)).items() if key in priced}
+    problems = await model_problems(priced, probes)
+    if problems:
+        raise PreflightError(problems, skip=skip)
+    return True
 
 
 def _without_background(uses: Uses) -> Uses:
