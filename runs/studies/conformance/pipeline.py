@@ -99,9 +99,7 @@ class PipelineKit:
             async with run_checkpointer(self.workdir / "run") as saver:
                 try:
                     graph = episode_graph_for([self.system], checkpointer=saver)
-                except (
-                    contract.PipelineOutputError
-                ) as exc:  # its graph would return more than its response (graphs/contract.py)
+                except contract.PipelineOutputError as exc:  # it would return more than its response
                     report.clauses.append(broken(contract.RESPONSE.name, str(exc)))
                     report.clauses += [
                         not_applicable(c.name, "the episode graph refuses the pipeline (the response schema)")
