@@ -133,7 +133,7 @@ def output_problem(graph: Any, pipeline: str, episode_keys: Collection[str]) -> 
     if not clashing:
         return None
     return (
-        f"pipeline {pipeline!r}'s graph returns {', '.join(map(repr, clashing))} beside its response, which would "
+        f"the graph of pipeline {pipeline!r} returns {', '.join(map(repr, clashing))} beside its response, which would "
         "overwrite the episode's own state (a graph compiled without an output schema returns its whole state): "
         "a pipeline's graph returns only `response` — compile it with output_schema=PipelineOutput "
         "(atelier.graphs.inputs)"

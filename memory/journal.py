@@ -268,7 +268,7 @@ class JournaledMemory(MemoryBackend):
         """The error of an event the run's cases now tell otherwise than when it was ingested."""
         before, now = told_apart(recorded, event)
         return MemoryRebuildError(
-            f"user {user_id!r}'s event {event.id!r} is {now} in the cases this run loaded, but the run's memory "
+            f"the event {event.id!r} of user {user_id!r} is {now} in the cases this run loaded, but the run's memory "
             f"ingested it as {before}: the cases changed since the run began, and its memory would answer from "
             "the old event. Resume with the cases the run began with, or choose a new --out folder",
             file=self.path,

@@ -648,5 +648,5 @@ async def test_a_memory_journal_refuses_an_event_told_otherwise_than_it_ingested
     with pytest.raises(MemoryRebuildError) as refused:
         await again.ingest("ben", [MemorySnippet(id="ben:m1", text="I hate numbers entirely.")])
     said = str(refused.value)
-    assert "user 'ben''s event 'ben:m1' is" in said and "'I hate numbers entirely.'" in said and ":2" in said
+    assert "the event 'ben:m1' of user 'ben' is" in said and "'I hate numbers entirely.'" in said and ":2" in said
     await again.aclose()
