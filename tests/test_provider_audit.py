@@ -218,6 +218,29 @@ def test_a_background_response_still_running_at_the_timeout_is_named_cancelled_a
     assert [d.kind for d in broken] == ["answer_incomplete"] and "still in_progress" in broken[0].detail
 
 
+def test_a_gemini_interaction_still_running_at_the_timeout_is_named_cancelled_and_not_started_again(cache_dir):
+    """The same for Gemini's Interactions API: it timed out generically and each retry started a new job."""
+    with ResearchApiStub("interactions", [("https://a.example/x", "A")], polls=10_000) as stub:
+        settings = ModelSettings(
+            model="gemini/deep-research-pro-preview-12-2025",
+            api_base=stub.base_url,
+            api_key="k",
+            timeout_s=1.0,
+            max_retries=2,
+            retry_backoff_s=0.01,
+        )
+        failed, broken = _asked(
+            Gateway({"researcher": settings}, cache=None), Grounding(api="interactions", poll_s=0.05)
+        )
+        created = [r for r in stub.requests if r["method"] == "POST" and not r["path"].endswith("/cancel")]
+        assert len(created) == 1
+        (job,) = stub.background
+        assert stub.background[job]["status"] == "cancelled"
+    assert isinstance(failed, ModelCallError) and failed.attempts == 1
+    assert "still in_progress" in str(failed) and "timeout_s = 1 s" in str(failed) and "timed out" not in str(failed)
+    assert [d.kind for d in broken] == ["answer_incomplete"]
+
+
 def test_a_background_response_that_ends_in_time_is_still_polled_to_its_end(cache_dir):
     with ResearchApiStub("responses", [("https://a.example/x", "A")], polls=3) as stub:
         settings = ModelSettings(model="openai/o3-deep-research", api_base=stub.base_url, api_key="k", timeout_s=5)

@@ -651,9 +651,9 @@ def _cancel_reserve_s(timeout_s: float) -> float:
 
 
 class StillRunning(IncompleteAnswer):
-    """A background response still `queued` or `in_progress` when the call's timeout ran out:
-    cancelled on the server, and not asked again (a new request would start, and bill, a new
-    background job that would need as long)."""
+    """A background response (or a Gemini interaction) still `queued` or `in_progress` when the
+    call's timeout ran out: cancelled on the server, and not asked again (a new request would
+    start, and bill, a new background job that would need as long)."""
 
     def __init__(self, response_id: str | None, status: str, timeout_s: float) -> None:
         super().__init__(
@@ -835,7 +835,7 @@ async def interactions_call(
 ) -> ProviderReply:
     """An agent of Gemini's Interactions API (model `gemini/<agent>`), run in the background and
     polled every `grounding.poll_s` seconds until it ends; cancelled on the server when the wait
-    (the call's timeout) runs out."""
+    (the call's timeout) runs out, and then StillRunning, named by its status, not asked again."""
     import httpx
 
     provider, _, name = settings.model.partition("/")
@@ -844,6 +844,9 @@ async def interactions_call(
     instructions, items = responses_input(messages)
     text = "\n\n".join([*([instructions] if instructions else []), *(str(i["content"]) for i in items)])
     key = settings.resolved_api_key() or next((os.environ[k] for k in GEMINI_KEYS if os.environ.get(k)), None)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    reserve = _cancel_reserve_s(settings.timeout_s)
     async with httpx.AsyncClient(
         base_url=(settings.api_base or GEMINI_BASE_URL).rstrip("/") + "/",
         headers={"x-goog-api-key": key or ""},
@@ -853,16 +856,30 @@ async def interactions_call(
         interaction = _checked(
             await client.post("interactions", json={"agent": name, "input": text, "background": True, **settings.extra})
         )
-        try:
+
+        async def polled() -> None:
+            nonlocal interaction
             while interaction.get("status") == "in_progress":
                 await asyncio.sleep(grounding.poll_s)
                 interaction = _checked(await client.get(f"interactions/{interaction.get('id')}"))
+
+        async def cancel() -> None:
+            with contextlib.suppress(Exception):  # a courtesy: the wait has failed already
+                await asyncio.shield(
+                    asyncio.wait_for(client.post(f"interactions/{interaction.get('id')}/cancel"), reserve / 2)
+                )
+
+        # the polling ends before the call's timeout, keeping time to cancel: a job still running then
+        # is named by its status and not asked again (a new request would start, and bill, a new one)
+        remaining = max(0.0, started + settings.timeout_s - reserve - loop.time())
+        try:
+            await asyncio.wait_for(polled(), remaining)
+        except TimeoutError:
+            await cancel()
+            raise StillRunning(interaction.get("id"), str(interaction.get("status")), settings.timeout_s) from None
         except BaseException:
             if interaction.get("status") == "in_progress":
-                with contextlib.suppress(Exception):  # a courtesy: the wait has failed already
-                    await asyncio.shield(
-                        asyncio.wait_for(client.post(f"interactions/{interaction.get('id')}/cancel"), CANCEL_TIMEOUT_S)
-                    )
+                await cancel()
             raise
     if interaction.get("status") in ("failed", "cancelled", "requires_action"):
         said = interaction.get("errors") or interaction.get("error") or "no error given"
