@@ -91,10 +91,15 @@ def checked_response(out: Mapping[str, Any], pipeline: str, step: str) -> System
 
 def unread_citations(response: SystemResponse, stored: Callable[[str], bool], seen: Callable[[str], bool]) -> list[str]:
     """What `response` cites that the run did not read, a line each: a citation is read when its text
-    is `stored` (by sha256) or its URL was `seen` (fetched or found by the run's web)."""
+    is `stored` (by sha256), its URL was `seen` (asked of or found by the run's web), or the response
+    records that reading it failed (`fetch_failed` naming the URL: a resumed episode's web may not
+    have been asked in this process)."""
     unread = []
+    failed = [d.detail for d in response.degraded if d.kind == "fetch_failed"]
     for citation in response.citations:
         if (citation.sha256 and stored(citation.sha256)) or (citation.url and seen(citation.url)):
+            continue
+        if citation.url and any(citation.url in detail for detail in failed):
             continue
         unread.append(
             f"citation {citation.source_id!r} ({citation.url or 'no URL'}) is no page this run fetched or found "

@@ -26,7 +26,14 @@ AWAITED = ("ingest", "context", "state_digest", "aclose")
 def not_async(cls: type) -> list[str]:
     """The protocol methods `cls` defines as a plain `def` (a run awaits them: a plain one's result
     cannot be awaited), in AWAITED's order."""
-    return [method for method in AWAITED if not inspect.iscoroutinefunction(getattr(cls, method, None))]
+    return [method for method in AWAITED if not _awaitable(getattr(cls, method, None))]
+
+
+def _awaitable(method: Any) -> bool:
+    """An `async def`, or one wrapped by a decorator that keeps it (`functools.wraps`)."""
+    return inspect.iscoroutinefunction(method) or (
+        method is not None and inspect.iscoroutinefunction(inspect.unwrap(method))
+    )
 
 
 def async_problem(cls: type, shown: str) -> str | None:

@@ -95,6 +95,7 @@ PLANTS = {
     "dict_context": (memory_contract.CONTEXT, {"memory": {"backend": f"{DOUBLES}:DictContextMemory"}}),
     "invented_citation": (pipeline_contract.CITATIONS, {"pipeline": f"{DOUBLES}:invented_citation"}),
     "unwritable_state": (pipeline_contract.CHECKPOINTS, {"pipeline": f"{DOUBLES}:unwritable_state"}),
+    "parent_judgment": (pipeline_contract.RESPONSE, {"pipeline": f"{DOUBLES}:parent_judgment"}),
 }
 JUDGE_PLANTS = {"off_scale": f"{DOUBLES}:OffScale", "not_finite": f"{DOUBLES}:NotFinite"}
 SCALES = {"off_scale": "(scale 0-1): score 7.0 is outside", "not_finite": "(scale 1-5): score "}
@@ -110,7 +111,7 @@ SCALES = {"off_scale": "(scale 0-1): score 7.0 is outside", "not_finite": "(scal
 @example(plants={"budget", "known_ids", "persona"}, judge="not_finite", budget=60, limit=2)  # every clause once
 @example(plants={"no_response", "text_response", "dict_response"}, judge="off_scale", budget=60, limit=1)
 @example(plants={"edited_response", "persona_cheat", "dict_context"}, judge=None, budget=60, limit=1)
-@example(plants={"invented_citation", "unwritable_state"}, judge=None, budget=60, limit=1)
+@example(plants={"invented_citation", "unwritable_state", "parent_judgment"}, judge=None, budget=60, limit=1)
 @given(
     plants=st.sets(st.sampled_from(sorted(PLANTS)), min_size=1, max_size=3),
     judge=st.sampled_from([None, *sorted(JUDGE_PLANTS)]),
@@ -650,3 +651,58 @@ async def test_a_memory_journal_refuses_an_event_told_otherwise_than_it_ingested
     said = str(refused.value)
     assert "the event 'ben:m1' of user 'ben' is" in said and "'I hate numbers entirely.'" in said and ":2" in said
     await again.aclose()
+
+
+async def test_a_page_the_web_was_asked_for_stays_citable_when_it_could_not_be_read(tmp_path):
+    """research_api's cited link that failed to resolve (fetch_failed, the citation kept as the docs
+    say) failed the whole episode as an unread citation: a URL the web was asked to fetch counts,
+    whatever came of it; one never asked or found does not."""
+    from atelier.tools.config import WebConfig
+    from atelier.tools.errors import WebError
+    from atelier.tools.web import build_web
+
+    async with build_web(WebConfig(cache_dir=tmp_path / "web")) as web:
+        with pytest.raises(WebError):
+            await web.fetch("https://nowhere.invalid/page")
+        assert web.saw("https://nowhere.invalid/page") and not web.saw("https://elsewhere.invalid/page")
+
+
+def test_a_citation_whose_reading_the_response_records_as_failed_is_not_unread():
+    """A resumed episode's web may not have been asked in this process: the response's own
+    fetch_failed naming the URL says it was."""
+    from atelier.agents.response import Citation, SystemResponse
+    from atelier.benchmarks.common.degradation import degradation
+
+    cited = Citation(source_id="w", url="https://dead.example/x", number=1)
+    response = SystemResponse(text="x [1]", citations=[cited])
+    nothing = lambda _: False
+    assert pipeline_contract.unread_citations(response, nothing, nothing)
+    failed = response.model_copy(
+        update={"degraded": [degradation("fetch_failed", "read", "https://dead.example/x: DNS failure")]}
+    )
+    assert pipeline_contract.unread_citations(failed, nothing, nothing) == []
+
+
+def test_a_memory_whose_async_methods_a_decorator_wraps_is_not_refused():
+    """An `async def` under a decorator that keeps it (`functools.wraps`) is awaited as any: it was
+    refused at load as a plain `def`; one that is a plain `def` still is."""
+    import functools
+
+    from atelier.memory.registry import not_async
+    from tests.conformance_doubles import SoundMemory
+
+    def logged(method):
+        @functools.wraps(method)
+        def wrapper(*args, **kwargs):
+            return method(*args, **kwargs)  # the coroutine, awaited by the caller
+
+        return wrapper
+
+    class Logged(SoundMemory):
+        context = logged(SoundMemory.context)
+
+    class Plain(SoundMemory):
+        def context(self, *args, **kwargs):  # type: ignore[override]
+            return None
+
+    assert not_async(Logged) == [] and not_async(Plain) == ["context"]

@@ -126,8 +126,8 @@ class Web:
         self.sandbox = sandbox
         self.sandbox_url = sandbox_url.rstrip("/") if sandbox_url and sandbox_url != SANDBOX_ORIGIN else None
         self.log: list[WebLogEntry] = []
-        # every URL this web fetched (as asked and canonical) or a search of it returned: what a
-        # response may cite without a stored text (graphs/contract.py, 'citations only to sources read')
+        # every URL this web was asked to fetch (as asked and canonical) or a search of it returned:
+        # what a response may cite without a stored text (graphs/contract.py, 'citations only to sources read')
         self._seen_urls: set[str] = set()
         # the page an answer of the cache gave, by the request's key: the cache hands out the very
         # same answer object each time it answers a request again (a run reads the same pages in
@@ -169,7 +169,7 @@ class Web:
             raise type(exc)(stable) from None
 
     def saw(self, url: str) -> bool:
-        """Whether this web fetched `url` or returned it as a search result."""
+        """Whether this web was asked to fetch `url` or returned it as a search result."""
         if url in self._seen_urls:
             return True
         try:
@@ -179,9 +179,7 @@ class Web:
 
     def _note(self, answer: CachedAnswer) -> None:
         record = answer.record
-        if record.kind == "fetch":
-            self._seen_urls.add(str(record.request.get("url")))
-        else:
+        if record.kind == "search":
             self._seen_urls.update(str(r.get("url")) for r in record.response.get("results", ()) if isinstance(r, dict))
         entry = WebLogEntry(kind=record.kind, key=record.key, request=record.request, from_cache=answer.from_cache)
         self.log.append(entry)
@@ -214,6 +212,10 @@ class Web:
         return [SearchResult.model_validate(item) for item in answer.record.response["results"]]
 
     async def fetch(self, url: str) -> Page:
+        # asked for, whatever comes of it: a page that could not be read stays citable, with the
+        # reason recorded where it was asked (`fetch_failed`)
+        self._seen_urls.add(url)
+
         def make() -> dict[str, Any]:
             try:
                 return {"kind": "fetch", **self.reader.identity(), "url": canonical_url(url)}
@@ -222,6 +224,7 @@ class Web:
 
         request, key = self._request("fetch", url, 0, make)
         url = request["url"]
+        self._seen_urls.add(url)
 
         async def live() -> tuple[dict[str, Any], bytes]:
             response = await self.reader.download(url)
