@@ -23,15 +23,8 @@ from typing_extensions import TypedDict
 from atelier.agents.judges.base import JudgeResult
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.case import Case
-from atelier.benchmarks.common.contract import ContractBroken
 from atelier.graphs.context import EpisodeContext
-from atelier.graphs.contract import (
-    RESPONSE,
-    PipelineOutputError,
-    checked_citations,
-    checked_response,
-    output_problem,
-)
+from atelier.graphs.contract import PipelineOutputError, checked_citations, checked_response, output_problem
 from atelier.graphs.inputs import (
     CaseReference,
     GoldContext,
@@ -79,13 +72,6 @@ def judged(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> str:
     the runner runs once both responses exist)."""
     pipeline = (runtime.context or EpisodeContext()).system.pipeline
     response = checked_response(state, pipeline, step=node_name(pipeline))
-    if state.get("judgments"):  # no judge has run yet: a pipeline wrote them (Command.PARENT)
-        raise ContractBroken(
-            RESPONSE,
-            f"pipeline {pipeline!r} wrote {len(state['judgments'])} judgment(s) into the episode's state: a pipeline "
-            "returns only its response",
-            node_name(pipeline),
-        )
     resources = resources_for(runtime.context)
     web = resources.opened_web()
     checked_citations(

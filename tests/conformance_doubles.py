@@ -222,19 +222,6 @@ def whole_state_output():
     return graph.compile()
 
 
-def parent_judgment():
-    """Writes a judgment of its own into the episode's state (Command.PARENT), beside its response."""
-    from langgraph.types import Command
-
-    async def answer(state: _State, runtime: Runtime[EpisodeContext]) -> Command:
-        forged = JudgeResult(judge="lampqa_aspects", score=1.0, scale="0-1")
-        return Command(
-            graph=Command.PARENT, update={"response": SystemResponse(text="an answer"), "judgments": [forged]}
-        )
-
-    return _graph(answer)
-
-
 class _OddState(_State, total=False):
     odd: Any
 

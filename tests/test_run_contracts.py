@@ -95,7 +95,6 @@ PLANTS = {
     "dict_context": (memory_contract.CONTEXT, {"memory": {"backend": f"{DOUBLES}:DictContextMemory"}}),
     "invented_citation": (pipeline_contract.CITATIONS, {"pipeline": f"{DOUBLES}:invented_citation"}),
     "unwritable_state": (pipeline_contract.CHECKPOINTS, {"pipeline": f"{DOUBLES}:unwritable_state"}),
-    "parent_judgment": (pipeline_contract.RESPONSE, {"pipeline": f"{DOUBLES}:parent_judgment"}),
 }
 JUDGE_PLANTS = {"off_scale": f"{DOUBLES}:OffScale", "not_finite": f"{DOUBLES}:NotFinite"}
 SCALES = {"off_scale": "(scale 0-1): score 7.0 is outside", "not_finite": "(scale 1-5): score "}
@@ -111,7 +110,7 @@ SCALES = {"off_scale": "(scale 0-1): score 7.0 is outside", "not_finite": "(scal
 @example(plants={"budget", "known_ids", "persona"}, judge="not_finite", budget=60, limit=2)  # every clause once
 @example(plants={"no_response", "text_response", "dict_response"}, judge="off_scale", budget=60, limit=1)
 @example(plants={"edited_response", "persona_cheat", "dict_context"}, judge=None, budget=60, limit=1)
-@example(plants={"invented_citation", "unwritable_state", "parent_judgment"}, judge=None, budget=60, limit=1)
+@example(plants={"invented_citation", "unwritable_state"}, judge=None, budget=60, limit=1)
 @given(
     plants=st.sets(st.sampled_from(sorted(PLANTS)), min_size=1, max_size=3),
     judge=st.sampled_from([None, *sorted(JUDGE_PLANTS)]),
