@@ -27,11 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError
-
 from atelier.agents.response import SystemResponse
-from atelier.benchmarks.common.contract import ContractBroken, ContractClause
+from atelier.benchmarks.common.contract import ContractBroken, ContractClause, field_problem
 from atelier.benchmarks.common.errors import ConfigError
 
 PROTOCOL = "pipeline"
@@ -60,25 +57,18 @@ def response_problem(out: Mapping[str, Any], pipeline: str) -> str | None:
 
 
 def _fields_problem(response: SystemResponse, pipeline: str) -> str | None:
-    try:
-        type(response).model_validate(response.model_dump(warnings=False)).model_dump_json()
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(part) for part in error["loc"]) or "(response)"
-        if error["type"] == "missing":
-            return f"pipeline {pipeline!r} returned a `response` without its field {field!r}"
-        return (
-            f"pipeline {pipeline!r} returned a `response` whose field {field!r} is invalid: {error['msg']} "
-            f"(got {_shown(error.get('input'))})"
-        )
-    except PydanticSerializationError as exc:
-        return f"pipeline {pipeline!r} returned a `response` that cannot be written as JSON: {exc}"
-    return None
-
-
-def _shown(value: Any) -> str:
-    said = repr(value)
-    return said if len(said) <= 80 else said[:79] + "…"
+    problem = field_problem(response)
+    if problem is None:
+        return None
+    if problem.unwritable:
+        return f"pipeline {pipeline!r} returned a `response` that cannot be written as JSON: {problem.unwritable}"
+    field = problem.field or "(response)"
+    if problem.missing:
+        return f"pipeline {pipeline!r} returned a `response` without its field {field!r}"
+    return (
+        f"pipeline {pipeline!r} returned a `response` whose field {field!r} is invalid: {problem.message} "
+        f"(got {problem.shown})"
+    )
 
 
 def checked_response(out: Mapping[str, Any], pipeline: str, step: str) -> SystemResponse:

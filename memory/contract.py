@@ -28,10 +28,15 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError
 
 from atelier.benchmarks.case import ExplicitPersona
-from atelier.benchmarks.common.contract import ContractBroken, ContractClause
+from atelier.benchmarks.common.contract import (
+    ContractBroken,
+    ContractClause,
+    FieldProblem,
+    error_problem,
+    field_problem,
+)
 from atelier.memory.base import UserContext
 from atelier.memory.budget import count_tokens
 from atelier.memory.persona_first import persona_kept, persona_lines
@@ -63,24 +68,21 @@ def context_problem(value: object, backend: str) -> str | None:
 
 
 def _fields_problem(context: UserContext, backend: str) -> str | None:
-    """Why `context`'s fields break the UserContext schema (re-validated as its own class validates
-    them, then written as JSON, as the run records it); None when they hold."""
-    try:
-        type(context).model_validate(context.model_dump(warnings=False)).model_dump_json()
-    except ValidationError as exc:
-        return invalid_context(exc, f"the {backend} memory's context")
-    except PydanticSerializationError as exc:
-        return f"the {backend} memory's context cannot be written as JSON: {exc}"
-    return None
+    """Why `context`'s fields break the UserContext schema; None when they hold."""
+    problem = field_problem(context)
+    if problem is None:
+        return None
+    if problem.unwritable:
+        return f"the {backend} memory's context cannot be written as JSON: {problem.unwritable}"
+    return invalid_context(problem, f"the {backend} memory's context")
 
 
-def invalid_context(exc: ValidationError, what: str) -> str:
-    """`exc`'s first error as what breaks the schema of `what` (a context): the field and the value."""
-    error = exc.errors()[0]
-    field = ".".join(str(part) for part in error["loc"]) or "(context)"
-    if error["type"] == "missing":
+def invalid_context(problem: FieldProblem, what: str) -> str:
+    """`problem` as what breaks the schema of `what` (a context): the field and the value."""
+    field = problem.field or "(context)"
+    if problem.missing:
         return f"{what} has no field {field!r}"
-    return f"{what} has its field {field!r} invalid: {error['msg']} (got {_shown(error.get('input'))})"
+    return f"{what} has its field {field!r} invalid: {problem.message} (got {problem.shown})"
 
 
 # What a memory's context is made of: a ValidationError of one of these raised inside its
@@ -94,13 +96,10 @@ def made_invalid(exc: ValidationError, backend: str) -> ContractBroken | None:
     if exc.title not in CONTEXT_MODELS:
         return None
     return ContractBroken(
-        CONTEXT, invalid_context(exc, f"the {backend} memory's context() made a context that"), "recall"
+        CONTEXT,
+        invalid_context(error_problem(exc), f"the {backend} memory's context() made a context that"),
+        "recall",
     )
-
-
-def _shown(value: object) -> str:
-    said = repr(value)
-    return said if len(said) <= 80 else said[:79] + "…"
 
 
 def checked_context(value: object, backend: str, step: str = "recall") -> UserContext:

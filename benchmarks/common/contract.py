@@ -20,6 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
+
 from atelier.benchmarks.common.degradation import Degradation, DegradationKind, degradation
 from atelier.benchmarks.common.errors import AtelierError
 
@@ -52,3 +55,38 @@ class ContractBroken(AtelierError):
         self.subject = subject
         self.degradation = clause.broken(detail, step)
         super().__init__(self.degradation.detail)
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """What breaks a model's schema once its fields are validated again: the first invalid field
+    (`missing`, else `message` and the value `shown`), or `unwritable` (why it cannot be JSON)."""
+
+    field: str = ""
+    missing: bool = False
+    message: str = ""
+    shown: str = ""
+    unwritable: str = ""
+
+
+def field_problem(value: BaseModel) -> FieldProblem | None:
+    """Why `value`'s fields break its own schema (validated again as its class validates them, then
+    written as JSON, as a run records it): a field set after it was made, or a model made with
+    `model_construct`, is not validated by pydantic. None when they hold."""
+    try:
+        type(value).model_validate(value.model_dump(warnings=False)).model_dump_json()
+    except ValidationError as exc:
+        return error_problem(exc)
+    except PydanticSerializationError as exc:
+        return FieldProblem(unwritable=str(exc))
+    return None
+
+
+def error_problem(error: ValidationError) -> FieldProblem:
+    """`error`'s first invalid field."""
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"])
+    if first["type"] == "missing":
+        return FieldProblem(field=field, missing=True)
+    said = repr(first.get("input"))
+    return FieldProblem(field=field, message=first["msg"], shown=said if len(said) <= 80 else said[:79] + "…")
