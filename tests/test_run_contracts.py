@@ -170,6 +170,52 @@ def test_a_pipeline_graph_returning_more_than_its_response_is_refused_before_any
             assert pipeline_contract.output_problem(spec.build(), name, EpisodeState.__annotations__) is None
 
 
+@pytest.mark.parametrize(("double", "key"), [("parent_user_context", "user_context"), ("parent_judgment", "judgments")])
+def test_a_pipeline_writing_the_episodes_state_through_command_parent_fails_its_episode_by_the_clause(
+    tmp_path, double, key
+):
+    """A node of the pipeline's graph returning Command(graph=Command.PARENT, update=...) wrote
+    straight into the episode's state, past its output schema: another user's context stood as the
+    memory's, a judgment of its own was scored, exit 0. Each episode fails by 'the response schema',
+    naming the pipeline and the key and saying what to return; the run exits 3."""
+    planted = {"name": "planted", "pipeline": f"{DOUBLES}:{double}", "memory": {"backend": "full"}}
+    outcome, records = run(tmp_path, [SOUND, planted], [{"name": "lampqa_aspects"}])
+    assert outcome.exit_code == EXIT_FAILURES
+    mine = [r for r in records if r.system == "planted"]
+    assert len(mine) == 2 and all(not r.ok and pipeline_contract.RESPONSE.name in (r.error or "") for r in mine)
+    assert all(r.user_context is None and r.judgments == [] for r in mine)  # nothing forged was recorded
+    details = found(records, pipeline_contract.RESPONSE, "planted")
+    assert len(details) == len(mine) and outcome.failing_degradations[pipeline_contract.RESPONSE.kind] == len(mine)
+    for detail in details:
+        assert f"pipeline '{DOUBLES}:{double}'" in detail and f"'{key}'" in detail and "Command.PARENT" in detail
+        assert "'response'" not in detail.split("through")[0] and '{"response": SystemResponse}' in detail
+    sound = [r for r in records if r.system == "sound"]
+    assert len(sound) == 2 and all(r.ok and not r.contract for r in sound)
+
+
+def test_a_pipeline_sending_only_its_response_through_command_parent_runs_and_resumes(tmp_path):
+    """Command.PARENT carrying only `response` is the episode's own key, as a return gives it: the
+    episode passes. And a run redone over threads that already hold their judgments (results lost:
+    each episode invoked again on its thread) passes as the first did — the check looks at what the
+    pipeline sends on this call, never at what the episode's state already holds."""
+    from collections import Counter
+
+    systems = [
+        SOUND,
+        {"name": "parent", "pipeline": f"{DOUBLES}:parent_response", "memory": {"backend": "full"}},
+        {"name": "graph", "pipeline": f"{DOUBLES}:declared_state_type", "memory": {"backend": "full"}},
+    ]
+    outcome, records = run(tmp_path, systems, [{"name": "lampqa_aspects"}])
+    assert outcome.exit_code == 0 and len(records) == 6 and all(r.ok and not r.contract for r in records)
+    scores = {r.key: r.scores for r in records}
+    results = tmp_path / "run" / "results.jsonl"
+    kept = results.read_text().splitlines()[:2]
+    results.write_text("\n".join(kept) + "\n" + kept[0][:40])  # two results and a torn line
+    outcome, records = run(tmp_path, systems, [{"name": "lampqa_aspects"}])
+    assert outcome.exit_code == 0 and all(r.ok and not r.contract for r in records)
+    assert Counter(r.key for r in records) == Counter(set(scores)) and {r.key: r.scores for r in records} == scores
+
+
 def test_a_citation_is_read_when_its_text_is_stored_or_its_url_was_fetched_or_found():
     from atelier.agents.response import Citation, SystemResponse
 
@@ -705,3 +751,66 @@ def test_a_memory_whose_async_methods_a_decorator_wraps_is_not_refused():
             return None
 
     assert not_async(Logged) == [] and not_async(Plain) == ["context"]
+
+
+async def test_a_retrieval_store_refuses_an_event_told_otherwise_than_it_stored_it(tmp_path):
+    """The retrieval backend reopens its own store rather than a journal: a case renamed and its event
+    edited between two processes got past the run's case digests, and the resumed episode was answered
+    from the old event."""
+    from atelier.benchmarks.case import MemorySnippet
+    from atelier.benchmarks.common.errors import DataError
+    from atelier.memory.base import MemoryEnv
+    from atelier.memory.registry import create_backend
+
+    def opened():
+        return create_backend({"backend": "retrieval", "method": "bm25"}, MemoryEnv(store_dir=tmp_path))
+
+    first = opened()
+    await first.ingest(
+        "ben", [MemorySnippet(id="ben:m0", text="I cycle."), MemorySnippet(id="ben:m1", text="I like numbers.")]
+    )
+    await first.aclose()
+    again = opened()  # a later process of the run
+    await again.ingest("ben", [MemorySnippet(id="ben:m1", text="I like numbers.")])  # the same: no error
+    with pytest.raises(DataError) as refused:
+        await again.ingest("ben", [MemorySnippet(id="ben:m1", text="I hate numbers entirely.")])
+    said = str(refused.value)
+    assert "the event 'ben:m1' of user 'ben' is 'I hate numbers entirely.'" in said
+    assert "stored it as 'I like numbers.'" in said and ".jsonl:2" in said
+    context = await again.context("ben", "numbers")
+    assert "I like numbers." in context.text and "hate" not in context.text  # nothing of the refused ingest stored
+    await again.aclose()
+
+
+def test_a_run_resumed_on_a_renamed_and_edited_case_is_refused_by_the_retrieval_store(tmp_path, cache_dir):
+    from atelier.runs.execution.runner import run_recipe
+
+    rows = [
+        {
+            "id": "ben-1",
+            "benchmark": "mine",
+            "user_id": "ben",
+            "query": {"text": "What should I read next?"},
+            "history": [{"id": "ben:m1", "kind": "memory_snippet", "text": "ben likes numbers."}],
+        }
+    ]
+    path = tmp_path / "cases.jsonl"
+    path.write_text(json.dumps(rows[0]) + "\n")
+    recipe = parse_recipe(
+        {
+            "name": "renamed",
+            "benchmark": {"path": str(path), "setting": "context"},
+            "systems": [{"name": "bm25", "memory": {"backend": "retrieval", "method": "bm25"}}],
+            "run": {"out_dir": str(tmp_path / "out")},
+        }
+    )
+    folder = run_recipe(recipe, tmp_path / "run", progress=False)
+    rows[0] |= {"id": "ben-2"}
+    rows[0]["history"][0]["text"] = "ben hates numbers."
+    path.write_text(json.dumps(rows[0]) + "\n")
+    run_recipe(recipe, folder.path, progress=False)
+    results = [json.loads(line) for line in (folder.path / "results.jsonl").read_text().splitlines()]
+    [ben2] = [r for r in results if r["case_id"] == "ben-2"]
+    assert ben2["status"] == "error" and ben2["response"] is None  # not answered from "ben likes numbers."
+    assert "the event 'ben:m1' of user 'ben' is 'ben hates numbers.'" in ben2["error"]
+    assert "stored it as 'ben likes numbers.'" in ben2["error"] and "/retrieval/events/" in ben2["error"]

@@ -144,6 +144,7 @@ class RetrievalMemory(PersonaFirstBackend):
     async def ingest(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
         async with self.user_lock(user_id):
             events = self._personas.take(user_id, events)  # kept whole and first, not ranked
+            await asyncio.to_thread(self.events.check_unchanged, user_id, events)  # before the vectors: refused whole
             if self.dense is not None:  # first: it skips what its collection holds, so a failed ingest can be retried
                 await asyncio.to_thread(self.dense.add, user_id, events)
             new = await asyncio.to_thread(self.events.add, user_id, events)

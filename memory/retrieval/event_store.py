@@ -18,6 +18,7 @@ from atelier.benchmarks.case import HistoryEvent
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.errors import DataError
 from atelier.benchmarks.common.json_input import read_appended_jsonl
+from atelier.benchmarks.contract import told_apart
 from atelier.benchmarks.loaders._records import validate
 from atelier.memory.user_events import UserEvents
 
@@ -41,6 +42,7 @@ class EventStore:
         self.directory = directory
         self._events = UserEvents()
         self._by_id: dict[str, dict[str, HistoryEvent]] = {}  # lookup by id for recall
+        self._lines: dict[str, dict[str, int]] = {}  # user -> event id -> its line in the user's file
         self._loaded: set[str] = set()
         self._lock = threading.Lock()
         if directory is not None:
@@ -65,15 +67,38 @@ class EventStore:
             if strangers:
                 raise DataError(f"holds events of user {strangers[0]!r}, expected only {user_id!r}", file=path)
             self._remember(user_id, self._events.add(user_id, [r.event for r in records]))
+            at = self._lines.setdefault(user_id, {})
+            for (number, _), record in zip(lines, records, strict=True):
+                at.setdefault(record.event.id, number)
 
     def _remember(self, user_id: str, new: Sequence[HistoryEvent]) -> None:
         by_id = self._by_id.setdefault(user_id, {})
         for event in new:
             by_id[event.id] = event
 
-    def add(self, user_id: str, events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
-        """Store the events not seen before (by id) and return them, in the order given."""
+    def check_unchanged(self, user_id: str, events: Sequence[HistoryEvent]) -> None:
+        """A DataError if one of `events` is stored under its id as told otherwise: the cases changed
+        since an earlier process of the run ingested it (a case renamed and its event edited gets past
+        the run's case digests), and the store would answer from the old event."""
         self._load(user_id)
+        by_id = self._by_id.get(user_id, {})
+        for event in events:
+            stored = by_id.get(event.id)
+            if stored is not None and stored != event:
+                before, now = told_apart(stored, event)
+                raise DataError(
+                    f"the event {event.id!r} of user {user_id!r} is {now} in the cases this run loaded, but the run's "
+                    f"retrieval memory stored it as {before}: the cases changed since the run began, and the memory "
+                    "would answer from the old event. Resume with the cases the run began with, or choose a new "
+                    "--out folder",
+                    file=self._path(user_id),
+                    line=self._lines.get(user_id, {}).get(event.id),
+                )
+
+    def add(self, user_id: str, events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
+        """Store the events not seen before (by id) and return them, in the order given; a DataError
+        for an event stored under its id as told otherwise (`check_unchanged`)."""
+        self.check_unchanged(user_id, events)
         new = self._events.add(user_id, events)
         self._remember(user_id, new)
         path = self._path(user_id)
