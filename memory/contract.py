@@ -14,7 +14,7 @@ experiment can show:
 - the persona kept whole where the setting gives one: the explicit persona's facets open the
   context, every one — or its loss is recorded (`persona_not_kept`; the episode goes on);
 - contexts in the UserContext schema: what `context()` returns is a UserContext whose every field
-  holds what the schema says (text a str, event ids a list of str, tokens an int >= 0, its form one
+  holds what the schema says (text a str, event ids a list of str with no id twice, tokens an int >= 0, its form one
   of the forms, its degradations and share valid — a field set after the context was made, or a
   context made with `model_construct`, included) and that can be written as JSON; broken:
   `memory_bad_context`, the episode fails;
@@ -64,6 +64,12 @@ def context_problem(value: object, backend: str) -> str | None:
         return f"the {backend} memory's context has a {type(value.text).__name__} as its text, not a str"
     if not isinstance(value.event_ids, list) or not all(isinstance(i, str) for i in value.event_ids):
         return f"the {backend} memory's context has event_ids {str(value.event_ids)[:80]!r}, not a list of str"
+    if len(set(value.event_ids)) != len(value.event_ids):  # a ranking's repeat would move ids in `memory eval`
+        twice = next(i for n, i in enumerate(value.event_ids) if i in value.event_ids[:n])
+        return (
+            f"the {backend} memory's context names the event {twice!r} twice in event_ids: each event used once, "
+            "most relevant first"
+        )
     return _fields_problem(value, backend)
 
 

@@ -81,6 +81,14 @@ class NegativeTokensMemory(_Held):
         return self.valid(user_id, budget, tokens=-500)
 
 
+class RepeatedIdMemory(_Held):
+    """A valid context whose event_ids name its first event twice (memory eval would rank it last)."""
+
+    async def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:
+        context = self.valid(user_id, budget)
+        return context.model_copy(update={"event_ids": [*context.event_ids, *context.event_ids[:1]]})
+
+
 class SyncContextMemory(_Held):
     def context(self, user_id: str, query: MemoryQuery | str, budget: int | None = None) -> UserContext:  # type: ignore[override]
         return self.valid(user_id, budget)
@@ -129,6 +137,13 @@ def test_a_field_set_wrongly_after_the_context_was_made_is_named_with_its_value(
     with pytest.raises(ContractBroken) as broken:
         memory_contract.checked_context(made(name), "mine")
     assert broken.value.clause is memory_contract.CONTEXT and CLAUSE in str(broken.value)
+
+
+@pytest.mark.parametrize("ids", [["e1", "e1"], ["e1", "e2", "e3", "e2"]])
+def test_an_event_named_twice_in_event_ids_is_named(ids):
+    problem = memory_contract.context_problem(UserContext(backend="mine", event_ids=ids), "mine")
+    assert problem is not None and f"names the event {ids[-1]!r} twice" in problem
+    assert memory_contract.context_problem(UserContext(backend="mine", event_ids=sorted(set(ids))), "mine") is None
 
 
 def test_a_valid_context_and_a_subclass_of_usercontext_pass():
@@ -190,8 +205,9 @@ def recipe(tmp_path: Path, memory: dict):
         {"backend": f"{HERE}:FieldSetMemory"},
         {"backend": f"{HERE}:FieldSetMemory", "field": "form", "value": '"bogus"'},
         {"backend": f"{HERE}:NegativeTokensMemory"},
+        {"backend": f"{HERE}:RepeatedIdMemory"},
     ],
-    ids=["tokens", "form", "negative"],
+    ids=["tokens", "form", "negative", "repeated-id"],
 )
 def test_a_run_fails_the_episode_by_the_clause(tmp_path, memory):
     runner = Runner(recipe(tmp_path, memory), tmp_path / "run", progress=False)
