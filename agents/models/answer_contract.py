@@ -15,7 +15,10 @@ What a provider's answer must be before anything scores it, clause by clause; th
   call's timeout runs out (cancelled on the server) — each named by its status;
 - not cut at the token limit (`finish_reason` length, a Responses answer `incomplete` for
   `max_output_tokens`): `answer_cut`;
-- not withheld by a content filter (`finish_reason` content_filter): `answer_filtered`;
+- not withheld by a content filter (`finish_reason` content_filter): `answer_filtered`.
+  For both, a finish reason is read in the provider's own words (`max_output_tokens`, `MAX_TOKENS`,
+  `SAFETY`, `RECITATION`, ...: `read_finish`), which litellm may have rewritten (to `stop`, for a
+  word it does not know); and a stream is cut if any chunk said so, whatever a later one said;
 - reasoning closed before the answer: a `<think>` block that never closes is the model's partial
   reasoning, not its answer: it is taken out of the text, from its opening tag to the end (what
   came before it stays: most often nothing, as the block opens the answer) and `reasoning_unclosed`
@@ -52,8 +55,32 @@ NOT_CUT = ContractClause(PROTOCOL, "not cut at the token limit", "answer_cut")
 NOT_FILTERED = ContractClause(PROTOCOL, "not withheld by a content filter", "answer_filtered")
 REASONING_CLOSED = ContractClause(PROTOCOL, "reasoning closed before the answer", "reasoning_unclosed")
 
-# finish reasons that say the answer is not all the model would have said
-_CUT = {"length": NOT_CUT, "max_tokens": NOT_CUT, "content_filter": NOT_FILTERED}
+# finish reasons that say the answer is not all the model would have said (as `read_finish` reads them)
+_CUT = {"length": NOT_CUT, "content_filter": NOT_FILTERED}
+# a provider's own words for an answer cut at its token limit or withheld by a filter, in any case:
+# litellm maps those it knows to "length" or "content_filter" but rewrites any other (OpenAI's
+# Responses-style "max_output_tokens", "incomplete") to "stop"; the OpenAI SDK hands them on as sent
+_CUT_WORDS = dict.fromkeys(
+    ("length", "max_tokens", "max_output_tokens", "max_completion_tokens", "model_length", "incomplete"), "length"
+) | dict.fromkeys(
+    (
+        "content_filter",
+        "content_filtered",
+        "safety",
+        "recitation",
+        "refusal",
+        "prohibited_content",
+        "blocklist",
+        "spii",
+        "image_safety",
+        "image_prohibited_content",
+        "image_recitation",
+        "sensitive",
+        "guardrail_intervened",
+        "error_toxic",
+    ),
+    "content_filter",
+)
 # a reasoning block's tags: the opening one counts at the start of a line (after spaces or tabs),
 # never inside a sentence that mentions it: `<think>`, `<think type="x">` (attributes), `<thinking>`
 _OPENING_THINK = re.compile(r"^[^\S\n]*<think(?:ing)?(?:\s[^<>]*)?>", re.IGNORECASE | re.MULTILINE)
@@ -135,6 +162,44 @@ def reasoning_only(reasoning: str) -> str:
     return _REASONING_FIELD + "\n" + tagless
 
 
+def read_finish(said: Iterable[str | None]) -> str | None:
+    """The finish reason of an answer whose provider said each of `said`, in order (what a stream's
+    chunks said; the provider's own word, then litellm's): "length" or "content_filter" when any of
+    them says the answer was cut or withheld, in whatever words (`_CUT_WORDS`) — a later "stop" does
+    not make it whole again — else the last one said (None: none was)."""
+    last = None
+    for reason in said:
+        if not reason:
+            continue
+        cut = _CUT_WORDS.get(reason.lower())
+        if cut is not None:
+            return cut
+        last = reason
+    return last
+
+
+def choice_finish(choice: Any, earlier: Iterable[str | None] = ()) -> str | None:
+    """A litellm chat choice's finish reason as `read_finish` reads it, after `earlier` (what a
+    stream's chunks said before): the provider's own word, which litellm keeps beside the one it
+    gives when it rewrote it (`provider_specific_fields["native_finish_reason"]`: "stop" for a word it
+    does not know), then litellm's."""
+    fields = getattr(choice, "provider_specific_fields", None)
+    native = fields.get("native_finish_reason") if isinstance(fields, dict) else None
+    return read_finish([*earlier, native if isinstance(native, str) else None, getattr(choice, "finish_reason", None)])
+
+
+def answer_or_reasoning(text: str, message: Any, finish_reason: str | None) -> str:
+    """A chat message's answer: its `text`, or — that text empty, the message's reasoning come in a
+    field of its own (`reasoning_content`) and no tool called — that reasoning as `reasoning_only`
+    writes it, for `answer_breaches` to read as `reasoning_unclosed`."""
+    reasoning = getattr(message, "reasoning_content", None)
+    if text.strip() or not isinstance(reasoning, str) or not reasoning.strip():
+        return text
+    if finish_reason == "tool_calls" or getattr(message, "tool_calls", None):
+        return text
+    return reasoning_only(reasoning)
+
+
 def with_a_choice(response: Any) -> Any:
     """A chat completion that holds a choice (its answer); one whose `choices` is empty (HTTP 200
     with `"choices": []`) is an answer that did not arrive whole: retried like an empty stream."""
@@ -149,7 +214,7 @@ def answer_breaches(
     """The text to hand on, and the degradations of what the answer broke of the provider contract
     (its finish reason, an unclosed reasoning block), recorded at the step `where()` names (asked
     only when something broke); `who` answered."""
-    clause = _CUT.get(finish_reason or "")
+    clause = _CUT.get(read_finish([finish_reason]) or "")
     opened = unclosed_thinking_at(text)
     if clause is None and opened is None:
         return text, []

@@ -38,6 +38,8 @@ from atelier.agents.models.answer_contract import (
     WHOLE,
     IncompleteAnswer,
     answer_breaches,
+    answer_or_reasoning,
+    choice_finish,
     note,
     recording_answers,
     replayed,
@@ -846,8 +848,8 @@ class Gateway:
         grounded: dict[str, Any] | None = None
         if grounding is None:
             choice = response.choices[0]
-            content = answer_text(choice.message, mode)
-            finish_reason = getattr(choice, "finish_reason", None)
+            finish_reason = choice_finish(choice)  # the provider's own word for a cut, which litellm may rewrite
+            content = answer_or_reasoning(answer_text(choice.message, mode), choice.message, finish_reason)
             usage = getattr(response, "usage", None)
             prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
             completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)

@@ -74,7 +74,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field
 
-from atelier.agents.models.answer_contract import IncompleteAnswer, reasoning_only, with_a_choice
+from atelier.agents.models.answer_contract import (
+    IncompleteAnswer,
+    answer_or_reasoning,
+    choice_finish,
+    read_finish,
+    with_a_choice,
+)
 
 if TYPE_CHECKING:
     from atelier.agents.models.settings import ModelSettings
@@ -310,9 +316,10 @@ def _search_results(items: list[Any] | None) -> list[dict[str, Any]]:
     return out
 
 
-def read_chat(response: Any, model: str, usage: Any = None) -> ProviderReply:
+def read_chat(response: Any, model: str, usage: Any = None, said: Iterable[str | None] = ()) -> ProviderReply:
     """A litellm chat completion: its tokens and its billed searches priced apart (`usage`: a
-    stream's last usage block, which litellm's rebuilt answer may lack)."""
+    stream's last usage block, which litellm's rebuilt answer may lack; `said`: the finish reasons
+    its chunks said, of which a cut is not undone by a later "stop")."""
     choice = response.choices[0]
     message = choice.message
     usage = usage if usage is not None else getattr(response, "usage", None)
@@ -321,13 +328,12 @@ def read_chat(response: Any, model: str, usage: Any = None) -> ProviderReply:
     read_usage = chat_usage(usage)
     prompt = int(_get(usage, "prompt_tokens", 0) or 0)
     completion = int(_get(usage, "completion_tokens", 0) or 0)
-    text = _THINKING.sub("", getattr(message, "content", None) or "", count=1)
-    reasoning = getattr(message, "reasoning_content", None)
-    finish_reason = getattr(choice, "finish_reason", None)
-    if not text.strip() and isinstance(reasoning, str) and reasoning.strip() and finish_reason != "tool_calls":
-        # reasoning in a field of its own and no text after it: reasoning that never reached its
-        # answer, read by the provider contract as an unclosed <think> block (reasoning_unclosed)
-        text = reasoning_only(reasoning)
+    finish_reason = choice_finish(choice, said)
+    # reasoning in a field of its own and no text after it: reasoning that never reached its answer,
+    # read by the provider contract as an unclosed <think> block (reasoning_unclosed)
+    text = answer_or_reasoning(
+        _THINKING.sub("", getattr(message, "content", None) or "", count=1), message, finish_reason
+    )
     return ProviderReply(
         answer=GroundedAnswer(
             text=text,
@@ -352,12 +358,18 @@ async def read_chat_stream(stream: AsyncIterator[Any], messages: list[dict[str, 
     citations: list[Any] | None = None
     search_results: list[Any] | None = None
     annotations: list[Any] = []
+    # every finish reason the provider said, in its own words: litellm keeps only the last one a chunk
+    # said (`received_finish_reason`, taken out of the chunk that said it), and hands on its own
+    # word for it ("stop" for one it does not know), so a "length" before a "stop" would be lost
+    said: list[str | None] = []
     async for chunk in stream:
         chunks.append(chunk)
         citations = getattr(chunk, "citations", None) or citations
         search_results = getattr(chunk, "search_results", None) or search_results
         for choice in getattr(chunk, "choices", None) or []:
             annotations += getattr(choice.delta, "annotations", None) or []
+            said.append(getattr(choice, "finish_reason", None))
+        said.append(getattr(stream, "received_finish_reason", None))
     # what the provider sent: litellm ends every stream with a chunk of its own saying "stop", so the
     # terminal event is the finish reason its stream wrapper received (a stream cut off has none)
     if getattr(stream, "received_finish_reason", "") is None:  # (a stream of another kind: not told)
@@ -368,7 +380,7 @@ async def read_chat_stream(stream: AsyncIterator[Any], messages: list[dict[str, 
     if built is None:
         raise IncompleteAnswer("the provider's stream ended with no chunk", retryable=True)
     usage = next((c.usage for c in reversed(chunks) if getattr(c, "usage", None) is not None), None)
-    reply = read_chat(built, model, usage=usage)
+    reply = read_chat(built, model, usage=usage, said=said)
     reply.answer.citations = chat_citations(citations, search_results, annotations)
     reply.answer.search_results = _search_results(search_results)
     return reply
@@ -470,12 +482,13 @@ async def perplexity_call(
                 _get(response, "citations"),
                 _get(response, "search_results"),
                 response.usage,
-                choice.finish_reason,
+                read_finish([choice.finish_reason]),
                 response,
             )
         stream = await client.chat.completions.create(**request, stream=True, extra_body=dict(settings.extra))
         parts: list[str] = []
-        citations = search_results = usage = finish_reason = None
+        citations = search_results = usage = None
+        said: list[str | None] = []  # every chunk's finish reason: a cut is not undone by a later "stop"
         async for chunk in stream:
             # citations and search results come again on later chunks: the last ones count
             citations = _get(chunk, "citations") or citations
@@ -483,7 +496,8 @@ async def perplexity_call(
             usage = chunk.usage or usage
             for choice in chunk.choices or []:
                 parts.append(choice.delta.content or "")
-                finish_reason = choice.finish_reason or finish_reason
+                said.append(choice.finish_reason)
+        finish_reason = read_finish(said)
         if finish_reason is None:  # the stream stopped before its terminal chunk: cut off, not finished
             raise IncompleteAnswer(
                 f"the stream ended after {len(parts)} deltas without its terminal event (no finish_reason)",
