@@ -12,7 +12,11 @@
   also asks that every `[n]` marker name a citation: a bracketed year reads like one);
 - a pipeline's graph returns nothing but its response (`output_problem`): a graph whose output
   schema holds other keys of the episode's state (`user_context`, `judgments`) is refused when the
-  episode graph is built, naming the pipeline and the keys, and `atelier check` says the same;
+  episode graph is built, naming the pipeline and the keys, and `atelier check` says the same. A
+  node of its graph that writes them past its output schema (`Command(graph=Command.PARENT,
+  update=...)`) or sends the episode to a node fails the episode on every call, by the response
+  schema (`pipeline_no_response`, naming the pipeline and the keys: `sending_only_its_response`,
+  around the pipeline's graph in the episode and in a conversation);
 - checkpointable state: a value in a graph's state that the run's checkpoint serializer cannot
   write fails the episode as it is checkpointed, naming the state key and the type
   (`state_not_checkpointable`, graphs/persistence.py `unwritable`); `atelier check pipeline` also
@@ -24,8 +28,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.errors import ParentCommand
+from langgraph.graph import END
+from langgraph.types import Command, Send
 
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.common.contract import ContractBroken, ContractClause, field_problem
@@ -133,3 +142,43 @@ def output_problem(graph: Any, pipeline: str, episode_keys: Collection[str]) -> 
         "a pipeline's graph returns only `response` — compile it with output_schema=PipelineOutput "
         "(atelier.graphs.inputs)"
     )
+
+
+def parent_problem(command: Command, pipeline: str) -> str | None:
+    """Why a Command a node of the pipeline's graph sent to the graph it runs in
+    (`Command(graph=Command.PARENT, ...)`) breaks 'the response schema': it writes keys of that graph's
+    state other than `response` (the memory's context as recorded, the judgments), or sends it to a
+    node of its own choosing. None when it sends only its response."""
+    written = sorted({key for key, _ in command._update_as_tuples()} - OUTPUT_KEYS)
+    gotos = command.goto if isinstance(command.goto, (list, tuple)) else [command.goto]
+    nodes = sorted({go.node if isinstance(go, Send) else str(go) for go in gotos if go and go != END})
+    if not written and not nodes:
+        return None
+    did = [f"wrote {', '.join(map(repr, written))} into the episode's state"] if written else []
+    did += [f"sent the episode to {', '.join(map(repr, nodes))}"] if nodes else []
+    return (
+        f"pipeline {pipeline!r} {' and '.join(did)} through Command.PARENT: a pipeline sends the episode only "
+        'its response — return {"response": SystemResponse}'
+    )
+
+
+def sending_only_its_response(graph: Any, pipeline: str, step: str) -> Callable[..., Awaitable[Any]]:
+    """A pipeline's compiled `graph` as the node of the graph it runs in (the episode, a conversation),
+    held to 'the response schema' on every call: a Command one of its nodes sends that graph
+    (`Command(graph=Command.PARENT)`, which passes by its output schema and `output_problem`) and that
+    writes more than its response fails the episode (ContractBroken naming the pipeline and the keys);
+    one carrying only its response goes on as LangGraph takes it. Only what this call sends is looked
+    at, never the state the thread already holds (a resumed or redone episode holds its judgments).
+    The graph stays the node's subgraph (LangGraph finds it among the function's nonlocals): its
+    checkpoints, interrupts and Studio's view are as they were."""
+
+    async def pipeline_step(state: dict[str, Any], config: RunnableConfig) -> Any:
+        try:
+            return await graph.ainvoke(state, config)
+        except ParentCommand as sent:
+            problem = parent_problem(sent.args[0], pipeline)
+            if problem is None:
+                raise
+            raise ContractBroken(RESPONSE, problem, step) from None
+
+    return pipeline_step

@@ -24,7 +24,13 @@ from atelier.agents.judges.base import JudgeResult
 from atelier.agents.response import SystemResponse
 from atelier.benchmarks.case import Case
 from atelier.graphs.context import EpisodeContext
-from atelier.graphs.contract import PipelineOutputError, checked_citations, checked_response, output_problem
+from atelier.graphs.contract import (
+    PipelineOutputError,
+    checked_citations,
+    checked_response,
+    output_problem,
+    sending_only_its_response,
+)
 from atelier.graphs.inputs import (
     CaseReference,
     GoldContext,
@@ -87,11 +93,12 @@ def judged(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> str:
 
 def _episode_step(pipeline_graph, pipeline: str):
     """A pipeline's compiled graph as an episode's step: refused (PipelineOutputError naming it and the keys)
-    when it would return more than its response (graphs/contract.py `output_problem`)."""
+    when it would return more than its response (graphs/contract.py `output_problem`); run, it may send
+    the episode nothing but its response through Command.PARENT either (`sending_only_its_response`)."""
     problem = output_problem(pipeline_graph, pipeline, EpisodeState.__annotations__)
     if problem is not None:
         raise PipelineOutputError(problem)
-    return pipeline_graph
+    return sending_only_its_response(pipeline_graph, pipeline, node_name(pipeline))
 
 
 def build_episode_graph(

@@ -41,6 +41,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.constants import START
 
 from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.common.contract import ContractBroken
@@ -143,7 +144,7 @@ class RunSerializer(SerializerProtocol):
                 try:
                     values[k] = self._channel_apart(k, versions.get(k), v)
                 except TypeError as exc:
-                    raise unwritable(exc, k, v) from None
+                    raise unwritable(exc, *self._culprit(k, v)) from None
             obj = {**obj, "channel_values": values}
             kind, data = self.serde.dumps_typed(obj)
         else:  # a pending write's value
@@ -154,6 +155,18 @@ class RunSerializer(SerializerProtocol):
                 raise unwritable(exc, None, obj) from None
         data = self.redactor.redact_bytes(data)  # same length: the serialization stays readable
         return (kind + _SUFFIX, zlib.compress(data)) if len(data) >= _COMPRESS_FROM else (kind, data)
+
+    def _culprit(self, channel: str, value: Any) -> tuple[str, Any, bool]:
+        """The state key, the value and whether it came in a graph's input, of a channel's value the
+        serializer could not write: a graph's input (LangGraph's `__start__` channel) is a dict of
+        state keys, of which the first one that cannot be written is named."""
+        if channel == START and isinstance(value, dict):
+            for key, item in value.items():
+                try:
+                    self.serde.dumps_typed(item)
+                except TypeError:
+                    return str(key), item, True
+        return channel, value, False
 
     # ------------------------------------------------------------------ reading
 
@@ -178,10 +191,12 @@ class RunSerializer(SerializerProtocol):
         return self._back(obj)
 
 
-def unwritable(exc: TypeError, key: str | None, value: Any) -> ContractBroken:
+def unwritable(exc: TypeError, key: str | None, value: Any, in_input: bool = False) -> ContractBroken:
     """A state value the serializer cannot write (`TypeError: Type is not msgpack serializable`): the
-    pipeline contract's 'checkpointable state' broken, naming the state key and the type."""
+    pipeline contract's 'checkpointable state' broken, naming the state key (`in_input`: of a graph's
+    input) and the type."""
     where = f"state key {key!r}" if key is not None else "a step's output"
+    where += " of a graph's input" if in_input else ""
     return ContractBroken(
         CHECKPOINTS,
         f"{where} holds a {type(value).__name__} the run's checkpoint serializer cannot write ({exc}): keep plain "

@@ -222,6 +222,43 @@ def whole_state_output():
     return graph.compile()
 
 
+def parent_user_context():
+    """Writes a context of its own making straight into the episode's state (Command.PARENT), beside
+    its response: another user's event, which would stand as the memory's context as recorded."""
+    from langgraph.types import Command
+
+    async def answer(state: _State, runtime: Runtime[EpisodeContext]) -> Command:
+        forged = UserContext(backend="forged", event_ids=["someone-else:e1"], text="")
+        return Command(
+            graph=Command.PARENT, update={"response": SystemResponse(text="an answer"), "user_context": forged}
+        )
+
+    return _graph(answer)
+
+
+def parent_judgment():
+    """Writes a judgment of its own into the episode's state (Command.PARENT), beside its response."""
+    from langgraph.types import Command
+
+    async def answer(state: _State, runtime: Runtime[EpisodeContext]) -> Command:
+        forged = JudgeResult(judge="lampqa_aspects", score=1.0, scale="0-1")
+        return Command(
+            graph=Command.PARENT, update={"response": SystemResponse(text="an answer"), "judgments": [forged]}
+        )
+
+    return _graph(answer)
+
+
+def parent_response():
+    """Sends only its response to the episode through Command.PARENT: the episode's own key, as returned."""
+    from langgraph.types import Command
+
+    async def answer(state: _State, runtime: Runtime[EpisodeContext]) -> Command:
+        return Command(graph=Command.PARENT, update={"response": SystemResponse(text="an answer")})
+
+    return _graph(answer)
+
+
 class _OddState(_State, total=False):
     odd: Any
 
@@ -237,6 +274,48 @@ def unwritable_state():
 
     graph = StateGraph(
         _OddState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput
+    )
+    graph.add_node("think", think)
+    graph.add_node("answer", answer)
+    graph.add_edge(START, "think")
+    graph.add_edge("think", "answer")
+    return graph.compile()
+
+
+def unwritable_input():
+    """Hands an object no serializer knows to a graph of its own as its input (never in its own state):
+    the inner graph's first checkpoint cannot hold it."""
+
+    async def keep(state: _OddState) -> dict[str, Any]:
+        return {}
+
+    inner = StateGraph(_OddState)
+    inner.add_node("keep", keep)
+    inner.add_edge(START, "keep")
+    helper = inner.compile()
+
+    async def answer(state: _State, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+        await helper.ainvoke({"odd": object()})
+        return {"response": SystemResponse(text="an answer")}
+
+    return _graph(answer)
+
+
+class _NoteState(_State, total=False):
+    note: str
+
+
+def sound_graph():
+    """Keeps every clause: a note in its own state, then its response (the pipeline doubles' control)."""
+
+    async def think(state: _NoteState, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+        return {"note": "thinking"}
+
+    async def answer(state: _NoteState, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+        return {"response": SystemResponse(text=f"an answer after {state['note']}")}
+
+    graph = StateGraph(
+        _NoteState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput
     )
     graph.add_node("think", think)
     graph.add_node("answer", answer)

@@ -135,6 +135,8 @@ def test_the_doubles_control_keeps_every_clause(tmp_path):
         ("edited_response", "the response schema", "field 'text' is invalid: Input should be a valid string"),
         ("invented_citation", "citations only to sources read", "https://example.org/never-read"),
         ("whole_state_output", "the response schema", "'user_context' beside its response"),
+        ("parent_user_context", "the response schema", "wrote 'user_context' into the episode's state through"),
+        ("parent_judgment", "the response schema", "wrote 'judgments' into the episode's state through"),
         ("unwritable_state", "checkpointable state", "state key 'odd' holds a object"),
         ("undeclared_state_type", "checkpointable state", "type the run's serializer does not know"),
         ("untyped_interrupt", "a clean interrupt/resume where it asks the user", "not a ClarifyRequest"),

@@ -58,11 +58,14 @@ def run(tmp_path: Path, systems: list[dict], judges: list[dict], *, setting: str
     return runner.outcome, list(ResultsFile(runner.folder.results).load().values())
 
 
-@pytest.mark.parametrize("pipeline", ["no_response", "edited_response", "text_response"])
+@pytest.mark.parametrize(
+    "pipeline", ["no_response", "edited_response", "text_response", "parent_user_context", "parent_judgment"]
+)
 def test_a_conversation_holds_each_turns_response_to_the_pipeline_contract(tmp_path, pipeline):
     """In conversation with the simulated user, a turn's missing or malformed response fails the
     episode by the clause, as in a plain episode (it was a KeyError, an AttributeError, or a
-    transcript reading 'Assistant: None' that was scored, exit 0)."""
+    transcript reading 'Assistant: None' that was scored, exit 0); so does a turn that writes more
+    than its response into the conversation's state through Command.PARENT (scored, exit 0)."""
     talk = {"name": "talk", "pipeline": f"{DOUBLES}:{pipeline}", "memory": {"backend": "full"}}
     outcome, records = run(tmp_path, [{**talk, "conversation": {"max_turns": 2}}], [{"name": "lampqa_aspects"}])
     assert outcome.exit_code == EXIT_FAILURES and records
@@ -203,7 +206,7 @@ def test_a_pipeline_sending_only_its_response_through_command_parent_runs_and_re
     systems = [
         SOUND,
         {"name": "parent", "pipeline": f"{DOUBLES}:parent_response", "memory": {"backend": "full"}},
-        {"name": "graph", "pipeline": f"{DOUBLES}:declared_state_type", "memory": {"backend": "full"}},
+        {"name": "graph", "pipeline": f"{DOUBLES}:sound_graph", "memory": {"backend": "full"}},
     ]
     outcome, records = run(tmp_path, systems, [{"name": "lampqa_aspects"}])
     assert outcome.exit_code == 0 and len(records) == 6 and all(r.ok and not r.contract for r in records)
@@ -214,6 +217,17 @@ def test_a_pipeline_sending_only_its_response_through_command_parent_runs_and_re
     outcome, records = run(tmp_path, systems, [{"name": "lampqa_aspects"}])
     assert outcome.exit_code == 0 and all(r.ok and not r.contract for r in records)
     assert Counter(r.key for r in records) == Counter(set(scores)) and {r.key: r.scores for r in records} == scores
+
+
+def test_a_graphs_input_no_checkpoint_can_hold_is_named_by_its_state_key(tmp_path):
+    """A value no checkpoint can hold that reaches a graph as its input (a graph a pipeline's node
+    invokes, the judges' given the episode's state) is checkpointed under LangGraph's input channel:
+    the clause named `__start__`, holding a dict. It names the state key and the value's type."""
+    planted = {"name": "planted", "pipeline": f"{DOUBLES}:unwritable_input", "memory": {"backend": "full"}}
+    outcome, records = run(tmp_path, [planted], [{"name": "lampqa_aspects"}], limit=1)
+    assert outcome.exit_code == EXIT_FAILURES and len(records) == 1 and not records[0].ok
+    [detail] = found(records, pipeline_contract.CHECKPOINTS)
+    assert "state key 'odd' of a graph's input holds a object" in detail and "__start__" not in detail
 
 
 def test_a_citation_is_read_when_its_text_is_stored_or_its_url_was_fetched_or_found():

@@ -87,8 +87,8 @@ KINDS: dict[str, str] = {
     "memory_bad_context": "memory contract, 'contexts in the UserContext schema': a memory's context() returned "
     "something other than a UserContext (or one whose text or event ids are not what they say); the episode failed",
     "pipeline_no_response": "pipeline contract, 'the response schema': a pipeline returned no `response`, or one "
-    "that is not a SystemResponse, or one whose fields do not hold what they say or cannot be written as JSON; "
-    "the episode failed",
+    "that is not a SystemResponse, or one whose fields do not hold what they say or cannot be written as JSON, or "
+    "wrote other keys of the episode's state through Command.PARENT; the episode failed",
     "pipeline_unread_citation": "pipeline contract, 'citations only to sources read': a response cited a text "
     "that is not in the run's source store, or a URL this run's web neither fetched nor found, or carries an [n] "
     "marker that names none of its citations; the episode failed",
