@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import tempfile
+from importlib.metadata import EntryPoint, EntryPoints, entry_points
 
 import pytest
 
@@ -25,6 +26,34 @@ os.environ["ATELIER_STATE_DIR"] = _SESSION_CACHE
 from atelier.benchmarks.common.offline import apply_offline_defaults  # noqa: E402
 
 apply_offline_defaults()  # as every entry point does (the CLI, Studio's graphs, a run)
+
+from atelier.benchmarks.common import plugins as _plugins  # noqa: E402
+
+
+def _installed_where(entry: EntryPoint) -> tuple[str, str] | None:
+    """The distribution declaring `entry` and the sys.path folder it is installed in."""
+    return None if entry.dist is None else (entry.dist.name, str(entry.dist.locate_file("")))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests see Atelier's built-ins and the plugins they install themselves, not the plugins
+    installed in the environment they run in (examples/mylab, which CI installs into .venv after
+    the tests, or a developer's own): those would join every registry a test enumerates as the
+    built-ins (the grid of pipelines x backends, the kit on every backend, the judges' roles), at
+    collection already. Entry points are discovered as ever, less those of the distributions
+    installed when the session began; a test's own (a .dist-info in a folder it puts on sys.path)
+    are found. Processes the tests start see the environment whole."""
+    installed = {_installed_where(entry) for entry in entry_points(group=_plugins.GROUP)} - {None}
+
+    def discovered(*, group: str) -> EntryPoints:
+        return EntryPoints(e for e in entry_points(group=group) if _installed_where(e) not in installed)
+
+    _plugins.entry_points = discovered  # type: ignore[assignment]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _plugins.entry_points = entry_points
+
 
 from atelier.benchmarks.case import Case, ChatMessage, ChatSession, Gold, MemorySnippet, Persona, Query, RubricAspect  # noqa: E402
 from atelier.benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark  # noqa: E402

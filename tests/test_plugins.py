@@ -370,3 +370,76 @@ def test_an_entry_point_named_like_a_builtin_that_cannot_load_is_refused_naming_
     said = str(refused.value)
     assert "memory backend 'full' is built into Atelier" in said and "entry point 'full' of dlab" in said
     assert "cannot import module 'nolab.memory'" in said
+
+
+def copy_installed(site: Path, folder: str, distribution: str, version: str, entry_points: str) -> None:
+    """A copy of `distribution` in `site`, its .dist-info folder named `folder`."""
+    info = site / folder
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[atelier.plugins]\n{entry_points}\n")
+
+
+def memory_backends():
+    from atelier.benchmarks.common.named_registry import NamedRegistry
+    from atelier.memory.backends.full import FullHistory
+    from atelier.memory.registry import plugin_backend
+
+    backends: NamedRegistry = NamedRegistry("memory backend", adapt=plugin_backend)
+    backends.register("full", FullHistory)
+    return backends
+
+
+@pytest.mark.parametrize(
+    "folders",
+    [
+        ("elab-0.1.dist-info", "elab-0.1.dist-info"),  # pip's name twice: importlib.metadata keeps the first
+        ("e_lab-0.1.dist-info", "e-lab-0.1.dist-info"),  # a copy under an unescaped name: importlib keeps both
+    ],
+)
+def test_one_distribution_found_twice_on_sys_path_is_one_plugin_not_a_clash(tmp_path, monkeypatch, folders):
+    """The same distribution (name and version) in two sys.path folders, e.g. installed in a venv and
+    copied into a folder on PYTHONPATH, declaring the same target, is one plugin: registered once,
+    never refused as 'declared by two installed distributions'."""
+    from tests.conformance_doubles import SoundMemory
+
+    for where, folder in zip(("one", "two"), folders, strict=True):
+        copy_installed(tmp_path / where, folder, "e-lab", "0.1", "recency = tests.conformance_doubles:SoundMemory")
+        monkeypatch.syspath_prepend(str(tmp_path / where))
+    backends = memory_backends()
+    assert issubclass(backends.get("recency"), SoundMemory)
+    assert backends.origin("recency").distribution == "e-lab"
+    listed = memory_backends()
+    assert "recency" in listed.names() and "recency" not in listed.broken
+
+
+def test_one_distribution_installed_twice_as_two_versions_is_refused_naming_both_copies(tmp_path, monkeypatch):
+    """Two copies of one distribution that differ (another version, another target) are not two
+    distributions: the refusal says the distribution is installed twice, and where each copy is."""
+    from atelier.benchmarks.common.plugins import PluginClashError
+
+    copy_installed(
+        tmp_path / "one", "f_lab-0.1.dist-info", "f-lab", "0.1", "recency = tests.conformance_doubles:SoundMemory"
+    )
+    copy_installed(
+        tmp_path / "two", "f-lab-0.2.dist-info", "f-lab", "0.2", "recency = tests.conformance_doubles:InventingMemory"
+    )
+    copy_installed(
+        tmp_path / "three",
+        "glab-0.1.dist-info",
+        "glab",
+        "0.1",
+        "older = tests.conformance_doubles:SoundMemory\nolder = tests.conformance_doubles:InventingMemory",
+    )
+    for where in ("one", "two", "three"):
+        monkeypatch.syspath_prepend(str(tmp_path / where))
+    with pytest.raises(PluginClashError) as twice:
+        memory_backends().get("recency")
+    said = str(twice.value)
+    assert "the distribution f-lab is installed twice" in said and "two installed distributions" not in said
+    assert f"f-lab 0.1 at {tmp_path / 'one'}" in said and f"f-lab 0.2 at {tmp_path / 'two'}" in said
+    with pytest.raises(PluginClashError) as declared:
+        memory_backends().get("older")
+    assert "'older' is declared twice by the distribution glab" in str(declared.value)
+    listed = memory_backends()
+    assert "recency" not in listed.names() and "installed twice" in listed.broken["recency"]

@@ -26,12 +26,14 @@ from atelier.benchmarks.common.plugins import (
     PluginError,
     PluginKindError,
     PluginOrigin,
+    distribution_key,
     find_entry_points,
     is_reference,
     load_entry_point,
     load_reference,
     origin_of,
     plugin_entry_points,
+    where_installed,
 )
 from atelier.benchmarks.common.suggest import did_you_mean
 
@@ -164,12 +166,16 @@ class NamedRegistry(Generic[T]):
         of them (two distributions claiming one name) are refused naming both: which one a recipe
         meant cannot be told. One that fails to load is a PluginError naming it."""
         found = []
+        declaring = []
         for entry in entries:
             value = load_entry_point(entry)
             try:
                 found.append((self._adapt(value, name), origin_of(name, entry)))  # type: ignore[misc]
             except PluginKindError:
                 continue  # a plugin of another kind
+            declaring.append(entry)
+        if len(found) > 1 and len({distribution_key(entry) for entry in declaring}) == 1:
+            raise PluginClashError(self._one_distribution_twice(name, declaring))
         if len(found) > 1:
             both = " and ".join(origin.describe() for _, origin in found)
             raise PluginClashError(
@@ -177,6 +183,19 @@ class NamedRegistry(Generic[T]):
                 f"its entry point (a recipe may also name the one it means by reference: {found[0][1].target})"
             )
         return found
+
+    def _one_distribution_twice(self, name: str, entries: list[EntryPoint]) -> str:
+        """Why entry points of one distribution claiming `name` are refused: the distribution is
+        installed twice (two sys.path folders), its copies differing in version or target (copies
+        that do not differ count once: find_entry_points), or it declares the name twice."""
+        dist = entries[0].dist.name if entries[0].dist is not None else "?"
+        copies = "; ".join(f"{where_installed(entry)}: {entry.value}" for entry in entries)
+        if len({where_installed(entry) for entry in entries}) < len(entries):
+            return f"{self.kind} {name!r} is declared twice by the distribution {dist} ({copies}); keep one of them"
+        return (
+            f"{self.kind} {name!r}: the distribution {dist} is installed twice, its copies declaring it differently "
+            f"({copies}); remove the copy not meant (pip uninstall it, or take its folder off sys.path/PYTHONPATH)"
+        )
 
     def _refuse_builtin_clash(self, name: str) -> None:
         """A PluginClashError when an installed entry point of this kind is named like the built-in

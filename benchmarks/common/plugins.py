@@ -103,8 +103,31 @@ def plugin_entry_points() -> list[EntryPoint]:
 
 
 def find_entry_points(name: str) -> list[EntryPoint]:
-    """Every installed entry point named `name` (two distributions may declare one name)."""
-    return [ep for ep in plugin_entry_points() if ep.name == name]
+    """Every installed entry point named `name` (two distributions may declare one name). One
+    distribution found twice on sys.path (the same name and version, in two folders) declaring the
+    same target counts once: it is one plugin, not a clash."""
+    distinct: dict[tuple[str | None, str | None, str], EntryPoint] = {}
+    for entry in plugin_entry_points():
+        if entry.name == name:
+            distinct.setdefault((distribution_key(entry), _version(entry), entry.value), entry)
+    return list(distinct.values())
+
+
+def distribution_key(entry: EntryPoint) -> str | None:
+    """The normalized name of the distribution declaring `entry` (PEP 503), None when unknown."""
+    return re.sub(r"[-_.]+", "-", entry.dist.name).lower() if entry.dist is not None else None
+
+
+def _version(entry: EntryPoint) -> str | None:
+    return entry.dist.version if entry.dist is not None else None
+
+
+def where_installed(entry: EntryPoint) -> str:
+    """`mylab 0.1.0 at /path/site-packages`: the distribution declaring `entry` and the sys.path
+    folder it was found in, for a message telling two copies apart."""
+    if entry.dist is None:
+        return "an unknown distribution"
+    return f"{entry.dist.name} {entry.dist.version} at {entry.dist.locate_file('')}"
 
 
 def load_entry_point(entry: EntryPoint) -> Any:

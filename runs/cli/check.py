@@ -40,10 +40,11 @@ def check(
 ) -> None:
     """Run a protocol's contract on REF with the scripted model; print each clause held or broken with its evidence."""
     from atelier.runs.cli._common import print_json
-    from atelier.runs.cli.memory import parse_assignments
-    from atelier.runs.studies.conformance.run import run_check
+    from atelier.runs.cli.memory import declared, parse_assignments
+    from atelier.runs.studies.conformance.run import options_model, run_check
 
-    options = parse_assignments(option, "--option")
+    # the values are read as the checked system's config declares them (`--option key=35` for a str)
+    options = parse_assignments(option, "--option", *declared(lambda: options_model(protocol.value, ref)))
     report = asyncio.run(run_check(protocol.value, ref, options, workdir))
     if as_json:
         print_json(report.as_json())

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from atelier.runs.cli._common import machine_facts, print_json
-from atelier.runs.cli.memory import parse_assignments
+from atelier.runs.cli.memory import declared, parse_assignments
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -43,16 +47,22 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     ) -> None:
         """Framework ms per LLM call, tokens, and deep_research's wall time over its critical path (JSON); with
         several --pipeline, each one's figures and a per-case side-by-side table."""
+        from atelier.graphs.pipelines import PIPELINES, pipeline_variant
         from atelier.runs.bench.graph import bench_graph as run
         from atelier.runs.bench.graph import compare_graphs
 
+        def options_model(name: str) -> type[BaseModel]:
+            return PIPELINES.get(pipeline_variant(name)[0]).options
+
+        # the values are read as each pipeline's options declare them (an unknown one: its error later)
+        models = [model for name in pipeline for model in declared(partial(options_model, name))]
         settings: dict[str, Any] = dict(
             latency_ms=latency_ms,
             cases=cases,
             case_ids=case,
             benchmark=benchmark,
             memory=memory,
-            options=parse_assignments(option, "--option"),
+            options=parse_assignments(option, "--option", *models),
             checkpointer=checkpointer,
             rounds=rounds,
         )

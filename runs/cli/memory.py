@@ -3,7 +3,8 @@ memory` (ingest throughput, recall latency, peak RSS at scale). Both print JSON.
 
 `--param key=value` sets a field of the backend's typed config (dotted keys reach nested tables,
 e.g. `conversation.turns=3`); values are read as JSON when they parse (numbers, true/false, null,
-lists), else as strings.
+lists), else as strings — except where the config declares a type the JSON value is not but the
+text is (`--option assistant_id=35` for a `str` option stays the text "35").
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Union, cast, get_args, get_origin
 
 import typer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, PydanticUserError, TypeAdapter, ValidationError
 
 from atelier.benchmarks.common.atomic_files import write_atomically
-from atelier.benchmarks.common.errors import ConfigError
+from atelier.benchmarks.common.errors import AtelierError, ConfigError
 from atelier.runs.cli._common import machine_facts, print_json
 
 
@@ -29,21 +32,75 @@ def _value(text: str) -> Any:
         return text
 
 
-def parse_assignments(items: list[str], flag: str) -> dict[str, Any]:
-    """`key=value` strings -> a nested dict (dotted keys make nested tables)."""
+def _declared(model: type[BaseModel], path: list[str]) -> Any:
+    """The type `model` declares at the dotted `path` (through nested models and dict tables);
+    None where it declares none (an unknown key, a table of any values)."""
+    annotation: Any = model
+    for part in path:
+        if get_origin(annotation) in (Union, types.UnionType):  # `Sub | None`: the table's own type
+            inner = [arg for arg in get_args(annotation) if arg is not type(None)]
+            annotation = inner[0] if len(inner) == 1 else None
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(part)
+            annotation = field.annotation if field is not None else None
+        elif get_origin(annotation) is dict and len(get_args(annotation)) == 2:
+            annotation = get_args(annotation)[1]
+        else:
+            return None
+    return None if annotation is Any else annotation
+
+
+def _fits(annotation: Any, value: Any) -> bool:
+    """Whether `value` validates as `annotation` (pydantic's lax mode, as a config validates it)."""
+    try:
+        TypeAdapter(annotation).validate_python(value)
+    except ValidationError:
+        return False
+    except PydanticUserError:  # a type pydantic cannot check on its own (arbitrary_types_allowed): no opinion
+        return True
+    return True
+
+
+def _typed(text: str, path: list[str], models: tuple[type[BaseModel], ...]) -> Any:
+    """The value of `key=text` for the config `models` (several: each must take it): its JSON value
+    when that is text or fits the key's declared type, else the text itself when that fits (a `str`
+    option set to `35`, `true` or `null` stays that text). Neither fitting: the JSON value, for the
+    config's validation to name the option and say what it expects."""
+    value = _value(text)
+    if isinstance(value, str):
+        return value
+    declared = [a for a in (_declared(model, path) for model in models) if a is not None]
+    if not declared or all(_fits(a, value) for a in declared):
+        return value
+    return text if all(_fits(a, text) for a in declared) else value
+
+
+def parse_assignments(items: list[str], flag: str, *models: type[BaseModel]) -> dict[str, Any]:
+    """`key=value` strings -> a nested dict (dotted keys make nested tables). `models`: the typed
+    configs the values are for, whose declared types decide how a value is read (`_typed`)."""
     data: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"{flag} {item!r} is not key=value")
-        *parents, leaf = key.strip().split(".")
+        path = key.strip().split(".")
+        *parents, leaf = path
         table = data
         for part in parents:
             table = table.setdefault(part, {})
             if not isinstance(table, dict):
                 raise ConfigError(f"{flag} {key!r}: {part!r} is set to a value and used as a table")
-        table[leaf] = _value(value)
+        table[leaf] = _typed(value, path, models)
     return data
+
+
+def declared(model_of: Callable[[], type[BaseModel]]) -> tuple[type[BaseModel], ...]:
+    """The config model `model_of()` finds, for `parse_assignments`; none when it finds none (an
+    unknown name, a plugin that does not load: the command says so where it looks the name up)."""
+    try:
+        return (model_of(),)
+    except AtelierError:
+        return ()
 
 
 def _fields_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
@@ -62,7 +119,7 @@ def backend_config(backend: str, params: list[str]):
     from atelier.memory.registry import backend_class
 
     model = backend_class(backend).config_model
-    data = {**parse_assignments(params, "--param"), "backend": backend}
+    data = {**parse_assignments(params, "--param", model), "backend": backend}
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -124,7 +181,7 @@ def memory_eval(
     if query not in QUERY_MODES:
         raise ConfigError(f"--query {query!r}; valid: {', '.join(QUERY_MODES)}")
     config = backend_config(backend, param)
-    options = parse_assignments(option, "--option")
+    options = parse_assignments(option, "--option", *declared(lambda: get_benchmark(benchmark).options))
     split = split or get_benchmark(benchmark).split_default
     try:
         every = load_cases(benchmark, split=split, setting=setting, options=options)
