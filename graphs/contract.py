@@ -28,6 +28,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
@@ -144,22 +146,64 @@ def output_problem(graph: Any, pipeline: str, episode_keys: Collection[str]) -> 
     )
 
 
-def parent_problem(command: Command, pipeline: str) -> str | None:
+def parent_problem(command: Command, pipeline: str, how: str = "through Command.PARENT") -> str | None:
     """Why a Command a node of the pipeline's graph sent to the graph it runs in
-    (`Command(graph=Command.PARENT, ...)`) breaks 'the response schema': it writes keys of that graph's
-    state other than `response` (the memory's context as recorded, the judgments), or sends it to a
-    node of its own choosing. None when it sends only its response."""
+    (`Command(graph=Command.PARENT, ...)`; `how` says so) breaks 'the response schema': it writes keys of
+    that graph's state other than `response` (the memory's context as recorded, the judgments), or
+    sends it to a node of its own choosing. None when it sends only its response."""
     written = sorted({key for key, _ in command._update_as_tuples()} - OUTPUT_KEYS)
     gotos = command.goto if isinstance(command.goto, (list, tuple)) else [command.goto]
     nodes = sorted({go.node if isinstance(go, Send) else str(go) for go in gotos if go and go != END})
+    return _sent_problem(written, nodes, pipeline, how)
+
+
+def _sent_problem(written: list[str], nodes: list[str], pipeline: str, how: str) -> str | None:
     if not written and not nodes:
         return None
     did = [f"wrote {', '.join(map(repr, written))} into the episode's state"] if written else []
     did += [f"sent the episode to {', '.join(map(repr, nodes))}"] if nodes else []
     return (
-        f"pipeline {pipeline!r} {' and '.join(did)} through Command.PARENT: a pipeline sends the episode only "
+        f"pipeline {pipeline!r} {' and '.join(did)} {how}: a pipeline sends the episode only "
         'its response — return {"response": SystemResponse}'
     )
+
+
+def step_problem(result: Any, pipeline: str) -> str | None:
+    """Why what a one-step pipeline's step returned (`PipelineSpec.step`, run as the episode's own node:
+    no output schema stands between them) breaks 'the response schema': an update holding keys of the
+    episode's state other than `response`, or a Command writing them or sending the episode on."""
+    if isinstance(result, Command):
+        return parent_problem(result, pipeline, "as its step's Command")
+    if isinstance(result, Mapping):
+        return _sent_problem(sorted(set(map(str, result)) - OUTPUT_KEYS), [], pipeline, "as its step's update")
+    return None
+
+
+def returning_only_its_response(step: Callable[..., Any], pipeline: str, node: str) -> Callable[..., Any]:
+    """A one-step pipeline's `step` as the episode's node, held to 'the response schema' on every call
+    (`step_problem`: ContractBroken naming the pipeline and the keys). LangGraph sees the step's own
+    signature and annotations (`functools.wraps`), so it is given what it asks for (the runtime, the
+    config) and Studio draws its edges as before."""
+    if inspect.iscoroutinefunction(step):
+
+        @functools.wraps(step)
+        async def held(*args: Any, **kwargs: Any) -> Any:
+            return _only_response(await step(*args, **kwargs), pipeline, node)
+
+        return held
+
+    @functools.wraps(step)
+    def held_sync(*args: Any, **kwargs: Any) -> Any:
+        return _only_response(step(*args, **kwargs), pipeline, node)
+
+    return held_sync
+
+
+def _only_response(result: Any, pipeline: str, node: str) -> Any:
+    problem = step_problem(result, pipeline)
+    if problem is not None:
+        raise ContractBroken(RESPONSE, problem, node)
+    return result
 
 
 def sending_only_its_response(graph: Any, pipeline: str, step: str) -> Callable[..., Awaitable[Any]]:

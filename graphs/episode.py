@@ -29,6 +29,7 @@ from atelier.graphs.contract import (
     checked_citations,
     checked_response,
     output_problem,
+    returning_only_its_response,
     sending_only_its_response,
 )
 from atelier.graphs.inputs import (
@@ -134,7 +135,8 @@ def build_episode_graph(
     graph.add_node("recall", recall)
     for name in names:
         spec = PIPELINES.get(name)
-        graph.add_node(node_name(name), spec.step or _episode_step(spec.build(), name))
+        step = returning_only_its_response(spec.step, name, node_name(name)) if spec.step else None
+        graph.add_node(node_name(name), step or _episode_step(spec.build(), name))
         graph.add_conditional_edges(node_name(name), judged, ["judge", END])
     for name in talks:
         graph.add_node(conversation_branch(name), build_conversation_graph(name))

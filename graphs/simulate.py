@@ -36,7 +36,7 @@ from atelier.agents.user_sim.plan_review import review_plan_as_user
 from atelier.benchmarks.case import Case, ConversationTurn, Query
 from atelier.benchmarks.common.errors import ConfigError
 from atelier.graphs.context import ConversationOptions, EpisodeContext
-from atelier.graphs.contract import checked_response, sending_only_its_response
+from atelier.graphs.contract import PipelineOutputError, checked_response, output_problem, sending_only_its_response
 from atelier.graphs.deep_research.review import PlanReviewRequest
 from atelier.graphs.inputs import PipelineInput, PipelineOutput, case_from_input, case_view, memory_view
 from atelier.graphs.memory import no_upfront_context, recall_context
@@ -146,8 +146,13 @@ def build_conversation_graph(pipeline: str = "direct"):
         ConversationState, context_schema=EpisodeContext, input_schema=PipelineInput, output_schema=PipelineOutput
     )
     graph.add_node("open", open_conversation)
-    # held, as in a plain episode, to send the conversation nothing but its response (Command.PARENT)
-    graph.add_node("system", sending_only_its_response(PIPELINES.get(pipeline).build(), pipeline, "system"))
+    # held, as in a plain episode, to return and send the conversation nothing but its response
+    # (its output schema, Command.PARENT)
+    system = PIPELINES.get(pipeline).build()
+    problem = output_problem(system, pipeline, ConversationState.__annotations__)
+    if problem is not None:
+        raise PipelineOutputError(problem)
+    graph.add_node("system", sending_only_its_response(system, pipeline, "system"))
     graph.add_node("simulated_user", simulated_user)
     graph.add_node("recall", recall)
     graph.add_node("close", close)

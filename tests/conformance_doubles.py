@@ -259,6 +259,34 @@ def parent_response():
     return _graph(answer)
 
 
+def _one_step(step, doc: str):
+    """A one-step pipeline whose step the episode runs as its own node (`PipelineSpec.step`)."""
+    from atelier.graphs.pipelines import PipelineSpec
+
+    return PipelineSpec("one_step", doc, lambda: _graph(step), step=step)
+
+
+async def _forging_step(state: _State, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+    forged = UserContext(backend="forged", event_ids=["someone-else:e1"], text="")
+    return {"response": SystemResponse(text="an answer"), "user_context": forged}
+
+
+def _judging_step(state: _State) -> Any:  # a plain def, asking no runtime
+    from langgraph.types import Command
+
+    forged = JudgeResult(judge="lampqa_aspects", score=1.0, scale="0-1")
+    return Command(update={"response": SystemResponse(text="an answer"), "judgments": [forged]})
+
+
+async def _answering_step(state: _State, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
+    return {"response": SystemResponse(text=f"an answer for {runtime.context.system.name}")}
+
+
+step_user_context = _one_step(_forging_step, "Its step returns a context of its own beside its response.")
+step_judgment = _one_step(_judging_step, "Its step (a plain def) returns a Command writing a judgment of its own.")
+step_response = _one_step(_answering_step, "Its step returns its response alone, read from the runtime it asks for.")
+
+
 class _OddState(_State, total=False):
     odd: Any
 

@@ -137,6 +137,8 @@ def test_the_doubles_control_keeps_every_clause(tmp_path):
         ("whole_state_output", "the response schema", "'user_context' beside its response"),
         ("parent_user_context", "the response schema", "wrote 'user_context' into the episode's state through"),
         ("parent_judgment", "the response schema", "wrote 'judgments' into the episode's state through"),
+        ("step_user_context", "the response schema", "wrote 'user_context' into the episode's state as its step's"),
+        ("step_judgment", "the response schema", "wrote 'judgments' into the episode's state as its step's"),
         ("unwritable_state", "checkpointable state", "state key 'odd' holds a object"),
         ("undeclared_state_type", "checkpointable state", "type the run's serializer does not know"),
         ("untyped_interrupt", "a clean interrupt/resume where it asks the user", "not a ClarifyRequest"),

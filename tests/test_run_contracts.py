@@ -196,6 +196,41 @@ def test_a_pipeline_writing_the_episodes_state_through_command_parent_fails_its_
     assert len(sound) == 2 and all(r.ok and not r.contract for r in sound)
 
 
+@pytest.mark.parametrize(("double", "key"), [("step_user_context", "user_context"), ("step_judgment", "judgments")])
+def test_a_one_step_pipelines_step_writing_the_episodes_state_fails_its_episode_by_the_clause(tmp_path, double, key):
+    """A plugin's PipelineSpec with its own `step` runs as the episode's node, with no output schema
+    between them: its update wrote the memory's context or a judgment straight into the episode."""
+    planted = {"name": "planted", "pipeline": f"{DOUBLES}:{double}", "memory": {"backend": "full"}}
+    outcome, records = run(tmp_path, [SOUND, planted], [{"name": "lampqa_aspects"}])
+    assert outcome.exit_code == EXIT_FAILURES
+    mine = [r for r in records if r.system == "planted"]
+    assert len(mine) == 2 and all(not r.ok and pipeline_contract.RESPONSE.name in (r.error or "") for r in mine)
+    assert all(r.user_context is None and r.judgments == [] for r in mine)
+    details = found(records, pipeline_contract.RESPONSE, "planted")
+    assert len(details) == 2 and all(f"pipeline '{DOUBLES}:{double}' wrote '{key}'" in d for d in details)
+    assert all("as its step's" in d and '{"response": SystemResponse}' in d for d in details)
+    assert all(r.ok for r in records if r.system == "sound")
+
+
+def test_a_one_step_pipelines_step_returning_its_response_is_given_its_runtime_and_scored(tmp_path):
+    steps = {"name": "steps", "pipeline": f"{DOUBLES}:step_response", "memory": {"backend": "full"}}
+    outcome, records = run(tmp_path, [steps], [{"name": "lampqa_aspects"}])
+    assert outcome.exit_code == 0 and len(records) == 2
+    assert all(r.ok and r.response is not None and r.response.text == "an answer for steps" for r in records)
+    assert all(r.judgments for r in records)
+
+
+def test_a_conversation_refuses_a_pipeline_graph_returning_more_than_its_response(tmp_path):
+    from atelier.graphs.contract import PipelineOutputError
+    from atelier.graphs.pipelines import PIPELINES
+    from atelier.graphs.simulate import build_conversation_graph
+
+    name = f"{DOUBLES}:whole_state_output"
+    PIPELINES.get(name)
+    with pytest.raises(PipelineOutputError, match=r"returns .*'user_context'.* beside its response"):
+        build_conversation_graph(name)
+
+
 def test_a_pipeline_sending_only_its_response_through_command_parent_runs_and_resumes(tmp_path):
     """Command.PARENT carrying only `response` is the episode's own key, as a return gives it: the
     episode passes. And a run redone over threads that already hold their judgments (results lost:
