@@ -251,3 +251,26 @@ async def test_a_page_answered_again_by_the_cache_is_read_once_and_each_caller_g
         await web.fetch(PAGES[0])
         await web.fetch(PAGES[0])
     assert reads == [PAGES[0]] * 2
+
+
+def test_a_pages_metadata_handed_out_is_the_callers_own_to_change_at_any_depth():
+    from datetime import UTC, datetime
+
+    from atelier.tools.web import _own_copy
+
+    class Odd:  # not plain data: deep-copied
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+    original = {
+        "tags": ["a", "b"],
+        "nested": {"categories": ["x"]},
+        "date": datetime(2024, 1, 1, tzinfo=UTC),
+        "odd": Odd(),
+    }
+    copied = _own_copy(original)
+    copied["tags"].append("c")
+    copied["nested"]["categories"][0] = "y"
+    copied["odd"].seen.append("changed")
+    assert original["tags"] == ["a", "b"] and original["nested"] == {"categories": ["x"]} and original["odd"].seen == []
+    assert copied["date"] is original["date"]  # immutable leaves are shared

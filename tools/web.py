@@ -242,7 +242,7 @@ class Web:
                 )
                 self._pages[answer.record.key] = (answer, page)
             # a caller's change stays its own: the text and other fields are immutable, the metadata is copied
-            return page.model_copy(update={"metadata": copy.deepcopy(page.metadata)})
+            return page.model_copy(update={"metadata": _own_copy(page.metadata)})
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -255,6 +255,23 @@ class Web:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+_IMMUTABLE = (str, int, float, bool, type(None), bytes, datetime)
+
+
+def _own_copy(value: Any) -> Any:
+    """A copy of `value` a caller may change without changing the original: its dicts and lists
+    copied, its immutable leaves shared. A page's metadata is strings and lists of them (every
+    fetch hands one out: `copy.deepcopy` cost about 30 µs of a cached fetch's 70); any other
+    value is deep-copied."""
+    if isinstance(value, dict):
+        return {k: _own_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_own_copy(v) for v in value]
+    if isinstance(value, _IMMUTABLE):
+        return value
+    return copy.deepcopy(value)
 
 
 def build_web(config: WebConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> Web:

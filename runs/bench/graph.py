@@ -1,7 +1,7 @@
 """`atelier bench graph`: what a pipeline's graph costs around its model calls.
 
 Each episode runs the pipeline graph alone, as a run would (an SQLite checkpointer, the run's web,
-the ledger), on the scripted model with a fixed latency per call, the response cache off (every
+the ledger, its case remembered by reference as the episode's `prepare` step remembers it), on the scripted model with a fixed latency per call, the response cache off (every
 call reaches the model) and the web recorded by a warm-up pass (so the figures are not those of
 starting the sandbox or spawning extraction workers). Per episode:
 
@@ -52,6 +52,7 @@ from atelier.benchmarks.common import no_follow
 from atelier.benchmarks.registry import load_cases
 from atelier.graphs.context import EpisodeContext, SystemSpec
 from atelier.graphs.heap import settled_heap
+from atelier.graphs.inputs import forget_cases, remember_cases
 from atelier.graphs.pipelines import PIPELINES, pipeline_options, pipeline_variant
 from atelier.graphs.resources import release, resources_for
 from atelier.runs.bench.stack_floor import measure_stack_floor
@@ -193,7 +194,8 @@ async def bench_graph(
         **pipeline_options(pipeline, {**(options or {}), **variant}).model_dump(exclude_defaults=True),
         **variant,
     }
-    case_ids = case_ids or [c.id for c in load_cases(benchmark, limit=cases)]
+    loaded = load_cases(benchmark) if case_ids else load_cases(benchmark, limit=cases)
+    case_ids = case_ids or [c.id for c in loaded]
     floor = (floor or await _stack_floor(benchmark)) if rounds == 1 else None  # else: each round measures its own
     floors: list[dict[str, float]] = []
     episodes: list[dict[str, Any]] = []
@@ -205,6 +207,8 @@ async def bench_graph(
         timed = _context(root, name, pipeline, latency_ms, memory, options, web)
         built = PIPELINES.get(pipeline).build()
         stored_bytes: int | None = None
+        # as an episode's `prepare` step does in a run: the pipeline finds its case by reference
+        remember_cases(warm.run_id, [c for c in loaded if c.id in set(case_ids)])
         try:
             async with _checkpointer(checkpointer, root / "warm-up" / "checkpoints.sqlite") as saver:
                 await _episodes(built.copy(update={"checkpointer": saver}), warm, case_ids, benchmark, 0, "warm-up")
@@ -234,6 +238,7 @@ async def bench_graph(
         finally:
             await release(warm)
             await release(timed)
+            forget_cases(warm.run_id)
 
     ratios = [r["framework_over_litellm_floor"] for r in per_round if r["framework_over_litellm_floor"] is not None]
     return {
