@@ -55,6 +55,27 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _plugins.entry_points = entry_points
 
 
+@pytest.fixture(autouse=True)
+def _references_stay_with_their_test():
+    """The `module:attr` plugins a test loads by reference are forgotten when it ends: a registry
+    lists them as valid names for the rest of its process (as a notebook that loaded one should), so
+    one test's reference (mylab's `Strict` judge) showed in another's "valid: ..." message, in
+    whichever worker ran both (--dist loadfile)."""
+    from atelier.agents.judges.base import JUDGES
+    from atelier.benchmarks.registry import BENCHMARKS
+    from atelier.graphs.pipelines import PIPELINES
+    from atelier.memory.registry import BACKENDS
+    from atelier.tools.readers.registry import READERS
+    from atelier.tools.search.registry import PROVIDERS
+
+    registries = (JUDGES, BENCHMARKS, PIPELINES, BACKENDS, READERS, PROVIDERS)
+    held = [dict(registry._references) for registry in registries]
+    yield
+    for registry, references in zip(registries, held, strict=True):
+        registry._references.clear()
+        registry._references.update(references)
+
+
 from atelier.benchmarks.case import Case, ChatMessage, ChatSession, Gold, MemorySnippet, Persona, Query, RubricAspect  # noqa: E402
 from atelier.benchmarks.registry import BenchmarkSpec, LoadRequest, register_benchmark  # noqa: E402
 
