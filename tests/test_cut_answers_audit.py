@@ -264,3 +264,39 @@ def test_a_stream_the_provider_said_was_cut_in_its_own_words_is_cut(stub, tmp_pa
 )
 def test_read_finish_takes_any_cut_over_a_later_stop(said, read):
     assert read_finish(said) == read
+
+
+# --------------------------------------------------------------------------- 4. an answer that broke off with an error
+
+
+@pytest.mark.parametrize("word", ["error", "network_error"])
+@pytest.mark.parametrize("path", list(PATHS))
+def test_an_answer_the_provider_said_broke_off_with_an_error_is_not_whole(stub, tmp_path, path, word):
+    """litellm rewrites finish_reason "error" (OpenRouter's word for a generation that failed part-way)
+    to "stop": the partial text was scored as a whole answer and cached. It is an answer that did not
+    arrive whole: the call fails by the clause (retried first, as a cut stream is), nothing is cached."""
+    question = f"broke off with {word} on {path}"
+    if path.endswith("stream"):
+        stub.answer_with(streamed(("The answer is", None), (" A", word)))
+    else:
+        stub.answer_with(whole("The answer is A", word))
+    gw = gateway(stub, tmp_path, path)
+    failed, broken = ask(gw, path, question)
+    assert isinstance(failed, ModelCallError), failed
+    assert [d.kind for d in broken] == ["answer_incomplete"]
+    # (litellm's own stream reader raises on it already, in its words)
+    assert f"finish_reason {word!r} (it broke off)" in broken[0].detail or path == "grounded chat stream"
+    assert word.split("_")[0] in broken[0].detail
+    [entry] = gw.ledger.entries
+    assert entry.status == "error" and gw.cache is not None and entry.request_key is not None
+    assert gw.cache.get(entry.request_key) is None  # never cached
+
+
+def test_a_retried_answer_that_broke_off_is_answered_whole_by_the_next_attempt(stub, tmp_path):
+    stub.answer_with(whole("The answer is", "error"))
+    role = ModelSettings(model="openai/stub-model", api_base=stub.base_url, api_key="sk-stub", max_retries=1)
+    gw = Gateway({"system": role}, cache=ResponseCache(tmp_path / "llm"), ledger=Ledger(None))
+    text, broken = ask(gw, "text", "retried after an error")
+    assert isinstance(text, str) and text != "The answer is" and broken == []  # the stub's own whole answer
+    [entry] = gw.ledger.entries
+    assert entry.status == "ok" and entry.attempts == 2

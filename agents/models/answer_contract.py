@@ -8,7 +8,8 @@ What a provider's answer must be before anything scores it, clause by clause; th
   way (a transport error mid-stream: `stream_broken`), a chat completion holds a choice, and a
   Responses (or Interactions) answer is done — a background one polled to its end
   (agents/models/grounding.py), never read `queued` or `in_progress`, nor ended `failed` or
-  `cancelled`. Broken: the call fails (`IncompleteAnswer`), `answer_incomplete` is recorded, nothing
+  `cancelled`, and no finish reason says it broke off with an error (`error`, `network_error`,
+  which litellm rewrites to `stop`: `broke_off`). Broken: the call fails (`IncompleteAnswer`), `answer_incomplete` is recorded, nothing
   is cached. It is retried like a lost connection, but for an answer still running, which asking
   again would not change and would pay for again: a foreground response read `queued` or
   `in_progress` (only a background request is polled), or a background one still so when the
@@ -200,11 +201,32 @@ def answer_or_reasoning(text: str, message: Any, finish_reason: str | None) -> s
     return reasoning_only(reasoning)
 
 
+# a provider's words for an answer that broke off with an error on its side (OpenRouter's "error",
+# litellm's own "network_error"), which litellm rewrites to "stop"
+_ERROR_WORDS = frozenset({"error", "network_error"})
+
+
+def broke_off(said: Iterable[str | None]) -> IncompleteAnswer | None:
+    """The IncompleteAnswer of an answer whose provider said, as one of its finish reasons `said`,
+    that it ended with an error (`_ERROR_WORDS`): not whole, retried like a stream cut off; else None."""
+    word = next((reason for reason in said if reason and reason.lower() in _ERROR_WORDS), None)
+    if word is None:
+        return None
+    return IncompleteAnswer(f"the provider's answer ended with finish_reason {word!r} (it broke off)", retryable=True)
+
+
 def with_a_choice(response: Any) -> Any:
     """A chat completion that holds a choice (its answer); one whose `choices` is empty (HTTP 200
-    with `"choices": []`) is an answer that did not arrive whole: retried like an empty stream."""
+    with `"choices": []`), or whose finish reason says it broke off with an error (`broke_off`), is
+    an answer that did not arrive whole: retried like an empty stream."""
     if not getattr(response, "choices", None):
         raise IncompleteAnswer("the provider answered with no choices (an empty 'choices' list)", retryable=True)
+    choice = response.choices[0]
+    fields = getattr(choice, "provider_specific_fields", None)
+    native = fields.get("native_finish_reason") if isinstance(fields, dict) else None
+    broken = broke_off([native if isinstance(native, str) else None, getattr(choice, "finish_reason", None)])
+    if broken is not None:
+        raise broken
     return response
 
 

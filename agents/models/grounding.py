@@ -77,6 +77,7 @@ from pydantic import BaseModel, Field
 from atelier.agents.models.answer_contract import (
     IncompleteAnswer,
     answer_or_reasoning,
+    broke_off,
     choice_finish,
     read_finish,
     with_a_choice,
@@ -379,6 +380,9 @@ async def read_chat_stream(stream: AsyncIterator[Any], messages: list[dict[str, 
     built = litellm.stream_chunk_builder(chunks, messages=messages)
     if built is None:
         raise IncompleteAnswer("the provider's stream ended with no chunk", retryable=True)
+    broken = broke_off(said)
+    if broken is not None:
+        raise broken
     usage = next((c.usage for c in reversed(chunks) if getattr(c, "usage", None) is not None), None)
     reply = read_chat(built, model, usage=usage, said=said)
     reply.answer.citations = chat_citations(citations, search_results, annotations)
@@ -498,6 +502,9 @@ async def perplexity_call(
                 parts.append(choice.delta.content or "")
                 said.append(choice.finish_reason)
         finish_reason = read_finish(said)
+        broken = broke_off(said)
+        if broken is not None:
+            raise broken
         if finish_reason is None:  # the stream stopped before its terminal chunk: cut off, not finished
             raise IncompleteAnswer(
                 f"the stream ended after {len(parts)} deltas without its terminal event (no finish_reason)",
