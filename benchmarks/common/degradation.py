@@ -100,7 +100,8 @@ KINDS: dict[str, str] = {
     "a RuntimeError, a TypeError, a result its own validation refused) instead of returning a failed judgment; "
     "that judgment failed, naming the judge and the exception, and the episode kept its response and other judgments",
     "answer_incomplete": "provider contract, 'an answer that arrived whole': a streamed answer without its "
-    "terminal event or broken off part-way (a transport error), a chat answer with no choices, or a Responses or "
+    "terminal event or broken off part-way (a transport error, or a finish_reason error), a chat answer with no "
+    "choices, or a Responses or "
     "Interactions answer that ended failed or cancelled; the call failed and nothing was cached",
     "answer_cut": "provider contract, 'not cut at the token limit': the provider stopped the answer at its token "
     "limit (finish_reason length, a Responses answer incomplete for max_output_tokens)",
