@@ -184,9 +184,15 @@ def choice_finish(choice: Any, earlier: Iterable[str | None] = ()) -> str | None
     stream's chunks said before): the provider's own word, which litellm keeps beside the one it
     gives when it rewrote it (`provider_specific_fields["native_finish_reason"]`: "stop" for a word it
     does not know), then litellm's."""
+    return read_finish([*earlier, *_finish_words(choice)])
+
+
+def _finish_words(choice: Any) -> list[str | None]:
+    """A litellm chat choice's finish reasons: the provider's own word, which litellm keeps beside its
+    own when it rewrote it (`provider_specific_fields["native_finish_reason"]`), then litellm's."""
     fields = getattr(choice, "provider_specific_fields", None)
     native = fields.get("native_finish_reason") if isinstance(fields, dict) else None
-    return read_finish([*earlier, native if isinstance(native, str) else None, getattr(choice, "finish_reason", None)])
+    return [native if isinstance(native, str) else None, getattr(choice, "finish_reason", None)]
 
 
 def answer_or_reasoning(text: str, message: Any, finish_reason: str | None) -> str:
@@ -221,10 +227,7 @@ def with_a_choice(response: Any) -> Any:
     an answer that did not arrive whole: retried like an empty stream."""
     if not getattr(response, "choices", None):
         raise IncompleteAnswer("the provider answered with no choices (an empty 'choices' list)", retryable=True)
-    choice = response.choices[0]
-    fields = getattr(choice, "provider_specific_fields", None)
-    native = fields.get("native_finish_reason") if isinstance(fields, dict) else None
-    broken = broke_off([native if isinstance(native, str) else None, getattr(choice, "finish_reason", None)])
+    broken = broke_off(_finish_words(response.choices[0]))
     if broken is not None:
         raise broken
     return response
