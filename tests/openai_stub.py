@@ -308,25 +308,66 @@ class OpenAIStub:
                     self._send(200, json.dumps(completion).encode())
 
             def _stream(self, completion: dict[str, Any]) -> None:
-                """Server-sent events: one word per chunk, then the usage, then [DONE]."""
+                self._send_events(chat_sse(completion))
+
+            def _send_events(self, data: bytes) -> None:
+                """`data`, server-sent events, as the whole body of a 200 (the connection then closes)."""
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
                 self.end_headers()
-                content = completion["choices"][0]["message"]["content"] or ""
-                base = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-                words = content.split(" ")
-                for i, word in enumerate(words):
-                    delta = {"role": "assistant", "content": word if i == 0 else " " + word}
-                    finish = "stop" if i == len(words) - 1 else None
-                    event = base | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-                    self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
-                self.wfile.write(
-                    f"data: {json.dumps(base | {'choices': [], 'usage': completion['usage']})}\n\n".encode()
-                )
-                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.write(data)
                 self.wfile.flush()
                 self.close_connection = True
+
+        return Handler
+
+
+def chat_sse(completion: dict[str, Any]) -> bytes:
+    """A chat completion as OpenAI streams it: a chunk per word (the last one saying `stop`), then
+    the usage, then [DONE]."""
+    content = completion["choices"][0]["message"]["content"] or ""
+    base = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    words = content.split(" ")
+    events = []
+    for i, word in enumerate(words):
+        delta = {"role": "assistant", "content": word if i == 0 else " " + word}
+        finish = "stop" if i == len(words) - 1 else None
+        events.append(base | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    events.append(base | {"choices": [], "usage": completion["usage"]})
+    return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
+
+
+class QueuedStub(OpenAIStub):
+    """The server answering the answers queued by `answer_with` first, one per chat request, each
+    written by the subclass's `answer_queued`; once none is queued, as OpenAIStub answers. A queued
+    request is recorded with its answer (a string) as its behaviour, or `queued`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.answers: deque[Any] = deque()
+
+    def answer_with(self, *answers: Any) -> None:
+        self.answers.extend(answers)
+
+    def answer_queued(self, handler: Any, answer: Any, body: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _handler_class(self):
+        stub = self
+        base = super()._handler_class()
+
+        class Handler(base):
+            def do_POST(self) -> None:
+                with stub._lock:
+                    answer = stub.answers.popleft() if stub.answers else None
+                if answer is None:
+                    return super().do_POST()
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                behaviour = answer if isinstance(answer, str) else "queued"
+                with stub._lock:
+                    stub.requests.append({"behaviour": behaviour, "mode": asked_mode(body), "body": body})
+                stub.answer_queued(self, answer, body)
 
         return Handler
 

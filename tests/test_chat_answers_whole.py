@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from atelier.agents.models.gateway import Gateway, ModelCallError
 from atelier.agents.models.grounding import Grounding
 from atelier.agents.models.ledger import Ledger
 from atelier.agents.models.settings import ModelSettings
-from tests.openai_stub import OpenAIStub, asked_mode
+from tests.openai_stub import OpenAIStub, QueuedStub, chat_sse
 from tests.research_api_stub import ResearchApiStub, _sse, stream_bytes
 from tests.test_cli_errors import TINY, atelier
 
@@ -62,58 +61,24 @@ def write_chunked(handler: Any, data: bytes, cut: int) -> None:
     handler.close_connection = True
 
 
-def chat_sse(completion: dict[str, Any]) -> bytes:
-    """A chat completion as OpenAI streams it: a chunk per word, the finish reason, usage, [DONE]."""
-    base = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-    words = completion["choices"][0]["message"]["content"].split(" ")
-    events = []
-    for i, word in enumerate(words):
-        delta = {"role": "assistant", "content": word if i == 0 else " " + word}
-        finish = "stop" if i == len(words) - 1 else None
-        events.append(base | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-    events.append(base | {"choices": [], "usage": completion["usage"]})
-    return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
-
-
-class ChatStub(OpenAIStub):
+class ChatStub(QueuedStub):
     """tests/openai_stub.py's server, with answers queued by `answer_with` taking precedence:
     `content:<key of UNCLOSED>` or `inline` (that text, finish_reason stop), `emptychoices` (HTTP
     200 with `"choices": []`), `chunkcut:N` (the stream, its chunked body broken at byte N)."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.answers: deque[str] = deque()
-
-    def answer_with(self, *answers: str) -> None:
-        self.answers.extend(answers)
-
     def whole_stream(self, body: dict[str, Any]) -> bytes:
         return chat_sse(self.completion(body))
 
-    def _handler_class(self):
-        stub = self
-        base = super()._handler_class()
-
-        class Handler(base):
-            def do_POST(self) -> None:
-                with stub._lock:
-                    answer = stub.answers.popleft() if stub.answers else None
-                if answer is None:
-                    return super().do_POST()
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                with stub._lock:
-                    stub.requests.append({"behaviour": answer, "mode": asked_mode(body), "body": body})
-                if answer.startswith("chunkcut:"):
-                    return write_chunked(self, stub.whole_stream(body), int(answer.split(":")[1]))
-                completion = stub.completion(body)
-                if answer == "emptychoices":
-                    completion["choices"] = []
-                else:
-                    text = INLINE if answer == "inline" else UNCLOSED[answer.split(":")[1]][0]
-                    completion["choices"][0]["message"]["content"] = text
-                self._send(200, json.dumps(completion).encode())
-
-        return Handler
+    def answer_queued(self, handler: Any, answer: str, body: dict[str, Any]) -> None:
+        if answer.startswith("chunkcut:"):
+            return write_chunked(handler, self.whole_stream(body), int(answer.split(":")[1]))
+        completion = self.completion(body)
+        if answer == "emptychoices":
+            completion["choices"] = []
+        else:
+            text = INLINE if answer == "inline" else UNCLOSED[answer.split(":")[1]][0]
+            completion["choices"][0]["message"]["content"] = text
+        handler._send(200, json.dumps(completion).encode())
 
 
 class ChunkedPerplexity(ResearchApiStub):

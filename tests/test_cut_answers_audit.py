@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from atelier.agents.models.gateway import Gateway, ModelCallError
 from atelier.agents.models.grounding import Grounding
 from atelier.agents.models.ledger import Ledger
 from atelier.agents.models.settings import ModelSettings
-from tests.openai_stub import OpenAIStub, asked_mode
+from tests.openai_stub import QueuedStub
 
 TEXT = "The answer is to buy the lighter pair"
 REASONING = "The user wants shoes; let me weigh cushioning against weight, then the price, then"
@@ -53,49 +52,22 @@ def streamed(*chunks: tuple[str | None, str | None]) -> list[dict[str, Any]]:
     ]
 
 
-class CutStub(OpenAIStub):
+class CutStub(QueuedStub):
     """tests/openai_stub.py's server answering the completions queued by `answer_with` (whole ones
     for a request without `stream`, a list of stream choices for one with it), then as it does."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.answers: deque[Any] = deque()
-
-    def answer_with(self, *answers: Any) -> None:
-        self.answers.extend(answers)
-
-    def _handler_class(self):
-        stub = self
-        base = super()._handler_class()
-
-        class Handler(base):
-            def do_POST(self) -> None:
-                with stub._lock:
-                    answer = stub.answers.popleft() if stub.answers else None
-                if answer is None:
-                    return super().do_POST()
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                with stub._lock:
-                    stub.requests.append({"behaviour": "queued", "mode": asked_mode(body), "body": body})
-                head = {"id": "chatcmpl-cut", "created": 1, "model": body.get("model", "stub")}
-                usage = {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14}
-                if not body.get("stream"):
-                    assert isinstance(answer, dict), "a whole answer was queued for a streamed request"
-                    return self._send(
-                        200, json.dumps(head | {"object": "chat.completion", "usage": usage} | answer).encode()
-                    )
-                assert isinstance(answer, list), "stream choices were queued for a whole request"
-                events = [head | {"object": "chat.completion.chunk", "choices": [c]} for c in answer]
-                events.append(head | {"object": "chat.completion.chunk", "choices": [], "usage": usage})
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n")
-                self.wfile.flush()
-                self.close_connection = True
-
-        return Handler
+    def answer_queued(self, handler: Any, answer: Any, body: dict[str, Any]) -> None:
+        head = {"id": "chatcmpl-cut", "created": 1, "model": body.get("model", "stub")}
+        usage = {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14}
+        if not body.get("stream"):
+            assert isinstance(answer, dict), "a whole answer was queued for a streamed request"
+            return handler._send(
+                200, json.dumps(head | {"object": "chat.completion", "usage": usage} | answer).encode()
+            )
+        assert isinstance(answer, list), "stream choices were queued for a whole request"
+        events = [head | {"object": "chat.completion.chunk", "choices": [c]} for c in answer]
+        events.append(head | {"object": "chat.completion.chunk", "choices": [], "usage": usage})
+        handler._send_events(b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n")
 
 
 @pytest.fixture(scope="module")
