@@ -174,3 +174,30 @@ def test_average_is_the_mean_of_per_criterion_figures_never_pooled() -> None:
         "spearman": ["flat"],
     }
     assert with_constant.pca == pytest.approx((1 + 0 + 0) / 3)  # flat: the judge prefers b, the labels tie
+
+
+def test_criterion_agreement_is_the_same_for_the_same_labels_in_any_order() -> None:
+    """A label page and a CSV sheet hand meta-eval the same labels in different orders: the figures
+    are the same to the last bit (a correlation of zero read +2.4e-17 from one and -2.4e-17 from the
+    other, and the report's average differed)."""
+    import random
+
+    from atelier.benchmarks.metrics.agreement import LabelledScore, average_agreement, criterion_agreement
+
+    rng = random.Random(48)
+    differed = 0
+    for _ in range(60):
+        items = [
+            LabelledScore(case_id=f"q{c}", system=s, model=rng.randint(1, 5), human=rng.randint(1, 5))
+            for c in range(rng.randint(2, 9))
+            for s in ("A", "B", "C")[: rng.randint(2, 3)]
+        ]
+        result = criterion_agreement(items, n_resamples=200)
+        for _ in range(5):
+            shuffled = rng.sample(items, len(items))
+            again = criterion_agreement(shuffled, n_resamples=200)
+            assert again.model_dump() == result.model_dump()
+            average = average_agreement({"x": again, "y": result})
+            assert average.pearson in (None, result.pearson.statistic)
+            differed += shuffled != items
+    assert differed > 250  # the orders really were other orders

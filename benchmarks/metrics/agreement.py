@@ -173,7 +173,10 @@ def criterion_agreement(
     """PCA (with its bootstrap CI), MARD, Pearson and Spearman for one criterion — `items` must all be
     scores of that one criterion, on its one scale. PCA compares every two responses to the same case
     (PDR-Bench's A and B; with more than two systems, each pair of them); with two responses per case
-    MARD equals Appendix C's formula, and in general it is the mean deviation over responses."""
+    MARD equals Appendix C's formula, and in general it is the mean deviation over responses. The
+    figures do not depend on the order of `items` (a label page and a CSV sheet give the same labels
+    in different orders, and a correlation's last bits follow the order it sums in)."""
+    items = sorted(items, key=lambda item: (item.case_id, item.system, item.model, item.human))
     by_case: dict[str, list[LabelledScore]] = {}
     for item in items:
         by_case.setdefault(item.case_id, []).append(item)
