@@ -440,6 +440,9 @@ def test_reading_shell_blocks():
     ]
 
 
+# the documented commands run for real: ~20 commands, two at a time (70 s of the README command's
+# 10 min on a slower VM), in the battery with the other whole runs; their --help checks stay here
+@pytest.mark.battery
 @pytest.mark.parametrize("text", list(REAL))
 def test_documented_command_runs(text, real):
     done = real[1][text]
@@ -447,6 +450,7 @@ def test_documented_command_runs(text, real):
     assert done.returncode == expected, f"`{text}` exited {done.returncode}, not {expected}:\n{done.stderr[-3000:]}"
 
 
+@pytest.mark.battery
 def test_the_tour_reads_what_it_ran(real):
     tmp, results = real
     for run in ("tour", "tour-retrieval"):

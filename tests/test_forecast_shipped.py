@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import defaultdict
+from typing import Any
 
 import pytest
 
@@ -17,15 +18,18 @@ from atelier.runs.execution.runner import Runner, dry_run_ledger
 from atelier.runs.folder.recipe import load_recipe, parse_recipe
 from tests.openai_stub import OpenAIStub
 
-# the grid recipes run every pipeline x backend (over a minute each): in the battery
-SHIPPED = [
-    "quickstart",
-    "judges",
-    pytest.param("pipelines", marks=pytest.mark.battery),
-    pytest.param("memory_access", marks=pytest.mark.battery),
-    "agentic",
-    "simulated_users",
-]
+RECIPES = ("quickstart", "judges", "pipelines", "memory_access", "agentic", "simulated_users")
+GRIDS = ("pipelines", "memory_access")  # every pipeline x backend, over a minute each
+
+
+def _recipe_on(name: str, model: str) -> Any:
+    """Each recipe on the scripted model, and the quickstart on litellm's HTTP path (the stub); in the
+    battery, the grids and the other recipes on the stub (each the scripted run again, over HTTP)."""
+    in_battery = name in GRIDS or (model == "stub" and name != "quickstart")
+    return pytest.param(name, model, marks=pytest.mark.battery if in_battery else ())
+
+
+RECIPES_AND_MODELS = [_recipe_on(name, model) for name in RECIPES for model in ("scripted", "stub")]
 PRICE = {"input_cost_per_token": 2e-6, "output_cost_per_token": 8e-6}
 
 
@@ -54,8 +58,7 @@ def spent(folder) -> dict[str, dict[str, float]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # a dry run and a run of a whole recipe (pipelines: every pipeline x backend)
-@pytest.mark.parametrize("model", ["scripted", "stub"])
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize(("name", "model"), RECIPES_AND_MODELS)
 def test_the_forecast_contains_what_a_shipped_recipe_takes(name, model, tmp_path, cache_dir):
     with OpenAIStub() as stub:
         data = load_recipe(f"runs/recipes/{name}.toml").model_dump(mode="python")
