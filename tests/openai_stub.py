@@ -335,6 +335,11 @@ def chat_sse(completion: dict[str, Any]) -> bytes:
         finish = "stop" if i == len(words) - 1 else None
         events.append(base | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
     events.append(base | {"choices": [], "usage": completion["usage"]})
+    return sse_body(events)
+
+
+def sse_body(events: list[dict[str, Any]]) -> bytes:
+    """`events` as server-sent events, then [DONE]."""
     return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
 
 

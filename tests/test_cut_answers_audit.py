@@ -30,7 +30,7 @@ from atelier.agents.models.gateway import Gateway, ModelCallError
 from atelier.agents.models.grounding import Grounding
 from atelier.agents.models.ledger import Ledger
 from atelier.agents.models.settings import ModelSettings
-from tests.openai_stub import QueuedStub
+from tests.openai_stub import QueuedStub, sse_body
 
 TEXT = "The answer is to buy the lighter pair"
 REASONING = "The user wants shoes; let me weigh cushioning against weight, then the price, then"
@@ -67,7 +67,7 @@ class CutStub(QueuedStub):
         assert isinstance(answer, list), "stream choices were queued for a whole request"
         events = [head | {"object": "chat.completion.chunk", "choices": [c]} for c in answer]
         events.append(head | {"object": "chat.completion.chunk", "choices": [], "usage": usage})
-        handler._send_events(b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n")
+        handler._send_events(sse_body(events))
 
 
 @pytest.fixture(scope="module")

@@ -181,9 +181,8 @@ def read_finish(said: Iterable[str | None]) -> str | None:
 
 def choice_finish(choice: Any, earlier: Iterable[str | None] = ()) -> str | None:
     """A litellm chat choice's finish reason as `read_finish` reads it, after `earlier` (what a
-    stream's chunks said before): the provider's own word, which litellm keeps beside the one it
-    gives when it rewrote it (`provider_specific_fields["native_finish_reason"]`: "stop" for a word it
-    does not know), then litellm's."""
+    stream's chunks said before), from its words as `_finish_words` gives them (litellm says "stop"
+    for a provider's word it does not know: the provider's own word comes first)."""
     return read_finish([*earlier, *_finish_words(choice)])
 
 
